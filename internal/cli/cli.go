@@ -1,0 +1,209 @@
+// Package cli is what every doqscan command shares: exit codes, logging, --help with
+// examples, signal handling and opening the store. Mains stay thin: they declare flags
+// and call one run function through Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/doqscan/doqscan"
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/pgcluster"
+)
+
+// Exit codes shared by every doqscan command (documented in README.md).
+const (
+	ExitOK          = 0   // done; every target has a classified outcome
+	ExitFailure     = 1   // the run failed (details logged)
+	ExitUsage       = 2   // bad flags or arguments
+	ExitDatabase    = 3   // database unreachable or bad DATABASE_URL
+	ExitSchema      = 4   // database schema newer than this binary
+	ExitEnvironment = 5   // missing prerequisite (zmap, root, testbed, files)
+	ExitInterrupted = 130 // stopped by SIGINT/SIGTERM; what was measured is stored
+)
+
+// ExitError carries an exit code with an error.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Usagef returns a usage error (exit code 2).
+func Usagef(format string, a ...any) error {
+	return &ExitError{Code: ExitUsage, Err: fmt.Errorf(format, a...)}
+}
+
+// Environmentf returns a missing-prerequisite error (exit code 5).
+func Environmentf(format string, a ...any) error {
+	return &ExitError{Code: ExitEnvironment, Err: fmt.Errorf(format, a...)}
+}
+
+// ExitCode maps an error to the exit code it means.
+func ExitCode(err error) int {
+	var ee *ExitError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ee):
+		return ee.Code
+	case errors.Is(err, store.ErrSchemaNewer):
+		return ExitSchema
+	case errors.Is(err, store.ErrUnavailable):
+		return ExitDatabase
+	case errors.Is(err, context.Canceled):
+		return ExitInterrupted
+	}
+	return ExitFailure
+}
+
+// Command describes a command for --help.
+type Command struct {
+	Name     string // e.g. "zprobe"
+	Summary  string // one line
+	Usage    string // e.g. "zprobe [flags]"
+	Examples []string
+	Notes    string // extra paragraphs after the flags
+}
+
+// Common flags every command has.
+type Common struct {
+	LogLevel  string
+	LogFormat string
+	Version   bool
+}
+
+// NewFlagSet returns a flag set whose --help prints the summary, usage, flags, examples
+// and exit codes, with the common flags registered.
+func NewFlagSet(c Command, common *Common) *flag.FlagSet {
+	fs := flag.NewFlagSet(c.Name, flag.ContinueOnError)
+	fs.StringVar(&common.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&common.LogFormat, "log-format", "text", "log format: text or json (structured, to stderr)")
+	fs.BoolVar(&common.Version, "version", false, "print the version and exit")
+	fs.Usage = func() { PrintHelp(fs.Output(), c, fs) }
+	return fs
+}
+
+// PrintHelp writes the full help text of a command.
+func PrintHelp(w io.Writer, c Command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "%s: %s\n\nUsage:\n  %s\n\nFlags:\n", c.Name, c.Summary, c.Usage)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	if len(c.Examples) > 0 {
+		fmt.Fprintf(w, "\nExamples:\n")
+		for _, e := range c.Examples {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+	if c.Notes != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(c.Notes))
+	}
+	fmt.Fprintf(w, "\nEnvironment:\n  DATABASE_URL  PostgreSQL URL; unset: a private cluster under <project>/var/postgres is started or reused\n")
+	fmt.Fprintf(w, "\nExit codes:\n  0 ok, 1 run failed, 2 bad usage, 3 database unavailable, 4 database schema newer than binary,\n  5 missing prerequisite, 130 interrupted (measured rows are kept)\n")
+}
+
+// Parse parses args; --help exits 0 after printing help, a bad flag returns a usage error.
+func Parse(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		return errHelp
+	}
+	if err != nil {
+		return Usagef("%v (see --help)", err)
+	}
+	return nil
+}
+
+var errHelp = errors.New("help shown")
+
+// NewLogger builds the slog logger the common flags ask for.
+func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, Usagef("bad --log-level %q: %v", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, Usagef("bad --log-format %q: want text or json", format)
+}
+
+// Main runs a command: parses flags with fs, sets up logging and a context cancelled on
+// SIGINT/SIGTERM, calls run, prints one error line and exits with the matching code.
+func Main(fs *flag.FlagSet, common *Common, run func(ctx context.Context, log *slog.Logger, args []string) error) {
+	os.Exit(RunMain(fs, common, os.Args[1:], os.Stderr, run))
+}
+
+// RunMain is Main without os.Exit, for tests.
+func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer,
+	run func(ctx context.Context, log *slog.Logger, args []string) error) int {
+	if err := Parse(fs, args); err != nil {
+		if errors.Is(err, errHelp) {
+			return ExitOK
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return ExitCode(err)
+	}
+	if common.Version {
+		fmt.Printf("%s %s\n", fs.Name(), doqscan.Version)
+		return ExitOK
+	}
+	log, err := NewLogger(stderr, common.LogLevel, common.LogFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return ExitCode(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = run(ctx, log, fs.Args())
+	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("%w (%v)", context.Canceled, err)
+		}
+		fmt.Fprintf(stderr, "%s: error: %v\n", fs.Name(), err)
+	}
+	return ExitCode(err)
+}
+
+// OpenStore opens DATABASE_URL, or when it is unset, starts (or reuses) the private
+// cluster and says where it is. The schema is applied either way.
+func OpenStore(ctx context.Context, log *slog.Logger) (*store.Store, error) {
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		c, err := pgcluster.Default()
+		if err != nil {
+			return nil, &ExitError{Code: ExitDatabase, Err: err}
+		}
+		var started bool
+		url, started, err = c.Ensure(ctx)
+		if err != nil {
+			return nil, &ExitError{Code: ExitDatabase, Err: err}
+		}
+		log.Info("using the private PostgreSQL cluster (set DATABASE_URL to use another)",
+			"data", c.DataDir(), "socket", c.SocketDir(), "started", started, "url", url)
+	}
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}

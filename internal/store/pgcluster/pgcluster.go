@@ -1,0 +1,286 @@
+// Package pgcluster starts (or reuses) a private PostgreSQL cluster for doqscan when no
+// DATABASE_URL is given: the installed server binaries, run as an unprivileged user
+// (initdb refuses root), under a data directory of the project, listening only on a Unix
+// socket (reachable from every network namespace of the testbed, no TCP port to clash).
+package pgcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Database and role the private cluster holds.
+const (
+	DBName = "doqscan"
+	DBUser = "doqscan"
+)
+
+// Cluster is a private PostgreSQL cluster under Dir.
+type Cluster struct {
+	Dir    string // var/postgres of the project
+	BinDir string // PostgreSQL server binaries
+	OSUser string // the unprivileged account that runs the server ("" = the current one)
+}
+
+// DataDir is the cluster's data directory.
+func (c *Cluster) DataDir() string { return filepath.Join(c.Dir, "data") }
+
+// SocketDir holds the server's Unix socket.
+func (c *Cluster) SocketDir() string { return filepath.Join(c.Dir, "run") }
+
+// LogFile is the server log.
+func (c *Cluster) LogFile() string { return filepath.Join(c.Dir, "postgres.log") }
+
+// URL is the connection string of the cluster's doqscan database.
+func (c *Cluster) URL() string {
+	return fmt.Sprintf("host=%s dbname=%s user=%s sslmode=disable", c.SocketDir(), DBName, DBUser)
+}
+
+// ProjectHome returns the directory doqscan keeps its data under: $DOQSCAN_HOME, else the
+// source tree the working directory or the executable is in (found by its schema.sql and
+// go.mod), else /var/lib/doqscan.
+func ProjectHome() string {
+	if h := os.Getenv("DOQSCAN_HOME"); h != "" {
+		return h
+	}
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		starts = append(starts, filepath.Dir(exe))
+	}
+	for _, s := range starts {
+		for d := s; ; d = filepath.Dir(d) {
+			if isProjectRoot(d) {
+				return d
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	return "/var/lib/doqscan"
+}
+
+func isProjectRoot(d string) bool {
+	mod, err := os.ReadFile(filepath.Join(d, "go.mod"))
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(d, "schema.sql"))
+	return err == nil && bytes.Contains(mod, []byte("module github.com/doqscan/doqscan"))
+}
+
+// Default returns the cluster of the project home, with the newest installed server.
+func Default() (*Cluster, error) {
+	bin, err := findBinDir()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Dir: filepath.Join(ProjectHome(), "var", "postgres"), BinDir: bin}
+	if os.Geteuid() == 0 {
+		if _, err := user.Lookup("postgres"); err != nil {
+			return nil, errors.New("running as root and there is no unprivileged 'postgres' account to run the private " +
+				"PostgreSQL cluster (apt-get install postgresql creates it), or set DATABASE_URL")
+		}
+		c.OSUser = "postgres"
+	}
+	return c, nil
+}
+
+// findBinDir finds the newest /usr/lib/postgresql/N/bin holding initdb, or initdb on PATH.
+func findBinDir() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
+	if len(dirs) > 0 {
+		return filepath.Dir(dirs[0]), nil
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", errors.New("no PostgreSQL server binaries found (apt-get install postgresql), or set DATABASE_URL")
+}
+
+func pgMajor(initdb string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(initdb))))
+	return v
+}
+
+// Ensure makes the cluster exist and run, creates the doqscan database, and returns its
+// URL. started says whether this call started the server. Concurrent callers serialise
+// on a lock file.
+func (c *Cluster) Ensure(ctx context.Context) (url string, started bool, err error) {
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return "", false, fmt.Errorf("private database: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(c.Dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", false, fmt.Errorf("private database: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", false, fmt.Errorf("private database: lock: %w", err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
+
+	if err := c.prepareDirs(); err != nil {
+		return "", false, err
+	}
+	if _, err := os.Stat(filepath.Join(c.DataDir(), "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		if err := c.initdb(ctx); err != nil {
+			return "", false, err
+		}
+	}
+	if !c.Running(ctx) {
+		if _, err := c.run(ctx, "pg_ctl", "-D", c.DataDir(), "-l", c.LogFile(), "-w", "-t", "60", "start"); err != nil {
+			return "", false, fmt.Errorf("start private PostgreSQL (log %s): %w", c.LogFile(), err)
+		}
+		started = true
+	}
+	if err := c.createDB(ctx); err != nil {
+		return "", started, err
+	}
+	return c.URL(), started, nil
+}
+
+// Running reports whether the cluster's server is up.
+func (c *Cluster) Running(ctx context.Context) bool {
+	_, err := c.run(ctx, "pg_ctl", "-D", c.DataDir(), "status")
+	return err == nil
+}
+
+// Stop stops the server (fast shutdown) if it runs.
+func (c *Cluster) Stop(ctx context.Context) error {
+	if !c.Running(ctx) {
+		return nil
+	}
+	_, err := c.run(ctx, "pg_ctl", "-D", c.DataDir(), "-m", "fast", "-w", "stop")
+	return err
+}
+
+func (c *Cluster) prepareDirs() error {
+	for _, d := range []string{c.DataDir(), c.SocketDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("private database: %w", err)
+		}
+	}
+	if c.OSUser == "" {
+		return nil
+	}
+	u, err := user.Lookup(c.OSUser)
+	if err != nil {
+		return err
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	for _, d := range []string{c.DataDir(), c.SocketDir()} {
+		if err := os.Chown(d, uid, gid); err != nil {
+			return fmt.Errorf("private database: chown %s: %w", d, err)
+		}
+	}
+	// The server's log is written by pg_ctl as that user.
+	f, err := os.OpenFile(c.LogFile(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("private database: %w", err)
+	}
+	f.Close()
+	if err := os.Chown(c.LogFile(), uid, gid); err != nil {
+		return err
+	}
+	// The unprivileged user must be able to reach the directory (not under /root).
+	if _, err := c.run(context.Background(), "/usr/bin/test", "-w", c.DataDir()); err != nil {
+		return fmt.Errorf("private database: user %s cannot reach %s (a parent directory is closed to it); "+
+			"set DOQSCAN_HOME to a directory it can reach, or set DATABASE_URL", c.OSUser, c.DataDir())
+	}
+	return nil
+}
+
+func (c *Cluster) initdb(ctx context.Context) error {
+	if _, err := c.run(ctx, "initdb", "-D", c.DataDir(), "-U", DBUser, "-A", "trust", "-E", "UTF8", "--no-locale"); err != nil {
+		return fmt.Errorf("initdb: %w", err)
+	}
+	conf := fmt.Sprintf(`
+# doqscan private cluster: Unix socket only, reachable from every testbed namespace.
+listen_addresses = ''
+unix_socket_directories = '%s'
+unix_socket_permissions = 0777
+max_connections = 200
+shared_buffers = 512MB
+max_wal_size = 4GB
+log_min_messages = warning
+`, c.SocketDir())
+	f, err := os.OpenFile(filepath.Join(c.DataDir(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.WriteString(conf)
+	return err
+}
+
+func (c *Cluster) createDB(ctx context.Context) error {
+	out, err := c.run(ctx, "psql", "-h", c.SocketDir(), "-U", DBUser, "-d", "postgres", "-Atc",
+		"SELECT 1 FROM pg_database WHERE datname = '"+DBName+"'")
+	if err != nil {
+		return fmt.Errorf("private database: %w", err)
+	}
+	if strings.TrimSpace(out) == "1" {
+		return nil
+	}
+	if _, err := c.run(ctx, "createdb", "-h", c.SocketDir(), "-U", DBUser, DBName); err != nil {
+		return fmt.Errorf("private database: createdb: %w", err)
+	}
+	return nil
+}
+
+// run runs a PostgreSQL binary (or an absolute path) as the cluster's OS user.
+func (c *Cluster) run(ctx context.Context, name string, args ...string) (string, error) {
+	path := name
+	if !filepath.IsAbs(name) {
+		path = filepath.Join(c.BinDir, name)
+		if _, err := os.Stat(path); err != nil {
+			if p, err := exec.LookPath(name); err == nil {
+				path = p
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var cmd *exec.Cmd
+	if c.OSUser != "" {
+		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", c.OSUser, "--", path}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, path, args...)
+	}
+	cmd.Dir = "/"
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if msg == "" {
+			msg = strings.TrimSpace(out.String())
+		}
+		if msg == "" {
+			msg = err.Error()
+		}
+		return out.String(), fmt.Errorf("%s: %s", name, lastLine(msg))
+	}
+	return out.String(), nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}

@@ -1,0 +1,225 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// The run tables (scans, verification runs, campaigns) are written one row at a time,
+// keyed by their natural key (ISO week or hour, vantage point, label, shard): starting the
+// same run again returns the existing id, so its rows are written into the same run and
+// deduplicated there.
+
+// Vantage is a vantage point.
+type Vantage struct {
+	ID          string
+	Description string
+	Address     *netip.Addr
+}
+
+// EnsureVantage creates the vantage point if it is new and updates its description.
+func (s *Store) EnsureVantage(ctx context.Context, v Vantage) error {
+	_, err := s.Pool.Exec(ctx, `INSERT INTO vantage_points (vantage_id, description, address)
+		VALUES ($1, $2, $3)
+		ON CONFLICT (vantage_id) DO UPDATE SET
+		  description = CASE WHEN EXCLUDED.description = '' THEN vantage_points.description ELSE EXCLUDED.description END,
+		  address = coalesce(EXCLUDED.address, vantage_points.address)`,
+		v.ID, v.Description, v.Address)
+	if err != nil {
+		return fmt.Errorf("vantage %q: %w", v.ID, err)
+	}
+	return nil
+}
+
+// Scan is the natural key and parameters of a scan.
+type Scan struct {
+	ISOWeek      string
+	VantageID    string
+	Label        string
+	Shard        int
+	Shards       int
+	Seed         *int64
+	Ports        []int32
+	ProbeVersion *int64
+	Sender       string // zmap | builtin
+	Targets      string
+	RatePPS      *int32
+	Bandwidth    *string
+}
+
+// StartScan returns the id of the scan with s's natural key, creating it if needed, and
+// marks it running. existed says whether it was there before (a re-run).
+func (s *Store) StartScan(ctx context.Context, sc Scan) (id int64, existed bool, err error) {
+	if sc.Label == "" {
+		sc.Label = "weekly"
+	}
+	if sc.Shards == 0 {
+		sc.Shards = 1
+	}
+	if sc.Sender == "" {
+		sc.Sender = "zmap"
+	}
+	err = s.Pool.QueryRow(ctx, `INSERT INTO scans (iso_week, vantage_id, label, shard, shards, seed, ports,
+		    probe_version, sender, targets, rate_pps, bandwidth)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
+		ON CONFLICT (iso_week, vantage_id, label, shard) DO UPDATE SET
+		    status = 'running', finished_at = NULL,
+		    ports = (SELECT array_agg(DISTINCT p ORDER BY p) FROM unnest(scans.ports || EXCLUDED.ports) p)
+		RETURNING scan_id, (xmax <> 0)`,
+		sc.ISOWeek, sc.VantageID, sc.Label, sc.Shard, sc.Shards, sc.Seed, sc.Ports,
+		sc.ProbeVersion, sc.Sender, sc.Targets, sc.RatePPS, sc.Bandwidth).Scan(&id, &existed)
+	if err != nil {
+		return 0, false, fmt.Errorf("start scan %s/%s/%s shard %d: %w", sc.ISOWeek, sc.VantageID, sc.Label, sc.Shard, err)
+	}
+	return id, existed, nil
+}
+
+// ScanRun describes one zmap (or built-in sender) run of a scan on one port.
+type ScanRun struct {
+	ScanID      int64
+	Port        int32
+	ProbeKind   string // quic-vn | dns
+	ProbeSHA256 []byte
+	ZmapArgs    []string
+	RawOutput   string
+}
+
+// StartScanRun records (or restarts) the run of a scan on one port.
+func (s *Store) StartScanRun(ctx context.Context, r ScanRun) error {
+	if r.ZmapArgs == nil {
+		r.ZmapArgs = []string{}
+	}
+	_, err := s.Pool.Exec(ctx, `INSERT INTO scan_runs (scan_id, port, probe_kind, probe_sha256, zmap_args, raw_output)
+		VALUES ($1,$2,$3,$4,$5,$6)
+		ON CONFLICT (scan_id, port) DO UPDATE SET probe_kind = EXCLUDED.probe_kind,
+		    probe_sha256 = EXCLUDED.probe_sha256, zmap_args = EXCLUDED.zmap_args,
+		    raw_output = EXCLUDED.raw_output, started_at = now(), finished_at = NULL, status = 'running'`,
+		r.ScanID, r.Port, r.ProbeKind, r.ProbeSHA256, r.ZmapArgs, r.RawOutput)
+	if err != nil {
+		return fmt.Errorf("start scan run %d port %d: %w", r.ScanID, r.Port, err)
+	}
+	return nil
+}
+
+// FinishScanRun closes a port's run with its status and counters.
+func (s *Store) FinishScanRun(ctx context.Context, scanID int64, port int32, status string, sent, replies, blocklisted *int64) error {
+	_, err := s.Pool.Exec(ctx, `UPDATE scan_runs SET status = $3, finished_at = now(),
+		    probes_sent = $4, replies = $5, blocklisted = $6 WHERE scan_id = $1 AND port = $2`,
+		scanID, port, status, sent, replies, blocklisted)
+	return err
+}
+
+// FinishScan closes a scan with its status and JSON summary.
+func (s *Store) FinishScan(ctx context.Context, scanID int64, status string, summary []byte) error {
+	_, err := s.Pool.Exec(ctx, `UPDATE scans SET status = $2, finished_at = now(), summary = $3 WHERE scan_id = $1`,
+		scanID, status, summary)
+	return err
+}
+
+// VerificationRun is the natural key and parameters of a verification run.
+type VerificationRun struct {
+	ISOWeek     string
+	VantageID   string
+	Label       string
+	ScanID      *int64
+	Source      string // scan | file
+	Config      []byte // JSON
+	CityDataset *int64
+	ASNDataset  *int64
+}
+
+// StartVerificationRun returns the id of the run with v's natural key, creating it if
+// needed.
+func (s *Store) StartVerificationRun(ctx context.Context, v VerificationRun) (id int64, existed bool, err error) {
+	if v.Label == "" {
+		v.Label = "weekly"
+	}
+	if v.Source == "" {
+		v.Source = "scan"
+	}
+	if v.Config == nil {
+		v.Config = []byte("{}")
+	}
+	err = s.Pool.QueryRow(ctx, `INSERT INTO verification_runs (iso_week, vantage_id, label, scan_id, source, config,
+		    city_dataset, asn_dataset)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8)
+		ON CONFLICT (iso_week, vantage_id, label) DO UPDATE SET status = 'running', finished_at = NULL,
+		    scan_id = coalesce(EXCLUDED.scan_id, verification_runs.scan_id), config = EXCLUDED.config,
+		    city_dataset = coalesce(EXCLUDED.city_dataset, verification_runs.city_dataset),
+		    asn_dataset = coalesce(EXCLUDED.asn_dataset, verification_runs.asn_dataset)
+		RETURNING run_id, (xmax <> 0)`,
+		v.ISOWeek, v.VantageID, v.Label, v.ScanID, v.Source, v.Config, v.CityDataset, v.ASNDataset).Scan(&id, &existed)
+	if err != nil {
+		return 0, false, fmt.Errorf("start verification run %s/%s/%s: %w", v.ISOWeek, v.VantageID, v.Label, err)
+	}
+	return id, existed, nil
+}
+
+// FinishVerificationRun closes a verification run.
+func (s *Store) FinishVerificationRun(ctx context.Context, runID int64, status string, summary []byte) error {
+	_, err := s.Pool.Exec(ctx, `UPDATE verification_runs SET status = $2, finished_at = now(), summary = $3 WHERE run_id = $1`,
+		runID, status, summary)
+	return err
+}
+
+// Campaign is the natural key and parameters of one hourly measurement round.
+type Campaign struct {
+	VantageID string
+	Label     string
+	RoundHour time.Time // truncated to the hour (UTC)
+	RunID     *int64
+	Config    []byte // JSON
+	Planned   *int32
+}
+
+// StartCampaign returns the id of the round with c's natural key, creating it if needed.
+func (s *Store) StartCampaign(ctx context.Context, c Campaign) (id int64, existed bool, err error) {
+	if c.Label == "" {
+		c.Label = "hourly"
+	}
+	if c.Config == nil {
+		c.Config = []byte("{}")
+	}
+	hour := c.RoundHour.UTC().Truncate(time.Hour)
+	err = s.Pool.QueryRow(ctx, `INSERT INTO campaigns (vantage_id, label, round_hour, run_id, config, planned)
+		VALUES ($1,$2,$3,$4,$5,$6)
+		ON CONFLICT (vantage_id, label, round_hour) DO UPDATE SET status = 'running', finished_at = NULL,
+		    run_id = coalesce(EXCLUDED.run_id, campaigns.run_id), planned = coalesce(EXCLUDED.planned, campaigns.planned)
+		RETURNING campaign_id, (xmax <> 0)`,
+		c.VantageID, c.Label, hour, c.RunID, c.Config, c.Planned).Scan(&id, &existed)
+	if err != nil {
+		return 0, false, fmt.Errorf("start campaign %s/%s/%s: %w", c.VantageID, c.Label, hour.Format(time.RFC3339), err)
+	}
+	return id, existed, nil
+}
+
+// FinishCampaign closes a round.
+func (s *Store) FinishCampaign(ctx context.Context, campaignID int64, status string, summary []byte) error {
+	_, err := s.Pool.Exec(ctx, `UPDATE campaigns SET status = $2, finished_at = now(), summary = $3 WHERE campaign_id = $1`,
+		campaignID, status, summary)
+	return err
+}
+
+// Dataset is an external dataset version (a GeoIP database file).
+type Dataset struct {
+	Kind         string // geoip-city | geoip-asn | geoip-country | other
+	DatabaseType string
+	BuildTime    time.Time
+	SHA256       []byte
+	Path         string
+}
+
+// EnsureDataset records a dataset version once (by hash) and returns its id.
+func (s *Store) EnsureDataset(ctx context.Context, d Dataset) (int64, error) {
+	var id int64
+	err := s.Pool.QueryRow(ctx, `INSERT INTO datasets (kind, database_type, build_time, sha256, path)
+		VALUES ($1,$2,$3,$4,$5)
+		ON CONFLICT (sha256) DO UPDATE SET path = EXCLUDED.path
+		RETURNING dataset_id`, d.Kind, d.DatabaseType, d.BuildTime, d.SHA256, d.Path).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("dataset %s: %w", d.Path, err)
+	}
+	return id, nil
+}

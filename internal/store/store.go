@@ -1,0 +1,211 @@
+// Package store is doqscan's PostgreSQL store: the schema and its migrations, idempotent
+// bulk writes with COPY, and typed rows for every table of schema.sql.
+package store
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/doqscan/doqscan"
+)
+
+//go:embed migrations
+var migrationsFS embed.FS
+
+// schemaLockID is the advisory lock taken while the schema is applied, so several tools
+// starting at once apply it one after another.
+const schemaLockID = 0x646f717363616e // "doqscan"
+
+// ErrSchemaNewer says the database was migrated by a newer doqscan than this binary.
+var ErrSchemaNewer = errors.New("database schema is newer than this binary")
+
+// ErrUnavailable wraps failures to reach or authenticate to the database.
+var ErrUnavailable = errors.New("database unavailable")
+
+// Store is a connection pool to doqscan's database.
+type Store struct {
+	Pool *pgxpool.Pool
+}
+
+// migration is one versioned schema change.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+var migrationName = regexp.MustCompile(`^([0-9]{4})_([a-z0-9_]+)\.sql$`)
+
+// migrations returns schema.sql (version 1) followed by the embedded migration files.
+func migrations() ([]migration, error) {
+	out := []migration{{version: 1, name: "baseline schema.sql", sql: doqscan.SchemaSQL}}
+	entries, err := fs.ReadDir(migrationsFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		m := migrationName.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		v, _ := strconv.Atoi(m[1])
+		body, err := fs.ReadFile(migrationsFS, "migrations/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: m[2], sql: string(body)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i := range out {
+		if out[i].version != i+1 {
+			return nil, fmt.Errorf("migrations: expected version %d, found %d (%s)", i+1, out[i].version, out[i].name)
+		}
+	}
+	return out, nil
+}
+
+// SchemaVersion is the newest schema version this binary knows.
+func SchemaVersion() int {
+	m, err := migrations()
+	if err != nil {
+		panic(err) // embedded files; covered by tests
+	}
+	return m[len(m)-1].version
+}
+
+// Open connects to url (a libpq URL or DSN), checks that the server answers and applies
+// the schema. Errors wrap ErrUnavailable or ErrSchemaNewer where that is the cause.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bad DATABASE_URL: %s", ErrUnavailable, redactParseError(err))
+	}
+	if cfg.MaxConns < 8 {
+		cfg.MaxConns = 8
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, oneLine(err))
+	}
+	s := &Store{Pool: pool}
+	if err := s.Migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close releases the pool.
+func (s *Store) Close() { s.Pool.Close() }
+
+// Migrate applies schema.sql and every newer migration, under an advisory lock. Applying
+// it again changes nothing. A database whose newest version is above SchemaVersion() is
+// refused with ErrSchemaNewer before anything is written.
+func (s *Store) Migrate(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	conn, err := s.Pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %s", ErrUnavailable, oneLine(err))
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", schemaLockID); err != nil {
+		return fmt.Errorf("schema lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", schemaLockID) //nolint:errcheck
+
+	current, err := currentVersion(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
+	known := ms[len(ms)-1].version
+	if current > known {
+		return fmt.Errorf("%w: database is at version %d, this binary knows up to %d; upgrade doqscan",
+			ErrSchemaNewer, current, known)
+	}
+	for _, m := range ms {
+		// schema.sql is idempotent and applied every time (it creates what a partial or
+		// older database lacks); later migrations run once.
+		if m.version > 1 && m.version <= current {
+			continue
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			tx.Rollback(ctx) //nolint:errcheck
+			return fmt.Errorf("apply schema version %d (%s): %w", m.version, m.name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)
+			ON CONFLICT (version) DO NOTHING`, m.version, m.name); err != nil {
+			tx.Rollback(ctx) //nolint:errcheck
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// currentVersion returns the newest applied version, 0 on an empty database.
+func currentVersion(ctx context.Context, conn *pgx.Conn) (int, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// Version reports the database's newest applied schema version.
+func (s *Store) Version(ctx context.Context) (int, error) {
+	conn, err := s.Pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	return currentVersion(ctx, conn.Conn())
+}
+
+// oneLine turns a connection error into one readable line.
+func oneLine(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Message
+	}
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// redactParseError drops the URL (which may carry a password) from pgx's parse errors.
+func redactParseError(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		return msg[i+2:]
+	}
+	return "cannot parse"
+}

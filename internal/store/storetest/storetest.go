@@ -1,0 +1,89 @@
+// Package storetest gives tests a fresh, empty doqscan database on a real PostgreSQL
+// server: $DOQSCAN_TEST_DATABASE_URL's server if set, else the project's private cluster
+// (started if needed). Each call creates its own database and drops it when the test ends.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/pgcluster"
+)
+
+// ServerURL returns the URL of a database on the test server (the admin connection).
+func ServerURL(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("DOQSCAN_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	c, err := pgcluster.Default()
+	if err != nil {
+		t.Fatalf("no PostgreSQL for tests: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	u, _, err := c.Ensure(ctx)
+	if err != nil {
+		t.Fatalf("start the private PostgreSQL cluster: %v", err)
+	}
+	return u
+}
+
+// NewDatabase creates an empty database and returns its URL; it is dropped at cleanup.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	admin := ServerURL(t)
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("connect to test server: %v", err)
+	}
+	defer conn.Close(ctx)
+	b := make([]byte, 6)
+	rand.Read(b)
+	name := "doqscan_test_" + hex.EncodeToString(b)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), admin)
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") //nolint:errcheck
+	})
+	return WithDatabase(admin, name)
+}
+
+// WithDatabase returns url pointing at database name (URL or keyword/value form).
+func WithDatabase(u, name string) string {
+	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
+		if pu, err := url.Parse(u); err == nil {
+			pu.Path = "/" + name
+			return pu.String()
+		}
+	}
+	return u + " dbname=" + name
+}
+
+// Open returns a Store on a fresh database with the schema applied.
+func Open(t testing.TB) *store.Store {
+	t.Helper()
+	url := NewDatabase(t)
+	s, err := store.Open(context.Background(), url)
+	if err != nil {
+		t.Fatalf("open test store: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
