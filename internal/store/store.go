@@ -201,11 +201,15 @@ func oneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
-// redactParseError drops the URL (which may carry a password) from pgx's parse errors.
+// redactParseError describes a parse failure without repeating the URL, which may carry
+// a password.
 func redactParseError(err error) string {
-	msg := err.Error()
-	if i := strings.LastIndex(msg, ": "); i >= 0 {
-		return msg[i+2:]
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) && pe.Unwrap() != nil && !strings.Contains(pe.Unwrap().Error(), pe.ConnString) {
+		inner := pe.Unwrap().Error()
+		if !strings.ContainsAny(inner, "\"`'=@") && !strings.Contains(inner, "://") {
+			return "cannot parse it (" + inner + "); want postgres://user@host/db or key=value pairs"
+		}
 	}
-	return "cannot parse"
+	return "cannot parse it; want postgres://user@host/db or key=value pairs"
 }

@@ -1,0 +1,137 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/storetest"
+)
+
+// run executes a command that opens the store, the way every tool does, and returns its
+// exit code and what it printed on stderr.
+func run(t *testing.T, databaseURL string) (int, string) {
+	t.Helper()
+	t.Setenv("DATABASE_URL", databaseURL)
+	var common cli.Common
+	fs := cli.NewFlagSet(cli.Command{Name: "tool", Summary: "test", Usage: "tool"}, &common)
+	var stderr bytes.Buffer
+	code := cli.RunMain(fs, &common, nil, &stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
+		s, err := cli.OpenStore(ctx, log)
+		if err != nil {
+			return err
+		}
+		s.Close()
+		return nil
+	})
+	return code, stderr.String()
+}
+
+func oneLine(t *testing.T, out string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "error:") {
+		t.Errorf("want one clear error line, got %q", out)
+	}
+}
+
+func TestBadDatabaseURL(t *testing.T) {
+	code, out := run(t, "postgres://%zz")
+	if code != cli.ExitDatabase {
+		t.Errorf("exit %d, want %d", code, cli.ExitDatabase)
+	}
+	oneLine(t, out)
+	if strings.Contains(out, "%zz") {
+		t.Errorf("error repeats the URL (may hold a password): %q", out)
+	}
+}
+
+func TestDatabaseDown(t *testing.T) {
+	code, out := run(t, "host=/nonexistent-doqscan-socket dbname=doqscan user=doqscan connect_timeout=2")
+	if code != cli.ExitDatabase {
+		t.Errorf("exit %d, want %d", code, cli.ExitDatabase)
+	}
+	oneLine(t, out)
+}
+
+func TestSchemaNewerThanBinary(t *testing.T) {
+	url := storetest.NewDatabase(t)
+	ctx := context.Background()
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, 'future')",
+		store.SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	code, out := run(t, url)
+	if code != cli.ExitSchema {
+		t.Errorf("exit %d, want %d", code, cli.ExitSchema)
+	}
+	oneLine(t, out)
+	if !strings.Contains(out, fmt.Sprint(store.SchemaVersion()+1)) {
+		t.Errorf("error does not name the database's version: %q", out)
+	}
+}
+
+func TestWorkingDatabase(t *testing.T) {
+	code, out := run(t, storetest.NewDatabase(t))
+	if code != cli.ExitOK {
+		t.Errorf("exit %d (%s), want 0", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	var common cli.Common
+	fs := cli.NewFlagSet(cli.Command{Name: "tool", Summary: "test", Usage: "tool"}, &common)
+	var stderr bytes.Buffer
+	code := cli.RunMain(fs, &common, []string{"--no-such-flag"}, &stderr, func(context.Context, *slog.Logger, []string) error {
+		t.Fatal("run called despite a bad flag")
+		return nil
+	})
+	if code != cli.ExitUsage {
+		t.Errorf("bad flag: exit %d, want %d", code, cli.ExitUsage)
+	}
+	fs = cli.NewFlagSet(cli.Command{Name: "tool", Summary: "test", Usage: "tool"}, &common)
+	code = cli.RunMain(fs, &common, []string{"--log-level", "loud"}, &stderr, func(context.Context, *slog.Logger, []string) error {
+		return nil
+	})
+	if code != cli.ExitUsage {
+		t.Errorf("bad log level: exit %d, want %d", code, cli.ExitUsage)
+	}
+}
+
+func TestExitCodeMapping(t *testing.T) {
+	cases := []struct {
+		err  error
+		want int
+	}{
+		{nil, cli.ExitOK},
+		{errors.New("x"), cli.ExitFailure},
+		{cli.Usagef("x"), cli.ExitUsage},
+		{cli.Environmentf("x"), cli.ExitEnvironment},
+		{fmt.Errorf("wrapped: %w", store.ErrUnavailable), cli.ExitDatabase},
+		{fmt.Errorf("wrapped: %w", store.ErrSchemaNewer), cli.ExitSchema},
+		{fmt.Errorf("wrapped: %w", context.Canceled), cli.ExitInterrupted},
+	}
+	for _, c := range cases {
+		if got := cli.ExitCode(c.err); got != c.want {
+			t.Errorf("ExitCode(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
