@@ -21,7 +21,8 @@ type Route struct {
 
 // DiscoverRoute asks the kernel (ip -j route get) how dst is reached from the current
 // network namespace and resolves the next hop's MAC from the neighbour table, poking
-// the next hop with one UDP datagram to its discard port if the entry is missing. It is
+// the gateway (never a target) with one UDP datagram to its discard port if the entry is
+// missing. It is
 // how zprobe finds -i/-S/-G inside the testbed's vantage namespace.
 func DiscoverRoute(ctx context.Context, dst netip.Addr) (Route, error) {
 	var r Route
@@ -56,7 +57,7 @@ func DiscoverRoute(ctx context.Context, dst netip.Addr) (Route, error) {
 		if time.Now().After(deadline) {
 			return r, fmt.Errorf("no neighbour entry for next hop %s on %s (is the namespace up?)", hop, r.Interface)
 		}
-		if !poked {
+		if !poked && r.Gateway != "" {
 			// Resolving the next hop's MAC: the kernel ARPs for it on the first datagram.
 			if c, err := net.Dial("udp", net.JoinHostPort(hop, "9")); err == nil {
 				c.Write([]byte{0}) //nolint:errcheck

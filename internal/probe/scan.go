@@ -310,8 +310,14 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 		}
 	}
 	sum.DurationS = time.Since(start).Seconds()
-	if sum.DurationS > 0 {
-		sum.RatePPS = float64(sum.ProbesSent) / sum.DurationS
+	var sendS float64 // time spent sending, at each port's achieved rate
+	for _, p := range sum.Ports {
+		if p.RatePPS > 0 {
+			sendS += float64(p.ProbesSent) / p.RatePPS
+		}
+	}
+	if sendS > 0 {
+		sum.RatePPS = float64(sum.ProbesSent) / sendS
 	}
 	switch {
 	case runErr == nil:
@@ -359,10 +365,12 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 	in := NewIngest(c.Store, scanID, cl, plog)
 	// Relay progress: zmap prints a status line a second; log one every 5 s.
 	progDone := make(chan struct{})
+	var lastStatus ZmapStatus
 	go func() {
 		defer close(progDone)
 		var last time.Time
 		for st := range status {
+			lastStatus = st
 			if time.Since(last) >= 5*time.Second || st.Done {
 				plog.Info("zmap progress", "elapsed", st.Elapsed, "percent", st.Percent, "sent", st.Sent,
 					"send_rate", st.SendRate, "recv", st.Recv, "hitrate_pct", st.HitRate)
@@ -392,7 +400,11 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 	if ps.ProbesSent > 0 {
 		ps.HitRate = float64(hits) / float64(ps.ProbesSent)
 	}
-	if ps.DurationS > 0 {
+	// zmap's own average send rate (its last status line) is the achieved rate; the
+	// wall-clock duration also holds start-up and the cooldown.
+	if r, ok := ParseRate(lastStatus.SendRate); ok {
+		ps.RatePPS = r
+	} else if ps.DurationS > 0 {
 		ps.RatePPS = float64(ps.ProbesSent) / ps.DurationS
 	}
 	err = errors.Join(streamErr, waitErr)

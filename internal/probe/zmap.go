@@ -153,6 +153,30 @@ func ParseZmapStatus(line string) (ZmapStatus, bool) {
 	return s, true
 }
 
+// ParseRate reads zmap's rate notation ("87 p/s", "1.45 Kp/s", "1.2 Mp/s") as packets/s.
+func ParseRate(s string) (float64, bool) {
+	num, unit, ok := strings.Cut(strings.TrimSpace(s), " ")
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, false
+	}
+	switch unit {
+	case "p/s":
+	case "Kp/s":
+		v *= 1e3
+	case "Mp/s":
+		v *= 1e6
+	case "Gp/s":
+		v *= 1e9
+	default:
+		return 0, false
+	}
+	return v, true
+}
+
 // ZmapMeta is what zprobe reads from zmap's metadata file (-m).
 type ZmapMeta struct {
 	TotalSent       int64    `json:"total_sent"`

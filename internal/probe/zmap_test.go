@@ -133,6 +133,17 @@ func TestZmapStatus(t *testing.T) {
 	if len(got) == 0 || !got[len(got)-1].Done || got[len(got)-1].Sent != 256 {
 		t.Fatalf("status lines %+v", got)
 	}
+	if r, ok := ParseRate(got[len(got)-1].SendRate); !ok || r != 239 {
+		t.Errorf("rate %q -> %v", got[len(got)-1].SendRate, r)
+	}
+	for in, want := range map[string]float64{"1.45 Kp/s": 1450, "2 Mp/s": 2e6, "0 p/s": 0} {
+		if r, ok := ParseRate(in); !ok || r != want {
+			t.Errorf("ParseRate(%q) = %v", in, r)
+		}
+	}
+	if _, ok := ParseRate("fast"); ok {
+		t.Error("ParseRate(fast) ok")
+	}
 	m, err := ReadZmapMeta("testdata/zmap/quic-784.meta.json")
 	if err != nil || m.TotalSent != 256 {
 		t.Fatalf("meta %+v %v", m, err)
