@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/store"
@@ -30,6 +31,7 @@ type Ingest struct {
 	Replies  int64                     // replies classified
 	Inserted int64                     // rows new in the database
 	Bad      int64                     // lines that did not parse
+	Deferred int64                     // lines only written to the raw file (database behind)
 }
 
 // NewIngest returns an Ingest for one scan.
@@ -77,32 +79,60 @@ func (in *Ingest) Flush(ctx context.Context) error {
 	return nil
 }
 
+// StreamQueue is how many CSV lines may wait between zmap's stdout and the classifier.
+// When the database falls this far behind, further lines are only written to the raw
+// file (counted in Ingest.Deferred) so zmap is never blocked on its output pipe (a
+// blocked zmap drops replies in its capture buffer); the caller replays the raw file.
+var StreamQueue = 1 << 18
+
 // StreamCSV reads zmap CSV from r while zmap writes it, copies every line to raw (the
-// on-disk record for replays; may be nil), classifies and ingests each reply, and
-// writes a batch at least every flushEvery so rows land while the scan runs.
+// on-disk record for replays; may be nil) before anything else, classifies and ingests
+// each reply, and writes a batch at least every flushEvery so rows land while the scan
+// runs.
 func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in *Ingest, flushEvery time.Duration) error {
-	lines := make(chan []byte, 4096)
+	lines := make(chan []byte, StreamQueue)
 	readErr := make(chan error, 1)
+	var deferred atomic.Int64
 	go func() {
 		defer close(lines)
+		var rawW *bufio.Writer
+		if raw != nil {
+			rawW = bufio.NewWriterSize(raw, 1<<20)
+		}
+		var werr error
 		br := bufio.NewReaderSize(r, 1<<20)
+		first := true
 		for {
 			line, err := br.ReadBytes('\n')
 			if len(line) > 0 {
-				lines <- line
+				if rawW != nil && werr == nil {
+					_, werr = rawW.Write(line)
+				}
+				if first { // the header must reach the parser
+					lines <- line
+					first = false
+				} else {
+					select {
+					case lines <- line:
+					default:
+						deferred.Add(1)
+					}
+				}
 			}
 			if err != nil {
-				if err != io.EOF {
-					readErr <- err
+				if rawW != nil && werr == nil {
+					werr = rawW.Flush()
+				}
+				switch {
+				case err != io.EOF:
+					readErr <- fmt.Errorf("read zmap output: %w", err)
+				case werr != nil:
+					readErr <- fmt.Errorf("raw output: %w", werr)
 				}
 				return
 			}
 		}
 	}()
-	var rawW *bufio.Writer
-	if raw != nil {
-		rawW = bufio.NewWriterSize(raw, 1<<20)
-	}
 	if flushEvery <= 0 {
 		flushEvery = time.Second
 	}
@@ -113,41 +143,28 @@ func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in 
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				if rawW != nil {
-					if err := rawW.Flush(); err != nil {
-						return fmt.Errorf("raw output: %w", err)
-					}
-				}
+				in.Deferred += deferred.Load()
 				if err := in.Flush(ctx); err != nil {
 					return err
 				}
 				select {
 				case err := <-readErr:
-					return fmt.Errorf("read zmap output: %w", err)
+					return err
 				default:
 				}
 				return nil
-			}
-			if rawW != nil {
-				if _, err := rawW.Write(line); err != nil {
-					return fmt.Errorf("raw output: %w", err)
-				}
 			}
 			if err := in.addLine(ctx, cr, line); err != nil {
 				return err
 			}
 		case <-tick.C:
-			if rawW != nil {
-				rawW.Flush() //nolint:errcheck // checked at the end
-			}
 			if err := in.Flush(ctx); err != nil {
 				return err
 			}
 		case <-ctx.Done():
-			// Keep what was read; the caller stops zmap.
-			if rawW != nil {
-				rawW.Flush() //nolint:errcheck
-			}
+			// Keep what was read; the caller stops zmap, whose remaining output still
+			// reaches the raw file through the reader.
+			in.Deferred += deferred.Load()
 			in.Flush(context.WithoutCancel(ctx)) //nolint:errcheck
 			return ctx.Err()
 		}

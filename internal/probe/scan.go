@@ -381,6 +381,23 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 	streamErr := StreamCSV(ctx, stdout, raw, z.Port, in, c.FlushEvery)
 	waitErr := cmd.Wait()
 	<-progDone
+	if in.Deferred > 0 && streamErr == nil && waitErr == nil {
+		// The database fell behind during the scan: replay the complete raw file (the
+		// rows already stored are dropped by the table's key).
+		plog.Warn("database fell behind zmap; replaying the raw output", "deferred_lines", in.Deferred)
+		again := NewIngest(c.Store, scanID, cl, plog)
+		if err := raw.Sync(); err != nil {
+			return ps, fmt.Errorf("raw output: %w", err)
+		}
+		f, err := os.Open(rawPath)
+		if err != nil {
+			return ps, err
+		}
+		streamErr = IngestCSV(ctx, f, z.Port, again)
+		f.Close()
+		again.Inserted += in.Inserted
+		in = again
+	}
 	ps.DurationS = time.Since(start).Seconds()
 	ps.Replies, ps.Inserted, ps.BadLines = in.Replies, in.Inserted, in.Bad
 	ps.ByKind = in.Counts[z.Port]

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/store"
@@ -276,4 +278,35 @@ func TestParseProbeFiles(t *testing.T) {
 	if err != nil || gd != d {
 		t.Errorf("dns %+v %v", gd, err)
 	}
+}
+
+// TestStreamCSVDeferred checks the raw copy is complete and every line is either
+// ingested or deferred when the queue to the classifier overflows.
+func TestStreamCSVDeferred(t *testing.T) {
+	data := syntheticCSV(t, 5000)
+	old := StreamQueue
+	StreamQueue = 4
+	defer func() { StreamQueue = old }()
+	in := NewIngest(nil, 0, testClassifier(t), nil)
+	var raw bytes.Buffer
+	pr, pw := io.Pipe()
+	go func() {
+		// Write in small pieces, as zmap does.
+		for b := data; len(b) > 0; {
+			n := min(len(b), 4096)
+			pw.Write(b[:n])
+			b = b[n:]
+		}
+		pw.Close()
+	}()
+	if err := StreamCSV(context.Background(), pr, &raw, 784, in, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(raw.Bytes(), data) {
+		t.Fatal("raw copy differs from zmap's output")
+	}
+	if in.Replies+in.Deferred != 5000 || in.Bad != 0 {
+		t.Fatalf("replies %d + deferred %d != 5000 (bad %d)", in.Replies, in.Deferred, in.Bad)
+	}
+	t.Logf("replies %d, deferred %d", in.Replies, in.Deferred)
 }
