@@ -406,7 +406,9 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 	}
 	if m, err := ReadZmapMeta(z.MetadataFile); err == nil {
 		ps.ProbesSent = m.TotalSent
-		ps.Blocklisted = m.NotAllowed
+		// Addresses of the targets zmap excluded through -b (zmap counts everything
+		// outside the allowlist as "not allowed" too).
+		ps.Blocklisted = max(0, targetSpace(c.Targets, c.InternetWide, c.Testbed)-m.Allowed)
 	} else {
 		plog.Warn("no zmap metadata", "err", err)
 	}
@@ -444,6 +446,24 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 	plog.Info("port done", "status", ps.Status, "sent", ps.ProbesSent, "replies", ps.Replies, "by_kind", ps.ByKind,
 		"rows_new", ps.Inserted, "duration_s", ps.DurationS)
 	return ps, err
+}
+
+// targetSpace is the number of IPv4 addresses the targets cover (overlaps counted once
+// per prefix; zprobe's targets do not overlap in practice).
+func targetSpace(targets []netip.Prefix, internetWide bool, testbed *netip.Prefix) int64 {
+	if internetWide {
+		return 1 << 32
+	}
+	if len(targets) == 0 && testbed != nil {
+		targets = []netip.Prefix{*testbed}
+	}
+	var n int64
+	for _, t := range targets {
+		if t.Addr().Is4() {
+			n += 1 << (32 - t.Bits())
+		}
+	}
+	return n
 }
 
 // SortedKinds returns the kinds present in m in report order.
