@@ -68,6 +68,7 @@ type PortSummary struct {
 	Inserted    int64          `json:"rows_inserted"`
 	BadLines    int64          `json:"bad_lines"`
 	Blocklisted int64          `json:"blocklisted"`
+	PcapDrop    int64          `json:"zmap_pcap_drop"` // replies zmap's capture dropped
 	RawOutput   string         `json:"raw_output,omitempty"`
 }
 
@@ -406,6 +407,10 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 	}
 	if m, err := ReadZmapMeta(z.MetadataFile); err == nil {
 		ps.ProbesSent = m.TotalSent
+		ps.PcapDrop = m.PcapDrop
+		if m.PcapDrop > 0 {
+			plog.Warn("zmap's capture dropped replies", "pcap_drop", m.PcapDrop)
+		}
 		// Addresses of the targets zmap excluded through -b (zmap counts everything
 		// outside the allowlist as "not allowed" too).
 		ps.Blocklisted = max(0, targetSpace(c.Targets, c.InternetWide, c.Testbed)-m.Allowed)
