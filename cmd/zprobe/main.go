@@ -249,6 +249,9 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(targets) == 0 && tb == nil && !tf.internetWide {
+		return cli.Usagef("%v", probe.ErrNoTargets)
+	}
 	q, d, err := pf.build()
 	if err != nil {
 		return err
