@@ -1,0 +1,483 @@
+package probe
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/doqscan/doqscan/blocklist"
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// Default ports: the three ports the DoQ drafts proposed (784, 853 since RFC 9250, 8853)
+// with the QUIC probe, and DNS on 53 (RFC 1035) for comparison.
+var (
+	DefaultQUICPorts = []uint16{784, 853, 8853}
+	DefaultDNSPorts  = []uint16{53}
+)
+
+// ScanConfig is one zmap scan: every port, one scan row.
+type ScanConfig struct {
+	Store        *store.Store
+	Log          *slog.Logger
+	VantageID    string
+	Label        string // default "weekly"
+	Week         string // ISO week (2026-W47); default: the current week
+	Shard        int
+	Shards       int
+	Seed         *uint64
+	QUICPorts    []uint16
+	DNSPorts     []uint16
+	QUIC         QUICProbe
+	DNS          DNSProbe
+	Targets      []netip.Prefix
+	Testbed      *netip.Prefix
+	InternetWide bool
+	BlocklistDir string  // blocklist/ (its *.conf files)
+	OutDir       string  // var/scans
+	Zmap         ZmapRun // template: binary, rate, bandwidth, interface, gateway, cooldown...
+	FlushEvery   time.Duration
+}
+
+// ISOWeek returns t's ISO week as "2026-W47".
+func ISOWeek(t time.Time) string {
+	y, w := t.ISOWeek()
+	return fmt.Sprintf("%04d-W%02d", y, w)
+}
+
+// PortSummary is one port's part of a scan summary.
+type PortSummary struct {
+	Port        uint16         `json:"port"`
+	Probe       ProbeKind      `json:"probe"`
+	Status      string         `json:"status"`
+	ProbesSent  int64          `json:"probes_sent"`
+	Replies     int64          `json:"replies"`
+	ByKind      map[Kind]int64 `json:"replies_by_kind"`
+	HitRate     float64        `json:"hit_rate"` // quic-vn (or dns) replies / probes sent
+	DurationS   float64        `json:"duration_s"`
+	RatePPS     float64        `json:"achieved_rate_pps"`
+	Inserted    int64          `json:"rows_inserted"`
+	BadLines    int64          `json:"bad_lines"`
+	Blocklisted int64          `json:"blocklisted"`
+	PcapDrop    int64          `json:"zmap_pcap_drop"` // replies zmap's capture dropped
+	RawOutput   string         `json:"raw_output,omitempty"`
+}
+
+// Summary is the scan summary printed at the end and stored in scans.summary.
+type Summary struct {
+	ScanID     int64          `json:"scan_id"`
+	Week       string         `json:"iso_week"`
+	Vantage    string         `json:"vantage_id"`
+	Label      string         `json:"label"`
+	Shard      int            `json:"shard"`
+	Shards     int            `json:"shards"`
+	Sender     string         `json:"sender"`
+	Version    string         `json:"probe_version"`
+	Ports      []PortSummary  `json:"ports"`
+	ProbesSent int64          `json:"probes_sent"`
+	Replies    int64          `json:"replies"`
+	ByKind     map[Kind]int64 `json:"replies_by_kind"`
+	DurationS  float64        `json:"duration_s"`
+	RatePPS    float64        `json:"achieved_rate_pps"`
+	Status     string         `json:"status"`
+}
+
+func (s *Summary) add(p PortSummary) {
+	s.Ports = append(s.Ports, p)
+	s.ProbesSent += p.ProbesSent
+	s.Replies += p.Replies
+	if s.ByKind == nil {
+		s.ByKind = map[Kind]int64{}
+	}
+	for k, v := range p.ByKind {
+		s.ByKind[k] += v
+	}
+}
+
+// Manifest is written next to the raw CSV files so `zprobe ingest --raw` can replay them
+// with the same scan key and probes.
+type Manifest struct {
+	Week      string            `json:"iso_week"`
+	Vantage   string            `json:"vantage_id"`
+	Label     string            `json:"label"`
+	Shard     int               `json:"shard"`
+	Shards    int               `json:"shards"`
+	Seed      *uint64           `json:"seed,omitempty"`
+	Ports     map[string]string `json:"ports"` // port -> probe kind
+	QUICProbe string            `json:"quic_probe"`
+	DNSProbe  string            `json:"dns_probe"`
+	Targets   []string          `json:"targets"`
+}
+
+// RunDir returns where a scan keeps its raw output: OutDir/<week>/<vantage>/<label>-shard<N>.
+func RunDir(outDir, week, vantage, label string, shard int) string {
+	return filepath.Join(outDir, week, vantage, fmt.Sprintf("%s-shard%d", label, shard))
+}
+
+func (c *ScanConfig) defaults() {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Label == "" {
+		c.Label = "weekly"
+	}
+	if c.Week == "" {
+		c.Week = ISOWeek(time.Now().UTC())
+	}
+	if c.Shards == 0 {
+		c.Shards = 1
+	}
+	if c.QUICPorts == nil && c.DNSPorts == nil {
+		c.QUICPorts, c.DNSPorts = DefaultQUICPorts, DefaultDNSPorts
+	}
+	if c.QUIC.DCID == nil {
+		c.QUIC = DefaultQUICProbe()
+	}
+	if c.DNS.QName == "" {
+		c.DNS = DefaultDNSProbe()
+	}
+	if c.OutDir == "" {
+		c.OutDir = filepath.Join("var", "scans")
+	}
+}
+
+// PrepareSafety builds the blocklist (reserved + dir + database opt-outs) and checks
+// the targets for c.
+func PrepareSafety(ctx context.Context, s *store.Store, targets []netip.Prefix, testbed *netip.Prefix, internetWide bool, dir string) (*Safety, error) {
+	var dirEntries []blocklist.Entry
+	if dir != "" {
+		var err error
+		if dirEntries, err = blocklist.Dir(dir); err != nil {
+			return nil, err
+		}
+	}
+	var opt []blocklist.Entry
+	if s != nil {
+		var err error
+		if opt, err = OptOuts(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	return BuildSafety(targets, testbed, internetWide, dirEntries, opt)
+}
+
+// Scan runs zmap once per port, streams every reply through the classifier into the
+// store while zmap runs, keeps zmap's raw CSV on disk, and returns the summary.
+func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
+	c.defaults()
+	log := c.Log
+	safety, err := PrepareSafety(ctx, c.Store, c.Targets, c.Testbed, c.InternetWide, c.BlocklistDir)
+	if err != nil {
+		return nil, err
+	}
+	quicPkt, err := c.QUIC.Build()
+	if err != nil {
+		return nil, err
+	}
+	dnsPkt, err := c.DNS.Build()
+	if err != nil {
+		return nil, err
+	}
+	ports := map[uint16]ProbeKind{}
+	var order []uint16
+	for _, p := range c.QUICPorts {
+		ports[p] = ProbeQUIC
+		order = append(order, p)
+	}
+	for _, p := range c.DNSPorts {
+		if _, dup := ports[p]; dup {
+			return nil, fmt.Errorf("port %d given for both probes", p)
+		}
+		ports[p] = ProbeDNS
+		order = append(order, p)
+	}
+	if len(order) == 0 {
+		return nil, errors.New("no ports to scan")
+	}
+	cl, err := NewClassifier(c.QUIC, c.DNS, ports)
+	if err != nil {
+		return nil, err
+	}
+	dir := RunDir(c.OutDir, c.Week, c.VantageID, c.Label, c.Shard)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("run directory: %w", err)
+	}
+	write := func(name string, data []byte) (string, error) {
+		p, err := filepath.Abs(filepath.Join(dir, name))
+		if err != nil {
+			return "", err
+		}
+		return p, os.WriteFile(p, data, 0o644)
+	}
+	quicFile, err := write("quic.pkt", quicPkt)
+	if err != nil {
+		return nil, err
+	}
+	dnsFile, err := write("dns.pkt", dnsPkt)
+	if err != nil {
+		return nil, err
+	}
+	var bl, al strings.Builder
+	nBlock, _ := safety.List.WriteZmap(&bl)
+	blFile, err := write("blocklist.conf", []byte(bl.String()))
+	if err != nil {
+		return nil, err
+	}
+	alFile := ""
+	if !c.InternetWide {
+		n, _ := safety.WriteAllowlist(&al)
+		if n == 0 {
+			return nil, errors.New("no IPv4 targets for zmap (zmap 2.1.1 scans IPv4 only; use `zprobe send` for IPv6 hitlists)")
+		}
+		if alFile, err = write("allowlist.conf", []byte(al.String())); err != nil {
+			return nil, err
+		}
+	}
+	man := Manifest{Week: c.Week, Vantage: c.VantageID, Label: c.Label, Shard: c.Shard, Shards: c.Shards, Seed: c.Seed,
+		Ports: map[string]string{}, QUICProbe: "quic.pkt", DNSProbe: "dns.pkt"}
+	for p, k := range ports {
+		man.Ports[strconv.Itoa(int(p))] = string(k)
+	}
+	for _, t := range safety.Targets {
+		man.Targets = append(man.Targets, t.String())
+	}
+	mb, _ := json.MarshalIndent(man, "", "  ")
+	if _, err := write("manifest.json", mb); err != nil {
+		return nil, err
+	}
+	log.Info("blocklist ready", "file", blFile, "ipv4_lines", nBlock, "testbed_carve_out", c.Testbed, "targets", len(safety.Targets))
+
+	var scanID int64
+	if c.Store != nil {
+		if err := c.Store.EnsureVantage(ctx, store.Vantage{ID: c.VantageID}); err != nil {
+			return nil, err
+		}
+		seed := (*int64)(nil)
+		if c.Seed != nil {
+			v := int64(*c.Seed)
+			seed = &v
+		}
+		pv := int64(c.QUIC.Version)
+		var rate *int32
+		if c.Zmap.Rate > 0 {
+			r := int32(c.Zmap.Rate)
+			rate = &r
+		}
+		var bw *string
+		if c.Zmap.Bandwidth != "" {
+			bw = &c.Zmap.Bandwidth
+		}
+		p32 := make([]int32, len(order))
+		for i, p := range order {
+			p32[i] = int32(p)
+		}
+		scanID, _, err = c.Store.StartScan(ctx, store.Scan{ISOWeek: c.Week, VantageID: c.VantageID, Label: c.Label,
+			Shard: c.Shard, Shards: c.Shards, Seed: seed, Ports: p32, ProbeVersion: &pv, Sender: "zmap",
+			Targets: strings.Join(man.Targets, " "), RatePPS: rate, Bandwidth: bw})
+		if err != nil {
+			return nil, err
+		}
+	}
+	sum := &Summary{ScanID: scanID, Week: c.Week, Vantage: c.VantageID, Label: c.Label, Shard: c.Shard, Shards: c.Shards,
+		Sender: "zmap", Version: fmt.Sprintf("0x%08x", c.QUIC.Version), Status: "ok"}
+	start := time.Now()
+	var runErr error
+	for _, port := range order {
+		kind := ports[port]
+		z := c.Zmap
+		z.Port = port
+		z.ProbeFile = quicFile
+		pkt := quicPkt
+		if kind == ProbeDNS {
+			z.ProbeFile, pkt = dnsFile, dnsPkt
+		}
+		z.BlocklistFile, z.AllowlistFile, z.InternetWide = blFile, alFile, c.InternetWide
+		z.Seed, z.Shards, z.Shard = c.Seed, c.Shards, c.Shard
+		z.MetadataFile = filepath.Join(dir, fmt.Sprintf("%d.meta.json", port))
+		ps, err := runPort(ctx, c, z, kind, pkt, dir, scanID, cl, log)
+		sum.add(ps)
+		if err != nil {
+			runErr = err
+			break
+		}
+	}
+	sum.DurationS = time.Since(start).Seconds()
+	var sendS float64 // time spent sending, at each port's achieved rate
+	for _, p := range sum.Ports {
+		if p.RatePPS > 0 {
+			sendS += float64(p.ProbesSent) / p.RatePPS
+		}
+	}
+	if sendS > 0 {
+		sum.RatePPS = float64(sum.ProbesSent) / sendS
+	}
+	switch {
+	case runErr == nil:
+	case ctx.Err() != nil:
+		sum.Status = "interrupted"
+	default:
+		sum.Status = "failed"
+	}
+	if c.Store != nil {
+		js, _ := json.Marshal(sum)
+		if err := c.Store.FinishScan(context.WithoutCancel(ctx), scanID, sum.Status, js); err != nil && runErr == nil {
+			runErr = err
+		}
+	}
+	return sum, runErr
+}
+
+func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt []byte, dir string, scanID int64, cl *Classifier, log *slog.Logger) (PortSummary, error) {
+	ps := PortSummary{Port: z.Port, Probe: kind, Status: "failed"}
+	args, err := z.Args()
+	if err != nil {
+		return ps, err
+	}
+	rawPath := filepath.Join(dir, fmt.Sprintf("%d.csv", z.Port))
+	ps.RawOutput = rawPath
+	h := sha256.Sum256(pkt)
+	if c.Store != nil {
+		if err := c.Store.StartScanRun(ctx, store.ScanRun{ScanID: scanID, Port: int32(z.Port), ProbeKind: string(kind),
+			ProbeSHA256: h[:], ZmapArgs: args, RawOutput: rawPath}); err != nil {
+			return ps, err
+		}
+	}
+	raw, err := os.Create(rawPath)
+	if err != nil {
+		return ps, fmt.Errorf("raw output: %w", err)
+	}
+	defer raw.Close()
+	plog := log.With("port", z.Port, "probe", kind)
+	plog.Info("zmap starting", "args", strings.Join(args, " "))
+	start := time.Now()
+	cmd, stdout, status, err := StartZmap(ctx, z.Binary, args, plog)
+	if err != nil {
+		return ps, err
+	}
+	in := NewIngest(c.Store, scanID, cl, plog)
+	// Relay progress: zmap prints a status line a second; log one every 5 s.
+	progDone := make(chan struct{})
+	var lastStatus ZmapStatus
+	go func() {
+		defer close(progDone)
+		var last time.Time
+		for st := range status {
+			lastStatus = st
+			if time.Since(last) >= 5*time.Second || st.Done {
+				plog.Info("zmap progress", "elapsed", st.Elapsed, "percent", st.Percent, "sent", st.Sent,
+					"send_rate", st.SendRate, "recv", st.Recv, "hitrate_pct", st.HitRate)
+				last = time.Now()
+			}
+		}
+	}()
+	streamErr := StreamCSV(ctx, stdout, raw, z.Port, in, c.FlushEvery)
+	waitErr := cmd.Wait()
+	<-progDone
+	if in.Deferred > 0 && streamErr == nil && waitErr == nil {
+		// The database fell behind during the scan: replay the complete raw file (the
+		// rows already stored are dropped by the table's key).
+		plog.Warn("database fell behind zmap; replaying the raw output", "deferred_lines", in.Deferred)
+		again := NewIngest(c.Store, scanID, cl, plog)
+		if err := raw.Sync(); err != nil {
+			return ps, fmt.Errorf("raw output: %w", err)
+		}
+		f, err := os.Open(rawPath)
+		if err != nil {
+			return ps, err
+		}
+		streamErr = IngestCSV(ctx, f, z.Port, again)
+		f.Close()
+		again.Inserted += in.Inserted
+		in = again
+	}
+	ps.DurationS = time.Since(start).Seconds()
+	ps.Replies, ps.Inserted, ps.BadLines = in.Replies, in.Inserted, in.Bad
+	ps.ByKind = in.Counts[z.Port]
+	if ps.ByKind == nil {
+		ps.ByKind = map[Kind]int64{}
+	}
+	if m, err := ReadZmapMeta(z.MetadataFile); err == nil {
+		ps.ProbesSent = m.TotalSent
+		ps.PcapDrop = m.PcapDrop
+		if m.PcapDrop > 0 {
+			plog.Warn("zmap's capture dropped replies", "pcap_drop", m.PcapDrop)
+		}
+		// Addresses of the targets zmap excluded through -b (zmap counts everything
+		// outside the allowlist as "not allowed" too).
+		ps.Blocklisted = max(0, targetSpace(c.Targets, c.InternetWide, c.Testbed)-m.Allowed)
+	} else {
+		plog.Warn("no zmap metadata", "err", err)
+	}
+	hits := ps.ByKind[KindQUICVN]
+	if kind == ProbeDNS {
+		hits = ps.ByKind[KindDNS]
+	}
+	if ps.ProbesSent > 0 {
+		ps.HitRate = float64(hits) / float64(ps.ProbesSent)
+	}
+	// zmap's own average send rate (its last status line) is the achieved rate; the
+	// wall-clock duration also holds start-up and the cooldown.
+	if r, ok := ParseRate(lastStatus.SendRate); ok {
+		ps.RatePPS = r
+	} else if ps.DurationS > 0 {
+		ps.RatePPS = float64(ps.ProbesSent) / ps.DurationS
+	}
+	err = errors.Join(streamErr, waitErr)
+	switch {
+	case err == nil:
+		ps.Status = "ok"
+	case ctx.Err() != nil:
+		ps.Status = "interrupted"
+		err = fmt.Errorf("port %d: %w", z.Port, context.Canceled)
+	default:
+		err = fmt.Errorf("zmap on port %d: %w", z.Port, err)
+	}
+	if c.Store != nil {
+		sent, rep := ps.ProbesSent, ps.Replies
+		bl := ps.Blocklisted
+		if ferr := c.Store.FinishScanRun(context.WithoutCancel(ctx), scanID, int32(z.Port), ps.Status, &sent, &rep, &bl); ferr != nil && err == nil {
+			err = ferr
+		}
+	}
+	plog.Info("port done", "status", ps.Status, "sent", ps.ProbesSent, "replies", ps.Replies, "by_kind", ps.ByKind,
+		"rows_new", ps.Inserted, "duration_s", ps.DurationS)
+	return ps, err
+}
+
+// targetSpace is the number of IPv4 addresses the targets cover (overlaps counted once
+// per prefix; zprobe's targets do not overlap in practice).
+func targetSpace(targets []netip.Prefix, internetWide bool, testbed *netip.Prefix) int64 {
+	if internetWide {
+		return 1 << 32
+	}
+	if len(targets) == 0 && testbed != nil {
+		targets = []netip.Prefix{*testbed}
+	}
+	var n int64
+	for _, t := range targets {
+		if t.Addr().Is4() {
+			n += 1 << (32 - t.Bits())
+		}
+	}
+	return n
+}
+
+// SortedKinds returns the kinds present in m in report order.
+func SortedKinds(m map[Kind]int64) []Kind {
+	var out []Kind
+	for _, k := range Kinds {
+		if m[k] > 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}

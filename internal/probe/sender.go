@@ -1,0 +1,315 @@
+package probe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// SendConfig is a scan of an explicit hitlist with the built-in sender: the same probes,
+// classifier, safety rules and store rows as the zmap scan, for lists zmap cannot scan
+// (IPv6; zmap 2.1.1 is IPv4-only) or small lists.
+type SendConfig struct {
+	Store     *store.Store
+	Log       *slog.Logger
+	VantageID string
+	Label     string // default "hitlist"
+	Week      string
+	QUICPorts []uint16
+	DNSPorts  []uint16
+	QUIC      QUICProbe
+	DNS       DNSProbe
+	Hitlist   []netip.Addr
+	Safety    *Safety       // allowlist + blocklist; every address must be inside the allowlist
+	Rate      float64       // probes per second (token bucket, burst 1)
+	Cooldown  time.Duration // wait for replies after the last probe
+}
+
+// ErrOutsideAllowlist refuses a hitlist with an address outside the allowlist.
+var ErrOutsideAllowlist = errors.New("hitlist address outside the allowlist")
+
+type target struct {
+	addr netip.Addr
+	port uint16
+}
+
+// Send probes every (address, port) of the hitlist at the configured rate and ingests
+// the replies. An address outside the allowlist refuses the whole run before any packet
+// is sent; a blocklisted address is skipped and counted.
+func Send(ctx context.Context, c SendConfig) (*Summary, error) {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Label == "" {
+		c.Label = "hitlist"
+	}
+	if c.Week == "" {
+		c.Week = ISOWeek(time.Now().UTC())
+	}
+	if c.QUICPorts == nil && c.DNSPorts == nil {
+		c.QUICPorts, c.DNSPorts = DefaultQUICPorts, DefaultDNSPorts
+	}
+	if c.QUIC.DCID == nil {
+		c.QUIC = DefaultQUICProbe()
+	}
+	if c.DNS.QName == "" {
+		c.DNS = DefaultDNSProbe()
+	}
+	if c.Rate <= 0 {
+		return nil, errors.New("send: a rate (probes/s) is required")
+	}
+	if c.Cooldown <= 0 {
+		c.Cooldown = 3 * time.Second
+	}
+	if c.Safety == nil {
+		return nil, errors.New("send: no safety policy (allowlist and blocklist)")
+	}
+	var allowed []netip.Addr
+	blocked := 0
+	for _, a := range c.Hitlist {
+		a = a.Unmap()
+		ok, why := c.Safety.Allowed(a)
+		switch {
+		case ok:
+			allowed = append(allowed, a)
+		case why == "outside the allowlist":
+			return nil, fmt.Errorf("%w: %s", ErrOutsideAllowlist, a)
+		default:
+			blocked++
+			c.Log.Info("skipping blocklisted address", "addr", a, "why", why)
+		}
+	}
+	quicPkt, err := c.QUIC.Build()
+	if err != nil {
+		return nil, err
+	}
+	dnsPkt, err := c.DNS.Build()
+	if err != nil {
+		return nil, err
+	}
+	ports := map[uint16]ProbeKind{}
+	var order []uint16
+	for _, p := range c.QUICPorts {
+		ports[p] = ProbeQUIC
+		order = append(order, p)
+	}
+	for _, p := range c.DNSPorts {
+		ports[p] = ProbeDNS
+		order = append(order, p)
+	}
+	cl, err := NewClassifier(c.QUIC, c.DNS, ports)
+	if err != nil {
+		return nil, err
+	}
+	var scanID int64
+	if c.Store != nil {
+		if err := c.Store.EnsureVantage(ctx, store.Vantage{ID: c.VantageID}); err != nil {
+			return nil, err
+		}
+		pv := int64(c.QUIC.Version)
+		r := int32(c.Rate)
+		p32 := make([]int32, len(order))
+		for i, p := range order {
+			p32[i] = int32(p)
+		}
+		var tg []string
+		for _, t := range c.Safety.Targets {
+			tg = append(tg, t.String())
+		}
+		scanID, _, err = c.Store.StartScan(ctx, store.Scan{ISOWeek: c.Week, VantageID: c.VantageID, Label: c.Label,
+			Shards: 1, Ports: p32, ProbeVersion: &pv, Sender: "builtin", Targets: strings.Join(tg, " "), RatePPS: &r})
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range order {
+			if err := c.Store.StartScanRun(ctx, store.ScanRun{ScanID: scanID, Port: int32(p), ProbeKind: string(ports[p])}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	conns := map[bool]*net.UDPConn{} // is4 -> socket
+	for _, a := range allowed {
+		if conns[a.Is4()] != nil {
+			continue
+		}
+		network := "udp6"
+		if a.Is4() {
+			network = "udp4"
+		}
+		uc, err := net.ListenUDP(network, nil)
+		if err != nil {
+			return nil, fmt.Errorf("send: open %s socket: %w", network, err)
+		}
+		defer uc.Close()
+		conns[a.Is4()] = uc
+	}
+	// Replies are accepted only from (address, port) pairs we probed, once each.
+	var mu sync.Mutex
+	sent := map[target]bool{}
+	seen := map[target]bool{}
+	replies := make(chan Reply, 1024)
+	var rwg sync.WaitGroup
+	for _, uc := range conns {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			buf := make([]byte, 65536)
+			for {
+				n, from, err := uc.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					return // closed
+				}
+				t := target{from.Addr().Unmap(), from.Port()}
+				mu.Lock()
+				ok := sent[t] && !seen[t]
+				seen[t] = seen[t] || ok
+				mu.Unlock()
+				if !ok {
+					continue
+				}
+				replies <- Reply{Addr: t.addr, Port: t.port, Sport: int(t.port), Payload: append([]byte(nil), buf[:n]...),
+					ICMPType: -1, Received: time.Now().UTC()}
+			}
+		}()
+	}
+	in := NewIngest(c.Store, scanID, cl, c.Log)
+	ingestErr := make(chan error, 1)
+	go func() {
+		var first error
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case r, ok := <-replies:
+				if !ok {
+					if err := in.Flush(context.WithoutCancel(ctx)); err != nil && first == nil {
+						first = err
+					}
+					ingestErr <- first
+					return
+				}
+				if err := in.Add(ctx, r); err != nil && first == nil {
+					first = err
+				}
+			case <-tick.C:
+				if err := in.Flush(ctx); err != nil && first == nil {
+					first = err
+				}
+			}
+		}
+	}()
+	lim := rate.NewLimiter(rate.Limit(c.Rate), 1)
+	start := time.Now()
+	perPort := map[uint16]int64{}
+	var sendErr error
+send:
+	for _, port := range order {
+		pkt := quicPkt
+		if ports[port] == ProbeDNS {
+			pkt = dnsPkt
+		}
+		for _, a := range allowed {
+			if err := lim.Wait(ctx); err != nil {
+				sendErr = err
+				break send
+			}
+			t := target{a, port}
+			mu.Lock()
+			sent[t] = true
+			mu.Unlock()
+			if _, err := conns[a.Is4()].WriteToUDPAddrPort(pkt, netip.AddrPortFrom(a, port)); err != nil {
+				c.Log.Debug("send failed", "addr", a, "port", port, "err", err)
+				continue
+			}
+			perPort[port]++
+		}
+	}
+	sendDur := time.Since(start)
+	// Cooldown: replies still in flight.
+	if sendErr == nil {
+		select {
+		case <-ctx.Done():
+			sendErr = ctx.Err()
+		case <-time.After(c.Cooldown):
+		}
+	}
+	for _, uc := range conns {
+		uc.Close()
+	}
+	rwg.Wait()
+	close(replies)
+	ierr := <-ingestErr
+	sum := &Summary{ScanID: scanID, Week: c.Week, Vantage: c.VantageID, Label: c.Label, Shards: 1, Sender: "builtin",
+		Version: fmt.Sprintf("0x%08x", c.QUIC.Version), Status: "ok", DurationS: time.Since(start).Seconds()}
+	for _, port := range order {
+		ps := PortSummary{Port: port, Probe: ports[port], Status: "ok", ProbesSent: perPort[port], ByKind: in.Counts[port],
+			Blocklisted: int64(blocked), DurationS: sendDur.Seconds()}
+		if ps.ByKind == nil {
+			ps.ByKind = map[Kind]int64{}
+		}
+		for _, v := range ps.ByKind {
+			ps.Replies += v
+		}
+		hits := ps.ByKind[KindQUICVN]
+		if ports[port] == ProbeDNS {
+			hits = ps.ByKind[KindDNS]
+		}
+		if ps.ProbesSent > 0 {
+			ps.HitRate = float64(hits) / float64(ps.ProbesSent)
+		}
+		sum.add(ps)
+	}
+	if sendDur > 0 {
+		sum.RatePPS = float64(sum.ProbesSent) / sendDur.Seconds()
+	}
+	err = errors.Join(sendErr, ierr)
+	if err != nil {
+		sum.Status = "failed"
+		if ctx.Err() != nil {
+			sum.Status = "interrupted"
+		}
+	}
+	if c.Store != nil {
+		for _, ps := range sum.Ports {
+			st := ps.Status
+			if err != nil {
+				st = sum.Status
+			}
+			s, r, b := ps.ProbesSent, ps.Replies, ps.Blocklisted
+			c.Store.FinishScanRun(context.WithoutCancel(ctx), scanID, int32(ps.Port), st, &s, &r, &b) //nolint:errcheck
+		}
+		js, _ := json.Marshal(sum)
+		if ferr := c.Store.FinishScan(context.WithoutCancel(ctx), scanID, sum.Status, js); ferr != nil && err == nil {
+			err = ferr
+		}
+	}
+	return sum, err
+}
+
+// ReadHitlist reads addresses (one a line, # comments); prefixes are refused (a hitlist
+// names hosts; scan prefixes with zmap).
+func ReadHitlist(path string) ([]netip.Addr, error) {
+	ps, err := ReadPrefixFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(ps))
+	for _, p := range ps {
+		if !p.IsSingleIP() {
+			return nil, fmt.Errorf("hitlist %s: %s is a prefix, want addresses", path, p)
+		}
+		out = append(out, p.Addr())
+	}
+	return out, nil
+}

@@ -1,0 +1,145 @@
+package probe
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/doqscan/doqscan/blocklist"
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// Safety is the target policy every sender obeys: targets come from explicit prefixes
+// or an allowlist (or, deliberately, the whole internet), and the blocklist is always
+// built from the reserved ranges, blocklist/*.conf and the database's opt-outs.
+type Safety struct {
+	Targets      []netip.Prefix // prefixes to scan (-w file for zmap)
+	Testbed      *netip.Prefix  // lab carve-out: the only range re-opened in the reserved list
+	InternetWide bool
+	List         *blocklist.List
+}
+
+// ReadPrefixes reads a zmap-style allowlist or hitlist (CIDRs or addresses, # comments).
+func ReadPrefixes(r io.Reader, name string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		p, err := blocklist.ParsePrefix(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, n, err)
+		}
+		out = append(out, p)
+	}
+	return out, sc.Err()
+}
+
+// ReadPrefixFile reads ReadPrefixes from a file.
+func ReadPrefixFile(path string) ([]netip.Prefix, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadPrefixes(f, path)
+}
+
+// OptOuts returns the accepted opt-outs as blocklist entries.
+func OptOuts(ctx context.Context, s *store.Store) ([]blocklist.Entry, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT prefix, email, created_at FROM optout_requests
+		WHERE status = 'accepted' ORDER BY prefix, request_id`)
+	if err != nil {
+		return nil, fmt.Errorf("read opt-outs: %w", err)
+	}
+	defer rows.Close()
+	var out []blocklist.Entry
+	for rows.Next() {
+		var p netip.Prefix
+		var email string
+		var created time.Time
+		if err := rows.Scan(&p, &email, &created); err != nil {
+			return nil, fmt.Errorf("read opt-outs: %w", err)
+		}
+		out = append(out, blocklist.Entry{Prefix: p.Masked(), Source: blocklist.SourceOptOut, Origin: "optout_requests",
+			Note: created.UTC().Format(time.DateOnly) + " " + email})
+	}
+	return out, rows.Err()
+}
+
+// BuildSafety merges the blocklist (reserved + dir files + opt-outs) and checks the
+// targets: in testbed mode every target must lie inside the testbed prefix (default:
+// the prefix itself); otherwise targets are required unless internetWide.
+func BuildSafety(targets []netip.Prefix, testbed *netip.Prefix, internetWide bool, dirEntries, optouts []blocklist.Entry) (*Safety, error) {
+	var carve []netip.Prefix
+	if testbed != nil {
+		tb := testbed.Masked()
+		testbed = &tb
+		carve = []netip.Prefix{tb}
+		if internetWide {
+			return nil, fmt.Errorf("--testbed and --internet-wide exclude each other")
+		}
+		if len(targets) == 0 {
+			targets = []netip.Prefix{tb}
+		}
+		for _, t := range targets {
+			if !(tb.Bits() <= t.Bits() && tb.Contains(t.Addr()) && t.Addr().BitLen() == tb.Addr().BitLen()) {
+				return nil, fmt.Errorf("target %s is outside the testbed prefix %s", t, tb)
+			}
+		}
+	}
+	if len(targets) == 0 && !internetWide {
+		return nil, ErrNoTargets
+	}
+	entries := append(append(blocklist.Reserved(), dirEntries...), optouts...)
+	l, err := blocklist.Build(entries, carve)
+	if err != nil {
+		return nil, err
+	}
+	return &Safety{Targets: targets, Testbed: testbed, InternetWide: internetWide, List: l}, nil
+}
+
+// Allowed says whether a may receive a probe: inside the targets (or internet-wide) and
+// not blocked. why explains a refusal.
+func (s *Safety) Allowed(a netip.Addr) (ok bool, why string) {
+	a = a.Unmap()
+	if !s.InternetWide {
+		in := false
+		for _, t := range s.Targets {
+			in = in || t.Contains(a)
+		}
+		if !in {
+			return false, "outside the allowlist"
+		}
+	}
+	if w := s.List.Why(a); len(w) > 0 {
+		return false, fmt.Sprintf("blocklisted (%s %s %s)", w[0].Source, w[0].Prefix, w[0].Note)
+	}
+	return true, ""
+}
+
+// WriteAllowlist writes the IPv4 targets in zmap's -w format.
+func (s *Safety) WriteAllowlist(w io.Writer) (int, error) {
+	n := 0
+	for _, t := range s.Targets {
+		if !t.Addr().Is4() {
+			continue
+		}
+		if _, err := fmt.Fprintln(w, t); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}

@@ -1,0 +1,261 @@
+package probe
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultZmap is Debian's zmap 2.1.1.
+const DefaultZmap = "/usr/sbin/zmap"
+
+// ZmapRun is one zmap invocation: one port, one probe payload.
+type ZmapRun struct {
+	Binary        string
+	Port          uint16
+	ProbeFile     string // --probe-args=file:PATH
+	BlocklistFile string // -b, required
+	AllowlistFile string // -w; required unless InternetWide
+	InternetWide  bool   // deliberately scan everything not blocklisted
+	Rate          int    // -r packets/s (0: zmap's default)
+	Bandwidth     string // -B, e.g. 1G, 500M
+	Seed          *uint64
+	Shards, Shard int
+	Interface     string // -i
+	GatewayMAC    string // -G
+	SourceIP      string // -S
+	Cooldown      int    // -c seconds
+	ProbesPerHost int    // -P
+	MaxTargets    string // -n
+	MetadataFile  string // -m
+	SenderThreads int    // -T
+}
+
+// Errors of Args: the safety rules.
+var (
+	ErrNoBlocklist = errors.New("zmap: refusing to run without a blocklist (-b)")
+	ErrNoTargets   = errors.New("zmap: refusing to run without an allowlist or target list: zmap's default target is the whole IPv4 internet (pass --internet-wide to mean it)")
+	ErrSeedShards  = errors.New("zmap: several shards need one shared --seed")
+)
+
+// Args returns zmap's command line. It never omits -b, and never omits -w unless the
+// run is deliberately internet-wide.
+func (z ZmapRun) Args() ([]string, error) {
+	if z.BlocklistFile == "" {
+		return nil, ErrNoBlocklist
+	}
+	if z.AllowlistFile == "" && !z.InternetWide {
+		return nil, ErrNoTargets
+	}
+	if z.ProbeFile == "" {
+		return nil, errors.New("zmap: no probe file")
+	}
+	if z.Port == 0 {
+		return nil, errors.New("zmap: no target port")
+	}
+	shards := max(z.Shards, 1)
+	if z.Shard < 0 || z.Shard >= shards {
+		return nil, fmt.Errorf("zmap: shard %d of %d", z.Shard, shards)
+	}
+	if shards > 1 && z.Seed == nil {
+		return nil, ErrSeedShards
+	}
+	if strings.ContainsAny(z.ProbeFile, ",") {
+		return nil, fmt.Errorf("zmap: probe file path %q contains a comma", z.ProbeFile)
+	}
+	a := []string{
+		"--probe-module=udp",
+		"--target-port=" + strconv.Itoa(int(z.Port)),
+		"--probe-args=file:" + z.ProbeFile,
+		"--blacklist-file=" + z.BlocklistFile,
+		"--output-module=csv",
+		"--output-fields=" + strings.Join(ZmapFields, ","),
+		"--output-filter=" + ZmapOutputFilter,
+		"--output-file=-",
+		"--disable-syslog",
+	}
+	if z.AllowlistFile != "" {
+		a = append(a, "--whitelist-file="+z.AllowlistFile)
+	}
+	if z.Rate > 0 {
+		a = append(a, "--rate="+strconv.Itoa(z.Rate))
+	}
+	if z.Bandwidth != "" {
+		if !regexp.MustCompile(`^[0-9]+[GMK]?$`).MatchString(z.Bandwidth) {
+			return nil, fmt.Errorf("zmap: bandwidth %q: want a number with an optional G, M or K", z.Bandwidth)
+		}
+		a = append(a, "--bandwidth="+z.Bandwidth)
+	}
+	if z.Seed != nil {
+		a = append(a, "--seed="+strconv.FormatUint(*z.Seed, 10))
+	}
+	if shards > 1 {
+		a = append(a, "--shards="+strconv.Itoa(shards), "--shard="+strconv.Itoa(z.Shard))
+	}
+	for _, kv := range []struct{ flag, v string }{
+		{"--interface=", z.Interface}, {"--gateway-mac=", z.GatewayMAC}, {"--source-ip=", z.SourceIP},
+		{"--max-targets=", z.MaxTargets}, {"--metadata-file=", z.MetadataFile},
+	} {
+		if kv.v != "" {
+			a = append(a, kv.flag+kv.v)
+		}
+	}
+	if z.Cooldown > 0 {
+		a = append(a, "--cooldown-time="+strconv.Itoa(z.Cooldown))
+	}
+	if z.ProbesPerHost > 1 {
+		a = append(a, "--probes="+strconv.Itoa(z.ProbesPerHost))
+	}
+	if z.SenderThreads > 1 {
+		a = append(a, "--sender-threads="+strconv.Itoa(z.SenderThreads))
+	}
+	return a, nil
+}
+
+// ZmapStatus is one of zmap's once-a-second status lines on stderr, e.g.
+// " 0:01 97%; send: 256 done (1.28 Kp/s avg); recv: 98 96 p/s (84 p/s avg); drops: 0 p/s (0 p/s avg); hitrate: 38.28%".
+type ZmapStatus struct {
+	Elapsed  string
+	Percent  float64
+	Sent     int64
+	Done     bool
+	SendRate string
+	Recv     int64
+	HitRate  float64
+}
+
+var statusRE = regexp.MustCompile(`^\s*(\S+)\s+(?:([0-9.]+)%\s*(?:\([^)]*\))?;\s*)?send:\s+(\d+)\s+(done|[0-9.]+ [KMG]?p/s)\s+\(([0-9.]+ [KMG]?p/s) avg\);\s+recv:\s+(\d+)\s.*hitrate:\s+([0-9.]+)%`)
+
+// ParseZmapStatus parses a status line; ok is false for other lines (log lines).
+func ParseZmapStatus(line string) (ZmapStatus, bool) {
+	m := statusRE.FindStringSubmatch(line)
+	if m == nil {
+		return ZmapStatus{}, false
+	}
+	var s ZmapStatus
+	s.Elapsed = m[1]
+	s.Percent, _ = strconv.ParseFloat(m[2], 64)
+	s.Sent, _ = strconv.ParseInt(m[3], 10, 64)
+	s.Done = m[4] == "done"
+	s.SendRate = m[5]
+	s.Recv, _ = strconv.ParseInt(m[6], 10, 64)
+	s.HitRate, _ = strconv.ParseFloat(m[7], 64)
+	return s, true
+}
+
+// ParseRate reads zmap's rate notation ("87 p/s", "1.45 Kp/s", "1.2 Mp/s") as packets/s.
+func ParseRate(s string) (float64, bool) {
+	num, unit, ok := strings.Cut(strings.TrimSpace(s), " ")
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, false
+	}
+	switch unit {
+	case "p/s":
+	case "Kp/s":
+		v *= 1e3
+	case "Mp/s":
+		v *= 1e6
+	case "Gp/s":
+		v *= 1e9
+	default:
+		return 0, false
+	}
+	return v, true
+}
+
+// ZmapMeta is what zprobe reads from zmap's metadata file (-m).
+type ZmapMeta struct {
+	TotalSent       int64    `json:"total_sent"`
+	SuccessUnique   int64    `json:"success_unique"`
+	FailureTotal    int64    `json:"failure_total"`
+	HitRate         float64  `json:"hitrate"`
+	Allowed         int64    `json:"blacklist_total_allowed"`
+	NotAllowed      int64    `json:"blacklist_total_not_allowed"`
+	SendToFailures  int64    `json:"send_to_failures"`
+	PcapDrop        int64    `json:"pcap_drop"`
+	SendStartTime   string   `json:"send_start_time"`
+	SendEndTime     string   `json:"send_end_time"`
+	Seed            uint64   `json:"seed"`
+	Rate            int64    `json:"rate"`
+	Shard           int      `json:"shard_num"`
+	TotalShards     int      `json:"total_shards"`
+	BlacklistedNets []string `json:"blacklisted_networks"`
+	WhitelistedNets []string `json:"whitelisted_networks"`
+}
+
+// ReadZmapMeta reads a metadata file.
+func ReadZmapMeta(path string) (*ZmapMeta, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m ZmapMeta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("zmap metadata %s: %w", path, err)
+	}
+	return &m, nil
+}
+
+// StartZmap starts zmap with args; stdout is returned for streaming, stderr status
+// lines are relayed through log (progress at info every interval, the rest at debug).
+func StartZmap(ctx context.Context, binary string, args []string, log *slog.Logger) (*exec.Cmd, io.ReadCloser, <-chan ZmapStatus, error) {
+	if binary == "" {
+		binary = DefaultZmap
+	}
+	if _, err := exec.LookPath(binary); err != nil {
+		return nil, nil, nil, fmt.Errorf("zmap not found (%s): %w", binary, err)
+	}
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 15 * time.Second
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, fmt.Errorf("start zmap: %w", err)
+	}
+	status := make(chan ZmapStatus, 1)
+	go func() {
+		defer close(status)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			if st, ok := ParseZmapStatus(line); ok {
+				select { // keep only the latest
+				case <-status:
+				default:
+				}
+				status <- st
+				continue
+			}
+			switch {
+			case strings.Contains(line, "[FATAL]") || strings.Contains(line, "[ERROR]"):
+				log.Error("zmap", "line", strings.TrimSpace(line))
+			case strings.Contains(line, "[WARN]"):
+				log.Warn("zmap", "line", strings.TrimSpace(line))
+			default:
+				log.Debug("zmap", "line", strings.TrimSpace(line))
+			}
+		}
+	}()
+	return cmd, stdout, status, nil
+}
