@@ -1,0 +1,148 @@
+// Package jobs runs scheduled doqscan jobs (the weekly scan, verification, the hourly
+// measurement, the report) under a PostgreSQL advisory lock, so two runs of the same job
+// from one vantage point never overlap, and records every run in job_runs, including the
+// runs that were missed: an hourly job that did not run for an hour leaves a 'missed' row
+// and a warning instead of a silent gap.
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// Jobs and their cadence.
+var Cadence = map[string]time.Duration{
+	"scan":      7 * 24 * time.Hour,
+	"verify":    7 * 24 * time.Hour,
+	"measure":   time.Hour,
+	"report":    time.Hour,
+	"blocklist": time.Hour,
+}
+
+// ErrLocked says another run of the same job holds the lock.
+var ErrLocked = errors.New("another run of this job is in progress")
+
+// Key returns the run key of a job at time t: the ISO week for weekly jobs
+// ("2026-W47"), the hour for hourly ones ("2026-11-22T04").
+func Key(job string, t time.Time) (string, error) {
+	c, ok := Cadence[job]
+	if !ok {
+		return "", fmt.Errorf("unknown job %q", job)
+	}
+	t = t.UTC()
+	if c >= 24*time.Hour {
+		y, w := t.ISOWeek()
+		return fmt.Sprintf("%04d-W%02d", y, w), nil
+	}
+	return t.Truncate(time.Hour).Format("2006-01-02T15"), nil
+}
+
+// lockID is the advisory lock of (job, vantage).
+func lockID(job, vantage string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("doqscan-job|" + job + "|" + vantage))
+	return int64(h.Sum64())
+}
+
+// Run runs fn as the run of job for the period containing now, from vantage. If another
+// run of the job holds the lock, it records 'skipped-locked' and returns ErrLocked. Before
+// running, it records every period since the job's last run that has no row as 'missed'
+// (at most maxMissed of them) and logs it.
+func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage string, now time.Time,
+	fn func(ctx context.Context, key string) error) error {
+	key, err := Key(job, now)
+	if err != nil {
+		return err
+	}
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: vantage}); err != nil {
+		return err
+	}
+	conn, err := s.Pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockID(job, vantage)).Scan(&got); err != nil {
+		return fmt.Errorf("job lock: %w", err)
+	}
+	host, _ := os.Hostname()
+	if !got {
+		log.Warn("job skipped: another run holds the lock", "job", job, "key", key, "vantage", vantage)
+		_, err := s.Pool.Exec(ctx, `INSERT INTO job_runs (job, run_key, vantage_id, host, status, finished_at, detail)
+			VALUES ($1,$2,$3,$4,'skipped-locked', now(), 'another run of this job held the lock')
+			ON CONFLICT (job, run_key, vantage_id) DO NOTHING`, job, key, vantage, host)
+		if err != nil {
+			return err
+		}
+		return ErrLocked
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockID(job, vantage)) //nolint:errcheck
+
+	if err := recordMissed(ctx, s, log, job, vantage, now); err != nil {
+		return err
+	}
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO job_runs (job, run_key, vantage_id, host, status, started_at)
+		VALUES ($1,$2,$3,$4,'running', now())
+		ON CONFLICT (job, run_key, vantage_id) DO UPDATE SET status = 'running', started_at = now(),
+		  finished_at = NULL, host = EXCLUDED.host, detail = ''`, job, key, vantage, host); err != nil {
+		return err
+	}
+	log.Info("job started", "job", job, "key", key, "vantage", vantage)
+	runErr := fn(ctx, key)
+	status, detail := "ok", ""
+	if runErr != nil {
+		status, detail = "failed", runErr.Error()
+	}
+	if _, err := s.Pool.Exec(context.WithoutCancel(ctx), `UPDATE job_runs SET status = $4, finished_at = now(), detail = $5
+		WHERE job = $1 AND run_key = $2 AND vantage_id = $3`, job, key, vantage, status, detail); err != nil && runErr == nil {
+		runErr = err
+	}
+	log.Info("job finished", "job", job, "key", key, "vantage", vantage, "status", status)
+	return runErr
+}
+
+// maxMissed bounds how many missed periods one run records (a scanner down for a month
+// records a month of hours, not more).
+const maxMissed = 24 * 31
+
+func recordMissed(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage string, now time.Time) error {
+	var last time.Time
+	err := s.Pool.QueryRow(ctx, `SELECT coalesce(max(started_at), 'epoch') FROM job_runs
+		WHERE job = $1 AND vantage_id = $2 AND status IN ('ok', 'failed', 'running')`, job, vantage).Scan(&last)
+	if err != nil {
+		return err
+	}
+	if last.Unix() == 0 {
+		return nil // first run ever: nothing can have been missed
+	}
+	c := Cadence[job]
+	var missed []string
+	for t := last.Add(c); ; t = t.Add(c) {
+		k, _ := Key(job, t)
+		cur, _ := Key(job, now)
+		if k == cur || t.After(now) || len(missed) >= maxMissed {
+			break
+		}
+		missed = append(missed, k)
+	}
+	for _, k := range missed {
+		tag, err := s.Pool.Exec(ctx, `INSERT INTO job_runs (job, run_key, vantage_id, status, finished_at, detail)
+			VALUES ($1,$2,$3,'missed', now(), 'no run started in this period')
+			ON CONFLICT (job, run_key, vantage_id) DO NOTHING`, job, k, vantage)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() > 0 {
+			log.Warn("job period missed", "job", job, "key", k, "vantage", vantage)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/store/storetest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestKey(t *testing.T) {
+	at := time.Date(2026, 11, 22, 4, 37, 0, 0, time.UTC)
+	if k, _ := Key("scan", at); k != "2026-W47" {
+		t.Errorf("scan key %s", k)
+	}
+	if k, _ := Key("measure", at); k != "2026-11-22T04" {
+		t.Errorf("measure key %s", k)
+	}
+	if _, err := Key("nope", at); err == nil {
+		t.Error("unknown job accepted")
+	}
+}
+
+func TestOverlappingRunsAreSkipped(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	inside := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, s, quiet, "measure", "vp1", now, func(context.Context, string) error {
+			close(inside)
+			<-release
+			return nil
+		})
+	}()
+	<-inside
+	ran := false
+	err := Run(ctx, s, quiet, "measure", "vp1", now.Add(10*time.Minute), func(context.Context, string) error {
+		ran = true
+		return nil
+	})
+	if !errors.Is(err, ErrLocked) || ran {
+		t.Fatalf("second run: err %v, ran %v; want ErrLocked without running", err, ran)
+	}
+	// Another vantage point is not blocked by vp1's lock.
+	if err := Run(ctx, s, quiet, "measure", "vp2", now, func(context.Context, string) error { return nil }); err != nil {
+		t.Fatalf("vp2: %v", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var status string
+	s.Pool.QueryRow(ctx, `SELECT status FROM job_runs WHERE job='measure' AND vantage_id='vp1' AND run_key='2026-11-22T04'`).Scan(&status)
+	if status != "ok" {
+		t.Errorf("vp1 run status %q", status)
+	}
+}
+
+func TestMissedHoursAreRecorded(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	base := time.Now().UTC().Truncate(time.Hour)
+	ok := func(context.Context, string) error { return nil }
+	if err := Run(ctx, s, quiet, "measure", "vp1", base, ok); err != nil {
+		t.Fatal(err)
+	}
+	// started_at is the real clock; pretend the first run happened three hours ago.
+	if _, err := s.Pool.Exec(ctx, `UPDATE job_runs SET started_at = $1`, base.Add(-3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Run(ctx, s, quiet, "measure", "vp1", base, ok); err != nil {
+		t.Fatal(err)
+	}
+	var missed int
+	s.Pool.QueryRow(ctx, `SELECT count(*) FROM job_runs WHERE status = 'missed'`).Scan(&missed)
+	if missed != 2 {
+		t.Errorf("%d missed hours recorded, want 2", missed)
+	}
+	// Running the same hour again adds no row.
+	var before, after int
+	s.Pool.QueryRow(ctx, `SELECT count(*) FROM job_runs`).Scan(&before)
+	Run(ctx, s, quiet, "measure", "vp1", base, ok)
+	s.Pool.QueryRow(ctx, `SELECT count(*) FROM job_runs`).Scan(&after)
+	if before != after {
+		t.Errorf("re-run added rows: %d -> %d", before, after)
+	}
+}
+
+func TestFailureIsRecorded(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	err := Run(ctx, s, quiet, "scan", "vp1", time.Now(), func(context.Context, string) error { return errors.New("zmap died") })
+	if err == nil {
+		t.Fatal("failure swallowed")
+	}
+	var status, detail string
+	s.Pool.QueryRow(ctx, `SELECT status, detail FROM job_runs`).Scan(&status, &detail)
+	if status != "failed" || detail != "zmap died" {
+		t.Errorf("recorded %q %q", status, detail)
+	}
+}

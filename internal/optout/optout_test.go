@@ -1,0 +1,273 @@
+package optout
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/storetest"
+)
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		rng, email, note string
+		want             string // prefix, or the field that must be refused
+	}{
+		{"192.0.2.7", "noc@example.net", "", "192.0.2.7/32"},
+		{" 192.0.2.99/24 ", "noc@example.net", "thanks", "192.0.2.0/24"},
+		{"2001:db8::1", "noc@example.net", "", "2001:db8::1/128"},
+		{"2001:db8:1::/48", "noc@example.net", "", "2001:db8:1::/48"},
+		{"::ffff:192.0.2.1/128", "noc@example.net", "", "192.0.2.1/32"},
+		{"198.19.0.0/16", "a@b.example", "", "198.19.0.0/16"},
+		{"10.0.0.0/8", "noc@example.net", "", "range"},
+		{"2001:db8::/16", "noc@example.net", "", "range"},
+		{"not an address", "noc@example.net", "", "range"},
+		{"", "noc@example.net", "", "range"},
+		{"192.0.2.1/33", "noc@example.net", "", "range"},
+		{"fe80::1%eth0", "noc@example.net", "", "range"},
+		{strings.Repeat("1", 100), "noc@example.net", "", "range"},
+		{"192.0.2.1", "", "", "email"},
+		{"192.0.2.1", "not-an-email", "", "email"},
+		{"192.0.2.1", "Name <noc@example.net>", "", "email"},
+		{"192.0.2.1", "noc@localhost", "", "email"},
+		{"192.0.2.1", strings.Repeat("a", 250) + "@x.example", "", "email"},
+		{"192.0.2.1", "noc@example.net", "<script>alert(1)</script>", "note"},
+		{"192.0.2.1", "noc@example.net", "see <b>this</b>", "note"},
+		{"192.0.2.1", "noc@example.net", "javascript:alert(1)", "note"},
+		{"192.0.2.1", "noc@example.net", strings.Repeat("x", MaxNoteLen+1), "note"},
+		{"192.0.2.1", "noc@example.net", "bell\x07", "note"},
+		{"192.0.2.1", "noc@example.net", "\xff\xfe", "note"},
+	}
+	for _, c := range cases {
+		r, err := Validate(c.rng, c.email, c.note, DefaultLimits)
+		if strings.Contains(c.want, "/") {
+			if err != nil || r.Prefix.String() != c.want {
+				t.Errorf("Validate(%q, %q): %v, %v; want %s", c.rng, c.email, r.Prefix, err, c.want)
+			}
+			continue
+		}
+		fe, ok := err.(*FieldError)
+		if !ok || fe.Field != c.want {
+			t.Errorf("Validate(%q, %q, %q) = %v; want refusal of field %s", c.rng, c.email, c.note, err, c.want)
+		}
+	}
+}
+
+func FuzzValidate(f *testing.F) {
+	f.Add("192.0.2.0/24", "noc@example.net", "note")
+	f.Add("::/0", "a@b", "<")
+	f.Fuzz(func(t *testing.T, rng, email, note string) {
+		r, err := Validate(rng, email, note, DefaultLimits)
+		if err != nil {
+			return
+		}
+		if !r.Prefix.IsValid() || r.Prefix != r.Prefix.Masked() || strings.ContainsAny(r.Note+r.Email, "<>") {
+			t.Fatalf("accepted %+v", r)
+		}
+		min := DefaultLimits.MinBitsV4
+		if r.Prefix.Addr().Is6() {
+			min = DefaultLimits.MinBitsV6
+		}
+		if r.Prefix.Bits() < min {
+			t.Fatalf("accepted an oversized prefix %s", r.Prefix)
+		}
+	})
+}
+
+func TestWriteBlocklistIsZmapFormat(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	reqs := []store.OptOutRequest{
+		{Prefix: netip.MustParsePrefix("192.0.2.0/24"), Email: "a@example.net", CreatedAt: now},
+		{Prefix: netip.MustParsePrefix("192.0.2.0/24"), Email: "b@example.net", CreatedAt: now.Add(time.Hour)},
+		{Prefix: netip.MustParsePrefix("2001:db8::/48"), Email: "evil\n0.0.0.0/0@x", CreatedAt: now},
+	}
+	path, err := WriteBlocklist(dir, reqs, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	var cidrs []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		if line = strings.TrimSpace(line); line != "" {
+			if _, err := netip.ParsePrefix(line); err != nil {
+				t.Errorf("line %q is not a CIDR", line)
+			}
+			cidrs = append(cidrs, line)
+		}
+	}
+	if strings.Join(cidrs, ",") != "192.0.2.0/24,2001:db8::/48" {
+		t.Errorf("CIDRs = %v", cidrs)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("temporary files left: %v", entries)
+	}
+}
+
+// client is a browser-like client: it keeps the CSRF cookie and reads the form's token.
+type client struct {
+	t    *testing.T
+	base string
+	http *http.Client
+}
+
+func newClient(t *testing.T, base string) *client {
+	jar, _ := cookiejar.New(nil)
+	return &client{t: t, base: base, http: &http.Client{Jar: jar}}
+}
+
+var tokenRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+func (c *client) token() string {
+	resp, err := c.http.Get(c.base + "/")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := tokenRE.FindSubmatch(b)
+	if m == nil {
+		c.t.Fatalf("no CSRF token in the page")
+	}
+	return string(m[1])
+}
+
+func (c *client) post(form url.Values) (int, string) {
+	resp, err := c.http.PostForm(c.base+"/optout", form)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func newTestServer(t *testing.T) (*Server, *httptest.Server, string) {
+	st := storetest.Open(t)
+	dir := t.TempDir()
+	srv := &Server{Store: st, BlocklistDir: dir, Info: DefaultInfo, PostsPerMinute: 600, Burst: 50,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return srv, hs, dir
+}
+
+func TestSubmitStoresAndWritesBlocklist(t *testing.T) {
+	srv, hs, dir := newTestServer(t)
+	c := newClient(t, hs.URL)
+	code, body := c.post(url.Values{"csrf": {c.token()}, "range": {"198.19.7.0/24"}, "email": {"noc@example.net"},
+		"note": {"please exclude"}})
+	if code != http.StatusOK || !strings.Contains(body, `id="confirmation"`) {
+		t.Fatalf("status %d, body %s", code, body)
+	}
+	// The same request again adds nothing.
+	c.post(url.Values{"csrf": {c.token()}, "range": {"198.19.7.0/24"}, "email": {"noc@example.net"}})
+	reqs, err := Accepted(context.Background(), srv.Store)
+	if err != nil || len(reqs) != 1 || reqs[0].Prefix.String() != "198.19.7.0/24" {
+		t.Fatalf("stored %v, %v", reqs, err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, OptOutFile))
+	if !strings.Contains(string(b), "198.19.7.0/24 # ") || !strings.Contains(string(b), "noc@example.net") {
+		t.Errorf("blocklist file:\n%s", b)
+	}
+}
+
+func TestSubmitRefusals(t *testing.T) {
+	srv, hs, _ := newTestServer(t)
+	c := newClient(t, hs.URL)
+	cases := []struct {
+		name string
+		form url.Values
+		code int
+		msg  string
+	}{
+		{"no csrf", url.Values{"range": {"198.19.1.0/24"}, "email": {"noc@example.net"}}, 403, "reload the page"},
+		{"forged csrf", url.Values{"csrf": {strings.Repeat("ab", 32)}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}}, 403, "reload the page"},
+		{"not an address", url.Values{"csrf": {c.token()}, "range": {"example.com"}, "email": {"noc@example.net"}}, 400, "not an IP address"},
+		{"too large", url.Values{"csrf": {c.token()}, "range": {"0.0.0.0/0"}, "email": {"noc@example.net"}}, 400, "prefix too large"},
+		{"script", url.Values{"csrf": {c.token()}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}, "note": {"<script>x</script>"}}, 400, "HTML or script"},
+		{"bad email", url.Values{"csrf": {c.token()}, "range": {"198.19.1.0/24"}, "email": {"<b>@x"}}, 400, "not an email"},
+		{"huge body", url.Values{"csrf": {c.token()}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}, "note": {strings.Repeat("x", 20000)}}, 413, "too large"},
+	}
+	for _, tc := range cases {
+		code, body := c.post(tc.form)
+		if code != tc.code || !strings.Contains(body, tc.msg) {
+			t.Errorf("%s: status %d, want %d with %q; body %.300s", tc.name, code, tc.code, tc.msg, body)
+		}
+		if strings.Contains(body, "<script>x") {
+			t.Errorf("%s: page reflects the script unescaped", tc.name)
+		}
+	}
+	if reqs, _ := Accepted(context.Background(), srv.Store); len(reqs) != 0 {
+		t.Errorf("refused requests were stored: %v", reqs)
+	}
+	// A cross-site POST carries a foreign Origin.
+	req, _ := http.NewRequest("POST", hs.URL+"/optout", strings.NewReader("range=198.19.1.0/24"))
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Errorf("cross-origin POST: status %d", resp.StatusCode)
+	}
+}
+
+func TestRateLimitPerSource(t *testing.T) {
+	srv, hs, _ := newTestServer(t)
+	srv.PostsPerMinute, srv.Burst = 1, 2
+	c := newClient(t, hs.URL)
+	var limited int
+	for i := 0; i < 5; i++ {
+		code, _ := c.post(url.Values{"csrf": {c.token()}, "range": {"198.19.9.0/24"}, "email": {"noc@example.net"}})
+		if code == http.StatusTooManyRequests {
+			limited++
+		}
+	}
+	if limited != 3 {
+		t.Errorf("%d of 5 posts were rate-limited, want 3 (burst 2)", limited)
+	}
+}
+
+func TestRewriteBeforeServing(t *testing.T) {
+	st := storetest.Open(t)
+	srv := &Server{Store: st, BlocklistDir: t.TempDir()}
+	if _, err := srv.Rewrite(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSecurityHeadersAndNoThirdPartyAssets(t *testing.T) {
+	_, hs, _ := newTestServer(t)
+	resp, err := http.Get(hs.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") || resp.Header.Get("X-Frame-Options") != "DENY" {
+		t.Errorf("headers: %v", resp.Header)
+	}
+	for _, m := range regexp.MustCompile(`(?i)(src|href)="([^"]+)"`).FindAllStringSubmatch(string(b), -1) {
+		if strings.HasPrefix(m[2], "http") {
+			t.Errorf("third-party asset %s", m[2])
+		}
+	}
+}
