@@ -250,11 +250,11 @@ func (c *connectedConn) ReadFrom(b []byte) (int, net.Addr, error) {
 	return n, c.raddr, err
 }
 func (c *connectedConn) WriteTo(b []byte, _ net.Addr) (int, error) { return c.c.Write(b) }
-func (c *connectedConn) Close() error                             { return c.c.Close() }
-func (c *connectedConn) LocalAddr() net.Addr                      { return c.c.LocalAddr() }
-func (c *connectedConn) SetDeadline(t time.Time) error            { return c.c.SetDeadline(t) }
-func (c *connectedConn) SetReadDeadline(t time.Time) error        { return c.c.SetReadDeadline(t) }
-func (c *connectedConn) SetWriteDeadline(t time.Time) error       { return c.c.SetWriteDeadline(t) }
+func (c *connectedConn) Close() error                              { return c.c.Close() }
+func (c *connectedConn) LocalAddr() net.Addr                       { return c.c.LocalAddr() }
+func (c *connectedConn) SetDeadline(t time.Time) error             { return c.c.SetDeadline(t) }
+func (c *connectedConn) SetReadDeadline(t time.Time) error         { return c.c.SetReadDeadline(t) }
+func (c *connectedConn) SetWriteDeadline(t time.Time) error        { return c.c.SetWriteDeadline(t) }
 
 // SetReadBuffer and SetWriteBuffer keep the kernel's default socket buffers: one
 // verification exchanges a few packets, and quic-go's 7 MB per socket would cost
