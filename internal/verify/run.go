@@ -470,7 +470,7 @@ func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) 
 		return fmt.Errorf("summary: %w", err)
 	}
 	defer rows.Close()
-	sum.Versions = nil
+	sum.Versions = []VersionCount{}
 	for rows.Next() {
 		var vc VersionCount
 		var qv int64
