@@ -115,6 +115,42 @@ type Result struct {
 type Verifier struct {
 	cfg   Config
 	query dnsmsg.Query
+	valid validCache
+}
+
+// validCache remembers chain validations by (chain fingerprints, name): hosts of one
+// operator share certificates, and x509 verification is a large part of a loopback
+// verification's CPU. Bounded; the validity time is taken as constant within a run.
+type validCache struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+const validCacheMax = 100000
+
+func (v *Verifier) validFor(chain []*x509.Certificate, name string) bool {
+	var k strings.Builder
+	for _, c := range chain {
+		k.Write(certs.Fingerprint(c.Raw))
+	}
+	k.WriteString(name)
+	key := k.String()
+	v.valid.mu.Lock()
+	ok, hit := v.valid.m[key]
+	v.valid.mu.Unlock()
+	if hit {
+		return ok
+	}
+	ok, _ = certs.ValidFor(chain, name, v.cfg.Roots, v.cfg.Now())
+	v.valid.mu.Lock()
+	if v.valid.m == nil {
+		v.valid.m = map[string]bool{}
+	}
+	if len(v.valid.m) < validCacheMax {
+		v.valid.m[key] = ok
+	}
+	v.valid.mu.Unlock()
+	return ok
 }
 
 // New checks cfg and builds a verifier.
@@ -328,7 +364,7 @@ func (v *Verifier) try(ctx context.Context, t Target, sni string) *attempt {
 		name = t.Addr.Addr().Unmap().String()
 	}
 	if len(a.res.Chain) > 0 {
-		ok, _ := certs.ValidFor(a.res.Chain, name, v.cfg.Roots, v.cfg.Now())
+		ok := v.validFor(a.res.Chain, name)
 		a.res.CertValid = &ok
 	}
 	framing, err := doq.FramingFor(a.res.ALPN)
