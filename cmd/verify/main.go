@@ -72,6 +72,7 @@ func main() {
 	fs.StringVar(&cfg.ASNDB, "geoip-asn", "", "MaxMind ASN mmdb (with --geoip-city)")
 	fs.IntVar(&cfg.BatchSize, "batch", verify.DefaultBatchSize, "results per database write")
 	fs.DurationVar(&cfg.Progress, "progress", verify.DefaultProgress, "progress log interval")
+	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
 	fs.BoolVar(&jsonOut, "json", false, "print the summary as JSON on stdout")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {

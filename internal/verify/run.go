@@ -36,6 +36,9 @@ type RunConfig struct {
 	ASNDB       string
 	BatchSize   int           // results per database write; default 500
 	Progress    time.Duration // progress log interval; default 10 s
+	// RetryTimeouts verifies targets whose outcome was a timeout once more, after the
+	// others, at an eighth of the concurrency.
+	RetryTimeouts bool
 }
 
 // Defaults of a run.
@@ -253,39 +256,36 @@ func verifyAll(ctx context.Context, s *store.Store, v *Verifier, gdb *geo.DB, ci
 	if cfg.Rate > 0 {
 		lim = rate.NewLimiter(rate.Limit(cfg.Rate), 1)
 	}
-	jobs := make(chan Target)
 	results := make(chan Result, cfg.Concurrency)
-	var wg sync.WaitGroup
-	workers := min(cfg.Concurrency, total)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for t := range jobs {
-				r := v.Verify(ctx, t)
-				if ctx.Err() != nil {
-					continue // cut short: not a real outcome
-				}
-				results <- r
-			}
-		}()
-	}
 	go func() {
-		defer close(jobs)
-		for _, t := range targets {
-			if lim != nil {
-				if err := lim.Wait(ctx); err != nil {
-					return
-				}
+		defer close(results)
+		var again []Result
+		for r := range pool(ctx, v, targets, cfg.Concurrency, lim) {
+			if cfg.RetryTimeouts && r.Outcome == OutcomeTimeout {
+				again = append(again, r) // held back: verified once more below
+				continue
 			}
-			select {
-			case jobs <- t:
-			case <-ctx.Done():
-				return
-			}
+			results <- r
+		}
+		if len(again) == 0 || ctx.Err() != nil {
+			return
+		}
+		// Second pass over timeouts at an eighth of the concurrency: a handshake that
+		// missed 2 s because this machine (or the path) was busy gets one more chance;
+		// a host that really stalls costs one more timeout.
+		first := map[netip.AddrPort]Result{}
+		retry := make([]Target, len(again))
+		for i, r := range again {
+			first[r.Addr] = r
+			retry[i] = r.Target
+		}
+		log.Info("second pass over timeouts", "targets", len(retry), "concurrency", max(1, cfg.Concurrency/8))
+		for r := range pool(ctx, v, retry, max(1, cfg.Concurrency/8), lim) {
+			r.Attempts += first[r.Addr].Attempts
+			r.Detail = "second pass: " + r.Detail
+			results <- r
 		}
 	}()
-	go func() { wg.Wait(); close(results) }()
 
 	var done atomic.Int64
 	stopProgress := make(chan struct{})
@@ -354,6 +354,44 @@ func verifyAll(ctx context.Context, s *store.Store, v *Verifier, gdb *geo.DB, ci
 		return written, werr
 	}
 	return written, ctx.Err()
+}
+
+// pool verifies targets with conc workers and streams the results; results of targets
+// cut short by cancellation are dropped.
+func pool(ctx context.Context, v *Verifier, targets []Target, conc int, lim *rate.Limiter) <-chan Result {
+	jobs := make(chan Target)
+	out := make(chan Result, conc)
+	var wg sync.WaitGroup
+	for range min(conc, len(targets)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := range jobs {
+				r := v.Verify(ctx, t)
+				if ctx.Err() != nil {
+					continue // cut short: not a real outcome
+				}
+				out <- r
+			}
+		}()
+	}
+	go func() {
+		defer close(jobs)
+		for _, t := range targets {
+			if lim != nil {
+				if err := lim.Wait(ctx); err != nil {
+					return
+				}
+			}
+			select {
+			case jobs <- t:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(out) }()
+	return out
 }
 
 // writer batches rows for the database.

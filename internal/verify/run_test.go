@@ -79,7 +79,7 @@ func TestRunWritesAndRerunAddsNothing(t *testing.T) {
 	})
 
 	cfg := RunConfig{Verify: testConfig(pki), Vantage: "verifier", Label: "weekly", Ports: portList,
-		Concurrency: 4, CityDB: cityPath, ASNDB: asnPath, BatchSize: 3}
+		Concurrency: 4, CityDB: cityPath, ASNDB: asnPath, BatchSize: 3, RetryTimeouts: true}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sum, err := Run(ctx, s, cfg, log)
 	if err != nil {
@@ -120,6 +120,11 @@ func TestRunWritesAndRerunAddsNothing(t *testing.T) {
 	}
 	if got := count(t, s, `SELECT count(*) FROM verification_results WHERE sni_source = 'list' AND sni = 'resolver.doq.test'`); got != 1 {
 		t.Errorf("%d SNI-by-list rows", got)
+	}
+	// The stalling host timed out twice: once in the first pass, once in the second.
+	if got := count(t, s, `SELECT count(*) FROM verification_results WHERE outcome = 'timeout'
+		AND attempts = 2 AND detail LIKE 'second pass: %'`); got != wantOutcomes[OutcomeTimeout] {
+		t.Errorf("%d timeouts from the second pass, want %d", got, wantOutcomes[OutcomeTimeout])
 	}
 	if got := count(t, s, `SELECT count(*) FROM resolvers`); got != wantResolvers {
 		t.Errorf("%d resolvers, want %d", got, wantResolvers)
