@@ -33,6 +33,7 @@ type behaviour struct {
 	sniName  string
 	refuse   bool   // QUIC CONNECTION_REFUSED for every connection
 	raw      string // "" quic-go | stall | garbage | vn-draft | closed
+	ipv6     bool   // listen on ::1 instead of a 127.0.x.y address
 	want     string // expected outcome (derived from the behaviour by its author)
 }
 
@@ -66,6 +67,9 @@ func loopbackAddr() netip.Addr {
 func startServer(t testing.TB, pki *testPKI, b behaviour) *testServer {
 	t.Helper()
 	ip := loopbackAddr()
+	if b.ipv6 {
+		ip = netip.IPv6Loopback()
+	}
 	uc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
 	if err != nil {
 		t.Fatal(err)

@@ -161,3 +161,13 @@ func TestCancelledContextStillClassifies(t *testing.T) {
 		t.Fatalf("no outcome: %+v", r)
 	}
 }
+
+func TestIPv6Target(t *testing.T) {
+	pki := newPKI(t)
+	s := startServer(t, pki, behaviour{name: "rfc9250-v6", ipv6: true})
+	v, _ := New(testConfig(pki))
+	r := v.Verify(context.Background(), Target{Addr: s.addr})
+	if r.Outcome != OutcomeVerified || !r.Addr.Addr().Is6() || r.CertValid == nil || !*r.CertValid {
+		t.Fatalf("%s %s %v", r.Outcome, r.Detail, r.CertValid)
+	}
+}
