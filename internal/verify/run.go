@@ -448,6 +448,21 @@ func (w *writer) flush(ctx context.Context) (int, error) {
 	if _, err := store.Insert(ctx, w.s, store.TableResolvers, w.resolvers); err != nil {
 		return 0, err
 	}
+	if len(w.resolvers) > 0 {
+		// Known resolvers seen again (a later week's run): move last_seen forward.
+		addrs := make([]netip.Addr, len(w.resolvers))
+		var latest time.Time
+		for i, r := range w.resolvers {
+			addrs[i] = r.Address
+			if r.LastSeen.After(latest) {
+				latest = r.LastSeen
+			}
+		}
+		if _, err := w.s.Pool.Exec(ctx, `UPDATE resolvers SET last_seen = $2
+			WHERE address = ANY($1) AND last_seen < $2`, addrs, latest); err != nil {
+			return 0, fmt.Errorf("resolvers last_seen: %w", err)
+		}
+	}
 	if _, err := store.Insert(ctx, w.s, store.TableResolverGeo, w.geo); err != nil {
 		return 0, err
 	}
