@@ -4,7 +4,9 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/maxmind/mmdbwriter v1.2.0
 	github.com/miekg/dns v1.1.73
+	github.com/oschwald/geoip2-golang/v2 v2.5.0
 	github.com/quic-go/quic-go v0.65.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/time v0.16.0
@@ -14,8 +16,10 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/oschwald/maxminddb-golang/v2 v2.8.0 // indirect
+	go4.org/netipx v0.0.0-20231129151722-fdeea329fbba // indirect
 	golang.org/x/crypto v0.54.0 // indirect
 	golang.org/x/net v0.57.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )

@@ -35,10 +35,12 @@ type Framing int
 
 const (
 	// LengthPrefixed: a 2-octet length field precedes the message (RFC 9250 §4.2; added
-	// in draft-ietf-dprive-dnsoquic-07).
+	// in draft-ietf-dprive-dnsoquic-03 §5.2, July 2021: -02 §5.2 sends the bare
+	// message, -03 says "All DNS messages ... MUST be encoded as a 2-octet length field
+	// followed by the message content").
 	LengthPrefixed Framing = iota
 	// Raw: the stream carries the bare message, its end marked by the stream FIN (drafts
-	// -00 to -06, and AdGuard's "dq").
+	// -00 to -02, and AdGuard's "dq").
 	Raw
 )
 
@@ -67,10 +69,10 @@ var Versions = []Version{
 	{"doq-i09", "draft-09", 9, LengthPrefixed},
 	{"doq-i08", "draft-08", 8, LengthPrefixed},
 	{"doq-i07", "draft-07", 7, LengthPrefixed},
-	{"doq-i06", "draft-06", 6, Raw},
-	{"doq-i05", "draft-05", 5, Raw},
-	{"doq-i04", "draft-04", 4, Raw},
-	{"doq-i03", "draft-03", 3, Raw},
+	{"doq-i06", "draft-06", 6, LengthPrefixed},
+	{"doq-i05", "draft-05", 5, LengthPrefixed},
+	{"doq-i04", "draft-04", 4, LengthPrefixed},
+	{"doq-i03", "draft-03", 3, LengthPrefixed},
 	{"doq-i02", "draft-02", 2, Raw},
 	{"doq-i01", "draft-01", 1, Raw},
 	{"doq-i00", "draft-00", 0, Raw},

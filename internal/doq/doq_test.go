@@ -41,9 +41,16 @@ func TestTableOrderAndFraming(t *testing.T) {
 			t.Errorf("%s offered after a lower draft", Versions[i].ALPN)
 		}
 	}
-	for _, a := range []string{"doq-i00", "doq-i02", "doq-i03", "dq"} {
+	// draft-ietf-dprive-dnsoquic-02 §5.2 sends the bare message; -03 §5.2 introduced
+	// the 2-octet length field (checked against the drafts' texts).
+	for _, a := range []string{"doq-i00", "doq-i01", "doq-i02", "dq"} {
 		if f, _ := FramingFor(a); f != Raw {
 			t.Errorf("%s should be raw", a)
+		}
+	}
+	for _, a := range []string{"doq", "doq-i12", "doq-i07", "doq-i06", "doq-i03"} {
+		if f, _ := FramingFor(a); f != LengthPrefixed {
+			t.Errorf("%s should be length-prefixed", a)
 		}
 	}
 	if _, err := FramingFor("h3"); err == nil {

@@ -1,0 +1,149 @@
+// Package geo enriches resolver addresses with AS and location data from MaxMind
+// databases (GeoLite2/GeoIP2 City and ASN, read with geoip2-golang), and records which
+// database version every row came from (table datasets: build time and SHA-256).
+package geo
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/oschwald/geoip2-golang/v2"
+
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// Dataset kinds (table datasets, column kind).
+const (
+	KindCity = "geoip-city"
+	KindASN  = "geoip-asn"
+)
+
+// DB is an opened pair of City and ASN databases.
+type DB struct {
+	city, asn         *geoip2.Reader
+	CityInfo, ASNInfo store.Dataset
+}
+
+// Info describes one mmdb file as a store.Dataset (kind, type, build time, hash).
+func Info(path, kind string, r *geoip2.Reader) (store.Dataset, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return store.Dataset{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return store.Dataset{}, fmt.Errorf("hash %s: %w", path, err)
+	}
+	md := r.Metadata()
+	return store.Dataset{Kind: kind, DatabaseType: md.DatabaseType,
+		BuildTime: md.BuildTime().UTC(), SHA256: h.Sum(nil), Path: path}, nil
+}
+
+// Open opens the City and ASN databases. Both are required: resolver_geo rows name
+// both datasets.
+func Open(cityPath, asnPath string) (*DB, error) {
+	if cityPath == "" || asnPath == "" {
+		return nil, errors.New("geo: both a City and an ASN database are needed")
+	}
+	city, err := geoip2.Open(cityPath)
+	if err != nil {
+		return nil, fmt.Errorf("geo: city database %s: %w", cityPath, err)
+	}
+	asn, err := geoip2.Open(asnPath)
+	if err != nil {
+		city.Close()
+		return nil, fmt.Errorf("geo: ASN database %s: %w", asnPath, err)
+	}
+	db := &DB{city: city, asn: asn}
+	if db.CityInfo, err = Info(cityPath, KindCity, city); err == nil {
+		db.ASNInfo, err = Info(asnPath, KindASN, asn)
+	}
+	if err == nil {
+		// Fail early on swapped or wrong files, not on the first lookup.
+		if _, err = city.City(netip.IPv4Unspecified()); err == nil {
+			_, err = asn.ASN(netip.IPv4Unspecified())
+		}
+	}
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("geo: %w", err)
+	}
+	return db, nil
+}
+
+// Close closes both databases.
+func (d *DB) Close() error {
+	return errors.Join(d.city.Close(), d.asn.Close())
+}
+
+// Register records both datasets (once per hash) and returns their ids.
+func (d *DB) Register(ctx context.Context, s *store.Store) (cityID, asnID int64, err error) {
+	if cityID, err = s.EnsureDataset(ctx, d.CityInfo); err != nil {
+		return 0, 0, err
+	}
+	if asnID, err = s.EnsureDataset(ctx, d.ASNInfo); err != nil {
+		return 0, 0, err
+	}
+	return cityID, asnID, nil
+}
+
+// Location is what the databases say about one address. Absent fields are nil.
+type Location struct {
+	ASN       *int64
+	ASOrg     *string
+	Country   *string // ISO 3166-1 alpha-2
+	Continent *string // two-letter continent code
+	City      *string // English name
+	Latitude  *float64
+	Longitude *float64
+}
+
+func str(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Lookup returns the location and AS of addr. An address in neither database gives an
+// empty Location and no error.
+func (d *DB) Lookup(addr netip.Addr) (Location, error) {
+	var loc Location
+	addr = addr.Unmap()
+	c, err := d.city.City(addr)
+	if err != nil {
+		return loc, fmt.Errorf("geo: city %s: %w", addr, err)
+	}
+	loc.Country = str(c.Country.ISOCode)
+	loc.Continent = str(c.Continent.Code)
+	loc.City = str(c.City.Names.English)
+	loc.Latitude, loc.Longitude = c.Location.Latitude, c.Location.Longitude
+	a, err := d.asn.ASN(addr)
+	if err != nil {
+		return loc, fmt.Errorf("geo: asn %s: %w", addr, err)
+	}
+	if a.AutonomousSystemNumber != 0 {
+		n := int64(a.AutonomousSystemNumber)
+		loc.ASN = &n
+	}
+	loc.ASOrg = str(a.AutonomousSystemOrganization)
+	return loc, nil
+}
+
+// Row builds the resolver_geo row of addr for the given dataset ids.
+func (d *DB) Row(addr netip.Addr, cityID, asnID int64) (store.ResolverGeo, error) {
+	loc, err := d.Lookup(addr)
+	return store.ResolverGeo{Address: addr.Unmap(), CityDataset: cityID, ASNDataset: asnID,
+		ASN: loc.ASN, ASOrg: loc.ASOrg, Country: loc.Country, Continent: loc.Continent,
+		City: loc.City, Latitude: loc.Latitude, Longitude: loc.Longitude}, err
+}
+
+// BuildTime is a helper for logs: the City database's build time.
+func (d *DB) BuildTime() time.Time { return d.CityInfo.BuildTime }

@@ -1,0 +1,437 @@
+// Package verify tells which QUIC hosts found by a scan speak DNS over QUIC: it
+// connects to each (address, port) with quic-go offering every DoQ ALPN, answers
+// Version Negotiation, retries with server names when the handshake suggests SNI is
+// needed, sends a real DNS query framed as the negotiated DoQ version requires, and
+// records the outcome, versions, TLS parameters, certificate chain and location.
+package verify
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/quic-go/quic-go"
+
+	"github.com/doqscan/doqscan/internal/certs"
+	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"github.com/doqscan/doqscan/internal/doq"
+)
+
+// SNI sources (verification_results.sni_source).
+const (
+	SNINone = "none" // no server name sent
+	SNIList = "list" // a name from the configured list
+	SNISAN  = "san"  // a name from the certificate the server showed without SNI
+)
+
+// Defaults, as the study where it said (2 s handshake timeout).
+const (
+	DefaultHandshakeTimeout = 2 * time.Second
+	DefaultQueryTimeout     = 2 * time.Second
+	DefaultTargetTimeout    = 10 * time.Second
+	DefaultQueryName        = "example.com"
+	DefaultMaxSNIAttempts   = 6
+	// MaxReply bounds what we read from a DoQ stream: one DNS message plus its prefix
+	// (RFC 9250 §4.2). An endless stream costs at most this and the query timeout.
+	MaxReply = doq.MaxMessageSize + 2
+)
+
+// Config says how targets are verified.
+type Config struct {
+	ALPNs            []string       // offered, highest first; default doq.ALPNs()
+	Versions         []quic.Version // default v1, v2
+	HandshakeTimeout time.Duration  // per attempt
+	QueryTimeout     time.Duration  // for the DNS exchange after the handshake
+	TargetTimeout    time.Duration  // everything for one target, retries included
+	QueryName        string         // A query, RD set
+	SNINames         []string       // names to retry with when SNI seems required
+	MaxSNIAttempts   int            // retries with names, per target
+	Roots            *x509.CertPool // for cert_valid_for_sni; nil: system pool
+	// Now is the clock for certificate validity (tests); nil: time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if len(c.ALPNs) == 0 {
+		c.ALPNs = doq.ALPNs()
+	}
+	if len(c.Versions) == 0 {
+		c.Versions = []quic.Version{quic.Version1, quic.Version2}
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.QueryTimeout <= 0 {
+		c.QueryTimeout = DefaultQueryTimeout
+	}
+	if c.TargetTimeout <= 0 {
+		c.TargetTimeout = DefaultTargetTimeout
+	}
+	if c.QueryName == "" {
+		c.QueryName = DefaultQueryName
+	}
+	if c.MaxSNIAttempts <= 0 {
+		c.MaxSNIAttempts = DefaultMaxSNIAttempts
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Target is one (address, port) to verify, with the versions its scan reply advertised.
+type Target struct {
+	Addr         netip.AddrPort
+	ScanVersions []int64
+}
+
+// Result is the verification of one target.
+type Result struct {
+	Target
+	Outcome     string
+	Detail      string
+	QUICVersion uint32 // 0: no handshake
+	ALPN        string
+	TLSVersion  uint16
+	TLSCipher   string
+	Handshake   time.Duration
+	SNI         string
+	SNISource   string
+	Chain       []*x509.Certificate // leaf first, as the server sent it
+	CertValid   *bool               // chain verifies against the roots and names the SNI (or the address)
+	Rcode       *int
+	Answers     int
+	Attempts    int
+	At          time.Time
+}
+
+// Verifier verifies targets; it is safe for concurrent use.
+type Verifier struct {
+	cfg   Config
+	query dnsmsg.Query
+	valid validCache
+}
+
+// validCache remembers chain validations by (chain fingerprints, name): hosts of one
+// operator share certificates, and x509 verification is a large part of a loopback
+// verification's CPU. Bounded; the validity time is taken as constant within a run.
+type validCache struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+const validCacheMax = 100000
+
+func (v *Verifier) validFor(chain []*x509.Certificate, name string) bool {
+	var k strings.Builder
+	for _, c := range chain {
+		k.Write(certs.Fingerprint(c.Raw))
+	}
+	k.WriteString(name)
+	key := k.String()
+	v.valid.mu.Lock()
+	ok, hit := v.valid.m[key]
+	v.valid.mu.Unlock()
+	if hit {
+		return ok
+	}
+	ok, _ = certs.ValidFor(chain, name, v.cfg.Roots, v.cfg.Now())
+	v.valid.mu.Lock()
+	if v.valid.m == nil {
+		v.valid.m = map[string]bool{}
+	}
+	if len(v.valid.m) < validCacheMax {
+		v.valid.m[key] = ok
+	}
+	v.valid.mu.Unlock()
+	return ok
+}
+
+// New checks cfg and builds a verifier.
+func New(cfg Config) (*Verifier, error) {
+	cfg.setDefaults()
+	for _, a := range cfg.ALPNs {
+		if _, err := doq.FramingFor(a); err != nil {
+			return nil, fmt.Errorf("ALPN %q: %w", a, err)
+		}
+	}
+	for _, n := range cfg.SNINames {
+		if _, ok := dns.IsDomainName(n); !ok || n == "" || net.ParseIP(n) != nil {
+			return nil, fmt.Errorf("SNI name %q is not a host name", n)
+		}
+	}
+	if cfg.Roots == nil {
+		p, err := certs.LoadPool("")
+		if err != nil {
+			return nil, err
+		}
+		cfg.Roots = p
+	}
+	// RFC 9250 §4.2.1: the Message ID MUST be 0 on DoQ.
+	q, err := dnsmsg.NewQuery(cfg.QueryName, dns.TypeA, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &Verifier{cfg: cfg, query: q}, nil
+}
+
+// Config returns the effective configuration (defaults filled in).
+func (v *Verifier) Config() Config { return v.cfg }
+
+// attempt is one connection attempt with one server name.
+type attempt struct {
+	sni      string
+	outcome  string
+	detail   string
+	err      error // handshake error, if the handshake failed
+	hsDone   bool
+	res      Result
+	certSeen []*x509.Certificate
+}
+
+// Verify verifies one target. It never returns without an outcome and never takes
+// longer than the target timeout (plus scheduling).
+func (v *Verifier) Verify(ctx context.Context, t Target) Result {
+	ctx, cancel := context.WithTimeout(ctx, v.cfg.TargetTimeout)
+	defer cancel()
+	start := time.Now()
+	first := v.try(ctx, t, "")
+	res := first.result(t, SNINone)
+	res.Attempts = 1
+	if first.hsDone || !suggestsSNI(first.err, len(first.certSeen) > 0) {
+		res.At = start
+		return res
+	}
+	// The handshake without SNI failed in a way that suggests a name is required.
+	type cand struct{ name, source string }
+	var cands []cand
+	seen := map[string]bool{}
+	if len(first.certSeen) > 0 {
+		for _, n := range first.certSeen[0].DNSNames {
+			n = strings.TrimPrefix(n, "*.") // a wildcard's parent name is a fair guess
+			if !seen[n] && n != "" {
+				seen[n] = true
+				cands = append(cands, cand{n, SNISAN})
+			}
+		}
+	}
+	for _, n := range v.cfg.SNINames {
+		if !seen[n] {
+			seen[n] = true
+			cands = append(cands, cand{n, SNIList})
+		}
+	}
+	var tried []string
+	for _, c := range cands {
+		if len(tried) >= v.cfg.MaxSNIAttempts || ctx.Err() != nil {
+			break
+		}
+		tried = append(tried, c.name)
+		a := v.try(ctx, t, c.name)
+		res.Attempts++
+		if a.hsDone {
+			r := a.result(t, c.source)
+			r.Attempts = res.Attempts
+			r.Detail = fmt.Sprintf("%s (without SNI: %s)", r.Detail, first.detail)
+			r.At = start
+			return r
+		}
+	}
+	res.At = start
+	alert, _, _ := tlsAlert(first.err)
+	if alert == alertUnrecognizedName {
+		res.Outcome = OutcomeSNIRequired
+	}
+	if len(tried) == 0 {
+		res.Detail += "; no server name to retry with"
+	} else {
+		res.Detail += fmt.Sprintf("; retried with %d name(s) %s, none completed the handshake", len(tried), strings.Join(tried, ","))
+	}
+	return res
+}
+
+func (a *attempt) result(t Target, source string) Result {
+	r := a.res
+	r.Target = t
+	r.Outcome, r.Detail = a.outcome, a.detail
+	if a.hsDone && a.sni != "" {
+		r.SNI, r.SNISource = a.sni, source
+	} else {
+		r.SNISource = SNINone
+	}
+	if r.Chain == nil {
+		r.Chain = a.certSeen
+	}
+	return r
+}
+
+// connectedConn is a net.PacketConn over a connected UDP socket: the kernel then
+// reports ICMP port unreachable as ECONNREFUSED on the next read, which an unconnected
+// socket never sees, so a closed port is "unreachable", not a 2 s timeout. It hides
+// the UDPConn's OOB methods on purpose (quic-go would use WriteMsgUDP with an address,
+// which a connected socket refuses).
+type connectedConn struct {
+	c     *net.UDPConn
+	raddr net.Addr
+}
+
+func (c *connectedConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, err := c.c.Read(b)
+	return n, c.raddr, err
+}
+func (c *connectedConn) WriteTo(b []byte, _ net.Addr) (int, error) { return c.c.Write(b) }
+func (c *connectedConn) Close() error                              { return c.c.Close() }
+func (c *connectedConn) LocalAddr() net.Addr                       { return c.c.LocalAddr() }
+func (c *connectedConn) SetDeadline(t time.Time) error             { return c.c.SetDeadline(t) }
+func (c *connectedConn) SetReadDeadline(t time.Time) error         { return c.c.SetReadDeadline(t) }
+func (c *connectedConn) SetWriteDeadline(t time.Time) error        { return c.c.SetWriteDeadline(t) }
+
+// SetReadBuffer and SetWriteBuffer keep the kernel's default socket buffers: one
+// verification exchanges a few packets, and quic-go's 7 MB per socket would cost
+// memory at hundreds of parallel targets for nothing. (They also silence quic-go's
+// buffer-size warning.)
+func (c *connectedConn) SetReadBuffer(int) error  { return nil }
+func (c *connectedConn) SetWriteBuffer(int) error { return nil }
+
+// try makes one connection attempt with server name sni ("" = none) and, if the
+// handshake completes, one DNS exchange.
+func (v *Verifier) try(ctx context.Context, t Target, sni string) *attempt {
+	a := &attempt{sni: sni}
+	raddr := net.UDPAddrFromAddrPort(t.Addr)
+	uc, err := net.DialUDP("udp", nil, raddr)
+	if err != nil {
+		a.err = err
+		a.outcome, a.detail = classifyHandshake(err)
+		return a
+	}
+	tr := &quic.Transport{Conn: &connectedConn{c: uc, raddr: raddr}}
+	defer tr.Close()
+
+	var mu sync.Mutex
+	tlsConf := &tls.Config{
+		// We verify the chain ourselves after the handshake (cert_valid_for_sni): a scan
+		// must see every server, valid certificate or not.
+		InsecureSkipVerify: true,
+		NextProtos:         v.cfg.ALPNs,
+		MinVersion:         tls.VersionTLS13,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			mu.Lock()
+			a.certSeen = cs.PeerCertificates
+			mu.Unlock()
+			return nil
+		},
+	}
+	if sni != "" {
+		tlsConf.ServerName = sni
+	} else {
+		// quic-go fills an empty ServerName with the address; crypto/tls never sends
+		// an IP literal as SNI (RFC 6066 §3), so this sends no SNI, as the study did.
+		tlsConf.ServerName = t.Addr.Addr().Unmap().String()
+	}
+	qconf := &quic.Config{
+		Versions:             v.cfg.Versions,
+		HandshakeIdleTimeout: v.cfg.HandshakeTimeout,
+		MaxIdleTimeout:       v.cfg.QueryTimeout + v.cfg.HandshakeTimeout,
+	}
+	hctx, hcancel := context.WithTimeout(ctx, v.cfg.HandshakeTimeout)
+	defer hcancel()
+	t0 := time.Now()
+	conn, err := tr.Dial(hctx, raddr, tlsConf, qconf)
+	if err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		a.err = err
+		a.outcome, a.detail = classifyHandshake(err)
+		return a
+	}
+	a.hsDone = true
+	a.res.Handshake = time.Since(t0)
+	defer conn.CloseWithError(doq.CodeNoError, "")
+	st := conn.ConnectionState()
+	a.res.QUICVersion = uint32(st.Version)
+	a.res.ALPN = st.TLS.NegotiatedProtocol
+	a.res.TLSVersion = st.TLS.Version
+	a.res.TLSCipher = tls.CipherSuiteName(st.TLS.CipherSuite)
+	a.res.Chain = st.TLS.PeerCertificates
+	name := sni
+	if name == "" {
+		name = t.Addr.Addr().Unmap().String()
+	}
+	if len(a.res.Chain) > 0 {
+		ok := v.validFor(a.res.Chain, name)
+		a.res.CertValid = &ok
+	}
+	framing, err := doq.FramingFor(a.res.ALPN)
+	if err != nil {
+		a.outcome, a.detail = OutcomeQUICNotDoQ, fmt.Sprintf("server selected ALPN %q", a.res.ALPN)
+		return a
+	}
+	var qerr error
+	a.outcome, a.detail, a.res.Rcode, a.res.Answers, qerr = v.exchange(ctx, conn, framing)
+	if _, _, ok := tlsAlert(qerr); ok {
+		// A TLS alert after Dial returned: the client had sent its Finished but the
+		// server rejected the handshake (TLS 1.3 client authentication, RFC 8446 §4.4.2).
+		// The handshake never completed: classify it as a handshake failure.
+		a.hsDone = false
+		a.err = qerr
+		a.outcome, a.detail = classifyHandshake(qerr)
+		a.res = Result{}
+	}
+	return a
+}
+
+// exchange sends the query on a new stream and classifies the reply.
+func (v *Verifier) exchange(ctx context.Context, conn *quic.Conn, f doq.Framing) (outcome, detail string, rcode *int, answers int, err error) {
+	deadline := time.Now().Add(v.cfg.QueryTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	qctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	str, err := conn.OpenStreamSync(qctx)
+	if err != nil {
+		return OutcomeDNSError, "open stream: " + classifyQuery(err), nil, 0, err
+	}
+	defer str.CancelRead(doq.CodeNoError)
+	_ = str.SetDeadline(deadline)
+	wire, err := doq.Frame(f, v.query.Wire)
+	if err != nil {
+		return OutcomeDNSError, err.Error(), nil, 0, err
+	}
+	if _, err := str.Write(wire); err != nil {
+		return OutcomeDNSError, "write query: " + classifyQuery(err), nil, 0, err
+	}
+	// RFC 9250 §4.2: the client MUST indicate with STREAM FIN that no further data
+	// will be sent on that stream (drafts: the same).
+	if err := str.Close(); err != nil {
+		return OutcomeDNSError, "close send side: " + classifyQuery(err), nil, 0, err
+	}
+	msg, err := doq.ReadMessage(str, f, MaxReply)
+	if err != nil {
+		return OutcomeDNSError, fmt.Sprintf("read reply (%s): %s", f, classifyQuery(err)), nil, 0, err
+	}
+	r, cerr := dnsmsg.Check(v.query, msg)
+	if cerr != nil {
+		d := fmt.Sprintf("bad reply (%s, %d bytes): %v", f, len(msg), cerr)
+		if r != nil {
+			rc := r.Rcode
+			return OutcomeDNSError, d, &rc, len(r.Answer), nil
+		}
+		return OutcomeDNSError, d, nil, 0, nil
+	}
+	rc := r.Rcode
+	d := fmt.Sprintf("%s, %d answer(s)", dnsmsg.RcodeName(rc), len(r.Answer))
+	switch rc {
+	case dns.RcodeSuccess, dns.RcodeNameError:
+		return OutcomeVerified, d, &rc, len(r.Answer), nil
+	case dns.RcodeRefused:
+		return OutcomeRefused, d, &rc, len(r.Answer), nil
+	}
+	return OutcomeDNSError, d, &rc, len(r.Answer), nil
+}

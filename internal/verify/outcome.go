@@ -1,0 +1,172 @@
+package verify
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/doqscan/doqscan/internal/doq"
+)
+
+// Outcome classes (verification_results.outcome). Every target gets exactly one.
+const (
+	OutcomeVerified        = "doq-verified"     // DoQ ALPN + a DNS answer (NOERROR/NXDOMAIN)
+	OutcomeRefused         = "doq-refused"      // DoQ handshake ok, DNS REFUSED
+	OutcomeDNSError        = "doq-dns-error"    // DoQ handshake ok, other rcode / bad reply / no reply
+	OutcomeQUICNotDoQ      = "quic-not-doq"     // QUIC, but no DoQ ALPN accepted
+	OutcomeVersionMismatch = "version-mismatch" // no common QUIC version
+	OutcomeSNIRequired     = "sni-required"     // refused without a server name, no name we tried worked
+	OutcomeTimeout         = "timeout"          // no (complete) handshake within the timeout
+	OutcomeTLSError        = "tls-error"        // TLS alert or certificate/handshake failure
+	OutcomeProtocolError   = "protocol-error"   // QUIC transport error, stateless reset, ...
+	OutcomeUnreachable     = "unreachable"      // ICMP unreachable / connection refused
+)
+
+// Outcomes lists every class, in the order summaries print them.
+var Outcomes = []string{OutcomeVerified, OutcomeRefused, OutcomeDNSError, OutcomeQUICNotDoQ,
+	OutcomeVersionMismatch, OutcomeSNIRequired, OutcomeTimeout, OutcomeTLSError,
+	OutcomeProtocolError, OutcomeUnreachable}
+
+// TLS alerts (RFC 8446 §6) that matter here; QUIC carries them as CRYPTO_ERROR
+// 0x100+alert (RFC 9001 §4.8).
+const (
+	cryptoErrorBase         = 0x100
+	alertHandshakeFailure   = 40  // RFC 8446 §6.2
+	alertInternalError      = 80  // RFC 8446 §6.2
+	alertCertificateReq     = 116 // RFC 8446 §6.2: certificate_required
+	alertUnrecognizedName   = 112 // RFC 6066 §3: unrecognized_name
+	alertNoApplicationProto = 120 // RFC 7301 §3.2: no_application_protocol
+)
+
+// tlsAlert returns the TLS alert carried by a QUIC CRYPTO_ERROR, if err is one.
+func tlsAlert(err error) (alert uint8, remote, ok bool) {
+	var te *quic.TransportError
+	if errors.As(err, &te) && te.ErrorCode >= cryptoErrorBase && te.ErrorCode < cryptoErrorBase+0x100 {
+		return uint8(te.ErrorCode - cryptoErrorBase), te.Remote, true
+	}
+	return 0, false, false
+}
+
+// suggestsSNI says whether a failed handshake without SNI is worth retrying with a
+// server name: the server said unrecognized_name, or failed the handshake with a
+// generic alert (handshake_failure, internal_error: what Go, OpenSSL and rustls send
+// when no certificate or config matches an empty name), or it failed after the server
+// had already shown a certificate (so its SANs are candidates). no_application_protocol
+// is not a signal: a server that rejects every DoQ ALPN is quic-not-doq.
+func suggestsSNI(err error, certSeen bool) bool {
+	alert, _, ok := tlsAlert(err)
+	if !ok {
+		return false
+	}
+	switch alert {
+	case alertUnrecognizedName, alertHandshakeFailure, alertInternalError:
+		return true
+	case alertNoApplicationProto:
+		return false
+	}
+	return certSeen
+}
+
+func alertName(a uint8) string {
+	return fmt.Sprintf("%s (alert %d)", tls.AlertError(a).Error(), a)
+}
+
+// classifyHandshake maps an error from dialing (QUIC + TLS handshake) to an outcome and
+// a detail string.
+func classifyHandshake(err error) (string, string) {
+	var (
+		vn  *quic.VersionNegotiationError
+		hto *quic.HandshakeTimeoutError
+		ito *quic.IdleTimeoutError
+		te  *quic.TransportError
+		ae  *quic.ApplicationError
+		sr  *quic.StatelessResetError
+		ne  net.Error
+	)
+	switch {
+	case errors.As(err, &vn):
+		return OutcomeVersionMismatch, fmt.Sprintf("server offers %s, we speak %s", fmtVersions(vn.Theirs), fmtVersions(vn.Ours))
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return OutcomeUnreachable, "connection refused (ICMP port unreachable)"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return OutcomeUnreachable, err.Error()
+	case errors.As(err, &hto), errors.As(err, &ito), errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return OutcomeTimeout, "handshake: " + err.Error()
+	case errors.As(err, &te):
+		if alert, remote, ok := tlsAlert(err); ok {
+			who := "server"
+			if !remote {
+				who = "client"
+			}
+			d := fmt.Sprintf("%s sent %s", who, alertName(alert))
+			if msg := te.ErrorMessage; msg != "" {
+				d += ": " + msg
+			}
+			if alert == alertNoApplicationProto {
+				return OutcomeQUICNotDoQ, "no DoQ ALPN accepted: " + d
+			}
+			return OutcomeTLSError, d
+		}
+		return OutcomeProtocolError, "transport error: " + err.Error()
+	case errors.As(err, &ae):
+		return OutcomeProtocolError, "application close during handshake: " + err.Error()
+	case errors.As(err, &sr):
+		return OutcomeProtocolError, "stateless reset during handshake"
+	case errors.As(err, &ne) && ne.Timeout():
+		return OutcomeTimeout, "handshake: " + err.Error()
+	}
+	return OutcomeProtocolError, err.Error()
+}
+
+// classifyQuery maps an error of the DNS exchange on an established DoQ connection.
+func classifyQuery(err error) string {
+	var (
+		se *quic.StreamError
+		ae *quic.ApplicationError
+		ne net.Error
+	)
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("stream reset by server, code %#x (%s)", uint64(se.ErrorCode), doqCodeName(uint64(se.ErrorCode)))
+	case errors.As(err, &ae):
+		return fmt.Sprintf("connection closed by server, code %#x (%s)", uint64(ae.ErrorCode), doqCodeName(uint64(ae.ErrorCode)))
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "no reply: " + err.Error()
+	}
+	return err.Error()
+}
+
+func doqCodeName(c uint64) string {
+	switch c {
+	case doq.CodeNoError:
+		return "DOQ_NO_ERROR"
+	case doq.CodeInternalError:
+		return "DOQ_INTERNAL_ERROR"
+	case doq.CodeProtocolError:
+		return "DOQ_PROTOCOL_ERROR"
+	case doq.CodeRequestCancelled:
+		return "DOQ_REQUEST_CANCELLED"
+	case doq.CodeExcessiveLoad:
+		return "DOQ_EXCESSIVE_LOAD"
+	case doq.CodeUnspecifiedError:
+		return "DOQ_UNSPECIFIED_ERROR"
+	}
+	return "unknown"
+}
+
+func fmtVersions(vs []quic.Version) string {
+	s := "["
+	for i, v := range vs {
+		if i > 0 {
+			s += " "
+		}
+		s += fmt.Sprintf("%#x", uint32(v))
+	}
+	return s + "]"
+}

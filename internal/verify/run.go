@@ -1,0 +1,573 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/doqscan/doqscan/internal/certs"
+	"github.com/doqscan/doqscan/internal/geo"
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// RunConfig is everything a verification run needs besides the store.
+type RunConfig struct {
+	Verify      Config
+	Vantage     string // vantage point id of this run
+	Label       string // run label; default "weekly"
+	Week        string // ISO week of the run; default: the scan's week, or this week
+	Scan        ScanSelection
+	TargetsFile string // use these targets instead of a scan ("-" = stdin)
+	Ports       []int32
+	Concurrency int     // parallel targets; default 256
+	Rate        float64 // new targets per second; 0 = unlimited
+	CityDB      string  // GeoIP City mmdb (with ASNDB; both or none)
+	ASNDB       string
+	BatchSize   int           // results per database write; default 500
+	Progress    time.Duration // progress log interval; default 10 s
+	// RetryTimeouts verifies targets whose outcome was a timeout once more, after the
+	// others, at an eighth of the concurrency.
+	RetryTimeouts bool
+}
+
+// Defaults of a run.
+const (
+	DefaultConcurrency = 256
+	DefaultBatchSize   = 500
+	DefaultProgress    = 10 * time.Second
+)
+
+// Summary is what a run found (the whole run, including earlier invocations).
+type Summary struct {
+	RunID    int64          `json:"run_id"`
+	Week     string         `json:"iso_week"`
+	Vantage  string         `json:"vantage"`
+	Label    string         `json:"label"`
+	Source   string         `json:"source"`
+	ScanIDs  []int64        `json:"scan_ids,omitempty"`
+	Targets  int            `json:"targets"`       // in this invocation's target list
+	Skipped  int            `json:"skipped"`       // already verified in this run
+	Verified int            `json:"verified_now"`  // verified by this invocation
+	Elapsed  float64        `json:"elapsed_s"`     // this invocation
+	Rate     float64        `json:"targets_per_s"` // this invocation
+	Outcomes map[string]int `json:"outcomes"`      // whole run
+	Versions []VersionCount `json:"versions"`      // whole run, completed handshakes
+	Status   string         `json:"status"`        // ok | interrupted | failed
+}
+
+// VersionCount counts completed handshakes per DoQ (ALPN) and QUIC version pair.
+type VersionCount struct {
+	ALPN        string `json:"alpn"`
+	QUICVersion string `json:"quic_version"`
+	Count       int    `json:"count"`
+}
+
+// Run verifies the targets of a scan (or a file), writes the results, certificates,
+// resolvers and their locations, and returns the summary. Starting the same run (week,
+// vantage, label) again resumes it: targets already verified are skipped, and rows
+// written twice are not duplicated.
+func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (*Summary, error) {
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.Progress <= 0 {
+		cfg.Progress = DefaultProgress
+	}
+	if cfg.Label == "" {
+		cfg.Label = "weekly"
+	}
+	if len(cfg.Ports) == 0 {
+		cfg.Ports = DefaultPorts
+	}
+	if (cfg.CityDB == "") != (cfg.ASNDB == "") {
+		return nil, errors.New("geo: give both --geoip-city and --geoip-asn, or neither")
+	}
+	v, err := New(cfg.Verify)
+	if err != nil {
+		return nil, err
+	}
+	sum := &Summary{Vantage: cfg.Vantage, Label: cfg.Label}
+
+	// Targets.
+	var targets []Target
+	var scanID *int64
+	if cfg.TargetsFile != "" {
+		sum.Source = "file"
+		r := io.Reader(os.Stdin)
+		if cfg.TargetsFile != "-" {
+			f, err := os.Open(cfg.TargetsFile)
+			if err != nil {
+				return nil, fmt.Errorf("targets: %w", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		if targets, err = ReadTargets(r); err != nil {
+			return nil, err
+		}
+		sum.Week = cfg.Week
+	} else {
+		sum.Source = "scan"
+		ids, week, err := ResolveScans(ctx, s, cfg.Scan)
+		if err != nil {
+			return nil, err
+		}
+		sum.ScanIDs, scanID = ids, &ids[0]
+		sum.Week = cfg.Week
+		if sum.Week == "" {
+			sum.Week = week
+		}
+		if targets, err = ScanTargets(ctx, s, ids, cfg.Ports); err != nil {
+			return nil, err
+		}
+	}
+	if sum.Week == "" {
+		sum.Week = ISOWeek(time.Now())
+	}
+
+	// Geo databases and the run row.
+	var gdb *geo.DB
+	var cityID, asnID *int64
+	if cfg.CityDB != "" {
+		if gdb, err = geo.Open(cfg.CityDB, cfg.ASNDB); err != nil {
+			return nil, err
+		}
+		defer gdb.Close()
+		c, a, err := gdb.Register(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		cityID, asnID = &c, &a
+		log.Info("GeoIP databases", "city", cfg.CityDB, "city_built", gdb.CityInfo.BuildTime, "asn", cfg.ASNDB, "asn_built", gdb.ASNInfo.BuildTime)
+	}
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: cfg.Vantage}); err != nil {
+		return nil, err
+	}
+	vc := v.Config()
+	conf, _ := json.Marshal(map[string]any{
+		"alpns": vc.ALPNs, "quic_versions": vc.Versions, "handshake_timeout_ms": vc.HandshakeTimeout.Milliseconds(),
+		"query_timeout_ms": vc.QueryTimeout.Milliseconds(), "target_timeout_ms": vc.TargetTimeout.Milliseconds(),
+		"query_name": vc.QueryName, "sni_names": vc.SNINames, "max_sni_attempts": vc.MaxSNIAttempts,
+		"concurrency": cfg.Concurrency, "rate": cfg.Rate, "ports": cfg.Ports, "scan_ids": sum.ScanIDs,
+		"targets_file": cfg.TargetsFile, "geoip_city": cfg.CityDB, "geoip_asn": cfg.ASNDB,
+	})
+	runID, existed, err := s.StartVerificationRun(ctx, store.VerificationRun{ISOWeek: sum.Week, VantageID: cfg.Vantage,
+		Label: cfg.Label, ScanID: scanID, Source: sum.Source, Config: conf, CityDataset: cityID, ASNDataset: asnID})
+	if err != nil {
+		return nil, err
+	}
+	sum.RunID = runID
+
+	// Resume: skip what this run already has.
+	sum.Targets = len(targets)
+	if existed {
+		done, err := doneTargets(ctx, s, runID)
+		if err != nil {
+			return nil, err
+		}
+		kept := targets[:0]
+		for _, t := range targets {
+			if !done[t.Addr] {
+				kept = append(kept, t)
+			}
+		}
+		sum.Skipped = len(targets) - len(kept)
+		targets = kept
+	}
+	log.Info("verification run", "run_id", runID, "week", sum.Week, "vantage", cfg.Vantage, "label", cfg.Label,
+		"source", sum.Source, "scan_ids", sum.ScanIDs, "ports", portsString(cfg.Ports), "targets", sum.Targets,
+		"already_done", sum.Skipped, "concurrency", cfg.Concurrency, "rate", cfg.Rate)
+
+	start := time.Now()
+	n, runErr := verifyAll(ctx, s, v, gdb, cityID, asnID, runID, targets, cfg, log)
+	sum.Verified = n
+	sum.Elapsed = time.Since(start).Seconds()
+	if sum.Elapsed > 0 {
+		sum.Rate = float64(n) / sum.Elapsed
+	}
+	sum.Status = "ok"
+	switch {
+	case runErr != nil && ctx.Err() != nil:
+		sum.Status = "interrupted"
+	case runErr != nil:
+		sum.Status = "failed"
+	}
+	// The summary covers the whole run; write it with a context that survives SIGINT.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := runSummary(fctx, s, runID, sum); err != nil && runErr == nil {
+		runErr = err
+	}
+	js, _ := json.Marshal(sum)
+	if err := s.FinishVerificationRun(fctx, runID, sum.Status, js); err != nil && runErr == nil {
+		runErr = err
+	}
+	return sum, runErr
+}
+
+// ISOWeek formats t's ISO 8601 week as YYYY-Www.
+func ISOWeek(t time.Time) string {
+	y, w := t.UTC().ISOWeek()
+	return fmt.Sprintf("%04d-W%02d", y, w)
+}
+
+func doneTargets(ctx context.Context, s *store.Store, runID int64) (map[netip.AddrPort]bool, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT address, port FROM verification_results WHERE run_id = $1`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("done targets: %w", err)
+	}
+	defer rows.Close()
+	done := map[netip.AddrPort]bool{}
+	for rows.Next() {
+		var a netip.Addr
+		var p int32
+		if err := rows.Scan(&a, &p); err != nil {
+			return nil, err
+		}
+		done[netip.AddrPortFrom(a.Unmap(), uint16(p))] = true
+	}
+	return done, rows.Err()
+}
+
+// verifyAll runs the worker pool and the writer; it returns how many results were
+// written. Results of targets cut short by cancellation are dropped (a resumed run
+// verifies them again) rather than stored as false timeouts.
+func verifyAll(ctx context.Context, s *store.Store, v *Verifier, gdb *geo.DB, cityID, asnID *int64,
+	runID int64, targets []Target, cfg RunConfig, log *slog.Logger) (int, error) {
+	total := len(targets)
+	if total == 0 {
+		return 0, ctx.Err()
+	}
+	var lim *rate.Limiter
+	if cfg.Rate > 0 {
+		lim = rate.NewLimiter(rate.Limit(cfg.Rate), 1)
+	}
+	results := make(chan Result, cfg.Concurrency)
+	go func() {
+		defer close(results)
+		var again []Result
+		for r := range pool(ctx, v, targets, cfg.Concurrency, lim) {
+			if cfg.RetryTimeouts && r.Outcome == OutcomeTimeout {
+				again = append(again, r) // held back: verified once more below
+				continue
+			}
+			results <- r
+		}
+		if len(again) == 0 || ctx.Err() != nil {
+			return
+		}
+		// Second pass over timeouts at an eighth of the concurrency: a handshake that
+		// missed 2 s because this machine (or the path) was busy gets one more chance;
+		// a host that really stalls costs one more timeout.
+		first := map[netip.AddrPort]Result{}
+		retry := make([]Target, len(again))
+		for i, r := range again {
+			first[r.Addr] = r
+			retry[i] = r.Target
+		}
+		log.Info("second pass over timeouts", "targets", len(retry), "concurrency", max(1, cfg.Concurrency/8))
+		for r := range pool(ctx, v, retry, max(1, cfg.Concurrency/8), lim) {
+			r.Attempts += first[r.Addr].Attempts
+			r.Detail = "second pass: " + r.Detail
+			results <- r
+		}
+	}()
+
+	var done atomic.Int64
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(progressDone)
+		tk := time.NewTicker(cfg.Progress)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-tk.C:
+				d := done.Load()
+				el := time.Since(start).Seconds()
+				r := float64(d) / el
+				eta := "unknown"
+				if r > 0 {
+					eta = (time.Duration(float64(int64(total)-d)/r) * time.Second).String()
+				}
+				log.Info("progress", "done", d, "total", total, "rate_per_s", fmt.Sprintf("%.1f", r), "eta", eta)
+			}
+		}
+	}()
+	defer func() { close(stopProgress); <-progressDone }()
+
+	w := &writer{s: s, runID: runID, gdb: gdb, cityID: cityID, asnID: asnID}
+	flushEvery := time.NewTicker(2 * time.Second)
+	defer flushEvery.Stop()
+	written := 0
+	var werr error
+	// The writer keeps going after SIGINT so that finished results are kept.
+	wctx := context.WithoutCancel(ctx)
+	flush := func() {
+		if werr != nil {
+			return
+		}
+		n, err := w.flush(wctx)
+		written += n
+		if err != nil {
+			werr = err
+			log.Error("writing results failed", "err", err)
+		}
+	}
+	for open := true; open; {
+		select {
+		case r, ok := <-results:
+			if !ok {
+				open = false
+				break
+			}
+			done.Add(1)
+			if err := w.add(r); err != nil && werr == nil {
+				werr = err
+			}
+			if len(w.results) >= cfg.BatchSize {
+				flush()
+			}
+		case <-flushEvery.C:
+			flush()
+		}
+	}
+	flush()
+	if werr != nil {
+		return written, werr
+	}
+	return written, ctx.Err()
+}
+
+// pool verifies targets with conc workers and streams the results; results of targets
+// cut short by cancellation are dropped.
+func pool(ctx context.Context, v *Verifier, targets []Target, conc int, lim *rate.Limiter) <-chan Result {
+	jobs := make(chan Target)
+	out := make(chan Result, conc)
+	var wg sync.WaitGroup
+	for range min(conc, len(targets)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := range jobs {
+				r := v.Verify(ctx, t)
+				if ctx.Err() != nil {
+					continue // cut short: not a real outcome
+				}
+				out <- r
+			}
+		}()
+	}
+	go func() {
+		defer close(jobs)
+		for _, t := range targets {
+			if lim != nil {
+				if err := lim.Wait(ctx); err != nil {
+					return
+				}
+			}
+			select {
+			case jobs <- t:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(out) }()
+	return out
+}
+
+// writer batches rows for the database.
+type writer struct {
+	s             *store.Store
+	runID         int64
+	gdb           *geo.DB
+	cityID, asnID *int64
+	certs         certs.Dedup
+	results       []store.VerificationResult
+	resolvers     []store.Resolver
+	geo           []store.ResolverGeo
+	seenResolver  map[netip.Addr]bool
+}
+
+func (w *writer) add(r Result) error {
+	w.results = append(w.results, toRow(w.runID, r))
+	rows, _ := certs.Chain(r.Chain, r.At)
+	w.certs.Add(rows...)
+	// A resolver: an address that answered a DNS query over DoQ (any rcode).
+	if r.Rcode == nil {
+		return nil
+	}
+	a := r.Addr.Addr()
+	if w.seenResolver == nil {
+		w.seenResolver = map[netip.Addr]bool{}
+	}
+	if w.seenResolver[a] {
+		return nil
+	}
+	w.seenResolver[a] = true
+	w.resolvers = append(w.resolvers, store.Resolver{Address: a, FirstSeen: r.At, LastSeen: r.At})
+	if w.gdb != nil {
+		g, err := w.gdb.Row(a, *w.cityID, *w.asnID)
+		if err != nil {
+			return err
+		}
+		w.geo = append(w.geo, g)
+	}
+	return nil
+}
+
+func (w *writer) flush(ctx context.Context) (int, error) {
+	n := len(w.results)
+	if n == 0 {
+		return 0, nil
+	}
+	if _, err := store.Insert(ctx, w.s, store.TableCertificates, w.certs.Take()); err != nil {
+		return 0, err
+	}
+	if _, err := store.Insert(ctx, w.s, store.TableVerificationResults, w.results); err != nil {
+		return 0, err
+	}
+	if _, err := store.Insert(ctx, w.s, store.TableResolvers, w.resolvers); err != nil {
+		return 0, err
+	}
+	if len(w.resolvers) > 0 {
+		// Known resolvers seen again (a later week's run): move last_seen forward.
+		addrs := make([]netip.Addr, len(w.resolvers))
+		var latest time.Time
+		for i, r := range w.resolvers {
+			addrs[i] = r.Address
+			if r.LastSeen.After(latest) {
+				latest = r.LastSeen
+			}
+		}
+		if _, err := w.s.Pool.Exec(ctx, `UPDATE resolvers SET last_seen = $2
+			WHERE address = ANY($1) AND last_seen < $2`, addrs, latest); err != nil {
+			return 0, fmt.Errorf("resolvers last_seen: %w", err)
+		}
+	}
+	if _, err := store.Insert(ctx, w.s, store.TableResolverGeo, w.geo); err != nil {
+		return 0, err
+	}
+	w.results, w.resolvers, w.geo = w.results[:0], w.resolvers[:0], w.geo[:0]
+	return n, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// toRow converts a result into its verification_results row.
+func toRow(runID int64, r Result) store.VerificationResult {
+	row := store.VerificationResult{RunID: runID, Address: r.Addr.Addr(), Port: int32(r.Addr.Port()),
+		Outcome: r.Outcome, Detail: r.Detail, ScanVersions: r.ScanVersions, Attempts: int16(r.Attempts),
+		VerifiedAt: r.At, SNISource: ptr(r.SNISource), CertValidForSNI: r.CertValid, DNSAnswers: nil}
+	if r.QUICVersion != 0 {
+		row.QUICVersion = ptr(int64(r.QUICVersion))
+		row.ALPN = ptr(r.ALPN)
+		row.TLSVersion = ptr(int32(r.TLSVersion))
+		row.TLSCipher = ptr(r.TLSCipher)
+		row.HandshakeNS = ptr(r.Handshake.Nanoseconds())
+	}
+	if r.SNI != "" {
+		row.SNI = ptr(r.SNI)
+	}
+	for _, c := range r.Chain {
+		row.CertChain = append(row.CertChain, certs.Fingerprint(c.Raw))
+	}
+	if r.Rcode != nil {
+		row.DNSRcode = ptr(int16(*r.Rcode))
+		row.DNSAnswers = ptr(int16(min(r.Answers, 32767)))
+	}
+	if row.VerifiedAt.IsZero() {
+		row.VerifiedAt = time.Now()
+	}
+	return row
+}
+
+// runSummary fills the whole-run counts from the database.
+func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) error {
+	sum.Outcomes = map[string]int{}
+	rows, err := s.Pool.Query(ctx, `SELECT outcome, count(*) FROM verification_results WHERE run_id = $1 GROUP BY outcome`, runID)
+	if err != nil {
+		return fmt.Errorf("summary: %w", err)
+	}
+	for rows.Next() {
+		var o string
+		var n int
+		if err := rows.Scan(&o, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		sum.Outcomes[o] = n
+	}
+	rows.Close()
+	rows, err = s.Pool.Query(ctx, `SELECT alpn, quic_version, count(*) FROM verification_results
+		WHERE run_id = $1 AND alpn IS NOT NULL GROUP BY alpn, quic_version`, runID)
+	if err != nil {
+		return fmt.Errorf("summary: %w", err)
+	}
+	defer rows.Close()
+	sum.Versions = []VersionCount{}
+	for rows.Next() {
+		var vc VersionCount
+		var qv int64
+		if err := rows.Scan(&vc.ALPN, &qv, &vc.Count); err != nil {
+			return err
+		}
+		vc.QUICVersion = QUICVersionName(uint32(qv))
+		sum.Versions = append(sum.Versions, vc)
+	}
+	sort.Slice(sum.Versions, func(i, j int) bool {
+		if sum.Versions[i].Count != sum.Versions[j].Count {
+			return sum.Versions[i].Count > sum.Versions[j].Count
+		}
+		return sum.Versions[i].ALPN+sum.Versions[i].QUICVersion < sum.Versions[j].ALPN+sum.Versions[j].QUICVersion
+	})
+	return rows.Err()
+}
+
+// QUICVersionName names a QUIC version for summaries.
+func QUICVersionName(v uint32) string {
+	switch v {
+	case 0x00000001:
+		return "v1"
+	case 0x6b3343cf:
+		return "v2"
+	}
+	return fmt.Sprintf("%#08x", v)
+}
+
+// WriteText prints a summary as a small table.
+func (s *Summary) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "verification run %d (%s, vantage %s, label %s, source %s)\n", s.RunID, s.Week, s.Vantage, s.Label, s.Source)
+	fmt.Fprintf(w, "this invocation: %d targets, %d already done, %d verified in %.1f s (%.1f/s), status %s\n",
+		s.Targets, s.Skipped, s.Verified, s.Elapsed, s.Rate, s.Status)
+	fmt.Fprintf(w, "\noutcome            count (whole run)\n")
+	for _, o := range Outcomes {
+		if n := s.Outcomes[o]; n > 0 {
+			fmt.Fprintf(w, "%-18s %6d\n", o, n)
+		}
+	}
+	if len(s.Versions) > 0 {
+		fmt.Fprintf(w, "\nDoQ ALPN   QUIC   handshakes\n")
+		for _, v := range s.Versions {
+			fmt.Fprintf(w, "%-10s %-6s %6d\n", v.ALPN, v.QUICVersion, v.Count)
+		}
+	}
+}

@@ -1,0 +1,236 @@
+package verify
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/doqscan/doqscan/internal/geo/geotest"
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/storetest"
+)
+
+func count(t *testing.T, s *store.Store, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := s.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+// TestRunWritesAndRerunAddsNothing: a run over a scan's QUIC replies writes one result
+// per target, the certificates, the resolvers and their locations; running it again
+// verifies nothing and adds no row.
+func TestRunWritesAndRerunAddsNothing(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	pki := newPKI(t)
+	var bs []behaviour
+	for _, b := range behaviours() {
+		switch b.name {
+		case "rfc9250", "draft-i00-raw", "refused", "servfail", "h3-only", "sni-listed", "closed-port", "draft-only", "stall":
+			bs = append(bs, b)
+		}
+	}
+	var servers []*testServer
+	ports := map[int32]bool{}
+	for _, b := range bs {
+		sv := startServer(t, pki, b)
+		servers = append(servers, sv)
+		ports[int32(sv.addr.Port())] = true
+	}
+	var portList []int32
+	for p := range ports {
+		portList = append(portList, p)
+	}
+
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: "scanner"}); err != nil {
+		t.Fatal(err)
+	}
+	scanID, _, err := s.StartScan(ctx, store.Scan{ISOWeek: "2026-W47", VantageID: "scanner", Ports: portList})
+	if err != nil {
+		t.Fatal(err)
+	}
+	advertised := []int64{1, 0x6b3343cf, 0x1a2a3a4a}
+	var replies []store.ScanReply
+	for _, sv := range servers {
+		replies = append(replies, store.ScanReply{ScanID: scanID, Port: int32(sv.addr.Port()), Address: sv.addr.Addr(),
+			ReplyKind: "quic-vn", QUICVersions: advertised, ReceivedAt: time.Now()})
+	}
+	// Not QUIC-capable: must not become a target.
+	replies = append(replies, store.ScanReply{ScanID: scanID, Port: portList[0], Address: netip.MustParseAddr("127.0.99.1"),
+		ReplyKind: "not-quic", ReceivedAt: time.Now()})
+	if _, err := store.Insert(ctx, s, store.TableScanReplies, replies); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	build := time.Date(2026, 11, 16, 0, 0, 0, 0, time.UTC)
+	cityPath, asnPath := geotest.Write(t, dir, build, []geotest.Entry{
+		{Prefix: "127.0.0.0/8", ASN: 64512, ASOrg: "Loopback Networks", Country: "DE", Continent: "EU", City: "Kiel", Lat: 54.3, Lon: 10.1},
+	})
+
+	cfg := RunConfig{Verify: testConfig(pki), Vantage: "verifier", Label: "weekly", Ports: portList,
+		Concurrency: 4, CityDB: cityPath, ASNDB: asnPath, BatchSize: 3, RetryTimeouts: true}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sum, err := Run(ctx, s, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Week != "2026-W47" || sum.Targets != len(servers) || sum.Verified != len(servers) || sum.Status != "ok" {
+		t.Fatalf("summary %+v", sum)
+	}
+	wantOutcomes := map[string]int{}
+	wantResolvers := 0
+	for _, b := range bs {
+		wantOutcomes[b.want]++
+		if strings.HasPrefix(b.want, "doq-") {
+			wantResolvers++
+		}
+	}
+	for o, n := range wantOutcomes {
+		if sum.Outcomes[o] != n {
+			t.Errorf("outcome %s: %d, want %d (%v)", o, sum.Outcomes[o], n, sum.Outcomes)
+		}
+	}
+	if got := count(t, s, `SELECT count(*) FROM verification_results WHERE run_id = $1 AND scan_versions = $2`, sum.RunID, advertised); got != len(servers) {
+		t.Errorf("%d results with the scan's versions, want %d", got, len(servers))
+	}
+	// Every DoQ result names its chain; every chain fingerprint is a certificates row.
+	if got := count(t, s, `SELECT count(*) FROM verification_results WHERE run_id = $1 AND outcome LIKE 'doq-%'
+		AND cardinality(cert_chain) = 2 AND alpn IS NOT NULL AND quic_version IS NOT NULL AND handshake_ns > 0
+		AND tls_version = 772 AND cert_valid_for_sni`, sum.RunID); got != wantResolvers {
+		t.Errorf("%d complete DoQ rows, want %d", got, wantResolvers)
+	}
+	if got := count(t, s, `SELECT count(*) FROM (SELECT unnest(cert_chain) h FROM verification_results) c
+		WHERE NOT EXISTS (SELECT 1 FROM certificates WHERE sha256 = c.h)`); got != 0 {
+		t.Errorf("%d chain entries without a certificates row", got)
+	}
+	// One intermediate shared by all servers: stored once.
+	if got := count(t, s, `SELECT count(*) FROM certificates WHERE is_ca`); got != 1 {
+		t.Errorf("%d CA certificates, want 1 (deduplicated)", got)
+	}
+	if got := count(t, s, `SELECT count(*) FROM verification_results WHERE sni_source = 'list' AND sni = 'resolver.doq.test'`); got != 1 {
+		t.Errorf("%d SNI-by-list rows", got)
+	}
+	// The stalling host timed out twice: once in the first pass, once in the second.
+	if got := count(t, s, `SELECT count(*) FROM verification_results WHERE outcome = 'timeout'
+		AND attempts = 2 AND detail LIKE 'second pass: %'`); got != wantOutcomes[OutcomeTimeout] {
+		t.Errorf("%d timeouts from the second pass, want %d", got, wantOutcomes[OutcomeTimeout])
+	}
+	if got := count(t, s, `SELECT count(*) FROM resolvers`); got != wantResolvers {
+		t.Errorf("%d resolvers, want %d", got, wantResolvers)
+	}
+	if got := count(t, s, `SELECT count(*) FROM resolver_geo g JOIN datasets c ON c.dataset_id = g.city_dataset
+		WHERE g.asn = 64512 AND g.country = 'DE' AND g.continent = 'EU' AND g.city = 'Kiel' AND c.build_time = $1`, build); got != wantResolvers {
+		t.Errorf("%d resolver_geo rows, want %d", got, wantResolvers)
+	}
+	if got := count(t, s, `SELECT count(*) FROM verification_runs WHERE run_id = $1 AND city_dataset IS NOT NULL
+		AND asn_dataset IS NOT NULL AND status = 'ok' AND scan_id = $2 AND (summary->'outcomes') IS NOT NULL`, sum.RunID, scanID); got != 1 {
+		t.Error("run row incomplete")
+	}
+
+	tables := []string{"verification_results", "certificates", "resolvers", "resolver_geo", "datasets", "verification_runs"}
+	before := map[string]int{}
+	for _, tb := range tables {
+		before[tb] = count(t, s, "SELECT count(*) FROM "+tb)
+	}
+	again, err := Run(ctx, s, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.RunID != sum.RunID || again.Verified != 0 || again.Skipped != len(servers) {
+		t.Fatalf("re-run: %+v", again)
+	}
+	for _, tb := range tables {
+		if n := count(t, s, "SELECT count(*) FROM "+tb); n != before[tb] {
+			t.Errorf("re-run changed %s: %d -> %d", tb, before[tb], n)
+		}
+	}
+	for o, n := range wantOutcomes {
+		if again.Outcomes[o] != n {
+			t.Errorf("re-run summary %s: %d, want %d", o, again.Outcomes[o], n)
+		}
+	}
+}
+
+func TestRunFromTargetsFile(t *testing.T) {
+	s := storetest.Open(t)
+	pki := newPKI(t)
+	a := startServer(t, pki, behaviour{name: "rfc9250"})
+	b := startServer(t, pki, behaviour{name: "refused", rcode: dns.RcodeRefused})
+	p := filepath.Join(t.TempDir(), "targets.txt")
+	content := "# test targets\n" + a.addr.String() + "\n\n" + b.addr.String() + "  # refused\n" + a.addr.String() + "\n"
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Run(context.Background(), s, RunConfig{Verify: testConfig(pki), Vantage: "verifier", Label: "adhoc",
+		TargetsFile: p, Week: "2026-W47"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Targets != 2 || sum.Outcomes[OutcomeVerified] != 1 || sum.Outcomes[OutcomeRefused] != 1 || sum.Source != "file" {
+		t.Fatalf("%+v", sum)
+	}
+	if len(sum.Versions) != 1 || sum.Versions[0].ALPN != "doq" || sum.Versions[0].QUICVersion != "v1" || sum.Versions[0].Count != 2 {
+		t.Fatalf("versions %+v", sum.Versions)
+	}
+	var sb strings.Builder
+	sum.WriteText(&sb)
+	if !strings.Contains(sb.String(), "doq-refused") {
+		t.Fatal(sb.String())
+	}
+}
+
+func TestNoScanIsAnError(t *testing.T) {
+	s := storetest.Open(t)
+	pki := newPKI(t)
+	_, err := Run(context.Background(), s, RunConfig{Verify: testConfig(pki), Vantage: "verifier"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), ErrNoScan.Error()) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestReadTargets(t *testing.T) {
+	ts, err := ReadTargets(strings.NewReader("198.19.0.1\n198.19.0.2:784\n[2001:db8::1]:8853\n2001:db8::2\n[::ffff:198.19.0.3]:853\n# x\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"198.19.0.1:853", "198.19.0.2:784", "[2001:db8::1]:8853", "[2001:db8::2]:853", "198.19.0.3:853"}
+	if len(ts) != len(want) {
+		t.Fatalf("%v", ts)
+	}
+	for i, w := range want {
+		if ts[i].Addr.String() != w {
+			t.Errorf("%d: %s, want %s", i, ts[i].Addr, w)
+		}
+	}
+	for _, bad := range []string{"nonsense", "198.19.0.1:0", "198.19.0.1:99999", "fe80::1%eth0"} {
+		if _, err := ReadTargets(strings.NewReader(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func FuzzReadTargets(f *testing.F) {
+	f.Add("198.19.0.1:853\n[::1]:784\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		ts, err := ReadTargets(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for _, tg := range ts {
+			if !tg.Addr.IsValid() || tg.Addr.Port() == 0 || tg.Addr.Addr().Is4In6() {
+				t.Fatalf("bad target %v from %q", tg.Addr, s)
+			}
+		}
+	})
+}

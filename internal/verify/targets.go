@@ -1,0 +1,156 @@
+package verify
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// DefaultPorts are the DoQ ports a scan's QUIC replies are verified on.
+var DefaultPorts = []int32{doq.PortExperimental, doq.PortRFC9250, doq.PortDraft02}
+
+// ReadTargets parses a targets file: one target per line as "addr:port", "[v6]:port",
+// or a bare address (port 853, RFC 9250 §8.2); blank lines and '#' comments are
+// skipped. Duplicates are dropped, order is kept.
+func ReadTargets(r io.Reader) ([]Target, error) {
+	var out []Target
+	seen := map[netip.AddrPort]bool{}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		ap, err := parseTarget(line)
+		if err != nil {
+			return nil, fmt.Errorf("targets line %d: %w", n, err)
+		}
+		if !seen[ap] {
+			seen[ap] = true
+			out = append(out, Target{Addr: ap})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("targets: %w", err)
+	}
+	return out, nil
+}
+
+func parseTarget(s string) (netip.AddrPort, error) {
+	if a, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
+		if a.Zone() != "" {
+			return netip.AddrPort{}, fmt.Errorf("%q: zoned addresses are not targets", s)
+		}
+		return netip.AddrPortFrom(a.Unmap(), doq.PortRFC9250), nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q: want addr, addr:port or [v6]:port", s)
+	}
+	if ap.Port() == 0 || ap.Addr().Zone() != "" {
+		return netip.AddrPort{}, fmt.Errorf("%q: bad port or zoned address", s)
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+}
+
+// ScanSelection says which scan(s) to take targets from: an id, a week, or the latest.
+type ScanSelection struct {
+	ScanID *int64
+	Week   string // ISO week; all shards of that week's scans with Label
+	Label  string // scan label; default "weekly"
+}
+
+// ErrNoScan is returned when no scan matches the selection.
+var ErrNoScan = errors.New("no scan matches")
+
+// ResolveScans returns the scan ids of a selection and their ISO week. Without id or
+// week it takes the most recently started scan and all its shards.
+func ResolveScans(ctx context.Context, s *store.Store, sel ScanSelection) (ids []int64, week string, err error) {
+	label := sel.Label
+	if label == "" {
+		label = "weekly"
+	}
+	var rows interface {
+		Next() bool
+		Scan(...any) error
+		Err() error
+		Close()
+	}
+	switch {
+	case sel.ScanID != nil:
+		rows, err = s.Pool.Query(ctx, `SELECT scan_id, iso_week FROM scans WHERE scan_id = $1`, *sel.ScanID)
+	case sel.Week != "":
+		rows, err = s.Pool.Query(ctx, `SELECT scan_id, iso_week FROM scans WHERE iso_week = $1 AND label = $2 ORDER BY scan_id`, sel.Week, label)
+	default:
+		rows, err = s.Pool.Query(ctx, `SELECT s.scan_id, s.iso_week FROM scans s
+			JOIN (SELECT iso_week, vantage_id, label FROM scans ORDER BY started_at DESC, scan_id DESC LIMIT 1) l
+			  USING (iso_week, vantage_id, label) ORDER BY s.scan_id`)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("select scans: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id, &week); err != nil {
+			return nil, "", err
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	if len(ids) == 0 {
+		return nil, "", ErrNoScan
+	}
+	return ids, week, nil
+}
+
+// ScanTargets returns the QUIC-capable (address, port) pairs of the scans: replies
+// classified 'quic-vn' on the given ports, with the versions they advertised.
+func ScanTargets(ctx context.Context, s *store.Store, scanIDs []int64, ports []int32) ([]Target, error) {
+	if len(ports) == 0 {
+		ports = DefaultPorts
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT ON (address, port) address, port, quic_versions
+		FROM scan_replies WHERE scan_id = ANY($1) AND reply_kind = 'quic-vn' AND port = ANY($2)
+		ORDER BY address, port, scan_id`, scanIDs, ports)
+	if err != nil {
+		return nil, fmt.Errorf("select scan targets: %w", err)
+	}
+	defer rows.Close()
+	var out []Target
+	for rows.Next() {
+		var (
+			a    netip.Addr
+			port int32
+			vs   []int64
+		)
+		if err := rows.Scan(&a, &port, &vs); err != nil {
+			return nil, fmt.Errorf("scan target row: %w", err)
+		}
+		out = append(out, Target{Addr: netip.AddrPortFrom(a.Unmap(), uint16(port)), ScanVersions: vs})
+	}
+	return out, rows.Err()
+}
+
+// portsString formats ports for logs.
+func portsString(ps []int32) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ",")
+}
