@@ -1,0 +1,112 @@
+package delayline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// ServeConfig configures the long-lived delay-line process (`testnet delayline`).
+type ServeConfig struct {
+	TUN       string // TUN device, e.g. "tun0"
+	TableFile string // path table (ParseTable format); SIGHUP re-reads it
+	StatsFile string // JSON Stats, rewritten every second and at exit ("" = none)
+	Seed      uint64
+	Lead      time.Duration
+	// Ready, if set, is called once the TUN device is attached and the table loaded.
+	Ready func() error
+	Log   *slog.Logger
+}
+
+// LoadTable reads a table file.
+func LoadTable(path string) (*Table, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("path table: %w", err)
+	}
+	defer f.Close()
+	t, err := ParseTable(f)
+	if err != nil {
+		return nil, fmt.Errorf("path table %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// Serve runs the delay line on a TUN device until ctx is done. Run it inside the router
+// namespace.
+func Serve(ctx context.Context, cfg ServeConfig) error {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tbl, err := LoadTable(cfg.TableFile)
+	if err != nil {
+		return err
+	}
+	dev, err := OpenTUN(cfg.TUN)
+	if err != nil {
+		return err
+	}
+	l, err := New(dev, Config{Paths: tbl, Vantage: tbl.Vantage, Seed: cfg.Seed, Lead: cfg.Lead, Log: log})
+	if err != nil {
+		dev.Close()
+		return err
+	}
+	log.Info("delay line running", "tun", cfg.TUN, "table", cfg.TableFile, "entries", tbl.Len(),
+		"default_rtt", tbl.Default.RTT(), "seed", cfg.Seed, "pid", os.Getpid())
+	if cfg.Ready != nil {
+		if err := cfg.Ready(); err != nil {
+			dev.Close()
+			return fmt.Errorf("signalling readiness: %w", err)
+		}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- l.Run(runCtx) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			writeStats(cfg.StatsFile, l.Stats())
+			return err
+		case <-ctx.Done():
+			err := <-done
+			st := l.Stats()
+			writeStats(cfg.StatsFile, st)
+			log.Info("delay line stopped", "stats", st)
+			return err
+		case <-hup:
+			t, err := LoadTable(cfg.TableFile)
+			if err != nil {
+				log.Error("reload failed; keeping the old table", "err", err)
+				continue
+			}
+			l.SetPaths(t, t.Vantage)
+			log.Info("path table reloaded", "entries", t.Len(), "default_rtt", t.Default.RTT())
+		case <-tick.C:
+			writeStats(cfg.StatsFile, l.Stats())
+		}
+	}
+}
+
+func writeStats(path string, st Stats) {
+	if path == "" {
+		return
+	}
+	b, _ := json.MarshalIndent(st, "", "  ")
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if os.WriteFile(tmp, append(b, '\n'), 0o644) == nil {
+		_ = os.Rename(tmp, path)
+	}
+}
