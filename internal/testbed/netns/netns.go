@@ -184,7 +184,9 @@ func (r Runner) Exists(ctx context.Context, in Instance) (map[string]bool, error
 	return got, nil
 }
 
-// Leftovers lists namespaces named "<inst>-..." (including vantages beyond in.Vantages).
+// Leftovers lists every namespace named "<inst>-..." (vantages beyond in.Vantages, and
+// the peers namespace package peers adds, included). Instance names contain no '-', so
+// "<inst>-" never matches another instance.
 func (r Runner) Leftovers(ctx context.Context, name string) ([]string, error) {
 	all, err := r.ListNamespaces(ctx)
 	if err != nil {
@@ -192,7 +194,7 @@ func (r Runner) Leftovers(ctx context.Context, name string) ([]string, error) {
 	}
 	var left []string
 	for _, n := range all {
-		if n == name+"-router" || n == name+"-inet" || strings.HasPrefix(n, name+"-vantage") {
+		if strings.HasPrefix(n, name+"-") {
 			left = append(left, n)
 		}
 	}
