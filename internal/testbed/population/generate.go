@@ -118,7 +118,7 @@ var specials = []special{
 	{"doq-v1only", "QUIC v1 only", "quic=784,853 alpn=doq versions=v1 token=honour cert=provider-b dns=udp,tcp", false, false},
 	{"doq-v2only", "QUIC v2 only (a v1 client gets Version Negotiation)", "quic=784,853 alpn=doq versions=v2 token=honour cert=provider-b dns=udp,tcp", false, false},
 	{"doq-refused", "DoQ handshake fine, every query REFUSED", "quic=784,853 alpn=doq versions=v1,v2 token=honour cert=provider-c rcode=REFUSED " + allDNS, false, false},
-	{"doq-servfail", "DoQ handshake fine, every query SERVFAIL", "quic=784,853 alpn=doq versions=v1,v2 token=honour cert=provider-c rcode=SERVFAIL dns=udp,tcp", false, false},
+	{"doq-servfail", "DoQ handshake fine, every query SERVFAIL", "quic=784,853 alpn=doq versions=v1,v2 token=honour cert=provider-c rcode=SERVFAIL", false, false},
 	{"doq-lossy", "DoQ on a lossy path", "quic=784,853 alpn=doq versions=v1,v2 token=honour cert=provider-a " + allDNS, true, false},
 	{"quic-draft-only", "answers every Initial with a valid VN listing only drafts", "quic=784,853 versions=draft-29,draft-32,draft-34 hostile=draft-only", false, false},
 	{"hostile-garbage", "random bytes for every datagram and DNS query", "quic=784,853,8853 dns=udp,tcp hostile=garbage", false, false},
