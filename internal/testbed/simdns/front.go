@@ -129,11 +129,11 @@ func (s *Server) acceptLoop(p Protocol, ln net.Listener) {
 		select {
 		case s.conns <- struct{}{}:
 		default:
-			s.count(func(st *Stats) { st.Rejected++ })
+			s.nRejected.Add(1)
 			reset(c)
 			continue
 		}
-		s.count(func(st *Stats) { st.TCPConns++ })
+		s.nTCP.Add(1)
 		s.wg.Go(func() {
 			defer func() { <-s.conns }()
 			stop := context.AfterFunc(s.ctx, func() { c.Close() })

@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -215,12 +216,12 @@ type Server struct {
 	listeners []net.Listener
 	addrs     map[Protocol]net.Addr
 
-	mu     sync.Mutex
-	errs   []error
-	stats  Stats
-	doh    *connListener
-	tlsMu  sync.Mutex
-	tlsCfg map[tlsKey]*tls.Config
+	mu                             sync.Mutex
+	errs                           []error
+	nUDP, nTCP, nRejected, nPanics atomic.Uint64
+	doh                            *connListener
+	tlsMu                          sync.Mutex
+	tlsCfg                         map[tlsKey]*tls.Config
 }
 
 // Stats counts what the server did (for logs and tests).
@@ -303,15 +304,8 @@ func (s *Server) Addr(p Protocol) net.Addr { return s.addrs[p] }
 
 // Stats returns a snapshot of the counters.
 func (s *Server) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stats
-}
-
-func (s *Server) count(f func(*Stats)) {
-	s.mu.Lock()
-	f(&s.stats)
-	s.mu.Unlock()
+	return Stats{UDPQueries: s.nUDP.Load(), TCPConns: s.nTCP.Load(), Rejected: s.nRejected.Load(),
+		Panics: s.nPanics.Load()}
 }
 
 func (s *Server) bind() error {
@@ -364,7 +358,7 @@ func (s *Server) fail(err error) {
 func (s *Server) guard(what string, f func()) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.count(func(st *Stats) { st.Panics++ })
+			s.nPanics.Add(1)
 			s.log.Error("simdns: recovered panic", "in", what, "panic", r)
 		}
 	}()

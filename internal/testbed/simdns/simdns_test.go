@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -752,27 +753,46 @@ func TestFastOpen(t *testing.T) {
 		checkAnswer(t, s.table, p, addrFastOpen, r)
 	}
 	if !FastOpenServerEnabled() {
-		t.Skipf("end-to-end TFO check skipped: %s lacks the server bit 0x2 in this namespace "+
-			"(the testbed's internet namespace sets it; the host's is left alone)", fastOpenSysctl)
+		t.Skipf("end-to-end TFO check skipped here: %s lacks the server bit 0x2 in this namespace "+
+			"(TestFastOpenNamespace checks it in a private one)", fastOpenSysctl)
 	}
-	for _, tc := range []struct {
-		a    netip.Addr
-		want bool
-	}{{addrFastOpen, true}, {classAddr(0), false}} {
-		var synData bool
-		for range 2 { // the first connection fetches the cookie, the second uses it
-			synData = tfoExchange(t, s.target(DoTCP, tc.a))
+	got, err := tfoCheck(s.target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTFO(t, s.table, got)
+}
+
+// tfoCheck makes two DoTCP exchanges with TCP_FASTOPEN_CONNECT to a TFO address and to a
+// plain one (the first fetches the cookie, the second may carry the query in its SYN) and
+// returns, per address, whether the second SYN's data was acknowledged.
+func tfoCheck(target func(Protocol, netip.Addr) string) (map[netip.Addr]bool, error) {
+	got := map[netip.Addr]bool{}
+	for _, a := range []netip.Addr{addrFastOpen, classAddr(0)} {
+		for range 2 {
+			syn, err := tfoExchange(target(DoTCP, a))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", a, err)
+			}
+			got[a] = syn
 		}
-		if synData != tc.want {
-			t.Errorf("%s: SYN data acknowledged %v, want %v", tc.a, synData, tc.want)
+	}
+	return got, nil
+}
+
+func checkTFO(t *testing.T, dir Directory, got map[netip.Addr]bool) {
+	t.Helper()
+	for a, syn := range got {
+		b, _ := dir.Behaviour(a, DoTCP)
+		if syn != b.FastOpen {
+			t.Errorf("%s: SYN data acknowledged %v, want %v (FastOpen)", a, syn, b.FastOpen)
 		}
 	}
 }
 
-// tfoExchange sends a DoTCP query with TCP_FASTOPEN_CONNECT and reports whether the
-// server acknowledged data in the SYN (TCPI_OPT_SYN_DATA).
-func tfoExchange(t *testing.T, target string) bool {
-	t.Helper()
+// tfoExchange sends a DoTCP query with TCP_FASTOPEN_CONNECT, reads the reply and reports
+// whether the server acknowledged data in the SYN (TCPI_OPT_SYN_DATA).
+func tfoExchange(target string) (bool, error) {
 	d := net.Dialer{Timeout: okTimeout, Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		c.Control(func(fd uintptr) {
@@ -782,24 +802,107 @@ func tfoExchange(t *testing.T, target string) bool {
 	}}
 	c, err := d.Dial("tcp4", target)
 	if err != nil {
-		t.Fatal(err)
+		return false, err
 	}
 	defer c.Close()
 	wire, _ := query("test.com").Pack()
 	out := append([]byte{byte(len(wire) >> 8), byte(len(wire))}, wire...)
 	if _, err := c.Write(out); err != nil {
-		t.Fatal(err)
+		return false, err
 	}
 	c.SetReadDeadline(time.Now().Add(okTimeout))
 	var pfx [2]byte
 	if _, err := io.ReadFull(c, pfx[:]); err != nil {
-		t.Fatal(err)
+		return false, err
 	}
-	rc, _ := c.(*net.TCPConn).SyscallConn()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return false, err
+	}
 	var info *unix.TCPInfo
-	rc.Control(func(fd uintptr) { info, _ = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+	var ierr error
+	rc.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+	if ierr != nil {
+		return false, ierr
+	}
 	const tcpiOptSynData = 32 // linux/tcp.h TCPI_OPT_SYN_DATA
-	return info != nil && info.Options&tcpiOptSynData != 0
+	return info.Options&tcpiOptSynData != 0, nil
+}
+
+// TestFastOpenNamespace runs the server and the client in a private network namespace
+// (so the server bit of net.ipv4.tcp_fastopen can be set without touching the host's),
+// through Config.EnableFastOpenSysctl as simserver does in the testbed's internet
+// namespace, and checks TFO end to end: the FastOpen address acknowledges data in the
+// SYN, the others do not.
+func TestFastOpenNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a private network namespace (unshare CLONE_NEWNET)")
+	}
+	certs := newTestCerts(t)
+	tab := testTable()
+	type result struct {
+		got map[netip.Addr]bool
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread enters the new namespace and is never unlocked: it exits with this
+		// goroutine instead of returning to the pool in the wrong namespace. Sockets made
+		// here (the server's listeners, the client's) live in the new namespace.
+		runtime.LockOSThread()
+		var res result
+		defer func() { ch <- res }()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			res.err = fmt.Errorf("unshare: %w", err)
+			return
+		}
+		if err := loopbackUp(); err != nil {
+			res.err = err
+			return
+		}
+		srv, err := Start(t.Context(), Config{Directory: tab, Certs: certs, EnableFastOpenSysctl: true,
+			Ports: Ports{UDP: -1, TCP: -1, DoT: -1, DoH: -1}})
+		if err != nil {
+			res.err = err
+			return
+		}
+		defer srv.Close()
+		if !FastOpenServerEnabled() {
+			res.err = errors.New("EnableFastOpenSysctl did not set the server bit")
+			return
+		}
+		ts := &testServer{Server: srv, table: tab, certs: certs}
+		res.got, res.err = tfoCheck(ts.target)
+	}()
+	res := <-ch
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	checkTFO(t, tab, res.got)
+	if !res.got[addrFastOpen] {
+		t.Fatal("TFO address did not take data in the SYN")
+	}
+}
+
+// loopbackUp sets lo up in the calling thread's network namespace (SIOCSIFFLAGS).
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("SIOCGIFFLAGS lo: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("SIOCSIFFLAGS lo: %w", err)
+	}
+	return nil
 }
 
 func TestMain(m *testing.M) {

@@ -58,7 +58,7 @@ func (s *Server) serveUDP(pc *ipv4.PacketConn) {
 			continue
 		}
 		dst = dst.Unmap()
-		s.count(func(st *Stats) { st.UDPQueries++ })
+		s.nUDP.Add(1)
 		s.guard("udp", func() { s.handleUDP(pc, buf[:n], dst, src) })
 	}
 }
