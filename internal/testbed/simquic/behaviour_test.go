@@ -146,7 +146,7 @@ func TestVersionNegotiationProbe(t *testing.T) {
 			}
 			wait := time.Second
 			if kind == population.VNNone {
-				wait = 200 * time.Millisecond
+				wait = 100 * time.Millisecond
 			}
 			c.SetReadDeadline(time.Now().Add(wait))
 			b := make([]byte, 1500)

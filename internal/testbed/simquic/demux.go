@@ -1,6 +1,7 @@
 package simquic
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -24,7 +25,10 @@ import (
 const (
 	oobSize       = 256  // room for IP_PKTINFO and IP_TOS control messages
 	maxDatagram   = 1500 // the testbed's veth MTU; larger datagrams are truncated and dropped by quic-go
-	vconnQueueLen = 1024 // datagrams buffered per Transport before the demultiplexer drops
+	vconnQueueLen = 8192 // datagrams buffered per Transport before the demultiplexer drops
+	// socketBuffer is the receive/send buffer of each shared socket: a ZMap sweep of the
+	// /16 arrives in ~0.1 s (65,536 probes of 1,200+ bytes), which must not overflow it.
+	socketBuffer = 32 << 20
 )
 
 type datagram struct {
@@ -165,6 +169,30 @@ func enablePktinfo(conn *net.UDPConn) error {
 		return err
 	}
 	return serr
+}
+
+// setBuffers sets the socket's buffers to n bytes, beyond net.core.rmem_max/wmem_max with
+// SO_RCVBUFFORCE/SO_SNDBUFFORCE when privileged (the testbed runs as root), else as large
+// as the limits allow.
+func setBuffers(conn *net.UDPConn, n int) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var rerr, werr error
+	if err := rc.Control(func(fd uintptr) {
+		rerr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n)
+		werr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n)
+	}); err != nil {
+		return err
+	}
+	if rerr != nil {
+		rerr = conn.SetReadBuffer(n)
+	}
+	if werr != nil {
+		werr = conn.SetWriteBuffer(n)
+	}
+	return errors.Join(rerr, werr)
 }
 
 // dstAddr returns the destination address of a datagram from its IP_PKTINFO control

@@ -45,8 +45,8 @@ func longHeaderIDs(b []byte) (version uint32, dcid, scid []byte, ok bool) {
 // bytes, leaving a version list whose length is not a multiple of 4 (malformed).
 func versionNegotiation(dcid, scid []byte, versions []uint32, cut bool) []byte {
 	out := make([]byte, 0, 7+len(dcid)+len(scid)+4*len(versions))
-	out = append(out, longHeader|byte(rand.IntN(0x80)))
-	out = binary.BigEndian.AppendUint32(out, 0) // version 0 marks Version Negotiation
+	out = append(out, 0xc0|byte(rand.IntN(0x40))) // header form and the QUIC bit (RFC 9443), rest random
+	out = binary.BigEndian.AppendUint32(out, 0)   // version 0 marks Version Negotiation
 	out = append(out, byte(len(scid)))
 	out = append(out, scid...)
 	out = append(out, byte(len(dcid)))
@@ -58,6 +58,12 @@ func versionNegotiation(dcid, scid []byte, versions []uint32, cut bool) []byte {
 		out = out[:len(out)-2]
 	}
 	return out
+}
+
+// greaseVersion returns a reserved version 0x?a?a?a?a (RFC 9000 §15), as quic-go and
+// quinn add to their VN lists so clients never rely on the list being exhaustive.
+func greaseVersion() uint32 {
+	return rand.Uint32()&0xf0f0f0f0 | 0x0a0a0a0a
 }
 
 func garbage() []byte {

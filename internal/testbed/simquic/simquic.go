@@ -99,6 +99,7 @@ func (p profile) key() string {
 
 type tport struct {
 	prof profile
+	wire []uint32 // QUIC versions accepted, as on the wire (for Version Negotiation)
 	vc   *vconn
 	tr   *quic.Transport
 	ln   *quic.EarlyListener
@@ -184,7 +185,9 @@ func (s *Server) setup() error {
 		if err := enablePktinfo(sock); err != nil {
 			return fmt.Errorf("simquic: IP_PKTINFO: %w", err)
 		}
-		_ = sock.SetReadBuffer(4 << 20)
+		if err := setBuffers(sock, socketBuffer); err != nil {
+			s.log.Warn("simquic: socket buffers", "err", err)
+		}
 		s.transports[popPort] = map[string]*tport{}
 		s.routes[popPort] = map[*population.Record]*tport{}
 	}
@@ -217,7 +220,12 @@ func (s *Server) setup() error {
 
 func (s *Server) newTransport(port uint16, prof profile) (*tport, error) {
 	t := &tport{prof: prof, vc: newVconn(s.sockets[port])}
-	t.tr = &quic.Transport{Conn: t.vc}
+	for _, v := range prof.versions {
+		t.wire = append(t.wire, uint32(v))
+	}
+	// The demultiplexer answers Version Negotiation itself: quic-go queues at most 4
+	// pending VN packets and drops the rest, which a ZMap sweep would notice.
+	t.tr = &quic.Transport{Conn: t.vc, DisableVersionNegotiationPackets: true}
 	if prof.retry {
 		t.tr.VerifySourceAddress = func(net.Addr) bool { return true }
 	}
@@ -352,8 +360,22 @@ func (s *Server) demux(port uint16, sock *net.UDPConn) {
 			continue
 		}
 		t := s.routes[port][r]
+		if t == nil {
+			s.Stats.Dropped.Add(1)
+			continue
+		}
+		if version, dcid, scid, ok := longHeaderIDs(buf[:n]); ok && version != 0 && !slices.Contains(t.wire, version) {
+			if n >= minProbeSize { // RFC 9000 §6.1: VN only for datagrams a client could have sent as its first
+				s.Stats.Raw.Add(1)
+				vn := versionNegotiation(dcid, scid, append(slices.Clone(t.wire), greaseVersion()), false)
+				if _, _, err := sock.WriteMsgUDP(vn, srcOOB(dst), src); err != nil {
+					s.log.Debug("simquic: VN", "to", src, "err", err)
+				}
+			}
+			continue
+		}
 		d := datagram{data: append([]byte(nil), buf[:n]...), oob: append([]byte(nil), oob[:oobn]...), src: src}
-		if t == nil || !t.vc.deliver(d) {
+		if !t.vc.deliver(d) {
 			s.Stats.Dropped.Add(1)
 		}
 	}
