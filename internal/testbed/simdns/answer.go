@@ -14,32 +14,35 @@ const (
 	ednsUDPSize = 1232
 	// headerLen is the fixed DNS header length (RFC 1035 §4.1.1).
 	headerLen = 12
+	// qrBit is the QR flag in the third header octet (RFC 1035 §4.1.1).
+	qrBit = 0x80
 	// garbageLen is the length of a ClassGarbage reply.
 	garbageLen = 48
 )
 
 // respond builds the wire reply to query under b for transport p. ok is false when no
-// reply is due: the query is not even a DNS header, or the class sends nothing itself
-// (reset, stall, endless: the transport acts those out).
+// reply is due: the query is not even a DNS header or is a response, or the class sends
+// nothing itself (reset, stall, tls-stall; endless is acted out by the transport).
 func respond(query []byte, b Behaviour, p Protocol, keepalive time.Duration) (wire []byte, ok bool) {
+	switch b.Class {
+	case ClassReset, ClassStall, ClassTLSStall:
+		return nil, false // silent whatever arrives
+	case ClassGarbage:
+		return garbage(), true // whatever arrives
+	}
 	req := new(dns.Msg)
 	if err := req.Unpack(query); err != nil {
-		if len(query) < headerLen {
-			return nil, false
+		if len(query) < headerLen || query[2]&qrBit != 0 {
+			return nil, false // not even a header, or a response: never answer those
 		}
-		// A header but no valid message: FORMERR with the query's ID (RFC 1035 §4.1.1).
+		// A header but no valid message: FORMERR with the query's ID (RFC 1035 §4.1.1), as
+		// BIND and Unbound do; a UDP RTT probe with a random payload gets an answer.
 		m := new(dns.Msg)
 		m.Id = uint16(query[0])<<8 | uint16(query[1])
 		m.Response = true
 		m.Rcode = dns.RcodeFormatError
 		out, err := m.Pack()
 		return out, err == nil
-	}
-	switch b.Class {
-	case ClassGarbage:
-		return garbage(), true
-	case ClassReset, ClassStall, ClassTLSStall:
-		return nil, false
 	}
 	resp := reply(req, b, p, keepalive)
 	out, err := resp.Pack()

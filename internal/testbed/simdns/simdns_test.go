@@ -437,6 +437,71 @@ func (s *testServer) rawUDP(t *testing.T, a netip.Addr, n int) []*dns.Msg {
 	return out
 }
 
+// TestUDPRandomPayload sends what a UDP RTT probe sends (random bytes, a header's worth
+// or more) to every class: the classes that answer reply FORMERR with the payload's ID
+// from the probed address (garbage replies garbage), the silent ones stay silent, and a
+// payload with the QR bit set is never answered.
+func TestUDPRandomPayload(t *testing.T) {
+	s := startTest(t, Limits{})
+	for i, class := range Classes {
+		a := classAddr(i)
+		for _, qr := range []bool{false, true} {
+			c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			payload := make([]byte, 64)
+			for {
+				rand.Read(payload)
+				payload[2] &^= 0x80
+				if qr {
+					payload[2] |= 0x80
+				}
+				if new(dns.Msg).Unpack(payload) != nil {
+					break
+				}
+			}
+			dst, _ := net.ResolveUDPAddr("udp4", s.target(DoUDP, a))
+			if _, err := c.WriteToUDP(payload, dst); err != nil {
+				t.Fatal(err)
+			}
+			// endless answers too: its burst starts with the FORMERR.
+			silent := class == ClassReset || class == ClassStall || class == ClassTLSStall ||
+				qr && class != ClassGarbage
+			timeout := okTimeout
+			if silent {
+				timeout = silentTimeout
+			}
+			c.SetReadDeadline(time.Now().Add(timeout))
+			buf := make([]byte, 1500)
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if silent {
+				if !isTimeout(err) {
+					t.Fatalf("%s qr=%v: got %d bytes (%v), want silence", class, qr, n, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s qr=%v: %v", class, qr, err)
+			}
+			if from.Addr() != a {
+				t.Fatalf("%s: reply from %s", class, from)
+			}
+			if class == ClassGarbage {
+				continue
+			}
+			r := new(dns.Msg)
+			if err := r.Unpack(buf[:n]); err != nil {
+				t.Fatalf("%s: %v", class, err)
+			}
+			if r.Rcode != dns.RcodeFormatError || r.Id != uint16(payload[0])<<8|uint16(payload[1]) {
+				t.Fatalf("%s: rcode %s id %d, want FORMERR with the payload's ID", class, dns.RcodeToString[r.Rcode], r.Id)
+			}
+		}
+	}
+}
+
 func TestNoService(t *testing.T) {
 	s := startTest(t, Limits{})
 	for _, p := range allProtocols {
