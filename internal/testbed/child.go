@@ -37,6 +37,7 @@ func DelayLineMain(args []string) int {
 	stats := fs.String("stats", "", "write JSON counters here every second")
 	seed := fs.Uint64("seed", 1, "seed of the loss/jitter RNG")
 	lead := fs.Duration("lead", 0, "release packets this much before their deadline (wake-up latency compensation)")
+	rt := fs.Bool("realtime", true, "run the reader and release threads SCHED_FIFO (root)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -48,7 +49,7 @@ func DelayLineMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := delayline.Serve(ctx, delayline.ServeConfig{
-		TUN: *tun, TableFile: *table, StatsFile: *stats, Seed: *seed, Lead: *lead,
+		TUN: *tun, TableFile: *table, StatsFile: *stats, Seed: *seed, Lead: *lead, RealTime: *rt,
 		Ready: SignalReady, Log: log,
 	})
 	if err != nil {

@@ -69,7 +69,25 @@ type Config struct {
 	// Lead releases packets this much before their deadline to cancel the wake-up
 	// latency of the release thread (typically tens of µs); 0 releases at or after it.
 	Lead time.Duration
-	Log  *slog.Logger
+	// RealTime runs the reader and release threads under SCHED_FIFO (needs root or
+	// CAP_SYS_NICE; silently not applied otherwise): on a loaded machine a normal thread
+	// waits for a CPU for milliseconds, which no timer precision can make up for.
+	RealTime bool
+	Log      *slog.Logger
+}
+
+// rtPriority is the SCHED_FIFO priority of the line's threads (1..99; low, so kernel
+// threads and anything more urgent still win; RT throttling leaves 5% to the rest).
+const rtPriority = 10
+
+func (l *Line) realtime(role string) {
+	if !l.cfg.RealTime {
+		return
+	}
+	err := unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: rtPriority}, 0)
+	if err != nil {
+		l.cfg.Log.Warn("delayline: SCHED_FIFO not applied; timing will suffer under load", "thread", role, "err", err)
+	}
 }
 
 // Stats are the counters of a running line.
@@ -203,6 +221,8 @@ func (l *Line) Run(ctx context.Context) error {
 
 // readLoop reads packets, classifies them and queues them with their deadline.
 func (l *Line) readLoop() error {
+	runtime.LockOSThread() // never unlocked: the thread may be SCHED_FIFO; it exits with us
+	l.realtime("reader")
 	l.mu.Lock()
 	slot, ok := l.allocLocked()
 	l.mu.Unlock()
@@ -255,7 +275,7 @@ func (l *Line) readLoop() error {
 }
 
 func (l *Line) readErr(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, ErrClosed) {
 		return nil
 	}
 	return fmt.Errorf("delayline: read: %w", err)
@@ -308,8 +328,8 @@ func (l *Line) decideLocked(h Header, now int64) (due int64, lost bool) {
 
 // releaseLoop waits for deadlines on a locked thread and writes due packets back.
 func (l *Line) releaseLoop() {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	runtime.LockOSThread() // never unlocked (see readLoop)
+	l.realtime("release")
 	// 1 ns timer slack: the default 50 µs slack would delay every wake-up.
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	var tick [8]byte

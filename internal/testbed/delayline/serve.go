@@ -19,6 +19,7 @@ type ServeConfig struct {
 	StatsFile string // JSON Stats, rewritten every second and at exit ("" = none)
 	Seed      uint64
 	Lead      time.Duration
+	RealTime  bool // see Config.RealTime
 	// Ready, if set, is called once the TUN device is attached and the table loaded.
 	Ready func() error
 	Log   *slog.Logger
@@ -53,13 +54,13 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	l, err := New(dev, Config{Paths: tbl, Vantage: tbl.Vantage, Seed: cfg.Seed, Lead: cfg.Lead, Log: log})
+	l, err := New(dev, Config{Paths: tbl, Vantage: tbl.Vantage, Seed: cfg.Seed, Lead: cfg.Lead, RealTime: cfg.RealTime, Log: log})
 	if err != nil {
 		dev.Close()
 		return err
 	}
 	log.Info("delay line running", "tun", cfg.TUN, "table", cfg.TableFile, "entries", tbl.Len(),
-		"default_rtt", tbl.Default.RTT(), "seed", cfg.Seed, "pid", os.Getpid())
+		"default_rtt", tbl.Default.RTT(), "seed", cfg.Seed, "realtime", cfg.RealTime, "pid", os.Getpid())
 	if cfg.Ready != nil {
 		if err := cfg.Ready(); err != nil {
 			dev.Close()
