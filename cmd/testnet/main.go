@@ -49,6 +49,7 @@ func main() {
 	fs.IntVar(&o.Vantages, "vantages", 1, "number of vantage namespaces (up)")
 	fs.StringVar(&o.Population, "population", "", "population file (default testbed/population.txt)")
 	fs.BoolVar(&noServers, "no-servers", false, "up: start only namespaces and the delay line")
+	fs.BoolVar(&o.NoPeers, "no-peers", false, "up: start bin/simserver but not the third-party peers")
 	fs.Uint64Var(&o.Seed, "seed", 1, "delay-line loss/jitter RNG seed (up)")
 	fs.DurationVar(&o.Lead, "lead", 0, "delay-line wake-up compensation (up)")
 	fs.IntVar(&vantage, "vantage", 0, "exec: vantage index (0 = <name>-vantage)")

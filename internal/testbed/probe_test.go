@@ -160,6 +160,11 @@ func flood(ctx context.Context, tb *Testbed, dst string, rate, size int) (uint64
 // zmapUDP runs zmap's udp module from vantage 0 over prefix on port and returns the
 // addresses that answered with UDP (success=1).
 func zmapUDP(ctx context.Context, t testing.TB, tb *Testbed, prefix string, port int) (map[string]bool, error) {
+	return zmapScan(ctx, t, tb, prefix, port, "text:doqscan-testbed", 10000)
+}
+
+// zmapScan runs zmap's udp module with a probe (--probe-args) from vantage 0.
+func zmapScan(ctx context.Context, t testing.TB, tb *Testbed, prefix string, port int, probe string, rate int) (map[string]bool, error) {
 	dir := t.TempDir()
 	allow, block, out := dir+"/allow", dir+"/block", dir+"/out.csv"
 	if err := writeFile(allow, prefix+"\n"); err != nil {
@@ -168,9 +173,9 @@ func zmapUDP(ctx context.Context, t testing.TB, tb *Testbed, prefix string, port
 	if err := writeFile(block, BlocklistOutsideTestbed()); err != nil {
 		return nil, err
 	}
-	cmd := tb.Command(ctx, 0, "zmap", "-M", "udp", "-p", strconv.Itoa(port), "--probe-args=text:doqscan-testbed",
+	cmd := tb.Command(ctx, 0, "zmap", "-M", "udp", "-p", strconv.Itoa(port), "--probe-args="+probe,
 		"-i", tb.VantageIf(0), "-G", tb.GatewayMAC(0), "-S", tb.VantageAddr(0).String(),
-		"-w", allow, "-b", block, "-r", "20000", "-c", "2", "--seed", "7",
+		"-w", allow, "-b", block, "-r", strconv.Itoa(rate), "-c", "3", "--seed", "7",
 		"-O", "csv", "-f", "saddr,success", "-o", out, "-q")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("zmap: %w\n%s", err, b)

@@ -20,6 +20,7 @@ import (
 	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
+	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
@@ -36,6 +37,7 @@ type Options struct {
 	Paths *delayline.Table
 	// Servers starts bin/simserver and the peers (when a population is given).
 	Servers bool
+	NoPeers bool   // with Servers: start bin/simserver only
 	Seed    uint64 // delay-line RNG seed (loss, jitter); default 1
 	// Lead: see delayline.Config.Lead.
 	Lead time.Duration
@@ -265,17 +267,20 @@ func (tb *Testbed) ensureServers(ctx context.Context) error {
 		}
 		tb.Opts.Log.Info("simserver started", "pid", pid, "namespace", tb.Inet())
 	}
-	if StartPeers != nil {
-		if err := StartPeers(ctx, tb); err != nil {
-			return fmt.Errorf("testbed %s: peers: %w", tb.Name, err)
-		}
+	if tb.Opts.NoPeers {
+		return nil
+	}
+	// Third-party peers run in <inst>-peers, routed from <inst>-inet (package peers).
+	_, err := peers.StartPopulation(ctx, peers.Config{Inst: tb.Name, Root: tb.Opts.Home,
+		RunDir: filepath.Join(tb.State, "peers"), Log: tb.Opts.Log}, tb.Population, "")
+	switch {
+	case errors.Is(err, peers.ErrNotInstalled):
+		tb.Opts.Log.Warn("third-party peers not installed: their population addresses stay silent (scripts/install-peers.sh)", "err", err)
+	case err != nil:
+		return fmt.Errorf("testbed %s: peers: %w", tb.Name, err)
 	}
 	return nil
 }
-
-// StartPeers starts the third-party peers of the population (package peers). It is a
-// hook until package peers offers a population-driven start; nil starts none.
-var StartPeers func(ctx context.Context, tb *Testbed) error
 
 // Down stops every process of the instance and removes its namespaces and state. It
 // succeeds when nothing is there.

@@ -137,9 +137,11 @@ type Line struct {
 	flows   map[flowKey]int64
 	stopped bool
 
-	st        Stats
-	lateSum   int64
-	lateCount int64
+	// Counters are atomics: a reader of Stats on an ordinary thread must never hold a
+	// lock the real-time threads wait for (priority inversion on a loaded machine).
+	received, forwarded, lost, dropped, overflow, lateOver, writeErrs atomic.Uint64
+	inFlight, maxHeld                                                 atomic.Int64
+	lateSum, lateCount, lateMax                                       atomic.Int64
 }
 
 type pathsBox struct {
@@ -182,12 +184,14 @@ func (l *Line) SetPaths(p Paths, vantage map[int]time.Duration) {
 
 // Stats returns a snapshot of the counters.
 func (l *Line) Stats() Stats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.st
-	s.InFlight = len(l.heap)
-	if l.lateCount > 0 {
-		s.LateMeanNS = l.lateSum / l.lateCount
+	s := Stats{
+		Received: l.received.Load(), Forwarded: l.forwarded.Load(), Lost: l.lost.Load(),
+		Dropped: l.dropped.Load(), Overflow: l.overflow.Load(), InFlight: int(l.inFlight.Load()),
+		MaxHeld: int(l.maxHeld.Load()), LateMaxNS: l.lateMax.Load(), LateOver: l.lateOver.Load(),
+		WriteErrs: l.writeErrs.Load(),
+	}
+	if n := l.lateCount.Load(); n > 0 {
+		s.LateMeanNS = l.lateSum.Load() / n
 	}
 	return s
 }
@@ -233,10 +237,10 @@ func (l *Line) readLoop() error {
 			if _, err := l.dev.Read(scratch[:]); err != nil {
 				return l.readErr(err)
 			}
+			l.received.Add(1)
+			l.dropped.Add(1)
+			l.overflow.Add(1)
 			l.mu.Lock()
-			l.st.Received++
-			l.st.Dropped++
-			l.st.Overflow++
 			slot, ok = l.allocLocked()
 			l.mu.Unlock()
 			continue
@@ -248,23 +252,24 @@ func (l *Line) readLoop() error {
 		}
 		now := l.clock.now()
 		h, perr := ParseIPv4(buf[:n])
-		l.mu.Lock()
-		l.st.Received++
+		l.received.Add(1)
 		if perr != nil || n >= SlotSize {
-			l.st.Dropped++
-			l.mu.Unlock()
+			l.dropped.Add(1)
 			continue // reuse the slot
 		}
+		l.mu.Lock()
 		due, lost := l.decideLocked(h, now)
 		if lost {
-			l.st.Lost++
 			l.mu.Unlock()
+			l.lost.Add(1)
 			continue
 		}
 		l.pushLocked(entry{due: due, seq: l.seq, slot: slot, n: int32(n)})
 		l.seq++
-		if len(l.heap) > l.st.MaxHeld {
-			l.st.MaxHeld = len(l.heap)
+		held := int64(len(l.heap))
+		l.inFlight.Store(held)
+		if held > l.maxHeld.Load() {
+			l.maxHeld.Store(held)
 		}
 		if l.armed == 0 || due < l.armed {
 			l.armLocked(due)
@@ -354,6 +359,7 @@ func (l *Line) releaseLoop() {
 		} else {
 			l.armLocked(0)
 		}
+		l.inFlight.Store(int64(len(l.heap)))
 		l.mu.Unlock()
 		var lateSum, lateMax int64
 		var over, werr uint64
@@ -372,13 +378,15 @@ func (l *Line) releaseLoop() {
 		for _, e := range batch {
 			l.free = append(l.free, e.slot)
 		}
-		l.st.Forwarded += uint64(len(batch)) - werr
-		l.st.WriteErrs += werr
-		l.st.LateOver += over
-		l.lateSum += lateSum
-		l.lateCount += int64(len(batch))
-		l.st.LateMaxNS = max(l.st.LateMaxNS, lateMax)
 		l.mu.Unlock()
+		l.forwarded.Add(uint64(len(batch)) - werr)
+		l.writeErrs.Add(werr)
+		l.lateOver.Add(over)
+		l.lateSum.Add(lateSum)
+		l.lateCount.Add(int64(len(batch)))
+		if lateMax > l.lateMax.Load() {
+			l.lateMax.Store(lateMax)
+		}
 	}
 }
 

@@ -8,9 +8,18 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 	"time"
 )
+
+// minProcs is the GOMAXPROCS the delay-line process runs with at least (see Serve).
+const minProcs = 8
+
+// gcMemoryLimit is the heap size at which the delay line collects garbage after all (the
+// slab of DefaultMaxInFlight packets is 128 MiB).
+const gcMemoryLimit = 512 << 20
 
 // ServeConfig configures the long-lived delay-line process (`testnet delayline`).
 type ServeConfig struct {
@@ -50,6 +59,21 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return err
 	}
+	// The reader and release goroutines are locked to their threads; each time one
+	// returns from a blocking syscall it needs a free P to run Go code. With GOMAXPROCS
+	// at the CPU count (2 here) both Ps may be busy, and the thread then waits for the
+	// scheduler (up to a 10 ms time slice): measured mean lateness 11 ms at 5k packets/s.
+	// Spare Ps make that wait vanish; the threads still only use CPU when they work.
+	if runtime.GOMAXPROCS(0) < minProcs {
+		runtime.GOMAXPROCS(minProcs)
+	}
+	// No garbage collection in steady state: a stop-the-world pause is started and
+	// ended by an ordinary-priority thread, which a loaded machine may not schedule for
+	// hundreds of ms while the real-time threads wait (measured: releases up to 1.2 s
+	// late). The hot path allocates nothing; the memory limit still collects if a slow
+	// leak (stats encoding, reloads) ever adds up.
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(gcMemoryLimit)
 	dev, err := OpenTUN(cfg.TUN)
 	if err != nil {
 		return err

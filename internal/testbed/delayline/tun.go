@@ -16,6 +16,7 @@ import (
 type TUN struct {
 	fd     int
 	closed atomic.Bool
+	pfd    [1]unix.PollFd // preallocated: the reader allocates nothing
 }
 
 const pollTimeoutMS = 200
@@ -64,8 +65,8 @@ func (t *TUN) Read(b []byte) (int, error) {
 		if err != unix.EAGAIN {
 			return 0, fmt.Errorf("tun read: %w", err)
 		}
-		fds := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}}
-		if _, err := unix.Poll(fds, pollTimeoutMS); err != nil && err != unix.EINTR {
+		t.pfd[0] = unix.PollFd{Fd: int32(t.fd), Events: unix.POLLIN}
+		if _, err := unix.Poll(t.pfd[:], pollTimeoutMS); err != nil && err != unix.EINTR {
 			return 0, fmt.Errorf("tun poll: %w", err)
 		}
 	}

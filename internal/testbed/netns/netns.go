@@ -45,6 +45,8 @@ const (
 	DelayTable = "100"
 	// delayRulePref is the priority of the "iif <veth> lookup 100" rules.
 	delayRulePref = "100"
+	// TUNQueueLen is tun0's transmit queue (packets waiting for the delay line's reader).
+	TUNQueueLen = "10000"
 	// MTU of every link (and of TUN, whose read buffers are sized for it).
 	MTU = "1500"
 )
@@ -301,7 +303,8 @@ func (r Runner) delaySteering(ctx context.Context, in Instance) error {
 			return err
 		}
 	}
-	if _, err := r.ip(ctx, "-n", R, "link", "set", TUN, "mtu", MTU, "up"); err != nil {
+	// A long queue towards the reader absorbs bursts (a zmap scan) while it catches up.
+	if _, err := r.ip(ctx, "-n", R, "link", "set", TUN, "mtu", MTU, "txqueuelen", TUNQueueLen, "up"); err != nil {
 		return err
 	}
 	if err := r.sysctl(ctx, R, "net.ipv4.conf."+TUN+".rp_filter=0"); err != nil {
@@ -330,11 +333,15 @@ func (r Runner) delaySteering(ctx context.Context, in Instance) error {
 	return nil
 }
 
-// VerifyNoRouteOut checks that no namespace of the instance has a route to anything
-// outside 198.18.0.0/15 in any table (no default route, nothing else), and that each
-// namespace has only its own interfaces (loopback, its veths, tun0).
+// VerifyNoRouteOut checks that no namespace of the instance (every "<inst>-*" namespace,
+// the peers namespace included) has a route to anything outside 198.18.0.0/15 or
+// 127.0.0.0/8 in any table: no default route, nothing else.
 func (r Runner) VerifyNoRouteOut(ctx context.Context, in Instance) error {
-	for _, ns := range in.Namespaces() {
+	all, err := r.Leftovers(ctx, in.Name)
+	if err != nil {
+		return err
+	}
+	for _, ns := range all {
 		out, err := r.ip(ctx, "-n", ns, "-4", "route", "show", "table", "all")
 		if err != nil {
 			return err
