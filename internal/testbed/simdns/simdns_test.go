@@ -601,6 +601,33 @@ func TestKeepalive(t *testing.T) {
 	}
 }
 
+// TestLargeQuery sends queries padded (RFC 7830) past 512 bytes on every protocol; the
+// stream loop once sliced them out of a 512-byte buffer (found by FuzzStream).
+func TestLargeQuery(t *testing.T) {
+	s := startTest(t, Limits{})
+	for _, pad := range []int{600, 3000} {
+		for _, p := range []Protocol{DoUDP, DoTCP, DoT} {
+			m := query("test.com")
+			m.SetEdns0(4096, false)
+			o := m.IsEdns0()
+			o.Option = append(o.Option, &dns.EDNS0_PADDING{Padding: make([]byte, pad)})
+			r, err := s.exchange(p, classAddr(0), m, okTimeout)
+			if err != nil {
+				t.Fatalf("%s with %d bytes of padding: %v", p, pad, err)
+			}
+			checkAnswer(t, s.table, p, classAddr(0), r)
+		}
+		m := query("test.com")
+		m.SetEdns0(4096, false)
+		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_PADDING{Padding: make([]byte, pad)})
+		r, _, err := s.doh(classAddr(0), m, true, false, okTimeout)
+		if err != nil {
+			t.Fatalf("doh with %d bytes of padding: %v", pad, err)
+		}
+		checkAnswer(t, s.table, DoH, classAddr(0), r)
+	}
+}
+
 // TestPersistent sends several queries on one DoTCP and one DoT connection.
 func TestPersistent(t *testing.T) {
 	s := startTest(t, Limits{})

@@ -35,6 +35,9 @@ func (s *Server) serveStream(c net.Conn, b Behaviour, p Protocol) {
 		if n < headerLen || n > s.cfg.Limits.MaxQueryTCP {
 			return
 		}
+		if cap(buf) < n {
+			buf = make([]byte, n)
+		}
 		buf = buf[:n]
 		if _, err := io.ReadFull(c, buf); err != nil {
 			return
