@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"golang.org/x/net/ipv4"
 
 	"github.com/doqscan/doqscan/internal/doq"
 	"github.com/doqscan/doqscan/internal/testbed/pki"
@@ -329,13 +330,20 @@ func (s *Server) guard(what string, f func()) {
 	f()
 }
 
-// demux reads one port's socket and hands each datagram to the behaviour of the address
-// it was sent to.
+// demuxBatch is how many datagrams one recvmmsg(2) call may return.
+const demuxBatch = 64
+
+// demux reads one port's socket (recvmmsg, demuxBatch datagrams per call) and hands each
+// datagram to the behaviour of the address it was sent to.
 func (s *Server) demux(port uint16, sock *net.UDPConn) {
-	buf := make([]byte, maxDatagram+1)
-	oob := make([]byte, oobSize)
+	pc := ipv4.NewPacketConn(sock)
+	msgs := make([]ipv4.Message, demuxBatch)
+	for i := range msgs {
+		msgs[i].Buffers = [][]byte{make([]byte, maxDatagram+1)}
+		msgs[i].OOB = make([]byte, oobSize)
+	}
 	for {
-		n, oobn, _, src, err := sock.ReadMsgUDP(buf, oob)
+		n, err := pc.ReadBatch(msgs, 0)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) || s.ctx.Err() != nil {
 				return
@@ -343,40 +351,51 @@ func (s *Server) demux(port uint16, sock *net.UDPConn) {
 			s.log.Warn("simquic: read", "port", port, "err", err)
 			continue
 		}
-		s.Stats.Datagrams.Add(1)
-		dst, ok := dstAddr(oob[:oobn])
-		if !ok || n > maxDatagram {
-			s.Stats.Dropped.Add(1)
-			continue
-		}
-		r := s.cfg.Population.Lookup(s.cfg.MapAddr(dst))
-		if r == nil || r.Peer != "" || !r.HasQUICPort(port) {
-			s.Stats.Dropped.Add(1) // silent address, a peer's address, or a closed port
-			continue
-		}
-		if rawHostile(r.Hostile) {
-			s.Stats.Raw.Add(1)
-			s.guard("raw", func() { s.raw(sock, r, dst, src, buf[:n]) })
-			continue
-		}
-		t := s.routes[port][r]
-		if t == nil {
-			s.Stats.Dropped.Add(1)
-			continue
-		}
-		if version, dcid, scid, ok := longHeaderIDs(buf[:n]); ok && version != 0 && !slices.Contains(t.wire, version) {
-			if n >= minProbeSize { // RFC 9000 §6.1: VN only for datagrams a client could have sent as its first
-				s.Stats.Raw.Add(1)
-				vn := versionNegotiation(dcid, scid, append(slices.Clone(t.wire), greaseVersion()), false)
-				if _, _, err := sock.WriteMsgUDP(vn, srcOOB(dst), src); err != nil {
-					s.log.Debug("simquic: VN", "to", src, "err", err)
-				}
+		for i := range n {
+			m := &msgs[i]
+			src, ok := m.Addr.(*net.UDPAddr)
+			if !ok {
+				continue
 			}
-			continue
+			s.handle(port, sock, m.Buffers[0][:m.N], m.OOB[:m.NN], src)
 		}
-		d := datagram{data: append([]byte(nil), buf[:n]...), oob: append([]byte(nil), oob[:oobn]...), src: src}
-		if !t.vc.deliver(d) {
-			s.Stats.Dropped.Add(1)
+	}
+}
+
+func (s *Server) handle(port uint16, sock *net.UDPConn, b, oob []byte, src *net.UDPAddr) {
+	s.Stats.Datagrams.Add(1)
+	dst, ok := dstAddr(oob)
+	if !ok || len(b) > maxDatagram {
+		s.Stats.Dropped.Add(1)
+		return
+	}
+	r := s.cfg.Population.Lookup(s.cfg.MapAddr(dst))
+	if r == nil || r.Peer != "" || !r.HasQUICPort(port) {
+		s.Stats.Dropped.Add(1) // silent address, a peer's address, or a closed port
+		return
+	}
+	if rawHostile(r.Hostile) {
+		s.Stats.Raw.Add(1)
+		s.guard("raw", func() { s.raw(sock, r, dst, src, b) })
+		return
+	}
+	t := s.routes[port][r]
+	if t == nil {
+		s.Stats.Dropped.Add(1)
+		return
+	}
+	if version, dcid, scid, ok := longHeaderIDs(b); ok && version != 0 && !slices.Contains(t.wire, version) {
+		if len(b) >= minProbeSize { // RFC 9000 §6.1: VN only for datagrams a client could have sent as its first
+			s.Stats.Raw.Add(1)
+			vn := versionNegotiation(dcid, scid, append(slices.Clone(t.wire), greaseVersion()), false)
+			if _, _, err := sock.WriteMsgUDP(vn, srcOOB(dst), src); err != nil {
+				s.log.Debug("simquic: VN", "to", src, "err", err)
+			}
 		}
+		return
+	}
+	d := datagram{data: append([]byte(nil), b...), oob: append([]byte(nil), oob...), src: src}
+	if !t.vc.deliver(d) {
+		s.Stats.Dropped.Add(1)
 	}
 }

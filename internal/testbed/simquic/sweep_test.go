@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+
+	"golang.org/x/net/ipv4"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/testbed/population"
@@ -37,10 +39,20 @@ func sweep(t testing.TB, f *fixture, prefix netip.Prefix, port uint16, want int,
 			}
 		}
 	}()
+	// sendmmsg(2) in batches, so the sender is not what limits the rate.
+	pc := ipv4.NewPacketConn(c)
+	var batch []ipv4.Message
 	start := time.Now()
 	for a := prefix.Addr(); prefix.Contains(a); a = a.Next() {
-		if _, err := c.WriteTo(pkt, f.target(a, port)); err != nil {
-			t.Fatal(err)
+		batch = append(batch, ipv4.Message{Buffers: [][]byte{pkt}, Addr: f.target(a, port)})
+		if len(batch) == 64 || !prefix.Contains(a.Next()) {
+			for len(batch) > 0 {
+				n, err := pc.WriteBatch(batch, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				batch = batch[n:]
+			}
 		}
 	}
 	sent := time.Since(start)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
@@ -23,6 +25,34 @@ import (
 // run they are skipped with the reason, except the pure ones (directory_test.go).
 func TestMain(m *testing.M) {
 	os.Exit(testbed.RunInVantage(m, testbed.Options{Servers: true}))
+}
+
+// requireSimserver skips when bin/simserver (what the testbed starts) is missing or older
+// than this package's sources would build: the test would exercise a stale server.
+func requireSimserver(t *testing.T) *testbed.Vantage {
+	t.Helper()
+	v := testbed.Require(t)
+	if v.Population == nil {
+		t.Skip("SKIP: the testbed has no population")
+	}
+	bin := filepath.Join(pgcluster.ProjectHome(), "bin", "simserver")
+	st, err := os.Stat(bin)
+	if err != nil {
+		t.Skipf("SKIP: %s missing: run ./dev build", bin)
+	}
+	newest := time.Time{}
+	for _, dir := range []string{"../simquic", "../simdns", "../pki", "../population", "."} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil && fi.ModTime().After(newest) {
+				newest = fi.ModTime()
+			}
+		}
+	}
+	if st.ModTime().Before(newest) {
+		t.Skipf("SKIP: %s is older than its sources: run ./dev build", bin)
+	}
+	return v
 }
 
 func dialDoQ(ctx context.Context, a netip.Addr, port uint16, tokens quic.TokenStore, x25519 bool, versions []quic.Version) (*quic.Conn, time.Duration, error) {
@@ -73,11 +103,7 @@ const minCountableRTT = 50 * time.Millisecond
 // Through the delay line, DoQ handshakes take the round trips the ground truth predicts
 // in units of each host's path RTT (fewest of three tries: noise only adds time).
 func TestDoQRoundTripsThroughDelayLine(t *testing.T) {
-	v := testbed.Require(t)
-	pop := v.Population
-	if pop == nil {
-		t.Skip("SKIP: the testbed has no population")
-	}
+	pop := requireSimserver(t).Population
 	for _, class := range []string{"doq", "doq-retry", "doq-v2only", "doq-bigchain-honour", "doq-bigchain-ignore", "doq-midchain-ignore"} {
 		rs := pop.ByClass(class)
 		if len(rs) == 0 {
@@ -136,11 +162,7 @@ func TestDoQRoundTripsThroughDelayLine(t *testing.T) {
 
 // Plain DNS over UDP through the testbed: the rcode and answer the population says.
 func TestPlainDNSThroughTestbed(t *testing.T) {
-	v := testbed.Require(t)
-	pop := v.Population
-	if pop == nil {
-		t.Skip("SKIP: the testbed has no population")
-	}
+	pop := requireSimserver(t).Population
 	c := &dns.Client{Net: "udp", Timeout: 3 * time.Second}
 	for _, class := range []string{"dns", "dns-refused", "doq"} {
 		r := pop.ByClass(class)[0]
