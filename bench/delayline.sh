@@ -5,7 +5,7 @@
 #
 #   bench/delayline.sh                       # flood at 50,000 packets/s
 #   DOQSCAN_BENCH_RATE=100000 bench/delayline.sh
-#   DOQSCAN_BENCH_LEAD=150us bench/delayline.sh   # release packets 150 µs early (calibration)
+#   DOQSCAN_BENCH_LEAD=0 bench/delayline.sh       # no early release (default 100us; calibration)
 #
 # The accuracy goal is |measured - configured| <= 0.5 ms (column "goal 0.5ms"). Figures
 # depend on machine load: the load average is printed with them.

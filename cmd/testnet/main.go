@@ -51,7 +51,7 @@ func main() {
 	fs.BoolVar(&noServers, "no-servers", false, "up: start only namespaces and the delay line")
 	fs.BoolVar(&o.NoPeers, "no-peers", false, "up: start bin/simserver but not the third-party peers")
 	fs.Uint64Var(&o.Seed, "seed", 1, "delay-line loss/jitter RNG seed (up)")
-	fs.DurationVar(&o.Lead, "lead", 0, "delay-line wake-up compensation (up)")
+	fs.DurationVar(&o.Lead, "lead", 0, "delay-line release lead (up; 0: the default 100us, negative: none)")
 	fs.IntVar(&vantage, "vantage", 0, "exec: vantage index (0 = <name>-vantage)")
 	fs.BoolVar(&asJSON, "json", false, "status: print JSON")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {

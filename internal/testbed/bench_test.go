@@ -20,14 +20,24 @@ import (
 // go test -run '^$' -bench DelayLine -benchtime 1x ./internal/testbed/).
 //
 // Environment: DOQSCAN_BENCH_RATE (flood packets/s, default 50000), DOQSCAN_BENCH_LEAD
-// (delay-line lead, default 0), DOQSCAN_BENCH_PINGS (pings per path, default 20).
+// (delay-line lead, default DefaultLead; 0 for none), DOQSCAN_BENCH_PINGS (pings per path, default 20).
 func BenchmarkDelayLine(b *testing.B) {
 	if err := Preflight(); err != nil {
 		b.Skipf("SKIP: %v", err)
 	}
 	rate := envInt("DOQSCAN_BENCH_RATE", 50000)
 	pings := envInt("DOQSCAN_BENCH_PINGS", 20)
-	lead, _ := time.ParseDuration(os.Getenv("DOQSCAN_BENCH_LEAD"))
+	lead := DefaultLead
+	if v := os.Getenv("DOQSCAN_BENCH_LEAD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("DOQSCAN_BENCH_LEAD: %v", err)
+		}
+		lead = d
+		if d == 0 {
+			lead = -1 // none
+		}
+	}
 	rtts := []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond, 80 * time.Millisecond,
 		150 * time.Millisecond, 300 * time.Millisecond}
 	tbl := delayline.NewTable(delayline.Profile{})
@@ -43,6 +53,7 @@ func BenchmarkDelayLine(b *testing.B) {
 		fmt.Printf("\ndelay line benchmark (lead %v, %d pings and 10 TCP connects per path; load average %s)\n", lead, pings, loadavg())
 		fmt.Printf("%-10s %-6s %10s %10s %10s %10s %9s\n", "configured", "load", "ping min", "ping avg", "tcp min", "tcp median", "goal 0.5ms")
 		for _, loaded := range []bool{false, true} {
+			phase0 := readStats(tb)
 			var stop context.CancelFunc = func() {}
 			floodDone := make(chan struct{})
 			if loaded {
@@ -79,6 +90,10 @@ func BenchmarkDelayLine(b *testing.B) {
 			}
 			stop()
 			<-floodDone
+			waitStatsTick(tb, phase0)
+			phase1 := readStats(tb)
+			fmt.Printf("%-17s delay line in this phase: %d releases, lateness mean %.1f µs, %d over 100 µs, dropped %d\n", "",
+				phase1.Releases-phase0.Releases, meanLate(phase0, phase1), phase1.LateOver-phase0.LateOver, phase1.Dropped-phase0.Dropped)
 		}
 		// Throughput: flood the 20 ms path at increasing rates for 3 s each; count what
 		// the internet side receives.
@@ -100,9 +115,9 @@ func BenchmarkDelayLine(b *testing.B) {
 			waitStatsTick(tb, st0)
 			got := sink.n.Load() - before
 			st1 := readStats(tb)
-			fmt.Printf("%-12d %12.0f %12.0f %12.0f %7.2f%% dropped %d, late mean %.1f µs, max %.1f µs, >100µs %d, max held %d\n",
+			fmt.Printf("%-12d %12.0f %12.0f %12.0f %7.2f%% dropped %d, lateness mean %.1f µs, max (whole run) %.1f µs, >100µs %d, max held %d\n",
 				r, float64(sent)/el.Seconds(), float64(st1.Forwarded-st0.Forwarded)/el.Seconds(), float64(got)/el.Seconds(), 100*(1-float64(got)/float64(max(sent, 1))),
-				st1.Dropped-st0.Dropped, float64(st1.LateMeanNS)/1e3, float64(st1.LateMaxNS)/1e3, st1.LateOver-st0.LateOver, st1.MaxHeld)
+				st1.Dropped-st0.Dropped, meanLate(st0, st1), float64(st1.LateMaxNS)/1e3, st1.LateOver-st0.LateOver, st1.MaxHeld)
 		}
 	}
 }
@@ -118,6 +133,13 @@ func waitStatsTick(tb *Testbed, st0 delayline.Stats) {
 		}
 		<-tick.C
 	}
+}
+
+func meanLate(a, b delayline.Stats) float64 {
+	if n := b.Releases - a.Releases; n > 0 {
+		return float64(b.LateSumNS-a.LateSumNS) / float64(n) / 1e3
+	}
+	return 0
 }
 
 func waitQuiet(s *udpSink) {

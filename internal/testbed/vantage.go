@@ -29,8 +29,9 @@ var skipReason string // set in the parent when the testbed cannot run
 //
 //	func TestMain(m *testing.M) { os.Exit(testbed.RunInVantage(m, testbed.Options{Servers: true})) }
 //
-// When the testbed cannot run (not root, no ip, no /dev/net/tun) or fails to come up, the
-// tests run in place and Require skips them with the reason. PostgreSQL is reached over
+// When the testbed cannot run here (not root, no ip, no /dev/net/tun), the tests run in
+// place and Require skips them with the reason; when it can but fails to come up, the
+// run fails. PostgreSQL is reached over
 // its Unix socket, so storetest works inside the namespace.
 func RunInVantage(m *testing.M, o Options) int {
 	if os.Getenv(EnvInVantage) != "" {
@@ -46,11 +47,12 @@ func RunInVantage(m *testing.M, o Options) int {
 	ctx := context.Background()
 	tb, err := Ensure(ctx, o)
 	if err != nil {
-		skipReason = "testbed did not come up: " + err.Error()
-		if tb != nil {
-			_ = tb.Close(ctx)
+		// The machine can run a testbed but this one failed: that is a failure, not a skip.
+		fmt.Fprintf(os.Stderr, "FAIL: testbed did not come up: %v\n", err)
+		if o.Name != "" && os.Getenv(netns.EnvInstance) == "" {
+			_ = Down(ctx, o)
 		}
-		return m.Run()
+		return 1
 	}
 	defer func() {
 		if err := tb.Close(ctx); err != nil {

@@ -102,6 +102,8 @@ type Stats struct {
 	// Lateness of each release against its deadline (negative with Lead: early).
 	LateMeanNS int64  `json:"late_mean_ns"`
 	LateMaxNS  int64  `json:"late_max_ns"`
+	LateSumNS  int64  `json:"late_sum_ns"` // with Releases: means over an interval (differences)
+	Releases   int64  `json:"releases"`
 	LateOver   uint64 `json:"late_over_100us"` // releases more than 100 µs late
 	WriteErrs  uint64 `json:"write_errors"`
 }
@@ -190,8 +192,9 @@ func (l *Line) Stats() Stats {
 		MaxHeld: int(l.maxHeld.Load()), LateMaxNS: l.lateMax.Load(), LateOver: l.lateOver.Load(),
 		WriteErrs: l.writeErrs.Load(),
 	}
-	if n := l.lateCount.Load(); n > 0 {
-		s.LateMeanNS = l.lateSum.Load() / n
+	s.LateSumNS, s.Releases = l.lateSum.Load(), l.lateCount.Load()
+	if s.Releases > 0 {
+		s.LateMeanNS = s.LateSumNS / s.Releases
 	}
 	return s
 }
