@@ -796,6 +796,65 @@ func TestConnectionLimit(t *testing.T) {
 	}
 }
 
+// TestCloseReleasesEverything opens held connections of every kind (stalls, endless
+// streams, TLS stalls, DoH streams, idle keep-alives), closes the server and waits until
+// the goroutine count is back to where it started: nothing outlives Close.
+func TestCloseReleasesEverything(t *testing.T) {
+	before := runtime.NumGoroutine()
+	certs := newTestCerts(t)
+	// Held connections would outlive a Close that waited for them: HoldTimeout far beyond
+	// the test's patience makes that a failure, not a slow pass.
+	srv, err := Start(t.Context(), Config{Directory: testTable(), Certs: certs,
+		Ports: Ports{UDP: -1, TCP: -1, DoT: -1, DoH: -1}, Limits: Limits{HoldTimeout: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testServer{Server: srv, table: testTable(), certs: certs}
+	var conns []net.Conn
+	for _, c := range []Class{ClassStall, ClassEndless, ClassTLSStall, ClassAnswer} {
+		for _, p := range []Protocol{DoTCP, DoT, DoH} {
+			conn, err := net.Dial("tcp4", s.target(p, classAddr(indexOf(c))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, conn)
+		}
+	}
+	// A DoH request left stalled mid-stream.
+	go s.doh(classAddr(indexOf(ClassStall)), query("test.com"), false, false, okTimeout)
+	deadline := time.Now().Add(okTimeout)
+	for srv.Stats().TCPConns < uint64(len(conns)+1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("server took %d connections, want %d", srv.Stats().TCPConns, len(conns)+1)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(okTimeout):
+		t.Fatal("Close still waiting for held connections")
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	// Poll (a condition, bounded) until only the test's own goroutines remain; the
+	// client's DoH goroutine ends when the server's close reaches it.
+	deadline = time.Now().Add(okTimeout)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before,
+				buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func indexOf(c Class) int {
 	for i, x := range Classes {
 		if x == c {
