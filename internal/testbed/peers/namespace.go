@@ -20,6 +20,11 @@ const (
 	peerSideIf = "inet0"  // in <inst>-peers
 )
 
+// probeSource is the source address of packets the internet namespace sends to a peer
+// (readiness probes): in 198.19.0.0/24, which the population leaves unassigned
+// (docs/population.md), and local in the internet namespace through its AnyIP route.
+var probeSource = netip.MustParseAddr("198.19.0.254")
+
 // peerNamespace is `<inst>-peers`: the peer addresses on its loopback, a veth to
 // `<inst>-inet`, and a /32 route per address in the internet namespace's local table.
 type peerNamespace struct {
@@ -54,13 +59,24 @@ func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peer
 	for _, a := range addrs {
 		cmds = append(cmds,
 			[]string{"-n", ns, "addr", "add", a.String() + "/32", "dev", "lo"},
-			// In the local table, longest prefix wins over `local 198.19.0.0/16 dev lo`.
-			[]string{"-n", inet, "route", "add", "table", "local", a.String() + "/32", "dev", inetSideIf})
+		)
 	}
 	for _, c := range cmds {
 		if err := ip(ctx, c...); err != nil {
 			n.teardown()
 			return nil, err
+		}
+	}
+	for _, a := range addrs {
+		// In the local table, longest prefix wins over `local 198.19.0.0/16 dev lo`.
+		// src: packets the internet namespace itself sends to a peer (readiness probes)
+		// need a source the peer can answer; the AnyIP range provides one.
+		route := []string{"-n", inet, "route", "add", "table", "local", a.String() + "/32", "dev", inetSideIf}
+		if err := ip(ctx, append(route, "src", probeSource.String())...); err != nil {
+			if err := ip(ctx, route...); err != nil {
+				n.teardown()
+				return nil, err
+			}
 		}
 	}
 	sysctls := map[string][]string{

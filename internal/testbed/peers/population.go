@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -88,14 +89,24 @@ func upstreamFor(pop *population.Population) (netip.AddrPort, error) {
 	return netip.AddrPort{}, nil
 }
 
-// StartAll starts every peer of the population for testbed instance inst: it writes the
-// population's certificates to certDir (default <root>/var/testnet/<inst>/peers/certs)
-// with package pki, creates the `<inst>-peers` namespace routed from `<inst>-inet`,
-// starts each server and waits until each answers. The peers keep running after the
-// caller exits; stop ends them (as does StopInstance or `testnet down`, which kills
-// everything in the instance's namespaces).
+// StartAll starts every peer of the population for testbed instance inst, with the
+// repository root from $DOQSCAN_HOME (or the working directory). See StartPopulation.
 func StartAll(ctx context.Context, inst string, pop *population.Population, certDir string, log *slog.Logger) (stop func() error, err error) {
-	cfg := Config{Inst: inst, Answer: pop.Answer, AnswerTTL: pop.AnswerTTL, Log: log}
+	return StartPopulation(ctx, Config{Inst: inst, Log: log}, pop, certDir)
+}
+
+// StartPopulation starts every peer of the population: it writes the population's
+// certificates to certDir (default <RunDir>/certs) with package pki, creates the
+// `<inst>-peers` namespace routed from `<inst>-inet`, starts each server and waits until
+// each answers a real query or handshake. cfg.Answer/AnswerTTL default to the
+// population's. It is idempotent: when every peer recorded in the pid files still runs
+// and answers, it leaves them alone; otherwise it stops what is left and starts afresh.
+// The peers keep running after the caller exits; stop ends them, as do StopInstance and
+// `testnet down` (which ends every process in the instance's namespaces).
+func StartPopulation(ctx context.Context, cfg Config, pop *population.Population, certDir string) (stop func() error, err error) {
+	if !cfg.Answer.IsValid() {
+		cfg.Answer, cfg.AnswerTTL = pop.Answer, pop.AnswerTTL
+	}
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -106,9 +117,17 @@ func StartAll(ctx context.Context, inst string, pop *population.Population, cert
 	if err != nil {
 		return nil, err
 	}
+	stopInstance := func() error { return StopInstance(cfg.Inst, cfg.RunDir, cfg.Log) }
 	if len(specs) == 0 {
 		cfg.Log.Info("population has no third-party peers")
 		return func() error { return nil }, nil
+	}
+	if cfg.Inst != "" && alreadyRunning(ctx, cfg, specs) {
+		cfg.Log.Info("peers already running", "count", len(specs), "dir", cfg.RunDir)
+		return stopInstance, nil
+	}
+	if err := stopInstance(); err != nil {
+		return nil, err
 	}
 	p, err := pki.New(pop)
 	if err != nil {
@@ -122,4 +141,23 @@ func StartAll(ctx context.Context, inst string, pop *population.Population, cert
 		return nil, err
 	}
 	return set.Stop, nil
+}
+
+// alreadyRunning reports whether every spec has a live process (pid file) and every
+// service answers.
+func alreadyRunning(ctx context.Context, cfg Config, specs []Spec) bool {
+	if _, err := os.Stat("/run/netns/" + cfg.Inst + "-peers"); err != nil {
+		return false
+	}
+	for _, s := range specs {
+		if !pidAlive(filepath.Join(cfg.RunDir, s.Name()+".pid")) {
+			return false
+		}
+		for _, svc := range s.Services() {
+			if Probe(ctx, cfg.Inst+"-inet", s.Addr, svc, cfg.Answer) != nil {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -137,6 +137,25 @@ func zombie(pid int) bool {
 	return i > 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
 
+// pidAlive reports whether the pid file names a live process still running the binary
+// it records.
+func pidAlive(pidFile string) bool {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return false
+	}
+	pid, err := strconv.Atoi(f[0])
+	if err != nil {
+		return false
+	}
+	cmdline, err := os.ReadFile("/proc/" + f[0] + "/cmdline")
+	return err == nil && strings.Contains(string(cmdline), filepath.Base(f[1])) && !zombie(pid)
+}
+
 // stopFromPidFiles stops every peer listed in runDir/*.pid whose process still runs
 // the binary recorded there (a recycled pid is left alone).
 func stopFromPidFiles(runDir string, log *slog.Logger) error {
