@@ -12,6 +12,7 @@ require (
 	github.com/miekg/dns v1.1.73 // indirect
 	github.com/oschwald/geoip2-golang/v2 v2.5.0 // indirect
 	github.com/oschwald/maxminddb-golang/v2 v2.8.0 // indirect
+	github.com/quic-go/qpack v0.6.0 // indirect
 	github.com/quic-go/quic-go v0.65.0 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	go4.org/netipx v0.0.0-20231129151722-fdeea329fbba // indirect

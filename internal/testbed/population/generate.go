@@ -101,16 +101,16 @@ type special struct {
 
 // Special behaviour classes, four addresses each (one /30), in 198.19.1.0/24 onwards.
 var specials = []special{
-	{"doq", "RFC 9250 DoQ on every DoQ port, v1 and v2, NEW_TOKEN honoured", "quic=784,853,8853 alpn=doq versions=v1,v2 token=honour cert=provider-a " + allDNS, false, false},
+	{"doq", "RFC 9250 DoQ on every DoQ port, v1 and v2, NEW_TOKEN honoured; DoH3 on UDP 443", "quic=784,853,8853 alpn=doq versions=v1,v2 token=honour cert=provider-a doh3=443 " + allDNS, false, false},
 	{"doq-853", "RFC 9250 DoQ on 853 only", "quic=853 alpn=doq versions=v1,v2 token=honour cert=provider-b " + allDNS, false, false},
 	{"doq-i00", "draft-00 ALPN (raw framing) on 784", "quic=784 alpn=doq-i00 versions=v1 token=honour cert=provider-c dns=udp,tcp", false, false},
 	{"doq-i02", "draft-02 ALPN (raw framing) on 8853, its proposed port", "quic=8853 alpn=doq-i02 versions=v1 token=honour cert=provider-c dns=udp,tcp", false, false},
 	{"doq-i03", "draft-03 ALPN (raw framing) on 784", "quic=784 alpn=doq-i03 versions=v1,v2 token=honour cert=provider-a dns=udp,tcp", false, false},
 	{"doq-multi", "several DoQ ALPNs; the server prefers RFC 9250", "quic=784,853 alpn=doq,doq-i03,doq-i02,doq-i00 versions=v1,v2 token=honour cert=provider-b " + allDNS, false, false},
 	{"quic-h3", "QUIC that is not DoQ (h3 only) on DoQ ports", "quic=784,853 alpn=h3 versions=v1,v2 token=honour cert=provider-a", false, false},
-	{"doq-retry", "always sends Retry to a client without a valid token", "quic=784,853 alpn=doq versions=v1,v2 retry=always token=honour cert=provider-a " + allDNS, false, false},
+	{"doq-retry", "always sends Retry to a client without a valid token (DoH3 too)", "quic=784,853 alpn=doq versions=v1,v2 retry=always token=honour cert=provider-a doh3=443 " + allDNS, false, false},
 	{"doq-bigchain-honour", "chain over 3x both ClientHello sizes; NEW_TOKEN honoured", "quic=784,853 alpn=doq versions=v1,v2 token=honour cert=chain-big " + allDNS, false, false},
-	{"doq-bigchain-ignore", "chain over 3x both ClientHello sizes; NEW_TOKEN issued, never honoured (2021)", "quic=784,853 alpn=doq versions=v1,v2 token=ignore cert=chain-big " + allDNS, false, false},
+	{"doq-bigchain-ignore", "chain over 3x both ClientHello sizes; NEW_TOKEN issued, never honoured (2021); DoH3 likewise", "quic=784,853 alpn=doq versions=v1,v2 token=ignore cert=chain-big doh3=443 " + allDNS, false, false},
 	{"doq-midchain-honour", "chain over 3x a one-Initial ClientHello only; NEW_TOKEN honoured", "quic=784,853 alpn=doq versions=v1,v2 token=honour cert=chain-mid " + allDNS, false, false},
 	{"doq-midchain-ignore", "chain over 3x a one-Initial ClientHello only; NEW_TOKEN not honoured", "quic=784,853 alpn=doq versions=v1,v2 token=ignore cert=chain-mid " + allDNS, false, false},
 	{"doq-sni", "handshake fails (unrecognized_name) without SNI private.provider-d.test", "quic=784,853 alpn=doq versions=v1,v2 token=honour cert=sni-host sni=private.provider-d.test " + allDNS, false, false},
@@ -249,9 +249,13 @@ func Generate(seed uint64) []byte {
 		if g.pick(4) == 0 {
 			versions = "v1"
 		}
-		fields := fmt.Sprintf("quic=%s alpn=%s versions=%s token=%s cert=%s %s",
+		doh3 := ""
+		if g.pick(3) == 0 {
+			doh3 = " doh3=443"
+		}
+		fields := fmt.Sprintf("quic=%s alpn=%s versions=%s token=%s cert=%s%s %s",
 			portSets[g.pick(len(portSets))], alpnSets[g.pick(len(alpnSets))], versions, token,
-			certs[g.pick(len(certs))], allDNS)
+			certs[g.pick(len(certs))], doh3, allDNS)
 		g.host(p, "bulk-doq", fields, g.geo(g.pick(8) == 0, false))
 	}
 

@@ -111,6 +111,7 @@ type Record struct {
 	DNS       []string // plain DNS on port 53: "udp", "tcp"
 	DoT       uint16   // DoT TCP port (853), 0 if none
 	DoH       uint16   // DoH TCP port (443), 0 if none
+	DoH3      uint16   // DoH over HTTP/3 UDP port (443, ALPN h3), 0 if none; same QUIC behaviour as the DoQ ports
 	RCode     string   // DNS rcode answered: NOERROR, REFUSED, SERVFAIL
 	Hostile   string   // one of the Hostile* kinds, "" if well-behaved
 	Peer      string   // a third-party server runs here (Peer* names)
@@ -122,8 +123,30 @@ type Record struct {
 // Size is the number of addresses the record covers.
 func (r *Record) Size() int { return 1 << (r.Prefix.Addr().BitLen() - r.Prefix.Bits()) }
 
-// HasQUICPort reports whether the record has a QUIC endpoint on port.
-func (r *Record) HasQUICPort(port uint16) bool { return slices.Contains(r.QUICPorts, port) }
+// HasQUICPort reports whether the record has a QUIC endpoint on port (a DoQ/QUIC port
+// or its DoH3 port).
+func (r *Record) HasQUICPort(port uint16) bool {
+	return slices.Contains(r.QUICPorts, port) || (r.DoH3 != 0 && r.DoH3 == port)
+}
+
+// ALPNsOn returns the ALPNs the QUIC endpoint on port accepts: h3 on the DoH3 port (unless
+// it is also listed in quic=), the record's alpn list elsewhere.
+func (r *Record) ALPNsOn(port uint16) []string {
+	if r.DoH3 != 0 && port == r.DoH3 && !slices.Contains(r.QUICPorts, port) {
+		return []string{"h3"}
+	}
+	return r.ALPNs
+}
+
+// AllQUICPorts returns the QUIC ports of the record, the DoH3 port included, ascending.
+func (r *Record) AllQUICPorts() []uint16 {
+	out := slices.Clone(r.QUICPorts)
+	if r.DoH3 != 0 && !slices.Contains(out, r.DoH3) {
+		out = append(out, r.DoH3)
+	}
+	slices.Sort(out)
+	return out
+}
 
 // HasDNS reports whether plain DNS runs on port 53 over transport ("udp" or "tcp").
 func (r *Record) HasDNS(transport string) bool { return slices.Contains(r.DNS, transport) }
@@ -475,7 +498,7 @@ func (p *Population) parseDirective(toks []string) error {
 	return nil
 }
 
-var hostKeys = []string{"class", "quic", "alpn", "versions", "retry", "token", "cert", "sni", "dns", "dot", "doh",
+var hostKeys = []string{"class", "quic", "alpn", "versions", "retry", "token", "cert", "sni", "dns", "dot", "doh", "doh3",
 	"rcode", "hostile", "peer", "path", "asn", "site"}
 
 func parseHost(toks []string, line int) (Record, error) {
@@ -542,6 +565,14 @@ func parseHost(toks []string, line int) (Record, error) {
 	if v, ok := m["doh"]; ok {
 		if r.DoH, err = parsePort(v); err != nil {
 			return r, fmt.Errorf("host %s: doh: %w", toks[0], err)
+		}
+	}
+	if v, ok := m["doh3"]; ok {
+		if r.DoH3, err = parsePort(v); err != nil {
+			return r, fmt.Errorf("host %s: doh3: %w", toks[0], err)
+		}
+		if len(r.QUICPorts) == 0 {
+			return r, fmt.Errorf("host %s: doh3 needs a QUIC server (quic=...)", toks[0])
 		}
 	}
 	r.RCode = m["rcode"]

@@ -148,7 +148,7 @@ func TestGroundTruth(t *testing.T) {
 			if v.Class != OutcomeVersionMismatch {
 				t.Errorf("%s %s: %s", ep.Addr, r.Class, v.Class)
 			}
-		case slices.Equal(r.ALPNs, []string{"h3"}):
+		case slices.Equal(r.ALPNsOn(ep.Port), []string{"h3"}):
 			if v.Class != OutcomeQUICNotDoQ || v.ALPN != "" {
 				t.Errorf("%s %s: %+v", ep.Addr, r.Class, v)
 			}

@@ -9,6 +9,7 @@ const (
 	ProtoDoT   = "dot"   // DNS over TLS (RFC 7858)
 	ProtoDoH   = "doh"   // DNS over HTTPS (RFC 8484) over TCP+TLS 1.3
 	ProtoDoQ   = "doq"   // DNS over QUIC (RFC 9250)
+	ProtoDoH3  = "doh3"  // DNS over HTTPS over HTTP/3 (RFC 8484 + RFC 9114), on the host's doh3 port
 
 	PhaseWarmup   = "warmup"   // a fresh session: no token, no known version
 	PhaseMeasured = "measured" // reuses the warm-up's negotiated version and NEW_TOKEN token
@@ -69,7 +70,7 @@ func (c Cert) ExceedsAmplification(client ClientHello) bool {
 // DoQ, no such service). Lossy paths may add retransmissions on top.
 //
 //	DoUDP 0; DoTCP 1; DoT and DoH (TCP + TLS 1.3) 2;
-//	DoQ 1, +1 for Version Negotiation (warm-up only: the measured connection reuses the
+//	DoQ and DoH3 1, +1 for Version Negotiation (warm-up only: the measured connection reuses the
 //	version), +1 for Retry (unless a valid token is presented), +1 for an amplification
 //	stall (the first flight exceeds 3x the client's bytes and the address is not validated
 //	by a Retry or a valid NEW_TOKEN token).
@@ -89,13 +90,17 @@ func (p *Population) HandshakeRTTs(addr netip.Addr, port uint16, proto, phase st
 	case ProtoDoH:
 		return 2, r.DoH != 0 && port == r.DoH
 	case ProtoDoQ:
+		if v := p.ExpectVerify(addr, port); v.ALPN == "" {
+			return 0, false
+		}
+	case ProtoDoH3:
+		if r.DoH3 == 0 || port != r.DoH3 || r.Hostile != "" {
+			return 0, false
+		}
 	default:
 		return 0, false
 	}
-	v := p.ExpectVerify(addr, port)
-	if v.ALPN == "" {
-		return 0, false
-	}
+	v := p.ExpectVerify(addr, port) // version and VN do not depend on the ALPN
 	tokenValid := phase == PhaseMeasured && r.Token == TokenHonour
 	n := 1
 	if phase == PhaseWarmup && v.NeedsVN {

@@ -47,6 +47,16 @@ func TestHandshakeRTTs(t *testing.T) {
 			t.Errorf("%s %s %s: %d (%v), want %d", tc.class, tc.phase, tc.client.Name, got, ok, tc.want)
 		}
 	}
+	for _, class := range []string{"doq", "doq-retry", "doq-bigchain-ignore"} {
+		r := one(class)
+		for _, phase := range []string{PhaseWarmup, PhaseMeasured} {
+			q, _ := p.HandshakeRTTs(r.Prefix.Addr(), r.QUICPorts[0], ProtoDoQ, phase, ClientMLKEM)
+			h, ok := p.HandshakeRTTs(r.Prefix.Addr(), r.DoH3, ProtoDoH3, phase, ClientMLKEM)
+			if !ok || h != q || r.DoH3 == 0 {
+				t.Errorf("%s %s: DoH3 %d (%v) on %d, DoQ %d: the same QUIC behaviour must give the same count", class, phase, h, ok, r.DoH3, q)
+			}
+		}
+	}
 	r := one("dns-full")
 	a := r.Prefix.Addr()
 	for proto, want := range map[string]int{ProtoDoUDP: 0, ProtoDoTCP: 1, ProtoDoT: 2, ProtoDoH: 2} {

@@ -116,9 +116,7 @@ func (p *Population) QUICSpeakers(port uint16) []netip.Addr {
 func (p *Population) QUICEndpoints() []Endpoint {
 	var out []Endpoint
 	for a, r := range p.Hosts {
-		ports := slices.Clone(r.QUICPorts)
-		slices.Sort(ports)
-		for _, port := range ports {
+		for _, port := range r.AllQUICPorts() {
 			out = append(out, Endpoint{a, port})
 		}
 	}
@@ -186,7 +184,7 @@ func (p *Population) ExpectVerify(addr netip.Addr, port uint16) Verdict {
 	v.NeedsVN = v.Version != ClientVersions[0]
 	// The server picks the first of its own ALPNs the client offers (crypto/tls, quinn,
 	// aioquic all prefer the server's order).
-	for _, a := range r.ALPNs {
+	for _, a := range r.ALPNsOn(port) {
 		if _, ok := doq.Lookup(a); ok {
 			v.ALPN = a
 			break

@@ -46,9 +46,13 @@ func (s *Server) serveConn(t *tport, conn *quic.Conn) {
 		return
 	}
 	alpn := conn.ConnectionState().TLS.NegotiatedProtocol
+	if alpn == alpnH3 {
+		s.serveH3(t, conn)
+		return
+	}
 	framing, err := doq.FramingFor(alpn)
 	if err != nil {
-		// Not DoQ (h3): hold the connection without serving streams until the peer leaves.
+		// Neither DoQ nor h3: hold the connection without serving streams until the peer leaves.
 		select {
 		case <-ctx.Done():
 		case <-s.ctx.Done():

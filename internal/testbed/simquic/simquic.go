@@ -28,8 +28,11 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
-// DefaultPorts are the DoQ ports (RFC 9250 §8.2 and the drafts', internal/doq).
-var DefaultPorts = []uint16{doq.PortExperimental, doq.PortRFC9250, doq.PortDraft02}
+// PortDoH3 is DNS over HTTPS over HTTP/3 (RFC 8484 on RFC 9114; HTTPS's port 443).
+const PortDoH3 = 443
+
+// DefaultPorts are the DoQ ports (RFC 9250 §8.2 and the drafts', internal/doq) and DoH3's.
+var DefaultPorts = []uint16{doq.PortExperimental, doq.PortRFC9250, doq.PortDraft02, PortDoH3}
 
 // tokenIgnoreAge is the MaxTokenAge of token=ignore Transports: quic-go still sends
 // NEW_TOKEN after every handshake, but any token presented later is older than this, so it
@@ -91,11 +94,12 @@ type profile struct {
 	sni      string
 	rcode    string
 	hostile  string
+	doh3     bool // this port is the host's DoH3 endpoint (HTTP/3 answers /dns-query)
 }
 
 func (p profile) key() string {
-	return fmt.Sprintf("%s|%v|%v|%s|%s|%s|%s|%s", strings.Join(p.alpns, ","), p.versions, p.retry, p.token,
-		p.cert, p.sni, p.rcode, p.hostile)
+	return fmt.Sprintf("%s|%v|%v|%s|%s|%s|%s|%s|%v", strings.Join(p.alpns, ","), p.versions, p.retry, p.token,
+		p.cert, p.sni, p.rcode, p.hostile, p.doh3)
 }
 
 type tport struct {
@@ -111,8 +115,9 @@ func rawHostile(h string) bool {
 	return h == population.HostileGarbage || h == population.HostileBadVN || h == population.HostileDraftOnly
 }
 
-func profileOf(r *population.Record) (profile, error) {
-	p := profile{alpns: r.ALPNs, retry: r.Retry, token: r.Token, cert: r.Cert, sni: r.SNI, rcode: r.RCode, hostile: r.Hostile}
+func profileOf(r *population.Record, port uint16) (profile, error) {
+	p := profile{alpns: r.ALPNsOn(port), retry: r.Retry, token: r.Token, cert: r.Cert, sni: r.SNI, rcode: r.RCode,
+		hostile: r.Hostile, doh3: r.DoH3 != 0 && port == r.DoH3}
 	for _, v := range r.Versions {
 		switch v {
 		case "v1":
@@ -197,14 +202,14 @@ func (s *Server) setup() error {
 		if r.Peer != "" || rawHostile(r.Hostile) || len(r.QUICPorts) == 0 {
 			continue
 		}
-		prof, err := profileOf(r)
-		if err != nil {
-			return fmt.Errorf("simquic: %w", err)
-		}
-		for _, port := range r.QUICPorts {
+		for _, port := range r.AllQUICPorts() {
 			ts, ok := s.transports[port]
 			if !ok {
 				continue // a port this server does not listen on
+			}
+			prof, err := profileOf(r, port)
+			if err != nil {
+				return fmt.Errorf("simquic: %w", err)
 			}
 			t, ok := ts[prof.key()]
 			if !ok {

@@ -306,11 +306,11 @@ func TestEveryClassMatchesGroundTruth(t *testing.T) {
 		}
 		seen[r.Class] = true
 		a := r.Prefix.Addr()
-		for _, port := range r.QUICPorts {
+		for _, port := range r.AllQUICPorts() {
 			want := f.pop.ExpectVerify(a, port)
 			t.Run(r.Class+"/"+a.String()+"/"+itoa(port), func(t *testing.T) {
 				t.Parallel()
-				conn, _, err := dial(t, f, a, port, dialOpts{timeout: 1500 * time.Millisecond})
+				conn, _, err := dial(t, f, a, port, dialOpts{timeout: 3 * time.Second})
 				got := classify(conn, err, f)
 				if got != want.NoSNIClass {
 					t.Fatalf("without SNI: %s, ground truth %s (err %v)", got, want.NoSNIClass, err)
