@@ -234,6 +234,10 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 		if err := r.sysctl(ctx, ns, "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"); err != nil {
 			return err
 		}
+		// The testbed is IPv4 only: no IPv6 address (not even link-local) on any link.
+		if err := r.sysctl(ctx, ns, "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"); err != nil {
+			return err
+		}
 	}
 	R, I := in.Router(), in.Inet()
 	if err := r.sysctl(ctx, R, "net.ipv4.ip_forward=1"); err != nil {
@@ -371,6 +375,17 @@ func (r Runner) VerifyNoRouteOut(ctx context.Context, in Instance) error {
 			}
 			if !(TestbedPrefix.Contains(p.Addr()) && p.Bits() >= TestbedPrefix.Bits()) && !isLoopback(p) {
 				return fmt.Errorf("namespace %s has a route outside %v: %q", ns, TestbedPrefix, line)
+			}
+		}
+		if ns == in.Router() || ns == in.Inet() || strings.HasPrefix(ns, in.Name+"-vantage") {
+			out6, err := r.ip(ctx, "-n", ns, "-6", "route", "show", "table", "all")
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(out6, "\n") {
+				if f := strings.Fields(line); len(f) > 0 && f[0] != "local" && f[0] != "multicast" && !strings.HasPrefix(f[0], "::1") {
+					return fmt.Errorf("namespace %s has an IPv6 route: %q", ns, line)
+				}
 			}
 		}
 	}
