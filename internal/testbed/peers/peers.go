@@ -231,6 +231,11 @@ func Start(ctx context.Context, cfg Config, specs []Spec) (*Set, error) {
 		}
 		seen[s.Addr] = s.Kind
 	}
+	for _, s := range specs {
+		if err := Installed(cfg.Root, s.Kind); err != nil {
+			return nil, err
+		}
+	}
 	ordered := slices.Clone(specs)
 	slices.SortStableFunc(ordered, func(a, b Spec) int {
 		return slices.Index(Kinds, a.Kind) - slices.Index(Kinds, b.Kind)
@@ -321,4 +326,34 @@ func StopInstance(inst, runDir string, log *slog.Logger) error {
 		errs = append(errs, (&peerNamespace{inst: inst}).teardown())
 	}
 	return errors.Join(errs...)
+}
+
+// Binary returns the executable a kind runs (for aioquic: the example script; the
+// interpreter is <root>/.venv/bin/python).
+func Binary(root string, k Kind) string {
+	switch k {
+	case CoreDNS:
+		return filepath.Join(root, "bin", "coredns")
+	case Hickory:
+		return filepath.Join(root, "var", "peers", "bin", "hickory-dns")
+	case Aioquic:
+		return filepath.Join(root, "var", "peers", "aioquic-"+Versions[Aioquic], "examples", "doq_server.py")
+	case Ngtcp2:
+		return ngtcp2Server
+	}
+	return ""
+}
+
+// Installed returns an error wrapping ErrNotInstalled when kind's binary is missing.
+func Installed(root string, k Kind) error {
+	files := []string{Binary(root, k)}
+	if k == Aioquic {
+		files = append(files, filepath.Join(root, ".venv", "bin", "python"))
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("peers: %s: %s: %w", k, f, ErrNotInstalled)
+		}
+	}
+	return nil
 }

@@ -63,10 +63,8 @@ func selfSigned(t *testing.T, dir string) (cert, key string) {
 func requireInstalled(t *testing.T, root string, kinds ...Kind) {
 	t.Helper()
 	for _, k := range kinds {
-		_, err := command(Config{Root: root, RunDir: t.TempDir()}, Spec{Kind: k, Addr: netip.MustParseAddr("127.0.0.1"),
-			QUICPorts: []uint16{1}, CertFile: "x.pem", KeyFile: "y.pem", Upstream: netip.MustParseAddrPort("127.0.0.1:53")}, "z")
-		if errors.Is(err, ErrNotInstalled) {
-			t.Skipf("peer %s: %v", k, err)
+		if err := Installed(root, k); err != nil {
+			t.Skipf("%v", err)
 		}
 	}
 }
