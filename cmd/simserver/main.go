@@ -123,7 +123,7 @@ func runCheck(args []string) int {
 func runServe(args []string) int {
 	cmd := cli.Command{
 		Name:    "simserver serve",
-		Summary: "answer for every address of the population: QUIC/DoQ (784, 853, 8853), DNS (53), DoT (853), DoH (443)",
+		Summary: "answer for every address of the population: QUIC/DoQ (UDP 784, 853, 8853), DoH3 (UDP 443), DNS (53), DoT (853), DoH (TCP 443)",
 		Usage:   "simserver [serve] --population FILE [--listen ADDR] [--ready-file FILE]",
 		Examples: []string{
 			"ip netns exec dq-inet bin/simserver --population testbed/population.txt   # what testnet up runs",
@@ -161,7 +161,11 @@ It runs until SIGINT/SIGTERM.`,
 				return err
 			}
 		}
-		log.Info("simserver ready", "population", *file, "records", len(p.Records), "listen", addr)
+		transports := 0
+		if s.QUIC != nil {
+			transports = s.QUIC.Transports()
+		}
+		log.Info("simserver ready", "population", *file, "records", len(p.Records), "listen", addr, "quic_transports", transports)
 		return s.Wait()
 	})
 }

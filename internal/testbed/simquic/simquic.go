@@ -289,6 +289,15 @@ func (s *Server) Addr(popPort uint16) net.Addr {
 	return nil
 }
 
+// Transports returns how many quic-go Transports (profiles x ports) serve the population.
+func (s *Server) Transports() int {
+	n := 0
+	for _, ts := range s.transports {
+		n += len(ts)
+	}
+	return n
+}
+
 // Close stops the server and waits for every goroutine.
 func (s *Server) Close() error {
 	s.cancel()
