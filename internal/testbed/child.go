@@ -38,6 +38,7 @@ func DelayLineMain(args []string) int {
 	seed := fs.Uint64("seed", 1, "seed of the loss/jitter RNG")
 	lead := fs.Duration("lead", 0, "release packets this much before their deadline (wake-up latency compensation)")
 	rt := fs.Bool("realtime", true, "run the reader and release threads SCHED_FIFO (root)")
+	shards := fs.Int("shards", delayline.DefaultShards, "release threads (flows are hashed onto them)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -49,7 +50,7 @@ func DelayLineMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := delayline.Serve(ctx, delayline.ServeConfig{
-		TUN: *tun, TableFile: *table, StatsFile: *stats, Seed: *seed, Lead: *lead, RealTime: *rt,
+		TUN: *tun, TableFile: *table, StatsFile: *stats, Seed: *seed, Lead: *lead, RealTime: *rt, Shards: *shards,
 		Ready: SignalReady, Log: log,
 	})
 	if err != nil {

@@ -8,9 +8,11 @@
 // accuracy budget. The release loop therefore runs on its own locked OS thread with a
 // 1 ns timer slack and blocks on a timerfd armed (CLOCK_MONOTONIC, absolute) for the
 // earliest deadline; the reader re-arms it when a packet with an earlier deadline comes
-// in. Packets wait in a min-heap of pointer-free entries (deadline, sequence, buffer
-// slot); buffers live in a slab allocated in chunks and recycled, so the steady state
-// allocates nothing. Packets of one flow (source, destination, protocol) never overtake
+// in. Packets wait in min-heaps of pointer-free entries (deadline, sequence, buffer
+// slot), one per release shard (flows are hashed onto shards, so each keeps its order;
+// several release threads spread the kernel's forwarding work done inside each TUN write
+// over several CPUs); buffers live in a slab allocated in chunks and recycled, so the
+// steady state allocates nothing. Packets of one flow (source, destination, protocol) never overtake
 // each other: with jitter a packet's deadline is at least its predecessor's.
 package delayline
 
@@ -66,6 +68,9 @@ type Config struct {
 	// Seed seeds the loss and jitter RNG (same seed, same packet sequence: same drops).
 	Seed        uint64
 	MaxInFlight int // 0: DefaultMaxInFlight
+	// Shards is the number of release queues and threads (0: DefaultShards). Flows are
+	// hashed onto shards, so each flow keeps its order.
+	Shards int
 	// Lead releases packets this much before their deadline to cancel the wake-up
 	// latency of the release thread (typically tens of µs); 0 releases at or after it.
 	Lead time.Duration
@@ -120,24 +125,36 @@ type flowKey struct {
 	proto    uint8
 }
 
+// shard is one release queue with its own timerfd and thread. A flow (source,
+// destination, protocol) always maps to the same shard, so its packets stay in order;
+// several shards let the kernel's forwarding work (done inside each TUN write) use
+// several CPUs.
+type shard struct {
+	mu    sync.Mutex
+	heap  []entry
+	armed int64 // deadline the timerfd is armed for, 0 = disarmed
+	tfd   int
+}
+
 // Line is a delay line. Create it with New, run it with Run.
 type Line struct {
-	cfg   Config
-	paths atomic.Pointer[pathsBox]
-	dev   Device
-	clock clock
+	cfg    Config
+	paths  atomic.Pointer[pathsBox]
+	dev    Device
+	clock  clock
+	shards []*shard
 
-	mu      sync.Mutex
-	heap    []entry
-	slab    [][]byte // chunks of slabChunk*SlotSize
-	free    []int32
-	nslots  int
-	armed   int64 // deadline the timerfd is armed for, 0 = disarmed
-	tfd     int
-	seq     uint64
-	rng     *rand.Rand
-	flows   map[flowKey]int64
-	stopped bool
+	slabMu sync.Mutex // slab, free, nslots
+	slab   [][]byte   // chunks of slabChunk*SlotSize
+	free   []int32
+	nslots int
+
+	// Reader-only state (no lock: only the reader thread touches it).
+	seq   uint64
+	rng   *rand.Rand
+	flows map[flowKey]int64
+
+	stopped atomic.Bool
 
 	// Counters are atomics: a reader of Stats on an ordinary thread must never hold a
 	// lock the real-time threads wait for (priority inversion on a loaded machine).
@@ -151,6 +168,9 @@ type pathsBox struct {
 	vantage map[int]time.Duration
 }
 
+// DefaultShards is the number of release threads when Config.Shards is 0.
+const DefaultShards = 2
+
 // New prepares a line on dev.
 func New(dev Device, cfg Config) (*Line, error) {
 	if cfg.Paths == nil {
@@ -159,20 +179,28 @@ func New(dev Device, cfg Config) (*Line, error) {
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
 	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = DefaultShards
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("delayline: timerfd_create: %w", err)
 	}
 	l := &Line{
 		cfg:   cfg,
 		dev:   dev,
 		clock: newClock(),
-		tfd:   tfd,
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		flows: map[flowKey]int64{},
+	}
+	for i := 0; i < cfg.Shards; i++ {
+		tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC)
+		if err != nil {
+			for _, sh := range l.shards {
+				unix.Close(sh.tfd)
+			}
+			return nil, fmt.Errorf("delayline: timerfd_create: %w", err)
+		}
+		l.shards = append(l.shards, &shard{tfd: tfd})
 	}
 	l.SetPaths(cfg.Paths, cfg.Vantage)
 	return l, nil
@@ -201,11 +229,14 @@ func (l *Line) Stats() Stats {
 
 // Run moves packets until ctx is done or the device fails. It closes the device.
 func (l *Line) Run(ctx context.Context) error {
-	relDone := make(chan struct{})
-	go func() {
-		defer close(relDone)
-		l.releaseLoop()
-	}()
+	var rel sync.WaitGroup
+	for _, sh := range l.shards {
+		rel.Add(1)
+		go func() {
+			defer rel.Done()
+			l.releaseLoop(sh)
+		}()
+	}
 	readErr := make(chan error, 1)
 	go func() { readErr <- l.readLoop() }()
 	var err error
@@ -213,13 +244,17 @@ func (l *Line) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-readErr:
 	}
-	l.mu.Lock()
-	l.stopped = true
-	l.armLocked(1) // wake the release loop
-	l.mu.Unlock()
-	<-relDone
+	l.stopped.Store(true)
+	for _, sh := range l.shards {
+		sh.mu.Lock()
+		sh.armLocked(1, l.cfg.Log) // wake the release loop
+		sh.mu.Unlock()
+	}
+	rel.Wait()
 	cerr := l.dev.Close()
-	unix.Close(l.tfd)
+	for _, sh := range l.shards {
+		unix.Close(sh.tfd)
+	}
 	if err == nil && ctx.Err() == nil {
 		err = cerr
 	}
@@ -230,9 +265,7 @@ func (l *Line) Run(ctx context.Context) error {
 func (l *Line) readLoop() error {
 	runtime.LockOSThread() // never unlocked: the thread may be SCHED_FIFO; it exits with us
 	l.realtime("reader")
-	l.mu.Lock()
-	slot, ok := l.allocLocked()
-	l.mu.Unlock()
+	slot, ok := l.alloc()
 	for {
 		if !ok {
 			// Over MaxInFlight: read into a scratch buffer and drop.
@@ -243,9 +276,7 @@ func (l *Line) readLoop() error {
 			l.received.Add(1)
 			l.dropped.Add(1)
 			l.overflow.Add(1)
-			l.mu.Lock()
-			slot, ok = l.allocLocked()
-			l.mu.Unlock()
+			slot, ok = l.alloc()
 			continue
 		}
 		buf := l.buf(slot)
@@ -260,26 +291,36 @@ func (l *Line) readLoop() error {
 			l.dropped.Add(1)
 			continue // reuse the slot
 		}
-		l.mu.Lock()
 		due, lost := l.decideLocked(h, now)
 		if lost {
-			l.mu.Unlock()
 			l.lost.Add(1)
 			continue
 		}
-		l.pushLocked(entry{due: due, seq: l.seq, slot: slot, n: int32(n)})
+		sh := l.shards[shardOf(h, len(l.shards))]
+		sh.mu.Lock()
+		sh.push(entry{due: due, seq: l.seq, slot: slot, n: int32(n)})
+		if sh.armed == 0 || due < sh.armed {
+			sh.armLocked(due, l.cfg.Log)
+		}
+		sh.mu.Unlock()
 		l.seq++
-		held := int64(len(l.heap))
-		l.inFlight.Store(held)
-		if held > l.maxHeld.Load() {
+		if held := l.inFlight.Add(1); held > l.maxHeld.Load() {
 			l.maxHeld.Store(held)
 		}
-		if l.armed == 0 || due < l.armed {
-			l.armLocked(due)
-		}
-		slot, ok = l.allocLocked()
-		l.mu.Unlock()
+		slot, ok = l.alloc()
 	}
+}
+
+// shardOf maps a flow (both directions of it) to a shard.
+func shardOf(h Header, n int) int {
+	if n == 1 {
+		return 0
+	}
+	a, b := h.Src.As4(), h.Dst.As4()
+	x := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	y := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v := (x ^ y ^ uint32(h.Proto)) * 0x9e3779b1
+	return int(v>>16) % n
 }
 
 func (l *Line) readErr(err error) error {
@@ -289,7 +330,8 @@ func (l *Line) readErr(err error) error {
 	return fmt.Errorf("delayline: read: %w", err)
 }
 
-// decideLocked returns the release deadline of a packet, or lost.
+// decideLocked returns the release deadline of a packet, or lost. Only the reader
+// thread calls it (it owns rng and flows).
 func (l *Line) decideLocked(h Header, now int64) (due int64, lost bool) {
 	pb := l.paths.Load()
 	inet, vant := h.Dst, h.Src
@@ -334,38 +376,39 @@ func (l *Line) decideLocked(h Header, now int64) (due int64, lost bool) {
 	return due, false
 }
 
-// releaseLoop waits for deadlines on a locked thread and writes due packets back.
-func (l *Line) releaseLoop() {
+// releaseLoop waits for one shard's deadlines on a locked thread and writes due
+// packets back.
+func (l *Line) releaseLoop(sh *shard) {
 	runtime.LockOSThread() // never unlocked (see readLoop)
 	l.realtime("release")
 	// 1 ns timer slack: the default 50 µs slack would delay every wake-up.
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	var tick [8]byte
 	batch := make([]entry, 0, 256)
+	slots := make([]int32, 0, 256)
 	for {
-		if _, err := unix.Read(l.tfd, tick[:]); err != nil && !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) {
+		if _, err := unix.Read(sh.tfd, tick[:]); err != nil && !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) {
 			l.cfg.Log.Error("delayline: timerfd read", "err", err)
 			return
 		}
-		l.mu.Lock()
-		if l.stopped {
-			l.mu.Unlock()
+		if l.stopped.Load() {
 			return
 		}
+		sh.mu.Lock()
 		now := l.clock.now()
 		batch = batch[:0]
-		for len(l.heap) > 0 && l.heap[0].due <= now {
-			batch = append(batch, l.popLocked())
+		for len(sh.heap) > 0 && sh.heap[0].due <= now {
+			batch = append(batch, sh.pop())
 		}
-		if len(l.heap) > 0 {
-			l.armLocked(l.heap[0].due)
+		if len(sh.heap) > 0 {
+			sh.armLocked(sh.heap[0].due, l.cfg.Log)
 		} else {
-			l.armLocked(0)
+			sh.armLocked(0, l.cfg.Log)
 		}
-		l.inFlight.Store(int64(len(l.heap)))
-		l.mu.Unlock()
+		sh.mu.Unlock()
 		var lateSum, lateMax int64
 		var over, werr uint64
+		slots = slots[:0]
 		for _, e := range batch {
 			if _, err := l.dev.Write(l.buf(e.slot)[:e.n]); err != nil {
 				werr++
@@ -376,12 +419,12 @@ func (l *Line) releaseLoop() {
 			if late > int64(100*time.Microsecond) {
 				over++
 			}
+			slots = append(slots, e.slot)
 		}
-		l.mu.Lock()
-		for _, e := range batch {
-			l.free = append(l.free, e.slot)
-		}
-		l.mu.Unlock()
+		l.slabMu.Lock()
+		l.free = append(l.free, slots...)
+		l.slabMu.Unlock()
+		l.inFlight.Add(-int64(len(batch)))
 		l.forwarded.Add(uint64(len(batch)) - werr)
 		l.writeErrs.Add(werr)
 		l.lateOver.Add(over)
@@ -393,15 +436,15 @@ func (l *Line) releaseLoop() {
 	}
 }
 
-// armLocked arms the timerfd for an absolute monotonic deadline (0 disarms).
-func (l *Line) armLocked(due int64) {
-	l.armed = due
+// armLocked arms the shard's timerfd for an absolute monotonic deadline (0 disarms).
+func (sh *shard) armLocked(due int64, log *slog.Logger) {
+	sh.armed = due
 	var its unix.ItimerSpec
 	if due > 0 {
 		its.Value = unix.NsecToTimespec(due)
 	}
-	if err := unix.TimerfdSettime(l.tfd, unix.TFD_TIMER_ABSTIME, &its, nil); err != nil {
-		l.cfg.Log.Error("delayline: timerfd_settime", "err", err)
+	if err := unix.TimerfdSettime(sh.tfd, unix.TFD_TIMER_ABSTIME, &its, nil); err != nil {
+		log.Error("delayline: timerfd_settime", "err", err)
 	}
 }
 
@@ -410,7 +453,10 @@ func (l *Line) buf(slot int32) []byte {
 	return l.slab[c][i*SlotSize : (i+1)*SlotSize : (i+1)*SlotSize]
 }
 
-func (l *Line) allocLocked() (int32, bool) {
+// alloc returns a free buffer slot, or false over MaxInFlight.
+func (l *Line) alloc() (int32, bool) {
+	l.slabMu.Lock()
+	defer l.slabMu.Unlock()
 	if n := len(l.free); n > 0 {
 		s := l.free[n-1]
 		l.free = l.free[:n-1]
@@ -431,8 +477,8 @@ func (l *Line) allocLocked() (int32, bool) {
 // The heap is ordered by (due, seq): equal deadlines leave in arrival order.
 func less(a, b entry) bool { return a.due < b.due || (a.due == b.due && a.seq < b.seq) }
 
-func (l *Line) pushLocked(e entry) {
-	h := append(l.heap, e)
+func (sh *shard) push(e entry) {
+	h := append(sh.heap, e)
 	i := len(h) - 1
 	for i > 0 {
 		p := (i - 1) / 2
@@ -442,11 +488,11 @@ func (l *Line) pushLocked(e entry) {
 		h[i], h[p] = h[p], h[i]
 		i = p
 	}
-	l.heap = h
+	sh.heap = h
 }
 
-func (l *Line) popLocked() entry {
-	h := l.heap
+func (sh *shard) pop() entry {
+	h := sh.heap
 	top := h[0]
 	n := len(h) - 1
 	h[0] = h[n]
@@ -466,7 +512,7 @@ func (l *Line) popLocked() entry {
 		h[i], h[c] = h[c], h[i]
 		i = c
 	}
-	l.heap = h
+	sh.heap = h
 	return top
 }
 

@@ -29,6 +29,7 @@ type ServeConfig struct {
 	Seed      uint64
 	Lead      time.Duration
 	RealTime  bool // see Config.RealTime
+	Shards    int  // see Config.Shards
 	// Ready, if set, is called once the TUN device is attached and the table loaded.
 	Ready func() error
 	Log   *slog.Logger
@@ -78,13 +79,13 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	l, err := New(dev, Config{Paths: tbl, Vantage: tbl.Vantage, Seed: cfg.Seed, Lead: cfg.Lead, RealTime: cfg.RealTime, Log: log})
+	l, err := New(dev, Config{Paths: tbl, Vantage: tbl.Vantage, Seed: cfg.Seed, Lead: cfg.Lead, RealTime: cfg.RealTime, Shards: cfg.Shards, Log: log})
 	if err != nil {
 		dev.Close()
 		return err
 	}
 	log.Info("delay line running", "tun", cfg.TUN, "table", cfg.TableFile, "entries", tbl.Len(),
-		"default_rtt", tbl.Default.RTT(), "seed", cfg.Seed, "realtime", cfg.RealTime, "pid", os.Getpid())
+		"default_rtt", tbl.Default.RTT(), "seed", cfg.Seed, "realtime", cfg.RealTime, "shards", cfg.Shards, "pid", os.Getpid())
 	if cfg.Ready != nil {
 		if err := cfg.Ready(); err != nil {
 			dev.Close()
