@@ -27,8 +27,10 @@ const (
 	maxDatagram   = 1500 // the testbed's veth MTU; larger datagrams are truncated and dropped by quic-go
 	vconnQueueLen = 8192 // datagrams buffered per Transport before the demultiplexer drops
 	// socketBuffer is the receive/send buffer of each shared socket: a ZMap sweep of the
-	// /16 arrives in ~0.1 s (65,536 probes of 1,200+ bytes), which must not overflow it.
-	socketBuffer = 32 << 20
+	// /16 (65,536 probes of 1,200+ bytes, ~2.3 KB of kernel memory each) may arrive faster
+	// than a starved demultiplexer reads; 160 MiB holds a whole sweep. The memory is only
+	// used while datagrams wait.
+	socketBuffer = 160 << 20
 )
 
 type datagram struct {
