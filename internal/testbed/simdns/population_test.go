@@ -11,15 +11,9 @@ import (
 
 // fakeProfiles stands in for internal/testbed/pki: one test certificate for every profile
 // name (the PKI has its own tests; here the name lookup and SNI rule are under test).
-type fakeProfiles struct {
-	c     *testCerts
-	asked map[string]bool
-}
+type fakeProfiles struct{ c *testCerts }
 
-func (f *fakeProfiles) Certificate(name string) (*tls.Certificate, error) {
-	f.asked[name] = true
-	return f.c.cert, nil
-}
+func (f *fakeProfiles) Certificate(name string) (*tls.Certificate, error) { return f.c.cert, nil }
 
 // loopback19 maps 127.19.x.y (local on any Linux host) to the population's 198.19.x.y.
 func loopback19(a netip.Addr) netip.Addr {
@@ -48,7 +42,7 @@ func TestPopulation(t *testing.T) {
 		t.Fatal(err)
 	}
 	certs := newTestCerts(t)
-	prof := &fakeProfiles{c: certs, asked: map[string]bool{}}
+	prof := &fakeProfiles{c: certs}
 	dir := NewPopulationDirectory(pop, prof)
 	srv, err := Start(t.Context(), Config{Directory: dir, Certs: dir,
 		Ports:   Ports{UDP: -1, TCP: -1, DoT: -1, DoH: -1},
