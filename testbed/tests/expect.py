@@ -21,7 +21,8 @@ def representatives(pop: Population) -> dict[str, Host]:
 
 def dns(h: Host, proto: str) -> str:
     """Expected rcode (NOERROR/REFUSED/SERVFAIL) or FAIL for DoUDP/DoTCP/DoT/DoH."""
-    served = {"udp": "udp" in h.dns, "tcp": "tcp" in h.dns, "dot": bool(h.dot), "doh": bool(h.doh)}[proto]
+    served = {"udp": "udp" in h.dns, "tcp": "tcp" in h.dns, "dot": bool(h.dot), "doh": bool(h.doh),
+              "doh3": bool(h.doh3)}[proto]
     if not served or h.hostile:
         return FAIL
     return h.rcode

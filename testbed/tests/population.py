@@ -58,6 +58,7 @@ class Host:
     dns: list[str] = field(default_factory=list)
     dot: int = 0
     doh: int = 0
+    doh3: int = 0  # DoH over HTTP/3 (UDP); its port is also a QUIC endpoint
     rcode: str = "NOERROR"
     hostile: str = ""
     peer: str = ""
@@ -72,6 +73,10 @@ class Host:
 
     def addresses(self):
         return (str(a) for a in self.prefix)
+
+    def quic_ports(self) -> list[int]:
+        """Every UDP port with a QUIC endpoint: quic= plus the doh3 port."""
+        return self.quic + ([self.doh3] if self.doh3 and self.doh3 not in self.quic else [])
 
     def version_numbers(self) -> list[int]:
         return [VERSIONS[v] for v in self.versions]
@@ -113,7 +118,7 @@ class Population:
         raise LookupError("every address is assigned")
 
 
-_INT_KEYS = {"dot", "doh"}
+_INT_KEYS = {"dot", "doh", "doh3"}
 _LIST_KEYS = {"alpn", "versions", "dns"}
 
 

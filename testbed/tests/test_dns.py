@@ -1,4 +1,4 @@
-"""DoUDP, DoTCP, DoT and DoH at every behaviour class, checked with dnspython from the
+"""DoUDP, DoTCP, DoT, DoH and DoH over HTTP/3 at every behaviour class, checked with dnspython from the
 vantage namespace: answers, REFUSED/SERVFAIL, and failures where nothing (or something
 hostile) serves."""
 
@@ -11,7 +11,8 @@ import population
 
 POP = population.load()
 REPS = expect.representatives(POP)
-PORTS = {"udp": lambda h: 53, "tcp": lambda h: 53, "dot": lambda h: h.dot or 853, "doh": lambda h: h.doh or 443}
+PORTS = {"udp": lambda h: 53, "tcp": lambda h: 53, "dot": lambda h: h.dot or 853, "doh": lambda h: h.doh or 443,
+         "doh3": lambda h: h.doh3 or 443}
 CASES = [(cls, proto) for cls in sorted(REPS) for proto in PORTS]
 
 

@@ -6,7 +6,7 @@ QUIC is dnspython, QUIC handshakes are aioquic, RTTs come from ping(8) and a pla
 connect. Every check has a timeout; an exception becomes {"ok": false, "error": ...}.
 
 Check kinds (all take "addr"):
-  {"kind": "dns", "proto": "udp|tcp|dot|doh|doq", "port": N, "sni": NAME|null}
+  {"kind": "dns", "proto": "udp|tcp|dot|doh|doh3|doq", "port": N, "sni": NAME|null}
   {"kind": "quic", "port": N, "alpn": [..], "sni": NAME|null}   handshake only (aioquic)
   {"kind": "vn", "port": N}                                    raw reserved-version Initial
   {"kind": "ping", "count": N}
@@ -62,6 +62,9 @@ def dns_check(c: dict) -> dict:
         r = dns.query.tls(q, addr, port=port, timeout=TIMEOUT, ssl_context=ctx, server_hostname=c.get("sni"))
     elif proto == "doh":
         r = dns.query.https(q, addr, port=port, timeout=TIMEOUT, verify=False)
+    elif proto == "doh3":
+        r = dns.query.https(q, addr, port=port, timeout=TIMEOUT, verify=False,
+                            http_version=dns.query.HTTPVersion.H3)
     elif proto == "doq":
         r = dns.query.quic(q, addr, port=port, timeout=TIMEOUT, verify=False, server_hostname=c.get("sni"))
     else:

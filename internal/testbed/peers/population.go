@@ -42,6 +42,9 @@ func FromPopulation(pop *population.Population, certDir string) ([]Spec, error) 
 		if !ok {
 			return nil, fmt.Errorf("peers: %v (line %d): unknown peer %q", addr, r.Line, r.Peer)
 		}
+		if r.DoH3 != 0 {
+			return nil, fmt.Errorf("peers: %v (line %d): %s does not serve DoH over HTTP/3 here", addr, r.Line, kind)
+		}
 		s := Spec{Kind: kind, Addr: addr, DoTPort: r.DoT, DoHPort: r.DoH,
 			QUICPorts: slices.Clone(r.QUICPorts), Retry: r.Retry}
 		switch {
