@@ -1,0 +1,190 @@
+package testbed
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/testbed/delayline"
+)
+
+// BenchmarkDelayLine prints configured vs measured RTT (ping, TCP connect) for 5..300 ms
+// paths, idle and under a UDP flood, and the packet rate the line sustains. It is a
+// report, not a pass/fail test: run it with bench/delayline.sh (or
+// go test -run '^$' -bench DelayLine -benchtime 1x ./internal/testbed/).
+//
+// Environment: DOQSCAN_BENCH_RATE (flood packets/s, default 50000), DOQSCAN_BENCH_LEAD
+// (delay-line lead, default DefaultLead; 0 for none), DOQSCAN_BENCH_PINGS (pings per path, default 20).
+func BenchmarkDelayLine(b *testing.B) {
+	if err := Preflight(); err != nil {
+		b.Skipf("SKIP: %v", err)
+	}
+	rate := envInt("DOQSCAN_BENCH_RATE", 50000)
+	pings := envInt("DOQSCAN_BENCH_PINGS", 20)
+	lead := DefaultLead
+	if v := os.Getenv("DOQSCAN_BENCH_LEAD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("DOQSCAN_BENCH_LEAD: %v", err)
+		}
+		lead = d
+		if d == 0 {
+			lead = -1 // none
+		}
+	}
+	rtts := []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond, 80 * time.Millisecond,
+		150 * time.Millisecond, 300 * time.Millisecond}
+	tbl := delayline.NewTable(delayline.Profile{})
+	for i, rtt := range rtts {
+		tbl.Set(netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(10 + i), 0}), 24), delayline.Profile{OneWay: rtt / 2})
+	}
+	tb := ForTest(b, Options{Name: fmt.Sprintf("bn%d", os.Getpid()%100000), Paths: tbl,
+		Population: NoPopulation, Lead: lead})
+	ctx := context.Background()
+	tcpServer(b, tb, 9)
+	sink := newUDPSink(b, tb, 9999)
+	for i := 0; i < b.N; i++ {
+		fmt.Printf("\ndelay line benchmark (lead %v, %d pings and 10 TCP connects per path; load average %s)\n", lead, pings, loadavg())
+		fmt.Printf("%-10s %-6s %10s %10s %10s %10s %9s\n", "configured", "load", "ping min", "ping avg", "tcp min", "tcp median", "goal 0.5ms")
+		for _, loaded := range []bool{false, true} {
+			phase0 := readStats(tb)
+			var stop context.CancelFunc = func() {}
+			floodDone := make(chan struct{})
+			if loaded {
+				fctx, cancel := context.WithCancel(ctx)
+				stop = cancel
+				go func() {
+					defer close(floodDone)
+					_, _ = flood(fctx, tb, "198.19.12.9:9999", rate, 100) // 20 ms path
+				}()
+			} else {
+				close(floodDone)
+			}
+			for j, rtt := range rtts {
+				p, err := ping(ctx, tb, addrFor(j), pings)
+				if err != nil {
+					b.Fatal(err)
+				}
+				d, err := tcpConnect(tb, addrFor(j), 9, 10)
+				if err != nil {
+					b.Fatal(err)
+				}
+				label := "idle"
+				if loaded {
+					label = fmt.Sprintf("%dk/s", rate/1000)
+				}
+				worst := max(absd(p.avg-rtt), absd(median(d)-rtt))
+				verdict := "ok"
+				if worst > 500*time.Microsecond {
+					verdict = "MISS"
+				}
+				fmt.Printf("%-10v %-6s %10s %10s %10s %10s %9s  (avg err %+.3f ms, tcp err %+.3f ms)\n", rtt, label,
+					ms(p.min), ms(p.avg), ms(d[0]), ms(median(d)), verdict,
+					float64(p.avg-rtt)/1e6, float64(median(d)-rtt)/1e6)
+			}
+			stop()
+			<-floodDone
+			waitStatsTick(tb, phase0)
+			phase1 := readStats(tb)
+			fmt.Printf("%-17s delay line in this phase: %d releases, lateness mean %.1f µs, %d over 100 µs, dropped %d\n", "",
+				phase1.Releases-phase0.Releases, meanLate(phase0, phase1), phase1.LateOver-phase0.LateOver, phase1.Dropped-phase0.Dropped)
+		}
+		// Throughput: flood the 20 ms path at increasing rates for 3 s each; count what
+		// the internet side receives.
+		fmt.Printf("\n%-12s %12s %12s %12s %8s %s\n", "offered pps", "sent pps", "line pps", "recv pps", "loss", "delay line")
+		for _, r := range []int{rate, 2 * rate} {
+			before := sink.n.Load()
+			st0 := readStats(tb)
+			fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			t0 := time.Now()
+			sent, err := flood(fctx, tb, "198.19.12.9:9999", r, 100)
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			el := time.Since(t0)
+			// Wait for the packets still held (20 ms path) to arrive: the condition is
+			// "the sink count stopped growing for 100 ms" (one tick of the stats file is 1 s).
+			waitQuiet(sink)
+			waitStatsTick(tb, st0)
+			got := sink.n.Load() - before
+			st1 := readStats(tb)
+			fmt.Printf("%-12d %12.0f %12.0f %12.0f %7.2f%% dropped %d, lateness mean %.1f µs, max (whole run) %.1f µs, >100µs %d, max held %d\n",
+				r, float64(sent)/el.Seconds(), float64(st1.Forwarded-st0.Forwarded)/el.Seconds(), float64(got)/el.Seconds(), 100*(1-float64(got)/float64(max(sent, 1))),
+				st1.Dropped-st0.Dropped, meanLate(st0, st1), float64(st1.LateMaxNS)/1e3, st1.LateOver-st0.LateOver, st1.MaxHeld)
+		}
+	}
+}
+
+// waitStatsTick waits until the delay line's stats file shows counters newer than st0
+// (it is rewritten every second).
+func waitStatsTick(tb *Testbed, st0 delayline.Stats) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < 50; i++ {
+		if st := readStats(tb); st.Received > st0.Received && st.InFlight == 0 {
+			return
+		}
+		<-tick.C
+	}
+}
+
+func meanLate(a, b delayline.Stats) float64 {
+	if n := b.Releases - a.Releases; n > 0 {
+		return float64(b.LateSumNS-a.LateSumNS) / float64(n) / 1e3
+	}
+	return 0
+}
+
+func waitQuiet(s *udpSink) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last := s.n.Load()
+	for range tick.C {
+		n := s.n.Load()
+		if n == last {
+			return
+		}
+		last = n
+	}
+}
+
+func readStats(tb *Testbed) delayline.Stats {
+	var st delayline.Stats
+	// The stats file is rewritten every second; the counters are cumulative.
+	b, err := os.ReadFile(filepath.Join(tb.State, "delayline.stats.json"))
+	if err == nil {
+		_ = json.Unmarshal(b, &st)
+	}
+	return st
+}
+
+func envInt(k string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	if len(b) > 14 {
+		return string(b[:14])
+	}
+	return string(b)
+}
+
+func absd(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/1e6) }

@@ -1,0 +1,434 @@
+// Package netns builds and removes the testbed's network namespaces with iproute2:
+//
+//	<inst>-vantage (198.18.0.2/24) ─┐                 ┌─ <inst>-inet: 198.19.0.0/16 AnyIP on lo
+//	<inst>-vantage2 (198.18.1.2/24) ┼─ <inst>-router ─┤   (198.18.255.1/31)
+//	...                             ┘  tun0 delay line └─ router side 198.18.255.0/31
+//
+// Every address is inside 198.18.0.0/15 (RFC 2544 benchmarking space). No namespace has a
+// default route, and no interface of these namespaces connects to the host: nothing routes
+// outside. In the router, packets arriving on any veth are steered (ip rule iif ... lookup
+// 100) into tun0, where the user-space delay line holds them and writes them back; the
+// main table then forwards them. Setup is idempotent; Down removes everything.
+package netns
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+)
+
+// Addressing plan (docs/testbed.md).
+var (
+	TestbedPrefix  = netip.MustParsePrefix("198.18.0.0/15")
+	InternetPrefix = netip.MustParsePrefix("198.19.0.0/16")
+	// The router<->internet link, a /31 (RFC 3021).
+	RouterInetAddr = netip.MustParseAddr("198.18.255.0")
+	InetLinkAddr   = netip.MustParseAddr("198.18.255.1")
+)
+
+const (
+	// DefaultInstance is the instance name when DOQSCAN_TESTNET is unset.
+	DefaultInstance = "dq"
+	// EnvInstance names the instance to use or reuse.
+	EnvInstance = "DOQSCAN_TESTNET"
+	// MaxVantages bounds the vantage namespaces (198.18.0..MaxVantages-1.0/24).
+	MaxVantages = 100
+	// TUN is the delay line's device in the router namespace.
+	TUN = "tun0"
+	// DelayTable is the policy-routing table that sends everything into TUN.
+	DelayTable = "100"
+	// delayRulePref is the priority of the "iif <veth> lookup 100" rules.
+	delayRulePref = "100"
+	// TUNQueueLen is tun0's transmit queue (packets waiting for the delay line's reader).
+	TUNQueueLen = "10000"
+	// MTU of every link (and of TUN, whose read buffers are sized for it).
+	MTU = "1500"
+)
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,9}$`)
+
+// Instance names the namespaces and interfaces of one testbed.
+type Instance struct {
+	Name     string
+	Vantages int // >= 1
+}
+
+// ValidName checks an instance name: 1..10 lowercase letters/digits, starting with a
+// letter (interface names are at most 15 bytes: "<inst>-r99").
+func ValidName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("bad testbed instance name %q: want 1-10 lowercase letters or digits, starting with a letter", name)
+	}
+	return nil
+}
+
+// New checks the name and vantage count.
+func New(name string, vantages int) (Instance, error) {
+	if err := ValidName(name); err != nil {
+		return Instance{}, err
+	}
+	if vantages < 1 || vantages > MaxVantages {
+		return Instance{}, fmt.Errorf("vantages %d out of range 1..%d", vantages, MaxVantages)
+	}
+	return Instance{Name: name, Vantages: vantages}, nil
+}
+
+// Router, Inet and Vantage name the namespaces. Vantage(0) is "<inst>-vantage",
+// Vantage(i>0) is "<inst>-vantage<i+1>".
+func (in Instance) Router() string { return in.Name + "-router" }
+func (in Instance) Inet() string   { return in.Name + "-inet" }
+func (in Instance) Vantage(i int) string {
+	if i == 0 {
+		return in.Name + "-vantage"
+	}
+	return fmt.Sprintf("%s-vantage%d", in.Name, i+1)
+}
+
+// Namespaces lists every namespace of the instance.
+func (in Instance) Namespaces() []string {
+	ns := []string{in.Router(), in.Inet()}
+	for i := 0; i < in.Vantages; i++ {
+		ns = append(ns, in.Vantage(i))
+	}
+	return ns
+}
+
+// VantageIf is vantage i's veth (in the vantage namespace); RouterIf(i) its peer in
+// the router. RouterInetIf/InetIf are the router<->internet pair.
+func (in Instance) VantageIf(i int) string { return fmt.Sprintf("%s-v%d", in.Name, i) }
+func (in Instance) RouterIf(i int) string  { return fmt.Sprintf("%s-r%d", in.Name, i) }
+func (in Instance) RouterInetIf() string   { return in.Name + "-ri" }
+func (in Instance) InetIf() string         { return in.Name + "-i" }
+
+// VantageAddr is 198.18.i.2; GatewayAddr 198.18.i.1 (the router side).
+func VantageAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i), 2}) }
+func GatewayAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i), 1}) }
+
+// GatewayMAC is the fixed MAC of the router side of vantage i's link (what zmap -G needs);
+// VantageMAC the vantage side. Locally administered (02:...).
+func GatewayMAC(i int) string { return fmt.Sprintf("02:d9:00:00:%02x:01", i) }
+func VantageMAC(i int) string { return fmt.Sprintf("02:d9:00:00:%02x:02", i) }
+
+// Runner runs iproute2 and friends. Commands are logged through Trace when set.
+type Runner struct {
+	Trace func(args []string, out string, err error)
+}
+
+// ip runs `ip args...` and returns its combined output.
+func (r Runner) ip(ctx context.Context, args ...string) (string, error) {
+	return r.run(ctx, "ip", args...)
+}
+
+func (r Runner) run(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	s := strings.TrimSpace(out.String())
+	if r.Trace != nil {
+		r.Trace(append([]string{name}, args...), s, err)
+	}
+	if err != nil {
+		return s, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, s)
+	}
+	return s, nil
+}
+
+// Preflight says why the testbed cannot be built here, or nil.
+func Preflight() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the testbed needs root (network namespaces, TUN)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return errors.New("the testbed needs iproute2's ip command (apt-get install iproute2)")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		return fmt.Errorf("the testbed needs /dev/net/tun: %w", err)
+	}
+	return nil
+}
+
+// ListNamespaces returns the names of all network namespaces (ip netns list).
+func (r Runner) ListNamespaces(ctx context.Context) ([]string, error) {
+	out, err := r.ip(ctx, "netns", "list")
+	if err != nil {
+		return nil, err
+	}
+	var ns []string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			ns = append(ns, f[0])
+		}
+	}
+	return ns, nil
+}
+
+// Exists reports which of the instance's namespaces exist.
+func (r Runner) Exists(ctx context.Context, in Instance) (map[string]bool, error) {
+	all, err := r.ListNamespaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, n := range all {
+		have[n] = true
+	}
+	got := map[string]bool{}
+	for _, n := range in.Namespaces() {
+		got[n] = have[n]
+	}
+	return got, nil
+}
+
+// Leftovers lists every namespace named "<inst>-..." (vantages beyond in.Vantages, and
+// the peers namespace package peers adds, included). Instance names contain no '-', so
+// "<inst>-" never matches another instance.
+func (r Runner) Leftovers(ctx context.Context, name string) ([]string, error) {
+	all, err := r.ListNamespaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var left []string
+	for _, n := range all {
+		if strings.HasPrefix(n, name+"-") {
+			left = append(left, n)
+		}
+	}
+	return left, nil
+}
+
+func (r Runner) linkExists(ctx context.Context, ns, dev string) bool {
+	_, err := r.ip(ctx, "-n", ns, "link", "show", "dev", dev)
+	return err == nil
+}
+
+func (r Runner) sysctl(ctx context.Context, ns string, kv ...string) error {
+	args := append([]string{"netns", "exec", ns, "sysctl", "-q", "-w"}, kv...)
+	_, err := r.ip(ctx, args...)
+	return err
+}
+
+// Up creates (or completes) the namespaces, links, addresses, routes, sysctls and the
+// persistent TUN device with its steering rules. It is idempotent.
+func (r Runner) Up(ctx context.Context, in Instance) error {
+	have, err := r.Exists(ctx, in)
+	if err != nil {
+		return err
+	}
+	for _, ns := range in.Namespaces() {
+		if !have[ns] {
+			if _, err := r.ip(ctx, "netns", "add", ns); err != nil {
+				return err
+			}
+		}
+		if _, err := r.ip(ctx, "-n", ns, "link", "set", "lo", "up"); err != nil {
+			return err
+		}
+		// Strict reverse-path filtering would drop what the delay line writes back.
+		if err := r.sysctl(ctx, ns, "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"); err != nil {
+			return err
+		}
+		// The testbed is IPv4 only: no IPv6 address (not even link-local) on any link.
+		if err := r.sysctl(ctx, ns, "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"); err != nil {
+			return err
+		}
+	}
+	R, I := in.Router(), in.Inet()
+	if err := r.sysctl(ctx, R, "net.ipv4.ip_forward=1"); err != nil {
+		return err
+	}
+	// Links are created inside the namespaces: no interface ever appears on the host.
+	for i := 0; i < in.Vantages; i++ {
+		if err := r.veth(ctx, R, in.RouterIf(i), GatewayMAC(i), in.Vantage(i), in.VantageIf(i), VantageMAC(i)); err != nil {
+			return err
+		}
+	}
+	if err := r.veth(ctx, R, in.RouterInetIf(), "02:d9:00:00:ff:00", I, in.InetIf(), "02:d9:00:00:ff:01"); err != nil {
+		return err
+	}
+	steps := [][]string{}
+	add := func(a ...string) { steps = append(steps, a) }
+	for i := 0; i < in.Vantages; i++ {
+		V := in.Vantage(i)
+		add("-n", R, "addr", "replace", GatewayAddr(i).String()+"/24", "dev", in.RouterIf(i))
+		add("-n", V, "addr", "replace", VantageAddr(i).String()+"/24", "dev", in.VantageIf(i))
+		add("-n", V, "route", "replace", InternetPrefix.String(), "via", GatewayAddr(i).String(), "dev", in.VantageIf(i))
+	}
+	add("-n", R, "addr", "replace", RouterInetAddr.String()+"/31", "dev", in.RouterInetIf())
+	add("-n", I, "addr", "replace", InetLinkAddr.String()+"/31", "dev", in.InetIf())
+	// AnyIP: every address of the /16 is local in the internet namespace.
+	add("-n", I, "route", "replace", "local", InternetPrefix.String(), "dev", "lo", "table", "local")
+	add("-n", I, "route", "replace", "198.18.0.0/16", "via", RouterInetAddr.String(), "dev", in.InetIf())
+	add("-n", R, "route", "replace", InternetPrefix.String(), "via", InetLinkAddr.String(), "dev", in.RouterInetIf())
+	for _, s := range steps {
+		if _, err := r.ip(ctx, s...); err != nil {
+			return err
+		}
+	}
+	if err := r.delaySteering(ctx, in); err != nil {
+		return err
+	}
+	return r.VerifyNoRouteOut(ctx, in)
+}
+
+func (r Runner) veth(ctx context.Context, nsA, a, macA, nsB, b, macB string) error {
+	if !r.linkExists(ctx, nsA, a) {
+		// A half-built pair (peer moved away or deleted) cannot exist: veths die in pairs.
+		if _, err := r.ip(ctx, "-n", nsA, "link", "add", a, "mtu", MTU, "address", macA, "type", "veth",
+			"peer", "name", b, "netns", nsB, "mtu", MTU, "address", macB); err != nil {
+			return err
+		}
+	}
+	if _, err := r.ip(ctx, "-n", nsA, "link", "set", a, "up"); err != nil {
+		return err
+	}
+	if _, err := r.ip(ctx, "-n", nsB, "link", "set", b, "up"); err != nil {
+		return err
+	}
+	if err := r.sysctl(ctx, nsA, "net.ipv4.conf."+a+".rp_filter=0"); err != nil {
+		return err
+	}
+	return r.sysctl(ctx, nsB, "net.ipv4.conf."+b+".rp_filter=0")
+}
+
+// delaySteering creates the persistent TUN device and the rules that send every packet
+// arriving on a veth through it. Without a running delay line, forwarded packets are
+// dropped at tun0 (traffic to the router itself is delivered by the local table first).
+func (r Runner) delaySteering(ctx context.Context, in Instance) error {
+	R := in.Router()
+	if !r.linkExists(ctx, R, TUN) {
+		if _, err := r.ip(ctx, "-n", R, "tuntap", "add", "dev", TUN, "mode", "tun"); err != nil {
+			return err
+		}
+	}
+	// A long queue towards the reader absorbs bursts (a zmap scan) while it catches up.
+	if _, err := r.ip(ctx, "-n", R, "link", "set", TUN, "mtu", MTU, "txqueuelen", TUNQueueLen, "up"); err != nil {
+		return err
+	}
+	if err := r.sysctl(ctx, R, "net.ipv4.conf."+TUN+".rp_filter=0"); err != nil {
+		return err
+	}
+	// Only testbed destinations enter the delay line; anything else finds no route.
+	if _, err := r.ip(ctx, "-n", R, "route", "replace", TestbedPrefix.String(), "dev", TUN, "table", DelayTable); err != nil {
+		return err
+	}
+	rules, err := r.ip(ctx, "-n", R, "rule", "show")
+	if err != nil {
+		return err
+	}
+	ifs := []string{in.RouterInetIf()}
+	for i := 0; i < in.Vantages; i++ {
+		ifs = append(ifs, in.RouterIf(i))
+	}
+	for _, ifn := range ifs {
+		if strings.Contains(rules, "iif "+ifn+" lookup "+DelayTable) {
+			continue
+		}
+		if _, err := r.ip(ctx, "-n", R, "rule", "add", "pref", delayRulePref, "iif", ifn, "lookup", DelayTable); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// VerifyNoRouteOut checks that no namespace of the instance (every "<inst>-*" namespace,
+// the peers namespace included) has a route to anything outside 198.18.0.0/15 or
+// 127.0.0.0/8 in any table: no default route, nothing else.
+func (r Runner) VerifyNoRouteOut(ctx context.Context, in Instance) error {
+	all, err := r.Leftovers(ctx, in.Name)
+	if err != nil {
+		return err
+	}
+	for _, ns := range all {
+		out, err := r.ip(ctx, "-n", ns, "-4", "route", "show", "table", "all")
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 {
+				continue
+			}
+			dst := f[0]
+			if dst == "local" || dst == "broadcast" || dst == "unreachable" || dst == "prohibit" || dst == "blackhole" {
+				if len(f) < 2 {
+					continue
+				}
+				dst = f[1]
+			}
+			if dst == "default" {
+				return fmt.Errorf("namespace %s has a default route: %q", ns, line)
+			}
+			p, err := netip.ParsePrefix(dst)
+			if err != nil {
+				a, aerr := netip.ParseAddr(dst)
+				if aerr != nil {
+					return fmt.Errorf("namespace %s: cannot read route %q", ns, line)
+				}
+				p = netip.PrefixFrom(a, 32)
+			}
+			if !(TestbedPrefix.Contains(p.Addr()) && p.Bits() >= TestbedPrefix.Bits()) && !isLoopback(p) {
+				return fmt.Errorf("namespace %s has a route outside %v: %q", ns, TestbedPrefix, line)
+			}
+		}
+		if ns == in.Router() || ns == in.Inet() || strings.HasPrefix(ns, in.Name+"-vantage") {
+			out6, err := r.ip(ctx, "-n", ns, "-6", "route", "show", "table", "all")
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(out6, "\n") {
+				if f := strings.Fields(line); len(f) > 0 && f[0] != "local" && f[0] != "multicast" && !strings.HasPrefix(f[0], "::1") {
+					return fmt.Errorf("namespace %s has an IPv6 route: %q", ns, line)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func isLoopback(p netip.Prefix) bool {
+	return netip.MustParsePrefix("127.0.0.0/8").Contains(p.Addr()) && p.Bits() >= 8
+}
+
+// Down deletes the instance's namespaces (and with them every veth and tun0). Processes
+// still inside must have been stopped before (see PIDs).
+func (r Runner) Down(ctx context.Context, name string) error {
+	left, err := r.Leftovers(ctx, name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, ns := range left {
+		if _, err := r.ip(ctx, "netns", "del", ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PIDs lists the processes running in a namespace (ip netns pids).
+func (r Runner) PIDs(ctx context.Context, ns string) ([]int, error) {
+	out, err := r.ip(ctx, "netns", "pids", ns)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(out) {
+		var p int
+		if _, err := fmt.Sscan(f, &p); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	return pids, nil
+}
+
+// Exec returns a command running argv inside namespace ns.
+func Exec(ctx context.Context, ns string, argv ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...)
+}

@@ -1,0 +1,153 @@
+package peers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Interface names inside the namespaces (names are per namespace, so they are fixed).
+const (
+	inetSideIf = "peers0" // in <inst>-inet
+	peerSideIf = "inet0"  // in <inst>-peers
+)
+
+// probeSource is the source address of packets the internet namespace sends to a peer
+// (readiness probes): in 198.19.0.0/24, which the population leaves unassigned
+// (docs/population.md), and local in the internet namespace through its AnyIP route.
+var probeSource = netip.MustParseAddr("198.19.0.254")
+
+// peerNamespace is `<inst>-peers`: the peer addresses on its loopback, a veth to
+// `<inst>-inet`, and a /32 route per address in the internet namespace's local table.
+type peerNamespace struct {
+	inst string
+}
+
+func (n *peerNamespace) name() string { return n.inst + "-peers" }
+func (n *peerNamespace) inet() string { return n.inst + "-inet" }
+
+// setupNamespace creates (or re-creates) the peers namespace for inst and routes addrs
+// into it. The internet namespace must exist.
+func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peerNamespace, error) {
+	n := &peerNamespace{inst: inst}
+	if _, err := os.Stat("/run/netns/" + n.inet()); err != nil {
+		return nil, fmt.Errorf("peers: internet namespace %s does not exist (testnet up first): %w", n.inet(), err)
+	}
+	// A leftover from a crashed run would hold stale routes: start clean.
+	if err := n.teardown(); err != nil {
+		return nil, err
+	}
+	ns, inet := n.name(), n.inet()
+	cmds := [][]string{
+		{"netns", "add", ns},
+		{"-n", ns, "link", "set", "lo", "up"},
+		{"-n", inet, "link", "add", inetSideIf, "type", "veth", "peer", "name", peerSideIf, "netns", ns},
+		{"-n", inet, "link", "set", inetSideIf, "up"},
+		{"-n", ns, "link", "set", peerSideIf, "up"},
+		// Everything leaves the peers namespace towards the internet namespace, which
+		// answers ARP for it (proxy_arp) and forwards it on.
+		{"-n", ns, "route", "add", "default", "dev", peerSideIf},
+	}
+	for _, a := range addrs {
+		cmds = append(cmds,
+			[]string{"-n", ns, "addr", "add", a.String() + "/32", "dev", "lo"},
+		)
+	}
+	for _, c := range cmds {
+		if err := ip(ctx, c...); err != nil {
+			n.teardown()
+			return nil, err
+		}
+	}
+	for _, a := range addrs {
+		// In the local table, longest prefix wins over `local 198.19.0.0/16 dev lo`.
+		// src: packets the internet namespace itself sends to a peer (readiness probes)
+		// need a source the peer can answer; the AnyIP range provides one.
+		route := []string{"-n", inet, "route", "add", "table", "local", a.String() + "/32", "dev", inetSideIf}
+		if err := ip(ctx, append(route, "src", probeSource.String())...); err != nil {
+			if err := ip(ctx, route...); err != nil {
+				n.teardown()
+				return nil, err
+			}
+		}
+	}
+	sysctls := map[string][]string{
+		inet: {"net.ipv4.ip_forward=1", "net.ipv4.conf." + inetSideIf + ".proxy_arp=1",
+			"net.ipv4.conf." + inetSideIf + ".rp_filter=0", "net.ipv4.conf.all.rp_filter=0"},
+		ns: {"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf." + peerSideIf + ".rp_filter=0"},
+	}
+	for nsName, kv := range sysctls {
+		args := append([]string{"netns", "exec", nsName, "sysctl", "-q", "-w"}, kv...)
+		if err := ip(ctx, args...); err != nil {
+			n.teardown()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// teardown deletes the peers namespace; its veth pair, and with it the routes in the
+// internet namespace, go with it. Missing namespaces are fine.
+func (n *peerNamespace) teardown() error {
+	if _, err := os.Stat("/run/netns/" + n.name()); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	// The inet end disappears with its peer; delete it explicitly too in case the
+	// namespace lingers (a process still inside keeps it alive).
+	if _, err := os.Stat("/run/netns/" + n.inet()); err == nil {
+		_ = ip(context.Background(), "-n", n.inet(), "link", "del", inetSideIf)
+	}
+	return ip(context.Background(), "netns", "del", n.name())
+}
+
+func ip(ctx context.Context, args ...string) error {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, "ip", args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("peers: ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// inNamespace runs fn on an OS thread switched into network namespace name (the
+// caller's namespace when name is empty). Sockets fn creates stay in that namespace
+// after it returns; goroutines fn starts run elsewhere and must not create sockets.
+func inNamespace(name string, fn func() error) error {
+	if name == "" {
+		return fn()
+	}
+	runtime.LockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("peers: current netns: %w", err)
+	}
+	defer orig.Close()
+	target, err := os.Open("/run/netns/" + name)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("peers: netns %s: %w", name, err)
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("peers: setns %s: %w", name, err)
+	}
+	defer func() {
+		// Only a thread back in its own namespace may serve other goroutines; if the
+		// switch back fails the thread stays locked and exits with this goroutine.
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
+	return fn()
+}

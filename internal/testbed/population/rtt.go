@@ -1,0 +1,122 @@
+package population
+
+import "net/netip"
+
+// Protocols and phases of a measurement (issue 6).
+const (
+	ProtoDoUDP = "doudp" // DNS over UDP/53
+	ProtoDoTCP = "dotcp" // DNS over TCP/53
+	ProtoDoT   = "dot"   // DNS over TLS (RFC 7858)
+	ProtoDoH   = "doh"   // DNS over HTTPS (RFC 8484) over TCP+TLS 1.3
+	ProtoDoQ   = "doq"   // DNS over QUIC (RFC 9250)
+	ProtoDoH3  = "doh3"  // DNS over HTTPS over HTTP/3 (RFC 8484 + RFC 9114), on the host's doh3 port
+
+	PhaseWarmup   = "warmup"   // a fresh session: no token, no known version
+	PhaseMeasured = "measured" // reuses the warm-up's negotiated version and NEW_TOKEN token
+)
+
+// ClientHello describes the client's first flight, which sets the server's
+// anti-amplification budget (RFC 9000 §8.1: 3x the bytes received before validation).
+type ClientHello struct {
+	Name         string
+	InitialBytes int // UDP payload bytes of the client's Initial datagrams
+	ServerShare  int // bytes of the server's key share that answer it (in the ServerHello)
+}
+
+// quic-go pads every Initial datagram to 1280 bytes (protocol.InitialPacketSize).
+var (
+	// ClientX25519 is a one-Initial ClientHello (CurvePreferences X25519: what 2021 clients sent).
+	ClientX25519 = ClientHello{Name: "x25519", InitialBytes: 1280, ServerShare: 32}
+	// ClientMLKEM is Go 1.26's default X25519MLKEM768 ClientHello, which spans two Initials.
+	ClientMLKEM = ClientHello{Name: "x25519mlkem768", InitialBytes: 2 * 1280, ServerShare: 1120}
+)
+
+// AmplificationFactor is the anti-amplification limit (RFC 9000 §8.1).
+const AmplificationFactor = 3
+
+// Approximate sizes used to predict the server's first flight (checked against the real
+// chains by internal/testbed/pki's tests).
+const (
+	approxCertBase     = 420 // an Ed25519 certificate without filler, DER bytes
+	approxPadOverhead  = 16  // the filler extension's OID and headers
+	approxFlightFixed  = 400 // ServerHello (without key share), EncryptedExtensions, CertificateVerify, Finished, QUIC headers
+	approxPerCertFrame = 5   // TLS Certificate entry framing
+)
+
+// ApproxChainBytes estimates the DER bytes of the chain the server sends (leaf and
+// intermediates; the root is not sent).
+func (c Cert) ApproxChainBytes() int {
+	per := approxCertBase + approxPerCertFrame
+	if c.Pad > 0 {
+		per += c.Pad + approxPadOverhead
+	}
+	return per * (1 + c.Intermediates)
+}
+
+// ServerFlightBytes estimates the server's first flight (Initial + Handshake) for client.
+func (c Cert) ServerFlightBytes(client ClientHello) int {
+	return approxFlightFixed + client.ServerShare + c.ApproxChainBytes()
+}
+
+// ExceedsAmplification reports whether the server's first flight with this certificate
+// exceeds 3x what the client sent, so an unvalidated server stalls for one round trip.
+func (c Cert) ExceedsAmplification(client ClientHello) bool {
+	return c.ServerFlightBytes(client) > AmplificationFactor*client.InitialBytes
+}
+
+// HandshakeRTTs returns how many round trips the handshake of proto to (addr, port) takes
+// in phase, with the client's first flight client (only DoQ depends on it); ok is false
+// when the endpoint does not complete a handshake of that protocol (silent, hostile, not
+// DoQ, no such service). Lossy paths may add retransmissions on top.
+//
+//	DoUDP 0; DoTCP 1; DoT and DoH (TCP + TLS 1.3) 2;
+//	DoQ and DoH3 1, +1 for Version Negotiation (warm-up only: the measured connection reuses the
+//	version), +1 for Retry (unless a valid token is presented), +1 for an amplification
+//	stall (the first flight exceeds 3x the client's bytes and the address is not validated
+//	by a Retry or a valid NEW_TOKEN token).
+func (p *Population) HandshakeRTTs(addr netip.Addr, port uint16, proto, phase string, client ClientHello) (int, bool) {
+	r := p.Lookup(addr)
+	if r == nil || (r.Hostile != "" && r.Hostile != HostileTruncated && r.Hostile != HostileEndless &&
+		r.Hostile != HostileWrongLength && r.Hostile != HostileReset) {
+		return 0, false
+	}
+	switch proto {
+	case ProtoDoUDP:
+		return 0, port == 53 && r.HasDNS("udp")
+	case ProtoDoTCP:
+		return 1, port == 53 && r.HasDNS("tcp")
+	case ProtoDoT:
+		return 2, r.DoT != 0 && port == r.DoT
+	case ProtoDoH:
+		return 2, r.DoH != 0 && port == r.DoH
+	case ProtoDoQ:
+		if v := p.ExpectVerify(addr, port); v.ALPN == "" {
+			return 0, false
+		}
+	case ProtoDoH3:
+		if r.DoH3 == 0 || port != r.DoH3 || r.Hostile != "" {
+			return 0, false
+		}
+	default:
+		return 0, false
+	}
+	v := p.ExpectVerify(addr, port) // version and VN do not depend on the ALPN
+	tokenValid := phase == PhaseMeasured && r.Token == TokenHonour
+	n := 1
+	if phase == PhaseWarmup && v.NeedsVN {
+		n++
+	}
+	validated := tokenValid
+	if r.Retry && !tokenValid {
+		n++
+		validated = true // the Retry token validates the address
+	}
+	if !validated && p.Certs[r.Cert].ExceedsAmplification(client) {
+		n++
+	}
+	return n, true
+}
+
+// ResolveRTTs is the round trips from the query's first packet to the answer: 1 for every
+// protocol on an established session.
+const ResolveRTTs = 1

@@ -1,0 +1,81 @@
+package population
+
+import "testing"
+
+func TestHandshakeRTTs(t *testing.T) {
+	p := loadCommitted(t)
+	one := func(class string) (r *Record) {
+		t.Helper()
+		rs := p.ByClass(class)
+		if len(rs) == 0 {
+			t.Fatalf("no %s hosts", class)
+		}
+		return rs[0]
+	}
+	type c struct {
+		class, phase string
+		client       ClientHello
+		want         int
+	}
+	big, mid := p.Certs["chain-big"], p.Certs["chain-mid"]
+	if !big.ExceedsAmplification(ClientMLKEM) || !big.ExceedsAmplification(ClientX25519) {
+		t.Fatalf("chain-big (%d bytes) must exceed both budgets", big.ApproxChainBytes())
+	}
+	if !mid.ExceedsAmplification(ClientX25519) || mid.ExceedsAmplification(ClientMLKEM) {
+		t.Fatalf("chain-mid (%d bytes) must exceed only the one-Initial budget", mid.ApproxChainBytes())
+	}
+	for _, tc := range []c{
+		{"doq", PhaseWarmup, ClientMLKEM, 1},
+		{"doq", PhaseMeasured, ClientMLKEM, 1},
+		{"doq-retry", PhaseWarmup, ClientMLKEM, 2},
+		{"doq-retry", PhaseMeasured, ClientMLKEM, 1},
+		{"doq-v2only", PhaseWarmup, ClientX25519, 2},
+		{"doq-v2only", PhaseMeasured, ClientX25519, 1},
+		{"doq-bigchain-honour", PhaseWarmup, ClientMLKEM, 2},
+		{"doq-bigchain-honour", PhaseMeasured, ClientMLKEM, 1},
+		{"doq-bigchain-ignore", PhaseMeasured, ClientMLKEM, 2},
+		{"doq-bigchain-ignore", PhaseMeasured, ClientX25519, 2},
+		{"doq-midchain-ignore", PhaseMeasured, ClientX25519, 2},
+		{"doq-midchain-ignore", PhaseMeasured, ClientMLKEM, 1},
+		{"doq-midchain-honour", PhaseMeasured, ClientX25519, 1},
+		{"peer-aioquic-retry", PhaseMeasured, ClientMLKEM, 2},
+		{"peer-aioquic-bigchain", PhaseMeasured, ClientMLKEM, 2},
+	} {
+		r := one(tc.class)
+		got, ok := p.HandshakeRTTs(r.Prefix.Addr(), r.QUICPorts[0], ProtoDoQ, tc.phase, tc.client)
+		if !ok || got != tc.want {
+			t.Errorf("%s %s %s: %d (%v), want %d", tc.class, tc.phase, tc.client.Name, got, ok, tc.want)
+		}
+	}
+	for _, class := range []string{"doq", "doq-retry", "doq-bigchain-ignore"} {
+		r := one(class)
+		for _, phase := range []string{PhaseWarmup, PhaseMeasured} {
+			q, _ := p.HandshakeRTTs(r.Prefix.Addr(), r.QUICPorts[0], ProtoDoQ, phase, ClientMLKEM)
+			h, ok := p.HandshakeRTTs(r.Prefix.Addr(), r.DoH3, ProtoDoH3, phase, ClientMLKEM)
+			if !ok || h != q || r.DoH3 == 0 {
+				t.Errorf("%s %s: DoH3 %d (%v) on %d, DoQ %d: the same QUIC behaviour must give the same count", class, phase, h, ok, r.DoH3, q)
+			}
+		}
+	}
+	r := one("dns-full")
+	a := r.Prefix.Addr()
+	for proto, want := range map[string]int{ProtoDoUDP: 0, ProtoDoTCP: 1, ProtoDoT: 2, ProtoDoH: 2} {
+		port := uint16(53)
+		switch proto {
+		case ProtoDoT:
+			port = r.DoT
+		case ProtoDoH:
+			port = r.DoH
+		}
+		if got, ok := p.HandshakeRTTs(a, port, proto, PhaseMeasured, ClientMLKEM); !ok || got != want {
+			t.Errorf("%s: %d %v, want %d", proto, got, ok, want)
+		}
+	}
+	if _, ok := p.HandshakeRTTs(a, 784, ProtoDoQ, PhaseWarmup, ClientMLKEM); ok {
+		t.Error("DoQ handshake predicted for a host without DoQ")
+	}
+	h := one("quic-h3")
+	if _, ok := p.HandshakeRTTs(h.Prefix.Addr(), 784, ProtoDoQ, PhaseWarmup, ClientMLKEM); ok {
+		t.Error("DoQ handshake predicted for an h3-only host")
+	}
+}

@@ -1,0 +1,216 @@
+package population
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/doqscan/doqscan/internal/doq"
+)
+
+// QUIC version numbers (RFC 9000 §15, RFC 9369 §3.1, the drafts' 0xff0000NN).
+var versionNumbers = map[string]uint32{
+	"v1":       0x00000001, // RFC 9000
+	"v2":       0x6b3343cf, // RFC 9369 §3.1
+	"draft-29": 0xff00001d,
+	"draft-30": 0xff00001e,
+	"draft-31": 0xff00001f,
+	"draft-32": 0xff000020,
+	"draft-33": 0xff000021,
+	"draft-34": 0xff000022,
+}
+
+// VersionNumber returns the wire value of a QUIC version name ("v1", "v2", "draft-29"...).
+func VersionNumber(name string) (uint32, bool) {
+	v, ok := versionNumbers[name]
+	return v, ok
+}
+
+// ClientVersions are the QUIC versions doqscan's clients (quic-go) speak, in offer order.
+var ClientVersions = []string{"v1", "v2"}
+
+// Verify outcome classes (issue 5); the verifier's classification must equal these.
+const (
+	OutcomeDoQVerified     = "doq-verified"     // handshake with a DoQ ALPN, DNS answer NOERROR
+	OutcomeDoQRefused      = "doq-refused"      // handshake ok, DNS REFUSED
+	OutcomeDoQDNSError     = "doq-dns-error"    // handshake ok, a well-formed DNS error (SERVFAIL)
+	OutcomeQUICNotDoQ      = "quic-not-doq"     // QUIC handshake fails on ALPN: no DoQ ALPN accepted
+	OutcomeVersionMismatch = "version-mismatch" // Version Negotiation lists no version the client speaks
+	OutcomeSNIRequired     = "sni-required"     // handshake without SNI fails with unrecognized_name
+	OutcomeTimeout         = "timeout"          // no (usable) answer within the timeout
+	OutcomeTLSError        = "tls-error"        // another TLS failure
+	OutcomeProtocolError   = "protocol-error"   // DoQ framing/stream violated (reset, wrong length, endless, unparsable DNS)
+	OutcomeUnreachable     = "unreachable"      // ICMP unreachable (outside the population's prefix)
+)
+
+// VN reply kinds: what a Version Negotiation probe (a 1200+ byte long-header packet with a
+// reserved version, FIELD-NOTES) gets back.
+const (
+	VNNone      = "none"      // nothing
+	VNValid     = "valid"     // a well-formed VN packet (RFC 9000 §17.2.1) listing Versions
+	VNMalformed = "malformed" // a VN-looking packet that does not parse
+	VNGarbage   = "garbage"   // random bytes
+)
+
+// Endpoint is an (address, UDP or TCP port) pair.
+type Endpoint struct {
+	Addr netip.Addr
+	Port uint16
+}
+
+// VNReply returns what a VN probe to (addr, port) gets back.
+func (p *Population) VNReply(addr netip.Addr, port uint16) string {
+	r := p.Lookup(addr)
+	if r == nil || !r.HasQUICPort(port) {
+		return VNNone
+	}
+	switch r.Hostile {
+	case HostileGarbage:
+		return VNGarbage
+	case HostileBadVN:
+		return VNMalformed
+	}
+	return VNValid
+}
+
+// AdvertisedVersions returns the QUIC versions the VN packet from (addr, port) lists (without
+// greased values), nil if none is sent.
+func (p *Population) AdvertisedVersions(addr netip.Addr, port uint16) []uint32 {
+	if p.VNReply(addr, port) != VNValid {
+		return nil
+	}
+	r := p.Lookup(addr)
+	out := make([]uint32, 0, len(r.Versions))
+	for _, v := range r.Versions {
+		n, _ := VersionNumber(v)
+		out = append(out, n)
+	}
+	return out
+}
+
+// UDPResponders returns the addresses that answer a VN probe on port with anything at all
+// (what stock ZMap's udp module counts), in address order.
+func (p *Population) UDPResponders(port uint16) []netip.Addr {
+	var out []netip.Addr
+	for a, r := range p.Hosts {
+		if r.HasQUICPort(port) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// QUICSpeakers returns the addresses that answer a VN probe on port with a valid Version
+// Negotiation packet: what a VN-parsing scan must find, in address order.
+func (p *Population) QUICSpeakers(port uint16) []netip.Addr {
+	var out []netip.Addr
+	for a := range p.Hosts {
+		if p.VNReply(a, port) == VNValid {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// QUICEndpoints returns every (address, port) answering a VN probe with anything, ports
+// ascending within an address: the verifier's input after a scan of every DoQ port.
+func (p *Population) QUICEndpoints() []Endpoint {
+	var out []Endpoint
+	for a, r := range p.Hosts {
+		for _, port := range r.AllQUICPorts() {
+			out = append(out, Endpoint{a, port})
+		}
+	}
+	return out
+}
+
+// DNSServers returns the addresses running plain DNS on port 53 over transport ("udp" or
+// "tcp"), hostile ones included (check Lookup(a).Hostile), in address order.
+func (p *Population) DNSServers(transport string) []netip.Addr {
+	var out []netip.Addr
+	for a, r := range p.Hosts {
+		if r.HasDNS(transport) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Verdict is what a verifier must conclude about one (address, port).
+type Verdict struct {
+	Class      string // one of the Outcome* classes: the final result (after an SNI retry)
+	NoSNIClass string // the result of an attempt without SNI (differs only for SNI-requiring hosts)
+	SNI        string // the server name needed for the handshake ("" if none)
+	ALPN       string // negotiated ALPN when the handshake succeeds
+	Version    string // negotiated QUIC version ("v1", "v2") when the handshake succeeds
+	NeedsVN    bool   // the client's first version (v1) is not spoken: Version Negotiation happens
+	Cert       string // certificate profile presented
+	SelfSigned bool
+}
+
+// ExpectVerify returns the verdict for (addr, port) when verified by a quic-go client
+// offering every DoQ ALPN (doq.ALPNs order) and QUIC v1 then v2, querying an A record.
+func (p *Population) ExpectVerify(addr netip.Addr, port uint16) Verdict {
+	if !p.Prefix.Contains(addr) {
+		return Verdict{Class: OutcomeUnreachable, NoSNIClass: OutcomeUnreachable}
+	}
+	r := p.Lookup(addr)
+	if r == nil || !r.HasQUICPort(port) {
+		return Verdict{Class: OutcomeTimeout, NoSNIClass: OutcomeTimeout}
+	}
+	v := Verdict{Cert: r.Cert, SNI: r.SNI}
+	if c, ok := p.Certs[r.Cert]; ok {
+		v.SelfSigned = c.SelfSigned()
+	}
+	set := func(c string) Verdict {
+		v.Class, v.NoSNIClass = c, c
+		return v
+	}
+	switch r.Hostile {
+	case HostileGarbage, HostileBadVN:
+		return set(OutcomeTimeout)
+	case HostileDraftOnly:
+		return set(OutcomeVersionMismatch)
+	}
+	v.Version = ""
+	for _, cv := range ClientVersions {
+		if slices.Contains(r.Versions, cv) {
+			v.Version = cv
+			break
+		}
+	}
+	if v.Version == "" {
+		return set(OutcomeVersionMismatch)
+	}
+	v.NeedsVN = v.Version != ClientVersions[0]
+	// The server picks the first of its own ALPNs the client offers (crypto/tls, quinn,
+	// aioquic all prefer the server's order).
+	for _, a := range r.ALPNsOn(port) {
+		if _, ok := doq.Lookup(a); ok {
+			v.ALPN = a
+			break
+		}
+	}
+	if v.ALPN == "" {
+		v.Version = ""
+		return set(OutcomeQUICNotDoQ)
+	}
+	switch r.Hostile {
+	case HostileStall:
+		set(OutcomeTimeout)
+	case HostileEndless, HostileWrongLength, HostileReset, HostileTruncated:
+		set(OutcomeProtocolError)
+	default:
+		switch r.RCode {
+		case "REFUSED":
+			set(OutcomeDoQRefused)
+		case "SERVFAIL":
+			set(OutcomeDoQDNSError)
+		default:
+			set(OutcomeDoQVerified)
+		}
+	}
+	if r.SNI != "" {
+		v.NoSNIClass = OutcomeSNIRequired
+	}
+	return v
+}

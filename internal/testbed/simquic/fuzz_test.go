@@ -1,0 +1,78 @@
+package simquic
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+
+	"github.com/miekg/dns"
+
+	"github.com/doqscan/doqscan/internal/testbed/population"
+)
+
+// FuzzRawReply: any datagram to a raw responder yields nil, garbage, or a VN whose
+// connection IDs echo the packet's (never a panic).
+func FuzzRawReply(f *testing.F) {
+	pkt, _, _ := vnProbe()
+	f.Add(pkt)
+	f.Add([]byte{0xc0, 0, 0, 0, 1, 21})
+	f.Add([]byte{})
+	recs := []*population.Record{
+		{Hostile: population.HostileBadVN, Versions: []string{"v1"}},
+		{Hostile: population.HostileDraftOnly, Versions: []string{"draft-29", "draft-34"}},
+		{Hostile: population.HostileGarbage},
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, r := range recs {
+			out := rawReply(r, b)
+			if out == nil || r.Hostile == population.HostileGarbage {
+				continue
+			}
+			_, dcid, scid, ok := longHeaderIDs(b)
+			if !ok || len(out) < 7 || binary.BigEndian.Uint32(out[1:5]) != 0 {
+				t.Fatalf("%s: VN %x for %x", r.Hostile, out, b)
+			}
+			if int(out[5]) != len(scid) || int(out[6+len(scid)]) != len(dcid) {
+				t.Fatalf("%s: VN connection IDs do not echo the packet's", r.Hostile)
+			}
+		}
+	})
+}
+
+// FuzzDstAddr: arbitrary control-message bytes never panic the IP_PKTINFO parser.
+func FuzzDstAddr(f *testing.F) {
+	f.Add(srcOOB(netipMust("198.19.1.2")))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) { dstAddr(b) })
+}
+
+// FuzzAnswer: any query bytes give an error or a response that parses, echoes the ID and
+// carries the rcode asked for.
+func FuzzAnswer(f *testing.F) {
+	pop, err := population.LoadDefault()
+	if err != nil {
+		f.Fatal(err)
+	}
+	q := new(dns.Msg)
+	q.SetQuestion("test.com.", dns.TypeA)
+	b, _ := q.Pack()
+	f.Add(b)
+	f.Add([]byte{0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for rcode, want := range map[string]int{"NOERROR": dns.RcodeSuccess, "REFUSED": dns.RcodeRefused, "SERVFAIL": dns.RcodeServerFailure} {
+			out, err := answer(pop, b, rcode)
+			if err != nil {
+				continue
+			}
+			m := new(dns.Msg)
+			if err := m.Unpack(out); err != nil {
+				t.Fatalf("response does not parse: %v", err)
+			}
+			if m.Rcode != want || m.Id != binary.BigEndian.Uint16(b) || !m.Response {
+				t.Fatalf("rcode %d id %d, want %d id %d", m.Rcode, m.Id, want, binary.BigEndian.Uint16(b))
+			}
+		}
+	})
+}
+
+func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -1,0 +1,415 @@
+// Package testbed runs the simulated internet doqscan is built and tested against:
+// network namespaces (package netns), the user-space delay line in the router
+// (package delayline), the project's simulated servers (bin/simserver) and third-party
+// peers (package peers) in the internet namespace. cmd/testnet is its command line;
+// integration tests use Ensure, RunInVantage and Require. See docs/testbed.md.
+package testbed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/store/pgcluster"
+	"github.com/doqscan/doqscan/internal/testbed/delayline"
+	"github.com/doqscan/doqscan/internal/testbed/netns"
+	"github.com/doqscan/doqscan/internal/testbed/peers"
+	"github.com/doqscan/doqscan/internal/testbed/population"
+)
+
+// Options configure an instance.
+type Options struct {
+	Name     string // instance; default $DOQSCAN_TESTNET, else "dq"
+	Vantages int    // vantage namespaces; default 1
+	// VantageRTT[i] is an extra round trip for vantage i (applied by the delay line).
+	VantageRTT map[int]time.Duration
+	// Population is the population file; "" means <home>/testbed/population.txt when it
+	// exists, NoPopulation none. Its path profiles feed the delay line; simserver and peers serve it.
+	Population string
+	// Paths, if set, replaces the population's path profiles (tests and benchmarks).
+	Paths *delayline.Table
+	// Servers starts bin/simserver and the peers (when a population is given).
+	Servers bool
+	NoPeers bool   // with Servers: start bin/simserver only
+	Seed    uint64 // delay-line RNG seed (loss, jitter); default 1
+	// Lead: see delayline.Config.Lead. 0 means DefaultLead; negative means none.
+	Lead time.Duration
+	Home string // project home; default pgcluster.ProjectHome()
+	Log  *slog.Logger
+	// ReadyTimeout bounds each process's start; default 60 s.
+	ReadyTimeout time.Duration
+}
+
+func (o *Options) fill() error {
+	if o.Name == "" {
+		o.Name = os.Getenv(netns.EnvInstance)
+	}
+	if o.Name == "" {
+		o.Name = netns.DefaultInstance
+	}
+	if err := netns.ValidName(o.Name); err != nil {
+		return err
+	}
+	if o.Vantages == 0 {
+		o.Vantages = 1
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	switch {
+	case o.Lead == 0:
+		o.Lead = DefaultLead
+	case o.Lead < 0:
+		o.Lead = 0
+	}
+	if o.Home == "" {
+		o.Home = pgcluster.ProjectHome()
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 60 * time.Second
+	}
+	if o.Population == NoPopulation {
+		o.Population = ""
+	} else if o.Population == "" {
+		def := filepath.Join(o.Home, "testbed", "population.txt")
+		if _, err := os.Stat(def); err == nil {
+			o.Population = def
+		}
+	}
+	return nil
+}
+
+// DefaultLead is how early the delay line releases packets by default: it cancels the
+// release thread's wake-up latency plus part of the fixed forwarding cost of the path
+// (veths and tun0 twice each way). Measured under load average ~30: with lead 0, ping
+// over a "0 ms" path took 0.23..0.43 ms and 5..300 ms paths +0.45..0.57 ms; with 100 µs,
+// +0.23..0.47 ms (bench/delayline.sh).
+const DefaultLead = 100 * time.Microsecond
+
+// NoPopulation as Options.Population runs without a population file.
+const NoPopulation = "-"
+
+// Testbed is a running instance.
+type Testbed struct {
+	netns.Instance
+	Opts  Options
+	State string // <home>/var/testnet/<inst>
+	// Created is true when this Ensure built the instance (and Close should remove it).
+	Created bool
+	// Population is the parsed population file (nil without one).
+	Population *population.Population
+}
+
+// Manifest is what <state>/instance.json records about a running instance.
+type Manifest struct {
+	Name       string    `json:"name"`
+	Vantages   int       `json:"vantages"`
+	Population string    `json:"population,omitempty"`
+	Servers    bool      `json:"servers"`
+	Started    time.Time `json:"started"`
+}
+
+// StateDir is where an instance keeps pid files, logs and the path table.
+func StateDir(home, name string) string { return filepath.Join(home, "var", "testnet", name) }
+
+// Preflight says why the testbed cannot run here (not root, no ip, no /dev/net/tun).
+func Preflight() error { return netns.Preflight() }
+
+// Ensure brings the instance up, or reuses it when it is already up and healthy. It is
+// idempotent: it completes a half-built instance and restarts dead processes.
+func Ensure(ctx context.Context, o Options) (*Testbed, error) {
+	if err := o.fill(); err != nil {
+		return nil, err
+	}
+	if err := Preflight(); err != nil {
+		return nil, err
+	}
+	in, err := netns.New(o.Name, o.Vantages)
+	if err != nil {
+		return nil, err
+	}
+	tb := &Testbed{Instance: in, Opts: o, State: StateDir(o.Home, o.Name)}
+	if err := os.MkdirAll(tb.State, 0o755); err != nil {
+		return nil, err
+	}
+	if o.Population != "" {
+		if tb.Population, err = population.Load(o.Population); err != nil {
+			return nil, err
+		}
+	}
+	var r netns.Runner
+	have, err := r.Exists(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	tb.Created = !have[in.Router()]
+	if err := r.Up(ctx, in); err != nil {
+		return nil, fmt.Errorf("testbed %s: namespaces: %w", o.Name, err)
+	}
+	if err := tb.writeTable(); err != nil {
+		return nil, err
+	}
+	if err := tb.ensureDelayLine(ctx); err != nil {
+		return nil, err
+	}
+	if o.Servers && tb.Population != nil {
+		if err := tb.ensureServers(ctx); err != nil {
+			return nil, err
+		}
+	}
+	m := Manifest{Name: o.Name, Vantages: o.Vantages, Population: o.Population, Servers: o.Servers, Started: time.Now().UTC()}
+	b, _ := json.MarshalIndent(m, "", "  ")
+	if err := os.WriteFile(filepath.Join(tb.State, "instance.json"), append(b, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	o.Log.Info("testbed up", "name", o.Name, "created", tb.Created, "vantages", o.Vantages,
+		"population", o.Population, "state", tb.State)
+	return tb, nil
+}
+
+// TablePath is the delay line's path table file.
+func (tb *Testbed) TablePath() string { return filepath.Join(tb.State, "paths.txt") }
+
+// PathTable returns the table the delay line runs with: Options.Paths, else the
+// population's path profiles, else zero delay.
+func (tb *Testbed) PathTable() *delayline.Table {
+	t := tb.Opts.Paths
+	if t == nil {
+		t = delayline.NewTable(delayline.Profile{})
+		if tb.Population != nil {
+			t = TableFromPopulation(tb.Population)
+		}
+	}
+	for i, d := range tb.Opts.VantageRTT {
+		t.Vantage[i] = d / 2
+	}
+	return t
+}
+
+// TableFromPopulation turns the population's path profiles into a delay-line table:
+// one prefix entry per host record, the default path for everything else.
+func TableFromPopulation(p *population.Population) *delayline.Table {
+	prof := func(pa population.Path) delayline.Profile {
+		return delayline.Profile{OneWay: pa.OneWay(), Jitter: pa.Jitter, Loss: pa.Loss}
+	}
+	t := delayline.NewTable(prof(p.Paths[p.DefaultPath]))
+	for i := range p.Records {
+		r := &p.Records[i]
+		if r.Path != "" && r.Path != p.DefaultPath {
+			t.Set(r.Prefix, prof(p.Paths[r.Path]))
+		}
+	}
+	return t
+}
+
+func (tb *Testbed) writeTable() error {
+	f, err := os.Create(tb.TablePath() + ".tmp")
+	if err != nil {
+		return err
+	}
+	if _, err := tb.PathTable().WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tb.TablePath()+".tmp", tb.TablePath())
+}
+
+const delaylineName = "delayline"
+
+func (tb *Testbed) ensureDelayLine(ctx context.Context) error {
+	if pid, alive := readPid(tb.State, delaylineName, tb.Router()); alive {
+		// Running: make it re-read the table (it may have changed).
+		if p, err := os.FindProcess(pid); err == nil {
+			_ = p.Signal(sighup)
+		}
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	svc := service{
+		Name: delaylineName,
+		NS:   tb.Router(),
+		Argv: []string{exe, "delayline",
+			"--tun", netns.TUN,
+			"--table", tb.TablePath(),
+			"--stats", filepath.Join(tb.State, "delayline.stats.json"),
+			"--seed", strconv.FormatUint(tb.Opts.Seed, 10),
+			"--lead", tb.Opts.Lead.String()},
+		Env: []string{EnvChild + "=" + delaylineName},
+	}
+	pid, err := start(ctx, tb.State, svc, tb.Opts.ReadyTimeout)
+	if err != nil {
+		return err
+	}
+	tb.Opts.Log.Info("delay line started", "pid", pid, "namespace", tb.Router())
+	return nil
+}
+
+// Servers: bin/simserver (T2) in the internet namespace, then the third-party peers.
+const simserverName = "simserver"
+
+func (tb *Testbed) ensureServers(ctx context.Context) error {
+	bin := filepath.Join(tb.Opts.Home, "bin", "simserver")
+	if _, err := os.Stat(bin); err != nil {
+		tb.Opts.Log.Warn("bin/simserver not built: the internet namespace has no simulated servers (./dev build)", "path", bin)
+	} else if _, alive := readPid(tb.State, simserverName, tb.Inet()); !alive {
+		svc := service{
+			Name: simserverName,
+			NS:   tb.Inet(),
+			Argv: []string{bin, "--population", tb.Opts.Population},
+			Env:  []string{netns.EnvInstance + "=" + tb.Name},
+		}
+		pid, err := start(ctx, tb.State, svc, tb.Opts.ReadyTimeout)
+		if err != nil {
+			return err
+		}
+		tb.Opts.Log.Info("simserver started", "pid", pid, "namespace", tb.Inet())
+	}
+	if tb.Opts.NoPeers {
+		return nil
+	}
+	// Third-party peers run in <inst>-peers, routed from <inst>-inet (package peers).
+	_, err := peers.StartPopulation(ctx, peers.Config{Inst: tb.Name, Root: tb.Opts.Home,
+		RunDir: filepath.Join(tb.State, "peers"), Log: tb.Opts.Log}, tb.Population, "")
+	switch {
+	case errors.Is(err, peers.ErrNotInstalled):
+		tb.Opts.Log.Warn("third-party peers not installed: their population addresses stay silent (scripts/install-peers.sh)", "err", err)
+	case err != nil:
+		return fmt.Errorf("testbed %s: peers: %w", tb.Name, err)
+	}
+	return nil
+}
+
+// Down stops every process of the instance and removes its namespaces and state. It
+// succeeds when nothing is there.
+func Down(ctx context.Context, o Options) error {
+	if err := o.fill(); err != nil {
+		return err
+	}
+	if err := Preflight(); err != nil {
+		return err
+	}
+	var r netns.Runner
+	state := StateDir(o.Home, o.Name)
+	var errs []error
+	// Every process in a namespace of the instance was started by the testbed (delay
+	// line, simserver, peers in <inst>-peers): stop them all, then delete the namespaces
+	// (which removes every veth, tun0 and route with them).
+	left, err := r.Leftovers(ctx, o.Name)
+	if err != nil {
+		return err
+	}
+	for _, ns := range left {
+		errs = append(errs, stopNamespace(ctx, r, ns))
+	}
+	errs = append(errs, r.Down(ctx, o.Name))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("testbed %s down: %w", o.Name, err)
+	}
+	if err := os.RemoveAll(state); err != nil {
+		return err
+	}
+	o.Log.Info("testbed down", "name", o.Name)
+	return nil
+}
+
+// Close removes the instance if Ensure created it.
+func (tb *Testbed) Close(ctx context.Context) error {
+	if !tb.Created {
+		return nil
+	}
+	return Down(ctx, tb.Opts)
+}
+
+// Status is what runs in an instance.
+type Status struct {
+	Name       string           `json:"name"`
+	Namespaces map[string]bool  `json:"namespaces"`
+	Processes  []ProcStatus     `json:"processes"`
+	DelayLine  *delayline.Stats `json:"delay_line,omitempty"`
+	RouteCheck string           `json:"route_check"` // "ok" or why a route leads out
+	Healthy    bool             `json:"healthy"`
+}
+
+// ProcStatus is one process of the instance.
+type ProcStatus struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Pid       int    `json:"pid"`
+	Alive     bool   `json:"alive"`
+}
+
+// GetStatus inspects an instance without changing it.
+func GetStatus(ctx context.Context, o Options) (*Status, error) {
+	if err := o.fill(); err != nil {
+		return nil, err
+	}
+	if err := Preflight(); err != nil {
+		return nil, err
+	}
+	state := StateDir(o.Home, o.Name)
+	if b, err := os.ReadFile(filepath.Join(state, "instance.json")); err == nil {
+		var m Manifest
+		if json.Unmarshal(b, &m) == nil && m.Vantages > 0 {
+			o.Vantages = m.Vantages
+		}
+	}
+	in, err := netns.New(o.Name, o.Vantages)
+	if err != nil {
+		return nil, err
+	}
+	var r netns.Runner
+	st := &Status{Name: o.Name}
+	if st.Namespaces, err = r.Exists(ctx, in); err != nil {
+		return nil, err
+	}
+	st.Healthy = true
+	for _, ok := range st.Namespaces {
+		st.Healthy = st.Healthy && ok
+	}
+	for _, p := range []struct{ name, ns string }{{delaylineName, in.Router()}, {simserverName, in.Inet()}} {
+		pid, alive := readPid(state, p.name, p.ns)
+		if pid == 0 && p.name != delaylineName {
+			continue
+		}
+		st.Processes = append(st.Processes, ProcStatus{Name: p.name, Namespace: p.ns, Pid: pid, Alive: alive})
+		st.Healthy = st.Healthy && alive
+	}
+	if b, err := os.ReadFile(filepath.Join(state, "delayline.stats.json")); err == nil {
+		var ds delayline.Stats
+		if json.Unmarshal(b, &ds) == nil {
+			st.DelayLine = &ds
+		}
+	}
+	st.RouteCheck = "ok"
+	if st.Healthy {
+		if err := r.VerifyNoRouteOut(ctx, in); err != nil {
+			st.RouteCheck = err.Error()
+			st.Healthy = false
+		}
+	} else {
+		st.RouteCheck = "not checked (instance incomplete)"
+	}
+	return st, nil
+}
+
+// VantageAddr is the address of vantage i (198.18.i.2).
+func (tb *Testbed) VantageAddr(i int) netip.Addr { return netns.VantageAddr(i) }
+
+// GatewayMAC is the router's MAC on vantage i's link (zmap -G).
+func (tb *Testbed) GatewayMAC(i int) string { return netns.GatewayMAC(i) }

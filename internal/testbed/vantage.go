@@ -1,0 +1,159 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/testbed/netns"
+	"github.com/doqscan/doqscan/internal/testbed/population"
+)
+
+// Environment of a test binary re-executed inside a vantage namespace.
+const (
+	EnvInVantage  = "DOQSCAN_TESTBED_IN_VANTAGE" // "<inst>:<vantage index>"
+	EnvPopulation = "DOQSCAN_TESTBED_POPULATION" // population file of the instance
+)
+
+var skipReason string // set in the parent when the testbed cannot run
+
+// RunInVantage is for a TestMain: it brings up a testbed (reusing the instance named by
+// $DOQSCAN_TESTNET if set, else a fresh instance of its own, removed afterwards),
+// re-executes the test binary inside vantage o.Vantage's namespace so that every test
+// runs there, and returns the exit code:
+//
+//	func TestMain(m *testing.M) { os.Exit(testbed.RunInVantage(m, testbed.Options{Servers: true})) }
+//
+// When the testbed cannot run here (not root, no ip, no /dev/net/tun), the tests run in
+// place and Require skips them with the reason; when it can but fails to come up, the
+// run fails. PostgreSQL is reached over
+// its Unix socket, so storetest works inside the namespace.
+func RunInVantage(m *testing.M, o Options) int {
+	if os.Getenv(EnvInVantage) != "" {
+		return m.Run() // the child, inside the namespace
+	}
+	if err := Preflight(); err != nil {
+		skipReason = err.Error()
+		return m.Run()
+	}
+	if o.Name == "" && os.Getenv(netns.EnvInstance) == "" {
+		o.Name = fmt.Sprintf("t%d", os.Getpid()%1000000)
+	}
+	ctx := context.Background()
+	tb, err := Ensure(ctx, o)
+	if err != nil {
+		// The machine can run a testbed but this one failed: that is a failure, not a skip.
+		fmt.Fprintf(os.Stderr, "FAIL: testbed did not come up: %v\n", err)
+		if o.Name != "" && os.Getenv(netns.EnvInstance) == "" {
+			_ = Down(ctx, o)
+		}
+		return 1
+	}
+	defer func() {
+		if err := tb.Close(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "testbed: teardown of %s failed: %v\n", tb.Name, err)
+		}
+	}()
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testbed: %v\n", err)
+		return 1
+	}
+	cmd := netns.Exec(ctx, tb.Vantage(0), append([]string{exe}, os.Args[1:]...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), EnvInVantage+"="+tb.Name+":0", EnvPopulation+"="+tb.Opts.Population,
+		netns.EnvInstance+"="+tb.Name)
+	err = cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.ExitCode()
+	}
+	fmt.Fprintf(os.Stderr, "testbed: running the tests in %s: %v\n", tb.Vantage(0), err)
+	return 1
+}
+
+// Vantage describes the namespace a test runs in (see Require).
+type Vantage struct {
+	Instance   string
+	Index      int
+	Addr       string // 198.18.<index>.2
+	GatewayMAC string
+	Iface      string
+	Population *population.Population // nil without a population file
+}
+
+// Require returns the vantage the test runs in, or skips the test with the reason the
+// testbed is unavailable. Use it in tests of a package whose TestMain calls RunInVantage.
+func Require(t testing.TB) *Vantage {
+	t.Helper()
+	v := os.Getenv(EnvInVantage)
+	if v == "" {
+		if skipReason == "" {
+			skipReason = "not running inside a testbed vantage namespace (TestMain must call testbed.RunInVantage)"
+		}
+		t.Skipf("SKIP: %s", skipReason)
+	}
+	var name string
+	var idx int
+	for i := len(v) - 1; i >= 0; i-- {
+		if v[i] == ':' {
+			name = v[:i]
+			idx, _ = strconv.Atoi(v[i+1:])
+			break
+		}
+	}
+	in := netns.Instance{Name: name, Vantages: idx + 1}
+	vt := &Vantage{Instance: name, Index: idx, Addr: netns.VantageAddr(idx).String(),
+		GatewayMAC: netns.GatewayMAC(idx), Iface: in.VantageIf(idx)}
+	if p := os.Getenv(EnvPopulation); p != "" {
+		pop, err := population.Load(p)
+		if err != nil {
+			t.Fatalf("testbed population: %v", err)
+		}
+		vt.Population = pop
+	}
+	return vt
+}
+
+// ForTest brings up a fresh instance for one test (its own name, so parallel runs
+// never collide) and removes it when the test ends. It skips the test when the testbed
+// cannot run here. Commands run in it through tb.Command.
+func ForTest(t testing.TB, o Options) *Testbed {
+	t.Helper()
+	if err := Preflight(); err != nil {
+		t.Skipf("SKIP: %v", err)
+	}
+	if o.Name == "" {
+		o.Name = fmt.Sprintf("t%d", (os.Getpid()*31+int(time.Now().UnixNano()/1000))%1000000)
+	}
+	ctx := context.Background()
+	tb, err := Ensure(ctx, o)
+	if err != nil {
+		_ = Down(ctx, o)
+		t.Fatalf("testbed: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := tb.Close(context.Background()); err != nil {
+			t.Errorf("testbed teardown: %v", err)
+		}
+	})
+	return tb
+}
+
+// Command returns a command running argv inside vantage i's namespace.
+func (tb *Testbed) Command(ctx context.Context, vantage int, argv ...string) *exec.Cmd {
+	return netns.Exec(ctx, tb.Vantage(vantage), argv...)
+}
+
+// InetCommand returns a command running argv inside the internet namespace.
+func (tb *Testbed) InetCommand(ctx context.Context, argv ...string) *exec.Cmd {
+	return netns.Exec(ctx, tb.Inet(), argv...)
+}

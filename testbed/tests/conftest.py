@@ -1,0 +1,66 @@
+"""Session fixtures: the testbed instance the checks run against, and the population.
+
+The suite brings up its own instance (name $DOQSCAN_PYTEST_TESTNET, default "pyt", so it
+never collides with a developer's "dq") with T1's command `bin/testnet --name pyt up`,
+runs every client inside `pyt-vantage`, and tears the instance down at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import population  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+INST = os.environ.get("DOQSCAN_PYTEST_TESTNET", "pyt")
+PYTHON = REPO / ".venv" / "bin" / "python"
+CLIENT = Path(__file__).resolve().parent / "vantage_client.py"
+
+
+class Vantage:
+    """Runs batches of independent client checks inside the vantage namespace."""
+
+    def __init__(self, inst: str):
+        self.inst = inst
+        self.ns = f"{inst}-vantage"
+
+    def run(self, checks: list[dict]) -> list[dict]:
+        py = PYTHON if PYTHON.exists() else Path(sys.executable)
+        out = subprocess.run(["ip", "netns", "exec", self.ns, str(py), str(CLIENT)],
+                             input=json.dumps(checks), capture_output=True, text=True, timeout=900)
+        if out.returncode != 0:
+            raise RuntimeError(f"vantage client failed ({out.returncode}): {out.stderr[-2000:]}")
+        return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="session")
+def pop() -> population.Population:
+    return population.load()
+
+
+@pytest.fixture(scope="session")
+def vantage() -> Vantage:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the testbed creates network namespaces")
+    testnet = REPO / "bin" / "testnet"
+    if not testnet.exists():
+        pytest.skip("bin/testnet is not built (run ./dev build)")
+    env = dict(os.environ, DOQSCAN_HOME=str(REPO))
+    up = subprocess.run([str(testnet), "--name", INST, "up"], capture_output=True, text=True, timeout=900, env=env)
+    if up.returncode != 0:
+        subprocess.run([str(testnet), "--name", INST, "down"], capture_output=True, timeout=300, env=env)
+        pytest.fail(f"testnet --name {INST} up failed ({up.returncode}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+    try:
+        yield Vantage(INST)
+    finally:
+        down = subprocess.run([str(testnet), "--name", INST, "down"], capture_output=True, text=True, timeout=300,
+                              env=env)
+        if down.returncode != 0:
+            print(f"testnet down failed: {down.stderr[-2000:]}", file=sys.stderr)

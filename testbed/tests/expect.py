@@ -1,0 +1,58 @@
+"""What an independent client must observe at a population host (derived from the
+population file's documented semantics, docs/population.md; never from fixed lists)."""
+
+from __future__ import annotations
+
+from population import Host, Population
+
+FAIL = "fail"  # the exchange must not yield a DNS answer (error, timeout, reset, garbage)
+
+# dnspython's DoQ client offers exactly these ALPNs (dns/quic/_common.py).
+DNSPYTHON_DOQ_ALPNS = ("doq", "doq-i03")
+
+
+def representatives(pop: Population) -> dict[str, Host]:
+    """One host per behaviour class (its first record)."""
+    out: dict[str, Host] = {}
+    for h in pop.hosts:
+        out.setdefault(h.cls, h)
+    return out
+
+
+def dns(h: Host, proto: str) -> str:
+    """Expected rcode (NOERROR/REFUSED/SERVFAIL) or FAIL for DoUDP/DoTCP/DoT/DoH."""
+    served = {"udp": "udp" in h.dns, "tcp": "tcp" in h.dns, "dot": bool(h.dot), "doh": bool(h.doh),
+              "doh3": bool(h.doh3)}[proto]
+    if not served or h.hostile:
+        return FAIL
+    return h.rcode
+
+
+def doq_alpn(h: Host, offered=DNSPYTHON_DOQ_ALPNS) -> str | None:
+    """The ALPN the server picks: its first one the client offers (docs/population.md)."""
+    for a in h.alpn:
+        if a in offered:
+            return a
+    return None
+
+
+def doq(h: Host, sni: str | None) -> str:
+    """Expected rcode or FAIL of a dnspython DoQ query (QUIC v1, v2 after VN)."""
+    if h.hostile or doq_alpn(h) is None or not ({"v1", "v2"} & set(h.versions)):
+        return FAIL
+    if h.sni and sni != h.sni:
+        return FAIL
+    return h.rcode
+
+
+def handshake(h: Host, alpn: str, sni: str | None) -> bool:
+    """Whether a QUIC handshake offering one ALPN completes (aioquic: v1, v2 after VN)."""
+    if h.hostile in ("garbage", "bad-vn", "draft-only") or not h.quic:
+        return False
+    if alpn not in h.alpn or not ({"v1", "v2"} & set(h.versions)):
+        return False
+    return not (h.sni and sni != h.sni)
+
+
+def grease(v: int) -> bool:
+    return v & 0x0F0F0F0F == 0x0A0A0A0A

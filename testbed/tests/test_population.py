@@ -1,0 +1,50 @@
+"""The Python population reader agrees with the Go one (internal/testbed/population):
+same classes and address counts as `simserver check` prints."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import population
+from conftest import REPO
+
+
+def test_parse_committed_file():
+    pop = population.load()
+    assert pop.prefix is not None and pop.answer
+    assert pop.hosts, "no [hosts] records"
+    for h in pop.hosts:
+        assert h.prefix.subnet_of(pop.prefix), f"line {h.line}: {h.prefix} outside {pop.prefix}"
+        assert h.path == "" or h.path in pop.paths, f"line {h.line}: unknown path {h.path}"
+        assert h.cert == "" or h.cert in pop.certs, f"line {h.line}: unknown cert {h.cert}"
+    prefixes = sorted(h.prefix for h in pop.hosts)
+    for a, b in zip(prefixes, prefixes[1:]):
+        assert not a.overlaps(b), f"{a} overlaps {b}"
+
+
+def test_bad_input_is_an_error():
+    for text in ("format 2\nprefix 198.19.0.0/16\n", "format 1\n", "format 1\nprefix 198.19.0.0/16\n[hosts]\n198.19.1.1 x\n",
+                 "format 1\nprefix 198.19.0.0/16\n[hosts]\n198.19.1.1 class=a bogus=1\n"):
+        with pytest.raises(ValueError):
+            population.parse(text)
+
+
+def test_agrees_with_go_reader():
+    binary = REPO / "bin" / "simserver"
+    if not binary.exists():
+        pytest.skip("bin/simserver is not built (./dev build): nothing to compare with")
+    out = subprocess.run([str(binary), "check", "--population", str(REPO / "testbed" / "population.txt")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    pop = population.load()
+    counts = {}
+    for h in pop.hosts:
+        counts[h.cls] = counts.get(h.cls, 0) + h.prefix.num_addresses
+    text = out.stdout + out.stderr
+    for cls, n in counts.items():
+        assert re.search(rf"\b{re.escape(cls)}\b\D+{n}\b", text), f"class {cls}: {n} addresses not in:\n{text[:2000]}"
