@@ -1,0 +1,108 @@
+// Package dnsmsg builds the DNS queries doqscan sends and validates the responses it
+// gets back (miekg/dns), so every transport judges "a valid DNS response" the same way.
+package dnsmsg
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// EDNSBufferSize is the UDP payload size advertised in the OPT record (RFC 6891 §6.2.5;
+// 1232 per the DNS flag day 2020 recommendation).
+const EDNSBufferSize = 1232
+
+// ErrBadResponse marks a reply that is not a valid DNS response to the query.
+var ErrBadResponse = errors.New("bad DNS response")
+
+// Query describes a DNS question.
+type Query struct {
+	Name         string // e.g. "test.com"
+	Type         uint16 // dns.TypeA when zero
+	ID           uint16 // 0 for DoQ (RFC 9250 §4.2.1)
+	TCPKeepalive bool   // add an edns-tcp-keepalive option (RFC 7828 §3.1)
+}
+
+// Build returns the wire form of q with RD set (the study's method).
+func Build(q Query) ([]byte, error) {
+	m := Message(q)
+	b, err := m.Pack()
+	if err != nil {
+		return nil, fmt.Errorf("pack query %s: %w", q.Name, err)
+	}
+	return b, nil
+}
+
+// Message returns q as a dns.Msg.
+func Message(q Query) *dns.Msg {
+	t := q.Type
+	if t == 0 {
+		t = dns.TypeA
+	}
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(q.Name), t)
+	m.Id = q.ID
+	m.RecursionDesired = true
+	m.SetEdns0(EDNSBufferSize, false)
+	if q.TCPKeepalive {
+		o := m.IsEdns0()
+		o.Option = append(o.Option, &dns.EDNS0_TCP_KEEPALIVE{Code: dns.EDNS0TCPKEEPALIVE})
+	}
+	return m
+}
+
+// Response is a validated DNS response.
+type Response struct {
+	Msg     *dns.Msg
+	Rcode   int
+	Answers []string // A/AAAA addresses in the answer section, in order
+	// KeepaliveTimeout is the edns-tcp-keepalive timeout in 100 ms units, -1 if absent.
+	KeepaliveTimeout int
+}
+
+// Validate parses raw and checks it answers q: QR set, same ID, same question.
+func Validate(q Query, raw []byte) (*Response, error) {
+	m := new(dns.Msg)
+	if err := m.Unpack(raw); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadResponse, err)
+	}
+	if !m.Response {
+		return nil, fmt.Errorf("%w: QR bit not set", ErrBadResponse)
+	}
+	if m.Id != q.ID {
+		return nil, fmt.Errorf("%w: id %d, want %d", ErrBadResponse, m.Id, q.ID)
+	}
+	t := q.Type
+	if t == 0 {
+		t = dns.TypeA
+	}
+	// A server may omit the question in an error response (RFC 1035 leaves it open);
+	// when present it must be ours.
+	if len(m.Question) > 0 {
+		qq := m.Question[0]
+		if !strings.EqualFold(qq.Name, dns.Fqdn(q.Name)) || qq.Qtype != t {
+			return nil, fmt.Errorf("%w: question %s/%d, want %s/%d", ErrBadResponse, qq.Name, qq.Qtype, dns.Fqdn(q.Name), t)
+		}
+	} else if m.Rcode == dns.RcodeSuccess {
+		return nil, fmt.Errorf("%w: NOERROR without a question", ErrBadResponse)
+	}
+	r := &Response{Msg: m, Rcode: m.Rcode, KeepaliveTimeout: -1}
+	for _, rr := range m.Answer {
+		switch a := rr.(type) {
+		case *dns.A:
+			r.Answers = append(r.Answers, a.A.String())
+		case *dns.AAAA:
+			r.Answers = append(r.Answers, a.AAAA.String())
+		}
+	}
+	if o := m.IsEdns0(); o != nil {
+		for _, opt := range o.Option {
+			if k, ok := opt.(*dns.EDNS0_TCP_KEEPALIVE); ok {
+				r.KeepaliveTimeout = int(k.Timeout)
+			}
+		}
+	}
+	return r, nil
+}
