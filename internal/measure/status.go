@@ -12,6 +12,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/quic-go/quic-go"
+	"golang.org/x/net/http2"
 )
 
 // Status is the classification of an exchange, one of schema.sql measurements.status.
@@ -63,6 +64,8 @@ func Classify(err error) Status {
 		unknownAuth x509.UnknownAuthorityError
 		hostErr     x509.HostnameError
 		netErr      net.Error
+		h2Stream    http2.StreamError
+		h2GoAway    http2.GoAwayError
 	)
 	switch {
 	case errors.Is(err, dnsmsg.ErrBadResponse), errors.Is(err, errBadLength):
@@ -82,7 +85,7 @@ func Classify(err error) Status {
 			return StatusTLSError
 		}
 		return StatusQUICError
-	case errors.As(err, &streamErr):
+	case errors.As(err, &streamErr), errors.As(err, &h2Stream), errors.As(err, &h2GoAway):
 		return StatusReset
 	case errors.As(err, &appErr), errors.As(err, &vnErr):
 		return StatusQUICError
