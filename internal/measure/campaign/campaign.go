@@ -472,8 +472,9 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 			}
 			b.meas = append(b.meas, rows...)
 			if len(pr.res.Qlog) > 0 && len(rows) > 0 {
+				// Only completed handshakes are explained (a failed one has no time).
 				a, err := qlogana.Analyze(pr.res.Qlog)
-				if err == nil {
+				if err == nil && a.HandshakeNS > 0 && rows[0].HandshakeNS != nil {
 					quicRows = append(quicRows, pending{m: rows[0], qa: a, tk: rttKey{transportOf(u.ep.Protocol), u.ep.Port}})
 				}
 			}
@@ -634,4 +635,3 @@ func analysisRow(m store.Measurement, a *qlogana.Analysis, rttNS int64) store.Ha
 	h.Detail = detail
 	return h
 }
-
