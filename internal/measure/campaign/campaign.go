@@ -136,6 +136,9 @@ func (b *batch) add(o *batch) {
 // Run measures targets in the campaign of cfg (created or resumed) and finishes it.
 func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log *slog.Logger) (*Summary, error) {
 	cfg.defaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	start := time.Now()
 	confJSON, _ := json.Marshal(map[string]any{
 		"protocols": cfg.Protocols, "modes": cfg.Modes, "key_shares": cfg.KeyShares, "doh_variants": cfg.DoHVariants,
