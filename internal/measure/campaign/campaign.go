@@ -418,9 +418,10 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 	b.targets = 1
 	rtts := map[rttKey]int64{} // median RTT ns, 0: none
 	type pending struct {
-		m  store.Measurement
-		qa *qlogana.Analysis
-		tk rttKey
+		m    store.Measurement
+		qa   *qlogana.Analysis
+		tk   rttKey
+		wall time.Duration
 	}
 	var quicRows []pending
 	feat := map[string]*store.ResolverFeature{}
@@ -478,7 +479,7 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 				// Only completed handshakes are explained (a failed one has no time).
 				a, err := qlogana.Analyze(pr.res.Qlog)
 				if err == nil && a.HandshakeNS > 0 && rows[0].HandshakeNS != nil {
-					quicRows = append(quicRows, pending{m: rows[0], qa: a, tk: rttKey{transportOf(u.ep.Protocol), u.ep.Port}})
+					quicRows = append(quicRows, pending{m: rows[0], qa: a, tk: rttKey{transportOf(u.ep.Protocol), u.ep.Port}, wall: pr.res.HandshakeWall})
 				}
 			}
 		}
@@ -512,7 +513,7 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 		}
 	}
 	for _, q := range quicRows {
-		b.analyses = append(b.analyses, analysisRow(q.m, q.qa, rtts[q.tk]))
+		b.analyses = append(b.analyses, analysisRow(q.m, q.qa, rtts[q.tk], q.wall))
 	}
 	if r.cfg.Features {
 		r.checkFeatures(ctx, t, setFeature)
@@ -541,6 +542,12 @@ func median(v []int64) int64 {
 	return s[len(s)/2]
 }
 
+// gzipPool reuses compressors: a gzip.Writer allocates ~800 KB of state.
+var gzipPool = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
+	return zw
+}}
+
 // rows converts an exchange into measurement rows (one per query) and its qlog row.
 func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]store.Measurement, *store.Qlog) {
 	key := store.MeasurementKey{CampaignID: r.cid, Address: t.Addr, Protocol: string(u.ep.Protocol), Port: int32(u.ep.Port),
@@ -549,9 +556,11 @@ func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]st
 	var qlID *[16]byte
 	if len(res.Qlog) > 0 {
 		var buf bytes.Buffer
-		zw := gzip.NewWriter(&buf)
+		zw := gzipPool.Get().(*gzip.Writer)
+		zw.Reset(&buf)
 		_, _ = zw.Write(res.Qlog)
 		_ = zw.Close()
+		gzipPool.Put(zw)
 		id := key.QlogID()
 		qlID = &id
 		ql = &store.Qlog{QlogID: id, CampaignID: r.cid, Address: t.Addr, Port: int32(u.ep.Port), Encoding: "gzip",
@@ -611,7 +620,7 @@ func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]st
 }
 
 // analysisRow is the handshake_analyses row of a QUIC measurement.
-func analysisRow(m store.Measurement, a *qlogana.Analysis, rttNS int64) store.HandshakeAnalysis {
+func analysisRow(m store.Measurement, a *qlogana.Analysis, rttNS int64, wall time.Duration) store.HandshakeAnalysis {
 	h := store.HandshakeAnalysis{
 		MeasurementID: m.MeasurementID, OneRTT: a.OneRTT, VersionNegotiation: a.VersionNegotiation, Retry: a.Retry,
 		AmplificationStall: a.AmplificationStall, Loss: a.Loss, Cause: a.Cause,
@@ -632,7 +641,7 @@ func analysisRow(m store.Measurement, a *qlogana.Analysis, rttNS int64) store.Ha
 		h.StallNS = &st
 	}
 	detail, _ := json.Marshal(map[string]any{
-		"handshake_qlog_ns": a.HandshakeNS, "qlog_min_rtt_ns": a.RTTNS, "flights": a.Flights,
+		"handshake_qlog_ns": a.HandshakeNS, "handshake_wall_ns": wall.Nanoseconds(), "qlog_min_rtt_ns": a.RTTNS, "flights": a.Flights,
 		"retransmissions": a.Retransmissions, "lost_packets": a.LostPackets, "token_received": a.TokenReceived,
 	})
 	h.Detail = detail
