@@ -3,6 +3,7 @@
 package dnsmsg
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +14,9 @@ import (
 // EDNSBufferSize is the UDP payload size advertised in the OPT record (RFC 6891 §6.2.5;
 // 1232 per the DNS flag day 2020 recommendation).
 const EDNSBufferSize = 1232
+
+// dnsHeaderLen is the fixed DNS header size (RFC 1035 §4.1.1).
+const dnsHeaderLen = 12
 
 // ErrBadResponse marks a reply that is not a valid DNS response to the query.
 var ErrBadResponse = errors.New("bad DNS response")
@@ -67,6 +71,19 @@ func Validate(q Query, raw []byte) (*Response, error) {
 	m := new(dns.Msg)
 	if err := m.Unpack(raw); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadResponse, err)
+	}
+	// miekg/dns stops quietly when a message ends on a record boundary; a message whose
+	// sections hold fewer records than its header counts was cut short (RFC 1035 §4.1.1).
+	if len(raw) >= dnsHeaderLen {
+		an, ns, ar := int(binary.BigEndian.Uint16(raw[6:8])), int(binary.BigEndian.Uint16(raw[8:10])), int(binary.BigEndian.Uint16(raw[10:12]))
+		extra := len(m.Extra)
+		if m.IsEdns0() != nil {
+			extra++ // the OPT record is counted in ARCOUNT but kept out of m.Extra
+		}
+		if len(m.Answer) != an || len(m.Ns) != ns || extra != ar {
+			return nil, fmt.Errorf("%w: truncated message: header counts %d/%d/%d records, message holds %d/%d/%d",
+				ErrBadResponse, an, ns, ar, len(m.Answer), len(m.Ns), extra)
+		}
 	}
 	if !m.Response {
 		return nil, fmt.Errorf("%w: QR bit not set", ErrBadResponse)

@@ -32,6 +32,12 @@ func TestBuildValidate(t *testing.T) {
 	if r.Rcode != 0 || len(r.Answers) != 1 || r.Answers[0] != "192.0.2.1" {
 		t.Fatalf("got %+v", r)
 	}
+	// Cut after the question: miekg/dns alone would accept it.
+	full, _ := resp.Pack()
+	cut := full[:12+len("\x04test\x03com\x00")+4]
+	if _, err := Validate(q, cut); !errors.Is(err, ErrBadResponse) {
+		t.Fatalf("truncated: %v", err)
+	}
 	// Wrong id, not a response, garbage.
 	resp.Id++
 	b, _ = resp.Pack()

@@ -15,57 +15,69 @@ import (
 // closing it (the writer drains a buffered channel; this is never reached in practice).
 const qlogTraceWait = time.Second
 
-// qlogBuffer collects one connection's JSON-SEQ qlog in memory.
+// maxTraces bounds the traces of one dial: quic-go starts a new connection (and a new
+// trace) after Version Negotiation (RFC 9000 §6.2); a hostile server cannot make more.
+const maxTraces = 4
+
+// qlogBuffer collects the JSON-SEQ qlogs of one dial in memory: one trace per
+// connection attempt, concatenated in order (each trace has its own header with a
+// wall-clock reference time, which qlogana uses to put them on one time line).
 type qlogBuffer struct {
+	mu     sync.Mutex
+	traces []*traceBuf
+}
+
+type traceBuf struct {
 	mu     sync.Mutex
 	buf    bytes.Buffer
 	closed chan struct{}
 	once   sync.Once
-	used   bool
 }
 
-func newQlogBuffer() *qlogBuffer { return &qlogBuffer{closed: make(chan struct{})} }
-
-func (b *qlogBuffer) Write(p []byte) (int, error) {
+func (b *traceBuf) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *qlogBuffer) Close() error {
+func (b *traceBuf) Close() error {
 	b.once.Do(func() { close(b.closed) })
 	return nil
 }
 
+func newQlogBuffer() *qlogBuffer { return &qlogBuffer{} }
+
 // tracer is a quic.Config.Tracer writing the client connection's qlog into b.
 func (b *qlogBuffer) tracer(_ context.Context, isClient bool, odcid quic.ConnectionID) qlogwriter.Trace {
 	b.mu.Lock()
-	if b.used { // one connection per buffer
-		b.mu.Unlock()
+	defer b.mu.Unlock()
+	if len(b.traces) >= maxTraces {
 		return nil
 	}
-	b.used = true
-	b.mu.Unlock()
-	fs := qlogwriter.NewConnectionFileSeq(b, isClient, odcid)
+	t := &traceBuf{closed: make(chan struct{})}
+	b.traces = append(b.traces, t)
+	fs := qlogwriter.NewConnectionFileSeq(t, isClient, odcid)
 	go fs.Run()
 	return fs
 }
 
-// bytes waits for the trace to be closed (the connection is closed) and returns it.
+// bytes waits for every trace to be closed (its connection is closed) and returns them.
 func (b *qlogBuffer) bytes() []byte {
 	b.mu.Lock()
-	used := b.used
+	traces := append([]*traceBuf(nil), b.traces...)
 	b.mu.Unlock()
-	if !used {
-		return nil
+	var out []byte
+	deadline := time.After(qlogTraceWait)
+	for _, t := range traces {
+		select {
+		case <-t.closed:
+		case <-deadline:
+		}
+		t.mu.Lock()
+		out = append(out, t.buf.Bytes()...)
+		t.mu.Unlock()
 	}
-	select {
-	case <-b.closed:
-	case <-time.After(qlogTraceWait):
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
+	return out
 }
 
 // dialQUIC dials a QUIC connection for DoQ/DoH3 with req's state: the warm-up's QUIC

@@ -50,6 +50,9 @@ type Config struct {
 	// issues them but does not honour them, as the study found resolvers doing.
 	IgnoreTokens bool
 	Allow0RTT    bool
+	// QUICVersions the QUIC servers speak (default quic-go's v1, v2); v2 alone makes a
+	// v1-first client go through Version Negotiation.
+	QUICVersions []quic.Version
 	// DropDatagrams: indices (0-based) of the DoQ server's outgoing datagrams to drop.
 	DropDatagrams []int
 	// QUICDelay delays every datagram the QUIC servers send: an emulated RTT on
@@ -444,7 +447,7 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 		alpn = http3.NextProtoH3
 	}
 	tconf := &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{alpn}}
-	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT, MaxIdleTimeout: 10 * time.Second}
+	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT, MaxIdleTimeout: 10 * time.Second, Versions: cfg.QUICVersions}
 	if h3 {
 		s.DoH3 = addrOf(udp.LocalAddr())
 		srv := &http3.Server{Handler: s.dohHandler(ctx, cfg), TLSConfig: tconf, QUICConfig: qconf}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"time"
 )
 
 // AmplificationFactor is the server's budget before address validation (RFC 9000 §8.1).
@@ -130,6 +131,8 @@ func Analyze(qlog []byte, opts ...Options) (*Analysis, error) {
 		lostAt     []int64
 		haveMinRTT bool
 		n          int
+		firstRef   time.Time
+		offset     int64
 	)
 	for _, rec := range bytes.Split(qlog, []byte{recordSeparator}) {
 		rec = bytes.TrimSpace(rec)
@@ -140,14 +143,28 @@ func Analyze(qlog []byte, opts ...Options) (*Analysis, error) {
 			return nil, fmt.Errorf("qlog has more than %d records", maxRecords)
 		}
 		var r record
-		if err := json.Unmarshal(rec, &r); err != nil || r.Time == nil || r.Name == "" {
-			continue // the header, or a record cut short by a crash: skip it
+		if err := json.Unmarshal(rec, &r); err != nil {
+			continue // a record cut short by a crash: skip it
+		}
+		if r.Time == nil || r.Name == "" {
+			// A trace header. quic-go starts a new trace per connection attempt (after
+			// Version Negotiation); each trace's times are relative to its own wall-clock
+			// reference, so later traces are shifted onto the first one's time line.
+			if ref, ok := referenceTime(rec); ok {
+				if firstRef.IsZero() {
+					firstRef = ref
+				}
+				if d := ref.Sub(firstRef); d >= 0 && d < time.Hour {
+					offset = d.Nanoseconds()
+				}
+			}
+			continue
 		}
 		ms := *r.Time
 		if math.IsNaN(ms) || math.IsInf(ms, 0) || math.Abs(ms) > 1e12 {
 			continue
 		}
-		t := int64(ms * 1e6)
+		t := int64(ms*1e6) + offset
 		switch r.Name {
 		case "transport:packet_sent", "transport:packet_received":
 			var d packetData
@@ -216,11 +233,13 @@ func Analyze(qlog []byte, opts ...Options) (*Analysis, error) {
 // scan walks the packets: flags, retransmissions, flights and the stall test.
 func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	firstInitial := true
+	clientRetrans, serverRetrans := 0, 0
 	sentCrypto := map[string]bool{}
 	recvCrypto := map[string]bool{}
 	gap := int64(float64(a.RTTNS) * flightGapRatio)
 	sentSince := true
-	lastRecv := int64(math.MinInt64)
+	lastProgress := int64(math.MinInt64)
+	preFlightBytes := 0
 	attemptClientBytes, attemptStartFlight := 0, 0
 	seenRecvInAttempt := false
 	for _, p := range pkts {
@@ -243,6 +262,11 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 			}
 			if m[k] {
 				a.Retransmissions++
+				if p.sent {
+					clientRetrans++
+				} else {
+					serverRetrans++
+				}
 			}
 			m[k] = true
 		}
@@ -259,8 +283,17 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 			}
 			continue
 		}
-		if len(a.Flights) == 0 || (sentSince && p.t-lastRecv >= gap && p.t > lastRecv) {
-			a.Flights = append(a.Flights, Flight{StartNS: p.t})
+		// Only packets that move the handshake on (CRYPTO, Retry, VN) start a flight: a
+		// server's ACK-only reply to our first Initial (two Initials with a hybrid key
+		// share) belongs to the flight that answers the ClientHello.
+		progress := len(p.crypto) > 0 || p.ptype == "retry" || p.ptype == "version_negotiation"
+		if progress && (len(a.Flights) == 0 || (sentSince && p.t-lastProgress >= gap && p.t > lastProgress)) {
+			a.Flights = append(a.Flights, Flight{StartNS: p.t, Bytes: preFlightBytes})
+			preFlightBytes = 0
+		}
+		if len(a.Flights) == 0 {
+			preFlightBytes += p.length
+			continue
 		}
 		f := &a.Flights[len(a.Flights)-1]
 		f.EndNS, f.Bytes = p.t, f.Bytes+p.length
@@ -268,11 +301,14 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 		if p.ptype == "handshake" && len(p.crypto) > 0 {
 			f.HandshakeCrypt = true
 		}
-		lastRecv, sentSince, seenRecvInAttempt = p.t, false, true
+		if progress {
+			lastProgress, sentSince = p.t, false
+		}
+		seenRecvInAttempt = true
 		if p.ptype == "retry" || p.ptype == "version_negotiation" {
 			// A new attempt starts: Initial state and the budget start over
 			// (RFC 9000 §6.2, §17.2.5.2).
-			attemptClientBytes, attemptStartFlight, seenRecvInAttempt = 0, len(a.Flights), false
+			attemptClientBytes, attemptStartFlight, seenRecvInAttempt, preFlightBytes = 0, len(a.Flights), false, 0
 			sentSince = true
 			// The new attempt resends the ClientHello from offset 0: not a retransmission.
 			clear(sentCrypto)
@@ -286,13 +322,35 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	if len(att) > 0 {
 		a.ServerBytesPreAck = att[0].Bytes
 	}
-	if len(att) >= 2 && att[1].HandshakeCrypt && attemptClientBytes > 0 &&
-		float64(att[0].Bytes) >= stallFillRatio*AmplificationFactor*float64(attemptClientBytes) &&
-		att[0].Bytes <= AmplificationFactor*attemptClientBytes+amplificationSlack {
-		a.AmplificationStall = true
-		a.StallNS = att[1].StartNS - att[0].EndNS
+	// A stall: at some flight boundary of the final attempt, everything the server had
+	// sent so far is about its 3x budget, and the next flight carries more Handshake
+	// CRYPTO (the rest of its first flight, released by our ACK). Usually the boundary
+	// is the first one; a loaded client can split a flight, so every boundary is tried.
+	budget := AmplificationFactor * attemptClientBytes
+	cum := 0
+	for k := 0; k+1 < len(att) && attemptClientBytes > 0; k++ {
+		cum += att[k].Bytes
+		if cum > budget+amplificationSlack {
+			break
+		}
+		if float64(cum) >= stallFillRatio*float64(budget) && att[k+1].HandshakeCrypt {
+			a.AmplificationStall = true
+			a.ServerBytesPreAck = cum
+			a.StallNS = att[k+1].StartNS - att[k].EndNS
+			break
+		}
 	}
-	a.Loss = a.LostPackets > 0 || a.Retransmissions > 0
+	// Loss: quic-go declared a packet lost, or the server's CRYPTO arrived twice, or we
+	// retransmitted and the handshake took more flights than the other causes explain.
+	// A retransmission on PTO while the reply is still on its way (the first PTO on a
+	// long path fires before the first RTT sample) is spurious and costs nothing.
+	explained := 1
+	for _, f := range []bool{a.VersionNegotiation, a.Retry, a.AmplificationStall} {
+		if f {
+			explained++
+		}
+	}
+	a.Loss = a.LostPackets > 0 || serverRetrans > 0 || (clientRetrans > 0 && a.RoundTrips > explained)
 }
 
 // amplificationSlack tolerates per-packet accounting differences between the qlog's
@@ -332,4 +390,22 @@ func appendUnique(s []string, v string) []string {
 		}
 	}
 	return append(s, v)
+}
+
+// referenceTime reads a trace header's wall-clock reference time.
+func referenceTime(rec []byte) (time.Time, bool) {
+	var h struct {
+		Trace struct {
+			CommonFields struct {
+				ReferenceTime struct {
+					WallClockTime string `json:"wall_clock_time"`
+				} `json:"reference_time"`
+			} `json:"common_fields"`
+		} `json:"trace"`
+	}
+	if json.Unmarshal(rec, &h) != nil || h.Trace.CommonFields.ReferenceTime.WallClockTime == "" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, h.Trace.CommonFields.ReferenceTime.WallClockTime)
+	return t, err == nil
 }

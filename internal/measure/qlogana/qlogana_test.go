@@ -11,6 +11,7 @@ import (
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
+	"github.com/quic-go/quic-go"
 )
 
 // delay is the emulated one-way delay the QUIC test servers add to what they send: it
@@ -87,6 +88,22 @@ func TestAnalyzeRetry(t *testing.T) {
 	}
 	// The NEW_TOKEN token of the warm-up validates the measured connection: no Retry.
 	check(t, "measured", m, qlogana.Cause1RTT, 1)
+}
+
+func TestAnalyzeVersionNegotiation(t *testing.T) {
+	// The server speaks QUIC v2 only; quic-go's client starts with v1 and gets Version
+	// Negotiation (RFC 9000 §6), then starts a new connection and a new qlog trace.
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", QUICDelay: delay, QUICVersions: []quic.Version{quic.Version2}})
+	a, r := pairResults(t, s)
+	check(t, "warm-up", a[0], qlogana.CauseVersionNegotiation, 2)
+	if !*r[0].VNSeen || r[0].QUICVersion != uint32(quic.Version2) {
+		t.Errorf("warm-up: VN seen %v, version %#x", *r[0].VNSeen, r[0].QUICVersion)
+	}
+	// The measured connection reuses the negotiated version: no VN.
+	check(t, "measured", a[1], qlogana.Cause1RTT, 1)
+	if *r[1].VNSeen || r[1].QUICVersion != uint32(quic.Version2) {
+		t.Errorf("measured: VN seen %v, version %#x", *r[1].VNSeen, r[1].QUICVersion)
+	}
 }
 
 func TestAnalyzeAmplification(t *testing.T) {
