@@ -76,10 +76,7 @@ func Validate(q Query, raw []byte) (*Response, error) {
 	// sections hold fewer records than its header counts was cut short (RFC 1035 §4.1.1).
 	if len(raw) >= dnsHeaderLen {
 		an, ns, ar := int(binary.BigEndian.Uint16(raw[6:8])), int(binary.BigEndian.Uint16(raw[8:10])), int(binary.BigEndian.Uint16(raw[10:12]))
-		extra := len(m.Extra)
-		if m.IsEdns0() != nil {
-			extra++ // the OPT record is counted in ARCOUNT but kept out of m.Extra
-		}
+		extra := len(m.Extra) // miekg/dns keeps the OPT record in Extra
 		if len(m.Answer) != an || len(m.Ns) != ns || extra != ar {
 			return nil, fmt.Errorf("%w: truncated message: header counts %d/%d/%d records, message holds %d/%d/%d",
 				ErrBadResponse, an, ns, ar, len(m.Answer), len(m.Ns), extra)

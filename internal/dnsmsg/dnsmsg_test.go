@@ -23,6 +23,7 @@ func TestBuildValidate(t *testing.T) {
 	}
 	resp := new(dns.Msg)
 	resp.SetReply(m)
+	resp.SetEdns0(1232, false) // an OPT record in ARCOUNT must not look like truncation
 	resp.Answer = append(resp.Answer, &dns.A{Hdr: dns.RR_Header{Name: "test.com.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)})
 	b, _ := resp.Pack()
 	r, err := Validate(q, b)
