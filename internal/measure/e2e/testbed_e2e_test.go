@@ -82,6 +82,17 @@ func endpoints(p *population.Population, wellBehaved bool) []endpoint {
 	return out
 }
 
+// quicGoInitialPTO is quic-go's first probe timeout before any RTT sample (2x its
+// 100 ms initial RTT; the qlog's first loss_timer_updated shows it).
+const quicGoInitialPTO = 200 * time.Millisecond
+
+// stallPredicted: the population's amplification-stall prediction for a DoQ handshake.
+func stallPredicted(pop *population.Population, ep endpoint, phase string, ks measure.KeyShare) bool {
+	rec := pop.Lookup(ep.addr)
+	tokenValid := phase == population.PhaseMeasured && rec.Token == population.TokenHonour
+	return !(rec.Retry || tokenValid) && pop.Certs[rec.Cert].ExceedsAmplification(clientHello(ks))
+}
+
 func clientHello(k measure.KeyShare) population.ClientHello {
 	if k == measure.KeyShareMLKEM {
 		return population.ClientMLKEM
@@ -158,7 +169,16 @@ func TestHandshakeToRTTRatio(t *testing.T) {
 					}
 					ratio := float64(res.Handshake) / float64(path.RTT)
 					t.Logf("%s: handshake %v = %.2f RTT (want %d), resolve %.2f RTT", phase, res.Handshake, ratio, want, resolve)
-					if math.Abs(ratio-float64(want)) > tol {
+					lo := float64(want) - tol
+					if ep.proto == measure.DoQ && stallPredicted(pop, ep, phase, ks) && path.RTT > quicGoInitialPTO {
+						// On a path longer than quic-go's initial PTO the client
+						// retransmits its Initial before the server's first flight
+						// arrives; that probe raises the stalled server's budget early,
+						// so the stall costs less than a full RTT (seen on the 300 ms path:
+						// 1.68 RTT instead of 2).
+						lo = float64(want) - 1 + float64(quicGoInitialPTO)/float64(path.RTT) - tol
+					}
+					if ratio < lo || ratio > float64(want)+tol {
 						t.Errorf("%s: handshake %v = %.2f RTT (path %v), want %d", phase, res.Handshake, ratio, path.RTT, want)
 					}
 					if ep.proto == measure.DoQ {
@@ -177,8 +197,7 @@ func TestHandshakeToRTTRatio(t *testing.T) {
 						if rec.Retry && !tokenValid && !a.Retry {
 							t.Errorf("%s: Retry not flagged", phase)
 						}
-						stall := !(rec.Retry || tokenValid) && pop.Certs[rec.Cert].ExceedsAmplification(clientHello(ks))
-						if a.AmplificationStall != stall {
+						if stall := stallPredicted(pop, ep, phase, ks); a.AmplificationStall != stall {
 							t.Errorf("%s: amplification stall %v, population predicts %v (flights %+v)", phase, a.AmplificationStall, stall, a.Flights)
 						}
 					}
@@ -196,7 +215,7 @@ func TestHandshakeToRTTRatio(t *testing.T) {
 				}
 				if len(got) > 0 {
 					sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
-					if d := got[0] - path.RTT; d < -time.Millisecond || d > time.Millisecond+2*path.Jitter {
+					if d := got[0] - path.RTT; d < -time.Millisecond-2*path.Jitter || d > time.Millisecond+2*path.Jitter {
 						t.Errorf("RTT probe %v, path %v", got[0], path.RTT)
 					}
 				}

@@ -241,6 +241,7 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	lastProgress := int64(math.MinInt64)
 	preFlightBytes := 0
 	attemptClientBytes, attemptStartFlight := 0, 0
+	attemptFirstSend := int64(-1)
 	seenRecvInAttempt := false
 	for _, p := range pkts {
 		if p.sent && p.ptype == "initial" && firstInitial {
@@ -278,7 +279,13 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 		}
 		if p.sent {
 			sentSince = true
-			if !seenRecvInAttempt {
+			// The budget of the server's first flight is what our first burst gave it.
+			// A PTO probe sent later (on a path longer than the client's initial PTO,
+			// ~200 ms in quic-go) raises the budget only after the first flight left.
+			if attemptFirstSend < 0 {
+				attemptFirstSend = p.t
+			}
+			if !seenRecvInAttempt && (gap <= 0 || p.t-attemptFirstSend < gap) {
 				attemptClientBytes += p.length
 			}
 			continue
@@ -309,6 +316,7 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 			// A new attempt starts: Initial state and the budget start over
 			// (RFC 9000 §6.2, §17.2.5.2).
 			attemptClientBytes, attemptStartFlight, seenRecvInAttempt, preFlightBytes = 0, len(a.Flights), false, 0
+			attemptFirstSend = -1
 			sentSince = true
 			// The new attempt resends the ClientHello from offset 0: not a retransmission.
 			clear(sentCrypto)
