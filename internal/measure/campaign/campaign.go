@@ -486,7 +486,7 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 		// Per-protocol RTT after a successful measurement, once per (transport, port).
 		tk := rttKey{transportOf(u.ep.Protocol), u.ep.Port}
 		if _, ok := rtts[tk]; !ok && meas.Status == measure.StatusOK {
-			samples := r.prober.Probe(ctx, tk.t, netip.AddrPortFrom(t.Addr, u.ep.Port), r.cfg.RTTSamples, r.cfg.RTTTimeout)
+			samples := r.prober.Probe(ctx, tk.t, netip.AddrPortFrom(t.Addr, u.ep.Port), r.cfg.RTTSamples, r.rttTimeout(meas))
 			var ok []int64
 			for _, s := range samples {
 				row := store.RTTSample{CampaignID: r.cid, Address: t.Addr, Transport: string(tk.t), Port: int32(u.ep.Port),
@@ -531,6 +531,20 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 		b.features = append(b.features, *feat[k])
 	}
 	return out
+}
+
+// rttTimeoutFactor and rttTimeoutFloor bound an RTT sample's wait by the resolve time
+// just measured on the same port (~1 RTT): a reply later than 4 RTT is not coming, and
+// resolvers rarely answer the UDP probe at all (the study got no reply from any), so a
+// fixed multi-second wait would dominate a round's duration.
+const (
+	rttTimeoutFactor = 4
+	rttTimeoutFloor  = 250 * time.Millisecond
+)
+
+func (r *runner) rttTimeout(meas *measure.Result) time.Duration {
+	d := rttTimeoutFactor * meas.First().Resolve
+	return min(max(d, rttTimeoutFloor), r.cfg.RTTTimeout)
 }
 
 func median(v []int64) int64 {
