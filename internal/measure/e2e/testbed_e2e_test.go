@@ -30,6 +30,10 @@ func TestMain(m *testing.M) {
 // number of round trips (path jitter, processing, the timestamps' own error).
 const ratioTolerance = 0.35
 
+// processingSlack is the absolute time a handshake may exceed its round trips by: key
+// exchange and signatures on a shared 2-core machine (the timing benchmarks quantify it).
+const processingSlack = 2 * time.Millisecond
+
 // endpoint is one (protocol, port) of a population record, with what to offer.
 type endpoint struct {
 	rec   *population.Record
@@ -149,8 +153,10 @@ func TestHandshakeToRTTRatio(t *testing.T) {
 				if ep.alpn != "" {
 					req.ALPN = []string{ep.alpn}
 				}
-				// Slack for jitter: two directions per round trip.
-				tol := ratioTolerance + 4*float64(path.Jitter)/float64(path.RTT)
+				// Slack for jitter (two directions per round trip) and for the CPU time of
+				// the handshake's cryptography on both ends (absolute, so it weighs most
+				// on the 5 ms paths).
+				tol := ratioTolerance + float64(4*path.Jitter+processingSlack)/float64(path.RTT)
 				for _, phase := range []string{population.PhaseWarmup, population.PhaseMeasured} {
 					r := req
 					res := m.Measure(ctx, &r)
@@ -336,8 +342,10 @@ func TestCampaignOnTheTestbed(t *testing.T) {
 		if int(trips) != want {
 			t.Errorf("%s:%d %s: %d round trips (%s), want %d", addr, port, phase, trips, cause, want)
 		}
-		if ratio == nil || math.Abs(float64(*ratio)-float64(want)) > ratioTolerance+0.2 {
-			t.Errorf("%s:%d %s: ratio %v against the RTT probe, want ~%d", addr, port, phase, ratio, want)
+		if ratio == nil {
+			t.Errorf("%s:%d %s: no ratio (no RTT sample)", addr, port, phase)
+		} else if math.Abs(float64(*ratio)-float64(want)) > ratioTolerance+0.2 {
+			t.Errorf("%s:%d %s: ratio %.2f against the RTT probe, want ~%d", addr, port, phase, *ratio, want)
 		}
 	}
 	if n == 0 {
