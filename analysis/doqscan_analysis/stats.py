@@ -119,3 +119,36 @@ def cause_shares(causes: pd.DataFrame, by=("implementation",)) -> pd.DataFrame:
     """DoQ handshake causes as shares per group (rows: groups, columns: causes)."""
     p = causes.pivot_table(index=list(by), columns="cause", values="handshakes", aggfunc="sum", fill_value=0)
     return p.div(p.sum(axis=1), axis=0)
+
+
+def figure_rows(rt: pd.DataFrame, vantage=None, phase: str = "measured", mode: str = "fresh",
+                key_share: str | None = None, dox: bool | None = True) -> pd.DataFrame:
+    """The rows of load.response_times that one figure draws: one per protocol. Where a
+    protocol was measured with several key shares, `key_share` picks one (default: the
+    one with most measurements)."""
+    d = rt
+    if vantage is not None and "vantage_id" in d:
+        d = d[d["vantage_id"] == vantage]
+    if phase is not None and "phase" in d:
+        d = d[d["phase"] == phase]
+    if mode is not None and "mode" in d:
+        d = d[d["mode"] == mode]
+    if dox is not None and "dox" in d:
+        d = d[d["dox"] == dox]
+    if "key_share" in d:
+        keep = []
+        for proto, g in d.groupby("protocol", sort=False):
+            if g["key_share"].nunique() > 1:
+                ks = key_share if key_share in set(g["key_share"]) else g.sort_values("n").iloc[-1]["key_share"]
+                g = g[g["key_share"] == ks]
+            keep.append(g)
+        d = pd.concat(keep) if keep else d
+    return d.reset_index(drop=True)
+
+
+def round_trip_shares(classes: pd.DataFrame) -> pd.DataFrame:
+    """load.ratio_classes as shares per (vantage, protocol, phase, mode): columns are
+    round trips 1..N (the last one means N or more)."""
+    p = classes.pivot_table(index=["vantage_id", "protocol", "phase", "mode"], columns="round_trips",
+                            values="measurements", aggfunc="sum", fill_value=0)
+    return p.div(p.sum(axis=1), axis=0)
