@@ -28,6 +28,9 @@ CAUSE_LABELS = {
     "amplification": "amplification stall", "loss": "loss", "multiple": "several", "unknown": "unknown",
 }
 MODE_STYLES = {"fresh": "-", "resumed": "--", "0rtt": ":", "persistent": "-."}
+# DoT and DoH usually overlap (same TCP+TLS handshakes): DoT dashed so both stay visible.
+PROTOCOL_STYLES = {"dot": (0, (5, 2)), "doh3": (0, (1, 1))}
+MODE_COLORS = {"fresh": "#1f77b4", "resumed": "#ff7f0e", "0rtt": "#2ca02c", "persistent": "#9467bd"}
 
 
 def save(fig, outdir: str | None, name: str) -> list[str]:
@@ -148,7 +151,7 @@ def _cdf_lines(ax, rt: pd.DataFrame, metric: str, scale: float, style_col: str |
         if len(q) == 0:
             continue
         x, y = stats.ecdf_points(q / scale)
-        style = MODE_STYLES.get(getattr(r, style_col), "-") if style_col else "-"
+        style = MODE_STYLES.get(getattr(r, style_col), "-") if style_col else PROTOCOL_STYLES.get(r.protocol, "-")
         label = names.PROTOCOL_LABELS.get(r.protocol, r.protocol)
         if label_extra:
             label += label_extra(r)
@@ -233,17 +236,42 @@ def _cdf_warmup(ax, w: pd.DataFrame, metric: str):
 
 
 def modes_figure(rt: pd.DataFrame, metric: str = "handshake_ns", title: str = ""):
-    """ECDFs per protocol, one line style per mode (fresh, resumed, 0-RTT, persistent)."""
-    fig, ax = plt.subplots(figsize=(9, 5))
-    cdf_figure(rt, metric, title or "by connection mode", "time [ms] (log scale)" if metric != "ratio"
-               else "handshake time / RTT", log=metric != "ratio", style_col="mode",
-               label_extra=lambda r: f", {r.mode}", ax=ax)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    """Connection modes side by side: one panel per protocol, one ECDF per mode (fresh,
+    resumed, 0-RTT, persistent) in its own colour."""
+    order = {p: i for i, p in enumerate(names.PROTOCOLS)}
+    protos = sorted(rt["protocol"].unique(), key=lambda p: order.get(p, 99)) if len(rt) else []
+    n = max(len(protos), 1)
+    cols = min(n, 3)
+    rows_n = (n + cols - 1) // cols
+    fig, axs = plt.subplots(rows_n, cols, figsize=(5.2 * cols, 4.0 * rows_n), squeeze=False, sharey=True)
+    scale = 1.0 if metric == "ratio" else stats.NS_PER_MS
+    for ax, proto in zip(axs.flat, protos):
+        for r in rt[rt["protocol"] == proto].itertuples(index=False):
+            q = getattr(r, f"{metric}_q")
+            if len(q) == 0:
+                continue
+            x, y = stats.ecdf_points(q / scale)
+            ax.step(x, y, where="post", color=MODE_COLORS.get(r.mode, "black"), linestyle=MODE_STYLES.get(r.mode, "-"),
+                    linewidth=1.6, label=f"{r.mode} (n={int(getattr(r, f'{metric}_n')):,})")
+        if metric == "ratio":
+            ax.set_xlabel("handshake time / RTT")
+        else:
+            _log_ms_axis(ax, "time [ms] (log scale)")
+        ax.set_ylabel("CDF")
+        ax.set_ylim(0, 1.01)
+        ax.set_title(names.PROTOCOL_LABELS.get(proto, proto))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", title="mode", frameon=True, framealpha=0.9)
+    for ax in list(axs.flat)[len(protos):]:
+        ax.axis("off")
+    if not protos:
+        _empty(axs.flat[0], title)
+    fig.suptitle(title or "by connection mode")
+    fig.tight_layout()
     return fig
 
 
-def cause_bars(shares: pd.DataFrame, counts: pd.Series | None = None, title: str = ""):
+def cause_bars(shares: pd.DataFrame, counts: pd.Series | None = None, title: str = "", ylabel: str = ""):
     """Stacked horizontal bars: share of DoQ handshakes by cause per group (rows)."""
     fig, ax = plt.subplots(figsize=(10, 0.5 * max(len(shares), 2) + 1.6))
     if shares.empty:
@@ -260,6 +288,7 @@ def cause_bars(shares: pd.DataFrame, counts: pd.Series | None = None, title: str
     ax.set_xlim(0, 1)
     ax.xaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlabel("share of DoQ handshakes")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(axis="y", visible=False)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="cause")
