@@ -339,6 +339,7 @@ paired AS (
 """
 
 METRICS = ["resolve_ns", "rtt_ns", "handshake_ns", "ratio"]
+ROUND_TRIP_CLASSES = 5  # handshakes of 5 or more round trips share the last class
 
 
 def _probs(points: int) -> list[float]:
@@ -368,6 +369,10 @@ def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
         aggs.append(f"count({m}) AS {m}_n, avg({m})::float8 AS {m}_mean, "
                     f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {m}) AS {m}_median, "
                     f"percentile_disc(%(probs)s::float8[]) WITHIN GROUP (ORDER BY {m}) AS {m}_q")
+    # handshakes in whole round trips (ratio rounded, 1..ROUND_TRIP_CLASSES), in the same pass
+    for k in range(1, ROUND_TRIP_CLASSES + 1):
+        aggs.append(f"count(*) FILTER (WHERE LEAST(GREATEST(round(ratio)::int, 1), {ROUND_TRIP_CLASSES}) = {k}) "
+                    f"AS round_trips_{k}")
     sql = ("WITH " + _CAMPAIGNS_CTE + _RTT_CTE +
            f"SELECT {cols}, count(*) AS n, count(DISTINCT address) AS resolvers, " + ", ".join(aggs) +
            " FROM paired WHERE (NOT %(dox_only)s OR dox)" +

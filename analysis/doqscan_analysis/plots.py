@@ -29,7 +29,10 @@ CAUSE_LABELS = {
 }
 MODE_STYLES = {"fresh": "-", "resumed": "--", "0rtt": ":", "persistent": "-."}
 # DoT and DoH usually overlap (same TCP+TLS handshakes): DoT dashed so both stay visible.
-PROTOCOL_STYLES = {"dot": (0, (5, 2)), "doh3": (0, (1, 1))}
+# Resolve times and RTTs of all protocols nearly coincide (the study's Fig. 3a): a dash
+# pattern per protocol keeps every line visible where they overlap.
+PROTOCOL_STYLES = {"doudp": (0, (1, 1.5)), "dotcp": "-", "dot": (0, (6, 2)), "doh": (0, (3, 1.5, 1, 1.5)),
+                   "doq": "-", "doh3": (0, (8, 2, 1, 2))}
 MODE_COLORS = {"fresh": "#1f77b4", "resumed": "#ff7f0e", "0rtt": "#2ca02c", "persistent": "#9467bd"}
 
 
@@ -121,8 +124,10 @@ def retention_lines(churn_by_kind: dict[str, pd.DataFrame], ax=None):
     return fig
 
 
-def barh_counts(df: pd.DataFrame, label: str, value: str = "resolvers", title: str = "", top: int = 15, ax=None):
-    """Horizontal bars of the `top` largest rows, with the count and share printed."""
+def barh_counts(df: pd.DataFrame, label: str, value: str = "resolvers", title: str = "", top: int = 15, ax=None,
+                total: int | None = None, xlabel: str | None = None):
+    """Horizontal bars of the `top` largest rows, with the count and its share of
+    `total` (default: the sum of `value`) printed."""
     d = df.head(top).iloc[::-1]
     if ax is None:
         fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(d), 3) + 1.2))
@@ -130,11 +135,11 @@ def barh_counts(df: pd.DataFrame, label: str, value: str = "resolvers", title: s
     if d.empty:
         _empty(ax, title)
         return fig
-    total = df[value].sum()
+    total = int(total if total is not None else df[value].sum())
     ax.barh(d[label].astype(str), d[value], color="#4c72b0")
     for y, v in enumerate(d[value]):
         ax.text(v, y, f" {v} ({100 * v / total:.1f}%)", va="center", fontsize=8)
-    ax.set_xlabel(f"{value} (of {total})")
+    ax.set_xlabel(xlabel or f"{value} (of {total})")
     ax.set_title(title)
     ax.grid(axis="y", visible=False)
     ax.set_xlim(0, d[value].max() * 1.3)

@@ -152,3 +152,13 @@ def round_trip_shares(classes: pd.DataFrame) -> pd.DataFrame:
     p = classes.pivot_table(index=["vantage_id", "protocol", "phase", "mode"], columns="round_trips",
                             values="measurements", aggfunc="sum", fill_value=0)
     return p.div(p.sum(axis=1), axis=0)
+
+
+def round_trip_shares_from(rt: pd.DataFrame, by=("vantage_id", "protocol", "phase", "mode")) -> pd.DataFrame:
+    """Shares of handshakes per whole number of round trips from load.response_times'
+    round_trips_k columns, summed over the other group columns (rows: `by`, columns: k)."""
+    cols = [c for c in rt.columns if c.startswith("round_trips_")]
+    p = rt.groupby(list(by))[cols].sum()
+    p.columns = [int(c.rsplit("_", 1)[1]) for c in cols]
+    p = p[p.sum(axis=1) > 0]
+    return p.div(p.sum(axis=1), axis=0)

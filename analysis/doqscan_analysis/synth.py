@@ -268,7 +268,7 @@ def generate(conn: psycopg.Connection, spec: Spec, progress=None) -> None:
                 FROM s_week
               UNION ALL
               SELECT %(s)s, 784, '198.18.0.0'::inet + (8192 * %(ob)s + g), 784, 'quic-vn',
-                     ARRAY[1, 1785444937]::bigint[], 1, true, 1252, %(t)s
+                     ARRAY[1, 1785358954]::bigint[], 1, true, 1252, %(t)s
                 FROM generate_series(0, %(oq)s - 1) g
               UNION ALL
               SELECT %(s)s, 53, '198.18.0.0'::inet + (8192 * %(ub)s + g), 53, 'dns', NULL, NULL, NULL, 64, %(t)s
@@ -286,7 +286,7 @@ def generate(conn: psycopg.Connection, spec: Spec, progress=None) -> None:
                 FROM s_week
               UNION ALL
               SELECT %(r)s, '198.18.0.0'::inet + (8192 * %(ob)s + g), 784, 'quic-not-doq', 1, NULL, 772,
-                     NULL, NULL, ARRAY[1, 1785444937]::bigint[], NULL, NULL, %(t)s
+                     NULL, NULL, ARRAY[1, 1785358954]::bigint[], NULL, NULL, %(t)s
                 FROM generate_series(0, %(oq)s - 1) g""",
            {"r": run_id, "t": day, "ob": OTHER_QUIC_BLOCK, "oq": spec.other_quic})
         ex("""INSERT INTO certificates (sha256, der, subject, subject_cn, sans, issuer, issuer_cn, key_type)

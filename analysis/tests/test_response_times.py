@@ -27,6 +27,14 @@ def test_doq_round_trip_classes(conn, truth, spec):
     d = df[(df.protocol == "doq") & (df.phase == "measured") & (df["mode"] == "fresh")]
     got = {(r.vantage_id, r.round_trips): r.measurements for r in d.itertuples()}
     assert got == truth["doq_round_trips"]
+    # the same classes from response_times' single pass
+    rt = load.response_times(conn)
+    shares = stats.round_trip_shares_from(rt)
+    for v in spec.vantages:
+        n = sum(c for (vp, k), c in truth["doq_round_trips"].items() if vp == v)
+        row = shares.loc[(v, "doq", "measured", "fresh")]
+        for k in range(1, 6):
+            assert row.get(k, 0.0) == pytest.approx(truth["doq_round_trips"].get((v, k), 0) / n)
     # DoTCP is one round trip, DoT and DoH two (TLS 1.3), always
     for proto, rt in (("dotcp", 1), ("dot", 2), ("doh", 2)):
         assert set(df[df.protocol == proto]["round_trips"]) == {rt}
