@@ -161,8 +161,9 @@ def _cdf_lines(ax, rt: pd.DataFrame, metric: str, scale: float, style_col: str |
         if label_extra:
             label += label_extra(r)
         n = int(getattr(r, f"{metric}_n"))
+        # dashed lines on top of solid ones, so identical distributions stay visible
         ax.step(x, y, where="post", color=names.PROTOCOL_COLORS.get(r.protocol, "black"), linestyle=style,
-                label=f"{label} (n={n:,})", linewidth=1.6)
+                label=f"{label} (n={n:,})", linewidth=1.6, zorder=2 if style == "-" else 3)
         drawn += 1
     return drawn
 
@@ -256,8 +257,10 @@ def modes_figure(rt: pd.DataFrame, metric: str = "handshake_ns", title: str = ""
             if len(q) == 0:
                 continue
             x, y = stats.ecdf_points(q / scale)
-            ax.step(x, y, where="post", color=MODE_COLORS.get(r.mode, "black"), linestyle=MODE_STYLES.get(r.mode, "-"),
-                    linewidth=1.6, label=f"{r.mode} (n={int(getattr(r, f'{metric}_n')):,})")
+            style = MODE_STYLES.get(r.mode, "-")
+            ax.step(x, y, where="post", color=MODE_COLORS.get(r.mode, "black"), linestyle=style,
+                    linewidth=1.6 if style == "-" else 2.0, zorder=2 if style == "-" else 3,
+                    label=f"{r.mode} (n={int(getattr(r, f'{metric}_n')):,})")
         if metric == "ratio":
             ax.set_xlabel("handshake time / RTT")
         else:
