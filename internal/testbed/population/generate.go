@@ -144,7 +144,7 @@ var peers = []special{
 	{"peer-aioquic", "aioquic 1.7 doq_server: no NEW_TOKEN", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=provider-a", false, true},
 	{"peer-aioquic-retry", "aioquic 1.7 doq_server --retry", "peer=aioquic quic=784 alpn=doq versions=v1,v2 retry=always token=none cert=provider-a", false, true},
 	{"peer-aioquic-bigchain", "aioquic with chain-big and no NEW_TOKEN: the 2-RTT case through a non-Go stack", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=chain-big", false, true},
-	{"peer-ngtcp2", "ngtcp2 server: QUIC, not DoQ (h3)", "peer=ngtcp2 quic=784 alpn=h3 versions=v1,v2,draft-29 token=honour cert=provider-a", false, true},
+	{"peer-ngtcp2", "ngtcp2 server: QUIC, not DoQ (h3)", "peer=ngtcp2 quic=784 alpn=h3 versions=v1 token=honour cert=provider-a", false, true},
 }
 
 type gen struct {
