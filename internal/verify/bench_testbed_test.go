@@ -105,7 +105,7 @@ func BenchmarkTestbedThroughput(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	q, err := dnsmsg.NewQuery(DefaultQueryName, dns.TypeA, 0)
+	query, err := dnsmsg.Build(dnsmsg.Query{Name: DefaultQueryName, Type: dns.TypeA, ID: 0})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func BenchmarkTestbedThroughput(b *testing.B) {
 					return runPool(n, conc, func(k int) bool { return bareTestbed(targets[k%len(targets)], nil) == nil })
 				},
 				func() poolResult {
-					return runPool(n, conc, func(k int) bool { return bareTestbed(targets[k%len(targets)], q.Wire) == nil })
+					return runPool(n, conc, func(k int) bool { return bareTestbed(targets[k%len(targets)], query) == nil })
 				},
 			}
 			res := make([]poolResult, len(fs))
