@@ -152,6 +152,11 @@ func (g groundTruth) check(a netip.AddrPort, f fields) []string {
 	if w.SNI != "" && (f.sni != w.SNI || f.sniSource != SNIList) {
 		bad = append(bad, fmt.Sprintf("SNI %q (source %s), population says %q from the list (without it: %s)", f.sni, f.sniSource, w.SNI, w.NoSNIClass))
 	}
+	// Without a name the host must have refused as the population says (unrecognized_name,
+	// RFC 6066 §3): the retry was needed, not a lucky second attempt.
+	if w.NoSNIClass == OutcomeSNIRequired && !strings.Contains(f.detail, "without SNI: server sent tls: unrecognized name") {
+		bad = append(bad, fmt.Sprintf("detail %q does not show the no-SNI attempt failing with unrecognized_name", f.detail))
+	}
 	if w.SNI == "" && f.sniSource != SNINone {
 		bad = append(bad, fmt.Sprintf("SNI %q (source %s) although the host needs none", f.sni, f.sniSource))
 	}
