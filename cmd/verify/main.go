@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"github.com/doqscan/doqscan/blocklist"
 	"log/slog"
 	"os"
 	"regexp"
@@ -74,6 +75,7 @@ func main() {
 	fs.DurationVar(&cfg.Progress, "progress", verify.DefaultProgress, "progress log interval")
 	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
 	fs.BoolVar(&jsonOut, "json", false, "print the summary as JSON on stdout")
+	fs.StringVar(&cfg.BlocklistDir, "blocklist-dir", blocklist.DefaultDir(), "blocklist *.conf files; their ranges, opt-outs and reserved ranges are never contacted")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {
 			return cli.Usagef("unexpected arguments %q", args)
