@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 )
@@ -50,6 +51,7 @@ func main() {
 	fs.IntVar(&o.Persistent, "persistent", 5, "queries per session in persistent mode")
 	fs.BoolVar(&o.Features, "features", false, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
 	fs.DurationVar(&o.Spread, "spread", 0, "one round: spread resolver starts over this long")
+	fs.StringVar(&o.BlocklistDir, "blocklist-dir", blocklist.DefaultDir(), "blocklist *.conf files; their ranges, opt-outs and reserved ranges are never contacted")
 	roundHour := fs.String("round-hour", "", "one round: the hour it is for (2026-11-22T04, or RFC 3339); default $DOQSCAN_RUN_KEY (set by jobrun), else now")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {
