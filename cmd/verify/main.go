@@ -52,7 +52,7 @@ func main() {
 	)
 	fs := cli.NewFlagSet(cmd, &common)
 	fs.Int64Var(&scanID, "scan-id", 0, "verify this scan's QUIC hosts (default: the latest scan)")
-	fs.StringVar(&cfg.Scan.Week, "week", "", "verify the QUIC hosts of this ISO week's scans (YYYY-Www, all shards); also names the run")
+	fs.StringVar(&cfg.Scan.Week, "week", "", "verify the QUIC hosts of this ISO week's scans (YYYY-Www, all shards); also names the run (default: $DOQSCAN_RUN_KEY under jobrun, else the latest scan)")
 	fs.StringVar(&cfg.Scan.Label, "scan-label", "weekly", "label of the scans to take with --week")
 	fs.StringVar(&cfg.TargetsFile, "targets", "", "verify the targets in this file instead of a scan (- = stdin)")
 	fs.StringVar(&cfg.Vantage, "vantage", envOr("DOQSCAN_VANTAGE", "local"), "vantage point id of this run (env DOQSCAN_VANTAGE)")
@@ -132,6 +132,10 @@ func parse(fs *flag.FlagSet, cfg *verify.RunConfig, scanID int64, ports, alpns, 
 			return cli.Usagef("--scan-id must be positive")
 		}
 		cfg.Scan.ScanID = &scanID
+	}
+	// Under jobrun's weekly job, verify the scans of the week being run (every shard).
+	if k := os.Getenv("DOQSCAN_RUN_KEY"); !set["week"] && !set["scan-id"] && cfg.TargetsFile == "" && weekRE.MatchString(k) {
+		cfg.Scan.Week = k
 	}
 	if cfg.Scan.Week != "" {
 		if !weekRE.MatchString(cfg.Scan.Week) {

@@ -8,15 +8,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// Compressed clock: a Monday of ISO week 2026-W47, its first hours.
+// Compressed clock: a Monday of ISO week 2026-W45 (not the wall clock's week, so the
+// tools demonstrably take the week from jobrun), its first hours.
 var (
-	week0 = time.Date(2026, 11, 16, 0, 5, 0, 0, time.UTC) // 2026-W47
-	hour0 = time.Date(2026, 11, 16, 2, 0, 0, 0, time.UTC)
+	week0 = time.Date(2026, 11, 2, 0, 5, 0, 0, time.UTC) // 2026-W45
+	hour0 = time.Date(2026, 11, 2, 2, 0, 0, 0, time.UTC)
 )
 
 const exitLocked = 75 // jobrun: another run of the job holds the lock
@@ -93,10 +95,12 @@ func TestScheduleCompressedClock(t *testing.T) {
 	bin := func(n string) string { return filepath.Join(e.bin, n) }
 	out := t.TempDir()
 	at := func(tm time.Time) string { return tm.Format(time.RFC3339) }
-	scanCmd := []string{bin("zprobe"), "scan", "--vantage", "vp0", "--week", "2026-W47", "--testbed", "198.19.0.0/16",
-		"--targets", p24.String(), "--quic-ports", fmt.Sprint(port), "--dns-ports", "", "--rate", "3000", "--cooldown", "2", "--out", out}
-	verifyCmd := []string{bin("verify"), "--vantage", "vp0", "--week", "2026-W47", "--ports", fmt.Sprint(port),
-		"--handshake-timeout", "1s", "--target-timeout", "4s"}
+	// The week comes from jobrun ($DOQSCAN_RUN_KEY), as in deploy/weekly.sh.
+	scanArgs := []string{"--testbed", "198.19.0.0/16", "--targets", p24.String(), "--quic-ports", fmt.Sprint(port),
+		"--dns-ports=", "--rate", "3000", "--cooldown", "2", "--out", out}
+	verifyArgs := []string{"--ports", fmt.Sprint(port), "--handshake-timeout", "1s", "--target-timeout", "4s"}
+	scanCmd := append([]string{bin("zprobe"), "scan", "--vantage", "vp0"}, scanArgs...)
+	verifyCmd := append([]string{bin("verify"), "--vantage", "vp0"}, verifyArgs...)
 	measureCmd := []string{bin("measure"), "--vantage", "vp0", "--protocols", "doudp,doq", "--rtt-samples", "1", "--timeout", "3s"}
 	jobrun := func(job string, now time.Time, argv ...string) *exec.Cmd {
 		return e.command(context.Background(), 0, "jobrun", append([]string{"--job", job, "--vantage", "vp0", "--now", at(now), "--"}, argv...)...)
@@ -129,10 +133,13 @@ func TestScheduleCompressedClock(t *testing.T) {
 	if err := first.Wait(); err != nil {
 		t.Fatalf("scan: %v\n%s", err, tail(firstOut.String(), 30))
 	}
-	if n := e.count(t, `SELECT count(*) FROM job_runs WHERE job = 'scan' AND run_key = '2026-W48' AND status = 'skipped-locked'`); n != 1 {
+	if n := e.count(t, `SELECT count(*) FROM job_runs WHERE job = 'scan' AND run_key = '2026-W46' AND status = 'skipped-locked'`); n != 1 {
 		t.Errorf("the overlapping scan start left %d skipped-locked rows, want 1", n)
 	}
 	mustRun(jobrun("verify", week0.Add(time.Hour), verifyCmd...))
+	if n := e.count(t, `SELECT (SELECT count(*) FROM scans WHERE iso_week = '2026-W45') + (SELECT count(*) FROM verification_runs WHERE iso_week = '2026-W45')`); n != 2 {
+		t.Errorf("scan and verification run not keyed by jobrun's week 2026-W45 (%d of 2)", n)
+	}
 	if n := e.count(t, `SELECT count(*) FROM verification_results`); n < len(speakers) {
 		t.Errorf("verify wrote %d results for %d QUIC speakers", n, len(speakers))
 	}
@@ -190,8 +197,19 @@ func TestScheduleCompressedClock(t *testing.T) {
 	for _, tb := range tables {
 		before[tb] = e.count(t, "SELECT count(*) FROM "+tb)
 	}
-	mustRun(jobrun("scan", week0, scanCmd...))
-	mustRun(jobrun("verify", week0.Add(time.Hour), verifyCmd...))
+	// The weekly chain again, this time through deploy/weekly.sh (jobrun, zprobe, verify).
+	home := t.TempDir()
+	for _, l := range [][2]string{{e.bin, "bin"}, {filepath.Join(repoRoot(t), "blocklist"), "blocklist"}} {
+		if err := os.Symlink(l[0], filepath.Join(home, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	weekly := exec.Command(filepath.Join(repoRoot(t), "deploy", "weekly.sh"))
+	weekly.Env = append(os.Environ(), "DATABASE_URL="+e.url, "DOQSCAN_HOME="+home, "DOQSCAN_VANTAGE=vp0",
+		"DOQSCAN_NOW="+at(week0), "ZPROBE_ARGS="+strings.Join(scanArgs, " "), "VERIFY_ARGS="+strings.Join(verifyArgs, " "))
+	if out, err := weekly.CombinedOutput(); err != nil {
+		t.Fatalf("deploy/weekly.sh: %v\n%s", err, tail(string(out), 30))
+	}
 	for _, hr := range []time.Duration{0, time.Hour, 3 * time.Hour} {
 		mustRun(jobrun("measure", hour0.Add(hr), measureCmd...))
 	}
