@@ -30,8 +30,12 @@ import (
 const vantage1RTT = 10 * time.Millisecond
 
 func TestMain(m *testing.M) {
-	os.Exit(testbed.RunInVantage(m, testbed.Options{Servers: true, NoPeers: true, Vantages: 2,
-		VantageRTT: map[int]time.Duration{1: vantage1RTT}}))
+	code := testbed.RunInVantage(m, testbed.Options{Servers: true, NoPeers: true, Vantages: 2,
+		VantageRTT: map[int]time.Duration{1: vantage1RTT}})
+	if binDir != "" {
+		os.RemoveAll(binDir) // the commands built by bins (in the process that ran the tests)
+	}
+	os.Exit(code)
 }
 
 // repoRoot is the module root (this package is internal/ops/e2e).
