@@ -12,6 +12,6 @@ HOME_DIR=${DOQSCAN_HOME:-$(cd "$(dirname "$0")/.." && pwd)}
 VANTAGE=${DOQSCAN_VANTAGE:-vp1}
 BIN="$HOME_DIR/bin"
 # shellcheck disable=SC2086
-"$BIN/jobrun" --job scan --vantage "$VANTAGE" -- "$BIN/zprobe" --vantage "$VANTAGE" ${ZPROBE_ARGS:-}
+"$BIN/jobrun" --job scan --vantage "$VANTAGE" -- "$BIN/zprobe" scan --vantage "$VANTAGE" ${ZPROBE_ARGS:-}
 # shellcheck disable=SC2086
 "$BIN/jobrun" --job verify --vantage "$VANTAGE" -- "$BIN/verify" --vantage "$VANTAGE" ${VERIFY_ARGS:-}

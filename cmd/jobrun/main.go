@@ -36,7 +36,7 @@ func main() {
 	fs := cli.NewFlagSet(cmd, &common)
 	job := fs.String("job", "", "job name: scan, verify, measure, report or blocklist")
 	vantage := fs.String("vantage", envOr("DOQSCAN_VANTAGE", "vp1"), "vantage point id (one lock per job and vantage point)")
-	nowFlag := fs.String("now", "", "run as if the time were this (RFC 3339; tests with a compressed clock)")
+	nowFlag := fs.String("now", os.Getenv("DOQSCAN_NOW"), "run as if the time were this (RFC 3339; tests with a compressed clock; env DOQSCAN_NOW)")
 	var exitCode int
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if _, ok := jobs.Cadence[*job]; !ok {

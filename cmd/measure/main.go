@@ -6,8 +6,10 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
 	"time"
 
+	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 )
@@ -21,6 +23,7 @@ var cmd = cli.Command{
 		"measure --every 1h                       # hourly rounds, spread over the hour, until interrupted",
 		"measure --targets resolvers.txt --modes fresh,0rtt --key-shares x25519,x25519mlkem768",
 		"measure --protocols doq --features --concurrency 16",
+		"measure --vantage vp2 --round-hour 2026-11-22T04   # the 04:00 UTC round (jobrun passes it as DOQSCAN_RUN_KEY)",
 	},
 	Notes: `Targets file: one resolver per line, "ADDRESS [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]";
 protocols not named use their default port (doudp/dotcp 53, dot 853, doh/doh3 443, doq 853/doq).
@@ -48,6 +51,8 @@ func main() {
 	fs.IntVar(&o.Persistent, "persistent", 5, "queries per session in persistent mode")
 	fs.BoolVar(&o.Features, "features", false, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
 	fs.DurationVar(&o.Spread, "spread", 0, "one round: spread resolver starts over this long")
+	fs.StringVar(&o.BlocklistDir, "blocklist-dir", blocklist.DefaultDir(), "blocklist *.conf files; their ranges, opt-outs and reserved ranges are never contacted")
+	roundHour := fs.String("round-hour", "", "one round: the hour it is for (2026-11-22T04, or RFC 3339); default $DOQSCAN_RUN_KEY (set by jobrun), else now")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {
 			return cli.Usagef("unexpected arguments: %v", args)
@@ -55,6 +60,11 @@ func main() {
 		if err := o.Parse(); err != nil {
 			return err
 		}
+		h, err := campaign.ParseRoundHour(*roundHour, os.Getenv("DOQSCAN_RUN_KEY"))
+		if err != nil {
+			return cli.Usagef("--round-hour: %v", err)
+		}
+		o.Hour = h
 		s, err := cli.OpenStore(ctx, log)
 		if err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"github.com/doqscan/doqscan/blocklist"
 	"log/slog"
 	"os"
 	"regexp"
@@ -51,7 +52,7 @@ func main() {
 	)
 	fs := cli.NewFlagSet(cmd, &common)
 	fs.Int64Var(&scanID, "scan-id", 0, "verify this scan's QUIC hosts (default: the latest scan)")
-	fs.StringVar(&cfg.Scan.Week, "week", "", "verify the QUIC hosts of this ISO week's scans (YYYY-Www, all shards); also names the run")
+	fs.StringVar(&cfg.Scan.Week, "week", "", "verify the QUIC hosts of this ISO week's scans (YYYY-Www, all shards); also names the run (default: $DOQSCAN_RUN_KEY under jobrun, else the latest scan)")
 	fs.StringVar(&cfg.Scan.Label, "scan-label", "weekly", "label of the scans to take with --week")
 	fs.StringVar(&cfg.TargetsFile, "targets", "", "verify the targets in this file instead of a scan (- = stdin)")
 	fs.StringVar(&cfg.Vantage, "vantage", envOr("DOQSCAN_VANTAGE", "local"), "vantage point id of this run (env DOQSCAN_VANTAGE)")
@@ -74,6 +75,7 @@ func main() {
 	fs.DurationVar(&cfg.Progress, "progress", verify.DefaultProgress, "progress log interval")
 	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
 	fs.BoolVar(&jsonOut, "json", false, "print the summary as JSON on stdout")
+	fs.StringVar(&cfg.BlocklistDir, "blocklist-dir", blocklist.DefaultDir(), "blocklist *.conf files; their ranges, opt-outs and reserved ranges are never contacted")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {
 			return cli.Usagef("unexpected arguments %q", args)
@@ -130,6 +132,10 @@ func parse(fs *flag.FlagSet, cfg *verify.RunConfig, scanID int64, ports, alpns, 
 			return cli.Usagef("--scan-id must be positive")
 		}
 		cfg.Scan.ScanID = &scanID
+	}
+	// Under jobrun's weekly job, verify the scans of the week being run (every shard).
+	if k := os.Getenv("DOQSCAN_RUN_KEY"); !set["week"] && !set["scan-id"] && cfg.TargetsFile == "" && weekRE.MatchString(k) {
+		cfg.Scan.Week = k
 	}
 	if cfg.Scan.Week != "" {
 		if !weekRE.MatchString(cfg.Scan.Week) {

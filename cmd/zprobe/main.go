@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -222,7 +223,7 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	)
 	fs.StringVar(&vantage, "vantage", defaultVantage(), "vantage point id (env DOQSCAN_VANTAGE)")
 	fs.StringVar(&label, "label", "weekly", "scan label (part of the scan's key with week, vantage and shard)")
-	fs.StringVar(&week, "week", "", "ISO week of the scan, e.g. 2026-W47 (default: now)")
+	fs.StringVar(&week, "week", "", "ISO week of the scan, e.g. 2026-W47 (default: $DOQSCAN_RUN_KEY when jobrun runs a weekly job, else now)")
 	fs.StringVar(&quicPorts, "quic-ports", "784,853,8853", "ports probed with the QUIC probe")
 	fs.StringVar(&dnsPorts, "dns-ports", "53", "ports probed with the DNS query")
 	fs.StringVar(&out, "out", "var/scans", "directory for zmap's raw output (<week>/<vantage>/<label>-shard<N>/<port>.csv)")
@@ -244,6 +245,9 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	if vantage == "" {
 		return cli.Usagef("--vantage is required (or DOQSCAN_VANTAGE)")
+	}
+	if week == "" {
+		week = weekFromRunKey()
 	}
 	targets, tb, err := tf.prefixes(fs.Args())
 	if err != nil {
@@ -522,4 +526,14 @@ func runBlocklist(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	_, err = l.WriteZmap(os.Stdout)
 	return err
+}
+
+// weekFromRunKey is the ISO week jobrun runs a weekly job for ($DOQSCAN_RUN_KEY,
+// "2026-W47"), or "" outside jobrun or for an hourly key.
+func weekFromRunKey() string {
+	k := os.Getenv("DOQSCAN_RUN_KEY")
+	if regexp.MustCompile(`^[0-9]{4}-W(0[1-9]|[1-4][0-9]|5[0-3])$`).MatchString(k) {
+		return k
+	}
+	return ""
 }

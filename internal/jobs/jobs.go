@@ -114,21 +114,27 @@ func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage str
 const maxMissed = 24 * 31
 
 func recordMissed(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage string, now time.Time) error {
-	var last time.Time
-	err := s.Pool.QueryRow(ctx, `SELECT coalesce(max(started_at), 'epoch') FROM job_runs
-		WHERE job = $1 AND vantage_id = $2 AND status IN ('ok', 'failed', 'running')`, job, vantage).Scan(&last)
+	// The last period that ran, from its run key (not started_at): the periods are those
+	// of the clock the job runs under, which tests compress with --now.
+	var lastKey string
+	err := s.Pool.QueryRow(ctx, `SELECT coalesce(max(run_key), '') FROM job_runs
+		WHERE job = $1 AND vantage_id = $2 AND status IN ('ok', 'failed', 'running')`, job, vantage).Scan(&lastKey)
 	if err != nil {
 		return err
 	}
-	if last.Unix() == 0 {
+	if lastKey == "" {
 		return nil // first run ever: nothing can have been missed
 	}
+	last, err := KeyStart(job, lastKey)
+	if err != nil {
+		return err
+	}
 	c := Cadence[job]
+	cur, _ := Key(job, now)
 	var missed []string
 	for t := last.Add(c); ; t = t.Add(c) {
 		k, _ := Key(job, t)
-		cur, _ := Key(job, now)
-		if k == cur || t.After(now) || len(missed) >= maxMissed {
+		if k >= cur || t.After(now) || len(missed) >= maxMissed {
 			break
 		}
 		missed = append(missed, k)
@@ -145,4 +151,28 @@ func recordMissed(ctx context.Context, s *store.Store, log *slog.Logger, job, va
 		}
 	}
 	return nil
+}
+
+// KeyStart is the inverse of Key: the start of the period a run key names (the Monday
+// 00:00 UTC of an ISO week, or the hour).
+func KeyStart(job, key string) (time.Time, error) {
+	c, ok := Cadence[job]
+	if !ok {
+		return time.Time{}, fmt.Errorf("unknown job %q", job)
+	}
+	if c < 24*time.Hour {
+		t, err := time.Parse("2006-01-02T15", key)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("run key %q: %w", key, err)
+		}
+		return t, nil
+	}
+	var y, w int
+	if _, err := fmt.Sscanf(key, "%04d-W%02d", &y, &w); err != nil || w < 1 || w > 53 {
+		return time.Time{}, fmt.Errorf("run key %q is not an ISO week", key)
+	}
+	// January 4th is always in week 1; go back to its Monday, then forward.
+	jan4 := time.Date(y, 1, 4, 0, 0, 0, 0, time.UTC)
+	monday := jan4.AddDate(0, 0, -((int(jan4.Weekday()) + 6) % 7))
+	return monday.AddDate(0, 0, 7*(w-1)), nil
 }

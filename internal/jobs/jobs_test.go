@@ -72,10 +72,8 @@ func TestMissedHoursAreRecorded(t *testing.T) {
 	if err := Run(ctx, s, quiet, "measure", "vp1", base, ok); err != nil {
 		t.Fatal(err)
 	}
-	// started_at is the real clock; pretend the first run happened three hours ago.
-	if _, err := s.Pool.Exec(ctx, `UPDATE job_runs SET started_at = $1`, base.Add(-3*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
+	// Three hours later (by the job's clock, not the wall clock).
+	base = base.Add(3 * time.Hour)
 	if err := Run(ctx, s, quiet, "measure", "vp1", base, ok); err != nil {
 		t.Fatal(err)
 	}
@@ -105,5 +103,45 @@ func TestFailureIsRecorded(t *testing.T) {
 	s.Pool.QueryRow(ctx, `SELECT status, detail FROM job_runs`).Scan(&status, &detail)
 	if status != "failed" || detail != "zmap died" {
 		t.Errorf("recorded %q %q", status, detail)
+	}
+}
+
+func TestKeyStartInvertsKey(t *testing.T) {
+	for _, job := range []string{"scan", "measure"} {
+		for at := time.Date(2020, 12, 25, 7, 30, 0, 0, time.UTC); at.Year() < 2028; at = at.Add(61 * time.Hour) {
+			k, _ := Key(job, at)
+			st, err := KeyStart(job, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k2, _ := Key(job, st); k2 != k || st.After(at) || at.Sub(st) >= Cadence[job] {
+				t.Fatalf("%s at %v: key %s starts %v (key %s)", job, at, k, st, k2)
+			}
+		}
+	}
+	if _, err := KeyStart("scan", "2026-W99"); err == nil {
+		t.Error("week 99 accepted")
+	}
+}
+
+func TestMissedWeeksUnderCompressedClock(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	ok := func(context.Context, string) error { return nil }
+	w1 := time.Date(2026, 12, 21, 3, 0, 0, 0, time.UTC)        // 2026-W52
+	for _, at := range []time.Time{w1, w1.AddDate(0, 0, 21)} { // then 2027-W03
+		if err := Run(ctx, s, quiet, "scan", "vp1", at, ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var keys []string
+	rows, _ := s.Pool.Query(ctx, `SELECT run_key FROM job_runs WHERE status = 'missed' ORDER BY run_key`)
+	for rows.Next() {
+		var k string
+		rows.Scan(&k)
+		keys = append(keys, k)
+	}
+	if len(keys) != 2 || keys[0] != "2026-W53" || keys[1] != "2027-W01" {
+		t.Errorf("missed %v, want [2026-W53 2027-W01]", keys)
 	}
 }

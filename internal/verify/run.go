@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/certs"
 	"github.com/doqscan/doqscan/internal/geo"
 	"github.com/doqscan/doqscan/internal/store"
@@ -39,6 +40,10 @@ type RunConfig struct {
 	// RetryTimeouts verifies targets whose outcome was a timeout once more, after the
 	// others, at an eighth of the concurrency.
 	RetryTimeouts bool
+	// BlocklistDir holds the operator's blocklist *.conf files ("": none). Targets in
+	// them, in an accepted opt-out or in a reserved range outside the lab space are
+	// never contacted (see blocklist.ForContact).
+	BlocklistDir string
 }
 
 // Defaults of a run.
@@ -58,6 +63,7 @@ type Summary struct {
 	ScanIDs  []int64        `json:"scan_ids,omitempty"`
 	Targets  int            `json:"targets"`       // in this invocation's target list
 	Skipped  int            `json:"skipped"`       // already verified in this run
+	Excluded int            `json:"excluded"`      // blocklisted or opted out: never contacted
 	Verified int            `json:"verified_now"`  // verified by this invocation
 	Elapsed  float64        `json:"elapsed_s"`     // this invocation
 	Rate     float64        `json:"targets_per_s"` // this invocation
@@ -138,6 +144,9 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 	if sum.Week == "" {
 		sum.Week = ISOWeek(time.Now())
 	}
+	if targets, sum.Excluded, err = excludeBlocked(ctx, s, cfg.BlocklistDir, targets, log); err != nil {
+		return nil, err
+	}
 
 	// Geo databases and the run row.
 	var gdb *geo.DB
@@ -217,6 +226,24 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		runErr = err
 	}
 	return sum, runErr
+}
+
+// excludeBlocked drops the targets the blocklist excludes (opt-outs above all: the
+// opt-out page promises that no later scan or measurement contacts them).
+func excludeBlocked(ctx context.Context, s *store.Store, dir string, targets []Target, log *slog.Logger) ([]Target, int, error) {
+	bl, err := blocklist.ForContact(ctx, s, dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	kept := targets[:0]
+	for _, t := range targets {
+		if why := bl.Why(t.Addr.Addr()); len(why) > 0 {
+			log.Info("target excluded: not contacted", "target", t.Addr, "by", why[0].Source, "entry", why[0].Prefix, "origin", why[0].Origin)
+			continue
+		}
+		kept = append(kept, t)
+	}
+	return kept, len(targets) - len(kept), nil
 }
 
 // ISOWeek formats t's ISO 8601 week as YYYY-Www.

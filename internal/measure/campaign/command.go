@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/store"
@@ -27,6 +28,10 @@ type Options struct {
 	Modes       string
 	KeyShares   string
 	Variants    string
+	// BlocklistDir holds the operator's blocklist *.conf files ("": none). Resolvers in
+	// them, in an accepted opt-out or in a reserved range outside the lab space are never
+	// contacted (blocklist.ForContact).
+	BlocklistDir string
 }
 
 // Parse fills the Config lists from the comma-separated flags and checks them.
@@ -152,6 +157,9 @@ func round(ctx context.Context, s *store.Store, o Options, hour time.Time, sprea
 			return nil, err
 		}
 	}
+	if targets, err = excludeBlocked(ctx, s, o.BlocklistDir, targets, log); err != nil {
+		return nil, err
+	}
 	if len(targets) == 0 {
 		return nil, cli.Environmentf("no targets to measure")
 	}
@@ -160,4 +168,26 @@ func round(ctx context.Context, s *store.Store, o Options, hour time.Time, sprea
 		log.Info("summary", "campaign", sum.CampaignID, "status_by_protocol", fmt.Sprint(sum.Status), "doq_causes", fmt.Sprint(sum.Causes))
 	}
 	return sum, err
+}
+
+// excludeBlocked drops the resolvers the blocklist excludes, before anything is sent
+// to them: the opt-out page promises that no later scan or measurement contacts an
+// opted-out address.
+func excludeBlocked(ctx context.Context, s *store.Store, dir string, targets []Target, log *slog.Logger) ([]Target, error) {
+	bl, err := blocklist.ForContact(ctx, s, dir)
+	if err != nil {
+		return nil, err
+	}
+	kept := targets[:0]
+	for _, t := range targets {
+		if why := bl.Why(t.Addr); len(why) > 0 {
+			log.Info("resolver excluded: not contacted", "addr", t.Addr, "by", why[0].Source, "entry", why[0].Prefix, "origin", why[0].Origin)
+			continue
+		}
+		kept = append(kept, t)
+	}
+	if n := len(targets) - len(kept); n > 0 {
+		log.Warn("resolvers excluded by the blocklist or an opt-out", "excluded", n, "kept", len(kept))
+	}
+	return kept, nil
 }

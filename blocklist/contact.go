@@ -1,0 +1,73 @@
+package blocklist
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// DefaultDir is the blocklist directory of the installation: $DOQSCAN_HOME/blocklist, or
+// ./blocklist; "" when that directory does not exist.
+func DefaultDir() string {
+	d := "blocklist"
+	if h := os.Getenv("DOQSCAN_HOME"); h != "" {
+		d = filepath.Join(h, "blocklist")
+	}
+	if st, err := os.Stat(d); err != nil || !st.IsDir() {
+		return ""
+	}
+	return d
+}
+
+// OptOuts returns the accepted opt-outs in the database as entries.
+func OptOuts(ctx context.Context, s *store.Store) ([]Entry, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT prefix, email, created_at FROM optout_requests
+		WHERE status = 'accepted' ORDER BY prefix, request_id`)
+	if err != nil {
+		return nil, fmt.Errorf("read opt-outs: %w", err)
+	}
+	defer rows.Close()
+	var out []Entry
+	for rows.Next() {
+		var p netip.Prefix
+		var email string
+		var created time.Time
+		if err := rows.Scan(&p, &email, &created); err != nil {
+			return nil, fmt.Errorf("read opt-outs: %w", err)
+		}
+		out = append(out, Entry{Prefix: p.Masked(), Source: SourceOptOut, Origin: "optout_requests",
+			Note: created.UTC().Format(time.DateOnly) + " " + email})
+	}
+	return out, rows.Err()
+}
+
+// ForContact is the list verify and measure consult before they contact an address, so
+// that an opt-out is honoured by every later scan AND measurement (the opt-out page's
+// promise): the reserved ranges, the *.conf files in dir ("": none; a named directory
+// that is missing is an error) and the accepted opt-outs in s. The lab space
+// (LabPrefixes) is re-opened in the reserved ranges: verify and measure contact only
+// addresses a scan found or an operator listed, and the testbed lives there. Files and
+// opt-outs inside the lab space still exclude.
+func ForContact(ctx context.Context, s *store.Store, dir string) (*List, error) {
+	entries := Reserved()
+	if dir != "" {
+		files, err := Dir(dir)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, files...)
+	}
+	if s != nil {
+		opt, err := OptOuts(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, opt...)
+	}
+	return Build(entries, LabPrefixes)
+}

@@ -1,0 +1,58 @@
+package blocklist
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/doqscan/doqscan/internal/store/storetest"
+)
+
+func TestForContact(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	opt := netip.MustParsePrefix("198.19.7.0/28")
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO optout_requests (prefix, email) VALUES ($1, 'noc@example.net')`, opt); err != nil {
+		t.Fatal(err)
+	}
+	withdrawn := netip.MustParsePrefix("198.19.9.0/24")
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO optout_requests (prefix, email, status) VALUES ($1, 'x@example.net', 'withdrawn')`, withdrawn); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := netip.MustParsePrefix("198.19.8.128/25")
+	if err := os.WriteFile(filepath.Join(dir, "permanent.conf"), []byte(file.String()+" # asked by phone\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ForContact(ctx, s, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		addr    string
+		blocked bool
+		src     Source
+	}{
+		{opt.Addr().Next().String(), true, SourceOptOut},
+		{"198.19.7.16", false, ""},                    // just past the opt-out
+		{"198.19.8.200", true, SourceFile},            // a file entry inside the lab space
+		{withdrawn.Addr().Next().String(), false, ""}, // a withdrawn opt-out no longer excludes
+		{"198.19.0.5", false, ""},                     // lab space re-opened in the reserved list
+		{"10.1.2.3", true, SourceReserved},            // private space stays excluded
+		{"224.0.0.1", true, SourceReserved},
+	} {
+		a := netip.MustParseAddr(c.addr)
+		why := l.Why(a)
+		if (len(why) > 0) != c.blocked || (c.blocked && why[0].Source != c.src) {
+			t.Errorf("%s: why %+v, want blocked=%v by %s", a, why, c.blocked, c.src)
+		}
+	}
+	if _, err := ForContact(ctx, s, filepath.Join(dir, "missing")); err == nil {
+		t.Error("a named but missing directory was accepted")
+	}
+	if l, err := ForContact(ctx, nil, ""); err != nil || l.Blocked(opt.Addr()) || !l.Blocked(netip.MustParseAddr("10.0.0.1")) {
+		t.Errorf("no store, no dir: %v", err)
+	}
+}

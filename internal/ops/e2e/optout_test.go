@@ -1,0 +1,135 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/doqscan/doqscan/internal/optout"
+)
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// submitOptOut fills the opt-out form like a browser (page, CSRF cookie and token, POST).
+func submitOptOut(t *testing.T, base, prefix, email string) string {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	resp, err := c.Get(base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := csrfRE.FindSubmatch(page)
+	if m == nil {
+		t.Fatal("no CSRF token on the opt-out page")
+	}
+	resp, err = c.PostForm(base+"/optout", url.Values{"csrf": {string(m[1])}, "range": {prefix}, "email": {email}, "note": {"e2e"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), prefix) {
+		t.Fatalf("opt-out of %s: HTTP %d\n%s", prefix, resp.StatusCode, body)
+	}
+	return string(body)
+}
+
+// TestOptOutHonouredOnTargetSide: an opt-out submitted through the page for a range of
+// the testbed population is honoured by the next scan, by verify and by measure: in the
+// internet namespace, not one packet reaches the range, while its neighbours are probed.
+func TestOptOutHonouredOnTargetSide(t *testing.T) {
+	e := setup(t)
+	const port = 853
+	p22, speakers := quietSlash22(t, e.pop, port)
+	opted := netip.PrefixFrom(speakers[len(speakers)/2], 26).Masked()
+	var optedSpeaker, openSpeaker netip.Addr
+	for _, a := range speakers {
+		if opted.Contains(a) && !optedSpeaker.IsValid() {
+			optedSpeaker = a
+		}
+		if !opted.Contains(a) && !openSpeaker.IsValid() {
+			openSpeaker = a
+		}
+	}
+
+	dir := t.TempDir()
+	srv := &optout.Server{Store: e.s, BlocklistDir: dir, Info: optout.DefaultInfo, PostsPerMinute: 60, Burst: 5,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	submitOptOut(t, hs.URL, opted.String(), "noc@example.net")
+	if n := e.count(t, `SELECT count(*) FROM optout_requests WHERE prefix = $1 AND status = 'accepted'`, opted); n != 1 {
+		t.Fatalf("opt-out stored %d times", n)
+	}
+
+	// The next scan (the opt-out page's blocklist directory and the database).
+	cap := startCapture(t, e.v, "dst net "+p22.String())
+	e.run(t, 0, "zprobe", "scan", "--vantage", "vp0", "--label", "after-optout", "--week", "2026-W47",
+		"--testbed", "198.19.0.0/16", "--targets", p22.String(), "--quic-ports", fmt.Sprint(port), "--dns-ports", "53",
+		"--blocklist-dir", dir, "--rate", "3000", "--cooldown", "2", "--out", t.TempDir())
+	flows := cap.stop()
+	toOpted, probed := 0, map[netip.Addr]bool{}
+	for _, f := range flows {
+		if opted.Contains(f.dst) {
+			toOpted++
+		}
+		probed[f.dst] = true
+	}
+	t.Logf("scan: %d packets reached %s, %d of its addresses; %d packets reached the opted-out %s", len(flows), p22,
+		len(probed), toOpted, opted)
+	if toOpted != 0 {
+		t.Errorf("the scan sent %d packets into the opted-out %s", toOpted, opted)
+	}
+	if want := 1<<(32-22) - 1<<(32-26); len(probed) != want {
+		t.Errorf("the scan reached %d addresses of %s, want every one outside the opt-out (%d)", len(probed), p22, want)
+	}
+	if n := e.count(t, `SELECT count(*) FROM scan_replies WHERE address << $1`, opted); n != 0 {
+		t.Errorf("%d replies stored from the opted-out range", n)
+	}
+
+	// verify and measure, given the opted-out addresses explicitly, still never contact them.
+	tdir := t.TempDir()
+	vt := filepath.Join(tdir, "verify.txt")
+	mt := filepath.Join(tdir, "measure.txt")
+	os.WriteFile(vt, []byte(fmt.Sprintf("%s:%d\n%s:%d\n", optedSpeaker, port, openSpeaker, port)), 0o644)
+	os.WriteFile(mt, []byte(fmt.Sprintf("%s doq=%d\n%s doq=%d\n", optedSpeaker, port, openSpeaker, port)), 0o644)
+	cap = startCapture(t, e.v, fmt.Sprintf("dst net %s or dst host %s", opted, openSpeaker))
+	e.run(t, 0, "verify", "--vantage", "vp0", "--week", "2026-W47", "--label", "after-optout", "--targets", vt,
+		"--handshake-timeout", "1s", "--target-timeout", "3s")
+	e.run(t, 0, "measure", "--vantage", "vp0", "--round-hour", "2026-11-22T05", "--targets", mt,
+		"--protocols", "doudp,doq", "--rtt-samples", "1", "--timeout", "2s")
+	flows = cap.stop()
+	toOpted, toOpen := 0, 0
+	for _, f := range flows {
+		switch {
+		case opted.Contains(f.dst):
+			toOpted++
+		case f.dst == openSpeaker:
+			toOpen++
+		}
+	}
+	t.Logf("verify+measure: %d packets to the open %s, %d into the opted-out %s", toOpen, openSpeaker, toOpted, opted)
+	if toOpen == 0 {
+		t.Error("verify and measure sent nothing to the open target: the check proves nothing")
+	}
+	if toOpted != 0 {
+		t.Errorf("verify or measure sent %d packets into the opted-out %s", toOpted, opted)
+	}
+	if n := e.count(t, `SELECT (SELECT count(*) FROM verification_results WHERE address << $1) +
+		(SELECT count(*) FROM measurements WHERE address << $1)`, opted); n != 0 {
+		t.Errorf("%d verification/measurement rows for the opted-out range", n)
+	}
+}
