@@ -618,7 +618,7 @@ func BenchmarkZprobeVsZmap(b *testing.B) {
 		}
 		sum, err := Scan(ctx, ScanConfig{Store: s, VantageID: "bench", Week: "2026-W47", Label: fmt.Sprintf("b%d-%d", b.N, i),
 			QUICPorts: []uint16{853}, DNSPorts: []uint16{}, Testbed: &testbedPrefix, OutDir: dir,
-			Zmap: ZmapRun{Rate: 0, Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr, Cooldown: 1}})
+			Zmap: ZmapRun{Rate: RateUnlimited, Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr, Cooldown: 1}})
 		if err != nil {
 			b.Fatal(err)
 		}
