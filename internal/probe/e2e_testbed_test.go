@@ -141,26 +141,34 @@ func requireTestbed(t *testing.T) *e2eSetup {
 	if v.Population == nil {
 		t.Skip("SKIP: the testbed runs without a population file")
 	}
+	if _, err := os.Stat(filepath.Join(pgcluster.ProjectHome(), "bin", "simserver")); err != nil {
+		t.Fatalf("the testbed has no simulated servers: %v (./dev build)", err)
+	}
 	e := &e2eSetup{v: v, pop: v.Population, skip: map[netip.Addr]string{}}
-	// The testbed starts the third-party peers only when all of them are installed
-	// (peers.StartPopulation); otherwise their addresses stay silent.
+	// The testbed starts the third-party peers (in <inst>-peers) only when all of them
+	// are installed (peers.StartPopulation); otherwise their addresses stay silent.
 	specs, err := peers.FromPopulation(v.Population, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var missing error
+	var why error
 	for _, sp := range specs {
-		if err := peers.Installed(pgcluster.ProjectHome(), sp.Kind); err != nil && missing == nil {
-			missing = err
+		if err := peers.Installed(pgcluster.ProjectHome(), sp.Kind); err != nil && why == nil {
+			why = err
 		}
 	}
-	if missing != nil {
+	if _, err := os.Stat("/run/netns/" + v.Instance + "-peers"); why == nil && err != nil {
+		why = fmt.Errorf("the testbed runs no peers (%w)", err)
+	}
+	switch {
+	case len(specs) == 0:
+	case why != nil:
 		for _, sp := range specs {
-			e.skip[sp.Addr] = missing.Error()
+			e.skip[sp.Addr] = why.Error()
 		}
-		t.Logf("excluding the %d third-party peer addresses from the expectations: %v", len(specs), missing)
-	} else if len(specs) > 0 {
-		t.Logf("third-party peers installed: their %d addresses are expected like any other", len(specs))
+		t.Logf("excluding the %d third-party peer addresses from the expectations: %v", len(specs), why)
+	default:
+		t.Logf("third-party peers run: their %d addresses are expected like any other", len(specs))
 	}
 	return e
 }
