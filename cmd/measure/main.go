@@ -1,29 +1,65 @@
-// Command measure is a stage of the doqscan pipeline (see README.md). Its logic lives in
-// internal/; this main only parses flags.
+// Command measure runs the hourly response-time campaign over DoUDP, DoTCP, DoT, DoH,
+// DoQ and DoH3 (issue 6). Its logic lives in internal/measure/campaign; this main only
+// parses flags.
 package main
 
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/measure/campaign"
 )
 
 var cmd = cli.Command{
 	Name:    "measure",
-	Summary: "not implemented yet: applies the schema and exits",
+	Summary: "measure DNS response times (handshake, resolve, RTT) of DoQ-verified resolvers over every protocol",
 	Usage:   "measure [flags]",
+	Examples: []string{
+		"measure                                  # one round now, targets from the latest verification run",
+		"measure --every 1h                       # hourly rounds, spread over the hour, until interrupted",
+		"measure --targets resolvers.txt --modes fresh,0rtt --key-shares x25519,x25519mlkem768",
+		"measure --protocols doq --features --concurrency 16",
+	},
+	Notes: `Targets file: one resolver per line, "ADDRESS [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]";
+protocols not named use their default port (doudp/dotcp 53, dot 853, doh/doh3 443, doq 853/doq).
+A round is keyed by (vantage, label, hour): rerunning or restarting it measures only the
+resolvers not stored yet. See docs/measure.md.`,
 }
 
 func main() {
 	var common cli.Common
+	var o campaign.Options
 	fs := cli.NewFlagSet(cmd, &common)
+	fs.StringVar(&o.VantageID, "vantage", "local", "vantage point id")
+	fs.StringVar(&o.Label, "label", "hourly", "campaign label")
+	fs.Int64Var(&o.RunID, "run-id", 0, "verification run whose DoQ-verified resolvers to measure (0: latest)")
+	fs.StringVar(&o.TargetsFile, "targets", "", "read targets from this file instead of a verification run")
+	fs.DurationVar(&o.Every, "every", 0, "repeat: one round per interval (whole hours), spread over it with jitter")
+	fs.StringVar(&o.Protocols, "protocols", "doudp,dotcp,dot,doh,doq,doh3", "protocols to measure")
+	fs.StringVar(&o.Modes, "modes", "fresh", "session modes: fresh, resumed, 0rtt, persistent")
+	fs.StringVar(&o.KeyShares, "key-shares", "x25519", "ClientHello key shares: x25519, x25519mlkem768")
+	fs.StringVar(&o.Variants, "doh-variants", "GET,POST", "DoH request methods")
+	fs.StringVar(&o.Name, "name", "test.com", "query name (A record, RD set)")
+	fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "timeout per exchange")
+	fs.IntVar(&o.Concurrency, "concurrency", 64, "resolvers measured at once (bounded so timestamps stay honest)")
+	fs.IntVar(&o.RTTSamples, "rtt-samples", 3, "RTT samples per (transport, port)")
+	fs.IntVar(&o.Persistent, "persistent", 5, "queries per session in persistent mode")
+	fs.BoolVar(&o.Features, "features", false, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
+	fs.DurationVar(&o.Spread, "spread", 0, "one round: spread resolver starts over this long")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
+		if len(args) > 0 {
+			return cli.Usagef("unexpected arguments: %v", args)
+		}
+		if err := o.Parse(); err != nil {
+			return err
+		}
 		s, err := cli.OpenStore(ctx, log)
 		if err != nil {
 			return err
 		}
-		s.Close()
-		return cli.Environmentf("measure is not implemented yet")
+		defer s.Close()
+		return campaign.Command(ctx, s, o, log)
 	})
 }

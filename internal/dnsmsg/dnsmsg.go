@@ -1,9 +1,9 @@
-// Package dnsmsg builds the one DNS query doqscan sends to a resolver and checks the
-// reply against it. It is deliberately small: the verifier and the measurement client
-// both need "an A query with RD set" and "is this a valid answer to it".
+// Package dnsmsg builds the DNS queries doqscan sends and validates the responses it
+// gets back (miekg/dns), so every transport judges "a valid DNS response" the same way.
 package dnsmsg
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,61 +11,115 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Errors a reply can fail with (wrapped with details).
-var (
-	ErrUnparsable = errors.New("reply is not a DNS message")
-	ErrNotReply   = errors.New("QR bit not set")
-	ErrIDMismatch = errors.New("message ID differs from the query's")
-	ErrQuestion   = errors.New("question section does not echo the query")
-	ErrOpcode     = errors.New("opcode differs from the query's")
-)
+// EDNSBufferSize is the UDP payload size advertised in the OPT record (RFC 6891 §6.2.5;
+// 1232 per the DNS flag day 2020 recommendation).
+const EDNSBufferSize = 1232
 
-// Query is a built DNS query: the packed wire bytes and the message they came from.
+// dnsHeaderLen is the fixed DNS header size (RFC 1035 §4.1.1).
+const dnsHeaderLen = 12
+
+// ErrBadResponse marks a reply that is not a valid DNS response to the query.
+var ErrBadResponse = errors.New("bad DNS response")
+
+// Query describes a DNS question.
 type Query struct {
-	Msg  *dns.Msg
-	Wire []byte
+	Name         string // e.g. "test.com"
+	Type         uint16 // dns.TypeA when zero
+	ID           uint16 // 0 for DoQ (RFC 9250 §4.2.1)
+	TCPKeepalive bool   // add an edns-tcp-keepalive option (RFC 7828 §3.1)
 }
 
-// NewQuery builds a recursive (RD set, RFC 1035 §4.1.1) query for name/qtype with the
-// given message ID. DoQ sends ID 0 (RFC 9250 §4.2.1); UDP and TCP a random ID.
-func NewQuery(name string, qtype uint16, id uint16) (Query, error) {
-	if _, ok := dns.IsDomainName(name); !ok || name == "" {
-		return Query{}, fmt.Errorf("bad query name %q", name)
+// Build returns the wire form of q with RD set (the study's method).
+func Build(q Query) ([]byte, error) {
+	if _, ok := dns.IsDomainName(q.Name); !ok || q.Name == "" {
+		return nil, fmt.Errorf("bad query name %q", q.Name)
+	}
+	m := Message(q)
+	b, err := m.Pack()
+	if err != nil {
+		return nil, fmt.Errorf("pack query %s: %w", q.Name, err)
+	}
+	return b, nil
+}
+
+// Message returns q as a dns.Msg.
+func Message(q Query) *dns.Msg {
+	t := q.Type
+	if t == 0 {
+		t = dns.TypeA
 	}
 	m := new(dns.Msg)
-	m.SetQuestion(dns.Fqdn(name), qtype)
-	m.Id = id
+	m.SetQuestion(dns.Fqdn(q.Name), t)
+	m.Id = q.ID
 	m.RecursionDesired = true
-	wire, err := m.Pack()
-	if err != nil {
-		return Query{}, fmt.Errorf("pack query for %s: %w", name, err)
+	m.SetEdns0(EDNSBufferSize, false)
+	if q.TCPKeepalive {
+		o := m.IsEdns0()
+		o.Option = append(o.Option, &dns.EDNS0_TCP_KEEPALIVE{Code: dns.EDNS0TCPKEEPALIVE})
 	}
-	return Query{Msg: m, Wire: wire}, nil
+	return m
 }
 
-// Check parses a reply and validates it against the query: parseable, QR set, same ID
-// and opcode, the question echoed (name compared case-insensitively, RFC 4343). It
-// returns the parsed reply; the rcode is the caller's to judge.
-func Check(q Query, reply []byte) (*dns.Msg, error) {
-	r := new(dns.Msg)
-	if err := r.Unpack(reply); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnparsable, err)
+// Response is a validated DNS response.
+type Response struct {
+	Msg     *dns.Msg
+	Rcode   int
+	Answers []string // A/AAAA addresses in the answer section, in order
+	// KeepaliveTimeout is the edns-tcp-keepalive timeout in 100 ms units, -1 if absent.
+	KeepaliveTimeout int
+}
+
+// Validate parses raw and checks it answers q: QR set, same ID, same question.
+func Validate(q Query, raw []byte) (*Response, error) {
+	m := new(dns.Msg)
+	if err := m.Unpack(raw); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadResponse, err)
 	}
-	if !r.Response {
-		return r, ErrNotReply
+	// miekg/dns stops quietly when a message ends on a record boundary; a message whose
+	// sections hold fewer records than its header counts was cut short (RFC 1035 §4.1.1).
+	if len(raw) >= dnsHeaderLen {
+		an, ns, ar := int(binary.BigEndian.Uint16(raw[6:8])), int(binary.BigEndian.Uint16(raw[8:10])), int(binary.BigEndian.Uint16(raw[10:12]))
+		extra := len(m.Extra) // miekg/dns keeps the OPT record in Extra
+		if len(m.Answer) != an || len(m.Ns) != ns || extra != ar {
+			return nil, fmt.Errorf("%w: truncated message: header counts %d/%d/%d records, message holds %d/%d/%d",
+				ErrBadResponse, an, ns, ar, len(m.Answer), len(m.Ns), extra)
+		}
 	}
-	if r.Id != q.Msg.Id {
-		return r, fmt.Errorf("%w: %d, want %d", ErrIDMismatch, r.Id, q.Msg.Id)
+	if !m.Response {
+		return nil, fmt.Errorf("%w: QR bit not set", ErrBadResponse)
 	}
-	if r.Opcode != q.Msg.Opcode {
-		return r, fmt.Errorf("%w: %d", ErrOpcode, r.Opcode)
+	if m.Id != q.ID {
+		return nil, fmt.Errorf("%w: id %d, want %d", ErrBadResponse, m.Id, q.ID)
 	}
-	if len(r.Question) != 1 {
-		return r, fmt.Errorf("%w: %d questions", ErrQuestion, len(r.Question))
+	t := q.Type
+	if t == 0 {
+		t = dns.TypeA
 	}
-	got, want := r.Question[0], q.Msg.Question[0]
-	if !strings.EqualFold(got.Name, want.Name) || got.Qtype != want.Qtype || got.Qclass != want.Qclass {
-		return r, fmt.Errorf("%w: %s", ErrQuestion, got.String())
+	// A server may omit the question in an error response (RFC 1035 leaves it open);
+	// when present it must be ours.
+	if len(m.Question) > 0 {
+		qq := m.Question[0]
+		if !strings.EqualFold(qq.Name, dns.Fqdn(q.Name)) || qq.Qtype != t {
+			return nil, fmt.Errorf("%w: question %s/%d, want %s/%d", ErrBadResponse, qq.Name, qq.Qtype, dns.Fqdn(q.Name), t)
+		}
+	} else if m.Rcode == dns.RcodeSuccess {
+		return nil, fmt.Errorf("%w: NOERROR without a question", ErrBadResponse)
+	}
+	r := &Response{Msg: m, Rcode: m.Rcode, KeepaliveTimeout: -1}
+	for _, rr := range m.Answer {
+		switch a := rr.(type) {
+		case *dns.A:
+			r.Answers = append(r.Answers, a.A.String())
+		case *dns.AAAA:
+			r.Answers = append(r.Answers, a.AAAA.String())
+		}
+	}
+	if o := m.IsEdns0(); o != nil {
+		for _, opt := range o.Option {
+			if k, ok := opt.(*dns.EDNS0_TCP_KEEPALIVE); ok {
+				r.KeepaliveTimeout = int(k.Timeout)
+			}
+		}
 	}
 	return r, nil
 }

@@ -115,6 +115,7 @@ type Result struct {
 type Verifier struct {
 	cfg   Config
 	query dnsmsg.Query
+	wire  []byte // the packed query
 	valid validCache
 }
 
@@ -174,11 +175,12 @@ func New(cfg Config) (*Verifier, error) {
 		cfg.Roots = p
 	}
 	// RFC 9250 §4.2.1: the Message ID MUST be 0 on DoQ.
-	q, err := dnsmsg.NewQuery(cfg.QueryName, dns.TypeA, 0)
+	q := dnsmsg.Query{Name: cfg.QueryName, Type: dns.TypeA, ID: 0}
+	wire, err := dnsmsg.Build(q)
 	if err != nil {
 		return nil, err
 	}
-	return &Verifier{cfg: cfg, query: q}, nil
+	return &Verifier{cfg: cfg, query: q, wire: wire}, nil
 }
 
 // Config returns the effective configuration (defaults filled in).
@@ -400,7 +402,7 @@ func (v *Verifier) exchange(ctx context.Context, conn *quic.Conn, f doq.Framing)
 	}
 	defer str.CancelRead(doq.CodeNoError)
 	_ = str.SetDeadline(deadline)
-	wire, err := doq.Frame(f, v.query.Wire)
+	wire, err := doq.Frame(f, v.wire)
 	if err != nil {
 		return OutcomeDNSError, err.Error(), nil, 0, err
 	}
@@ -416,15 +418,11 @@ func (v *Verifier) exchange(ctx context.Context, conn *quic.Conn, f doq.Framing)
 	if err != nil {
 		return OutcomeDNSError, fmt.Sprintf("read reply (%s): %s", f, classifyQuery(err)), nil, 0, err
 	}
-	r, cerr := dnsmsg.Check(v.query, msg)
+	resp, cerr := dnsmsg.Validate(v.query, msg)
 	if cerr != nil {
-		d := fmt.Sprintf("bad reply (%s, %d bytes): %v", f, len(msg), cerr)
-		if r != nil {
-			rc := r.Rcode
-			return OutcomeDNSError, d, &rc, len(r.Answer), nil
-		}
-		return OutcomeDNSError, d, nil, 0, nil
+		return OutcomeDNSError, fmt.Sprintf("bad reply (%s, %d bytes): %v", f, len(msg), cerr), nil, 0, nil
 	}
+	r := resp.Msg
 	rc := r.Rcode
 	d := fmt.Sprintf("%s, %d answer(s)", dnsmsg.RcodeName(rc), len(r.Answer))
 	switch rc {

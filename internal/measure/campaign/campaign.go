@@ -1,0 +1,663 @@
+// Package campaign runs one hourly measurement round (issue 6): for every resolver and
+// every (protocol, port, variant, mode, key share) a cache-warming exchange and the
+// measured exchange, each on a new session; then per-transport RTT samples, a handshake
+// analysis of every QUIC connection and per-resolver support checks. Rows are written in
+// small transactions as resolvers complete; a restarted round skips what is stored.
+package campaign
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/qlogana"
+	"github.com/doqscan/doqscan/internal/measure/rtt"
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/jackc/pgx/v5"
+)
+
+// Phases, as in schema.sql measurements.phase.
+const (
+	PhaseWarmup   = "warmup"
+	PhaseMeasured = "measured"
+)
+
+// Config is one campaign round.
+type Config struct {
+	VantageID   string
+	Label       string    // "hourly"
+	Hour        time.Time // the round's hour (truncated)
+	RunID       *int64    // verification run the targets came from
+	Protocols   []measure.Protocol
+	Modes       []measure.Mode
+	KeyShares   []measure.KeyShare
+	DoHVariants []string
+	Name        string
+	Timeout     time.Duration
+	Concurrency int           // resolvers measured at once
+	RTTSamples  int           // samples per (transport, port)
+	RTTTimeout  time.Duration // per RTT sample
+	Persistent  int           // queries per session in persistent mode
+	Features    bool          // run the support checks
+	Spread      time.Duration // spread resolver starts over this long (0: as fast as possible)
+	BatchSize   int           // resolvers per write transaction
+	Progress    time.Duration // progress log interval
+	// OnFlush, if set, is called after every batch written with the resolvers stored
+	// so far in this run (tests use it to interrupt a round mid-way).
+	OnFlush func(stored int)
+}
+
+func (c *Config) defaults() {
+	if c.Label == "" {
+		c.Label = "hourly"
+	}
+	if len(c.Protocols) == 0 {
+		c.Protocols = measure.Protocols
+	}
+	if len(c.Modes) == 0 {
+		c.Modes = []measure.Mode{measure.ModeFresh}
+	}
+	if len(c.KeyShares) == 0 {
+		c.KeyShares = []measure.KeyShare{measure.KeyShareX25519}
+	}
+	if len(c.DoHVariants) == 0 {
+		c.DoHVariants = []string{measure.VariantGET, measure.VariantPOST}
+	}
+	if c.Name == "" {
+		c.Name = "test.com"
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = measure.DefaultTimeout
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 64
+	}
+	if c.RTTSamples <= 0 {
+		c.RTTSamples = 3
+	}
+	if c.RTTTimeout <= 0 {
+		c.RTTTimeout = 2 * time.Second
+	}
+	if c.Persistent <= 1 {
+		c.Persistent = 5
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 16
+	}
+	if c.Progress <= 0 {
+		c.Progress = 10 * time.Second
+	}
+}
+
+// Summary is what a round did (also stored in campaigns.summary).
+type Summary struct {
+	CampaignID   int64                     `json:"campaign_id"`
+	Planned      int                       `json:"planned"`
+	Skipped      int                       `json:"skipped_already_stored"`
+	Measured     int                       `json:"resolvers_measured"`
+	Rows         int64                     `json:"measurement_rows"`
+	RTTSamples   int64                     `json:"rtt_samples"`
+	Analyses     int64                     `json:"handshake_analyses"`
+	Features     int64                     `json:"feature_rows"`
+	Status       map[string]map[string]int `json:"status"` // protocol -> status -> measured count
+	Causes       map[string]int            `json:"doq_causes"`
+	DurationSecs float64                   `json:"duration_s"`
+}
+
+// batch holds the rows of some resolvers, written together.
+type batch struct {
+	qlogs    []store.Qlog
+	meas     []store.Measurement
+	rtts     []store.RTTSample
+	analyses []store.HandshakeAnalysis
+	features []store.ResolverFeature
+	targets  int
+}
+
+func (b *batch) add(o *batch) {
+	b.qlogs = append(b.qlogs, o.qlogs...)
+	b.meas = append(b.meas, o.meas...)
+	b.rtts = append(b.rtts, o.rtts...)
+	b.analyses = append(b.analyses, o.analyses...)
+	b.features = append(b.features, o.features...)
+	b.targets += o.targets
+}
+
+// Run measures targets in the campaign of cfg (created or resumed) and finishes it.
+func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log *slog.Logger) (*Summary, error) {
+	cfg.defaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	confJSON, _ := json.Marshal(map[string]any{
+		"protocols": cfg.Protocols, "modes": cfg.Modes, "key_shares": cfg.KeyShares, "doh_variants": cfg.DoHVariants,
+		"name": cfg.Name, "timeout_ms": cfg.Timeout.Milliseconds(), "concurrency": cfg.Concurrency,
+		"rtt_samples": cfg.RTTSamples, "persistent_queries": cfg.Persistent, "features": cfg.Features,
+	})
+	planned := int32(len(targets))
+	cid, existed, err := s.StartCampaign(ctx, store.Campaign{VantageID: cfg.VantageID, Label: cfg.Label,
+		RoundHour: cfg.Hour, RunID: cfg.RunID, Config: confJSON, Planned: &planned})
+	if err != nil {
+		return nil, err
+	}
+	sum := &Summary{CampaignID: cid, Planned: len(targets), Status: map[string]map[string]int{}, Causes: map[string]int{}}
+	done, err := storedTargets(ctx, s, cid)
+	if err != nil {
+		return sum, err
+	}
+	var todo []Target
+	for _, t := range targets {
+		if done[t.Addr] {
+			sum.Skipped++
+			continue
+		}
+		todo = append(todo, t)
+	}
+	log.Info("campaign round", "campaign", cid, "hour", cfg.Hour.UTC().Format(time.RFC3339), "resumed", existed,
+		"planned", len(targets), "already_stored", sum.Skipped, "to_measure", len(todo), "concurrency", cfg.Concurrency)
+
+	prober := rtt.New()
+	defer prober.Close()
+	r := &runner{cfg: cfg, cid: cid, prober: prober}
+
+	jobs := make(chan Target)
+	results := make(chan *resolverResult, cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i := 0; i < cfg.Concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := range jobs {
+				results <- r.resolver(ctx, t)
+			}
+		}()
+	}
+	go func() {
+		defer close(jobs)
+		var step time.Duration
+		if cfg.Spread > 0 && len(todo) > 0 {
+			step = cfg.Spread / time.Duration(len(todo))
+		}
+		for i, t := range todo {
+			if step > 0 {
+				// Spread over the round with jitter: resolver i starts in its slot.
+				at := start.Add(step*time.Duration(i) + time.Duration(rand.Int64N(int64(step)+1)))
+				if w := time.Until(at); w > 0 {
+					tm := time.NewTimer(w)
+					select {
+					case <-tm.C:
+					case <-ctx.Done():
+						tm.Stop()
+						return
+					}
+				}
+			}
+			select {
+			case jobs <- t:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(results) }()
+
+	var (
+		pending  batch
+		writeErr error
+		measured atomic.Int64
+	)
+	flush := func() {
+		if writeErr != nil || pending.targets == 0 {
+			return
+		}
+		// Write even when ctx is cancelled: what was measured is kept.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := write(wctx, s, &pending); err != nil {
+			writeErr = err
+			return
+		}
+		sum.Rows += int64(len(pending.meas))
+		sum.RTTSamples += int64(len(pending.rtts))
+		sum.Analyses += int64(len(pending.analyses))
+		sum.Features += int64(len(pending.features))
+		sum.Measured += pending.targets
+		for _, m := range pending.meas {
+			if m.Phase != PhaseMeasured {
+				continue
+			}
+			if sum.Status[m.Protocol] == nil {
+				sum.Status[m.Protocol] = map[string]int{}
+			}
+			sum.Status[m.Protocol][m.Status]++
+		}
+		pending = batch{}
+		if cfg.OnFlush != nil {
+			cfg.OnFlush(sum.Measured)
+		}
+	}
+	tick := time.NewTicker(cfg.Progress)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case b, ok := <-results:
+			if !ok {
+				break loop
+			}
+			measured.Add(1)
+			if ctx.Err() != nil && b.interrupted {
+				continue // cut short by the interrupt: measure it again next time
+			}
+			for _, a := range b.batch.analyses {
+				sum.Causes[a.Cause]++
+			}
+			pending.add(&b.batch)
+			if pending.targets >= cfg.BatchSize {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+			log.Info("progress", "campaign", cid, "done", sum.Measured+sum.Skipped, "planned", sum.Planned,
+				"rows", sum.Rows, "elapsed", time.Since(start).Round(time.Second))
+		}
+	}
+	flush()
+	sum.DurationSecs = time.Since(start).Seconds()
+	status := "ok"
+	switch {
+	case writeErr != nil:
+		status = "failed"
+	case ctx.Err() != nil:
+		status = "interrupted"
+	}
+	js, _ := json.Marshal(sum)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := s.FinishCampaign(fctx, cid, status, js); err != nil && writeErr == nil {
+		writeErr = fmt.Errorf("finish campaign: %w", err)
+	}
+	log.Info("campaign round finished", "campaign", cid, "status", status, "measured", sum.Measured,
+		"skipped", sum.Skipped, "rows", sum.Rows, "rtt_samples", sum.RTTSamples, "analyses", sum.Analyses,
+		"duration", time.Since(start).Round(time.Millisecond))
+	if writeErr != nil {
+		return sum, writeErr
+	}
+	if ctx.Err() != nil {
+		return sum, ctx.Err()
+	}
+	return sum, nil
+}
+
+// storedTargets returns the resolvers whose rows are already stored for the campaign.
+// A resolver's rows are written in one transaction, so any row means all of them.
+func storedTargets(ctx context.Context, s *store.Store, cid int64) (map[netip.Addr]bool, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT address FROM measurements WHERE campaign_id = $1`, cid)
+	if err != nil {
+		return nil, fmt.Errorf("stored measurements of campaign %d: %w", cid, err)
+	}
+	defer rows.Close()
+	out := map[netip.Addr]bool{}
+	for rows.Next() {
+		var a netip.Addr
+		if err := rows.Scan(&a); err != nil {
+			return nil, err
+		}
+		out[a.Unmap()] = true
+	}
+	return out, rows.Err()
+}
+
+// write stores a batch in one transaction, parents first.
+func write(ctx context.Context, s *store.Store, b *batch) error {
+	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := store.InsertTx(ctx, tx, store.TableQlogs, b.qlogs); err != nil {
+			return err
+		}
+		if _, err := store.InsertTx(ctx, tx, store.TableMeasurements, b.meas); err != nil {
+			return err
+		}
+		if _, err := store.InsertTx(ctx, tx, store.TableRTTSamples, b.rtts); err != nil {
+			return err
+		}
+		if _, err := store.InsertTx(ctx, tx, store.TableHandshakeAnalyses, b.analyses); err != nil {
+			return err
+		}
+		_, err := store.InsertTx(ctx, tx, store.TableResolverFeatures, b.features)
+		return err
+	})
+}
+
+// resolverResult is one resolver's rows and whether an interrupt cut them short.
+type resolverResult struct {
+	batch       batch
+	interrupted bool
+}
+
+type runner struct {
+	cfg    Config
+	cid    int64
+	prober *rtt.Prober
+}
+
+// unit is one (endpoint, variant, mode, key share).
+type unit struct {
+	ep      Endpoint
+	variant string
+	mode    measure.Mode
+	ks      measure.KeyShare
+}
+
+func (r *runner) units(t Target) []unit {
+	want := map[measure.Protocol]bool{}
+	for _, p := range r.cfg.Protocols {
+		want[p] = true
+	}
+	var out []unit
+	for _, ep := range t.Endpoints {
+		if !want[ep.Protocol] {
+			continue
+		}
+		variants := []string{""}
+		if ep.Protocol == measure.DoH || ep.Protocol == measure.DoH3 {
+			variants = r.cfg.DoHVariants
+		}
+		tls := ep.Protocol != measure.DoUDP && ep.Protocol != measure.DoTCP
+		for _, v := range variants {
+			for _, m := range r.cfg.Modes {
+				if !tls && (m == measure.ModeResumed || m == measure.Mode0RTT) {
+					continue // no TLS, nothing to resume
+				}
+				if ep.Protocol == measure.DoUDP && m == measure.ModePersistent {
+					continue // no session
+				}
+				keyShares := []measure.KeyShare{""}
+				if tls {
+					keyShares = r.cfg.KeyShares
+				}
+				for _, ks := range keyShares {
+					out = append(out, unit{ep, v, m, ks})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func transportOf(p measure.Protocol) rtt.Transport {
+	switch p {
+	case measure.DoUDP:
+		return rtt.UDP
+	case measure.DoQ, measure.DoH3:
+		return rtt.QUIC
+	}
+	return rtt.TCP
+}
+
+type rttKey struct {
+	t    rtt.Transport
+	port uint16
+}
+
+// resolver measures one resolver: every unit (warm-up then measured), RTT per (transport,
+// port) after its first success, analyses and features.
+func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
+	out := &resolverResult{}
+	b := &out.batch
+	b.targets = 1
+	rtts := map[rttKey]int64{} // median RTT ns, 0: none
+	type pending struct {
+		m    store.Measurement
+		qa   *qlogana.Analysis
+		tk   rttKey
+		wall time.Duration
+	}
+	var quicRows []pending
+	feat := map[string]*store.ResolverFeature{}
+	setFeature := func(p measure.Protocol, port uint16, name string, v *bool, detail string) {
+		if v == nil {
+			return
+		}
+		k := fmt.Sprintf("%s/%d/%s", p, port, name)
+		if f, ok := feat[k]; ok && f.Supported != nil && *f.Supported {
+			return // a positive observation wins
+		}
+		feat[k] = &store.ResolverFeature{CampaignID: r.cid, Address: t.Addr, Protocol: string(p), Port: int32(port),
+			Feature: name, Supported: v, Detail: detail}
+	}
+	for _, u := range r.units(t) {
+		if ctx.Err() != nil {
+			out.interrupted = true
+			return out
+		}
+		m, _ := measure.For(u.ep.Protocol)
+		peer := measure.NewPeer()
+		base := measure.Request{
+			Addr: netip.AddrPortFrom(t.Addr, u.ep.Port), ServerName: t.ServerName, Name: r.cfg.Name,
+			Timeout: r.cfg.Timeout, Mode: u.mode, KeyShare: u.ks, Variant: u.variant, Peer: peer,
+		}
+		if u.ep.ALPN != "" {
+			base.ALPN = []string{u.ep.ALPN}
+		}
+		warmReq := base
+		warmReq.Queries = 1
+		if u.mode == measure.ModePersistent || u.mode == measure.Mode0RTT {
+			warmReq.Mode = measure.ModeFresh
+			if u.mode == measure.Mode0RTT {
+				warmReq.Mode = measure.ModeResumed // obtain the ticket
+			}
+		}
+		warm := m.Measure(ctx, &warmReq)
+		measReq := base
+		measReq.Queries = r.cfg.Persistent
+		meas := m.Measure(ctx, &measReq)
+		if ctx.Err() != nil {
+			out.interrupted = true
+			return out
+		}
+		for _, pr := range []struct {
+			phase string
+			res   *measure.Result
+		}{{PhaseWarmup, warm}, {PhaseMeasured, meas}} {
+			rows, ql := r.rows(t, u, pr.phase, pr.res)
+			if ql != nil {
+				b.qlogs = append(b.qlogs, *ql)
+			}
+			b.meas = append(b.meas, rows...)
+			if len(pr.res.Qlog) > 0 && len(rows) > 0 {
+				// Only completed handshakes are explained (a failed one has no time).
+				a, err := qlogana.Analyze(pr.res.Qlog)
+				if err == nil && a.HandshakeNS > 0 && rows[0].HandshakeNS != nil {
+					quicRows = append(quicRows, pending{m: rows[0], qa: a, tk: rttKey{transportOf(u.ep.Protocol), u.ep.Port}, wall: pr.res.HandshakeWall})
+				}
+			}
+		}
+		// Per-protocol RTT after a successful measurement, once per (transport, port).
+		tk := rttKey{transportOf(u.ep.Protocol), u.ep.Port}
+		if _, ok := rtts[tk]; !ok && meas.Status == measure.StatusOK {
+			samples := r.prober.Probe(ctx, tk.t, netip.AddrPortFrom(t.Addr, u.ep.Port), r.cfg.RTTSamples, r.rttTimeout(meas))
+			var ok []int64
+			for _, s := range samples {
+				row := store.RTTSample{CampaignID: r.cid, Address: t.Addr, Transport: string(tk.t), Port: int32(u.ep.Port),
+					Seq: int16(s.Seq), SentAt: s.SentAt, Status: s.Status, Detail: s.Detail}
+				if s.Answered() {
+					ns := s.RTT.Nanoseconds()
+					row.RTTNS = &ns
+					ok = append(ok, ns)
+				}
+				b.rtts = append(b.rtts, row)
+			}
+			rtts[tk] = median(ok)
+		}
+		// Support observations from the regular exchanges.
+		if u.ep.Protocol == measure.DoQ && u.mode == measure.ModeFresh {
+			setFeature(measure.DoQ, u.ep.Port, "new-token", warm.TokenReceived, "NEW_TOKEN frame in the warm-up connection")
+			setFeature(measure.DoQ, u.ep.Port, "retry", warm.RetrySeen, "Retry in the warm-up connection")
+		}
+		if u.mode == measure.ModeResumed && meas.Status == measure.StatusOK {
+			setFeature(u.ep.Protocol, u.ep.Port, "session-ticket", meas.Resumed, "measured session resumed the warm-up's ticket")
+		}
+		if u.mode == measure.Mode0RTT && meas.Status == measure.StatusOK && (u.ep.Protocol == measure.DoQ || u.ep.Protocol == measure.DoH3) {
+			setFeature(u.ep.Protocol, u.ep.Port, "0rtt", meas.Used0RTT, "early data accepted")
+		}
+	}
+	for _, q := range quicRows {
+		b.analyses = append(b.analyses, analysisRow(q.m, q.qa, rtts[q.tk], q.wall))
+	}
+	if r.cfg.Features {
+		r.checkFeatures(ctx, t, setFeature)
+		if ctx.Err() != nil {
+			out.interrupted = true
+			return out
+		}
+	}
+	keys := make([]string, 0, len(feat))
+	for k := range feat {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.features = append(b.features, *feat[k])
+	}
+	return out
+}
+
+// rttTimeoutFactor and rttTimeoutFloor bound an RTT sample's wait by the resolve time
+// just measured on the same port (~1 RTT): a reply later than 4 RTT is not coming, and
+// resolvers rarely answer the UDP probe at all (the study got no reply from any), so a
+// fixed multi-second wait would dominate a round's duration.
+const (
+	rttTimeoutFactor = 4
+	rttTimeoutFloor  = 250 * time.Millisecond
+)
+
+func (r *runner) rttTimeout(meas *measure.Result) time.Duration {
+	d := rttTimeoutFactor * meas.First().Resolve
+	return min(max(d, rttTimeoutFloor), r.cfg.RTTTimeout)
+}
+
+func median(v []int64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]int64(nil), v...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+// gzipPool reuses compressors: a gzip.Writer allocates ~800 KB of state.
+var gzipPool = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
+	return zw
+}}
+
+// rows converts an exchange into measurement rows (one per query) and its qlog row.
+func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]store.Measurement, *store.Qlog) {
+	key := store.MeasurementKey{CampaignID: r.cid, Address: t.Addr, Protocol: string(u.ep.Protocol), Port: int32(u.ep.Port),
+		Variant: u.variant, Mode: string(u.mode), KeyShare: string(u.ks), Phase: phase}
+	var ql *store.Qlog
+	var qlID *[16]byte
+	if len(res.Qlog) > 0 {
+		var buf bytes.Buffer
+		zw := gzipPool.Get().(*gzip.Writer)
+		zw.Reset(&buf)
+		_, _ = zw.Write(res.Qlog)
+		_ = zw.Close()
+		gzipPool.Put(zw)
+		id := key.QlogID()
+		qlID = &id
+		ql = &store.Qlog{QlogID: id, CampaignID: r.cid, Address: t.Addr, Port: int32(u.ep.Port), Encoding: "gzip",
+			Format: "sqlog", RawSize: int32(len(res.Qlog)), Data: buf.Bytes(), CreatedAt: time.Now()}
+	}
+	queries := res.Queries
+	if len(queries) == 0 {
+		queries = []measure.Query{{Status: res.Status, Err: res.Err, StartedAt: res.StartedAt}}
+	}
+	var out []store.Measurement
+	for i, q := range queries {
+		k := key
+		k.Seq = int16(i)
+		m := store.Measurement{
+			MeasurementID: k.ID(), CampaignID: r.cid, Address: t.Addr, Protocol: k.Protocol, Port: k.Port,
+			Variant: k.Variant, Mode: k.Mode, KeyShare: k.KeyShare, Phase: phase, Seq: k.Seq,
+			StartedAt: res.StartedAt, Status: string(q.Status), QlogID: qlID,
+			TokenReceived: res.TokenReceived, TokenUsed: res.TokenUsed, RetrySeen: res.RetrySeen, VNSeen: res.VNSeen,
+			Resumed: res.Resumed, Used0RTT: res.Used0RTT, TFO: res.TFO,
+		}
+		if m.StartedAt.IsZero() {
+			m.StartedAt = q.StartedAt
+		}
+		if q.Err != nil {
+			m.Error = q.Err.Error()
+		}
+		if i == 0 && res.HasHandshake {
+			hs := res.Handshake.Nanoseconds()
+			m.HandshakeNS = &hs
+		}
+		if q.Status == measure.StatusOK {
+			ns := q.Resolve.Nanoseconds()
+			rc := int16(q.Rcode)
+			m.ResolveNS, m.Rcode = &ns, &rc
+			m.Answers = q.Answers
+			if m.Answers == nil {
+				m.Answers = []string{}
+			}
+		}
+		if res.TLSVersion != 0 {
+			v := int32(res.TLSVersion)
+			m.TLSVersion = &v
+			c := res.TLSCipher
+			m.TLSCipher = &c
+		}
+		if res.QUICVersion != 0 {
+			v := int64(res.QUICVersion)
+			m.QUICVersion = &v
+		}
+		if res.ALPN != "" {
+			a := res.ALPN
+			m.ALPN = &a
+		}
+		out = append(out, m)
+	}
+	return out, ql
+}
+
+// analysisRow is the handshake_analyses row of a QUIC measurement.
+func analysisRow(m store.Measurement, a *qlogana.Analysis, rttNS int64, wall time.Duration) store.HandshakeAnalysis {
+	h := store.HandshakeAnalysis{
+		MeasurementID: m.MeasurementID, OneRTT: a.OneRTT, VersionNegotiation: a.VersionNegotiation, Retry: a.Retry,
+		AmplificationStall: a.AmplificationStall, Loss: a.Loss, Cause: a.Cause,
+	}
+	if rttNS > 0 {
+		h.RTTNS = &rttNS
+		if m.HandshakeNS != nil {
+			r := float32(float64(*m.HandshakeNS) / float64(rttNS))
+			h.Ratio = &r
+		}
+	}
+	rt := int16(a.RoundTrips)
+	h.RoundTrips = &rt
+	ci, sp := int32(a.ClientInitialBytes), int32(a.ServerBytesPreAck)
+	h.ClientInitialBytes, h.ServerBytesPreAck = &ci, &sp
+	if a.AmplificationStall {
+		st := a.StallNS
+		h.StallNS = &st
+	}
+	detail, _ := json.Marshal(map[string]any{
+		"handshake_qlog_ns": a.HandshakeNS, "handshake_wall_ns": wall.Nanoseconds(), "qlog_min_rtt_ns": a.RTTNS, "flights": a.Flights,
+		"retransmissions": a.Retransmissions, "lost_packets": a.LostPackets, "token_received": a.TokenReceived,
+	})
+	h.Detail = detail
+	return h
+}

@@ -1,0 +1,208 @@
+package campaign_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/campaign"
+	"github.com/doqscan/doqscan/internal/measure/measuretest"
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/storetest"
+)
+
+var hour = time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+
+// targetsFor starts one set of servers per address and returns them as targets.
+func targetsFor(t *testing.T, hosts []string, cfg measuretest.Config) []campaign.Target {
+	var out []campaign.Target
+	for _, h := range hosts {
+		c := cfg
+		c.Host = h
+		s := measuretest.Start(t, c)
+		out = append(out, campaign.Target{Addr: netip.MustParseAddr(h), Endpoints: []campaign.Endpoint{
+			{Protocol: measure.DoUDP, Port: s.UDP.Port()},
+			{Protocol: measure.DoTCP, Port: s.TCP.Port()},
+			{Protocol: measure.DoT, Port: s.DoT.Port()},
+			{Protocol: measure.DoH, Port: s.DoH.Port()},
+			{Protocol: measure.DoQ, Port: s.DoQ.Port(), ALPN: "doq"},
+			{Protocol: measure.DoH3, Port: s.DoH3.Port()},
+		}})
+	}
+	return out
+}
+
+func counts(t *testing.T, s *store.Store, cid int64) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, q := range []struct{ name, sql string }{
+		{"measurements", "SELECT count(*) FROM measurements WHERE campaign_id = $1"},
+		{"qlogs", "SELECT count(*) FROM qlogs WHERE campaign_id = $1"},
+		{"rtt_samples", "SELECT count(*) FROM rtt_samples WHERE campaign_id = $1"},
+		{"handshake_analyses", "SELECT count(*) FROM handshake_analyses a JOIN measurements m USING (measurement_id) WHERE m.campaign_id = $1"},
+		{"resolver_features", "SELECT count(*) FROM resolver_features WHERE campaign_id = $1"},
+	} {
+		var n int64
+		if err := s.Pool.QueryRow(context.Background(), q.sql, cid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		out[q.name] = n
+	}
+	return out
+}
+
+func logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func TestRoundWritesEverythingOnceAndResumes(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	hosts := []string{"127.0.0.10", "127.0.0.11", "127.0.0.12", "127.0.0.13"}
+	targets := targetsFor(t, hosts, measuretest.Config{})
+	cfg := campaign.Config{
+		VantageID: "test", Hour: hour, Timeout: 2 * time.Second, Concurrency: 1, BatchSize: 1,
+		Modes:    []measure.Mode{measure.ModeFresh, measure.ModePersistent},
+		Features: true, RTTSamples: 2, RTTTimeout: 300 * time.Millisecond, Persistent: 3,
+	}
+
+	// Reference: one uninterrupted round.
+	ref := cfg
+	ref.Label = "reference"
+	sum, err := campaign.Run(ctx, s, ref, targets, logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := counts(t, s, sum.CampaignID)
+	t.Logf("reference round: %+v rows %v", sum, want)
+	for name, n := range want {
+		if n == 0 {
+			t.Errorf("reference round wrote no %s", name)
+		}
+	}
+	for p, st := range sum.Status {
+		for status, n := range st {
+			if status != string(measure.StatusOK) {
+				t.Errorf("%s: %d measured exchanges with status %s", p, n, status)
+			}
+		}
+	}
+	// Every measurement of every protocol: warm-up + measured, persistent adds queries.
+	var dohRows int64
+	_ = s.Pool.QueryRow(ctx, `SELECT count(*) FROM measurements WHERE campaign_id=$1 AND protocol='doh' AND phase='measured' AND mode='fresh'`, sum.CampaignID).Scan(&dohRows)
+	if dohRows != int64(2*len(hosts)) {
+		t.Errorf("DoH fresh measured rows %d, want GET+POST for %d resolvers", dohRows, len(hosts))
+	}
+
+	// Rerun of the same round: nothing is added.
+	again, err := campaign.Run(ctx, s, ref, targets, logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.CampaignID != sum.CampaignID || again.Skipped != len(hosts) || again.Rows != 0 {
+		t.Errorf("rerun: %+v", again)
+	}
+	if got := counts(t, s, sum.CampaignID); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("rerun changed the rows: %v, want %v", got, want)
+	}
+
+	// Interrupted after the first resolver is stored, then restarted: same rows.
+	cctx, cancel := context.WithCancel(ctx)
+	cut := cfg
+	cut.OnFlush = func(stored int) {
+		if stored >= 1 {
+			cancel()
+		}
+	}
+	part, err := campaign.Run(cctx, s, cut, targets, logger())
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted round returned %v", err)
+	}
+	if part.Measured == 0 || part.Measured >= len(hosts) {
+		t.Fatalf("interrupted round stored %d of %d resolvers", part.Measured, len(hosts))
+	}
+	var status string
+	_ = s.Pool.QueryRow(ctx, `SELECT status FROM campaigns WHERE campaign_id=$1`, part.CampaignID).Scan(&status)
+	if status != "interrupted" {
+		t.Errorf("campaign status %q after interrupt", status)
+	}
+	rest, err := campaign.Run(ctx, s, cfg, targets, logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest.CampaignID != part.CampaignID || rest.Skipped != part.Measured || rest.Measured != len(hosts)-part.Measured {
+		t.Errorf("restart: %+v after %+v", rest, part)
+	}
+	if got := counts(t, s, part.CampaignID); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("interrupted+restarted round has %v, an uninterrupted one %v", got, want)
+	}
+}
+
+func TestTargetsFromVerification(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	runID, _, err := s.StartVerificationRun(ctx, store.VerificationRun{ISOWeek: "2026-W47", VantageID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alpn := "doq-i02"
+	in := []store.VerificationResult{
+		{RunID: runID, Address: netip.MustParseAddr("198.19.0.1"), Port: 853, Outcome: "doq-verified", VerifiedAt: hour},
+		{RunID: runID, Address: netip.MustParseAddr("198.19.0.1"), Port: 784, Outcome: "doq-verified", ALPN: &alpn, VerifiedAt: hour},
+		{RunID: runID, Address: netip.MustParseAddr("198.19.0.2"), Port: 853, Outcome: "quic-not-doq", VerifiedAt: hour},
+	}
+	if _, err := store.Insert(ctx, s, store.TableVerificationResults, in); err != nil {
+		t.Fatal(err)
+	}
+	latest, err := campaign.LatestRun(ctx, s)
+	if err != nil || latest != runID {
+		t.Fatalf("latest run %d %v, want %d", latest, err, runID)
+	}
+	got, err := campaign.LoadTargets(ctx, s, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Addr != in[0].Address {
+		t.Fatalf("targets %+v", got)
+	}
+	var doq []string
+	for _, e := range got[0].Endpoints {
+		if e.Protocol == measure.DoQ {
+			doq = append(doq, fmt.Sprintf("%d/%s", e.Port, e.ALPN))
+		}
+	}
+	if strings.Join(doq, ",") != "784/doq-i02,853/doq" {
+		t.Errorf("DoQ endpoints %v", doq)
+	}
+	if len(got[0].Endpoints) != 2+len(measure.Protocols)-1 {
+		t.Errorf("endpoints %+v", got[0].Endpoints)
+	}
+}
+
+func TestParseTargets(t *testing.T) {
+	ts, err := campaign.ParseTargets(strings.NewReader("# comment\n198.19.0.7 doq=784/doq-i02 sni=dns.test\n\n198.19.0.8\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 2 || ts[0].ServerName != "dns.test" || len(ts[1].Endpoints) != len(measure.Protocols) {
+		t.Fatalf("%+v", ts)
+	}
+	for _, bad := range []string{"nope", "198.19.0.1 doq=x", "198.19.0.1 doq=853/h2", "198.19.0.1 smtp=25", "198.19.0.1 doq"} {
+		if _, err := campaign.ParseTargets(strings.NewReader(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

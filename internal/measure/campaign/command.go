@@ -1,0 +1,163 @@
+package campaign
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// spreadShare is the part of the round interval the resolvers' starts are spread over;
+// the rest is slack so a round ends before the next begins.
+const spreadShare = 0.8
+
+// Options are cmd/measure's flags.
+type Options struct {
+	Config
+	RunID       int64  // 0: the latest run with DoQ-verified resolvers
+	TargetsFile string // instead of a verification run
+	Every       time.Duration
+	Protocols   string
+	Modes       string
+	KeyShares   string
+	Variants    string
+}
+
+// Parse fills the Config lists from the comma-separated flags and checks them.
+func (o *Options) Parse() error {
+	o.Config.Protocols, o.Config.Modes, o.Config.KeyShares, o.Config.DoHVariants = nil, nil, nil, nil
+	for _, p := range splitList(o.Protocols) {
+		if _, err := measure.For(measure.Protocol(p)); err != nil {
+			return cli.Usagef("--protocols: %v", err)
+		}
+		o.Config.Protocols = append(o.Config.Protocols, measure.Protocol(p))
+	}
+	for _, m := range splitList(o.Modes) {
+		ok := false
+		for _, k := range measure.Modes {
+			ok = ok || string(k) == m
+		}
+		if !ok {
+			return cli.Usagef("--modes: unknown mode %q (fresh, resumed, 0rtt, persistent)", m)
+		}
+		o.Config.Modes = append(o.Config.Modes, measure.Mode(m))
+	}
+	for _, k := range splitList(o.KeyShares) {
+		if _, err := measure.KeyShare(k).Curves(); err != nil {
+			return cli.Usagef("--key-shares: %v (x25519, x25519mlkem768)", err)
+		}
+		o.Config.KeyShares = append(o.Config.KeyShares, measure.KeyShare(k))
+	}
+	for _, v := range splitList(o.Variants) {
+		v = strings.ToUpper(v)
+		if v != measure.VariantGET && v != measure.VariantPOST {
+			return cli.Usagef("--doh-variants: %q is not GET or POST", v)
+		}
+		o.Config.DoHVariants = append(o.Config.DoHVariants, v)
+	}
+	if o.Every != 0 && (o.Every < time.Hour || o.Every%time.Hour != 0) {
+		return cli.Usagef("--every must be a whole number of hours (rounds are keyed by hour)")
+	}
+	if o.VantageID == "" {
+		return cli.Usagef("--vantage must not be empty")
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Command runs one round, or rounds every o.Every until ctx is cancelled.
+func Command(ctx context.Context, s *store.Store, o Options, log *slog.Logger) error {
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: o.VantageID}); err != nil {
+		return err
+	}
+	if o.Every == 0 {
+		hour := o.Hour
+		if hour.IsZero() {
+			hour = time.Now().UTC().Truncate(time.Hour)
+		}
+		_, err := round(ctx, s, o, hour, o.Spread, log)
+		return err
+	}
+	for {
+		now := time.Now().UTC()
+		slot := now.Truncate(o.Every)
+		// Spread what is left of this round over what is left of its window (after a
+		// restart mid-round, the remaining resolvers share the remaining time).
+		spread := time.Until(slot.Add(time.Duration(float64(o.Every) * spreadShare)))
+		if spread < 0 {
+			spread = 0
+		}
+		if _, err := round(ctx, s, o, slot, spread, log); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			log.Error("round failed", "hour", slot.Format(time.RFC3339), "err", err)
+		}
+		next := slot.Add(o.Every)
+		if now2 := time.Now(); !next.After(now2) {
+			missed := now2.Sub(next)/o.Every + 1
+			log.Warn("round overran its interval: skipping to the next boundary", "missed", int(missed))
+			next = next.Add(missed * o.Every)
+		}
+		log.Info("waiting for the next round", "at", next.Format(time.RFC3339))
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func round(ctx context.Context, s *store.Store, o Options, hour time.Time, spread time.Duration, log *slog.Logger) (*Summary, error) {
+	cfg := o.Config
+	cfg.Hour, cfg.Spread = hour, spread
+	var targets []Target
+	var err error
+	if o.TargetsFile != "" {
+		targets, err = ReadTargetsFile(o.TargetsFile)
+		if err != nil {
+			return nil, cli.Environmentf("targets file: %w", err)
+		}
+	} else {
+		runID := o.RunID
+		if runID == 0 {
+			runID, err = LatestRun(ctx, s)
+			if err != nil {
+				if errors.Is(err, context.Canceled) {
+					return nil, err
+				}
+				return nil, cli.Environmentf("no verification run with DoQ-verified resolvers (run verify first, or pass --targets): %w", err)
+			}
+		}
+		cfg.RunID = &runID
+		targets, err = LoadTargets(ctx, s, runID)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(targets) == 0 {
+		return nil, cli.Environmentf("no targets to measure")
+	}
+	sum, err := Run(ctx, s, cfg, targets, log)
+	if sum != nil {
+		log.Info("summary", "campaign", sum.CampaignID, "status_by_protocol", fmt.Sprint(sum.Status), "doq_causes", fmt.Sprint(sum.Causes))
+	}
+	return sum, err
+}

@@ -1,0 +1,70 @@
+package measure
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/doqscan/doqscan/internal/dnsmsg"
+)
+
+// DoH (RFC 8484) request details shared by DoH over HTTP/2 and HTTP/3.
+const (
+	dohMediaType   = "application/dns-message" // RFC 8484 §6
+	dohDefaultPath = "/dns-query"              // RFC 8484 §4.1.1 example template
+	dohMaxBody     = 65535                     // a DNS message's maximum size
+)
+
+// dohRequest builds the HTTP request for q (RFC 8484 §4.1: GET with dns=base64url, or
+// POST with the message as body). The DNS ID is 0 for HTTP cache friendliness (§4.1).
+func dohRequest(ctx context.Context, req *Request, q dnsmsg.Query) (*http.Request, error) {
+	msg, err := dnsmsg.Build(q)
+	if err != nil {
+		return nil, err
+	}
+	host := req.ServerName
+	if host == "" {
+		host = req.Addr.String()
+	}
+	path := req.Path
+	if path == "" {
+		path = dohDefaultPath
+	}
+	u := url.URL{Scheme: "https", Host: host, Path: path}
+	var hr *http.Request
+	if strings.EqualFold(req.Variant, VariantPOST) {
+		hr, err = http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(msg))
+		if err == nil {
+			hr.Header.Set("Content-Type", dohMediaType)
+		}
+	} else {
+		u.RawQuery = "dns=" + base64.RawURLEncoding.EncodeToString(msg)
+		hr, err = http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("build DoH request: %w", err)
+	}
+	hr.Header.Set("Accept", dohMediaType)
+	return hr, nil
+}
+
+// dohResponse reads and checks an HTTP response to a DoH query.
+func dohResponse(resp *http.Response) ([]byte, error) {
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%w %d", errHTTPStatus, resp.StatusCode)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, dohMaxBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("read DoH body: %w", err)
+	}
+	if len(body) > dohMaxBody {
+		return nil, fmt.Errorf("%w: DoH body longer than %d bytes", errBadLength, dohMaxBody)
+	}
+	return body, nil
+}

@@ -1,0 +1,122 @@
+package measure
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/quic-go/quic-go"
+)
+
+// doqMeasurer is DNS over QUIC (RFC 9250): handshake = the QUIC handshake (1 RTT when
+// neither VN, Retry nor the anti-amplification limit intervene), one query per stream.
+type doqMeasurer struct{}
+
+func (doqMeasurer) Protocol() Protocol { return DoQ }
+
+func (doqMeasurer) Measure(ctx context.Context, req *Request) *Result {
+	ctx, cancel := context.WithTimeout(ctx, req.timeout())
+	defer cancel()
+	res := &Result{Protocol: DoQ}
+	alpn := req.ALPN
+	if len(alpn) == 0 {
+		alpn = []string{doq.Versions[0].ALPN}
+	}
+	ql := newQlogBuffer()
+	conn, err := dialQUIC(ctx, req, res, alpn, ql)
+	if err != nil {
+		finishQUIC(nil, res, ql)
+		return res.fail(err)
+	}
+	defer func() { finishQUIC(conn, res, ql) }()
+	for i := 0; i < req.queries(); i++ {
+		q := doqExchange(ctx, conn, req, i)
+		res.Queries = append(res.Queries, q)
+		if q.Status != StatusOK {
+			break
+		}
+	}
+	if req.Mode == Mode0RTT {
+		select {
+		case <-conn.HandshakeComplete():
+			res.HasHandshake = true
+			res.HandshakeWall = time.Since(res.StartedAt)
+			recordQUICState(req, res, conn)
+		case <-ctx.Done():
+		}
+	}
+	return res.finish()
+}
+
+func doqExchange(ctx context.Context, conn *quic.Conn, req *Request, seq int) Query {
+	out := Query{Seq: seq, KeepaliveTimeout: -1}
+	// RFC 9250 §4.2.1: the DNS Message ID MUST be 0.
+	q := dnsmsg.Query{Name: req.name(), Type: req.QType, ID: 0}
+	alpn := conn.ConnectionState().TLS.NegotiatedProtocol
+	framing, err := doq.FramingFor(alpn)
+	if err != nil {
+		if alpn == "" && req.Mode == Mode0RTT && len(req.ALPN) > 0 {
+			framing, _ = doq.FramingFor(req.ALPN[0]) // 0-RTT: the resumed session's ALPN
+		} else {
+			out.Status, out.Err = StatusALPNMismatch, err
+			return out
+		}
+	}
+	msg, err := dnsmsg.Build(q)
+	if err != nil {
+		out.Status, out.Err = StatusError, err
+		return out
+	}
+	framed, err := doq.Frame(framing, msg)
+	if err != nil {
+		out.Status, out.Err = StatusError, err
+		return out
+	}
+	out.StartedAt = time.Now()
+	str, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		out.Status, out.Err = Classify(err), fmt.Errorf("open stream: %w", err)
+		return out
+	}
+	stop := context.AfterFunc(ctx, func() { _ = str.SetDeadline(time.Now()) })
+	defer stop()
+	out.StartedAt = time.Now()
+	if _, err := str.Write(framed); err != nil {
+		out.Status, out.Err = Classify(err), fmt.Errorf("write query: %w", err)
+		return out
+	}
+	// RFC 9250 §4.2: the client MUST send the STREAM FIN after the query.
+	if err := str.Close(); err != nil {
+		out.Status, out.Err = Classify(err), fmt.Errorf("close stream: %w", err)
+		return out
+	}
+	raw, err := doq.ReadMessage(str, framing, doq.MaxMessageSize+2)
+	done := time.Now()
+	if err != nil {
+		str.CancelRead(doq.CodeProtocolError)
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
+		} else if !isQUICErr(err) {
+			err = fmt.Errorf("%w: %v", errBadLength, err)
+		}
+		out.Status, out.Err = Classify(err), err
+		return out
+	}
+	return finishQuery(out, q, raw, done)
+}
+
+// isQUICErr reports errors that come from the connection rather than the stream's bytes.
+func isQUICErr(err error) bool {
+	s := Classify(err)
+	return s != StatusError && s != StatusBadResponse
+}
+
+func tlsCipherName(id uint16) string {
+	if id == 0 {
+		return ""
+	}
+	return tls.CipherSuiteName(id)
+}

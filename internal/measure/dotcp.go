@@ -1,0 +1,40 @@
+package measure
+
+import (
+	"context"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/dnsmsg"
+)
+
+// tcpMeasurer is DNS over TCP (RFC 1035 §4.2.2, RFC 7766): handshake = the TCP 3-way
+// handshake (1 RTT).
+type tcpMeasurer struct{}
+
+func (tcpMeasurer) Protocol() Protocol { return DoTCP }
+
+func (tcpMeasurer) Measure(ctx context.Context, req *Request) *Result {
+	ctx, cancel := context.WithTimeout(ctx, req.timeout())
+	defer cancel()
+	res := &Result{Protocol: DoTCP}
+	c, start, hs, err := dialTCP(ctx, req)
+	res.StartedAt = start
+	if err != nil {
+		return res.fail(err)
+	}
+	defer c.Close()
+	res.Handshake, res.HasHandshake = hs, true
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	for i := 0; i < req.queries(); i++ {
+		q := tcpExchange(c, dnsmsg.Query{Name: req.name(), Type: req.QType, ID: newID(), TCPKeepalive: req.TCPKeepalive}, i)
+		res.Queries = append(res.Queries, q)
+		if q.Status != StatusOK {
+			break
+		}
+	}
+	if req.FastOpen {
+		res.TFO = tfoUsed(c.Conn)
+	}
+	return res.finish()
+}

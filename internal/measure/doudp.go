@@ -1,0 +1,83 @@
+package measure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/dnsmsg"
+)
+
+// maxUDPResponse bounds a UDP read (RFC 6891 §6.2.5 allows up to 65535).
+const maxUDPResponse = 65535
+
+// udpMeasurer is DNS over UDP (RFC 1035 §4.2.1): no session, one datagram each way.
+type udpMeasurer struct{}
+
+func (udpMeasurer) Protocol() Protocol { return DoUDP }
+
+func (udpMeasurer) Measure(ctx context.Context, req *Request) *Result {
+	ctx, cancel := context.WithTimeout(ctx, req.timeout())
+	defer cancel()
+	res := &Result{Protocol: DoUDP, StartedAt: time.Now()}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "udp", req.Addr.String()) // a fresh random source port
+	if err != nil {
+		return res.fail(err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+	for i := 0; i < req.queries(); i++ {
+		q := udpExchange(ctx, conn, dnsmsg.Query{Name: req.name(), Type: req.QType, ID: newID()}, i)
+		res.Queries = append(res.Queries, q)
+		if q.Status != StatusOK {
+			break
+		}
+	}
+	return res.finish()
+}
+
+func udpExchange(ctx context.Context, conn net.Conn, q dnsmsg.Query, seq int) Query {
+	out := Query{Seq: seq, KeepaliveTimeout: -1}
+	msg, err := dnsmsg.Build(q)
+	if err != nil {
+		out.Status, out.Err = StatusError, err
+		return out
+	}
+	out.StartedAt = time.Now()
+	if _, err := conn.Write(msg); err != nil {
+		out.Status, out.Err = Classify(err), fmt.Errorf("send query: %w", err)
+		return out
+	}
+	buf := make([]byte, maxUDPResponse)
+	var lastBad error
+	for {
+		n, err := conn.Read(buf)
+		done := time.Now()
+		if err != nil {
+			if lastBad != nil && ctx.Err() != nil {
+				// Only wrong answers arrived before the deadline.
+				out.Status, out.Err = StatusBadResponse, lastBad
+				return out
+			}
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
+			}
+			out.Status, out.Err = Classify(err), err
+			return out
+		}
+		r := finishQuery(out, q, buf[:n], done)
+		if r.Status == StatusOK {
+			return r
+		}
+		// A datagram that is not our answer (wrong ID or garbage) may be an off-path
+		// injection (RFC 5452 §9.1): keep listening until the deadline.
+		lastBad = r.Err
+		if !errors.Is(r.Err, dnsmsg.ErrBadResponse) {
+			return r
+		}
+	}
+}

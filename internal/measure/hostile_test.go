@@ -1,0 +1,95 @@
+package measure_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/measuretest"
+)
+
+// hostileTimeout is the per-exchange timeout against hostile servers; every exchange must
+// end within it (plus slack for a loaded machine).
+const (
+	hostileTimeout = 800 * time.Millisecond
+	hostileSlack   = 400 * time.Millisecond
+)
+
+// expected classification of each hostile behaviour per protocol. DoH has no "wrong
+// length" (HTTP frames the body): the test server answers 503 there instead.
+func expected(p measure.Protocol, b measuretest.Behavior) measure.Status {
+	switch b {
+	case measuretest.Stall:
+		return measure.StatusTimeout
+	case measuretest.Reset:
+		if p == measure.DoUDP {
+			return measure.StatusBadResponse // UDP has no reset: a truncated message
+		}
+		return measure.StatusReset
+	case measuretest.WrongLength:
+		if p == measure.DoH || p == measure.DoH3 {
+			return measure.StatusHTTPError
+		}
+	}
+	return measure.StatusBadResponse
+}
+
+func TestHostileServersAreClassified(t *testing.T) {
+	for i, b := range measuretest.Behaviors {
+		s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.4", Behavior: b})
+		_ = i
+		for _, p := range measure.Protocols {
+			t.Run(string(b)+"/"+string(p), func(t *testing.T) {
+				t.Parallel()
+				m, _ := measure.For(p)
+				req := target(s, p)
+				req.Timeout = hostileTimeout
+				begin := time.Now()
+				res := m.Measure(context.Background(), req)
+				took := time.Since(begin)
+				if want := expected(p, b); res.Status != want {
+					t.Errorf("status %s (%v), want %s", res.Status, res.Err, want)
+				}
+				if res.Status != measure.StatusOK && res.Err == nil {
+					t.Error("failure without an error detail")
+				}
+				if took > hostileTimeout+hostileSlack {
+					t.Errorf("took %v, timeout %v", took, hostileTimeout)
+				}
+			})
+		}
+	}
+}
+
+func TestRefused(t *testing.T) {
+	for _, p := range []measure.Protocol{measure.DoUDP, measure.DoTCP, measure.DoT, measure.DoH} {
+		network := "tcp"
+		if p == measure.DoUDP {
+			network = "udp"
+		}
+		m, _ := measure.For(p)
+		res := m.Measure(context.Background(), &measure.Request{Addr: measuretest.UnusedPort(t, network, "127.0.0.5"), Timeout: time.Second})
+		if res.Status != measure.StatusConnRefused {
+			t.Errorf("%s: %s %v", p, res.Status, res.Err)
+		}
+	}
+	// QUIC to a closed port: the ICMP error reaches quic-go, which keeps trying until
+	// the handshake timeout; either classification is honest.
+	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
+		m, _ := measure.For(p)
+		res := m.Measure(context.Background(), &measure.Request{Addr: measuretest.UnusedPort(t, "udp", "127.0.0.5"), Timeout: 500 * time.Millisecond})
+		if res.Status != measure.StatusConnRefused && res.Status != measure.StatusTimeout {
+			t.Errorf("%s: %s %v", p, res.Status, res.Err)
+		}
+	}
+}
+
+func TestALPNMismatch(t *testing.T) {
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5"})
+	m, _ := measure.For(measure.DoQ)
+	res := m.Measure(context.Background(), &measure.Request{Addr: s.DoQ, ALPN: []string{"doq-i02"}, Timeout: time.Second})
+	if res.Status != measure.StatusALPNMismatch {
+		t.Errorf("%s %v", res.Status, res.Err)
+	}
+}

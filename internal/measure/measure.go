@@ -1,0 +1,254 @@
+// Package measure times DNS exchanges over DoUDP, DoTCP, DoT, DoH (HTTP/2), DoQ and DoH3
+// behind one context-taking interface. Every exchange returns its phases timed
+// separately, as the study defines them (Kosek et al., PAM 2022, Sect. 4):
+//
+//   - handshake time: first packet of the session establishment sent -> session
+//     established (TCP: 3-way handshake; DoT/DoH: TCP + TLS; DoQ/DoH3: QUIC handshake
+//     complete at the client);
+//   - resolve time: first packet of the DNS query sent -> valid DNS response received.
+//
+// plus what was negotiated (TLS version and cipher, QUIC version, ALPN, token, Retry,
+// Version Negotiation, resumption, 0-RTT, TFO) and a classified Status.
+package measure
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// Protocol names, as in schema.sql measurements.protocol.
+type Protocol string
+
+const (
+	DoUDP Protocol = "doudp" // RFC 1035 §4.2.1
+	DoTCP Protocol = "dotcp" // RFC 1035 §4.2.2, RFC 7766
+	DoT   Protocol = "dot"   // RFC 7858
+	DoH   Protocol = "doh"   // RFC 8484 over HTTP/2 (RFC 9113)
+	DoQ   Protocol = "doq"   // RFC 9250
+	DoH3  Protocol = "doh3"  // RFC 8484 over HTTP/3 (RFC 9114)
+)
+
+// Default ports per protocol.
+const (
+	PortDNS   = 53  // RFC 1035 §4.2
+	PortDoT   = 853 // RFC 7858 §3.1
+	PortHTTPS = 443 // RFC 8484 §1 (https)
+	PortDoQ   = 853 // RFC 9250 §8.2
+)
+
+// Mode is how sessions are set up, as in schema.sql measurements.mode.
+type Mode string
+
+const (
+	ModeFresh      Mode = "fresh"      // a new session per query, no resumption (the study)
+	ModeResumed    Mode = "resumed"    // TLS session ticket from the warm-up (RFC 8446 §2.2)
+	Mode0RTT       Mode = "0rtt"       // early data where the server allows it (RFC 8446 §2.3, RFC 9001 §4.6)
+	ModePersistent Mode = "persistent" // several queries on one session
+)
+
+// Modes lists the valid modes.
+var Modes = []Mode{ModeFresh, ModeResumed, Mode0RTT, ModePersistent}
+
+// KeyShare names the ClientHello key share, as stored in measurements.key_share.
+type KeyShare string
+
+const (
+	// KeyShareX25519 is what 2021-era clients sent: one Initial.
+	KeyShareX25519 KeyShare = "x25519"
+	// KeyShareMLKEM is Go's default hybrid X25519MLKEM768: the ClientHello spans two
+	// Initials, which doubles the server's anti-amplification budget (RFC 9000 §8.1).
+	KeyShareMLKEM KeyShare = "x25519mlkem768"
+)
+
+// Curves returns the tls.Config.CurvePreferences for k (nil: Go's default).
+func (k KeyShare) Curves() ([]tls.CurveID, error) {
+	switch k {
+	case KeyShareX25519:
+		return []tls.CurveID{tls.X25519}, nil
+	case KeyShareMLKEM, "":
+		return []tls.CurveID{tls.X25519MLKEM768, tls.X25519}, nil
+	}
+	return nil, fmt.Errorf("unknown key share %q", k)
+}
+
+// DoH variants.
+const (
+	VariantGET  = "GET"  // RFC 8484 §4.1 (dns= parameter, base64url)
+	VariantPOST = "POST" // RFC 8484 §4.1 (application/dns-message body)
+)
+
+// DefaultTimeout is the per-exchange timeout (the study's 5 s).
+const DefaultTimeout = 5 * time.Second
+
+// Peer carries what a warm-up leaves for the measured exchange with the same resolver:
+// TLS session tickets, QUIC NEW_TOKEN tokens (RFC 9000 §8.1.3) and the negotiated QUIC
+// version. One Peer per (resolver, protocol, port): the measured connection then presents
+// exactly its own warm-up's token.
+type Peer struct {
+	mu          sync.Mutex
+	Sessions    tls.ClientSessionCache
+	Tokens      quic.TokenStore
+	QUICVersion quic.Version // 0 until a connection negotiated one
+}
+
+// NewPeer returns empty per-resolver state.
+func NewPeer() *Peer {
+	return &Peer{Sessions: tls.NewLRUClientSessionCache(4), Tokens: quic.NewLRUTokenStore(1, 4)}
+}
+
+func (p *Peer) version() quic.Version {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.QUICVersion
+}
+
+func (p *Peer) setVersion(v quic.Version) {
+	p.mu.Lock()
+	p.QUICVersion = v
+	p.mu.Unlock()
+}
+
+// Request is one exchange to make: a session (unless DoUDP) and Queries queries on it.
+type Request struct {
+	Addr       netip.AddrPort
+	ServerName string // SNI; empty: none (as the study)
+	Name       string // query name; "test.com" when empty
+	QType      uint16 // dns.TypeA when zero
+	Timeout    time.Duration
+	Mode       Mode
+	Queries    int // persistent mode: queries on the session (>= 1)
+	KeyShare   KeyShare
+	Variant    string   // DoH/DoH3: GET or POST
+	ALPN       []string // DoQ: the ALPN(s) to offer (the verified one); default "doq"
+	Path       string   // DoH: URL path; "/dns-query" when empty
+	Peer       *Peer    // state shared between warm-up and measured exchange; nil: fresh
+	// TCPKeepalive adds edns-tcp-keepalive to TCP-based queries (RFC 7828).
+	TCPKeepalive bool
+	// FastOpen asks for TCP Fast Open (RFC 7413) on TCP-based protocols.
+	FastOpen bool
+}
+
+func (r *Request) name() string {
+	if r.Name == "" {
+		return "test.com"
+	}
+	return r.Name
+}
+
+func (r *Request) timeout() time.Duration {
+	if r.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return r.Timeout
+}
+
+func (r *Request) queries() int {
+	if r.Mode == ModePersistent && r.Queries > 1 {
+		return r.Queries
+	}
+	return 1
+}
+
+// Query is the outcome of one DNS query of an exchange.
+type Query struct {
+	Seq       int
+	StartedAt time.Time
+	Resolve   time.Duration // valid only when Status is ok
+	Status    Status
+	Err       error
+	Rcode     int
+	Answers   []string
+	// KeepaliveTimeout: edns-tcp-keepalive timeout from the response, -1 if absent.
+	KeepaliveTimeout int
+}
+
+// Result is the outcome of one exchange.
+type Result struct {
+	Protocol  Protocol
+	StartedAt time.Time
+	// Handshake is set for session protocols once the session is established.
+	Handshake    time.Duration
+	HasHandshake bool
+	// HandshakeWall is the wall-clock handshake around the library call (DoQ/DoH3, where
+	// Handshake comes from the qlog's packet timestamps); 0 when equal to Handshake.
+	HandshakeWall time.Duration
+	Status        Status // of the whole exchange: the first failure, or ok
+	Err           error
+	Queries       []Query
+
+	TLSVersion    uint16
+	TLSCipher     string
+	QUICVersion   uint32
+	ALPN          string
+	TokenReceived *bool
+	TokenUsed     *bool
+	RetrySeen     *bool
+	VNSeen        *bool
+	Resumed       *bool
+	Used0RTT      *bool
+	TFO           *bool
+	// Qlog is the client's qlog (JSON-SEQ) of a QUIC connection, uncompressed.
+	Qlog []byte
+}
+
+// First returns the first query (a zero Query if none ran).
+func (r *Result) First() Query {
+	if len(r.Queries) == 0 {
+		return Query{Status: r.Status, Err: r.Err}
+	}
+	return r.Queries[0]
+}
+
+func (r *Result) fail(err error) *Result {
+	r.Status, r.Err = Classify(err), err
+	return r
+}
+
+// finish sets the exchange status from its queries.
+func (r *Result) finish() *Result {
+	r.Status = StatusOK
+	for _, q := range r.Queries {
+		if q.Status != StatusOK {
+			r.Status, r.Err = q.Status, q.Err
+			break
+		}
+	}
+	return r
+}
+
+// Measurer is one protocol's client. Measure never returns without a classified Status
+// and returns within the request's timeout (plus scheduling slack).
+type Measurer interface {
+	Protocol() Protocol
+	Measure(ctx context.Context, req *Request) *Result
+}
+
+// For returns the measurer of protocol p.
+func For(p Protocol) (Measurer, error) {
+	switch p {
+	case DoUDP:
+		return udpMeasurer{}, nil
+	case DoTCP:
+		return tcpMeasurer{}, nil
+	case DoT:
+		return dotMeasurer{}, nil
+	case DoH:
+		return dohMeasurer{}, nil
+	case DoQ:
+		return doqMeasurer{}, nil
+	case DoH3:
+		return doh3Measurer{}, nil
+	}
+	return nil, fmt.Errorf("unknown protocol %q", p)
+}
+
+// Protocols lists every protocol in measuring order.
+var Protocols = []Protocol{DoUDP, DoTCP, DoT, DoH, DoQ, DoH3}
+
+func boolp(b bool) *bool { return &b }

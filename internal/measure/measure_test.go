@@ -1,0 +1,85 @@
+package measure_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/measuretest"
+)
+
+func target(s *measuretest.Servers, p measure.Protocol) *measure.Request {
+	r := &measure.Request{Timeout: 3 * time.Second, KeyShare: measure.KeyShareX25519}
+	switch p {
+	case measure.DoUDP:
+		r.Addr = s.UDP
+	case measure.DoTCP:
+		r.Addr = s.TCP
+	case measure.DoT:
+		r.Addr = s.DoT
+	case measure.DoH:
+		r.Addr = s.DoH
+	case measure.DoQ:
+		r.Addr = s.DoQ
+	case measure.DoH3:
+		r.Addr = s.DoH3
+	}
+	return r
+}
+
+func TestEveryProtocolAnswers(t *testing.T) {
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.2"})
+	for _, p := range measure.Protocols {
+		variants := []string{""}
+		if p == measure.DoH || p == measure.DoH3 {
+			variants = []string{measure.VariantGET, measure.VariantPOST}
+		}
+		for _, v := range variants {
+			t.Run(string(p)+v, func(t *testing.T) {
+				m, err := measure.For(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req := target(s, p)
+				req.Variant = v
+				req.Peer = measure.NewPeer()
+				res := m.Measure(context.Background(), req)
+				if res.Status != measure.StatusOK {
+					t.Fatalf("status %s: %v", res.Status, res.Err)
+				}
+				q := res.First()
+				if q.Rcode != 0 || len(q.Answers) != 1 || q.Answers[0] != s.Answer.String() {
+					t.Fatalf("answer %+v, want %s", q, s.Answer)
+				}
+				if q.Resolve <= 0 {
+					t.Fatalf("resolve %v", q.Resolve)
+				}
+				if p == measure.DoUDP {
+					if res.HasHandshake {
+						t.Fatal("DoUDP has no handshake")
+					}
+					return
+				}
+				if !res.HasHandshake || res.Handshake <= 0 {
+					t.Fatalf("handshake %v", res.Handshake)
+				}
+				if p == measure.DoTCP {
+					return
+				}
+				if res.TLSVersion != 0x0304 || res.TLSCipher == "" || res.ALPN == "" {
+					t.Fatalf("tls %x %q alpn %q", res.TLSVersion, res.TLSCipher, res.ALPN)
+				}
+				if p == measure.DoQ || p == measure.DoH3 {
+					if res.QUICVersion != 1 || len(res.Qlog) == 0 {
+						t.Fatalf("quic version %x, qlog %d bytes", res.QUICVersion, len(res.Qlog))
+					}
+					if os.Getenv("QLOG_DUMP") != "" {
+						os.WriteFile(os.Getenv("QLOG_DUMP"), res.Qlog, 0o644)
+					}
+				}
+			})
+		}
+	}
+}

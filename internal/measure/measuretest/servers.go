@@ -1,0 +1,539 @@
+package measuretest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// Behavior is how a server answers.
+type Behavior string
+
+const (
+	Normal      Behavior = ""             // a valid answer
+	Stall       Behavior = "stall"        // read the query, never answer
+	Garbage     Behavior = "garbage"      // random bytes instead of a DNS message
+	Endless     Behavior = "endless"      // an endless stream of bytes
+	WrongLength Behavior = "wrong-length" // length prefix larger than the message, then FIN/close
+	Reset       Behavior = "reset"        // TCP RST / QUIC stream reset / HTTP/2 RST_STREAM
+)
+
+// Behaviors lists the hostile behaviours.
+var Behaviors = []Behavior{Stall, Garbage, Endless, WrongLength, Reset}
+
+// DoQ ALPN the test server speaks (RFC 9250 §4.1.1).
+const alpnDoQ = "doq"
+
+// Config configures one set of servers on one loopback address.
+type Config struct {
+	Host       string        // 127.0.0.x; default 127.0.0.1
+	Answer     netip.Addr    // the A record answered; default 192.0.2.1
+	Delay      time.Duration // added before every answer (a known resolve time)
+	Behavior   Behavior
+	ChainBytes int  // certificate chain size (0: one small certificate)
+	Retry      bool // DoQ/DoH3: force Retry (Transport.VerifySourceAddress)
+	// IgnoreTokens makes NEW_TOKEN tokens useless (they expire at once): the server
+	// issues them but does not honour them, as the study found resolvers doing.
+	IgnoreTokens bool
+	Allow0RTT    bool
+	// QUICVersions the QUIC servers speak (default quic-go's v1, v2); v2 alone makes a
+	// v1-first client go through Version Negotiation.
+	QUICVersions []quic.Version
+	// DropDatagrams: indices (0-based) of the DoQ server's outgoing datagrams to drop.
+	DropDatagrams []int
+	// QUICDelay delays every datagram the QUIC servers send: an emulated RTT on
+	// loopback (the testbed's delay line does this for every protocol).
+	QUICDelay time.Duration
+	Cert      *tls.Certificate // reuse a certificate (generation is not free)
+}
+
+// Servers are the running servers' addresses.
+type Servers struct {
+	UDP, TCP, DoT, DoH, DoQ, DoH3 netip.AddrPort
+	Cert                          tls.Certificate
+	Answer                        netip.Addr
+	mu                            sync.Mutex
+	queries                       int
+}
+
+// Queries returns how many queries the servers saw.
+func (s *Servers) Queries() int { s.mu.Lock(); defer s.mu.Unlock(); return s.queries }
+
+func (s *Servers) count() { s.mu.Lock(); s.queries++; s.mu.Unlock() }
+
+// Start starts all six servers; they stop when the test ends.
+func Start(tb testing.TB, cfg Config) *Servers {
+	tb.Helper()
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	if !cfg.Answer.IsValid() {
+		cfg.Answer = netip.MustParseAddr("192.0.2.1")
+	}
+	s := &Servers{Answer: cfg.Answer}
+	if cfg.Cert != nil {
+		s.Cert = *cfg.Cert
+	} else {
+		c, err := Certificate(cfg.ChainBytes)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		s.Cert = c
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	s.startUDP(tb, ctx, cfg)
+	s.startTCP(tb, ctx, cfg, false)
+	s.startTCP(tb, ctx, cfg, true)
+	s.startDoH(tb, ctx, cfg)
+	s.startQUIC(tb, ctx, cfg, false)
+	s.startQUIC(tb, ctx, cfg, true)
+	return s
+}
+
+// answer builds the response to raw, or nil when raw is not a query.
+func (s *Servers) answer(cfg Config, raw []byte) []byte {
+	q := new(dns.Msg)
+	if err := q.Unpack(raw); err != nil || len(q.Question) == 0 {
+		return nil
+	}
+	s.count()
+	r := new(dns.Msg)
+	r.SetReply(q)
+	r.RecursionAvailable = true
+	if q.Question[0].Qtype == dns.TypeA {
+		r.Answer = append(r.Answer, &dns.A{
+			Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300},
+			A:   cfg.Answer.AsSlice(),
+		})
+	}
+	if o := q.IsEdns0(); o != nil {
+		ro := r.SetEdns0(1232, false).IsEdns0()
+		for _, opt := range o.Option {
+			if _, ok := opt.(*dns.EDNS0_TCP_KEEPALIVE); ok {
+				ro.Option = append(ro.Option, &dns.EDNS0_TCP_KEEPALIVE{Code: dns.EDNS0TCPKEEPALIVE, Timeout: 100})
+			}
+		}
+	}
+	b, err := r.Pack()
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+func garbage(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	b[2] &^= 0x80 // never a valid response by chance: QR clear
+	return b
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func addrOf(a net.Addr) netip.AddrPort {
+	switch a := a.(type) {
+	case *net.UDPAddr:
+		return a.AddrPort()
+	case *net.TCPAddr:
+		return a.AddrPort()
+	}
+	return netip.AddrPort{}
+}
+
+// ---- DoUDP ------------------------------------------------------------------------
+
+func (s *Servers) startUDP(tb testing.TB, ctx context.Context, cfg Config) {
+	pc, err := net.ListenPacket("udp", net.JoinHostPort(cfg.Host, "0"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.UDP = addrOf(pc.LocalAddr())
+	if cfg.Behavior == Normal {
+		srv := &dns.Server{PacketConn: pc, Handler: s.miekgHandler(cfg)}
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		go func() { _ = srv.ActivateAndServe() }()
+		<-started
+		tb.Cleanup(func() { _ = srv.Shutdown() })
+		return
+	}
+	tb.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 65535)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			switch cfg.Behavior {
+			case Garbage, WrongLength:
+				_, _ = pc.WriteTo(garbage(40), from)
+			case Endless:
+				for i := 0; i < 16; i++ {
+					_, _ = pc.WriteTo(garbage(1200), from)
+				}
+			case Reset: // nothing like a reset in UDP: answer with a truncated message
+				if a := s.answer(cfg, buf[:n]); a != nil {
+					_, _ = pc.WriteTo(a[:len(a)/2], from)
+				}
+			}
+		}
+	}()
+}
+
+func (s *Servers) miekgHandler(cfg Config) dns.Handler {
+	return dns.HandlerFunc(func(w dns.ResponseWriter, m *dns.Msg) {
+		raw, err := m.Pack()
+		if err != nil {
+			return
+		}
+		sleepCtx(context.Background(), cfg.Delay)
+		if a := s.answer(cfg, raw); a != nil {
+			_, _ = w.Write(a)
+		}
+	})
+}
+
+// ---- DoTCP / DoT ------------------------------------------------------------------
+
+func (s *Servers) startTCP(tb testing.TB, ctx context.Context, cfg Config, useTLS bool) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, "0"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if useTLS {
+		s.DoT = addrOf(ln.Addr())
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{"dot"}})
+	} else {
+		s.TCP = addrOf(ln.Addr())
+	}
+	if cfg.Behavior == Normal {
+		srv := &dns.Server{Listener: ln, Handler: s.miekgHandler(cfg)}
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		go func() { _ = srv.ActivateAndServe() }()
+		<-started
+		tb.Cleanup(func() { _ = srv.Shutdown() })
+		return
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go s.hostileStream(ctx, cfg, c, func() {
+				if tc, ok := c.(*net.TCPConn); ok {
+					_ = tc.SetLinger(0)
+				} else if tl, ok := c.(*tls.Conn); ok {
+					if tc, ok := tl.NetConn().(*net.TCPConn); ok {
+						_ = tc.SetLinger(0)
+					}
+				}
+				c.Close()
+			})
+		}
+	}()
+}
+
+// hostileStream serves one length-prefixed stream with a hostile behaviour.
+func (s *Servers) hostileStream(ctx context.Context, cfg Config, c io.ReadWriteCloser, reset func()) {
+	defer c.Close()
+	var l [2]byte
+	if _, err := io.ReadFull(c, l[:]); err != nil {
+		return
+	}
+	q := make([]byte, binary.BigEndian.Uint16(l[:]))
+	if _, err := io.ReadFull(c, q); err != nil {
+		return
+	}
+	s.count()
+	switch cfg.Behavior {
+	case Stall:
+		<-ctx.Done()
+	case Garbage:
+		g := garbage(40)
+		_, _ = c.Write(append([]byte{0, byte(len(g))}, g...))
+	case Endless:
+		chunk := garbage(4096)
+		for ctx.Err() == nil {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	case WrongLength:
+		a := s.answer(cfg, q)
+		_, _ = c.Write(append([]byte{0xff, 0xff}, a...))
+	case Reset:
+		reset()
+	}
+}
+
+// ---- DoH (HTTP/2) -----------------------------------------------------------------
+
+func (s *Servers) dohHandler(ctx context.Context, cfg Config) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var raw []byte
+		var err error
+		if r.Method == http.MethodPost {
+			raw, err = io.ReadAll(io.LimitReader(r.Body, 65535))
+		} else {
+			raw, err = base64.RawURLEncoding.DecodeString(r.URL.Query().Get("dns"))
+		}
+		if err != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		switch cfg.Behavior {
+		case Stall:
+			s.count()
+			select {
+			case <-r.Context().Done():
+			case <-ctx.Done():
+			}
+			return
+		case Garbage:
+			s.count()
+			w.Header().Set("Content-Type", "application/dns-message")
+			_, _ = w.Write(garbage(40))
+			return
+		case Endless:
+			s.count()
+			w.Header().Set("Content-Type", "application/dns-message")
+			chunk := garbage(4096)
+			for ctx.Err() == nil && r.Context().Err() == nil {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+			return
+		case WrongLength: // the HTTP analogue: an error status
+			s.count()
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		case Reset:
+			s.count()
+			panic(http.ErrAbortHandler)
+		}
+		sleepCtx(ctx, cfg.Delay)
+		a := s.answer(cfg, raw)
+		if a == nil {
+			http.Error(w, "bad query", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/dns-message")
+		_, _ = w.Write(a)
+	})
+}
+
+func (s *Servers) startDoH(tb testing.TB, ctx context.Context, cfg Config) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, "0"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.DoH = addrOf(ln.Addr())
+	srv := &http.Server{
+		Handler:   s.dohHandler(ctx, cfg),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{"h2"}},
+		ErrorLog:  nil,
+	}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	tb.Cleanup(func() { _ = srv.Close() })
+}
+
+// ---- DoQ / DoH3 -------------------------------------------------------------------
+
+// shapedConn drops the listed outgoing datagrams (0-based indices) and delays the others
+// by a fixed one-way delay, in order: an emulated path for the QUIC servers on loopback.
+type shapedConn struct {
+	net.PacketConn
+	mu    sync.Mutex
+	n     int
+	drop  map[int]bool
+	delay time.Duration
+	queue chan delayed
+}
+
+type delayed struct {
+	due  time.Time
+	b    []byte
+	addr net.Addr
+}
+
+func (c *shapedConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	c.mu.Lock()
+	i := c.n
+	c.n++
+	c.mu.Unlock()
+	if c.drop[i] {
+		return len(b), nil
+	}
+	if c.delay <= 0 {
+		return c.PacketConn.WriteTo(b, addr)
+	}
+	c.queue <- delayed{due: time.Now().Add(c.delay), b: append([]byte(nil), b...), addr: addr}
+	return len(b), nil
+}
+
+func (c *shapedConn) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d := <-c.queue:
+			if w := time.Until(d.due); w > 0 {
+				t := time.NewTimer(w)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return
+				}
+			}
+			_, _ = c.PacketConn.WriteTo(d.b, d.addr)
+		}
+	}
+}
+
+func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 bool) {
+	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(cfg.Host), 0)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var pc net.PacketConn = udp
+	if len(cfg.DropDatagrams) > 0 || cfg.QUICDelay > 0 {
+		sc := &shapedConn{PacketConn: udp, drop: map[int]bool{}, delay: cfg.QUICDelay, queue: make(chan delayed, 4096)}
+		for _, i := range cfg.DropDatagrams {
+			sc.drop[i] = true
+		}
+		go sc.run(ctx)
+		pc = sc
+	}
+	tr := &quic.Transport{Conn: pc}
+	if cfg.Retry {
+		tr.VerifySourceAddress = func(net.Addr) bool { return true }
+	}
+	if cfg.IgnoreTokens {
+		tr.MaxTokenAge = time.Nanosecond
+	}
+	alpn := alpnDoQ
+	if h3 {
+		alpn = http3.NextProtoH3
+	}
+	tconf := &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{alpn}}
+	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT, MaxIdleTimeout: 10 * time.Second, Versions: cfg.QUICVersions}
+	if h3 {
+		s.DoH3 = addrOf(udp.LocalAddr())
+		srv := &http3.Server{Handler: s.dohHandler(ctx, cfg), TLSConfig: tconf, QUICConfig: qconf}
+		ln, err := tr.ListenEarly(http3.ConfigureTLSConfig(tconf), qconf)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		go func() { _ = srv.ServeListener(ln) }()
+		tb.Cleanup(func() { _ = srv.Close(); _ = tr.Close(); udp.Close() })
+		return
+	}
+	s.DoQ = addrOf(udp.LocalAddr())
+	ln, err := tr.ListenEarly(tconf, qconf)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close(); _ = tr.Close(); udp.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept(ctx)
+			if err != nil {
+				return
+			}
+			go s.serveDoQ(ctx, cfg, conn)
+		}
+	}()
+}
+
+func (s *Servers) serveDoQ(ctx context.Context, cfg Config, conn *quic.Conn) {
+	for {
+		str, err := conn.AcceptStream(ctx)
+		if err != nil {
+			return
+		}
+		go func() {
+			if cfg.Behavior != Normal {
+				s.hostileStream(ctx, cfg, &doqStream{str}, func() { str.CancelWrite(0x2) })
+				return
+			}
+			defer str.Close()
+			raw, err := io.ReadAll(io.LimitReader(str, 65537))
+			if err != nil || len(raw) < 2 {
+				str.CancelWrite(0x2)
+				return
+			}
+			sleepCtx(ctx, cfg.Delay)
+			a := s.answer(cfg, raw[2:])
+			if a == nil {
+				str.CancelWrite(0x2)
+				return
+			}
+			out := make([]byte, 2+len(a))
+			binary.BigEndian.PutUint16(out, uint16(len(a)))
+			copy(out[2:], a)
+			_, _ = str.Write(out)
+		}()
+	}
+}
+
+// doqStream closes only the send side on Close (the FIN), as a DoQ server does.
+type doqStream struct{ *quic.Stream }
+
+func (d *doqStream) Close() error { return d.Stream.Close() }
+
+// ErrNoServer is returned by Unused when no free port could be found.
+var ErrNoServer = errors.New("no free port")
+
+// UnusedPort returns a loopback UDP/TCP address where nothing listens (ICMP port
+// unreachable / RST), found by binding and closing.
+func UnusedPort(tb testing.TB, network, host string) netip.AddrPort {
+	switch network {
+	case "udp":
+		pc, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		a := addrOf(pc.LocalAddr())
+		pc.Close()
+		return a
+	default:
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		a := addrOf(ln.Addr())
+		ln.Close()
+		return a
+	}
+}

@@ -1,0 +1,419 @@
+// Package qlogana explains a QUIC handshake from the client's qlog (JSON-SEQ, as
+// written by quic-go's qlogwriter): how many round trips it took and why — Version
+// Negotiation (RFC 9000 §6), Retry (RFC 9000 §8.1.2), an anti-amplification stall (the
+// server stopped at 3x the client's bytes, RFC 9000 §8.1, and waited for more from the
+// client before sending the rest of its flight), or loss and retransmission.
+//
+// quic-go has no qlog event for "blocked by the amplification limit", so the stall is
+// inferred from the packet exchange: the server's bytes in its first flight are close to
+// three times what we sent before it, and more Handshake CRYPTO arrives one round trip
+// later, after our ACK.
+package qlogana
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// AmplificationFactor is the server's budget before address validation (RFC 9000 §8.1).
+const AmplificationFactor = 3
+
+// stallFillRatio: a first flight of at least this fraction of the 3x budget counts as
+// "the server used its budget" (packets do not fill the budget to the byte).
+const stallFillRatio = 0.75
+
+// flightGapRatio: a received packet starts a new server flight when we sent something
+// since the previous one and at least this fraction of an RTT passed.
+const flightGapRatio = 0.5
+
+// maxRecords bounds the work on a hostile or huge input.
+const maxRecords = 1 << 20
+
+// recordSeparator separates JSON-SEQ records (RFC 7464 §2).
+const recordSeparator = 0x1e
+
+// Cause classes, as in schema.sql handshake_analyses.cause.
+const (
+	Cause1RTT               = "1rtt"
+	CauseRetry              = "retry"
+	CauseVersionNegotiation = "version-negotiation"
+	CauseAmplification      = "amplification"
+	CauseLoss               = "loss"
+	CauseMultiple           = "multiple"
+	CauseUnknown            = "unknown"
+)
+
+// ErrNoHandshake is returned when the qlog holds no packet exchange at all.
+var ErrNoHandshake = errors.New("qlog holds no QUIC packets")
+
+// Options tune an analysis.
+type Options struct {
+	// RTTNS is the path RTT measured separately (the VN probe); 0: take the smallest
+	// RTT sample from the qlog itself.
+	RTTNS int64
+}
+
+// Analysis is what the qlog says about the handshake.
+type Analysis struct {
+	HandshakeNS        int64 // first packet sent -> handshake complete (0: never completed)
+	RTTNS              int64 // the RTT the analysis used (Options.RTTNS or the qlog's min_rtt)
+	RoundTrips         int   // server flights until the handshake completed
+	OneRTT             bool
+	VersionNegotiation bool
+	Retry              bool
+	AmplificationStall bool
+	Loss               bool
+	TokenUsed          bool // our first Initial carried a token (if the qlog logs sent tokens; quic-go does not)
+	TokenReceived      bool // a NEW_TOKEN frame arrived
+	ClientInitialBytes int  // our bytes before the server's first flight (final attempt)
+	ServerBytesPreAck  int  // the server's bytes in its first flight (final attempt)
+	StallNS            int64
+	LostPackets        int
+	Retransmissions    int
+	Cause              string
+	Flights            []Flight
+}
+
+// Flight is one server flight: packets received together.
+type Flight struct {
+	StartNS, EndNS int64
+	Bytes          int
+	HandshakeCrypt bool // carries Handshake-level CRYPTO
+	Types          []string
+}
+
+type record struct {
+	Time *float64        `json:"time"`
+	Name string          `json:"name"`
+	Data json.RawMessage `json:"data"`
+}
+
+type packetData struct {
+	Header struct {
+		PacketType string          `json:"packet_type"`
+		Token      json.RawMessage `json:"token"`
+	} `json:"header"`
+	Raw struct {
+		Length int `json:"length"`
+	} `json:"raw"`
+	Frames []struct {
+		FrameType string `json:"frame_type"`
+		Offset    int64  `json:"offset"`
+		Length    int64  `json:"length"`
+	} `json:"frames"`
+}
+
+type packet struct {
+	t      int64
+	sent   bool
+	ptype  string
+	length int
+	token  bool
+	crypto [][2]int64 // offset, length
+	frames []string
+}
+
+// Analyze parses a client qlog and explains its handshake. It never panics on any input.
+func Analyze(qlog []byte, opts ...Options) (*Analysis, error) {
+	var opt Options
+	if len(opts) > 0 {
+		opt = opts[0]
+	}
+	var (
+		pkts       []packet
+		completeNS int64 = -1
+		minRTT     float64
+		lostAt     []int64
+		haveMinRTT bool
+		n          int
+		firstRef   time.Time
+		offset     int64
+	)
+	for _, rec := range bytes.Split(qlog, []byte{recordSeparator}) {
+		rec = bytes.TrimSpace(rec)
+		if len(rec) == 0 {
+			continue
+		}
+		if n++; n > maxRecords {
+			return nil, fmt.Errorf("qlog has more than %d records", maxRecords)
+		}
+		var r record
+		if err := json.Unmarshal(rec, &r); err != nil {
+			continue // a record cut short by a crash: skip it
+		}
+		if r.Time == nil || r.Name == "" {
+			// A trace header. quic-go starts a new trace per connection attempt (after
+			// Version Negotiation); each trace's times are relative to its own wall-clock
+			// reference, so later traces are shifted onto the first one's time line.
+			if ref, ok := referenceTime(rec); ok {
+				if firstRef.IsZero() {
+					firstRef = ref
+				}
+				if d := ref.Sub(firstRef); d >= 0 && d < time.Hour {
+					offset = d.Nanoseconds()
+				}
+			}
+			continue
+		}
+		ms := *r.Time
+		if math.IsNaN(ms) || math.IsInf(ms, 0) || math.Abs(ms) > 1e12 {
+			continue
+		}
+		t := int64(ms*1e6) + offset
+		switch r.Name {
+		case "transport:packet_sent", "transport:packet_received":
+			var d packetData
+			if err := json.Unmarshal(r.Data, &d); err != nil {
+				continue
+			}
+			p := packet{t: t, sent: r.Name == "transport:packet_sent", ptype: d.Header.PacketType, length: d.Raw.Length}
+			p.token = len(d.Header.Token) > 0 && string(d.Header.Token) != "null"
+			for _, f := range d.Frames {
+				p.frames = append(p.frames, f.FrameType)
+				if f.FrameType == "crypto" {
+					p.crypto = append(p.crypto, [2]int64{f.Offset, f.Length})
+				}
+			}
+			pkts = append(pkts, p)
+		case "quic:connection_state_updated":
+			var d struct {
+				New string `json:"new"`
+			}
+			if json.Unmarshal(r.Data, &d) == nil && d.New == "handshake_complete" && completeNS < 0 {
+				completeNS = t
+			}
+		case "recovery:metrics_updated":
+			var d struct {
+				MinRTT *float64 `json:"min_rtt"`
+			}
+			if json.Unmarshal(r.Data, &d) == nil && d.MinRTT != nil && *d.MinRTT > 0 && !math.IsInf(*d.MinRTT, 0) {
+				if !haveMinRTT || *d.MinRTT < minRTT {
+					minRTT, haveMinRTT = *d.MinRTT, true
+				}
+			}
+		case "recovery:packet_lost":
+			lostAt = append(lostAt, t)
+		}
+	}
+	if len(pkts) == 0 {
+		return nil, ErrNoHandshake
+	}
+	sort.SliceStable(pkts, func(i, j int) bool { return pkts[i].t < pkts[j].t })
+	a := &Analysis{}
+	for _, t := range lostAt {
+		if completeNS < 0 || t <= completeNS { // loss after the handshake does not explain it
+			a.LostPackets++
+		}
+	}
+	if opt.RTTNS > 0 {
+		a.RTTNS = opt.RTTNS
+	} else if haveMinRTT && minRTT < 1e9 {
+		a.RTTNS = int64(minRTT * 1e6)
+	}
+	start := int64(-1)
+	for _, p := range pkts {
+		if p.sent {
+			start = p.t
+			break
+		}
+	}
+	if start >= 0 && completeNS >= start {
+		a.HandshakeNS = completeNS - start
+	}
+	a.scan(pkts, completeNS)
+	a.classify()
+	return a, nil
+}
+
+// scan walks the packets: flags, retransmissions, flights and the stall test.
+func (a *Analysis) scan(pkts []packet, completeNS int64) {
+	firstInitial := true
+	clientRetrans, serverRetrans := 0, 0
+	sentCrypto := map[string]bool{}
+	recvCrypto := map[string]bool{}
+	gap := int64(float64(a.RTTNS) * flightGapRatio)
+	sentSince := true
+	lastProgress := int64(math.MinInt64)
+	preFlightBytes := 0
+	attemptClientBytes, attemptStartFlight := 0, 0
+	attemptFirstSend := int64(-1)
+	seenRecvInAttempt := false
+	for _, p := range pkts {
+		if p.sent && p.ptype == "initial" && firstInitial {
+			a.TokenUsed, firstInitial = p.token, false
+		}
+		for _, f := range p.frames {
+			if !p.sent && f == "new_token" {
+				a.TokenReceived = true
+			}
+		}
+		if completeNS >= 0 && p.t > completeNS {
+			continue // what happens after the handshake completed does not explain it
+		}
+		for _, c := range p.crypto {
+			k := fmt.Sprintf("%s/%d", p.ptype, c[0])
+			m := recvCrypto
+			if p.sent {
+				m = sentCrypto
+			}
+			if m[k] {
+				a.Retransmissions++
+				if p.sent {
+					clientRetrans++
+				} else {
+					serverRetrans++
+				}
+			}
+			m[k] = true
+		}
+		if !p.sent && p.ptype == "version_negotiation" {
+			a.VersionNegotiation = true
+		}
+		if !p.sent && p.ptype == "retry" {
+			a.Retry = true
+		}
+		if p.sent {
+			sentSince = true
+			// The budget of the server's first flight is what our first burst gave it.
+			// A PTO probe sent later (on a path longer than the client's initial PTO,
+			// ~200 ms in quic-go) raises the budget only after the first flight left.
+			if attemptFirstSend < 0 {
+				attemptFirstSend = p.t
+			}
+			if !seenRecvInAttempt && (gap <= 0 || p.t-attemptFirstSend < gap) {
+				attemptClientBytes += p.length
+			}
+			continue
+		}
+		// Only packets that move the handshake on (CRYPTO, Retry, VN) start a flight: a
+		// server's ACK-only reply to our first Initial (two Initials with a hybrid key
+		// share) belongs to the flight that answers the ClientHello.
+		progress := len(p.crypto) > 0 || p.ptype == "retry" || p.ptype == "version_negotiation"
+		if progress && (len(a.Flights) == 0 || (sentSince && p.t-lastProgress >= gap && p.t > lastProgress)) {
+			a.Flights = append(a.Flights, Flight{StartNS: p.t, Bytes: preFlightBytes})
+			preFlightBytes = 0
+		}
+		if len(a.Flights) == 0 {
+			preFlightBytes += p.length
+			continue
+		}
+		f := &a.Flights[len(a.Flights)-1]
+		f.EndNS, f.Bytes = p.t, f.Bytes+p.length
+		f.Types = appendUnique(f.Types, p.ptype)
+		if p.ptype == "handshake" && len(p.crypto) > 0 {
+			f.HandshakeCrypt = true
+		}
+		if progress {
+			lastProgress, sentSince = p.t, false
+		}
+		seenRecvInAttempt = true
+		if p.ptype == "retry" || p.ptype == "version_negotiation" {
+			// A new attempt starts: Initial state and the budget start over
+			// (RFC 9000 §6.2, §17.2.5.2).
+			attemptClientBytes, attemptStartFlight, seenRecvInAttempt, preFlightBytes = 0, len(a.Flights), false, 0
+			attemptFirstSend = -1
+			sentSince = true
+			// The new attempt resends the ClientHello from offset 0: not a retransmission.
+			clear(sentCrypto)
+			clear(recvCrypto)
+		}
+	}
+	a.RoundTrips = len(a.Flights)
+	// The stall test runs on the final attempt's first two flights.
+	att := a.Flights[min(attemptStartFlight, len(a.Flights)):]
+	a.ClientInitialBytes = attemptClientBytes
+	if len(att) > 0 {
+		a.ServerBytesPreAck = att[0].Bytes
+	}
+	// A stall: at some flight boundary of the final attempt, everything the server had
+	// sent so far is about its 3x budget, and the next flight carries more Handshake
+	// CRYPTO (the rest of its first flight, released by our ACK). Usually the boundary
+	// is the first one; a loaded client can split a flight, so every boundary is tried.
+	budget := AmplificationFactor * attemptClientBytes
+	cum := 0
+	for k := 0; k+1 < len(att) && attemptClientBytes > 0; k++ {
+		cum += att[k].Bytes
+		if cum > budget+amplificationSlack {
+			break
+		}
+		if float64(cum) >= stallFillRatio*float64(budget) && att[k+1].HandshakeCrypt {
+			a.AmplificationStall = true
+			a.ServerBytesPreAck = cum
+			a.StallNS = att[k+1].StartNS - att[k].EndNS
+			break
+		}
+	}
+	// Loss: quic-go declared a packet lost, or the server's CRYPTO arrived twice, or we
+	// retransmitted and the handshake took more flights than the other causes explain.
+	// A retransmission on PTO while the reply is still on its way (the first PTO on a
+	// long path fires before the first RTT sample) is spurious and costs nothing.
+	explained := 1
+	for _, f := range []bool{a.VersionNegotiation, a.Retry, a.AmplificationStall} {
+		if f {
+			explained++
+		}
+	}
+	a.Loss = a.LostPackets > 0 || serverRetrans > 0 || (clientRetrans > 0 && a.RoundTrips > explained)
+}
+
+// amplificationSlack tolerates per-packet accounting differences between the qlog's
+// packet lengths and the server's datagram accounting (headers of coalesced packets).
+const amplificationSlack = 64
+
+func (a *Analysis) classify() {
+	var causes []string
+	if a.VersionNegotiation {
+		causes = append(causes, CauseVersionNegotiation)
+	}
+	if a.Retry {
+		causes = append(causes, CauseRetry)
+	}
+	if a.AmplificationStall {
+		causes = append(causes, CauseAmplification)
+	}
+	if a.Loss {
+		causes = append(causes, CauseLoss)
+	}
+	switch {
+	case len(causes) == 0 && a.RoundTrips == 1:
+		a.Cause, a.OneRTT = Cause1RTT, true
+	case len(causes) == 1:
+		a.Cause = causes[0]
+	case len(causes) > 1:
+		a.Cause = CauseMultiple
+	default:
+		a.Cause = CauseUnknown
+	}
+}
+
+func appendUnique(s []string, v string) []string {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
+
+// referenceTime reads a trace header's wall-clock reference time.
+func referenceTime(rec []byte) (time.Time, bool) {
+	var h struct {
+		Trace struct {
+			CommonFields struct {
+				ReferenceTime struct {
+					WallClockTime string `json:"wall_clock_time"`
+				} `json:"reference_time"`
+			} `json:"common_fields"`
+		} `json:"trace"`
+	}
+	if json.Unmarshal(rec, &h) != nil || h.Trace.CommonFields.ReferenceTime.WallClockTime == "" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, h.Trace.CommonFields.ReferenceTime.WallClockTime)
+	return t, err == nil
+}

@@ -1,0 +1,174 @@
+package qlogana_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/measuretest"
+	"github.com/doqscan/doqscan/internal/measure/qlogana"
+	"github.com/quic-go/quic-go"
+)
+
+// delay is the emulated one-way delay the QUIC test servers add to what they send: it
+// makes one RTT long enough against loopback scheduling noise to see flights.
+const delay = 15 * time.Millisecond
+
+// pair runs a warm-up and a measured DoQ exchange with the same peer state (the study's
+// method) and returns both analyses.
+func pair(t *testing.T, s *measuretest.Servers) (warm, meas *qlogana.Analysis) {
+	a, _ := pairResults(t, s)
+	return a[0], a[1]
+}
+
+func pairResults(t *testing.T, s *measuretest.Servers) ([2]*qlogana.Analysis, [2]*measure.Result) {
+	t.Helper()
+	m, _ := measure.For(measure.DoQ)
+	peer := measure.NewPeer()
+	var out [2]*qlogana.Analysis
+	var results [2]*measure.Result
+	for i := range out {
+		res := m.Measure(context.Background(), &measure.Request{Addr: s.DoQ, Peer: peer, KeyShare: measure.KeyShareX25519, Timeout: 3 * time.Second})
+		if res.Status != measure.StatusOK {
+			t.Fatalf("exchange %d: %s %v", i, res.Status, res.Err)
+		}
+		if dir := os.Getenv("QLOG_DIR"); dir != "" {
+			_ = os.WriteFile(filepath.Join(dir, strings.ReplaceAll(t.Name()[len("TestAnalyze"):], "/", "_")+[]string{"-warm", "-meas"}[i]+".sqlog"), res.Qlog, 0o644)
+		}
+		a, err := qlogana.Analyze(res.Qlog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.HandshakeNS != res.Handshake.Nanoseconds() {
+			t.Fatalf("handshake %d vs result %v", a.HandshakeNS, res.Handshake)
+		}
+		out[i], results[i] = a, res
+	}
+	return out, results
+}
+
+func ratio(a *qlogana.Analysis) float64 { return float64(a.HandshakeNS) / float64(2*delay) }
+
+func check(t *testing.T, name string, a *qlogana.Analysis, cause string, trips int) {
+	t.Helper()
+	t.Logf("%s: cause %s trips %d hs %v ratio %.2f client %d server-pre-ack %d stall %v flights %+v",
+		name, a.Cause, a.RoundTrips, time.Duration(a.HandshakeNS), ratio(a), a.ClientInitialBytes, a.ServerBytesPreAck, time.Duration(a.StallNS), a.Flights)
+	if a.Cause != cause || a.RoundTrips != trips {
+		t.Errorf("%s: cause %s, %d round trips; want %s, %d", name, a.Cause, a.RoundTrips, cause, trips)
+	}
+	// The handshake takes as many RTTs as flights (the server adds `delay` one way; the
+	// client's side is loopback, so one RTT is `delay` here).
+	// The upper bound is loose: loopback on a shared 2-core machine adds scheduling
+	// delay (the testbed tests assert the ratio tightly against emulated RTTs).
+	if r := float64(a.HandshakeNS) / float64(delay); r < float64(trips)*0.9 || r > float64(trips)+2 {
+		t.Errorf("%s: handshake %v is %.2f delays, want ~%d", name, time.Duration(a.HandshakeNS), r, trips)
+	}
+}
+
+func TestAnalyzeNormal(t *testing.T) {
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", QUICDelay: delay})
+	a, r := pairResults(t, s)
+	check(t, "warm-up", a[0], qlogana.Cause1RTT, 1)
+	check(t, "measured", a[1], qlogana.Cause1RTT, 1)
+	if !a[0].TokenReceived || *r[0].TokenUsed || !*r[1].TokenUsed {
+		t.Errorf("tokens: warm-up received %v used %v, measured used %v", a[0].TokenReceived, *r[0].TokenUsed, *r[1].TokenUsed)
+	}
+}
+
+func TestAnalyzeRetry(t *testing.T) {
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", QUICDelay: delay, Retry: true})
+	w, m := pair(t, s)
+	check(t, "warm-up", w, qlogana.CauseRetry, 2)
+	if !w.Retry {
+		t.Error("warm-up: no Retry flagged")
+	}
+	// The NEW_TOKEN token of the warm-up validates the measured connection: no Retry.
+	check(t, "measured", m, qlogana.Cause1RTT, 1)
+}
+
+func TestAnalyzeVersionNegotiation(t *testing.T) {
+	// The server speaks QUIC v2 only; quic-go's client starts with v1 and gets Version
+	// Negotiation (RFC 9000 §6), then starts a new connection and a new qlog trace.
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", QUICDelay: delay, QUICVersions: []quic.Version{quic.Version2}})
+	a, r := pairResults(t, s)
+	check(t, "warm-up", a[0], qlogana.CauseVersionNegotiation, 2)
+	if !*r[0].VNSeen || r[0].QUICVersion != uint32(quic.Version2) {
+		t.Errorf("warm-up: VN seen %v, version %#x", *r[0].VNSeen, r[0].QUICVersion)
+	}
+	// The measured connection reuses the negotiated version: no VN.
+	check(t, "measured", a[1], qlogana.Cause1RTT, 1)
+	if *r[1].VNSeen || r[1].QUICVersion != uint32(quic.Version2) {
+		t.Errorf("measured: VN seen %v, version %#x", *r[1].VNSeen, r[1].QUICVersion)
+	}
+}
+
+func TestAnalyzeAmplification(t *testing.T) {
+	cert, err := measuretest.Certificate(8000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("token-honoured", func(t *testing.T) {
+		s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", QUICDelay: delay, Cert: &cert})
+		w, m := pair(t, s)
+		check(t, "warm-up", w, qlogana.CauseAmplification, 2)
+		if !w.AmplificationStall || w.ServerBytesPreAck > 3*w.ClientInitialBytes {
+			t.Errorf("warm-up stall %v: server %d bytes for client %d", w.AmplificationStall, w.ServerBytesPreAck, w.ClientInitialBytes)
+		}
+		check(t, "measured", m, qlogana.Cause1RTT, 1)
+	})
+	t.Run("token-ignored", func(t *testing.T) {
+		s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", QUICDelay: delay, Cert: &cert, IgnoreTokens: true})
+		a, r := pairResults(t, s)
+		check(t, "warm-up", a[0], qlogana.CauseAmplification, 2)
+		check(t, "measured", a[1], qlogana.CauseAmplification, 2)
+		if !*r[1].TokenUsed {
+			t.Error("measured: the token was not presented")
+		}
+	})
+}
+
+func TestAnalyzeLoss(t *testing.T) {
+	// Drop the server's first datagram: the client's Initial is retransmitted on PTO.
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", QUICDelay: delay, DropDatagrams: []int{0}})
+	m, _ := measure.For(measure.DoQ)
+	res := m.Measure(context.Background(), &measure.Request{Addr: s.DoQ, Peer: measure.NewPeer(), KeyShare: measure.KeyShareX25519, Timeout: 3 * time.Second})
+	if res.Status != measure.StatusOK {
+		t.Fatalf("%s %v", res.Status, res.Err)
+	}
+	a, err := qlogana.Analyze(res.Qlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cause %s trips %d retrans %d lost %d", a.Cause, a.RoundTrips, a.Retransmissions, a.LostPackets)
+	if !a.Loss || a.Cause != qlogana.CauseLoss {
+		t.Errorf("loss %v cause %s", a.Loss, a.Cause)
+	}
+}
+
+func TestAnalyzeRejectsEmpty(t *testing.T) {
+	for _, in := range []string{"", "\x1e{}", "\x1enot json", "\x1e{\"time\":1,\"name\":\"transport:packet_sent\",\"data\":5}"} {
+		if _, err := qlogana.Analyze([]byte(in)); err == nil {
+			t.Errorf("%q: no error", in)
+		}
+	}
+}
+
+func FuzzAnalyze(f *testing.F) {
+	f.Add([]byte("\x1e{\"time\":0.3,\"name\":\"transport:packet_sent\",\"data\":{\"header\":{\"packet_type\":\"initial\",\"token\":{\"raw\":{}}},\"raw\":{\"length\":1280},\"frames\":[{\"frame_type\":\"crypto\",\"offset\":0,\"length\":264}]}}\n" +
+		"\x1e{\"time\":1.2,\"name\":\"transport:packet_received\",\"data\":{\"header\":{\"packet_type\":\"retry\"},\"raw\":{\"length\":100}}}\n" +
+		"\x1e{\"time\":1.5,\"name\":\"quic:connection_state_updated\",\"data\":{\"new\":\"handshake_complete\"}}\n" +
+		"\x1e{\"time\":1.6,\"name\":\"recovery:metrics_updated\",\"data\":{\"min_rtt\":0.8}}\n"))
+	if b, err := os.ReadFile("testdata/normal.sqlog"); err == nil {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := qlogana.Analyze(b)
+		if err == nil && a.Cause == "" {
+			t.Fatal("analysis without a cause")
+		}
+	})
+}

@@ -1,0 +1,193 @@
+package measure
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure/qlogana"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlogwriter"
+)
+
+// qlogTraceWait bounds how long we wait for quic-go to flush a connection's qlog after
+// closing it (the writer drains a buffered channel; this is never reached in practice).
+const qlogTraceWait = time.Second
+
+// maxTraces bounds the traces of one dial: quic-go starts a new connection (and a new
+// trace) after Version Negotiation (RFC 9000 §6.2); a hostile server cannot make more.
+const maxTraces = 4
+
+// qlogBuffer collects the JSON-SEQ qlogs of one dial in memory: one trace per
+// connection attempt, concatenated in order (each trace has its own header with a
+// wall-clock reference time, which qlogana uses to put them on one time line).
+type qlogBuffer struct {
+	mu     sync.Mutex
+	traces []*traceBuf
+}
+
+type traceBuf struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (b *traceBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *traceBuf) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return nil
+}
+
+func newQlogBuffer() *qlogBuffer { return &qlogBuffer{} }
+
+// tracer is a quic.Config.Tracer writing the client connection's qlog into b.
+func (b *qlogBuffer) tracer(_ context.Context, isClient bool, odcid quic.ConnectionID) qlogwriter.Trace {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.traces) >= maxTraces {
+		return nil
+	}
+	t := &traceBuf{closed: make(chan struct{})}
+	b.traces = append(b.traces, t)
+	fs := qlogwriter.NewConnectionFileSeq(t, isClient, odcid)
+	go fs.Run()
+	return fs
+}
+
+// bytes waits for every trace to be closed (its connection is closed) and returns them.
+func (b *qlogBuffer) bytes() []byte {
+	b.mu.Lock()
+	traces := append([]*traceBuf(nil), b.traces...)
+	b.mu.Unlock()
+	var out []byte
+	deadline := time.After(qlogTraceWait)
+	for _, t := range traces {
+		select {
+		case <-t.closed:
+		case <-deadline:
+		}
+		t.mu.Lock()
+		out = append(out, t.buf.Bytes()...)
+		t.mu.Unlock()
+	}
+	return out
+}
+
+// dialQUIC dials a QUIC connection for DoQ/DoH3 with req's state: the warm-up's QUIC
+// version and NEW_TOKEN token (so neither Version Negotiation nor Retry can affect the
+// measured handshake, the study's Sect. 2), and its session ticket in resumed/0-RTT modes.
+func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql *qlogBuffer) (*quic.Conn, error) {
+	tconf, err := tlsConfig(req, alpn)
+	if err != nil {
+		return nil, err
+	}
+	qconf := &quic.Config{
+		HandshakeIdleTimeout: req.timeout(),
+		MaxIdleTimeout:       req.timeout(),
+		Tracer:               ql.tracer,
+	}
+	var tokens *recordingTokenStore
+	if req.Peer != nil {
+		tokens = &recordingTokenStore{TokenStore: req.Peer.Tokens}
+		qconf.TokenStore = tokens
+		if v := req.Peer.version(); v != 0 {
+			qconf.Versions = []quic.Version{v}
+		}
+	}
+	res.StartedAt = time.Now()
+	defer func() {
+		// quic-go's qlog does not log the token of sent packets: ask the store.
+		res.TokenUsed = boolp(tokens != nil && tokens.popped())
+	}()
+	var conn *quic.Conn
+	if req.Mode == Mode0RTT {
+		conn, err = quic.DialAddrEarly(ctx, req.Addr.String(), tconf, qconf)
+	} else {
+		conn, err = quic.DialAddr(ctx, req.Addr.String(), tconf, qconf)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if req.Mode != Mode0RTT {
+		res.HandshakeWall, res.HasHandshake = time.Since(res.StartedAt), true
+		recordQUICState(req, res, conn)
+	}
+	return conn, nil
+}
+
+// recordQUICState copies what the connection negotiated into res.
+func recordQUICState(req *Request, res *Result, conn *quic.Conn) {
+	st := conn.ConnectionState()
+	res.QUICVersion = uint32(st.Version)
+	res.TLSVersion, res.TLSCipher = st.TLS.Version, tlsCipherName(st.TLS.CipherSuite)
+	res.ALPN = st.TLS.NegotiatedProtocol
+	res.Resumed, res.Used0RTT = boolp(st.TLS.DidResume), boolp(st.Used0RTT)
+	if req.Peer != nil && st.Version != 0 {
+		req.Peer.setVersion(st.Version)
+	}
+}
+
+// finishQUIC closes conn, collects the qlog and takes the handshake time and the
+// token/Retry/VN flags from it: packet timestamps are taken by quic-go's connection
+// goroutine right at the send/receive, closer to the wire than the wall clock around
+// DialAddr (kept in HandshakeWall).
+func finishQUIC(conn *quic.Conn, res *Result, ql *qlogBuffer) {
+	if conn != nil {
+		_ = conn.CloseWithError(0, "")
+	}
+	res.Qlog = ql.bytes()
+	if len(res.Qlog) == 0 {
+		if res.HasHandshake {
+			res.Handshake = res.HandshakeWall
+		}
+		return
+	}
+	a, err := qlogana.Analyze(res.Qlog)
+	if err != nil {
+		if res.HasHandshake {
+			res.Handshake = res.HandshakeWall
+		}
+		return
+	}
+	res.TokenReceived = boolp(a.TokenReceived)
+	if a.TokenUsed {
+		res.TokenUsed = boolp(true)
+	}
+	res.RetrySeen, res.VNSeen = boolp(a.Retry), boolp(a.VersionNegotiation)
+	if a.HandshakeNS > 0 {
+		res.Handshake, res.HasHandshake = time.Duration(a.HandshakeNS), true
+	} else if res.HasHandshake {
+		res.Handshake = res.HandshakeWall
+	}
+}
+
+// recordingTokenStore remembers whether the connection took a token from the store,
+// i.e. whether its first Initial carried a NEW_TOKEN token (RFC 9000 §8.1.3).
+type recordingTokenStore struct {
+	quic.TokenStore
+	mu   sync.Mutex
+	used bool
+}
+
+func (s *recordingTokenStore) Pop(key string) *quic.ClientToken {
+	t := s.TokenStore.Pop(key)
+	if t != nil {
+		s.mu.Lock()
+		s.used = true
+		s.mu.Unlock()
+	}
+	return t
+}
+
+func (s *recordingTokenStore) popped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used
+}

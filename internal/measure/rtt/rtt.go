@@ -1,0 +1,147 @@
+// Package rtt measures the round-trip time to a resolver's port with the transport its
+// measurement used (the study's Sect. 2): UDP (a random payload from a random source
+// port; any reply or an ICMP port unreachable ends it), TCP (a SYN with a random sequence
+// number on a raw socket; SYN-ACK or RST ends it and the connection is never completed)
+// and QUIC (a Version Negotiation probe: a 1200-byte Initial-shaped packet with a
+// reserved version, RFC 9000 §6 and §15).
+package rtt
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+)
+
+// Transport names, as in schema.sql rtt_samples.transport.
+type Transport string
+
+const (
+	UDP  Transport = "udp"
+	TCP  Transport = "tcp"
+	QUIC Transport = "quic"
+)
+
+// Sample statuses, as in schema.sql rtt_samples.status.
+const (
+	StatusOK      = "ok"      // a reply (SYN-ACK, VN, any UDP datagram)
+	StatusTimeout = "timeout" // nothing within the timeout
+	StatusRST     = "rst"     // TCP RST: the port is closed, but the path answered
+	StatusICMP    = "icmp"    // ICMP port unreachable
+	StatusError   = "error"
+)
+
+// DefaultTimeout bounds one sample.
+const DefaultTimeout = 2 * time.Second
+
+// udpProbeLen is the random payload size of a UDP probe (small: not a DNS message).
+const udpProbeLen = 16
+
+// Sample is one RTT probe.
+type Sample struct {
+	Seq    int
+	SentAt time.Time
+	RTT    time.Duration // valid when Status is ok, rst or icmp
+	Status string
+	Detail string
+}
+
+// Answered reports whether the sample measured an RTT.
+func (s Sample) Answered() bool {
+	return s.Status == StatusOK || s.Status == StatusRST || s.Status == StatusICMP
+}
+
+// Prober takes RTT samples. One Prober serves many concurrent probes (its TCP raw
+// socket is shared).
+type Prober struct {
+	tcp *tcpProber
+}
+
+// New returns a Prober. TCP probes need a raw socket (root or CAP_NET_RAW); without one
+// they fail with a classified error and the other transports still work.
+func New() *Prober { return &Prober{} }
+
+// Close releases the raw socket.
+func (p *Prober) Close() error {
+	if p.tcp != nil {
+		return p.tcp.close()
+	}
+	return nil
+}
+
+// Probe takes n samples one after another (each its own socket and source port).
+func (p *Prober) Probe(ctx context.Context, t Transport, addr netip.AddrPort, n int, timeout time.Duration) []Sample {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	out := make([]Sample, 0, n)
+	for i := 0; i < n; i++ {
+		var s Sample
+		switch t {
+		case UDP:
+			s = probeDatagram(ctx, addr, timeout, randomPayload(udpProbeLen), nil)
+		case QUIC:
+			pkt, check := vnProbe()
+			s = probeDatagram(ctx, addr, timeout, pkt, check)
+		case TCP:
+			s = p.probeTCP(ctx, addr, timeout)
+		default:
+			s = Sample{Status: StatusError, Detail: fmt.Sprintf("unknown transport %q", t)}
+		}
+		s.Seq = i
+		out = append(out, s)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return out
+}
+
+func randomPayload(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// probeDatagram sends payload from a fresh random source port and waits for a reply
+// that check accepts (nil: any datagram), or an ICMP error.
+func probeDatagram(ctx context.Context, addr netip.AddrPort, timeout time.Duration, payload []byte, check func([]byte) error) Sample {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "udp", addr.String())
+	if err != nil {
+		return Sample{SentAt: time.Now(), Status: StatusError, Detail: err.Error()}
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+	buf := make([]byte, 1500)
+	sent := time.Now()
+	if _, err := conn.Write(payload); err != nil {
+		return Sample{SentAt: sent, Status: StatusError, Detail: err.Error()}
+	}
+	for {
+		n, err := conn.Read(buf)
+		got := time.Now()
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return Sample{SentAt: sent, RTT: got.Sub(sent), Status: StatusICMP, Detail: "port unreachable"}
+		case err != nil && ctx.Err() != nil:
+			return Sample{SentAt: sent, Status: StatusTimeout}
+		case err != nil:
+			return Sample{SentAt: sent, Status: StatusError, Detail: err.Error()}
+		}
+		if check == nil {
+			return Sample{SentAt: sent, RTT: got.Sub(sent), Status: StatusOK}
+		}
+		if cerr := check(buf[:n]); cerr == nil {
+			return Sample{SentAt: sent, RTT: got.Sub(sent), Status: StatusOK}
+		}
+		// Not the reply to this probe: keep waiting.
+	}
+}

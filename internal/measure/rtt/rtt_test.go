@@ -1,0 +1,64 @@
+package rtt_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure/measuretest"
+	"github.com/doqscan/doqscan/internal/measure/rtt"
+)
+
+func TestProbes(t *testing.T) {
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.6"})
+	p := rtt.New()
+	defer p.Close()
+	ctx := context.Background()
+	check := func(name string, got []rtt.Sample, want string, n int) {
+		t.Helper()
+		if len(got) != n {
+			t.Fatalf("%s: %d samples, want %d", name, len(got), n)
+		}
+		for _, g := range got {
+			if g.Status != want || (g.Answered() && g.RTT <= 0) {
+				t.Errorf("%s: sample %+v, want %s", name, g, want)
+			}
+		}
+	}
+	// QUIC: the DoQ server answers the reserved version with Version Negotiation.
+	check("quic", p.Probe(ctx, rtt.QUIC, s.DoQ, 3, time.Second), rtt.StatusOK, 3)
+	// UDP to the DNS port: our random payload is not DNS; miekg/dns answers it with an
+	// error or drops it, depending on the random header bits (the study saw no resolver
+	// reply at all). Either is a classified sample.
+	for _, g := range p.Probe(ctx, rtt.UDP, s.UDP, 2, 300*time.Millisecond) {
+		if g.Status != rtt.StatusOK && g.Status != rtt.StatusTimeout {
+			t.Errorf("udp-dns: %+v", g)
+		}
+	}
+	// UDP to a closed port: ICMP port unreachable ends the probe.
+	check("udp-closed", p.Probe(ctx, rtt.UDP, measuretest.UnusedPort(t, "udp", "127.0.0.6"), 2, time.Second), rtt.StatusICMP, 2)
+	// A UDP echo answers.
+	echo, err := net.ListenPacket("udp", "127.0.0.6:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		b := make([]byte, 1500)
+		for {
+			n, a, err := echo.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			_, _ = echo.WriteTo(b[:n], a)
+		}
+	}()
+	check("udp-echo", p.Probe(ctx, rtt.UDP, echo.LocalAddr().(*net.UDPAddr).AddrPort(), 2, time.Second), rtt.StatusOK, 2)
+	if os.Geteuid() != 0 {
+		t.Skip("TCP SYN probes need a raw socket (root): skipping the TCP half")
+	}
+	check("tcp-open", p.Probe(ctx, rtt.TCP, s.TCP, 3, time.Second), rtt.StatusOK, 3)
+	check("tcp-closed", p.Probe(ctx, rtt.TCP, measuretest.UnusedPort(t, "tcp", "127.0.0.6"), 2, time.Second), rtt.StatusRST, 2)
+}

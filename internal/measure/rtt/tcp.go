@@ -1,0 +1,203 @@
+package rtt
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TCP SYN probe on a raw socket (RFC 9293 §3.1, §3.5). The source port comes from a
+// TCP socket we bind but never listen or connect on: the port is ours for the probe, and
+// since no socket accepts the SYN-ACK the kernel answers it with a RST itself, so the
+// connection is never completed and no iptables rule is needed.
+const (
+	tcpHeaderLen = 20
+	tcpOptMSS    = 2    // RFC 9293 §3.2: Maximum Segment Size option kind
+	tcpMSS       = 1460 // advertised, like a normal client
+	flagSYN      = 0x02
+	flagRST      = 0x04
+	flagACK      = 0x10
+	synWindow    = 64240
+)
+
+type reply struct {
+	flags uint8
+	ack   uint32
+	at    time.Time
+}
+
+type probeKey struct {
+	remote netip.AddrPort
+	lport  uint16
+}
+
+type tcpProber struct {
+	conn    *net.IPConn
+	mu      sync.Mutex
+	waiters map[probeKey]chan reply
+}
+
+func (p *Prober) ensureTCP() (*tcpProber, error) {
+	if p.tcp != nil {
+		return p.tcp, nil
+	}
+	c, err := net.ListenIP("ip4:tcp", &net.IPAddr{IP: net.IPv4zero})
+	if err != nil {
+		return nil, fmt.Errorf("raw TCP socket (needs root or CAP_NET_RAW): %w", err)
+	}
+	t := &tcpProber{conn: c, waiters: map[probeKey]chan reply{}}
+	go t.readLoop()
+	p.tcp = t
+	return t, nil
+}
+
+func (t *tcpProber) close() error { return t.conn.Close() }
+
+// readLoop demultiplexes every TCP segment the host receives to the probe waiting for it.
+func (t *tcpProber) readLoop() {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := t.conn.ReadFromIP(buf)
+		at := time.Now()
+		if err != nil {
+			return
+		}
+		if n < tcpHeaderLen {
+			continue
+		}
+		src, ok := netip.AddrFromSlice(from.IP.To4())
+		if !ok {
+			continue
+		}
+		seg := buf[:n]
+		k := probeKey{remote: netip.AddrPortFrom(src, binary.BigEndian.Uint16(seg[0:2])), lport: binary.BigEndian.Uint16(seg[2:4])}
+		t.mu.Lock()
+		ch := t.waiters[k]
+		t.mu.Unlock()
+		if ch == nil {
+			continue
+		}
+		select {
+		case ch <- reply{flags: seg[13], ack: binary.BigEndian.Uint32(seg[8:12]), at: at}:
+		default:
+		}
+	}
+}
+
+func (p *Prober) probeTCP(ctx context.Context, addr netip.AddrPort, timeout time.Duration) Sample {
+	t, err := p.ensureTCP()
+	if err != nil {
+		return Sample{SentAt: time.Now(), Status: StatusError, Detail: err.Error()}
+	}
+	src, err := sourceFor(addr)
+	if err != nil {
+		return Sample{SentAt: time.Now(), Status: StatusError, Detail: err.Error()}
+	}
+	fd, lport, err := reservePort(src)
+	if err != nil {
+		return Sample{SentAt: time.Now(), Status: StatusError, Detail: err.Error()}
+	}
+	defer unix.Close(fd)
+	var sb [4]byte
+	_, _ = rand.Read(sb[:])
+	seq := binary.BigEndian.Uint32(sb[:])
+	seg := synSegment(src, addr, lport, seq)
+	k := probeKey{remote: addr, lport: lport}
+	ch := make(chan reply, 4)
+	t.mu.Lock()
+	t.waiters[k] = ch
+	t.mu.Unlock()
+	defer func() { t.mu.Lock(); delete(t.waiters, k); t.mu.Unlock() }()
+
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sent := time.Now()
+	if _, err := t.conn.WriteToIP(seg, &net.IPAddr{IP: addr.Addr().AsSlice()}); err != nil {
+		return Sample{SentAt: sent, Status: StatusError, Detail: err.Error()}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return Sample{SentAt: sent, Status: StatusTimeout}
+		case r := <-ch:
+			switch {
+			case r.flags&(flagSYN|flagACK) == flagSYN|flagACK && r.ack == seq+1:
+				return Sample{SentAt: sent, RTT: r.at.Sub(sent), Status: StatusOK}
+			case r.flags&flagRST != 0 && (r.flags&flagACK == 0 || r.ack == seq+1):
+				return Sample{SentAt: sent, RTT: r.at.Sub(sent), Status: StatusRST}
+			}
+		}
+	}
+}
+
+// sourceFor returns the source address the kernel would use towards addr.
+func sourceFor(addr netip.AddrPort) (netip.Addr, error) {
+	c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("route to %s: %w", addr, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+}
+
+// reservePort binds a TCP socket to an ephemeral port on src and returns it (open).
+func reservePort(src netip.Addr) (int, uint16, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	if err != nil {
+		return -1, 0, fmt.Errorf("reserve port: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: src.As4()}); err != nil {
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("reserve port: %w", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("reserve port: %w", err)
+	}
+	return fd, uint16(sa.(*unix.SockaddrInet4).Port), nil
+}
+
+// synSegment builds a SYN with an MSS option and a valid checksum (RFC 9293 §3.1).
+func synSegment(src netip.Addr, dst netip.AddrPort, sport uint16, seq uint32) []byte {
+	seg := make([]byte, tcpHeaderLen+4)
+	binary.BigEndian.PutUint16(seg[0:2], sport)
+	binary.BigEndian.PutUint16(seg[2:4], dst.Port())
+	binary.BigEndian.PutUint32(seg[4:8], seq)
+	seg[12] = byte((tcpHeaderLen + 4) / 4 << 4)
+	seg[13] = flagSYN
+	binary.BigEndian.PutUint16(seg[14:16], synWindow)
+	seg[20], seg[21] = tcpOptMSS, 4
+	binary.BigEndian.PutUint16(seg[22:24], tcpMSS)
+	binary.BigEndian.PutUint16(seg[16:18], tcpChecksum(src, dst.Addr(), seg))
+	return seg
+}
+
+func tcpChecksum(src, dst netip.Addr, seg []byte) uint16 {
+	var sum uint32
+	s, d := src.As4(), dst.As4()
+	add := func(b []byte) {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	add(s[:])
+	add(d[:])
+	sum += unix.IPPROTO_TCP
+	sum += uint32(len(seg))
+	add(seg)
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}

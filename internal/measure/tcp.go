@@ -1,0 +1,178 @@
+package measure
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"golang.org/x/sys/unix"
+)
+
+// tcpiOptSynData is TCPI_OPT_SYN_DATA of linux/tcp.h: our SYN carried data that the
+// server acknowledged (TCP Fast Open, RFC 7413 §4.2).
+const tcpiOptSynData = 0x20
+
+// timedConn wraps a connection and records when the first Write after arm happened:
+// the moment the first packet of a query leaves, as close to the syscall as a net.Conn
+// user can get.
+type timedConn struct {
+	net.Conn
+	mu         sync.Mutex
+	armed      bool
+	firstWrite time.Time
+}
+
+func (c *timedConn) arm() {
+	c.mu.Lock()
+	c.armed, c.firstWrite = true, time.Time{}
+	c.mu.Unlock()
+}
+
+func (c *timedConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	if c.armed && c.firstWrite.IsZero() {
+		c.firstWrite = time.Now()
+	}
+	c.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+// sent returns the first write's time since arm, or fallback if nothing was written.
+func (c *timedConn) sent(fallback time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.firstWrite.IsZero() {
+		return fallback
+	}
+	return c.firstWrite
+}
+
+// dialTCP connects and times the 3-way handshake: from just before the connect(2)
+// syscall (net.Dialer.Control runs between socket(2) and connect(2)) to the moment the
+// netpoller reports the socket writable.
+func dialTCP(ctx context.Context, req *Request) (c *timedConn, start time.Time, hs time.Duration, err error) {
+	var t0 time.Time
+	d := net.Dialer{
+		Control: func(network, address string, rc syscall.RawConn) error {
+			var serr error
+			if req.FastOpen {
+				if cerr := rc.Control(func(fd uintptr) {
+					serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_FASTOPEN_CONNECT, 1)
+				}); cerr != nil {
+					return cerr
+				}
+			}
+			t0 = time.Now()
+			return serr
+		},
+	}
+	conn, err := d.DialContext(ctx, "tcp", req.Addr.String())
+	t1 := time.Now()
+	if t0.IsZero() {
+		t0 = t1
+	}
+	if err != nil {
+		return nil, t0, 0, err
+	}
+	return &timedConn{Conn: conn}, t0, t1.Sub(t0), nil
+}
+
+// tfoUsed reports whether the kernel says our SYN carried data the server accepted.
+func tfoUsed(c net.Conn) *bool {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var info *unix.TCPInfo
+	_ = rc.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+	if err != nil || info == nil {
+		return nil
+	}
+	return boolp(info.Options&tcpiOptSynData != 0)
+}
+
+// tcpExchange sends one length-prefixed DNS query (RFC 1035 §4.2.2) and reads the
+// response, timing from the first write to the complete valid response.
+func tcpExchange(c *timedConn, q dnsmsg.Query, seq int) Query {
+	out := Query{Seq: seq, KeepaliveTimeout: -1}
+	msg, err := dnsmsg.Build(q)
+	if err != nil {
+		out.Status, out.Err = StatusError, err
+		return out
+	}
+	buf := make([]byte, 2+len(msg))
+	binary.BigEndian.PutUint16(buf, uint16(len(msg)))
+	copy(buf[2:], msg)
+	c.arm()
+	before := time.Now()
+	if _, err := c.Write(buf); err != nil {
+		out.StartedAt = before
+		out.Status, out.Err = Classify(err), fmt.Errorf("write query: %w", err)
+		return out
+	}
+	out.StartedAt = c.sent(before)
+	raw, err := readTCPMessage(c)
+	done := time.Now()
+	if err != nil {
+		out.Status, out.Err = Classify(err), err
+		return out
+	}
+	return finishQuery(out, q, raw, done)
+}
+
+// readTCPMessage reads one 2-byte length-prefixed message.
+func readTCPMessage(r io.Reader) ([]byte, error) {
+	var l [2]byte
+	if n, err := io.ReadFull(r, l[:]); err != nil {
+		if n == 0 && errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("read length: %w", errClosedEarly)
+		}
+		return nil, fmt.Errorf("read length: %w", err)
+	}
+	n := int(binary.BigEndian.Uint16(l[:]))
+	if n < dnsHeaderLen {
+		return nil, fmt.Errorf("%w: length %d", errBadLength, n)
+	}
+	msg := make([]byte, n)
+	if _, err := io.ReadFull(r, msg); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w: announced %d bytes: %v", errBadLength, n, err)
+		}
+		return nil, fmt.Errorf("read message: %w", err)
+	}
+	return msg, nil
+}
+
+// dnsHeaderLen is the fixed DNS header size (RFC 1035 §4.1.1).
+const dnsHeaderLen = 12
+
+// finishQuery validates raw against q and fills the query's outcome.
+func finishQuery(out Query, q dnsmsg.Query, raw []byte, done time.Time) Query {
+	resp, err := dnsmsg.Validate(q, raw)
+	if err != nil {
+		out.Status, out.Err = StatusBadResponse, err
+		return out
+	}
+	out.Resolve = done.Sub(out.StartedAt)
+	out.Status = StatusOK
+	out.Rcode, out.Answers, out.KeepaliveTimeout = resp.Rcode, resp.Answers, resp.KeepaliveTimeout
+	return out
+}
+
+// newID returns a random DNS message ID (RFC 5452 §9.2).
+func newID() uint16 {
+	var b [2]byte
+	randRead(b[:])
+	return binary.BigEndian.Uint16(b[:])
+}
