@@ -37,6 +37,7 @@ import (
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
+	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
@@ -370,6 +371,10 @@ func scanReplies(t *testing.T, s *store.Store, excluded []netip.Prefix) map[uint
 // overflow) and zmap's capture.
 func logCounters(t *testing.T, inst string, inetBefore map[string]int64, dlBefore delayline.Stats, sum *Summary) {
 	t.Helper()
+	in := netns.Instance{Name: inst, Vantages: 1}
+	for _, ns := range []string{in.Vantage(0), in.Router(), in.Inet()} {
+		t.Logf("%s links (since creation): %s", ns, linkDrops(ns))
+	}
 	inetAfter := udpCounters(t, inst+"-inet")
 	var parts []string
 	for _, k := range []string{"InDatagrams", "NoPorts", "InErrors", "RcvbufErrors", "OutDatagrams", "SndbufErrors"} {
@@ -381,7 +386,7 @@ func logCounters(t *testing.T, inst string, inetBefore map[string]int64, dlBefor
 		dl.Received-dlBefore.Received, dl.Forwarded-dlBefore.Forwarded, dl.Lost-dlBefore.Lost, dl.Dropped-dlBefore.Dropped,
 		dl.Overflow-dlBefore.Overflow, dl.WriteErrs-dlBefore.WriteErrs, dl.MaxHeld, float64(dl.LateMaxNS)/1e6)
 	for _, p := range sum.Ports {
-		t.Logf("port %d: zmap pcap drops %d", p.Port, p.PcapDrop)
+		t.Logf("port %d: zmap pcap drops %d, sendto failures %d", p.Port, p.PcapDrop, p.SendFails)
 	}
 	var sb strings.Builder
 	PrintSummary(&sb, sum)
@@ -690,6 +695,31 @@ func udpCounters(t testing.TB, ns string) map[string]int64 {
 		}
 	}
 	return res
+}
+
+// linkDrops sums the rx/tx drop counters of a namespace's links (veth, tun).
+func linkDrops(ns string) string {
+	out, err := exec.Command("ip", "-n", ns, "-s", "-j", "link").Output()
+	if err != nil {
+		return err.Error()
+	}
+	var links []struct {
+		Name  string `json:"ifname"`
+		Stats struct {
+			RX struct{ Packets, Dropped, Errors uint64 } `json:"rx"`
+			TX struct{ Packets, Dropped, Errors uint64 } `json:"tx"`
+		} `json:"stats64"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, l := range links {
+		st := l.Stats
+		parts = append(parts, fmt.Sprintf("%s rx %d (dropped %d, errors %d) tx %d (dropped %d, errors %d)", l.Name,
+			st.RX.Packets, st.RX.Dropped, st.RX.Errors, st.TX.Packets, st.TX.Dropped, st.TX.Errors))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // delayLineStats reads the counters the testbed's delay line writes every second.
