@@ -302,6 +302,11 @@ func TestScanTestbed(t *testing.T) {
 				t.Errorf("%s:%d: garbage host classified %s", a, port, r.ReplyKind)
 			}
 		}
+		for _, a := range wantVN[port] {
+			if r, ok := got[port][a]; ok && r.ReplyKind != string(KindQUICVN) {
+				t.Errorf("%s:%d: VN speaker classified %s; payload %x", a, port, r.ReplyKind, r.Payload)
+			}
+		}
 		diff(t, fmt.Sprintf("port %d quic-vn", port), wantVN[port], gotVN)
 		diff(t, fmt.Sprintf("port %d any UDP reply", port), wantAny[port], gotAny)
 	}
@@ -377,10 +382,18 @@ func logCounters(t *testing.T, inst string, inetBefore map[string]int64, dlBefor
 	}
 	inetAfter := udpCounters(t, inst+"-inet")
 	var parts []string
-	for _, k := range []string{"InDatagrams", "NoPorts", "InErrors", "RcvbufErrors", "OutDatagrams", "SndbufErrors"} {
+	for _, k := range []string{"InDatagrams", "NoPorts", "InErrors", "RcvbufErrors", "InCsumErrors", "OutDatagrams", "SndbufErrors"} {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, inetAfter[k]-inetBefore[k]))
 	}
 	t.Logf("internet namespace UDP: %s", strings.Join(parts, " "))
+	// Replies reach the vantage's kernel too (zmap reads them with pcap first): a reply
+	// damaged on the way shows up as a checksum error here.
+	van := udpCounters(t, in.Vantage(0))
+	t.Logf("vantage namespace UDP (since creation): InDatagrams=%d NoPorts=%d InErrors=%d InCsumErrors=%d",
+		van["InDatagrams"], van["NoPorts"], van["InErrors"], van["InCsumErrors"])
+	for _, p := range sum.Ports {
+		t.Logf("port %d: %d replies, %d bad CSV lines", p.Port, p.Replies, p.BadLines)
+	}
 	dl := delayLineStats(t, inst)
 	t.Logf("delay line: received %d forwarded %d lost %d dropped %d (overflow %d) write errors %d; max held %d, late max %.1f ms",
 		dl.Received-dlBefore.Received, dl.Forwarded-dlBefore.Forwarded, dl.Lost-dlBefore.Lost, dl.Dropped-dlBefore.Dropped,
