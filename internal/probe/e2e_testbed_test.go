@@ -263,7 +263,7 @@ func TestScanTestbed(t *testing.T) {
 	inetBefore := udpCounters(t, v.Instance+"-inet")
 	dlBefore := delayLineStats(t, v.Instance)
 	sum, err := Scan(ctx, ScanConfig{Store: s, VantageID: "e2e", Week: "2026-W47", Seed: &seed, QUICPorts: qp, DNSPorts: dp,
-		Testbed: &testbedPrefix, BlocklistDir: blDir, OutDir: t.TempDir(),
+		Testbed: &testbedPrefix, BlocklistDir: blDir, OutDir: keepOnFailure(t),
 		Zmap: ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr,
 			Cooldown: e2eCooldown, ProbesPerHost: 1}})
 	if err != nil {
@@ -313,6 +313,24 @@ func TestScanTestbed(t *testing.T) {
 	if len(dp) > 0 {
 		checkDNS(t, wantDNS, got[53], nil)
 	}
+}
+
+// keepOnFailure returns a scratch directory for the scan's files (zmap's raw CSV and
+// metadata) that is removed when the test passes and kept, with its path logged, when
+// it fails: the raw output says whether zmap saw a missing reply.
+func keepOnFailure(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "doqscan-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("scan files kept for diagnosis: %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
 }
 
 // checkDNS compares the replies on 53 with the DNS servers that must be found (only
