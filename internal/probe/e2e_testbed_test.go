@@ -262,12 +262,22 @@ func TestScanTestbed(t *testing.T) {
 	qp, dp := scanPorts()
 	inetBefore := udpCounters(t, v.Instance+"-inet")
 	dlBefore := delayLineStats(t, v.Instance)
+	outDir := keepOnFailure(t)
 	sum, err := Scan(ctx, ScanConfig{Store: s, VantageID: "e2e", Week: "2026-W47", Seed: &seed, QUICPorts: qp, DNSPorts: dp,
-		Testbed: &testbedPrefix, BlocklistDir: blDir, OutDir: keepOnFailure(t),
+		Testbed: &testbedPrefix, BlocklistDir: blDir, OutDir: outDir,
 		Zmap: ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr,
 			Cooldown: e2eCooldown, ProbesPerHost: e2eProbes()}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// zmap's own accounting: every packet its capture passed is a success or a failure
+	// (ICMP); one that is neither was discarded by zmap (validation).
+	metas, _ := filepath.Glob(filepath.Join(outDir, "*", "*", "*", "*.meta.json"))
+	for _, f := range metas {
+		if m, err := ReadZmapMeta(f); err == nil {
+			t.Logf("zmap %s: pcap_recv %d = success %d + failure %d + discarded %d", filepath.Base(f),
+				m.PcapRecv, m.SuccessTotal, m.FailureTotal, m.PcapRecv-m.SuccessTotal-m.FailureTotal)
+		}
 	}
 	if n := capture.stop(t); n != 0 {
 		t.Errorf("the opted-out %s and blocklisted %s received %d datagrams", optout, blocked, n)

@@ -194,6 +194,8 @@ type ZmapMeta struct {
 	NotAllowed      int64    `json:"blacklist_total_not_allowed"`
 	SendToFailures  int64    `json:"send_to_failures"`
 	PcapDrop        int64    `json:"pcap_drop"`
+	PcapRecv        int64    `json:"pcap_recv"`     // packets the capture filter passed
+	SuccessTotal    int64    `json:"success_total"` // replies validated as successes (repeats included)
 	SendStartTime   string   `json:"send_start_time"`
 	SendEndTime     string   `json:"send_end_time"`
 	Seed            uint64   `json:"seed"`
