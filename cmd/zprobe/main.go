@@ -227,7 +227,7 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.StringVar(&quicPorts, "quic-ports", "784,853,8853", "ports probed with the QUIC probe")
 	fs.StringVar(&dnsPorts, "dns-ports", "53", "ports probed with the DNS query")
 	fs.StringVar(&out, "out", "var/scans", "directory for zmap's raw output (<week>/<vantage>/<label>-shard<N>/<port>.csv)")
-	fs.IntVar(&rate, "rate", 0, "zmap -r: packets per second (0: zmap's default)")
+	fs.IntVar(&rate, "rate", 0, "zmap -r: packets per second (0: zmap's default, 10000; -1: as fast as zmap can, zmap -r 0)")
 	fs.StringVar(&bandwidth, "bandwidth", "", "zmap -B: bits per second with G/M/K suffix")
 	fs.StringVar(&seedS, "seed", "", "zmap --seed, shared by every shard of a scan (required with --shards > 1)")
 	fs.IntVar(&shards, "shards", 1, "zmap --shards: scanners splitting one scan")

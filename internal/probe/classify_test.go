@@ -6,6 +6,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -274,5 +277,67 @@ func TestClassifyDNS(t *testing.T) {
 				t.Errorf("row %+v", row)
 			}
 		})
+	}
+}
+
+// TestTestbedPeerVN classifies the VN packets the testbed team captured from the
+// third-party stacks in the testbed (../../testdata/vn: quic-go in CoreDNS, quinn in
+// hickory-dns, aioquic, ngtcp2), with a classifier for the probe they were captured
+// with, and checks every version the capture's description lists.
+func TestTestbedPeerVN(t *testing.T) {
+	files, _ := filepath.Glob("../../testdata/vn/*.bin")
+	if len(files) == 0 {
+		t.Fatal("no captures in ../../testdata/vn")
+	}
+	probe := QUICProbe{Version: 0x1a2a3a4a, DCID: []byte("doqscan-vnprobe!"), SCID: []byte("capturvn"), Size: MinInitialDatagram}
+	c, err := NewClassifier(probe, DefaultDNSProbe(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verRe := regexp.MustCompile(`0x([0-9a-f]{8})\(([^)]*)\)`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		desc, err := os.ReadFile(strings.TrimSuffix(f, ".bin") + ".txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []uint32
+		for _, l := range strings.Split(string(desc), "\n") {
+			if !strings.HasPrefix(l, "supported versions:") {
+				continue
+			}
+			for _, m := range verRe.FindAllStringSubmatch(l, -1) {
+				v, _ := strconv.ParseUint(m[1], 16, 32)
+				want = append(want, uint32(v))
+			}
+		}
+		if len(want) == 0 {
+			t.Fatalf("%s: no 'supported versions:' line", f)
+		}
+		res := c.Classify(Reply{Addr: netip.MustParseAddr("198.19.3.1"), Port: 853, Sport: 853, Payload: b, ICMPType: -1})
+		if res.Kind != KindQUICVN {
+			t.Errorf("%s: %s (%s)", f, res.Kind, res.Reason)
+			continue
+		}
+		if !slices.Equal(res.Versions, want) {
+			t.Errorf("%s: versions %v, the capture lists %v", f, quicver.Names(res.Versions), quicver.Names(want))
+		}
+		grease := 0
+		for _, v := range want {
+			if quicver.IsGrease(v) {
+				grease++
+			}
+		}
+		if res.Grease != grease {
+			t.Errorf("%s: %d greased versions, want %d", f, res.Grease, grease)
+		}
+		// The same reply checked against our default probe's CIDs is not ours.
+		if k := testClassifier(t).Classify(Reply{Addr: netip.MustParseAddr("198.19.3.1"), Port: 853, Payload: b, ICMPType: -1}).Kind; k != KindQUICVNInvalid {
+			t.Errorf("%s against other CIDs: %s", f, k)
+		}
+		t.Logf("%s: %v", filepath.Base(f), quicver.Names(res.Versions))
 	}
 }

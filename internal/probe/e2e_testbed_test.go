@@ -1,18 +1,25 @@
-//go:build testbed
-
-// End-to-end tests on the simulated internet. They need packages that live on the
-// testbed branch (internal/testbed, internal/testbed/population), so they are behind the
-// build tag `testbed`: at merge, drop the tag (or run `go test -tags testbed
-// ./internal/probe/`). Written against the testbed API as of its commit 919800e:
-// testbed.RunInVantage(m, Options), testbed.Require(t) -> *Vantage{Instance, Iface,
-// GatewayMAC, Addr, Population}, population.QUICSpeakers/UDPResponders/DNSServers/Lookup.
+// End-to-end tests on the simulated internet (internal/testbed). TestMain re-runs the
+// package inside the vantage namespace of a testbed of its own (testbed.RunInVantage), so
+// every test of this package runs there. Without root, ip or /dev/net/tun the tests run
+// in place and the testbed tests skip with the reason (testbed.Require).
+//
+// Loss: the testbed runs with the population's delays and jitter but loss-free paths
+// (lossFreeTable), so TestScanTestbed can demand an exact result: a miss is a bug in the
+// pipeline (zmap, delay line, servers, ingest), not emulated loss (see e2eProbes for the
+// probes per host). TestScanLossyPaths switches the delay line to the population's own lossy paths
+// and checks that the hosts behind them are found with retries (zmap -P), with a
+// number of probes derived from the population's loss rates.
 
 package probe
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -21,16 +28,37 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
+	"github.com/doqscan/doqscan/internal/testbed/delayline"
+	"github.com/doqscan/doqscan/internal/testbed/netns"
+	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testbed.RunInVantage(m, testbed.Options{Servers: true}))
+	o := testbed.Options{Servers: true}
+	if pop, err := population.LoadDefault(); err == nil {
+		o.Paths = lossFreeTable(pop)
+	}
+	os.Exit(testbed.RunInVantage(m, o))
+}
+
+// lossFreeTable is the population's path table (delays, jitter) with every loss rate 0.
+func lossFreeTable(p *population.Population) *delayline.Table {
+	c := *p
+	c.Paths = maps.Clone(p.Paths)
+	for k, pa := range c.Paths {
+		pa.Loss = 0
+		c.Paths[k] = pa
+	}
+	return testbed.TableFromPopulation(&c)
 }
 
 var testbedPrefix = netip.MustParsePrefix("198.19.0.0/16")
@@ -43,13 +71,17 @@ type targetCapture struct {
 	done   chan int
 }
 
-func startCapture(t *testing.T, inst string, prefix netip.Prefix) *targetCapture {
+func startCapture(t *testing.T, inst string, prefixes []netip.Prefix) *targetCapture {
 	t.Helper()
 	if _, err := exec.LookPath("tcpdump"); err != nil {
 		t.Skip("tcpdump not installed: cannot observe the target side")
 	}
+	var nets []string
+	for _, p := range prefixes {
+		nets = append(nets, "dst net "+p.String())
+	}
 	cmd := exec.Command("ip", "netns", "exec", inst+"-inet", "tcpdump", "-i", "any", "-n", "-p", "-w", "/dev/null",
-		"udp and dst net "+prefix.String())
+		"udp and ("+strings.Join(nets, " or ")+")")
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -98,30 +130,87 @@ func expectedDNS(r *population.Record) (Kind, bool) {
 	return KindDNS, true
 }
 
-// TestScanTestbed scans the whole /16 on all four ports with zmap and compares every
-// reply with the population: no misses, no false positives, hostile replies classified;
-// an opted-out /28 (chosen among QUIC speakers) receives no packet at all.
-func TestScanTestbed(t *testing.T) {
+// e2eSetup is what every scan test of the testbed needs.
+type e2eSetup struct {
+	v   *testbed.Vantage
+	pop *population.Population
+	// skip are addresses the testbed cannot serve here (peers not installed), with why.
+	skip map[netip.Addr]string
+}
+
+func requireTestbed(t *testing.T) *e2eSetup {
 	v := testbed.Require(t)
-	pop := v.Population
-	if pop == nil {
-		t.Skip("the testbed runs without a population file")
+	if v.Population == nil {
+		t.Skip("SKIP: the testbed runs without a population file")
 	}
-	ctx := context.Background()
-	s := storetest.Open(t)
-	speakers853 := pop.QUICSpeakers(853)
-	if len(speakers853) == 0 {
-		t.Fatal("population has no QUIC speaker on 853")
+	if _, err := os.Stat(filepath.Join(pgcluster.ProjectHome(), "bin", "simserver")); err != nil {
+		t.Fatalf("the testbed has no simulated servers: %v (./dev build)", err)
 	}
-	optout := netip.PrefixFrom(speakers853[len(speakers853)/2], 28).Masked()
-	if _, err := s.Pool.Exec(ctx, `INSERT INTO optout_requests (prefix, email, note) VALUES ($1, 'noc@example.net', 'e2e')`, optout); err != nil {
+	e := &e2eSetup{v: v, pop: v.Population, skip: map[netip.Addr]string{}}
+	// The testbed starts the third-party peers (in <inst>-peers) only when all of them
+	// are installed (peers.StartPopulation); otherwise their addresses stay silent.
+	specs, err := peers.FromPopulation(v.Population, t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	capture := startCapture(t, v.Instance, optout)
-	out := t.TempDir()
-	seed := uint64(20260101)
-	qp, dp := DefaultQUICPorts, DefaultDNSPorts
-	if p := os.Getenv("DOQSCAN_E2E_PORTS"); p != "" { // diagnostics: e.g. "53" or "784,853"
+	var why error
+	for _, sp := range specs {
+		if err := peers.Installed(pgcluster.ProjectHome(), sp.Kind); err != nil && why == nil {
+			why = err
+		}
+	}
+	if _, err := os.Stat("/run/netns/" + v.Instance + "-peers"); why == nil && err != nil {
+		why = fmt.Errorf("the testbed runs no peers (%w)", err)
+	}
+	switch {
+	case len(specs) == 0:
+	case why != nil:
+		for _, sp := range specs {
+			e.skip[sp.Addr] = why.Error()
+		}
+		t.Logf("excluding the %d third-party peer addresses from the expectations: %v", len(specs), why)
+	default:
+		t.Logf("third-party peers run: their %d addresses are expected like any other", len(specs))
+	}
+	return e
+}
+
+// expected lists, per QUIC port, the addresses that must answer with a valid VN and
+// those that must answer at all, and per DNS server the class it must get; addresses in
+// any of the excluded prefixes (opted out, blocklisted) or skipped are left out.
+func (e *e2eSetup) expected(qp []uint16, excluded []netip.Prefix) (vn, any map[uint16][]netip.Addr, dns map[netip.Addr]Kind) {
+	out := func(a netip.Addr) bool {
+		if _, ok := e.skip[a]; ok {
+			return true
+		}
+		return slices.ContainsFunc(excluded, func(p netip.Prefix) bool { return p.Contains(a) })
+	}
+	vn, any, dns = map[uint16][]netip.Addr{}, map[uint16][]netip.Addr{}, map[netip.Addr]Kind{}
+	for _, port := range qp {
+		for _, a := range e.pop.QUICSpeakers(port) {
+			if !out(a) {
+				vn[port] = append(vn[port], a)
+			}
+		}
+		for _, a := range e.pop.UDPResponders(port) {
+			if !out(a) {
+				any[port] = append(any[port], a)
+			}
+		}
+	}
+	for _, a := range e.pop.DNSServers("udp") {
+		if k, ok := expectedDNS(e.pop.Lookup(a)); ok && !out(a) {
+			dns[a] = k
+		}
+	}
+	return vn, any, dns
+}
+
+// scanPorts are the ports of the end-to-end scan: all four, or $DOQSCAN_E2E_PORTS
+// (diagnostics, e.g. "53" or "784,853").
+func scanPorts() (qp, dp []uint16) {
+	qp, dp = DefaultQUICPorts, DefaultDNSPorts
+	if p := os.Getenv("DOQSCAN_E2E_PORTS"); p != "" {
 		qp, dp = []uint16{}, []uint16{}
 		for _, f := range strings.Split(p, ",") {
 			n, _ := strconv.Atoi(f)
@@ -132,19 +221,166 @@ func TestScanTestbed(t *testing.T) {
 			}
 		}
 	}
+	return qp, dp
+}
+
+// TestScanTestbed scans the whole /16 on all four ports with zmap over loss-free paths
+// (e2eProbes per host), and compares every reply with the population: no misses, no
+// false positives, hostile replies classified. A database opt-out /28 (among the 853
+// speakers) and a blocklist-file /28 (among the DNS servers) receive no datagram at all,
+// counted by tcpdump in the internet namespace.
+func TestScanTestbed(t *testing.T) {
+	e := requireTestbed(t)
+	v, pop := e.v, e.pop
+	ctx := context.Background()
+	s := storetest.Open(t)
+	speakers853, dnsServers := pop.QUICSpeakers(853), pop.DNSServers("udp")
+	if len(speakers853) == 0 || len(dnsServers) == 0 {
+		t.Fatal("population has no QUIC speaker on 853 or no DNS server")
+	}
+	optout := netip.PrefixFrom(speakers853[len(speakers853)/2], 28).Masked()
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO optout_requests (prefix, email, note) VALUES ($1, 'noc@example.net', 'e2e')`, optout); err != nil {
+		t.Fatal(err)
+	}
+	blocked := netip.PrefixFrom(dnsServers[len(dnsServers)/3], 28).Masked()
+	if blocked.Overlaps(optout) {
+		t.Fatalf("test setup: %s overlaps %s", blocked, optout)
+	}
+	blDir := t.TempDir()
+	confs, _ := filepath.Glob(filepath.Join("..", "..", "blocklist", "*.conf"))
+	for _, f := range confs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(blDir, filepath.Base(f)), b, 0o644)
+	}
+	os.WriteFile(filepath.Join(blDir, "e2e.conf"), []byte(blocked.String()+"  # e2e: asked not to be scanned\n"), 0o644)
+	excluded := []netip.Prefix{optout, blocked}
+	capture := startCapture(t, v.Instance, excluded)
+	seed := uint64(20260101)
+	qp, dp := scanPorts()
+	inetBefore := udpCounters(t, v.Instance+"-inet")
+	dlBefore := delayLineStats(t, v.Instance)
+	outDir := keepOnFailure(t)
 	sum, err := Scan(ctx, ScanConfig{Store: s, VantageID: "e2e", Week: "2026-W47", Seed: &seed, QUICPorts: qp, DNSPorts: dp,
-		Testbed: &testbedPrefix, BlocklistDir: filepath.Join("..", "..", "blocklist"), OutDir: out,
-		Zmap: ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr, Cooldown: 5, ProbesPerHost: 2}})
+		Testbed: &testbedPrefix, BlocklistDir: blDir, OutDir: outDir,
+		Zmap: ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr,
+			Cooldown: e2eCooldown, ProbesPerHost: e2eProbes()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := capture.stop(t); n != 0 {
-		t.Errorf("the opted-out %s received %d datagrams", optout, n)
+	// zmap's own accounting: every packet its capture passed is a success or a failure
+	// (ICMP); one that is neither was discarded by zmap (validation).
+	metas, _ := filepath.Glob(filepath.Join(outDir, "*", "*", "*", "*.meta.json"))
+	for _, f := range metas {
+		if m, err := ReadZmapMeta(f); err == nil {
+			t.Logf("zmap %s: pcap_recv %d = success %d + failure %d + discarded %d", filepath.Base(f),
+				m.PcapRecv, m.SuccessTotal, m.FailureTotal, m.PcapRecv-m.SuccessTotal-m.FailureTotal)
+		}
 	}
-	var sb strings.Builder
-	PrintSummary(&sb, sum)
-	t.Log("\n" + sb.String())
-	rows, err := store.SelectTable[store.ScanReply](ctx, s, store.TableScanReplies, "port, address")
+	if n := capture.stop(t); n != 0 {
+		t.Errorf("the opted-out %s and blocklisted %s received %d datagrams", optout, blocked, n)
+	} else {
+		t.Logf("target side: 0 datagrams reached the opted-out %s and the blocklisted %s", optout, blocked)
+	}
+	logCounters(t, v.Instance, inetBefore, dlBefore, sum)
+	if sum.Ports == nil {
+		t.Fatal("no port scanned")
+	}
+	got := scanReplies(t, s, excluded)
+	wantVN, wantAny, wantDNS := e.expected(qp, excluded)
+	for _, port := range qp {
+		var gotVN, gotAny []netip.Addr
+		for a, r := range got[port] {
+			if r.ReplyKind == string(KindICMPUnreach) {
+				continue
+			}
+			gotAny = append(gotAny, a)
+			if r.ReplyKind == string(KindQUICVN) {
+				gotVN = append(gotVN, a)
+				for _, v := range pop.AdvertisedVersions(a, port) {
+					if !slices.Contains(r.QUICVersions, int64(v)) {
+						t.Errorf("%s:%d: VN %v lacks advertised %#x", a, port, r.QUICVersions, v)
+					}
+				}
+			}
+			switch want := pop.VNReply(a, port); {
+			case want == population.VNMalformed && r.ReplyKind != string(KindQUICVNInvalid):
+				t.Errorf("%s:%d: malformed-VN host classified %s", a, port, r.ReplyKind)
+			case want == population.VNGarbage && r.ReplyKind != string(KindNotQUIC) && r.ReplyKind != string(KindQUICOther):
+				t.Errorf("%s:%d: garbage host classified %s", a, port, r.ReplyKind)
+			}
+		}
+		for _, a := range wantVN[port] {
+			if r, ok := got[port][a]; ok && r.ReplyKind != string(KindQUICVN) {
+				t.Errorf("%s:%d: VN speaker classified %s; payload %x", a, port, r.ReplyKind, r.Payload)
+			}
+		}
+		diff(t, fmt.Sprintf("port %d quic-vn", port), wantVN[port], gotVN)
+		diff(t, fmt.Sprintf("port %d any UDP reply", port), wantAny[port], gotAny)
+	}
+	if len(dp) > 0 {
+		checkDNS(t, wantDNS, got[53], nil)
+	}
+}
+
+// keepOnFailure returns a scratch directory for the scan's files (zmap's raw CSV and
+// metadata) that is removed when the test passes and kept, with its path logged, when
+// it fails: the raw output says whether zmap saw a missing reply.
+func keepOnFailure(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "doqscan-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("scan files kept for diagnosis: %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
+}
+
+// checkDNS compares the replies on 53 with the DNS servers that must be found (only
+// those in scope, when scope is set).
+func checkDNS(t *testing.T, want map[netip.Addr]Kind, got map[netip.Addr]store.ScanReply, scope func(netip.Addr) bool) {
+	t.Helper()
+	var miss, wrong, extra []string
+	n := 0
+	for a, k := range want {
+		if scope != nil && !scope(a) {
+			continue
+		}
+		n++
+		r, ok := got[a]
+		switch {
+		case !ok:
+			miss = append(miss, a.String())
+		case r.ReplyKind != string(k):
+			wrong = append(wrong, fmt.Sprintf("%s %s (want %s)", a, r.ReplyKind, k))
+		}
+	}
+	for a, r := range got {
+		if _, ok := want[a]; !ok && r.ReplyKind != string(KindICMPUnreach) {
+			extra = append(extra, fmt.Sprintf("%s %s", a, r.ReplyKind))
+		}
+	}
+	slices.Sort(miss)
+	if len(miss)+len(wrong)+len(extra) > 0 {
+		t.Errorf("port 53 dns: %d expected; %d missed %v; %d misclassified %v; %d false positives %v",
+			n, len(miss), miss[:min(len(miss), 10)], len(wrong), wrong[:min(len(wrong), 10)], len(extra), extra[:min(len(extra), 10)])
+	} else {
+		t.Logf("port 53 dns: all %d found and classified, no false positive", n)
+	}
+}
+
+// scanReplies reads the stored replies by port and address; a reply from an excluded
+// prefix is an error.
+func scanReplies(t *testing.T, s *store.Store, excluded []netip.Prefix) map[uint16]map[netip.Addr]store.ScanReply {
+	t.Helper()
+	rows, err := store.SelectTable[store.ScanReply](context.Background(), s, store.TableScanReplies, "port, address")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,66 +390,206 @@ func TestScanTestbed(t *testing.T) {
 			got[uint16(r.Port)] = map[netip.Addr]store.ScanReply{}
 		}
 		got[uint16(r.Port)][r.Address] = r
-		if optout.Contains(r.Address) {
-			t.Errorf("reply from opted-out %s:%d", r.Address, r.Port)
+		for _, p := range excluded {
+			if p.Contains(r.Address) {
+				t.Errorf("reply from excluded %s:%d (%s)", r.Address, r.Port, p)
+			}
 		}
 	}
+	return got
+}
+
+// logCounters prints where datagrams could have been lost: the internet namespace's UDP
+// counters (a full socket buffer counts RcvbufErrors), the delay line (emulated loss,
+// overflow) and zmap's capture.
+func logCounters(t *testing.T, inst string, inetBefore map[string]int64, dlBefore delayline.Stats, sum *Summary) {
+	t.Helper()
+	in := netns.Instance{Name: inst, Vantages: 1}
+	for _, ns := range []string{in.Vantage(0), in.Router(), in.Inet()} {
+		t.Logf("%s links (since creation): %s", ns, linkDrops(ns))
+	}
+	inetAfter := udpCounters(t, inst+"-inet")
+	var parts []string
+	for _, k := range []string{"InDatagrams", "NoPorts", "InErrors", "RcvbufErrors", "InCsumErrors", "OutDatagrams", "SndbufErrors"} {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, inetAfter[k]-inetBefore[k]))
+	}
+	t.Logf("internet namespace UDP: %s", strings.Join(parts, " "))
+	// Replies reach the vantage's kernel too (zmap reads them with pcap first): a reply
+	// damaged on the way shows up as a checksum error here.
+	van := udpCounters(t, in.Vantage(0))
+	t.Logf("vantage namespace UDP (since creation): InDatagrams=%d NoPorts=%d InErrors=%d InCsumErrors=%d",
+		van["InDatagrams"], van["NoPorts"], van["InErrors"], van["InCsumErrors"])
+	for _, p := range sum.Ports {
+		t.Logf("port %d: %d replies, %d bad CSV lines", p.Port, p.Replies, p.BadLines)
+	}
+	dl := delayLineStats(t, inst)
+	t.Logf("delay line: received %d forwarded %d lost %d dropped %d (overflow %d) write errors %d; max held %d, late max %.1f ms",
+		dl.Received-dlBefore.Received, dl.Forwarded-dlBefore.Forwarded, dl.Lost-dlBefore.Lost, dl.Dropped-dlBefore.Dropped,
+		dl.Overflow-dlBefore.Overflow, dl.WriteErrs-dlBefore.WriteErrs, dl.MaxHeld, float64(dl.LateMaxNS)/1e6)
+	for _, p := range sum.Ports {
+		t.Logf("port %d: zmap pcap drops %d, sendto failures %d", p.Port, p.PcapDrop, p.SendFails)
+	}
+	var sb strings.Builder
+	PrintSummary(&sb, sum)
+	t.Log("\n" + sb.String())
+}
+
+// lossyFailureBudget bounds the chance that TestScanLossyPaths fails by bad luck: the
+// number of probes per host is chosen so that the expected number of hosts whose every
+// probe or reply is lost stays below it.
+const lossyFailureBudget = 1e-3
+
+// probesForLoss returns the fewest probes per host (zmap -P, at most 16) for which the
+// expected number of hosts missed stays within budget, and the expected misses with one
+// probe. A host on a path losing each packet with probability l, in each direction,
+// answers one probe with probability (1-l)^2 and is missed by P probes with
+// probability (1-(1-l)^2)^P (losses are independent per packet in the delay line).
+func probesForLoss(losses []float64, budget float64) (p int, oneProbe float64) {
+	miss := func(p int) float64 {
+		s := 0.0
+		for _, l := range losses {
+			s += math.Pow(1-(1-l)*(1-l), float64(p))
+		}
+		return s
+	}
+	for p = 1; p < 16 && miss(p) > budget; p++ {
+	}
+	return p, miss(1)
+}
+
+// setPaths makes the running delay line use table: it rewrites the instance's table
+// file, sends SIGHUP, and waits until the delay line logs the reload.
+func setPaths(t *testing.T, inst string, table *delayline.Table) {
+	t.Helper()
+	state := testbed.StateDir(pgcluster.ProjectHome(), inst)
+	logFile := filepath.Join(state, "delayline.log")
+	reloads := func() int {
+		b, _ := os.ReadFile(logFile)
+		return strings.Count(string(b), "path table reloaded")
+	}
+	before := reloads()
+	var buf strings.Builder
+	if _, err := table.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(state, "paths.txt.e2e")
+	if err := os.WriteFile(tmp, []byte(buf.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(state, "paths.txt")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(state, "delayline.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		t.Fatalf("signal the delay line (pid %d): %v", pid, err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for reloads() == before {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("the delay line did not log a table reload within 10 s (%s)", logFile)
+		}
+	}
+}
+
+// TestScanLossyPaths puts the population's lossy paths back into the delay line and
+// scans the hosts behind them with as many probes per host as their loss rates need
+// (probesForLoss): every one must be found and classified. It logs how many a single
+// probe would be expected to miss, which is why TestScanTestbed runs loss-free.
+func TestScanLossyPaths(t *testing.T) {
+	e := requireTestbed(t)
+	v, pop := e.v, e.pop
+	ctx := context.Background()
+	var targets []netip.Prefix
+	lossOf := map[netip.Addr]float64{}
+	for i := range pop.Records {
+		r := &pop.Records[i]
+		name := r.Path
+		if name == "" {
+			name = pop.DefaultPath
+		}
+		if l := pop.Paths[name].Loss; l > 0 {
+			targets = append(targets, r.Prefix)
+			for a := r.Prefix.Addr(); r.Prefix.Contains(a); a = a.Next() {
+				lossOf[a] = l
+			}
+		}
+	}
+	if len(targets) == 0 {
+		t.Skip("SKIP: the population has no lossy path")
+	}
+	wantVN, _, wantDNS := e.expected(DefaultQUICPorts, nil)
+	var qp, dp []uint16
+	var losses []float64
+	for _, port := range DefaultQUICPorts {
+		n := 0
+		for _, a := range wantVN[port] {
+			if l, ok := lossOf[a]; ok {
+				losses = append(losses, l)
+				n++
+			}
+		}
+		if n > 0 {
+			qp = append(qp, port)
+		}
+	}
+	for a := range wantDNS {
+		if l, ok := lossOf[a]; ok {
+			losses = append(losses, l)
+			dp = []uint16{53}
+		}
+	}
+	if len(losses) == 0 {
+		t.Skip("SKIP: no QUIC speaker or DNS server of the population is on a lossy path")
+	}
+	probes, oneProbe := probesForLoss(losses, lossyFailureBudget)
+	t.Logf("%d (host, port) pairs on lossy paths in %d prefixes: one probe would miss %.2f of them on average; %d probes per host miss < %g",
+		len(losses), len(targets), oneProbe, probes, lossyFailureBudget)
+
+	setPaths(t, v.Instance, testbed.TableFromPopulation(pop))
+	t.Cleanup(func() { setPaths(t, v.Instance, lossFreeTable(pop)) })
+	s := storetest.Open(t)
+	dlBefore := delayLineStats(t, v.Instance)
+	inetBefore := udpCounters(t, v.Instance+"-inet")
+	sum, err := Scan(ctx, ScanConfig{Store: s, VantageID: "e2e", Week: "2026-W47", Label: "lossy", Targets: targets,
+		QUICPorts: qp, DNSPorts: dp, Testbed: &testbedPrefix, BlocklistDir: filepath.Join("..", "..", "blocklist"), OutDir: t.TempDir(),
+		Zmap: ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr,
+			Cooldown: e2eCooldown, ProbesPerHost: probes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logCounters(t, v.Instance, inetBefore, dlBefore, sum)
+	if dl := delayLineStats(t, v.Instance); dl.Lost == dlBefore.Lost {
+		t.Error("the delay line lost no packet: the lossy paths are not in effect")
+	}
+	got := scanReplies(t, s, nil)
+	onLossy := func(a netip.Addr) bool { _, ok := lossOf[a]; return ok }
 	for _, port := range qp {
-		var wantVN, wantAny []netip.Addr
-		for _, a := range pop.QUICSpeakers(port) {
-			if !optout.Contains(a) {
-				wantVN = append(wantVN, a)
+		var want, found []netip.Addr
+		for _, a := range wantVN[port] {
+			if onLossy(a) {
+				want = append(want, a)
 			}
 		}
-		for _, a := range pop.UDPResponders(port) {
-			if !optout.Contains(a) {
-				wantAny = append(wantAny, a)
-			}
-		}
-		var gotVN, gotAny []netip.Addr
 		for a, r := range got[port] {
-			if r.ReplyKind == string(KindICMPUnreach) {
-				continue
-			}
-			gotAny = append(gotAny, a)
 			if r.ReplyKind == string(KindQUICVN) {
-				gotVN = append(gotVN, a)
-				adv := pop.AdvertisedVersions(a, port)
-				for _, v := range adv {
-					if !slices.Contains(r.QUICVersions, int64(v)) {
-						t.Errorf("%s:%d: VN %v lacks advertised %#x", a, port, r.QUICVersions, v)
-					}
-				}
-			}
-			if rec := pop.Lookup(a); rec != nil && rec.Hostile == population.HostileBadVN && r.ReplyKind != string(KindQUICVNInvalid) {
-				t.Errorf("%s:%d bad-vn host classified %s", a, port, r.ReplyKind)
+				found = append(found, a)
 			}
 		}
-		diff(t, fmt.Sprintf("port %d quic-vn", port), wantVN, gotVN)
-		diff(t, fmt.Sprintf("port %d any UDP reply", port), wantAny, gotAny)
+		diff(t, fmt.Sprintf("lossy paths, port %d quic-vn", port), want, found)
 	}
-	want := map[netip.Addr]Kind{}
-	if len(dp) == 0 {
-		return
-	}
-	for _, a := range pop.DNSServers("udp") {
-		if k, ok := expectedDNS(pop.Lookup(a)); ok && !optout.Contains(a) {
-			want[a] = k
-		}
-	}
-	for a, k := range want {
-		r, ok := got[53][a]
-		switch {
-		case !ok:
-			t.Errorf("DNS server %s not found", a)
-		case r.ReplyKind != string(k):
-			t.Errorf("DNS server %s: %s, want %s", a, r.ReplyKind, k)
-		}
-	}
-	for a, r := range got[53] {
-		if _, ok := want[a]; !ok && r.ReplyKind != string(KindICMPUnreach) {
-			t.Errorf("false positive on 53: %s %s", a, r.ReplyKind)
-		}
+	if len(dp) > 0 {
+		checkDNS(t, wantDNS, got[53], onLossy)
 	}
 }
 
@@ -241,13 +617,36 @@ func diff(t *testing.T, what string, want, got []netip.Addr) {
 
 func head(a []netip.Addr) []netip.Addr { return a[:min(len(a), 10)] }
 
-// e2eRate is the scan rate of the end-to-end test ($DOQSCAN_E2E_RATE, default 5000 p/s):
-// the simulated internet runs in user space (delay line, simserver) on the same cores.
+// e2eCooldown is how long zmap waits for replies after its last probe (-c, seconds):
+// the population's longest path is 300 ms plus jitter, and the delay line released
+// packets up to ~130 ms late under load; 3 s leaves a wide margin.
+const e2eCooldown = 3
+
+// e2eProbes is the number of probes per host of TestScanTestbed ($DOQSCAN_E2E_PROBES,
+// default 2). With one probe, 16 of 20 full runs were exact and 4 missed 1-2 replies of
+// ~7,760 (about 1 in 40,000): replies that reached the vantage namespace's kernel (its
+// UDP NoPorts counter has them) but not zmap's output, with no drop counter moving
+// anywhere (links, delay line, target sockets, zmap pcap_drop/sendto failures). Until
+// that is found, the test sends two probes per host (zmap -P 2, a standard scan
+// setting); DOQSCAN_E2E_PROBES=1 reproduces the single-probe check.
+func e2eProbes() int {
+	if n, err := strconv.Atoi(os.Getenv("DOQSCAN_E2E_PROBES")); err == nil && n > 0 {
+		return n
+	}
+	return 2
+}
+
+// e2eRate is the scan rate of the end-to-end tests ($DOQSCAN_E2E_RATE, default
+// 10,000 p/s). The simulated internet runs in user space (delay line, simserver) on the
+// same 2 cores as zmap; on loss-free paths one probe per host found every host at 5,000,
+// 10,000 and 20,000 p/s asked (4,500, 8,200 and 14,800 achieved, load average ~10) with
+// no drop anywhere (target-side UDP counters, delay line, zmap's capture). 10,000 keeps
+// a factor of 2 below the highest rate seen exact, and the four ports take ~50 s.
 func e2eRate() int {
 	if n, err := strconv.Atoi(os.Getenv("DOQSCAN_E2E_RATE")); err == nil && n > 0 {
 		return n
 	}
-	return 5000
+	return 10000
 }
 
 // BenchmarkZprobeVsZmap sends the same payload over the whole /16 on one port with raw
@@ -292,7 +691,7 @@ func BenchmarkZprobeVsZmap(b *testing.B) {
 		}
 		sum, err := Scan(ctx, ScanConfig{Store: s, VantageID: "bench", Week: "2026-W47", Label: fmt.Sprintf("b%d-%d", b.N, i),
 			QUICPorts: []uint16{853}, DNSPorts: []uint16{}, Testbed: &testbedPrefix, OutDir: dir,
-			Zmap: ZmapRun{Rate: 0, Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr, Cooldown: 1}})
+			Zmap: ZmapRun{Rate: RateUnlimited, Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr, Cooldown: 1}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -300,7 +699,93 @@ func BenchmarkZprobeVsZmap(b *testing.B) {
 		rawRate += r
 		zRate += sum.Ports[0].RatePPS
 	}
+	b.StopTimer()
+	// The ingest side by side: zmap CSV lines -> replies -> classes, as fast as it goes.
+	const n = 65536
+	data := syntheticCSV(b, n)
+	c := testClassifier(b)
+	start, reps := time.Now(), 0
+	for time.Since(start) < 2*time.Second {
+		in := NewIngest(nil, 0, c, nil)
+		if err := IngestCSV(ctx, bytes.NewReader(data), 784, in); err != nil || in.Replies != n {
+			b.Fatal(err, in.Replies)
+		}
+		reps++
+	}
+	ingest := float64(reps*n) / time.Since(start).Seconds()
 	b.ReportMetric(rawRate/float64(b.N), "raw_zmap_pps")
 	b.ReportMetric(zRate/float64(b.N), "zprobe_pps")
 	b.ReportMetric(zRate/rawRate, "ratio")
+	b.ReportMetric(ingest, "ingest_replies/s")
+	b.ReportMetric(ingest/IngestGoal, "ingest_x_goal")
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		b.Logf("load average: %s", strings.TrimSpace(string(load)))
+	}
+}
+
+// udpCounters reads the kernel's UDP counters (/proc/net/snmp) of a namespace: where
+// the target side drops datagrams (a full socket receive buffer counts RcvbufErrors).
+func udpCounters(t testing.TB, ns string) map[string]int64 {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "cat", "/proc/net/snmp").Output()
+	if err != nil {
+		t.Logf("reading UDP counters of %s: %v", ns, err)
+		return nil
+	}
+	var names []string
+	res := map[string]int64{}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || f[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = f[1:]
+			continue
+		}
+		for i, v := range f[1:] {
+			if i < len(names) {
+				res[names[i]], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return res
+}
+
+// linkDrops sums the rx/tx drop counters of a namespace's links (veth, tun).
+func linkDrops(ns string) string {
+	out, err := exec.Command("ip", "-n", ns, "-s", "-j", "link").Output()
+	if err != nil {
+		return err.Error()
+	}
+	var links []struct {
+		Name  string `json:"ifname"`
+		Stats struct {
+			RX struct{ Packets, Dropped, Errors uint64 } `json:"rx"`
+			TX struct{ Packets, Dropped, Errors uint64 } `json:"tx"`
+		} `json:"stats64"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, l := range links {
+		st := l.Stats
+		parts = append(parts, fmt.Sprintf("%s rx %d (dropped %d, errors %d) tx %d (dropped %d, errors %d)", l.Name,
+			st.RX.Packets, st.RX.Dropped, st.RX.Errors, st.TX.Packets, st.TX.Dropped, st.TX.Errors))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// delayLineStats reads the counters the testbed's delay line writes every second.
+func delayLineStats(t testing.TB, inst string) delayline.Stats {
+	var st delayline.Stats
+	b, err := os.ReadFile(filepath.Join(testbed.StateDir(pgcluster.ProjectHome(), inst), "delayline.stats.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	if err != nil {
+		t.Logf("delay line counters: %v", err)
+	}
+	return st
 }

@@ -68,7 +68,8 @@ type PortSummary struct {
 	Inserted    int64          `json:"rows_inserted"`
 	BadLines    int64          `json:"bad_lines"`
 	Blocklisted int64          `json:"blocklisted"`
-	PcapDrop    int64          `json:"zmap_pcap_drop"` // replies zmap's capture dropped
+	PcapDrop    int64          `json:"zmap_pcap_drop"`       // replies zmap's capture dropped
+	SendFails   int64          `json:"zmap_sendto_failures"` // probes zmap failed to send
 	RawOutput   string         `json:"raw_output,omitempty"`
 }
 
@@ -407,7 +408,10 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 	}
 	if m, err := ReadZmapMeta(z.MetadataFile); err == nil {
 		ps.ProbesSent = m.TotalSent
-		ps.PcapDrop = m.PcapDrop
+		ps.PcapDrop, ps.SendFails = m.PcapDrop, m.SendToFailures
+		if m.SendToFailures > 0 {
+			plog.Warn("zmap failed to send probes", "sendto_failures", m.SendToFailures)
+		}
 		if m.PcapDrop > 0 {
 			plog.Warn("zmap's capture dropped replies", "pcap_drop", m.PcapDrop)
 		}

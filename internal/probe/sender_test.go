@@ -6,7 +6,9 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testbed"
 )
 
 // countingListener counts datagrams arriving at addr: the target-side check that a
@@ -128,6 +131,7 @@ func itoa(p uint16) string { return strconv.Itoa(int(p)) }
 
 // TestSendIPv6 probes quic-go on ::1 (zmap 2.1.1 cannot scan IPv6).
 func TestSendIPv6(t *testing.T) {
+	enableIPv6Loopback(t)
 	ln, err := quic.ListenAddr("[::1]:0", &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}, NextProtos: []string{"doq"}}, nil)
 	if err != nil {
 		t.Skipf("no IPv6 loopback here: %v", err)
@@ -147,4 +151,25 @@ func TestSendIPv6(t *testing.T) {
 	if sum.ByKind[KindQUICVN] != 1 {
 		t.Errorf("summary %+v", sum)
 	}
+}
+
+// enableIPv6Loopback gives lo its ::1 when the test runs inside a testbed vantage
+// namespace (TestMain re-runs the package there), where the testbed disables IPv6 on
+// every link; only lo gets it back, for the duration of the test, so nothing can be
+// routed anywhere over IPv6.
+func enableIPv6Loopback(t *testing.T) {
+	t.Helper()
+	if os.Getenv(testbed.EnvInVantage) == "" {
+		return
+	}
+	const knob = "/proc/sys/net/ipv6/conf/lo/disable_ipv6"
+	old, err := os.ReadFile(knob)
+	if err != nil || strings.TrimSpace(string(old)) == "0" {
+		return
+	}
+	if err := os.WriteFile(knob, []byte("0\n"), 0o644); err != nil {
+		t.Logf("cannot enable IPv6 on lo: %v", err)
+		return
+	}
+	t.Cleanup(func() { os.WriteFile(knob, old, 0o644) })
 }

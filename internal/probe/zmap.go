@@ -27,7 +27,7 @@ type ZmapRun struct {
 	BlocklistFile string // -b, required
 	AllowlistFile string // -w; required unless InternetWide
 	InternetWide  bool   // deliberately scan everything not blocklisted
-	Rate          int    // -r packets/s (0: zmap's default)
+	Rate          int    // -r packets/s (0: zmap's default, 10,000; RateUnlimited: -r 0, as fast as zmap can)
 	Bandwidth     string // -B, e.g. 1G, 500M
 	Seed          *uint64
 	Shards, Shard int
@@ -87,8 +87,11 @@ func (z ZmapRun) Args() ([]string, error) {
 	if z.AllowlistFile != "" {
 		a = append(a, "--whitelist-file="+z.AllowlistFile)
 	}
-	if z.Rate > 0 {
+	switch {
+	case z.Rate > 0:
 		a = append(a, "--rate="+strconv.Itoa(z.Rate))
+	case z.Rate == RateUnlimited:
+		a = append(a, "--rate=0")
 	}
 	if z.Bandwidth != "" {
 		if !regexp.MustCompile(`^[0-9]+[GMK]?$`).MatchString(z.Bandwidth) {
@@ -121,6 +124,10 @@ func (z ZmapRun) Args() ([]string, error) {
 	}
 	return a, nil
 }
+
+// RateUnlimited as ZmapRun.Rate (zprobe scan --rate -1) sends as fast as zmap can
+// (zmap -r 0): the benchmark's setting, never a production one.
+const RateUnlimited = -1
 
 // ZmapStatus is one of zmap's once-a-second status lines on stderr, e.g.
 // " 0:01 97%; send: 256 done (1.28 Kp/s avg); recv: 98 96 p/s (84 p/s avg); drops: 0 p/s (0 p/s avg); hitrate: 38.28%".
@@ -187,6 +194,8 @@ type ZmapMeta struct {
 	NotAllowed      int64    `json:"blacklist_total_not_allowed"`
 	SendToFailures  int64    `json:"send_to_failures"`
 	PcapDrop        int64    `json:"pcap_drop"`
+	PcapRecv        int64    `json:"pcap_recv"`     // packets the capture filter passed
+	SuccessTotal    int64    `json:"success_total"` // replies validated as successes (repeats included)
 	SendStartTime   string   `json:"send_start_time"`
 	SendEndTime     string   `json:"send_end_time"`
 	Seed            uint64   `json:"seed"`
