@@ -10,7 +10,7 @@
 # Re-running it adds no duplicate rows (same ISO week, hour and vantage point). The
 # testbed is taken down at the end unless KEEP_TESTNET=1.
 # Environment: DOQSCAN_TESTNET (instance, default "demo"), DOQSCAN_VANTAGE (default
-# "testbed"), DEMO_RATE (zmap packets/s, default 5000), DATABASE_URL (default: the
+# "testbed"), DEMO_RATE (zmap packets/s, default 10000), DATABASE_URL (default: the
 # private cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ ROOT=$(pwd)
 export DOQSCAN_HOME="$ROOT"
 INST=${DOQSCAN_TESTNET:-demo}
 VANTAGE=${DOQSCAN_VANTAGE:-testbed}
-RATE=${DEMO_RATE:-5000}
+RATE=${DEMO_RATE:-10000}
 STATE="var/testnet/$INST"
 say() { printf '\n== %s\n' "$*" >&2; }
 in_vantage() { bin/testnet --name "$INST" exec -- "$@"; }
@@ -36,6 +36,7 @@ bin/testnet --name "$INST" up
 
 say "zprobe: scan 198.19.0.0/16 on UDP/784, 853, 8853 (QUIC) and 53 (DNS) at $RATE packets/s"
 in_vantage bin/zprobe scan --vantage "$VANTAGE" --label demo --testbed 198.19.0.0/16 --rate "$RATE" \
+  --probes-per-host 2 --cooldown 3 \
   --blocklist-dir blocklist --out var/scans
 
 say "verify: DoQ verification of the QUIC-capable hosts of that scan"
