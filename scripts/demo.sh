@@ -40,8 +40,8 @@ in_vantage bin/zprobe scan --vantage "$VANTAGE" --label demo --testbed 198.19.0.
   --blocklist-dir blocklist --out var/scans
 
 say "verify: DoQ verification of the QUIC-capable hosts of that scan"
-VERIFY_ARGS=(--vantage "$VANTAGE" --label demo --scan-label demo)
-if [ -d "$STATE/pki" ]; then VERIFY_ARGS+=(--roots "$STATE/pki/roots.pem"); fi
+bin/simserver pki --out "$STATE/pki" --population testbed/population.txt >/dev/null
+VERIFY_ARGS=(--vantage "$VANTAGE" --label demo --scan-label demo --roots "$STATE/pki/roots.crt")
 if [ -f "$STATE/geoip/GeoLite2-City.mmdb" ]; then
   VERIFY_ARGS+=(--geoip-city "$STATE/geoip/GeoLite2-City.mmdb" --geoip-asn "$STATE/geoip/GeoLite2-ASN.mmdb")
 fi
