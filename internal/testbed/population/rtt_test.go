@@ -114,8 +114,12 @@ func TestHandshakeTimeModel(t *testing.T) {
 					}
 					d, _ := p.HandshakeTime(a, port, ProtoDoQ, phase, client)
 					want := time.Duration(n) * rtt
-					if p.Stalls(a, port, ProtoDoQ, phase, client) && rtt > ClientInitialPTO {
+					stalls := p.Stalls(a, port, ProtoDoQ, phase, client)
+					if stalls && rtt > ClientInitialPTO {
 						want = time.Duration(n-1)*rtt + ClientInitialPTO
+					}
+					if flight := p.Certs[r.Cert].ServerFlightBytes(client); !stalls && flight > PacerBurstPackets*1252 {
+						want += time.Duration((flight+1251)/1252-PacerBurstPackets) * PacerInterval
 					}
 					if d != want {
 						t.Errorf("%s:%d %s %s: %v, want %v", r.Class, port, phase, client.Name, d, want)
