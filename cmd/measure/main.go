@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -21,6 +22,7 @@ var cmd = cli.Command{
 		"measure --every 1h                       # hourly rounds, spread over the hour, until interrupted",
 		"measure --targets resolvers.txt --modes fresh,0rtt --key-shares x25519,x25519mlkem768",
 		"measure --protocols doq --features --concurrency 16",
+		"measure --hour 2026-11-22T05:00:00Z            # resume (or rerun) that hour's round",
 	},
 	Notes: `Targets file: one resolver per line, "ADDRESS [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]";
 protocols not named use their default port (doudp/dotcp 53, dot 853, doh/doh3 443, doq 853/doq).
@@ -48,9 +50,23 @@ func main() {
 	fs.IntVar(&o.Persistent, "persistent", 5, "queries per session in persistent mode")
 	fs.BoolVar(&o.Features, "features", false, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
 	fs.DurationVar(&o.Spread, "spread", 0, "one round: spread resolver starts over this long")
+	fs.Func("hour", "one round: the hour whose round to run or resume, RFC 3339 (default: the current hour)", func(v string) error {
+		h, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return err
+		}
+		if h = h.UTC(); !h.Equal(h.Truncate(time.Hour)) {
+			return fmt.Errorf("%s is not a whole hour", v)
+		}
+		o.Hour = h
+		return nil
+	})
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {
 			return cli.Usagef("unexpected arguments: %v", args)
+		}
+		if !o.Hour.IsZero() && o.Every != 0 {
+			return cli.Usagef("--hour names one round: it does not combine with --every")
 		}
 		if err := o.Parse(); err != nil {
 			return err
