@@ -19,6 +19,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
+	"github.com/doqscan/doqscan/internal/testbed/geodb"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
@@ -159,6 +160,9 @@ func Ensure(ctx context.Context, o Options) (*Testbed, error) {
 	if err := tb.writeTable(); err != nil {
 		return nil, err
 	}
+	if err := tb.writeGeoIP(); err != nil {
+		return nil, err
+	}
 	if err := tb.ensureDelayLine(ctx); err != nil {
 		return nil, err
 	}
@@ -175,6 +179,26 @@ func Ensure(ctx context.Context, o Options) (*Testbed, error) {
 	o.Log.Info("testbed up", "name", o.Name, "created", tb.Created, "vantages", o.Vantages,
 		"population", o.Population, "state", tb.State)
 	return tb, nil
+}
+
+// GeoIPDir is where Ensure writes the population's GeoIP databases
+// (geodb.CityFile, geodb.ASNFile): what verify's --geoip-city/--geoip-asn read.
+func (tb *Testbed) GeoIPDir() string { return filepath.Join(tb.State, "geoip") }
+
+// writeGeoIP writes the population's mmdb files, stamped with the population file's
+// modification time (the same file gives the same databases).
+func (tb *Testbed) writeGeoIP() error {
+	if tb.Population == nil {
+		return nil
+	}
+	st, err := os.Stat(tb.Opts.Population)
+	if err != nil {
+		return fmt.Errorf("testbed %s: geoip: %w", tb.Name, err)
+	}
+	if _, err := geodb.Write(tb.Population, tb.GeoIPDir(), st.ModTime().UTC().Truncate(time.Second)); err != nil {
+		return fmt.Errorf("testbed %s: %w", tb.Name, err)
+	}
+	return nil
 }
 
 // TablePath is the delay line's path table file.

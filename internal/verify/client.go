@@ -398,29 +398,31 @@ func (v *Verifier) exchange(ctx context.Context, conn *quic.Conn, f doq.Framing)
 	defer cancel()
 	str, err := conn.OpenStreamSync(qctx)
 	if err != nil {
-		return OutcomeDNSError, "open stream: " + classifyQuery(err), nil, 0, err
+		return queryFailure(err), "open stream: " + classifyQuery(err), nil, 0, err
 	}
 	defer str.CancelRead(doq.CodeNoError)
 	_ = str.SetDeadline(deadline)
 	wire, err := doq.Frame(f, v.wire)
 	if err != nil {
-		return OutcomeDNSError, err.Error(), nil, 0, err
+		return OutcomeProtocolError, err.Error(), nil, 0, err
 	}
 	if _, err := str.Write(wire); err != nil {
-		return OutcomeDNSError, "write query: " + classifyQuery(err), nil, 0, err
+		return queryFailure(err), "write query: " + classifyQuery(err), nil, 0, err
 	}
 	// RFC 9250 §4.2: the client MUST indicate with STREAM FIN that no further data
 	// will be sent on that stream (drafts: the same).
 	if err := str.Close(); err != nil {
-		return OutcomeDNSError, "close send side: " + classifyQuery(err), nil, 0, err
+		return queryFailure(err), "close send side: " + classifyQuery(err), nil, 0, err
 	}
 	msg, err := doq.ReadMessage(str, f, MaxReply)
 	if err != nil {
-		return OutcomeDNSError, fmt.Sprintf("read reply (%s): %s", f, classifyQuery(err)), nil, 0, err
+		return queryFailure(err), fmt.Sprintf("read reply (%s): %s", f, classifyQuery(err)), nil, 0, err
 	}
 	resp, cerr := dnsmsg.Validate(v.query, msg)
 	if cerr != nil {
-		return OutcomeDNSError, fmt.Sprintf("bad reply (%s, %d bytes): %v", f, len(msg), cerr), nil, 0, nil
+		// RFC 9250 §4.3.3: a malformed or unexpected message (non-zero ID, question not
+		// ours, not DNS at all, cut short) is a protocol error.
+		return OutcomeProtocolError, fmt.Sprintf("bad reply (%s, %d bytes): %v", f, len(msg), cerr), nil, 0, nil
 	}
 	r := resp.Msg
 	rc := r.Rcode

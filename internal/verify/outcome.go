@@ -18,13 +18,13 @@ import (
 const (
 	OutcomeVerified        = "doq-verified"     // DoQ ALPN + a DNS answer (NOERROR/NXDOMAIN)
 	OutcomeRefused         = "doq-refused"      // DoQ handshake ok, DNS REFUSED
-	OutcomeDNSError        = "doq-dns-error"    // DoQ handshake ok, other rcode / bad reply / no reply
+	OutcomeDNSError        = "doq-dns-error"    // DoQ handshake ok, a well-formed reply with another rcode (SERVFAIL...)
 	OutcomeQUICNotDoQ      = "quic-not-doq"     // QUIC, but no DoQ ALPN accepted
 	OutcomeVersionMismatch = "version-mismatch" // no common QUIC version
 	OutcomeSNIRequired     = "sni-required"     // refused without a server name, no name we tried worked
 	OutcomeTimeout         = "timeout"          // no (complete) handshake within the timeout
 	OutcomeTLSError        = "tls-error"        // TLS alert or certificate/handshake failure
-	OutcomeProtocolError   = "protocol-error"   // QUIC transport error, stateless reset, ...
+	OutcomeProtocolError   = "protocol-error"   // QUIC transport error, stateless reset, DoQ stream/framing violated
 	OutcomeUnreachable     = "unreachable"      // ICMP unreachable / connection refused
 )
 
@@ -125,6 +125,18 @@ func classifyHandshake(err error) (string, string) {
 }
 
 // classifyQuery maps an error of the DNS exchange on an established DoQ connection.
+// queryFailure classifies a failed DoQ exchange after a completed handshake: no reply
+// within the query timeout is a timeout (the host accepted and stalled); anything else
+// (stream reset, connection closed, a length prefix the stream disagrees with, a stream
+// longer than any DNS message) violates RFC 9250 §4.2/§4.3.3 and is a protocol error.
+func queryFailure(err error) string {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return OutcomeTimeout
+	}
+	return OutcomeProtocolError
+}
+
 func classifyQuery(err error) string {
 	var (
 		se *quic.StreamError

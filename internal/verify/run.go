@@ -411,8 +411,10 @@ func (w *writer) add(r Result) error {
 	w.results = append(w.results, toRow(w.runID, r))
 	rows, _ := certs.Chain(r.Chain, r.At)
 	w.certs.Add(rows...)
-	// A resolver: an address that answered a DNS query over DoQ (any rcode).
-	if r.Rcode == nil {
+	// A resolver: an address that answered a DNS query over DoQ with a well-formed
+	// reply (any rcode). A malformed reply (protocol-error) keeps its rcode in the
+	// result but does not make the address a resolver.
+	if r.Rcode == nil || !isResolverOutcome(r.Outcome) {
 		return nil
 	}
 	a := r.Addr.Addr()
@@ -570,4 +572,9 @@ func (s *Summary) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "%-10s %-6s %6d\n", v.ALPN, v.QUICVersion, v.Count)
 		}
 	}
+}
+
+// isResolverOutcome reports whether an outcome with an rcode makes its address a resolver.
+func isResolverOutcome(o string) bool {
+	return o == OutcomeVerified || o == OutcomeRefused || o == OutcomeDNSError
 }

@@ -13,7 +13,13 @@ POP = population.load()
 PING_COUNT = 10
 CONNECT_COUNT = 5
 EARLY_MS = 0.5  # the delay line must never deliver early by more than this
-LATE_MS = 3.0   # median allowance for scheduling on a loaded 2-core machine
+# The minimum of the samples estimates the path: load (other helpers compiling on the
+# same 2 cores) only ever adds delay, to the user-space delay line and to the clients,
+# and it inflated medians by up to 10 ms in one of five runs. So: the minimum must be
+# within [rtt - 0.5 ms, rtt + 2 ms + 1%] (+- 2 x jitter); the median only has to rule out
+# gross errors (a delay applied twice, a path swapped): below rtt + 10 ms + 10%.
+MIN_LATE_MS, MIN_LATE_FRACTION = 2.0, 0.01
+MEDIAN_LATE_MS, MEDIAN_LATE_FRACTION = 10.0, 0.10
 
 
 def _targets():
@@ -42,12 +48,15 @@ def results(vantage):
 def _check(ms, path, what, where):
     assert ms, f"{where}: no {what} samples"
     p = POP.paths[path]
-    lo = p.rtt_ms - 2 * p.jitter_ms - EARLY_MS
-    hi = p.rtt_ms + 2 * p.jitter_ms + LATE_MS
-    med = statistics.median(ms)
-    print(f"{path}: {what} configured {p.rtt_ms:.1f} ms, median {med:.2f} ms, min {min(ms):.2f} ms, n={len(ms)}")
-    assert min(ms) >= lo, f"{where}: {what} min {min(ms):.2f} ms below {lo:.2f} ms (rtt {p.rtt_ms} ms)"
-    assert med <= hi, f"{where}: {what} median {med:.2f} ms above {hi:.2f} ms (rtt {p.rtt_ms} ms)"
+    j = 2 * p.jitter_ms
+    lo = p.rtt_ms - j - EARLY_MS
+    hi_min = p.rtt_ms + j + MIN_LATE_MS + MIN_LATE_FRACTION * p.rtt_ms
+    hi_med = p.rtt_ms + j + MEDIAN_LATE_MS + MEDIAN_LATE_FRACTION * p.rtt_ms
+    med, mn = statistics.median(ms), min(ms)
+    print(f"{path}: {what} configured {p.rtt_ms:.1f} ms, min {mn:.2f} ms, median {med:.2f} ms, n={len(ms)}")
+    assert mn >= lo, f"{where}: {what} min {mn:.2f} ms below {lo:.2f} ms (rtt {p.rtt_ms} ms): delivered early"
+    assert mn <= hi_min, f"{where}: {what} min {mn:.2f} ms above {hi_min:.2f} ms (rtt {p.rtt_ms} ms)"
+    assert med <= hi_med, f"{where}: {what} median {med:.2f} ms above {hi_med:.2f} ms (rtt {p.rtt_ms} ms)"
 
 
 @pytest.mark.parametrize("path", sorted(TARGETS))

@@ -11,7 +11,7 @@ import (
 func command(cfg Config, s Spec, zoneFile string) ([]string, error) {
 	switch s.Kind {
 	case CoreDNS:
-		return corednsCommand(cfg, s, zoneFile)
+		return corednsCommand(cfg, s)
 	case Hickory:
 		return hickoryCommand(cfg, s, zoneFile)
 	case Aioquic:

@@ -52,9 +52,10 @@ func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peer
 		{"-n", inet, "link", "add", inetSideIf, "type", "veth", "peer", "name", peerSideIf, "netns", ns},
 		{"-n", inet, "link", "set", inetSideIf, "up"},
 		{"-n", ns, "link", "set", peerSideIf, "up"},
-		// Everything leaves the peers namespace towards the internet namespace, which
-		// answers ARP for it (proxy_arp) and forwards it on.
-		{"-n", ns, "route", "add", "default", "dev", peerSideIf},
+		// The testbed's space (and nothing else: no default route, so nothing can lead
+		// out) goes to the internet namespace, which answers ARP for it (proxy_arp) and
+		// forwards it on.
+		{"-n", ns, "route", "add", testbedPrefix.String(), "dev", peerSideIf},
 	}
 	for _, a := range addrs {
 		cmds = append(cmds,

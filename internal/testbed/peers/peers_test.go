@@ -250,8 +250,8 @@ func TestSpecValidate(t *testing.T) {
 
 func TestCorefileBindsOnlyItsAddress(t *testing.T) {
 	s := Spec{Kind: CoreDNS, Addr: netip.MustParseAddr("198.19.1.1"), DNSPort: 53, QUICPorts: []uint16{784}, CertFile: "/c.pem", KeyFile: "/k.pem"}
-	cf := corefile(s, "/z")
-	for _, want := range []string{"dns://.:53 {", "quic://.:784 {", "bind 198.19.1.1", "tls /c.pem /k.pem"} {
+	cf := corefile(s, netip.MustParseAddr("192.0.2.1"), 300)
+	for _, want := range []string{"dns://.:53 {", "quic://.:784 {", "bind 198.19.1.1", "tls /c.pem /k.pem", "IN A 192.0.2.1"} {
 		if !strings.Contains(cf, want) {
 			t.Errorf("Corefile lacks %q:\n%s", want, cf)
 		}

@@ -140,11 +140,11 @@ var specials = []special{
 // versions listed are what each stack's VN advertises (FIELD-NOTES).
 var peers = []special{
 	{"peer-coredns", "CoreDNS 1.15 (quic-go): DoUDP, DoTCP, DoT, DoH, DoQ", "peer=coredns quic=784,853 alpn=doq versions=v1,v2 token=honour cert=provider-b " + allDNS, false, true},
-	{"peer-hickory", "hickory-dns 0.26 (quinn): DoQ; VN lists v1 and drafts 29-34", "peer=hickory quic=853 alpn=doq versions=v1,draft-29,draft-30,draft-31,draft-32,draft-33,draft-34 token=honour cert=provider-c dns=udp,tcp", false, true},
+	{"peer-hickory", "hickory-dns 0.26 (quinn): DoQ; VN lists v1 and drafts 29-34", "peer=hickory quic=853 alpn=doq versions=v1,draft-29,draft-30,draft-31,draft-32,draft-33,draft-34 token=none cert=provider-c dns=udp,tcp", false, true},
 	{"peer-aioquic", "aioquic 1.7 doq_server: no NEW_TOKEN", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=provider-a", false, true},
 	{"peer-aioquic-retry", "aioquic 1.7 doq_server --retry", "peer=aioquic quic=784 alpn=doq versions=v1,v2 retry=always token=none cert=provider-a", false, true},
 	{"peer-aioquic-bigchain", "aioquic with chain-big and no NEW_TOKEN: the 2-RTT case through a non-Go stack", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=chain-big", false, true},
-	{"peer-ngtcp2", "ngtcp2 server: QUIC, not DoQ (h3)", "peer=ngtcp2 quic=784 alpn=h3 versions=v1,v2,draft-29 token=honour cert=provider-a", false, true},
+	{"peer-ngtcp2", "ngtcp2 server: QUIC, not DoQ (h3)", "peer=ngtcp2 quic=784 alpn=h3 versions=v1 token=honour cert=provider-a", false, true},
 }
 
 type gen struct {

@@ -1,0 +1,462 @@
+"""Load aggregated results from doqscan's PostgreSQL database (schema.sql).
+
+Every function runs one SQL statement that aggregates inside PostgreSQL and returns a
+small pandas DataFrame: counts per week, per version pair, per port, and latency
+distributions as exact order statistics (``percentile_disc``) at a fixed number of ranks.
+No function fetches raw measurement rows, so a database of tens of millions of
+measurements costs the client a few megabytes.
+
+Filters common to all functions:
+  weeks     list of ISO weeks ('2026-W47'); None = every week in the database.
+  vantages  list of vantage_id; None = all vantage points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import psycopg
+
+from . import names
+
+# Order in which a resolver's DoQ port decides its version pair when it answers on
+# several ports: the RFC 9250 port first, then the experimental port, then draft-02's.
+PORT_PREFERENCE = [853, 784, 8853]
+
+# Outcomes of verification_results that count as a DoQ-verified resolver (the study's
+# "DoQ-verified": DoQ ALPN negotiated and a DNS answer received).
+VERIFIED = "doq-verified"
+
+# DNS rcodes that make a UDP/53 scan reply a working DoUDP resolver: NOERROR (0) and
+# NXDOMAIN (3) (RFC 1035 §4.1.1); REFUSED and SERVFAIL do not count.
+DOUDP_RCODES = [0, 3]
+
+DEFAULT_POINTS = 2000  # ranks at which distributions are returned (ECDF step <= 1/2000)
+
+
+def connect(url: str, work_mem: str = "128MB") -> psycopg.Connection:
+    """Open an autocommit connection (a failed query does not poison later ones) whose
+    sorts get `work_mem` each: the distributions sort every measurement once per metric,
+    and in-memory sorts are several times faster than PostgreSQL's default 4 MB spills."""
+    conn = psycopg.connect(url, autocommit=True)
+    if work_mem:
+        conn.execute("SELECT set_config('work_mem', %s, false)", (work_mem,))
+    return conn
+
+
+def _frame(conn: psycopg.Connection, sql: str, params: dict | None = None) -> pd.DataFrame:
+    with conn.cursor() as cur:
+        cur.execute(sql, params or {})
+        cols = [d.name for d in cur.description]
+        return pd.DataFrame(cur.fetchall(), columns=cols)
+
+
+def _params(weeks, vantages, **extra) -> dict:
+    p = {
+        "weeks": list(weeks) if weeks else None,
+        "vantages": list(vantages) if vantages else None,
+    }
+    p.update(extra)
+    return p
+
+
+# A resolver is verified in a week when any vantage point's verification run of that
+# week verified it.
+_VERIFIED_CTE = """
+verified AS (
+    SELECT vr.iso_week, vr.vantage_id, vr.scan_id, vr.city_dataset, vr.asn_dataset,
+           r.address, r.port, r.alpn, r.quic_version, r.cert_chain, r.scan_versions
+      FROM verification_results r
+      JOIN verification_runs vr USING (run_id)
+     WHERE r.outcome = 'doq-verified'
+       AND (%(weeks)s::text[] IS NULL OR vr.iso_week = ANY(%(weeks)s::text[]))
+       AND (%(vantages)s::text[] IS NULL OR vr.vantage_id = ANY(%(vantages)s::text[]))
+),
+rep AS (  -- one row per (week, resolver): its preferred DoQ port decides the pair
+    SELECT DISTINCT ON (iso_week, address) *
+      FROM verified
+     ORDER BY iso_week, address,
+              array_position(ARRAY[853, 784, 8853], port) NULLS LAST, port, vantage_id
+)
+"""
+
+
+def weeks(conn, vantages=None) -> list[str]:
+    """ISO weeks that have a verification run or a campaign, in order."""
+    df = _frame(conn, """
+        SELECT iso_week FROM verification_runs
+         WHERE %(vantages)s::text[] IS NULL OR vantage_id = ANY(%(vantages)s::text[])
+        UNION
+        SELECT to_char(round_hour, 'IYYY-"W"IW') FROM campaigns
+         WHERE %(vantages)s::text[] IS NULL OR vantage_id = ANY(%(vantages)s::text[])
+        ORDER BY 1""", _params(None, vantages))
+    return df["iso_week"].tolist()
+
+
+def vantage_points(conn) -> pd.DataFrame:
+    """vantage_id, description, country, latitude, longitude of every vantage point."""
+    return _frame(conn, """SELECT vantage_id, description, country, latitude, longitude
+                             FROM vantage_points ORDER BY vantage_id""")
+
+
+def datasets(conn) -> pd.DataFrame:
+    """External datasets (GeoIP) with build date and hash, for the report's provenance."""
+    return _frame(conn, """SELECT dataset_id, kind, database_type, build_time,
+                                  encode(sha256, 'hex') AS sha256, path
+                             FROM datasets ORDER BY kind, build_time""")
+
+
+def verified_by_pair(conn, weeks=None, vantages=None) -> pd.DataFrame:
+    """DoQ-verified resolvers per week and DoQ/QUIC version pair (the study's Fig. 1).
+
+    Columns iso_week, alpn, quic_version, resolvers, pair (a readable label). A resolver
+    (address) counts once per week, under the pair of its preferred port
+    (PORT_PREFERENCE)."""
+    df = _frame(conn, "WITH " + _VERIFIED_CTE + """
+        SELECT iso_week, alpn, quic_version, count(*) AS resolvers
+          FROM rep GROUP BY 1, 2, 3 ORDER BY 1, 2, 3""", _params(weeks, vantages))
+    df["pair"] = [names.pair_name(a, v) for a, v in zip(df["alpn"], df["quic_version"])]
+    return df
+
+
+def port_shares(conn, weeks=None, vantages=None) -> pd.DataFrame:
+    """Per week and port: resolvers verified on that port, and their share of all
+    verified resolvers of the week (shares add up to more than 1 when resolvers answer
+    on several ports). Columns iso_week, port, resolvers, total, share."""
+    df = _frame(conn, "WITH " + _VERIFIED_CTE + """,
+        per_port AS (SELECT iso_week, port, count(DISTINCT address) AS resolvers
+                       FROM verified GROUP BY 1, 2),
+        total AS (SELECT iso_week, count(*) AS total FROM rep GROUP BY 1)
+        SELECT p.iso_week, p.port, p.resolvers, t.total
+          FROM per_port p JOIN total t USING (iso_week) ORDER BY 1, 2""",
+                _params(weeks, vantages))
+    df["share"] = df["resolvers"] / df["total"]
+    return df
+
+
+_FINGERPRINT_SQL = """(SELECT string_agg(CASE WHEN (v & 252645135) = 168430090 THEN 'grease'
+                                             ELSE v::text END, ',' ORDER BY o)
+                         FROM unnest({col}) WITH ORDINALITY AS u(v, o))"""
+
+
+def _fp_label(fp: str | None) -> str:
+    if fp is None:
+        return "no VN list"
+    out = []
+    for tok in fp.split(","):
+        out.append("grease" if tok == "grease" else names.quic_version_name(int(tok)).replace("QUIC ", ""))
+    return ", ".join(out)
+
+
+def scan_versions(conn, weeks=None, vantages=None) -> pd.DataFrame:
+    """QUIC versions advertised in the scans' Version Negotiation replies: per week and
+    version, the number of addresses listing it (grease values folded into 'grease').
+    Columns iso_week, version, version_name, addresses, vn_addresses (all valid VN
+    repliers of the week)."""
+    df = _frame(conn, """
+        WITH vn AS (
+            SELECT DISTINCT s.iso_week, r.address, r.quic_versions
+              FROM scan_replies r JOIN scans s USING (scan_id)
+             WHERE r.reply_kind = 'quic-vn'
+               AND (%(weeks)s::text[] IS NULL OR s.iso_week = ANY(%(weeks)s::text[]))
+               AND (%(vantages)s::text[] IS NULL OR s.vantage_id = ANY(%(vantages)s::text[]))),
+        tot AS (SELECT iso_week, count(DISTINCT address) AS vn_addresses FROM vn GROUP BY 1)
+        SELECT vn.iso_week,
+               CASE WHEN (v & 252645135) = 168430090 THEN -1 ELSE v END AS version,
+               count(DISTINCT vn.address) AS addresses, t.vn_addresses
+          FROM vn CROSS JOIN LATERAL unnest(vn.quic_versions) AS v
+          JOIN tot t USING (iso_week)
+         GROUP BY 1, 2, 4 ORDER BY 1, 3 DESC""", _params(weeks, vantages))
+    df["version_name"] = [("grease" if v == -1 else names.quic_version_name(v)) for v in df["version"]]
+    return df
+
+
+def stack_fingerprints(conn, weeks=None, vantages=None, verified_only=True) -> pd.DataFrame:
+    """Stack fingerprints: the advertised VN version list (in packet order, grease as a
+    token) per week, counted over DoQ-verified resolvers (verified_only) or over every
+    address that sent a valid VN. Columns iso_week, fingerprint, addresses."""
+    if verified_only:
+        sql = "WITH " + _VERIFIED_CTE + """,
+            fp AS (
+                SELECT rep.iso_week, rep.address,
+                       """ + _FINGERPRINT_SQL.format(col="COALESCE(rep.scan_versions, sr.quic_versions)") + """ AS fp
+                  FROM rep LEFT JOIN scan_replies sr
+                    ON sr.scan_id = rep.scan_id AND sr.port = rep.port AND sr.address = rep.address)
+            SELECT iso_week, fp AS fingerprint, count(*) AS addresses FROM fp GROUP BY 1, 2 ORDER BY 1, 3 DESC"""
+    else:
+        sql = """
+            WITH fp AS (
+                SELECT DISTINCT ON (s.iso_week, r.address) s.iso_week, r.address,
+                       """ + _FINGERPRINT_SQL.format(col="r.quic_versions") + """ AS fp
+                  FROM scan_replies r JOIN scans s USING (scan_id)
+                 WHERE r.reply_kind = 'quic-vn'
+                   AND (%(weeks)s::text[] IS NULL OR s.iso_week = ANY(%(weeks)s::text[]))
+                   AND (%(vantages)s::text[] IS NULL OR s.vantage_id = ANY(%(vantages)s::text[]))
+                 ORDER BY s.iso_week, r.address, r.port)
+            SELECT iso_week, fp AS fingerprint, count(*) AS addresses FROM fp GROUP BY 1, 2 ORDER BY 1, 3 DESC"""
+    df = _frame(conn, sql, _params(weeks, vantages))
+    df["fingerprint"] = [_fp_label(f) for f in df["fingerprint"]]
+    return df
+
+
+def top_providers(conn, weeks=None, vantages=None, top: int = 10) -> pd.DataFrame:
+    """Resolvers per week by the subject CN of their leaf certificate; the `top` CNs over
+    all selected weeks by total, the rest as 'other'. Columns iso_week, subject_cn,
+    resolvers."""
+    df = _frame(conn, "WITH " + _VERIFIED_CTE + """,
+        cn AS (SELECT rep.iso_week, COALESCE(NULLIF(c.subject_cn, ''), '(no CN)') AS subject_cn
+                 FROM rep LEFT JOIN certificates c ON c.sha256 = rep.cert_chain[1])
+        SELECT iso_week, subject_cn, count(*) AS resolvers FROM cn GROUP BY 1, 2 ORDER BY 1, 3 DESC""",
+                _params(weeks, vantages))
+    if df.empty:
+        return df
+    order = df.groupby("subject_cn")["resolvers"].sum().sort_values(ascending=False)
+    keep = set(order.index[:top])
+    df["subject_cn"] = [c if c in keep else "other" for c in df["subject_cn"]]
+    return df.groupby(["iso_week", "subject_cn"], as_index=False)["resolvers"].sum()
+
+
+def certificate_counts(conn, weeks=None, vantages=None) -> pd.DataFrame:
+    """Unique leaf certificates per week and over the whole selection (iso_week 'all')."""
+    return _frame(conn, "WITH " + _VERIFIED_CTE + """
+        SELECT COALESCE(iso_week, 'all') AS iso_week, count(DISTINCT cert_chain[1]) AS certificates,
+               count(DISTINCT address) AS resolvers
+          FROM verified GROUP BY GROUPING SETS ((iso_week), ()) ORDER BY 1""", _params(weeks, vantages))
+
+
+_CHURN_SQL = """,
+    s AS (SELECT DISTINCT iso_week, address FROM members),
+    w AS (SELECT iso_week, row_number() OVER (ORDER BY iso_week) AS i
+            FROM (SELECT DISTINCT iso_week FROM s) x),
+    sw AS (SELECT s.address, w.iso_week, w.i FROM s JOIN w USING (iso_week))
+    SELECT a.iso_week, a.i AS week_index, count(*) AS total,
+           count(p.address) AS kept_from_previous,
+           count(f.address) AS kept_from_first
+      FROM sw a
+      LEFT JOIN sw p ON p.address = a.address AND p.i = a.i - 1
+      LEFT JOIN sw f ON f.address = a.address AND f.i = 1
+     GROUP BY a.iso_week, a.i ORDER BY a.i"""
+
+
+def membership_by_week(conn, kind: str = "doq", weeks=None, vantages=None) -> pd.DataFrame:
+    """Week-over-week membership counts of the resolver set `kind`:
+    'doq' = DoQ-verified addresses; 'doudp' = addresses whose UDP/53 scan reply was a
+    DNS answer with rcode NOERROR/NXDOMAIN. Columns iso_week, week_index, total,
+    kept_from_previous, kept_from_first (see stats.churn for the derived shares)."""
+    if kind == "doq":
+        sql = "WITH " + _VERIFIED_CTE + ", members AS (SELECT iso_week, address FROM verified)" + _CHURN_SQL
+    elif kind == "doudp":
+        sql = """WITH members AS (
+            SELECT s.iso_week, r.address FROM scan_replies r JOIN scans s USING (scan_id)
+             WHERE r.port = 53 AND r.reply_kind = 'dns' AND r.dns_rcode = ANY(%(rcodes)s::smallint[])
+               AND (%(weeks)s::text[] IS NULL OR s.iso_week = ANY(%(weeks)s::text[]))
+               AND (%(vantages)s::text[] IS NULL OR s.vantage_id = ANY(%(vantages)s::text[])))""" + _CHURN_SQL
+    else:
+        raise ValueError(f"membership kind {kind!r}: want 'doq' or 'doudp'")
+    return _frame(conn, sql, _params(weeks, vantages, rcodes=DOUDP_RCODES))
+
+
+_GEO_CTE = """,
+    wk AS (SELECT COALESCE(%(week)s::text, max(iso_week)) AS iso_week FROM rep),
+    sel AS (SELECT rep.* FROM rep JOIN wk USING (iso_week)),
+    geo AS (
+        SELECT sel.address, g.*
+          FROM sel LEFT JOIN LATERAL (
+                SELECT g.asn, g.as_org, g.country, g.continent, g.city, g.latitude, g.longitude
+                  FROM resolver_geo g JOIN datasets d ON d.dataset_id = g.city_dataset
+                 WHERE g.address = sel.address
+                 ORDER BY (g.city_dataset = sel.city_dataset AND g.asn_dataset = sel.asn_dataset) DESC NULLS LAST,
+                          d.build_time DESC
+                 LIMIT 1) g ON true)
+"""
+
+
+def geo_counts(conn, by: str, week: str | None = None, vantages=None) -> pd.DataFrame:
+    """DoQ-verified resolvers of one week (default: the latest) by 'continent',
+    'country' or 'asn' (with as_org). Unknown locations count as '??'. Columns <by>
+    [as_org], resolvers, share."""
+    if by == "asn":
+        sel = "COALESCE(asn::text, '??') AS asn, COALESCE(max(as_org), '') AS as_org"
+        grp = "1"
+    elif by in ("continent", "country"):
+        sel = f"COALESCE({by}, '??') AS {by}"
+        grp = "1"
+    else:
+        raise ValueError(f"geo_counts by {by!r}: want continent, country or asn")
+    df = _frame(conn, "WITH " + _VERIFIED_CTE + _GEO_CTE + f"""
+        SELECT {sel}, count(*) AS resolvers FROM geo GROUP BY {grp} ORDER BY resolvers DESC, 1""",
+                _params(None, vantages, week=week))
+    df["share"] = df["resolvers"] / df["resolvers"].sum() if len(df) else []
+    return df
+
+
+def geo_points(conn, week: str | None = None, vantages=None, grid_deg: float = 0.5) -> pd.DataFrame:
+    """Resolver locations of one week, snapped to a grid of `grid_deg` degrees, with the
+    number of resolvers per cell. Columns latitude, longitude, resolvers."""
+    return _frame(conn, "WITH " + _VERIFIED_CTE + _GEO_CTE + """
+        SELECT round(latitude / %(grid)s) * %(grid)s AS latitude,
+               round(longitude / %(grid)s) * %(grid)s AS longitude, count(*) AS resolvers
+          FROM geo WHERE latitude IS NOT NULL AND longitude IS NOT NULL
+         GROUP BY 1, 2 ORDER BY 3 DESC""", _params(None, vantages, week=week, grid=grid_deg))
+
+
+# ----------------------------------------------------------------------------------
+# Response times.
+
+_CAMPAIGNS_CTE = """
+c AS (SELECT campaign_id, vantage_id, to_char(round_hour, 'IYYY-"W"IW') AS iso_week
+        FROM campaigns
+       WHERE (%(weeks)s::text[] IS NULL OR to_char(round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
+         AND (%(vantages)s::text[] IS NULL OR vantage_id = ANY(%(vantages)s::text[]))),
+ok AS (  -- successful measurements: a DNS response with an rcode (the study's filter)
+    SELECT c.vantage_id, m.*
+      FROM measurements m JOIN c USING (campaign_id)
+     WHERE m.status = 'ok' AND m.rcode IS NOT NULL),
+dox AS MATERIALIZED (  -- resolvers that answered on every DoX protocol, per vantage point
+    SELECT vantage_id, address FROM ok
+     WHERE phase = 'measured' AND protocol = ANY(%(dox_protocols)s::text[])
+     GROUP BY 1, 2 HAVING count(DISTINCT protocol) = cardinality(%(dox_protocols)s::text[]))
+"""
+
+# RTT of a measurement: the median of the answered RTT samples of the same campaign,
+# address, transport and port (the transport the protocol uses: names.PROTOCOL_TRANSPORT).
+_RTT_CTE = """,
+rtt AS MATERIALIZED (
+    SELECT s.campaign_id, s.address, s.transport, s.port,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY s.rtt_ns) AS rtt_ns
+      FROM rtt_samples s JOIN c USING (campaign_id)
+     WHERE s.status = 'ok' AND s.rtt_ns > 0
+     GROUP BY 1, 2, 3, 4),
+paired AS (
+    SELECT ok.vantage_id, ok.protocol, ok.phase, ok.mode, ok.key_share, ok.address,
+           ok.resolve_ns, ok.handshake_ns, rtt.rtt_ns,
+           ok.handshake_ns::float8 / NULLIF(rtt.rtt_ns, 0) AS ratio,
+           (dox.address IS NOT NULL) AS dox
+      FROM ok
+      LEFT JOIN rtt ON rtt.campaign_id = ok.campaign_id AND rtt.address = ok.address
+                   AND rtt.port = ok.port
+                   AND rtt.transport = CASE ok.protocol WHEN 'doudp' THEN 'udp'
+                                            WHEN 'doq' THEN 'quic' WHEN 'doh3' THEN 'quic' ELSE 'tcp' END
+      LEFT JOIN dox ON dox.vantage_id = ok.vantage_id AND dox.address = ok.address
+     WHERE NOT %(require_rtt)s OR ok.protocol = 'doudp' OR rtt.rtt_ns IS NOT NULL)
+"""
+
+METRICS = ["resolve_ns", "rtt_ns", "handshake_ns", "ratio"]
+ROUND_TRIP_CLASSES = 5  # handshakes of 5 or more round trips share the last class
+
+
+def _probs(points: int) -> list[float]:
+    return [k / points for k in range(1, points + 1)]
+
+
+def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
+                   require_rtt: bool = True, points: int = DEFAULT_POINTS,
+                   group_by: Sequence[str] = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox"),
+                   ) -> pd.DataFrame:
+    """Distributions of resolve time, RTT, handshake time and handshake-to-RTT ratio.
+
+    One row per group (default: vantage point, protocol, phase, mode, key share, DoX
+    membership). For each metric M in METRICS: M_n (values), M_mean, M_median (exact,
+    percentile_cont) and M_q: a numpy array of the exact order statistics at ranks
+    k/points, k = 1..points (percentile_disc), from which stats.ecdf_points draws the
+    empirical CDF without binning. Only successful measurements (status ok with an
+    rcode) count; with require_rtt (the study's rule) only those with an answered RTT
+    sample, except DoUDP."""
+    allowed = {"vantage_id", "protocol", "phase", "mode", "key_share", "dox"}
+    bad = set(group_by) - allowed
+    if bad:
+        raise ValueError(f"cannot group by {sorted(bad)}; allowed: {sorted(allowed)}")
+    cols = ", ".join(group_by)
+    aggs = []
+    for m in METRICS:
+        aggs.append(f"count({m}) AS {m}_n, avg({m})::float8 AS {m}_mean, "
+                    f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {m}) AS {m}_median, "
+                    f"percentile_disc(%(probs)s::float8[]) WITHIN GROUP (ORDER BY {m}) AS {m}_q")
+    # handshakes in whole round trips (ratio rounded, 1..ROUND_TRIP_CLASSES), in the same pass
+    for k in range(1, ROUND_TRIP_CLASSES + 1):
+        aggs.append(f"count(*) FILTER (WHERE LEAST(GREATEST(round(ratio)::int, 1), {ROUND_TRIP_CLASSES}) = {k}) "
+                    f"AS round_trips_{k}")
+    sql = ("WITH " + _CAMPAIGNS_CTE + _RTT_CTE +
+           f"SELECT {cols}, count(*) AS n, count(DISTINCT address) AS resolvers, " + ", ".join(aggs) +
+           " FROM paired WHERE (NOT %(dox_only)s OR dox)" +
+           f" GROUP BY {cols} ORDER BY {cols}")
+    df = _frame(conn, sql, _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS,
+                                   require_rtt=require_rtt, dox_only=dox_only,
+                                   probs=_probs(points)))
+    for m in METRICS:
+        df[f"{m}_q"] = [np.asarray([x for x in q if x is not None], dtype=float) if q is not None
+                        else np.empty(0) for q in df[f"{m}_q"]]
+    return df
+
+
+def ratio_classes(conn, weeks=None, vantages=None, dox_only: bool = False, max_class: int = 5,
+                  require_rtt: bool = True) -> pd.DataFrame:
+    """Handshake-to-RTT ratios rounded to whole round trips (1, 2, ... max_class, where
+    the last class holds everything above), per vantage, protocol, phase and mode; exact
+    counts. Columns vantage_id, protocol, phase, mode, round_trips, measurements."""
+    return _frame(conn, "WITH " + _CAMPAIGNS_CTE + _RTT_CTE + """
+        SELECT vantage_id, protocol, phase, mode,
+               LEAST(GREATEST(round(ratio)::int, 1), %(max_class)s) AS round_trips,
+               count(*) AS measurements
+          FROM paired
+         WHERE ratio IS NOT NULL AND (NOT %(dox_only)s OR dox)
+         GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5""",
+                  _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS, require_rtt=require_rtt,
+                          dox_only=dox_only, max_class=max_class))
+
+
+def answering(conn, weeks=None, vantages=None) -> pd.DataFrame:
+    """Resolvers that answered at least one measured query, per vantage and protocol,
+    plus the DoX set (protocol 'dox'). Columns vantage_id, protocol, resolvers."""
+    return _frame(conn, "WITH " + _CAMPAIGNS_CTE + """
+        SELECT vantage_id, protocol, count(DISTINCT address) AS resolvers
+          FROM ok WHERE phase = 'measured' GROUP BY 1, 2
+        UNION ALL
+        SELECT vantage_id, 'dox', count(*) FROM dox GROUP BY 1
+        ORDER BY 1, 2""", _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS))
+
+
+def doq_causes(conn, weeks=None, vantages=None) -> pd.DataFrame:
+    """DoQ handshakes by cause (handshake_analyses.cause) per vantage, phase, mode, key
+    share and resolver implementation (the stack fingerprint of the resolver's latest
+    verification). Columns vantage_id, phase, mode, key_share, implementation, cause,
+    handshakes."""
+    df = _frame(conn, """
+        WITH c AS (SELECT campaign_id, vantage_id FROM campaigns
+                    WHERE (%(weeks)s::text[] IS NULL OR to_char(round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
+                      AND (%(vantages)s::text[] IS NULL OR vantage_id = ANY(%(vantages)s::text[]))),
+        fp AS (
+            SELECT DISTINCT ON (r.address) r.address,
+                   """ + _FINGERPRINT_SQL.format(col="COALESCE(r.scan_versions, sr.quic_versions)") + """ AS fp
+              FROM verification_results r JOIN verification_runs vr USING (run_id)
+              LEFT JOIN scan_replies sr ON sr.scan_id = vr.scan_id AND sr.port = r.port AND sr.address = r.address
+             WHERE r.outcome = 'doq-verified'
+             ORDER BY r.address, vr.iso_week DESC, array_position(ARRAY[853, 784, 8853], r.port) NULLS LAST),
+        agg AS (
+            SELECT c.vantage_id, m.phase, m.mode, m.key_share, m.address, ha.cause
+              FROM measurements m JOIN c USING (campaign_id)
+              JOIN handshake_analyses ha USING (measurement_id)
+             WHERE m.protocol = 'doq' AND m.status = 'ok')
+        SELECT vantage_id, phase, mode, key_share, fp.fp AS implementation, cause, count(*) AS handshakes
+          FROM agg LEFT JOIN fp USING (address)
+         GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6""", _params(weeks, vantages))
+    df["implementation"] = [_fp_label(f) for f in df["implementation"]]
+    return df
+
+
+def features(conn, weeks=None, vantages=None) -> pd.DataFrame:
+    """resolver_features: resolvers per protocol and feature that support it, do not,
+    or could not be told. Columns protocol, feature, supported, unsupported, unknown."""
+    return _frame(conn, """
+        WITH c AS (SELECT campaign_id FROM campaigns
+                    WHERE (%(weeks)s::text[] IS NULL OR to_char(round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
+                      AND (%(vantages)s::text[] IS NULL OR vantage_id = ANY(%(vantages)s::text[]))),
+        per AS (SELECT f.address, f.protocol, f.feature, bool_or(f.supported) AS supported
+                  FROM resolver_features f JOIN c USING (campaign_id) GROUP BY 1, 2, 3)
+        SELECT protocol, feature,
+               count(*) FILTER (WHERE supported) AS supported,
+               count(*) FILTER (WHERE NOT supported) AS unsupported,
+               count(*) FILTER (WHERE supported IS NULL) AS unknown
+          FROM per GROUP BY 1, 2 ORDER BY 1, 2""", _params(weeks, vantages))

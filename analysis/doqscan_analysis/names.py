@@ -1,0 +1,86 @@
+"""Human-readable names for QUIC versions, DoQ ALPNs and protocols.
+
+QUIC version numbers: RFC 9000 §15 (v1 = 0x00000001, reserved "greasing" versions
+0x?a?a?a?a), RFC 9369 §3.1 (v2 = 0x6b3343cf), IETF drafts 0xff0000NN (draft-NN).
+DoQ ALPNs: RFC 9250 §4.1.1 ("doq"), drafts "doq-iNN", AdGuard's pre-draft "dq"
+(the same table as internal/doq).
+"""
+
+from __future__ import annotations
+
+QUIC_V1 = 0x00000001  # RFC 9000 §15
+QUIC_V2 = 0x6B3343CF  # RFC 9369 §3.1
+DRAFT_PREFIX = 0xFF000000  # 0xff0000NN = draft-NN (RFC 9000 §15 note)
+GREASE_MASK = 0x0F0F0F0F  # RFC 9000 §15: versions 0x?a?a?a?a are reserved
+GREASE_VALUE = 0x0A0A0A0A
+
+# Protocols in the order the figures list them (schema.sql measurements.protocol).
+PROTOCOLS = ["doudp", "dotcp", "dot", "doh", "doq", "doh3"]
+# The study's "DoX" set: resolvers that answered on all of these (Sect. 4).
+DOX_PROTOCOLS = ["doudp", "dotcp", "dot", "doh", "doq"]
+PROTOCOL_LABELS = {
+    "doudp": "DoUDP", "dotcp": "DoTCP", "dot": "DoT", "doh": "DoH", "doq": "DoQ", "doh3": "DoH3",
+}
+# Colours close to the study's Fig. 3 (DoTCP green, DoT grey, DoH magenta, DoQ cyan).
+PROTOCOL_COLORS = {
+    "doudp": "#1f77b4", "dotcp": "#2ca02c", "dot": "#7f7f7f", "doh": "#d62728",
+    "doq": "#17becf", "doh3": "#9467bd",
+}
+# The transport an RTT sample must use to pair with a protocol's handshake.
+PROTOCOL_TRANSPORT = {
+    "doudp": "udp", "dotcp": "tcp", "dot": "tcp", "doh": "tcp", "doq": "quic", "doh3": "quic",
+}
+DOQ_PORTS = [784, 853, 8853]  # internal/doq: experimental, RFC 9250 §8.2, draft-02
+
+
+def is_grease(version: int) -> bool:
+    """True for a reserved version 0x?a?a?a?a (RFC 9000 §15)."""
+    return (int(version) & GREASE_MASK) == GREASE_VALUE
+
+
+def quic_version_name(version) -> str:
+    """'QUIC v1', 'QUIC v2', 'QUIC draft-29', 'grease', 'gQUIC Q050' or the hex value."""
+    if version is None:
+        return "unknown"
+    v = int(version) & 0xFFFFFFFF
+    if v == QUIC_V1:
+        return "QUIC v1"
+    if v == QUIC_V2:
+        return "QUIC v2"
+    if v & 0xFFFFFF00 == DRAFT_PREFIX:
+        return f"QUIC draft-{v & 0xFF:02d}"
+    if is_grease(v):
+        return "grease"
+    raw = v.to_bytes(4, "big")
+    if raw[:1] in (b"Q", b"T") and all(0x30 <= b <= 0x39 for b in raw[1:]):
+        return f"gQUIC {raw.decode()}"
+    if v & 0xFFFFFFF0 == 0xFACEB000:
+        return f"mvfst 0x{v:08x}"
+    return f"0x{v:08x}"
+
+
+def doq_version_name(alpn) -> str:
+    """'DoQ RFC 9250' for 'doq', 'DoQ draft-02' for 'doq-i02', 'DoQ dq' for 'dq'."""
+    if alpn is None or alpn == "":
+        return "unknown"
+    if alpn == "doq":
+        return "DoQ RFC 9250"
+    if alpn.startswith("doq-i") and alpn[5:].isdigit():
+        return f"DoQ draft-{int(alpn[5:]):02d}"
+    if alpn == "dq":
+        return "DoQ dq (AdGuard)"
+    return f"ALPN {alpn}"
+
+
+def pair_name(alpn, version) -> str:
+    """The study's Fig. 1 legend entry: 'DoQ draft-02 / QUIC v1'."""
+    return f"{doq_version_name(alpn)} / {quic_version_name(version)}"
+
+
+def fingerprint_name(versions) -> str:
+    """A stack fingerprint from the VN version list: names in packet order, grease kept
+    as a token (where a stack puts its grease value is part of its fingerprint)."""
+    if versions is None:
+        return "no VN list"
+    names = [quic_version_name(v).replace("QUIC ", "") for v in versions]
+    return ", ".join(names) if names else "empty VN list"

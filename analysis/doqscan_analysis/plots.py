@@ -1,0 +1,304 @@
+"""Matplotlib figures of the study (readable on their own: titles, axis labels with
+units, legends, log axes where latency spans orders of magnitude)."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import FuncFormatter, LogLocator, PercentFormatter
+
+from . import names, stats
+
+plt.rcParams.update({
+    "figure.dpi": 100, "savefig.dpi": 150, "font.size": 10, "axes.grid": True,
+    "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
+    "legend.fontsize": 9, "svg.fonttype": "none",
+})
+
+CAUSE_COLORS = {
+    "1rtt": "#2ca02c", "retry": "#ff7f0e", "version-negotiation": "#9467bd",
+    "amplification": "#d62728", "loss": "#8c564b", "multiple": "#e377c2", "unknown": "#7f7f7f",
+}
+CAUSE_LABELS = {
+    "1rtt": "1-RTT", "retry": "Retry", "version-negotiation": "Version Negotiation",
+    "amplification": "amplification stall", "loss": "loss", "multiple": "several", "unknown": "unknown",
+}
+MODE_STYLES = {"fresh": "-", "resumed": "--", "0rtt": ":", "persistent": "-."}
+# DoT and DoH usually overlap (same TCP+TLS handshakes): DoT dashed so both stay visible.
+# Resolve times and RTTs of all protocols nearly coincide (the study's Fig. 3a): a dash
+# pattern per protocol keeps every line visible where they overlap.
+PROTOCOL_STYLES = {"doudp": (0, (1, 1.5)), "dotcp": "-", "dot": (0, (6, 2)), "doh": (0, (3, 1.5, 1, 1.5)),
+                   "doq": "-", "doh3": (0, (8, 2, 1, 2))}
+MODE_COLORS = {"fresh": "#1f77b4", "resumed": "#ff7f0e", "0rtt": "#2ca02c", "persistent": "#9467bd"}
+
+
+def save(fig, outdir: str | None, name: str) -> list[str]:
+    """Write fig as PNG and SVG into outdir/figures (nothing when outdir is None)."""
+    if not outdir:
+        return []
+    d = os.path.join(outdir, "figures")
+    os.makedirs(d, exist_ok=True)
+    paths = []
+    for ext in ("png", "svg"):
+        p = os.path.join(d, f"{name}.{ext}")
+        fig.savefig(p, bbox_inches="tight")
+        paths.append(p)
+    return paths
+
+
+def _ms_formatter():
+    return FuncFormatter(lambda v, _: f"{v:g}")
+
+
+def _empty(ax, what: str):
+    ax.text(0.5, 0.5, f"no data: {what}", ha="center", va="center", transform=ax.transAxes,
+            color="#777777")
+
+
+def stacked_weeks(pivot: pd.DataFrame, title: str, ylabel: str, ax=None, legend_title: str = "",
+                  cmap: str = "tab10"):
+    """Stacked bars per ISO week (rows of `pivot`), one colour per column (Fig. 1)."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(pivot) + 4), 5))
+    fig = ax.figure
+    if pivot.empty:
+        _empty(ax, title)
+        return fig
+    colors = plt.get_cmap(cmap if pivot.shape[1] <= 10 else "tab20").colors
+    bottom = np.zeros(len(pivot))
+    x = np.arange(len(pivot))
+    for i, col in enumerate(pivot.columns):
+        vals = pivot[col].to_numpy(float)
+        ax.bar(x, vals, bottom=bottom, label=str(col), color=colors[i % len(colors)], width=0.8)
+        bottom += vals
+    ax.set_xticks(x, pivot.index, rotation=60 if len(pivot) > 6 else 0, ha="right" if len(pivot) > 6 else "center")
+    ax.set_xlabel("ISO week")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="x", visible=False)
+    ax.legend(title=legend_title or None, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
+
+
+def port_share_lines(shares: pd.DataFrame, ax=None):
+    """Share of DoQ-verified resolvers offering DoQ on each port, per week."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig = ax.figure
+    if shares.empty:
+        _empty(ax, "port shares")
+        return fig
+    p = shares.pivot_table(index="iso_week", columns="port", values="share", fill_value=0)
+    x = np.arange(len(p))
+    for port in p.columns:
+        ax.plot(x, p[port].to_numpy(), marker="o", label=f"UDP/{port}")
+    ax.set_xticks(x, p.index, rotation=60 if len(p) > 6 else 0, ha="right" if len(p) > 6 else "center")
+    ax.set_ylim(0, 1.05)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_xlabel("ISO week")
+    ax.set_ylabel("share of DoQ-verified resolvers")
+    ax.set_title("DoQ ports offered by verified resolvers")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
+
+
+def retention_lines(churn_by_kind: dict[str, pd.DataFrame], ax=None):
+    """Share of the first week's resolvers still in the set, per week, per kind."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig = ax.figure
+    for kind, c in churn_by_kind.items():
+        if len(c):
+            ax.plot(c["iso_week"], c["retention_first"], marker="o", label=kind)
+    ax.set_ylim(0, 1.05)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_xlabel("ISO week")
+    ax.set_ylabel("share of first week's resolvers still present")
+    ax.set_title("Retention since the first week")
+    ax.tick_params(axis="x", rotation=60)
+    ax.legend(frameon=False)
+    return fig
+
+
+def barh_counts(df: pd.DataFrame, label: str, value: str = "resolvers", title: str = "", top: int = 15, ax=None,
+                total: int | None = None, xlabel: str | None = None):
+    """Horizontal bars of the `top` largest rows, with the count and its share of
+    `total` (default: the sum of `value`) printed."""
+    d = df.head(top).iloc[::-1]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(d), 3) + 1.2))
+    fig = ax.figure
+    if d.empty:
+        _empty(ax, title)
+        return fig
+    total = int(total if total is not None else df[value].sum())
+    ax.barh(d[label].astype(str), d[value], color="#4c72b0")
+    for y, v in enumerate(d[value]):
+        ax.text(v, y, f" {v} ({100 * v / total:.1f}%)", va="center", fontsize=8)
+    ax.set_xlabel(xlabel or f"{value} (of {total})")
+    ax.set_title(title)
+    ax.grid(axis="y", visible=False)
+    ax.set_xlim(0, d[value].max() * 1.3)
+    return fig
+
+
+def _cdf_lines(ax, rt: pd.DataFrame, metric: str, scale: float, style_col: str | None = None,
+               label_extra=None):
+    drawn = 0
+    order = {p: i for i, p in enumerate(names.PROTOCOLS)}
+    rows = sorted(rt.itertuples(index=False), key=lambda r: order.get(r.protocol, 99))
+    for r in rows:
+        q = getattr(r, f"{metric}_q")
+        if len(q) == 0:
+            continue
+        x, y = stats.ecdf_points(q / scale)
+        style = MODE_STYLES.get(getattr(r, style_col), "-") if style_col else PROTOCOL_STYLES.get(r.protocol, "-")
+        label = names.PROTOCOL_LABELS.get(r.protocol, r.protocol)
+        if label_extra:
+            label += label_extra(r)
+        n = int(getattr(r, f"{metric}_n"))
+        # dashed lines on top of solid ones, so identical distributions stay visible
+        ax.step(x, y, where="post", color=names.PROTOCOL_COLORS.get(r.protocol, "black"), linestyle=style,
+                label=f"{label} (n={n:,})", linewidth=1.6, zorder=2 if style == "-" else 3)
+        drawn += 1
+    return drawn
+
+
+def _log_ms_axis(ax, label: str):
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(_ms_formatter())
+    ax.set_xlabel(label)
+    ax.set_ylabel("CDF (share of measurements)")
+    ax.set_ylim(0, 1.01)
+
+
+def cdf_figure(rt: pd.DataFrame, metric: str, title: str, xlabel: str, log: bool = True,
+               style_col: str | None = None, label_extra=None, ax=None, ratio_marks: bool = False):
+    """One panel of ECDFs, one line per row of `rt` (load.response_times output)."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig = ax.figure
+    scale = 1.0 if metric == "ratio" else stats.NS_PER_MS
+    if _cdf_lines(ax, rt, metric, scale, style_col, label_extra) == 0:
+        _empty(ax, title)
+    if log:
+        _log_ms_axis(ax, xlabel)
+    else:
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("CDF (share of measurements)")
+        ax.set_ylim(0, 1.01)
+    if ratio_marks:
+        for k in (1, 2, 3, 4):
+            ax.axvline(k, color="#444444", linewidth=0.6, linestyle=":")
+    ax.set_title(title)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right", frameon=True, framealpha=0.9)
+    return fig
+
+
+def fig3a(rt: pd.DataFrame, subset: str = "DoX"):
+    """Resolve time (left) and RTT (right) ECDFs per protocol (the study's Fig. 3a)."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(14, 5))
+    cdf_figure(rt, "resolve_ns", f"Resolve time, {subset} resolvers", "resolve time [ms] (log scale)", ax=a)
+    cdf_figure(rt[rt["protocol"] != "doudp"] if subset else rt, "rtt_ns",
+               f"RTT (same transport and port), {subset} resolvers", "RTT [ms] (log scale)", ax=b)
+    fig.tight_layout()
+    return fig
+
+
+def fig3b(measured: pd.DataFrame, warmup: pd.DataFrame | None = None, subset: str = "DoX"):
+    """Handshake time (left) and handshake-to-RTT ratio (right) ECDFs per protocol; the
+    DoQ warm-up (first contact) as a dashed line (the study's Fig. 3b)."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(14, 5))
+    m = measured[measured["protocol"] != "doudp"]
+    w = warmup[warmup["protocol"] == "doq"] if warmup is not None else None
+    extra = lambda r: ""  # noqa: E731
+    for ax, metric, title, xlabel, log in (
+            (a, "handshake_ns", f"Handshake time, {subset} resolvers", "handshake time [ms] (log scale)", True),
+            (b, "ratio", f"Handshake-to-RTT ratio, {subset} resolvers", "handshake time / RTT [round trips]", False)):
+        cdf_figure(m, metric, title, xlabel, log=log, ax=ax, label_extra=extra, ratio_marks=not log)
+        if w is not None and len(w):
+            _cdf_warmup(ax, w, metric)
+            ax.legend(loc="lower right", frameon=True, framealpha=0.9)
+    b.set_xlim(0, 6)
+    fig.tight_layout()
+    return fig
+
+
+def _cdf_warmup(ax, w: pd.DataFrame, metric: str):
+    scale = 1.0 if metric == "ratio" else stats.NS_PER_MS
+    for r in w.itertuples(index=False):
+        q = getattr(r, f"{metric}_q")
+        if len(q) == 0:
+            continue
+        x, y = stats.ecdf_points(q / scale)
+        ax.step(x, y, where="post", color=names.PROTOCOL_COLORS["doq"], linestyle="--", linewidth=1.6,
+                label=f"DoQ warm-up (n={int(getattr(r, f'{metric}_n')):,})")
+
+
+def modes_figure(rt: pd.DataFrame, metric: str = "handshake_ns", title: str = ""):
+    """Connection modes side by side: one panel per protocol, one ECDF per mode (fresh,
+    resumed, 0-RTT, persistent) in its own colour."""
+    order = {p: i for i, p in enumerate(names.PROTOCOLS)}
+    protos = sorted(rt["protocol"].unique(), key=lambda p: order.get(p, 99)) if len(rt) else []
+    n = max(len(protos), 1)
+    cols = min(n, 3)
+    rows_n = (n + cols - 1) // cols
+    fig, axs = plt.subplots(rows_n, cols, figsize=(5.2 * cols, 4.0 * rows_n), squeeze=False, sharey=True)
+    scale = 1.0 if metric == "ratio" else stats.NS_PER_MS
+    for ax, proto in zip(axs.flat, protos):
+        for r in rt[rt["protocol"] == proto].itertuples(index=False):
+            q = getattr(r, f"{metric}_q")
+            if len(q) == 0:
+                continue
+            x, y = stats.ecdf_points(q / scale)
+            style = MODE_STYLES.get(r.mode, "-")
+            ax.step(x, y, where="post", color=MODE_COLORS.get(r.mode, "black"), linestyle=style,
+                    linewidth=1.6 if style == "-" else 2.0, zorder=2 if style == "-" else 3,
+                    label=f"{r.mode} (n={int(getattr(r, f'{metric}_n')):,})")
+        if metric == "ratio":
+            ax.set_xlabel("handshake time / RTT")
+        else:
+            _log_ms_axis(ax, "time [ms] (log scale)")
+        ax.set_ylabel("CDF")
+        ax.set_ylim(0, 1.01)
+        ax.set_title(names.PROTOCOL_LABELS.get(proto, proto))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", title="mode", frameon=True, framealpha=0.9)
+    for ax in list(axs.flat)[len(protos):]:
+        ax.axis("off")
+    if not protos:
+        _empty(axs.flat[0], title)
+    fig.suptitle(title or "by connection mode")
+    fig.tight_layout()
+    return fig
+
+
+def cause_bars(shares: pd.DataFrame, counts: pd.Series | None = None, title: str = "", ylabel: str = ""):
+    """Stacked horizontal bars: share of DoQ handshakes by cause per group (rows)."""
+    fig, ax = plt.subplots(figsize=(10, 0.5 * max(len(shares), 2) + 1.6))
+    if shares.empty:
+        _empty(ax, title)
+        return fig
+    left = np.zeros(len(shares))
+    labels = [" / ".join(map(str, i)) if isinstance(i, tuple) else str(i) for i in shares.index]
+    if counts is not None:
+        labels = [f"{lab} (n={int(counts.loc[i]):,})" for lab, i in zip(labels, shares.index)]
+    for cause in [c for c in CAUSE_COLORS if c in shares.columns]:
+        v = shares[cause].to_numpy(float)
+        ax.barh(labels, v, left=left, color=CAUSE_COLORS[cause], label=CAUSE_LABELS[cause])
+        left += v
+    ax.set_xlim(0, 1)
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_xlabel("share of DoQ handshakes")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", visible=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="cause")
+    ax.invert_yaxis()
+    return fig

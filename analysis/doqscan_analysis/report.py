@@ -1,0 +1,166 @@
+"""Execute the analysis notebooks headless into a dated report folder.
+
+    python -m doqscan_analysis.report [--db URL] [--out reports] [--weeks W ...] [--vantages V ...]
+
+Writes reports/YYYY-MM-DDTHHMM/ (UTC) with each executed notebook (.ipynb), its HTML,
+the figures as PNG and SVG (figures/), and index.html. Prints the time taken and the
+peak memory (this process and the notebook kernels). Exit codes: 0 ok, 1 a notebook
+failed, 2 usage, 3 database unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import html
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+import time
+
+PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+ANALYSIS_DIR = os.path.dirname(PKG_DIR)
+REPO = os.path.dirname(ANALYSIS_DIR)
+NOTEBOOKS = ["adoption", "response_times"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DB = 0, 1, 2, 3
+
+log = logging.getLogger("doqscan.report")
+
+
+def database_url(arg: str | None) -> str:
+    """--db, else $DATABASE_URL, else the private cluster's URL (bin/dbctl url)."""
+    if arg:
+        return arg
+    if os.environ.get("DATABASE_URL"):
+        return os.environ["DATABASE_URL"]
+    dbctl = os.path.join(REPO, "bin", "dbctl")
+    out = subprocess.run([dbctl, "url"], capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def report_dir(base: str, now: dt.datetime | None = None) -> str:
+    """base/YYYY-MM-DDTHHMM, with -2, -3 ... when that minute already has a report."""
+    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H%M")
+    path = os.path.join(base, stamp)
+    n = 2
+    while os.path.exists(path):
+        path = os.path.join(base, f"{stamp}-{n}")
+        n += 1
+    os.makedirs(path)
+    return path
+
+
+def peak_rss_mb() -> tuple[float, float]:
+    """Peak resident memory of this process and of its largest finished child (MB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return own, kids
+
+
+def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
+        timeout: int = 1800) -> dict:
+    """Execute the notebooks into a new dated folder; return a summary dict."""
+    import papermill as pm
+    from nbconvert import HTMLExporter
+    import nbformat
+
+    out = report_dir(out_base)
+    os.environ["PYTHONPATH"] = ANALYSIS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    summary = {"folder": out, "database": _redact(db), "weeks": weeks, "vantages": vantages,
+               "started": dt.datetime.now(dt.timezone.utc).isoformat(), "notebooks": {}}
+    ok = True
+    for name in notebooks:
+        src = os.path.join(REPO, "notebooks", f"{name}.ipynb")
+        dst = os.path.join(out, f"{name}.ipynb")
+        t0 = time.monotonic()
+        log.info("executing %s", src)
+        error = None
+        try:
+            pm.execute_notebook(src, dst, parameters={"database_url": db, "weeks": weeks, "vantages": vantages,
+                                                      "output_dir": out},
+                                kernel_name="python3", cwd=os.path.join(REPO, "notebooks"),
+                                progress_bar=False, execution_timeout=timeout, log_output=False)
+        except Exception as e:  # papermill raises PapermillExecutionError with the cell's traceback
+            error = f"{type(e).__name__}: {e}"
+            ok = False
+            log.error("%s failed: %s", name, error.splitlines()[0] if error else "")
+        secs = time.monotonic() - t0
+        if os.path.exists(dst):
+            nb = nbformat.read(dst, as_version=4)
+            body, _ = HTMLExporter().from_notebook_node(nb)
+            with open(os.path.join(out, f"{name}.html"), "w") as f:
+                f.write(body)
+        summary["notebooks"][name] = {"seconds": round(secs, 1), "error": error}
+        log.info("%s: %.1f s%s", name, secs, f" (FAILED: {error.splitlines()[0]})" if error else "")
+    figs = sorted(os.listdir(os.path.join(out, "figures"))) if os.path.isdir(os.path.join(out, "figures")) else []
+    summary["figures"] = figs
+    summary["ok"] = ok
+    own, kids = peak_rss_mb()
+    summary["peak_rss_mb"] = {"report": round(own), "largest_kernel": round(kids)}
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    _index(out, summary)
+    return summary
+
+
+def _redact(url: str) -> str:
+    import re
+    return re.sub(r"(password=)\S+|(://[^:/@]+:)[^@]+@", lambda m: (m.group(1) or m.group(2)) + "***" +
+                  ("" if m.group(1) else "@"), url)
+
+
+def _index(out: str, s: dict) -> None:
+    rows = "".join(
+        f"<li><a href='{n}.html'>{n}</a> ({v['seconds']} s){' <b>FAILED</b>: ' + html.escape(v['error'][:300]) if v['error'] else ''}</li>"
+        for n, v in s["notebooks"].items())
+    figs = "".join(f"<li><a href='figures/{html.escape(f)}'>{html.escape(f)}</a></li>" for f in s["figures"]
+                   if f.endswith(".png"))
+    with open(os.path.join(out, "index.html"), "w") as f:
+        f.write(f"<!doctype html><meta charset=utf-8><title>doqscan report {html.escape(os.path.basename(out))}</title>"
+                f"<h1>doqscan report {html.escape(os.path.basename(out))}</h1>"
+                f"<p>database: <code>{html.escape(s['database'])}</code>; weeks: {html.escape(str(s['weeks'] or 'all'))}; "
+                f"vantage points: {html.escape(str(s['vantages'] or 'all'))}</p>"
+                f"<h2>Notebooks</h2><ul>{rows}</ul><h2>Figures (PNG; SVG beside them)</h2><ul>{figs}</ul>")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="report", description="Execute notebooks/adoption.ipynb and notebooks/response_times.ipynb "
+        "headless against a doqscan database into reports/YYYY-MM-DDTHHMM/ (HTML, PNG, SVG).",
+        epilog="examples:\n  ./dev report\n  ./dev report --db 'host=/tmp dbname=doqscan' --weeks 2026-W46 2026-W47\n"
+               "  python -m doqscan_analysis.report --out /tmp/reports --vantages vp1",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", help="libpq connection string or URL (default: $DATABASE_URL, else bin/dbctl url)")
+    ap.add_argument("--out", default=os.path.join(REPO, "reports"), help="base folder (default: <repo>/reports)")
+    ap.add_argument("--weeks", nargs="*", help="ISO weeks to include (default: all)")
+    ap.add_argument("--vantages", nargs="*", help="vantage points to include (default: all)")
+    ap.add_argument("--notebooks", nargs="*", default=NOTEBOOKS, choices=NOTEBOOKS)
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per notebook cell (default 1800)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        db = database_url(args.db)
+        import psycopg
+        with psycopg.connect(db, connect_timeout=10) as c:
+            c.execute("SELECT 1 FROM measurements LIMIT 1")
+    except Exception as e:
+        log.error("database not usable: %s", e)
+        return EXIT_DB
+    t0 = time.monotonic()
+    s = run(db, args.out, args.weeks or None, args.vantages or None, args.notebooks, args.timeout)
+    secs = time.monotonic() - t0
+    print(f"report: {s['folder']}")
+    print(f"report: {len(s['figures'])} figure files, notebooks: " +
+          ", ".join(f"{n} {v['seconds']} s{' FAILED' if v['error'] else ''}" for n, v in s["notebooks"].items()))
+    print(f"report: total {secs:.1f} s, peak RSS {s['peak_rss_mb']['report']} MB (report process), "
+          f"{s['peak_rss_mb']['largest_kernel']} MB (largest notebook kernel)")
+    return EXIT_OK if s["ok"] else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

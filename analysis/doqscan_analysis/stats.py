@@ -1,0 +1,164 @@
+"""Statistics on the frames load.py returns, and on raw arrays (for small data and tests).
+
+Empirical CDFs here are exact: built from sorted values (or from exact order statistics
+at evenly spaced ranks), never from histogram bins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import names
+
+NS_PER_MS = 1e6
+
+
+def ecdf(values) -> tuple[np.ndarray, np.ndarray]:
+    """Exact empirical CDF: sorted values x and F(x_i) = i/n (NaN/None dropped)."""
+    x = np.sort(np.asarray([v for v in values if v is not None], dtype=float))
+    x = x[~np.isnan(x)]
+    n = len(x)
+    return x, np.arange(1, n + 1) / n if n else np.empty(0)
+
+
+def ecdf_points(q) -> tuple[np.ndarray, np.ndarray]:
+    """ECDF points from order statistics at ranks k/M, k = 1..M (load.response_times'
+    *_q arrays): x = q, F = k/M. Exact at those ranks; the step between ranks is 1/M."""
+    q = np.asarray(q, dtype=float)
+    m = len(q)
+    return q, np.arange(1, m + 1) / m if m else np.empty(0)
+
+
+def share_at_most(q, x: float) -> float:
+    """F(x) from order statistics at ranks k/M: the share of values <= x (+- 1/M)."""
+    q = np.asarray(q, dtype=float)
+    if len(q) == 0:
+        return float("nan")
+    return np.searchsorted(q, x, side="right") / len(q)
+
+
+def summary_table(rt: pd.DataFrame, metrics=("resolve_ns", "rtt_ns", "handshake_ns", "ratio"),
+                  by=("protocol",)) -> pd.DataFrame:
+    """Medians and means per group from load.response_times (durations in ms, ratio
+    unitless), protocols in the study's order."""
+    rows = []
+    for key, g in rt.groupby(list(by), sort=False):
+        if len(g) != 1:
+            raise ValueError(f"summary_table: {len(g)} rows for {key}; group response_times by {by}")
+        r = g.iloc[0]
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        for m in metrics:
+            scale = 1.0 if m == "ratio" else NS_PER_MS
+            unit = "" if m == "ratio" else " [ms]"
+            label = m.replace("_ns", "")
+            row[f"{label} n"] = int(r[f"{m}_n"])
+            row[f"{label} median{unit}"] = (r[f"{m}_median"] / scale) if r[f"{m}_n"] else np.nan
+            row[f"{label} mean{unit}"] = (r[f"{m}_mean"] / scale) if r[f"{m}_n"] else np.nan
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if "protocol" in out:
+        order = {p: i for i, p in enumerate(names.PROTOCOLS)}
+        out = out.sort_values("protocol", key=lambda s: s.map(order)).reset_index(drop=True)
+        out["protocol"] = out["protocol"].map(names.PROTOCOL_LABELS).fillna(out["protocol"])
+    return out
+
+
+def pair_ratio(handshakes: pd.DataFrame, rtts: pd.DataFrame) -> pd.DataFrame:
+    """Handshake-to-RTT ratio for raw rows (small data; load.response_times does the same
+    in SQL): each handshake is paired with the median of the answered RTT samples of the
+    same campaign, address, port and the transport its protocol uses.
+
+    handshakes: campaign_id, address, protocol, port, handshake_ns (+ any columns)
+    rtts: campaign_id, address, transport, port, rtt_ns, status"""
+    ok = rtts[(rtts["status"] == "ok") & rtts["rtt_ns"].notna() & (rtts["rtt_ns"] > 0)]
+    med = (ok.groupby(["campaign_id", "address", "transport", "port"], as_index=False)["rtt_ns"]
+             .median())
+    h = handshakes.copy()
+    h["transport"] = h["protocol"].map(names.PROTOCOL_TRANSPORT)
+    out = h.merge(med, on=["campaign_id", "address", "transport", "port"], how="inner")
+    out["ratio"] = out["handshake_ns"].astype(float) / out["rtt_ns"].astype(float)
+    return out
+
+
+def dox_set(answers: pd.DataFrame, protocols=names.DOX_PROTOCOLS) -> set:
+    """Addresses that answered on every protocol in `protocols` (raw rows: address,
+    protocol)."""
+    per = answers[answers["protocol"].isin(protocols)].groupby("address")["protocol"].nunique()
+    return set(per[per == len(protocols)].index)
+
+
+def churn(members: pd.DataFrame) -> pd.DataFrame:
+    """Week-over-week churn from load.membership_by_week: new (not in the previous week),
+    gone (in the previous week, not in this one), retention from the previous week and
+    from the first week (share of the first week's resolvers still there)."""
+    df = members.sort_values("week_index").reset_index(drop=True).copy()
+    prev_total = df["total"].shift(1)
+    first_total = df["total"].iloc[0] if len(df) else np.nan
+    df["new"] = df["total"] - df["kept_from_previous"]
+    df.loc[0, "new"] = np.nan if len(df) else None
+    df["gone"] = prev_total - df["kept_from_previous"]
+    df["retention_previous"] = df["kept_from_previous"] / prev_total
+    df["retention_first"] = df["kept_from_first"] / first_total
+    return df
+
+
+def retention_first_to_last(members: pd.DataFrame) -> float:
+    """Share of the first week's resolvers that are still in the set in the last week."""
+    c = churn(members)
+    return float(c["retention_first"].iloc[-1]) if len(c) else float("nan")
+
+
+def pivot_weeks(df: pd.DataFrame, column: str, value: str = "resolvers") -> pd.DataFrame:
+    """Weeks as rows, `column`'s values as columns (largest total first), zeros filled."""
+    p = df.pivot_table(index="iso_week", columns=column, values=value, aggfunc="sum", fill_value=0)
+    return p[p.sum().sort_values(ascending=False).index]
+
+
+def cause_shares(causes: pd.DataFrame, by=("implementation",)) -> pd.DataFrame:
+    """DoQ handshake causes as shares per group (rows: groups, columns: causes)."""
+    p = causes.pivot_table(index=list(by), columns="cause", values="handshakes", aggfunc="sum", fill_value=0)
+    return p.div(p.sum(axis=1), axis=0)
+
+
+def figure_rows(rt: pd.DataFrame, vantage=None, phase: str = "measured", mode: str = "fresh",
+                key_share: str | None = None, dox: bool | None = True) -> pd.DataFrame:
+    """The rows of load.response_times that one figure draws: one per protocol. Where a
+    protocol was measured with several key shares, `key_share` picks one (default: the
+    one with most measurements)."""
+    d = rt
+    if vantage is not None and "vantage_id" in d:
+        d = d[d["vantage_id"] == vantage]
+    if phase is not None and "phase" in d:
+        d = d[d["phase"] == phase]
+    if mode is not None and "mode" in d:
+        d = d[d["mode"] == mode]
+    if dox is not None and "dox" in d:
+        d = d[d["dox"] == dox]
+    if "key_share" in d:
+        keep = []
+        for proto, g in d.groupby("protocol", sort=False):
+            if g["key_share"].nunique() > 1:
+                ks = key_share if key_share in set(g["key_share"]) else g.sort_values("n").iloc[-1]["key_share"]
+                g = g[g["key_share"] == ks]
+            keep.append(g)
+        d = pd.concat(keep) if keep else d
+    return d.reset_index(drop=True)
+
+
+def round_trip_shares(classes: pd.DataFrame) -> pd.DataFrame:
+    """load.ratio_classes as shares per (vantage, protocol, phase, mode): columns are
+    round trips 1..N (the last one means N or more)."""
+    p = classes.pivot_table(index=["vantage_id", "protocol", "phase", "mode"], columns="round_trips",
+                            values="measurements", aggfunc="sum", fill_value=0)
+    return p.div(p.sum(axis=1), axis=0)
+
+
+def round_trip_shares_from(rt: pd.DataFrame, by=("vantage_id", "protocol", "phase", "mode")) -> pd.DataFrame:
+    """Shares of handshakes per whole number of round trips from load.response_times'
+    round_trips_k columns, summed over the other group columns (rows: `by`, columns: k)."""
+    cols = [c for c in rt.columns if c.startswith("round_trips_")]
+    p = rt.groupby(list(by))[cols].sum()
+    p.columns = [int(c.rsplit("_", 1)[1]) for c in cols]
+    p = p[p.sum(axis=1) > 0]
+    return p.div(p.sum(axis=1), axis=0)

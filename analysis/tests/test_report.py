@@ -1,0 +1,70 @@
+"""Both notebooks executed headless (papermill) by the report module against the
+synthetic database; the report must hold the HTML, the study's figures as PNG and SVG,
+and the numbers derived from the spec (version-pair totals, port shares, retention,
+DoX count, DoQ round-trip classes) in the executed notebooks."""
+
+import os
+
+import nbformat
+import pytest
+
+from doqscan_analysis import report, synth
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def executed(synth_db, tmp_path_factory):
+    out = tmp_path_factory.mktemp("reports")
+    s = report.run(synth_db, str(out))
+    return s
+
+
+def _text(path):
+    nb = nbformat.read(path, as_version=4)
+    parts = []
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            if "text" in o:
+                parts.append(o["text"])
+            for k in ("text/plain", "text/markdown", "text/html"):
+                if k in o.get("data", {}):
+                    parts.append(o["data"][k])
+    return "\n".join(parts)
+
+
+def test_notebooks_run_clean(executed):
+    errors = {n: v["error"] for n, v in executed["notebooks"].items() if v["error"]}
+    assert not errors
+    for n in report.NOTEBOOKS:
+        assert os.path.getsize(os.path.join(executed["folder"], f"{n}.html")) > 10_000
+    assert os.path.exists(os.path.join(executed["folder"], "index.html"))
+
+
+def test_figures_written(executed, spec):
+    figs = set(executed["figures"])
+    want = ["fig1_doq_quic_versions_per_week", "fig2_world_map", "port_shares", "retention", "top_providers",
+            "stack_fingerprints"]
+    want += [f"fig3a_resolve_rtt_{v}" for v in spec.vantages] + [f"fig3b_handshake_ratio_{v}" for v in spec.vantages]
+    for name in want:
+        assert f"{name}.png" in figs and f"{name}.svg" in figs, name
+        with open(os.path.join(executed["folder"], "figures", f"{name}.png"), "rb") as f:
+            assert f.read(8) == PNG_MAGIC
+
+
+def test_numbers_in_notebooks(executed, spec):
+    truth = synth.expected(spec)
+    adoption = _text(os.path.join(executed["folder"], "adoption.ipynb"))
+    # retention sentence and the Fig. 1 table's weekly totals
+    assert f"{truth['doq_retention']:.1%} of the {truth['totals'][truth['weeks'][0]]} resolvers" in adoption
+    assert f"{truth['doudp_retention']:.1%} of the" in adoption
+    last = truth["weeks"][-1]
+    for port in (784, 853, 8853):
+        share = truth["port_resolvers"].get((last, port), 0) / truth["totals"][last]
+        assert f"{share:.1%}" in adoption
+    rt = _text(os.path.join(executed["folder"], "response_times.ipynb"))
+    for v in spec.vantages:
+        n = sum(c for (vp, k), c in truth["doq_round_trips"].items() if vp == v)
+        for k in (1, 2, 3, 4):
+            share = truth["doq_round_trips"].get((v, k), 0) / n
+            assert f"{share:.1%}" in rt, (v, k, share)

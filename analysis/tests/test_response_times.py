@@ -1,0 +1,99 @@
+"""Response-time figures against the synthetic spec (DoX set, DoQ round-trip classes)
+and against raw rows recomputed in Python (ECDF ranks, RTT pairing)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from doqscan_analysis import load, stats, synth
+
+
+@pytest.fixture(scope="module")
+def truth(spec):
+    return synth.expected(spec)
+
+
+def test_dox_and_answering(conn, truth, spec):
+    df = load.answering(conn)
+    for v in spec.vantages:
+        got = dict(zip(df[df.vantage_id == v]["protocol"], df[df.vantage_id == v]["resolvers"]))
+        assert got["dox"] == truth["dox"]
+        assert got["doq"] == truth["targets"]
+
+
+def test_doq_round_trip_classes(conn, truth, spec):
+    """Handshake/RTT ratios paired in SQL and rounded give back the spec's classes."""
+    df = load.ratio_classes(conn)
+    d = df[(df.protocol == "doq") & (df.phase == "measured") & (df["mode"] == "fresh")]
+    got = {(r.vantage_id, r.round_trips): r.measurements for r in d.itertuples()}
+    assert got == truth["doq_round_trips"]
+    # the same classes from response_times' single pass
+    rt = load.response_times(conn)
+    shares = stats.round_trip_shares_from(rt)
+    for v in spec.vantages:
+        n = sum(c for (vp, k), c in truth["doq_round_trips"].items() if vp == v)
+        row = shares.loc[(v, "doq", "measured", "fresh")]
+        for k in range(1, 6):
+            assert row.get(k, 0.0) == pytest.approx(truth["doq_round_trips"].get((v, k), 0) / n)
+    # DoTCP is one round trip, DoT and DoH two (TLS 1.3), always
+    for proto, rt in (("dotcp", 1), ("dot", 2), ("doh", 2)):
+        assert set(df[df.protocol == proto]["round_trips"]) == {rt}
+
+
+def test_doq_causes(conn, truth, spec):
+    df = load.doq_causes(conn)
+    fresh = df[(df.phase == "measured") & (df["mode"] == "fresh")]
+    per = fresh.groupby("cause")["handshakes"].sum()
+    # the causes add up to the classes of the same (cause, round trips) rows
+    rt_of = {c: r for c, r, _ in spec.doq_classes}
+    for cause, n in per.items():
+        assert n == sum(v for (vp, rt), v in truth["doq_round_trips"].items() if rt == rt_of[cause])
+    shares = stats.cause_shares(fresh, by=("key_share",))
+    assert set(shares.index) == set(spec.key_shares)
+    assert np.allclose(shares.sum(axis=1), 1.0)
+
+
+def _raw(conn, sql):
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return pd.DataFrame(cur.fetchall(), columns=[d.name for d in cur.description])
+
+
+def test_distributions_match_raw_rows(conn):
+    """Medians, means and ECDF order statistics from SQL equal numpy on the raw rows,
+    and the SQL ratio pairing equals stats.pair_ratio."""
+    points = 500
+    rt = load.response_times(conn, group_by=("vantage_id", "protocol", "phase", "mode"), points=points,
+                             require_rtt=False)
+    h = _raw(conn, """SELECT m.campaign_id, host(m.address) AS address, m.protocol, m.port, m.phase, m.mode,
+                             c.vantage_id, m.handshake_ns, m.resolve_ns
+                        FROM measurements m JOIN campaigns c USING (campaign_id)
+                       WHERE m.status = 'ok' AND m.rcode IS NOT NULL""")
+    r = _raw(conn, "SELECT campaign_id, host(address) AS address, transport, port, rtt_ns, status FROM rtt_samples")
+    paired = stats.pair_ratio(h[h.handshake_ns.notna()], r)
+    for row in rt.itertuples():
+        sel = (h.vantage_id == row.vantage_id) & (h.protocol == row.protocol) & (h.phase == row.phase) & (h["mode"] == row.mode)
+        vals = h[sel]["resolve_ns"].to_numpy(float)
+        assert row.resolve_ns_n == len(vals)
+        assert row.resolve_ns_median == pytest.approx(np.median(vals))
+        assert row.resolve_ns_mean == pytest.approx(vals.mean())
+        x, _ = stats.ecdf(vals)
+        ranks = np.ceil(np.arange(1, points + 1) / points * len(x)).astype(int) - 1
+        assert np.array_equal(row.resolve_ns_q, x[ranks])
+        psel = (paired.vantage_id == row.vantage_id) & (paired.protocol == row.protocol) & \
+               (paired.phase == row.phase) & (paired["mode"] == row.mode)
+        ratios = paired[psel]["ratio"].to_numpy(float)
+        assert row.ratio_n == len(ratios)
+        if len(ratios):
+            assert row.ratio_median == pytest.approx(np.median(ratios))
+
+
+def test_dox_only_filter(conn, truth):
+    rt = load.response_times(conn, dox_only=True, group_by=("vantage_id", "protocol", "phase", "mode"))
+    assert rt["resolvers"].max() == truth["dox"]
+    assert (rt["resolvers"] <= truth["dox"]).all()
+
+
+def test_bad_group_by(conn):
+    with pytest.raises(ValueError):
+        load.response_times(conn, group_by=("address; DROP TABLE measurements",))
