@@ -23,7 +23,7 @@ var cmd = cli.Command{
 		"measure --every 1h                       # hourly rounds, spread over the hour, until interrupted",
 		"measure --targets resolvers.txt --modes fresh,0rtt --key-shares x25519,x25519mlkem768",
 		"measure --protocols doq --features --concurrency 16",
-		"measure --vantage vp2 --round-hour 2026-11-22T04   # the 04:00 UTC round (jobrun passes it as DOQSCAN_RUN_KEY)",
+		"measure --vantage vp2 --hour 2026-11-22T04   # the 04:00 UTC round: run it, or resume it after a crash (jobrun passes DOQSCAN_RUN_KEY)",
 	},
 	Notes: `Targets file: one resolver per line, "ADDRESS [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]";
 protocols not named use their default port (doudp/dotcp 53, dot 853, doh/doh3 443, doq 853/doq).
@@ -52,17 +52,20 @@ func main() {
 	fs.BoolVar(&o.Features, "features", false, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
 	fs.DurationVar(&o.Spread, "spread", 0, "one round: spread resolver starts over this long")
 	fs.StringVar(&o.BlocklistDir, "blocklist-dir", blocklist.DefaultDir(), "blocklist *.conf files; their ranges, opt-outs and reserved ranges are never contacted")
-	roundHour := fs.String("round-hour", "", "one round: the hour it is for (2026-11-22T04, or RFC 3339); default $DOQSCAN_RUN_KEY (set by jobrun), else now")
+	roundHour := fs.String("hour", "", "one round: the hour it is for, to run or resume (2026-11-22T04, or RFC 3339); default $DOQSCAN_RUN_KEY (set by jobrun), else now")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {
 			return cli.Usagef("unexpected arguments: %v", args)
+		}
+		if *roundHour != "" && o.Every != 0 {
+			return cli.Usagef("--hour names one round: it does not combine with --every")
 		}
 		if err := o.Parse(); err != nil {
 			return err
 		}
 		h, err := campaign.ParseRoundHour(*roundHour, os.Getenv("DOQSCAN_RUN_KEY"))
 		if err != nil {
-			return cli.Usagef("--round-hour: %v", err)
+			return cli.Usagef("--hour: %v", err)
 		}
 		o.Hour = h
 		s, err := cli.OpenStore(ctx, log)

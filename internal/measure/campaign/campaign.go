@@ -420,6 +420,7 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 	type pending struct {
 		m    store.Measurement
 		qa   *qlogana.Analysis
+		qlog []byte
 		tk   rttKey
 		wall time.Duration
 	}
@@ -479,7 +480,7 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 				// Only completed handshakes are explained (a failed one has no time).
 				a, err := qlogana.Analyze(pr.res.Qlog)
 				if err == nil && a.HandshakeNS > 0 && rows[0].HandshakeNS != nil {
-					quicRows = append(quicRows, pending{m: rows[0], qa: a, tk: rttKey{transportOf(u.ep.Protocol), u.ep.Port}, wall: pr.res.HandshakeWall})
+					quicRows = append(quicRows, pending{m: rows[0], qa: a, qlog: pr.res.Qlog, tk: rttKey{transportOf(u.ep.Protocol), u.ep.Port}, wall: pr.res.HandshakeWall})
 				}
 			}
 		}
@@ -513,6 +514,13 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 		}
 	}
 	for _, q := range quicRows {
+		// With an RTT sample of the path, explain the handshake against it (the flight
+		// grouping is relative to the RTT) rather than against the qlog's own min_rtt.
+		if rtt := rtts[q.tk]; rtt > 0 {
+			if a, err := qlogana.Analyze(q.qlog, qlogana.Options{RTTNS: rtt}); err == nil && a.HandshakeNS > 0 {
+				q.qa = a
+			}
+		}
 		b.analyses = append(b.analyses, analysisRow(q.m, q.qa, rtts[q.tk], q.wall))
 	}
 	if r.cfg.Features {
@@ -655,7 +663,7 @@ func analysisRow(m store.Measurement, a *qlogana.Analysis, rttNS int64, wall tim
 		h.StallNS = &st
 	}
 	detail, _ := json.Marshal(map[string]any{
-		"handshake_qlog_ns": a.HandshakeNS, "handshake_wall_ns": wall.Nanoseconds(), "qlog_min_rtt_ns": a.RTTNS, "flights": a.Flights,
+		"handshake_qlog_ns": a.HandshakeNS, "handshake_wall_ns": wall.Nanoseconds(), "analysis_rtt_ns": a.RTTNS, "flights": a.Flights,
 		"retransmissions": a.Retransmissions, "lost_packets": a.LostPackets, "token_received": a.TokenReceived,
 	})
 	h.Detail = detail

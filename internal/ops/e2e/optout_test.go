@@ -109,7 +109,7 @@ func TestOptOutHonouredOnTargetSide(t *testing.T) {
 	cap = startCapture(t, e.v, fmt.Sprintf("dst net %s or dst host %s", opted, openSpeaker))
 	e.run(t, 0, "verify", "--vantage", "vp0", "--week", "2026-W47", "--label", "after-optout", "--targets", vt,
 		"--handshake-timeout", "1s", "--target-timeout", "3s")
-	e.run(t, 0, "measure", "--vantage", "vp0", "--round-hour", "2026-11-22T05", "--targets", mt,
+	e.run(t, 0, "measure", "--vantage", "vp0", "--hour", "2026-11-22T05", "--targets", mt,
 		"--protocols", "doudp,doq", "--rtt-samples", "1", "--timeout", "2s")
 	flows = cap.stop()
 	toOpted, toOpen := 0, 0

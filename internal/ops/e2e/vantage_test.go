@@ -139,7 +139,7 @@ func TestMeasureFromTwoVantages(t *testing.T) {
 	}
 	const hour = "2026-11-22T04"
 	for vp := 0; vp < 2; vp++ {
-		o := e.run(t, vp, "measure", "--vantage", fmt.Sprintf("vp%d", vp), "--round-hour", hour, "--targets", file,
+		o := e.run(t, vp, "measure", "--vantage", fmt.Sprintf("vp%d", vp), "--hour", hour, "--targets", file,
 			"--protocols", "doudp,dotcp", "--rtt-samples", "3", "--concurrency", "3", "--timeout", "3s")
 		if testing.Verbose() {
 			t.Logf("vp%d:\n%s", vp, tail(o, 15))

@@ -1,6 +1,9 @@
 package population
 
-import "net/netip"
+import (
+	"net/netip"
+	"time"
+)
 
 // Protocols and phases of a measurement (issue 6).
 const (
@@ -69,7 +72,9 @@ func (c Cert) ExceedsAmplification(client ClientHello) bool {
 // when the endpoint does not complete a handshake of that protocol (silent, hostile, not
 // DoQ, no such service). Lossy paths may add retransmissions on top.
 //
-//	DoUDP 0; DoTCP 1; DoT and DoH (TCP + TLS 1.3) 2;
+//	DoUDP 0; DoTCP 1; DoT and DoH (TCP + TLS 1.3) 2, +1 when the server's TLS flight
+//	exceeds TCP's initial congestion window (TCPInitialWindow: slow start waits for the
+//	client's ACKs; chain-big with an X25519MLKEM768 share does);
 //	DoQ and DoH3 1, +1 for Version Negotiation (warm-up only: the measured connection reuses the
 //	version), +1 for Retry (unless a valid token is presented), +1 for an amplification
 //	stall (the first flight exceeds 3x the client's bytes and the address is not validated
@@ -86,9 +91,9 @@ func (p *Population) HandshakeRTTs(addr netip.Addr, port uint16, proto, phase st
 	case ProtoDoTCP:
 		return 1, port == 53 && r.HasDNS("tcp")
 	case ProtoDoT:
-		return 2, r.DoT != 0 && port == r.DoT
+		return 2 + p.slowStart(r, client), r.DoT != 0 && port == r.DoT
 	case ProtoDoH:
-		return 2, r.DoH != 0 && port == r.DoH
+		return 2 + p.slowStart(r, client), r.DoH != 0 && port == r.DoH
 	case ProtoDoQ:
 		if v := p.ExpectVerify(addr, port); v.ALPN == "" {
 			return 0, false
@@ -115,6 +120,90 @@ func (p *Population) HandshakeRTTs(addr netip.Addr, port uint16, proto, phase st
 		n++
 	}
 	return n, true
+}
+
+// TCPInitialWindow is the bytes a Linux TCP sender puts on the wire before the first
+// ACK: an initial window of 10 segments (RFC 6928 §2) of a 1448-byte MSS (1500-byte MTU
+// with the timestamp option). A TLS server flight above it costs one more round trip.
+const TCPInitialWindow = 10 * 1448
+
+// slowStart: 1 when the server's TLS 1.3 flight (ServerHello to Finished) over TCP does
+// not fit the initial congestion window, else 0. The flight estimate is the QUIC one
+// (ServerFlightBytes); the TLS record and TCP framing differ by a few dozen bytes.
+func (p *Population) slowStart(r *Record, client ClientHello) int {
+	if p.Certs[r.Cert].ServerFlightBytes(client) > TCPInitialWindow {
+		return 1
+	}
+	return 0
+}
+
+// ClientInitialPTO is the client's first probe timeout before it has an RTT sample:
+// quic-go's initial RTT is 100 ms (RFC 9002 §6.2.2 recommends 333 ms) and the PTO is
+// twice it (the qlog's first loss_timer_updated shows 200 ms).
+const ClientInitialPTO = 200 * time.Millisecond
+
+// quic-go's pacer (RFC 9002 §7.7): a burst of up to PacerBurstPackets datagrams leaves at
+// once; the rest of a flight is paced at 1.25 x cwnd / smoothed RTT, i.e. one datagram
+// every PacerInterval with the initial window (32 packets) and the initial RTT (100 ms)
+// a server has before its first RTT sample.
+const (
+	PacerBurstPackets = 10
+	PacerInterval     = 2500 * time.Microsecond // 100 ms / (1.25 x 32)
+	quicDatagramBytes = 1252                    // quic-go's first-flight datagram payload (1280 - 28)
+)
+
+// pacingDelay is how much later the last datagram of a server flight of n bytes leaves
+// than its first, when it leaves in one go.
+func pacingDelay(n int) time.Duration {
+	packets := (n + quicDatagramBytes - 1) / quicDatagramBytes
+	if packets <= PacerBurstPackets {
+		return 0
+	}
+	return time.Duration(packets-PacerBurstPackets) * PacerInterval
+}
+
+// HandshakeTime predicts how long the handshake of HandshakeRTTs takes on the host's
+// path (without jitter or processing). It differs from HandshakeRTTs x path RTT in two
+// cases. A DoQ/DoH3 server whose whole first flight may leave at once (the address is
+// validated) but exceeds the pacer's burst sends the rest paced (pacingDelay: chain-big
+// is 12-13 datagrams, +5-7.5 ms; seen on the testbed as a 6 ms long flight in the qlog).
+// And a DoQ/DoH3 amplification stall on a path longer than ClientInitialPTO. There the
+// client's PTO fires before the server's first flight arrives; the client re-sends its
+// Initial (RFC 9002 §6.2.4), the re-sent bytes raise the stalled server's budget
+// (RFC 9000 §8.1) and the server sends the rest of its flight one PTO after the client's
+// first Initial plus half a round trip, so the stall costs ClientInitialPTO instead of a
+// round trip. The round trips the qlog shows are still HandshakeRTTs (the server's flight
+// arrives in two parts).
+func (p *Population) HandshakeTime(addr netip.Addr, port uint16, proto, phase string, client ClientHello) (time.Duration, bool) {
+	n, ok := p.HandshakeRTTs(addr, port, proto, phase, client)
+	if !ok {
+		return 0, false
+	}
+	rtt := p.PathOf(addr).RTT
+	d := time.Duration(n) * rtt
+	stalls := p.Stalls(addr, port, proto, phase, client)
+	if stalls && rtt > ClientInitialPTO {
+		d -= rtt - ClientInitialPTO
+	}
+	if (proto == ProtoDoQ || proto == ProtoDoH3) && !stalls {
+		d += pacingDelay(p.Certs[p.Lookup(addr).Cert].ServerFlightBytes(client))
+	}
+	return d, true
+}
+
+// Stalls reports whether the DoQ/DoH3 handshake in phase hits the anti-amplification
+// limit: the first flight exceeds 3x the client's bytes and neither a Retry nor a valid
+// NEW_TOKEN token validated the client's address.
+func (p *Population) Stalls(addr netip.Addr, port uint16, proto, phase string, client ClientHello) bool {
+	if proto != ProtoDoQ && proto != ProtoDoH3 {
+		return false
+	}
+	if _, ok := p.HandshakeRTTs(addr, port, proto, phase, client); !ok {
+		return false
+	}
+	r := p.Lookup(addr)
+	tokenValid := phase == PhaseMeasured && r.Token == TokenHonour
+	return !(r.Retry || tokenValid) && p.Certs[r.Cert].ExceedsAmplification(client)
 }
 
 // ResolveRTTs is the round trips from the query's first packet to the answer: 1 for every

@@ -1,6 +1,9 @@
 package population
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestHandshakeRTTs(t *testing.T) {
 	p := loadCommitted(t)
@@ -77,5 +80,66 @@ func TestHandshakeRTTs(t *testing.T) {
 	h := one("quic-h3")
 	if _, ok := p.HandshakeRTTs(h.Prefix.Addr(), 784, ProtoDoQ, PhaseWarmup, ClientMLKEM); ok {
 		t.Error("DoQ handshake predicted for an h3-only host")
+	}
+}
+
+// TestHandshakeTimeModel: TCP slow start adds a round trip to DoT/DoH exactly when the
+// server's flight exceeds the initial window, and an amplification stall on a path longer
+// than the client's initial PTO costs the PTO instead of a round trip.
+func TestHandshakeTimeModel(t *testing.T) {
+	p := loadCommitted(t)
+	for _, r := range p.Records {
+		if r.Hostile != "" || r.Peer != "" {
+			continue
+		}
+		a := r.Prefix.Addr()
+		rtt := p.PathOf(a).RTT
+		for _, client := range []ClientHello{ClientX25519, ClientMLKEM} {
+			if r.DoT != 0 {
+				n, _ := p.HandshakeRTTs(a, r.DoT, ProtoDoT, PhaseMeasured, client)
+				want := 2
+				if p.Certs[r.Cert].ServerFlightBytes(client) > TCPInitialWindow {
+					want = 3
+				}
+				if n != want {
+					t.Errorf("%s DoT %s (flight %d bytes): %d round trips, want %d", r.Class, client.Name,
+						p.Certs[r.Cert].ServerFlightBytes(client), n, want)
+				}
+			}
+			for _, port := range r.QUICPorts {
+				for _, phase := range []string{PhaseWarmup, PhaseMeasured} {
+					n, ok := p.HandshakeRTTs(a, port, ProtoDoQ, phase, client)
+					if !ok {
+						continue
+					}
+					d, _ := p.HandshakeTime(a, port, ProtoDoQ, phase, client)
+					want := time.Duration(n) * rtt
+					stalls := p.Stalls(a, port, ProtoDoQ, phase, client)
+					if stalls && rtt > ClientInitialPTO {
+						want = time.Duration(n-1)*rtt + ClientInitialPTO
+					}
+					if flight := p.Certs[r.Cert].ServerFlightBytes(client); !stalls && flight > PacerBurstPackets*1252 {
+						want += time.Duration((flight+1251)/1252-PacerBurstPackets) * PacerInterval
+					}
+					if d != want {
+						t.Errorf("%s:%d %s %s: %v, want %v", r.Class, port, phase, client.Name, d, want)
+					}
+				}
+			}
+		}
+	}
+	// The committed population exercises both corrections.
+	big := p.Certs["chain-big"]
+	if big.ServerFlightBytes(ClientX25519) > TCPInitialWindow || big.ServerFlightBytes(ClientMLKEM) <= TCPInitialWindow {
+		t.Errorf("chain-big flight %d/%d bytes: expected to exceed the %d-byte initial window with ML-KEM only",
+			big.ServerFlightBytes(ClientX25519), big.ServerFlightBytes(ClientMLKEM), TCPInitialWindow)
+	}
+	long := false
+	for _, r := range p.ByClass("doq-midchain-honour") {
+		a := r.Prefix.Addr()
+		long = long || (p.Stalls(a, r.QUICPorts[0], ProtoDoQ, PhaseWarmup, ClientX25519) && p.PathOf(a).RTT > ClientInitialPTO)
+	}
+	if !long {
+		t.Error("no stalled handshake on a path longer than the initial PTO in the committed population")
 	}
 }

@@ -1,0 +1,271 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/campaign"
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testbed"
+	"github.com/doqscan/doqscan/internal/testbed/population"
+)
+
+// benchMaxRTT: the benchmarks use paths up to 80 ms (5, 20, 80 ms): the timing error
+// is what the client, the line and the servers add, not a share of the RTT, and short
+// paths keep the benchmarks short.
+const benchMaxRTT = 80 * time.Millisecond
+
+// fullConcurrency is cmd/measure's default --concurrency.
+const fullConcurrency = 64
+
+// benchEndpoints: the endpoints of proto at every address of the well-behaved,
+// project-served records on lossless, jitter-free paths up to benchMaxRTT (the bulk classes give
+// hundreds of resolvers of one behaviour).
+func benchEndpoints(pop *population.Population, proto measure.Protocol) []endpoint {
+	var out []endpoint
+	for i := range pop.Records {
+		r := &pop.Records[i]
+		path := pop.PathOf(r.Prefix.Addr())
+		if r.Hostile != "" || r.Peer != "" || path.Loss > 0 || path.Jitter > 0 || path.RTT > benchMaxRTT {
+			continue
+		}
+		for a := r.Prefix.Addr(); r.Prefix.Contains(a); a = a.Next() {
+			for _, ep := range recordEndpoints(pop, r, a, true) {
+				if ep.proto == proto {
+					out = append(out, ep)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func pct(v []time.Duration, p float64) time.Duration {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), v...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(p*float64(len(s)-1))]
+}
+
+// BenchmarkTestbedTimingError prints the timing error against the emulated path (measured
+// minus the population's prediction: HandshakeTime for the handshake, one RTT for the
+// resolve) at concurrency 1 and at full concurrency, per protocol. Each exchange is a
+// fresh session (a warm-up: DoQ without a token, X25519). The error includes the delay
+// line's own forwarding cost (docs/testbed.md: +0.16..0.42 ms idle).
+//
+//	go test -run XXX -bench TestbedTimingError -benchtime 200x ./internal/measure/e2e/
+func BenchmarkTestbedTimingError(b *testing.B) {
+	v := testbed.Require(b)
+	pop := v.Population
+	if pop == nil {
+		b.Skip("SKIP: the testbed runs without a population file")
+	}
+	for _, p := range []measure.Protocol{measure.DoUDP, measure.DoTCP, measure.DoT, measure.DoH, measure.DoQ} {
+		eps := benchEndpoints(pop, p)
+		if len(eps) == 0 {
+			b.Fatalf("no %s endpoints", p)
+		}
+		for _, conc := range []int{1, fullConcurrency} {
+			b.Run(fmt.Sprintf("%s/conc=%d", p, conc), func(b *testing.B) {
+				m, _ := measure.For(p)
+				var mu sync.Mutex
+				var hsErr, resErr []time.Duration
+				failed := 0
+				sem := make(chan struct{}, conc)
+				var wg sync.WaitGroup
+				n := max(b.N, conc)
+				b.ResetTimer()
+				for i := 0; i < n; i++ {
+					ep := eps[i%len(eps)]
+					sem <- struct{}{}
+					wg.Add(1)
+					go func() {
+						defer func() { <-sem; wg.Done() }()
+						req := measure.Request{Addr: netip.AddrPortFrom(ep.addr, ep.port), ServerName: ep.sni,
+							KeyShare: measure.KeyShareX25519, Peer: measure.NewPeer(), Timeout: 5 * time.Second}
+						if ep.alpn != "" {
+							req.ALPN = []string{ep.alpn}
+						}
+						res := m.Measure(context.Background(), &req)
+						path := pop.PathOf(ep.addr)
+						wantHS, _ := pop.HandshakeTime(ep.addr, ep.port, string(p), population.PhaseWarmup, population.ClientX25519)
+						mu.Lock()
+						defer mu.Unlock()
+						if res.Status != measure.StatusOK {
+							failed++
+							return
+						}
+						resErr = append(resErr, res.First().Resolve-population.ResolveRTTs*path.RTT)
+						if p != measure.DoUDP {
+							hsErr = append(hsErr, res.Handshake-wantHS)
+						}
+					}()
+				}
+				wg.Wait()
+				b.StopTimer()
+				us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+				b.ReportMetric(us(pct(resErr, 0.5)), "res-p50-err-µs")
+				b.ReportMetric(us(pct(resErr, 0.95)), "res-p95-err-µs")
+				if len(hsErr) > 0 {
+					b.ReportMetric(us(pct(hsErr, 0.5)), "hs-p50-err-µs")
+					b.ReportMetric(us(pct(hsErr, 0.95)), "hs-p95-err-µs")
+				}
+				b.ReportMetric(float64(failed), "failed")
+			})
+		}
+	}
+}
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTestbedRoundThroughput runs full campaign rounds (DoUDP, DoTCP, DoT, DoH GET
+// and POST, DoQ on every verified port: warm-up + measured, RTT samples, qlog analyses,
+// rows written to PostgreSQL) over b.N of the population's DoQ-verified, lossless,
+// project-served resolvers on the testbed (more than the testbed holds: several rounds
+// with distinct labels at the same time, sharing the concurrency), and prints:
+//
+//   - resolvers/h: resolvers covered per hour of wall time at that concurrency.
+//
+//   - cpu-ms/resolver and cpu-bound-resolvers/h: this process's CPU per resolver and the
+//     resolvers two cores could cover per hour at that cost (the servers and the delay
+//     line run in other processes and are not counted: the bound is the measuring side's).
+//
+//   - the handshake and resolve timing error of the stored rows against the population's
+//     prediction (p50, p95): the accuracy at that throughput.
+//
+//     go test -run XXX -bench TestbedRoundThroughput -benchtime 400x ./internal/measure/e2e/
+func BenchmarkTestbedRoundThroughput(b *testing.B) {
+	v := testbed.Require(b)
+	pop := v.Population
+	if pop == nil {
+		b.Skip("SKIP: the testbed runs without a population file")
+	}
+	// Targets: every address of the DoQ endpoints, with their SNI and DoQ ports; the
+	// other protocols on their default ports (measured optimistically, as cmd/measure does).
+	byAddr := map[netip.Addr]*campaign.Target{}
+	var order []netip.Addr
+	for _, ep := range benchEndpoints(pop, measure.DoQ) {
+		tg := byAddr[ep.addr]
+		if tg == nil {
+			tg = &campaign.Target{Addr: ep.addr, ServerName: ep.sni}
+			for _, p := range []measure.Protocol{measure.DoUDP, measure.DoTCP, measure.DoT, measure.DoH} {
+				tg.Endpoints = append(tg.Endpoints, campaign.Endpoint{Protocol: p, Port: defaultPort(p)})
+			}
+			byAddr[ep.addr] = tg
+			order = append(order, ep.addr)
+		}
+		tg.Endpoints = append(tg.Endpoints, campaign.Endpoint{Protocol: measure.DoQ, Port: ep.port, ALPN: ep.alpn})
+	}
+	var all []campaign.Target
+	for _, a := range order {
+		all = append(all, *byAddr[a])
+	}
+	s := storetest.Open(b)
+	ctx := context.Background()
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: "bench"}); err != nil {
+		b.Fatal(err)
+	}
+	hour := time.Now().UTC().Truncate(time.Hour)
+	for _, conc := range []int{16, fullConcurrency} {
+		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
+			rounds := (b.N + len(all) - 1) / len(all)
+			per := max(1, conc/rounds)
+			targets := all[:min(b.N, len(all))]
+			covered := rounds * len(targets)
+			ids := make([]int64, rounds)
+			errs := make([]error, rounds)
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			cpu0, start := cpuTime(), time.Now()
+			for r := 0; r < rounds; r++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cfg := campaign.Config{VantageID: "bench", Label: fmt.Sprintf("bench-%d-%d-%d-%d", conc, b.N, r, start.UnixNano()),
+						Hour: hour, Concurrency: per, Timeout: 5 * time.Second, RTTSamples: 3,
+						Protocols: []measure.Protocol{measure.DoUDP, measure.DoTCP, measure.DoT, measure.DoH, measure.DoQ}}
+					sum, err := campaign.Run(ctx, s, cfg, targets, nil)
+					errs[r] = err
+					if sum != nil {
+						ids[r] = sum.CampaignID
+					}
+				}()
+			}
+			wg.Wait()
+			el, cpu := time.Since(start), cpuTime()-cpu0
+			b.StopTimer()
+			for _, err := range errs {
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			var hsErr, resErr []time.Duration
+			notOK := 0
+			rows, err := s.Pool.Query(ctx, `SELECT address, protocol, port, handshake_ns, resolve_ns, status
+				FROM measurements WHERE campaign_id = ANY($1) AND phase = 'warmup'`, ids)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for rows.Next() {
+				var (
+					addr       netip.Addr
+					proto, st  string
+					port       int32
+					hs, resolv *int64
+				)
+				if err := rows.Scan(&addr, &proto, &port, &hs, &resolv, &st); err != nil {
+					b.Fatal(err)
+				}
+				wantHS, ok := pop.HandshakeTime(addr, uint16(port), proto, population.PhaseWarmup, population.ClientX25519)
+				if !ok {
+					continue // e.g. DoT on a host without DoT: measured, refused, not timed
+				}
+				if st != "ok" {
+					notOK++
+					continue
+				}
+				if resolv != nil {
+					resErr = append(resErr, time.Duration(*resolv)-pop.PathOf(addr).RTT)
+				}
+				if hs != nil && proto != population.ProtoDoUDP {
+					hsErr = append(hsErr, time.Duration(*hs)-wantHS)
+				}
+			}
+			rows.Close()
+			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+			b.ReportMetric(float64(covered)/el.Hours(), "resolvers/h")
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(covered), "cpu-ms/resolver")
+			b.ReportMetric(2*float64(time.Hour)/(float64(cpu)/float64(covered)), "cpu-bound-resolvers/h")
+			b.ReportMetric(us(pct(hsErr, 0.5)), "hs-p50-err-µs")
+			b.ReportMetric(us(pct(hsErr, 0.95)), "hs-p95-err-µs")
+			b.ReportMetric(us(pct(resErr, 0.5)), "res-p50-err-µs")
+			b.ReportMetric(us(pct(resErr, 0.95)), "res-p95-err-µs")
+			b.ReportMetric(float64(notOK), "not-ok")
+		})
+	}
+}
+
+func defaultPort(p measure.Protocol) uint16 {
+	switch p {
+	case measure.DoT:
+		return 853
+	case measure.DoH:
+		return 443
+	}
+	return 53
+}
