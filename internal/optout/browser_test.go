@@ -138,6 +138,9 @@ func startBrowser(t *testing.T) *webDriver {
 			"--disable-dev-shm-usage", "--user-data-dir=" + filepath.Join(profile, "p")}}}}}
 	json.Unmarshal(d.call("POST", "/session", caps), &sess)
 	d.session = sess.SessionID
+	// A submit's navigation may still be under way when click returns on a loaded machine:
+	// element look-ups wait (W3C WebDriver §9 implicit wait) until the new page has it.
+	d.call("POST", "/session/"+d.session+"/timeouts", map[string]int{"implicit": 15000, "pageLoad": 30000})
 	t.Cleanup(func() { d.call("DELETE", "/session/"+d.session, nil) })
 	return d
 }
