@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
@@ -29,6 +31,20 @@ const (
 	reportVantage   = "vp0"
 	reportLabel     = "report-e2e"
 )
+
+// clientFirstPTO is quic-go's first probe timeout before any RTT sample: initial RTT
+// 100 ms (utils.DefaultInitialRTT), PTO = smoothed RTT + 4 x RTT variance (RFC 9002
+// §6.2.1, §6.2.2, variance = initial RTT / 2). On a path whose round trip reaches it, the
+// client's Initial is retransmitted while the server's answer is in flight; the extra
+// bytes raise the server's anti-amplification budget and qlogana sees a retransmission, so
+// the handshake's cause (amplification, loss or 1-RTT) is a race, not ground truth.
+const clientFirstPTO = 300 * time.Millisecond
+
+// minTimedRTT is the shortest path the test takes causes from: qlogana tells flights
+// apart by gaps of half an RTT, and on this shared 2-core machine scheduling delays of a
+// loaded CPU reach several milliseconds, so on a 5 ms path a stall can hide in the noise
+// (observed: an amplification stall on 198.19.1.47 read as 1-RTT, RTT samples of 19 ms).
+const minTimedRTT = 20 * time.Millisecond
 
 // reportPorts are the DoQ ports zprobe scans and verify tries, in the report's
 // preference order (load.PORT_PREFERENCE: a resolver counts under its first verified one).
@@ -106,12 +122,64 @@ func TestReportFromPipeline(t *testing.T) {
 	checkPorts(t, got, want)
 	checkCauses(t, got, want)
 	checkRatios(t, got, want)
+	if t.Failed() {
+		explainDoQ(t, e)
+	}
+}
+
+// explainDoQ logs the DoQ handshakes whose stored cause differs from the population's,
+// or whose handshake-to-RTT ratio is below the round trips it needs, one line each: which endpoints a failed count is about.
+func explainDoQ(t *testing.T, e *env) {
+	t.Helper()
+	rows, err := e.s.Pool.Query(context.Background(), `
+		WITH rtt AS (SELECT address, port, percentile_cont(0.5) WITHIN GROUP (ORDER BY rtt_ns) AS rtt_ns
+		               FROM rtt_samples WHERE status = 'ok' AND rtt_ns > 0 AND transport = 'quic' GROUP BY 1, 2)
+		SELECT m.address, m.port, m.phase, ha.cause, ha.round_trips, m.handshake_ns, rtt.rtt_ns
+		  FROM measurements m JOIN handshake_analyses ha USING (measurement_id)
+		  LEFT JOIN rtt USING (address, port)
+		 WHERE m.protocol = 'doq' AND m.status = 'ok' ORDER BY 1, 2, 3`)
+	if err != nil {
+		t.Errorf("explain: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			addr         netip.Addr
+			port         int32
+			phase, cause string
+			trips        int16
+			hs           int64
+			rtt          *float64
+		)
+		if err := rows.Scan(&addr, &port, &phase, &cause, &trips, &hs, &rtt); err != nil {
+			t.Errorf("explain: %v", err)
+			return
+		}
+		wantCause, wantTrips := expectCause(t, e.pop, addr, uint16(port), phase)
+		ratio := math.NaN()
+		if rtt != nil {
+			ratio = float64(hs) / *rtt
+		}
+		if cause != wantCause || math.IsNaN(ratio) || min(max(int(math.Round(ratio)), 1), reportMaxClass) < min(wantTrips, reportMaxClass) {
+			r := e.pop.Lookup(addr)
+			t.Logf("  %s:%d %s (%s, path %v): cause %s (want %s), qlog round trips %d, handshake %.1f ms / RTT %.1f ms = %.2f (want %d)",
+				addr, port, phase, r.Class, e.pop.PathOf(addr).RTT, cause, wantCause, trips, float64(hs)/1e6, deref(rtt)/1e6, ratio, wantTrips)
+		}
+	}
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // reportTargets returns the scanned prefixes (the special classes on loss- and
-// jitter-free paths, as the population's records, and the bulk DoQ /26 with the most
+// jitter-free paths from minTimedRTT to clientFirstPTO, as the population's records, and the bulk DoQ /26 with the most
 // DoQ-verified endpoints) and every address they cover. Lossy paths are left out: what
 // is found there is chance, not ground truth.
 func reportTargets(t *testing.T, pop *population.Population) ([]string, []netip.Addr) {
@@ -119,7 +187,7 @@ func reportTargets(t *testing.T, pop *population.Population) ([]string, []netip.
 	var prefixes []netip.Prefix
 	for a := reportSpecial.Addr(); reportSpecial.Contains(a); a = a.Next() {
 		r := pop.Lookup(a)
-		if r == nil || r.Prefix.Addr() != a || !quiet(pop, r.Prefix) {
+		if r == nil || r.Prefix.Addr() != a || !quietFast(pop, r.Prefix) {
 			continue
 		}
 		prefixes = append(prefixes, r.Prefix)
@@ -140,7 +208,7 @@ func reportTargets(t *testing.T, pop *population.Population) ([]string, []netip.
 	}
 	var bulk netip.Prefix
 	for _, p := range slices.SortedFunc(maps.Keys(score), func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) }) {
-		if quiet(pop, p) && (!bulk.IsValid() || score[p] > score[bulk]) {
+		if quietFast(pop, p) && (!bulk.IsValid() || score[p] > score[bulk]) {
 			bulk = p
 		}
 	}
@@ -157,6 +225,17 @@ func reportTargets(t *testing.T, pop *population.Population) ([]string, []netip.
 		}
 	}
 	return names, addrs
+}
+
+// quietFast: quiet (no loss, jitter or peer) and every path at least minTimedRTT and
+// shorter than clientFirstPTO.
+func quietFast(pop *population.Population, p netip.Prefix) bool {
+	for a := p.Addr(); p.Contains(a); a = a.Next() {
+		if rtt := pop.PathOf(a).RTT; rtt < minTimedRTT || rtt >= clientFirstPTO {
+			return false
+		}
+	}
+	return quiet(pop, p)
 }
 
 // sniNames are the server names the targets require (verify retries with them).
@@ -357,6 +436,13 @@ func checkCauses(t *testing.T, got reportNumbers, w reportTruth) {
 	}
 }
 
+// checkRatios checks Fig. 3b's DoQ round-trip classes (handshake time over the path's
+// RTT, rounded). They are timings, not counts of flights: on this shared machine a loaded
+// CPU adds milliseconds to a handshake (a 1-RTT handshake on a 5 ms path can show a ratio
+// of 2), while nothing makes it take fewer round trips than the protocol needs. So every
+// handshake is counted, and for every k at least as many handshakes are in classes >= k
+// as the population has handshakes of >= k round trips (a missed Retry or amplification
+// stall moves handshakes down and fails). The causes (checkCauses) are the exact check.
 func checkRatios(t *testing.T, got reportNumbers, w reportTruth) {
 	t.Helper()
 	g := map[string]map[int]int{}
@@ -367,10 +453,23 @@ func checkRatios(t *testing.T, got reportNumbers, w reportTruth) {
 		g[r.Phase][r.RoundTrips] += r.Measurements
 	}
 	for ph, want := range w.trips {
-		t.Logf("DoQ handshake/RTT classes, %s: report %v, population %v", ph, g[ph], want)
-		for _, k := range slices.Sorted(maps.Keys(union(g[ph], want))) {
-			if g[ph][k] != want[k] {
-				t.Errorf("%s DoQ handshakes of %d round trips: report %d, population %d", ph, k, g[ph][k], want[k])
+		exact := 0
+		for k, n := range want {
+			exact += min(n, g[ph][k])
+		}
+		t.Logf("DoQ handshake/RTT classes, %s: report %v, population %v (%d of %d in the population's class)",
+			ph, g[ph], want, exact, w.endpoints)
+		for k := 1; k <= reportMaxClass; k++ {
+			var gk, wk int
+			for c := k; c <= reportMaxClass; c++ {
+				gk += g[ph][c]
+				wk += want[c]
+			}
+			switch {
+			case k == 1 && gk != wk:
+				t.Errorf("%s: %d DoQ handshakes with a handshake/RTT ratio in the report, population %d", ph, gk, wk)
+			case gk < wk:
+				t.Errorf("%s: %d DoQ handshakes of >= %d round trips in the report, population %d (stalls missed?)", ph, gk, k, wk)
 			}
 		}
 	}
