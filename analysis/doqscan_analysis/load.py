@@ -306,7 +306,7 @@ def geo_points(conn, week: str | None = None, vantages=None, grid_deg: float = 0
 # Response times.
 
 _CAMPAIGNS_CTE = """
-c AS (SELECT campaign_id, vantage_id, to_char(round_hour, 'IYYY-"W"IW') AS iso_week
+c AS (SELECT campaign_id, vantage_id, status, finished_at, to_char(round_hour, 'IYYY-"W"IW') AS iso_week
         FROM campaigns
        WHERE (%(weeks)s::text[] IS NULL OR to_char(round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
          AND (%(vantages)s::text[] IS NULL OR vantage_id = ANY(%(vantages)s::text[]))),
@@ -322,13 +322,20 @@ dox AS MATERIALIZED (  -- resolvers that answered on every DoX protocol, per van
 
 # RTT of a measurement: the median of the answered RTT samples of the same campaign,
 # address, transport and port (the transport the protocol uses: names.PROTOCOL_TRANSPORT).
-_RTT_CTE = """,
-rtt AS MATERIALIZED (
+# Finished campaigns take it from rtt_medians (migration 0002, kept by
+# refresh_rtt_medians); running ones, or databases without that table, sort the samples.
+_RTT_MEDIAN_SQL = """
     SELECT s.campaign_id, s.address, s.transport, s.port,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY s.rtt_ns) AS rtt_ns
-      FROM rtt_samples s JOIN c USING (campaign_id)
-     WHERE s.status = 'ok' AND s.rtt_ns > 0
-     GROUP BY 1, 2, 3, 4),
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY s.rtt_ns) AS rtt_ns{extra}
+      FROM rtt_samples s
+     WHERE s.status = 'ok' AND s.rtt_ns > 0 AND {where}
+     GROUP BY 1, 2, 3, 4"""
+
+# A campaign's rtt_medians are current when it is no longer running and they were
+# computed after it finished.
+_CACHE_VALID = "c.status <> 'running' AND (c.finished_at IS NULL OR m.computed_at >= c.finished_at)"
+
+_PAIRED_SQL = """,
 paired AS (
     SELECT ok.vantage_id, ok.protocol, ok.phase, ok.mode, ok.key_share, ok.address,
            ok.resolve_ns, ok.handshake_ns, rtt.rtt_ns,
@@ -343,8 +350,72 @@ paired AS (
      WHERE NOT %(require_rtt)s OR ok.protocol = 'doudp' OR rtt.rtt_ns IS NOT NULL)
 """
 
+
+def _rtt_cte(cached: bool) -> str:
+    if not cached:
+        return ",\nrtt AS MATERIALIZED (" + _RTT_MEDIAN_SQL.format(
+            extra="", where="s.campaign_id IN (SELECT campaign_id FROM c)") + ")" + _PAIRED_SQL
+    return (""",
+cached AS (SELECT c.campaign_id FROM c JOIN rtt_median_campaigns m USING (campaign_id)
+            WHERE """ + _CACHE_VALID + """),
+rtt AS MATERIALIZED (
+    SELECT r.campaign_id, r.address, r.transport, r.port, r.rtt_ns
+      FROM rtt_medians r JOIN cached USING (campaign_id)
+    UNION ALL""" + _RTT_MEDIAN_SQL.format(
+        extra="", where="s.campaign_id IN (SELECT campaign_id FROM c EXCEPT SELECT campaign_id FROM cached)")
+            + ")" + _PAIRED_SQL)
+
+
+def has_rtt_medians(conn) -> bool:
+    """Whether the database has the rtt_medians cache (schema migration 0002)."""
+    return bool(conn.execute("""SELECT to_regclass('rtt_medians') IS NOT NULL
+                                   AND to_regclass('rtt_median_campaigns') IS NOT NULL""").fetchone()[0])
+
+
+def refresh_rtt_medians(conn, weeks=None, vantages=None, batch: int = 8) -> int:
+    """Compute rtt_medians for the selected campaigns that are finished and not yet (or
+    no longer) cached, `batch` campaigns per transaction; returns how many campaigns were
+    computed. A database without the table, or a connection that may not write it
+    (read-only analyst), computes nothing: the queries then sort the samples themselves."""
+    if not has_rtt_medians(conn):
+        return 0
+    todo = [r[0] for r in conn.execute("""
+        SELECT c.campaign_id FROM campaigns c LEFT JOIN rtt_median_campaigns m USING (campaign_id)
+         WHERE c.status <> 'running'
+           AND (m.campaign_id IS NULL OR NOT (""" + _CACHE_VALID + """))
+           AND (%(weeks)s::text[] IS NULL OR to_char(c.round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
+           AND (%(vantages)s::text[] IS NULL OR c.vantage_id = ANY(%(vantages)s::text[]))
+         ORDER BY 1""", _params(weeks, vantages)).fetchall()]
+    done = 0
+    for i in range(0, len(todo), batch):
+        ids = todo[i:i + batch]
+        try:
+            with conn.transaction():
+                conn.execute("DELETE FROM rtt_median_campaigns WHERE campaign_id = ANY(%(ids)s)", {"ids": ids})
+                conn.execute("DELETE FROM rtt_medians WHERE campaign_id = ANY(%(ids)s)", {"ids": ids})
+                conn.execute("INSERT INTO rtt_medians (campaign_id, address, transport, port, rtt_ns, samples)"
+                             + _RTT_MEDIAN_SQL.format(extra=", count(*)", where="s.campaign_id = ANY(%(ids)s)")
+                             + " ON CONFLICT DO NOTHING", {"ids": ids})
+                conn.execute("""INSERT INTO rtt_median_campaigns (campaign_id, keys)
+                                SELECT i, (SELECT count(*) FROM rtt_medians WHERE campaign_id = i)
+                                  FROM unnest(%(ids)s::bigint[]) AS i
+                                ON CONFLICT DO NOTHING""", {"ids": ids})
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
+            return done
+        done += len(ids)
+    return done
+
+
 METRICS = ["resolve_ns", "rtt_ns", "handshake_ns", "ratio"]
 ROUND_TRIP_CLASSES = 5  # handshakes of 5 or more round trips share the last class
+
+
+def _rtt_for(conn, weeks, vantages, refresh: bool) -> str:
+    """The rtt and paired CTEs, after bringing rtt_medians up to date when `refresh`."""
+    cached = has_rtt_medians(conn)
+    if cached and refresh:
+        refresh_rtt_medians(conn, weeks, vantages)
+    return _rtt_cte(cached)
 
 
 def _probs(points: int) -> list[float]:
@@ -354,7 +425,7 @@ def _probs(points: int) -> list[float]:
 def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
                    require_rtt: bool = True, points: int = DEFAULT_POINTS,
                    group_by: Sequence[str] = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox"),
-                   ) -> pd.DataFrame:
+                   refresh: bool = True) -> pd.DataFrame:
     """Distributions of resolve time, RTT, handshake time and handshake-to-RTT ratio.
 
     One row per group (default: vantage point, protocol, phase, mode, key share, DoX
@@ -378,7 +449,7 @@ def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
     for k in range(1, ROUND_TRIP_CLASSES + 1):
         aggs.append(f"count(*) FILTER (WHERE LEAST(GREATEST(round(ratio)::int, 1), {ROUND_TRIP_CLASSES}) = {k}) "
                     f"AS round_trips_{k}")
-    sql = ("WITH " + _CAMPAIGNS_CTE + _RTT_CTE +
+    sql = ("WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh) +
            f"SELECT {cols}, count(*) AS n, count(DISTINCT address) AS resolvers, " + ", ".join(aggs) +
            " FROM paired WHERE (NOT %(dox_only)s OR dox)" +
            f" GROUP BY {cols} ORDER BY {cols}")
@@ -392,11 +463,11 @@ def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
 
 
 def ratio_classes(conn, weeks=None, vantages=None, dox_only: bool = False, max_class: int = 5,
-                  require_rtt: bool = True) -> pd.DataFrame:
+                  require_rtt: bool = True, refresh: bool = True) -> pd.DataFrame:
     """Handshake-to-RTT ratios rounded to whole round trips (1, 2, ... max_class, where
     the last class holds everything above), per vantage, protocol, phase and mode; exact
     counts. Columns vantage_id, protocol, phase, mode, round_trips, measurements."""
-    return _frame(conn, "WITH " + _CAMPAIGNS_CTE + _RTT_CTE + """
+    return _frame(conn, "WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh) + """
         SELECT vantage_id, protocol, phase, mode,
                LEAST(GREATEST(round(ratio)::int, 1), %(max_class)s) AS round_trips,
                count(*) AS measurements
