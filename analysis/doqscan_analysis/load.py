@@ -422,10 +422,165 @@ def _probs(points: int) -> list[float]:
     return [k / points for k in range(1, points + 1)]
 
 
+GROUP_COLUMNS = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")
+# Value domains of the group columns fixed by schema.sql's CHECK constraints.
+_PHASES = ["warmup", "measured"]
+_MODES = ["fresh", "resumed", "0rtt", "persistent"]
+
+# One fixed-width row per paired measurement in PostgreSQL's binary COPY format
+# (big-endian; every field non-NULL: a field count, then length + value per field):
+# packed group number, address number, resolve, handshake and RTT (NaN when absent).
+_COPY_ROW = np.dtype([("nf", ">i2"), ("l0", ">i4"), ("g", ">i4"), ("l1", ">i4"), ("aid", ">i4"),
+                      ("l2", ">i4"), ("resolve", ">f8"), ("l3", ">i4"), ("handshake", ">f8"),
+                      ("l4", ">i4"), ("rtt", ">f8")])
+_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+
+
+def _copy_rows(conn, sql: str, params: dict) -> np.ndarray:
+    """Run `COPY (sql) TO STDOUT (FORMAT binary)` and view its rows as _COPY_ROW records."""
+    stmt = psycopg.ClientCursor(conn).mogrify(sql, params)
+    buf = bytearray()
+    with conn.cursor() as cur, cur.copy("COPY (" + stmt + ") TO STDOUT (FORMAT binary)") as cp:
+        for chunk in cp:
+            buf += chunk
+    if not buf.startswith(_COPY_SIGNATURE):
+        raise RuntimeError("COPY: not PostgreSQL's binary format")
+    start = 19 + int.from_bytes(buf[15:19], "big")
+    body = memoryview(buf)[start:len(buf) - 2]  # the trailer is a field count of -1
+    if len(body) % _COPY_ROW.itemsize:
+        raise RuntimeError("COPY: rows are not of the expected fixed width (a NULL field?)")
+    return np.frombuffer(body, dtype=_COPY_ROW)
+
+
+def _pg_median(x: np.ndarray) -> float:
+    """percentile_cont(0.5) of sorted x, with PostgreSQL's interpolation formula."""
+    n = len(x)
+    pos = 0.5 * (n - 1)
+    lo = int(np.floor(pos))
+    hi = int(np.ceil(pos))
+    if lo == hi:
+        return float(x[lo])
+    return float(x[lo] + (x[hi] - x[lo]) * (pos - lo))
+
+
 def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
                    require_rtt: bool = True, points: int = DEFAULT_POINTS,
-                   group_by: Sequence[str] = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox"),
-                   refresh: bool = True) -> pd.DataFrame:
+                   group_by: Sequence[str] = GROUP_COLUMNS, refresh: bool = True) -> pd.DataFrame:
+    """Distributions of resolve time, RTT, handshake time and handshake-to-RTT ratio.
+
+    Same rows and values as response_times_sql (the reference, all in SQL), computed
+    differently: PostgreSQL joins measurements with their RTT and streams one fixed-width
+    binary row per measurement (group, address number, three metrics; ~54 bytes), and
+    numpy sorts each group's values once. The order statistics, medians and counts are
+    the same numbers exactly; means are exact for resolve and handshake times (integer
+    sums) and within float rounding for RTT and ratio. On the 10M-measurement bench this
+    replaced 9 in-database sorts per group (several minutes) by one scan."""
+    allowed = set(GROUP_COLUMNS)
+    bad = set(group_by) - allowed
+    if bad:
+        raise ValueError(f"cannot group by {sorted(bad)}; allowed: {sorted(allowed)}")
+    group_by = list(group_by)
+    p = _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS, require_rtt=require_rtt,
+                dox_only=dox_only)
+    domains: dict[str, list] = {}
+    for col in group_by:
+        if col == "vantage_id":
+            domains[col] = [r[0] for r in conn.execute(
+                "SELECT DISTINCT vantage_id FROM campaigns ORDER BY 1").fetchall()]
+        elif col == "protocol":
+            domains[col] = list(names.PROTOCOLS)
+        elif col == "phase":
+            domains[col] = list(_PHASES)
+        elif col == "mode":
+            domains[col] = list(_MODES)
+        elif col == "key_share":
+            domains[col] = [r[0] for r in conn.execute("""
+                WITH """ + _CAMPAIGNS_CTE.split("ok AS (")[0].rstrip().rstrip(",") + """
+                SELECT DISTINCT m.key_share FROM measurements m JOIN c USING (campaign_id)
+                 ORDER BY 1""", p).fetchall()]
+        else:  # dox
+            domains[col] = [False, True]
+    # mixed-radix group number; index len(domain) would be a value outside the domain
+    expr, mult, radix = [], 1, []
+    for col in reversed(group_by):
+        size = len(domains[col]) + 1
+        if col == "dox":
+            e = "dox::int"
+        else:
+            p[f"dom_{col}"] = domains[col]
+            e = f"COALESCE(array_position(%(dom_{col})s::text[], {col}) - 1, {size - 1})"
+        expr.append(f"{e} * {mult}")
+        radix.append((col, mult, size))
+        mult *= size
+    if mult >= 2 ** 31:
+        raise ValueError("too many groups to number")
+    gexpr = " + ".join(expr) if expr else "0"
+    sql = ("WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh) + """,
+        ids AS MATERIALIZED (SELECT address, (row_number() OVER ())::int4 AS aid
+                               FROM (SELECT DISTINCT address FROM ok) x)
+        SELECT (""" + gexpr + """)::int4, ids.aid,
+               COALESCE(resolve_ns::float8, 'NaN'), COALESCE(handshake_ns::float8, 'NaN'),
+               COALESCE(rtt_ns, 'NaN')
+          FROM paired JOIN ids USING (address)
+         WHERE (NOT %(dox_only)s OR dox)""")
+    rows = _copy_rows(conn, sql, p)
+    g = rows["g"].astype(np.int64)
+    order = np.argsort(g, kind="stable")
+    g = g[order]
+    cuts = np.flatnonzero(np.diff(g)) + 1
+    starts = np.concatenate(([0], cuts)) if len(g) else np.empty(0, dtype=int)
+    ends = np.concatenate((cuts, [len(g)])) if len(g) else np.empty(0, dtype=int)
+    aid = rows["aid"].astype(np.int64)[order]
+    vals = {"resolve_ns": rows["resolve"].astype(np.float64)[order],
+            "handshake_ns": rows["handshake"].astype(np.float64)[order],
+            "rtt_ns": rows["rtt"].astype(np.float64)[order]}
+    del rows
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rtt = vals["rtt_ns"]
+        vals["ratio"] = np.where(rtt != 0, vals["handshake_ns"] / np.where(rtt != 0, rtt, 1), np.nan)
+    probs = np.asarray(_probs(points))
+    out = []
+    for a, b in zip(starts, ends):
+        rec = {}
+        code = int(g[a])
+        for col, m, size in radix:
+            i = (code // m) % size
+            rec[col] = domains[col][i] if i < len(domains[col]) else None
+        rec["n"] = int(b - a)
+        rec["resolvers"] = int(np.unique(aid[a:b]).size)
+        for met in METRICS:
+            x = vals[met][a:b]
+            x = np.sort(x[~np.isnan(x)])
+            n = len(x)
+            rec[f"{met}_n"] = n
+            if n == 0:
+                rec[f"{met}_mean"] = rec[f"{met}_median"] = None
+                rec[f"{met}_q"] = np.empty(0)
+                continue
+            if met in ("resolve_ns", "handshake_ns"):  # integers: exact sum, correctly rounded mean
+                rec[f"{met}_mean"] = int(x.astype(np.int64).sum()) / n
+            else:
+                rec[f"{met}_mean"] = float(x.mean())
+            rec[f"{met}_median"] = _pg_median(x)
+            rank = np.ceil(probs * n).astype(np.int64)
+            rec[f"{met}_q"] = x[np.clip(rank, 1, n) - 1]
+        r = vals["ratio"][a:b]
+        r = r[~np.isnan(r)]
+        cls = np.clip(np.rint(r), 1, ROUND_TRIP_CLASSES).astype(int)
+        for k in range(1, ROUND_TRIP_CLASSES + 1):
+            rec[f"round_trips_{k}"] = int((cls == k).sum())
+        out.append(rec)
+    cols = group_by + ["n", "resolvers"] + [f"{met}_{s}" for met in METRICS for s in ("n", "mean", "median", "q")] \
+        + [f"round_trips_{k}" for k in range(1, ROUND_TRIP_CLASSES + 1)]
+    df = pd.DataFrame(out, columns=cols)
+    if len(df) and group_by:
+        df = df.sort_values(group_by, kind="stable").reset_index(drop=True)
+    return df
+
+
+def response_times_sql(conn, weeks=None, vantages=None, dox_only: bool = False,
+                       require_rtt: bool = True, points: int = DEFAULT_POINTS,
+                       group_by: Sequence[str] = GROUP_COLUMNS, refresh: bool = True) -> pd.DataFrame:
     """Distributions of resolve time, RTT, handshake time and handshake-to-RTT ratio.
 
     One row per group (default: vantage point, protocol, phase, mode, key share, DoX
@@ -447,7 +602,7 @@ def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
                     f"percentile_disc(%(probs)s::float8[]) WITHIN GROUP (ORDER BY {m}) AS {m}_q")
     # handshakes in whole round trips (ratio rounded, 1..ROUND_TRIP_CLASSES), in the same pass
     for k in range(1, ROUND_TRIP_CLASSES + 1):
-        aggs.append(f"count(*) FILTER (WHERE LEAST(GREATEST(round(ratio)::int, 1), {ROUND_TRIP_CLASSES}) = {k}) "
+        aggs.append(f"count(ratio) FILTER (WHERE LEAST(GREATEST(round(ratio)::int, 1), {ROUND_TRIP_CLASSES}) = {k}) "
                     f"AS round_trips_{k}")
     sql = ("WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh) +
            f"SELECT {cols}, count(*) AS n, count(DISTINCT address) AS resolvers, " + ", ".join(aggs) +

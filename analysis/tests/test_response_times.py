@@ -138,3 +138,23 @@ def test_rtt_medians_cache(conn):
         assert load.refresh_rtt_medians(conn) == 0
         _frames_equal(load.response_times(conn), full)
         raise psycopg.Rollback()
+
+
+@pytest.mark.parametrize("kw", [{}, {"dox_only": True, "points": 300},
+                                {"group_by": ("protocol", "mode"), "require_rtt": False}])
+def test_numpy_path_equals_sql(conn, kw):
+    """response_times (binary COPY + numpy) gives the numbers of response_times_sql (all
+    in PostgreSQL): counts, resolvers, order statistics and round-trip classes exactly,
+    medians and means up to float rounding."""
+    a = load.response_times(conn, **kw)
+    b = load.response_times_sql(conn, **kw)
+    assert list(a.columns) == list(b.columns) and len(a) == len(b) > 0
+    for col in a.columns:
+        for x, y in zip(a[col], b[col]):
+            if col.endswith("_q"):
+                assert np.array_equal(x, y), col
+            elif col.endswith(("_mean", "_median")):
+                assert (x is None or np.isnan(x)) == (y is None or np.isnan(y)) and \
+                    (x is None or np.isnan(x) or x == pytest.approx(y, rel=1e-12)), col
+            else:
+                assert x == y, (col, x, y)
