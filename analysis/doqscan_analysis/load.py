@@ -310,14 +310,18 @@ c AS (SELECT campaign_id, vantage_id, status, finished_at, to_char(round_hour, '
         FROM campaigns
        WHERE (%(weeks)s::text[] IS NULL OR to_char(round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
          AND (%(vantages)s::text[] IS NULL OR vantage_id = ANY(%(vantages)s::text[]))),
-ok AS (  -- successful measurements: a DNS response with an rcode (the study's filter)
-    SELECT c.vantage_id, m.*
+ok AS NOT MATERIALIZED (  -- successful measurements: a DNS response with an rcode (the study's filter)
+    -- narrow and re-scanned by each user: materializing 10 M whole rows spilled to disk
+    SELECT c.vantage_id, m.campaign_id, m.address, m.protocol, m.port, m.phase, m.mode, m.key_share,
+           m.resolve_ns, m.handshake_ns
       FROM measurements m JOIN c USING (campaign_id)
      WHERE m.status = 'ok' AND m.rcode IS NOT NULL),
 dox AS MATERIALIZED (  -- resolvers that answered on every DoX protocol, per vantage point
-    SELECT vantage_id, address FROM ok
-     WHERE phase = 'measured' AND protocol = ANY(%(dox_protocols)s::text[])
-     GROUP BY 1, 2 HAVING count(DISTINCT protocol) = cardinality(%(dox_protocols)s::text[]))
+    -- (hashed DISTINCT then count: count(DISTINCT protocol) would sort every row)
+    SELECT vantage_id, address
+      FROM (SELECT DISTINCT vantage_id, address, protocol FROM ok
+             WHERE phase = 'measured' AND protocol = ANY(%(dox_protocols)s::text[])) x
+     GROUP BY 1, 2 HAVING count(*) = cardinality(%(dox_protocols)s::text[]))
 """
 
 # RTT of a measurement: the median of the answered RTT samples of the same campaign,
@@ -362,7 +366,7 @@ rtt AS MATERIALIZED (
     SELECT r.campaign_id, r.address, r.transport, r.port, r.rtt_ns
       FROM rtt_medians r JOIN cached USING (campaign_id)
     UNION ALL""" + _RTT_MEDIAN_SQL.format(
-        extra="", where="s.campaign_id IN (SELECT campaign_id FROM c EXCEPT SELECT campaign_id FROM cached)")
+        extra="", where="s.campaign_id = ANY(%(uncached)s::bigint[])")
             + ")" + _PAIRED_SQL)
 
 
@@ -410,11 +414,17 @@ METRICS = ["resolve_ns", "rtt_ns", "handshake_ns", "ratio"]
 ROUND_TRIP_CLASSES = 5  # handshakes of 5 or more round trips share the last class
 
 
-def _rtt_for(conn, weeks, vantages, refresh: bool) -> str:
-    """The rtt and paired CTEs, after bringing rtt_medians up to date when `refresh`."""
+def _rtt_for(conn, weeks, vantages, refresh: bool, params: dict) -> str:
+    """The rtt and paired CTEs, after bringing rtt_medians up to date when `refresh`;
+    sets params['uncached'] to the selected campaigns whose RTTs are not cached (a
+    literal list: a subquery there made the planner walk all of rtt_samples' index)."""
     cached = has_rtt_medians(conn)
     if cached and refresh:
         refresh_rtt_medians(conn, weeks, vantages)
+    if cached:
+        params["uncached"] = [r[0] for r in conn.execute("WITH " + _CAMPAIGNS_CTE.split("ok AS")[0].rstrip().rstrip(",") + """
+            SELECT c.campaign_id FROM c LEFT JOIN rtt_median_campaigns m USING (campaign_id)
+             WHERE m.campaign_id IS NULL OR NOT (""" + _CACHE_VALID + ")", params).fetchall()]
     return _rtt_cte(cached)
 
 
@@ -440,9 +450,16 @@ def _copy_rows(conn, sql: str, params: dict) -> np.ndarray:
     """Run `COPY (sql) TO STDOUT (FORMAT binary)` and view its rows as _COPY_ROW records."""
     stmt = psycopg.ClientCursor(conn).mogrify(sql, params)
     buf = bytearray()
-    with conn.cursor() as cur, cur.copy("COPY (" + stmt + ") TO STDOUT (FORMAT binary)") as cp:
-        for chunk in cp:
-            buf += chunk
+    # The planner underestimates the DoX and RTT sets (200 and 0.9 M rows for 7 k and
+    # 2.75 M on the bench) and sorted all 10 M measurements for merge joins (~110 s);
+    # hash joins probe them in one scan. JIT compilation buys nothing for one scan.
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SET LOCAL enable_mergejoin = off")
+        cur.execute("SET LOCAL jit = off")
+        cur.execute("SET LOCAL work_mem = '512MB'")  # the RTT hash (2.75 M keys) in one batch
+        with cur.copy("COPY (" + stmt + ") TO STDOUT (FORMAT binary)") as cp:
+            for chunk in cp:
+                buf += chunk
     if not buf.startswith(_COPY_SIGNATURE):
         raise RuntimeError("COPY: not PostgreSQL's binary format")
     start = 19 + int.from_bytes(buf[15:19], "big")
@@ -482,6 +499,11 @@ def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
     group_by = list(group_by)
     p = _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS, require_rtt=require_rtt,
                 dox_only=dox_only)
+    # one hashed pass: the key shares present and every address (numbered for the
+    # per-group resolver counts, exact for IPv4 and IPv6 alike)
+    pairs = conn.execute("WITH " + _CAMPAIGNS_CTE + """
+        SELECT key_share, host(address) FROM ok GROUP BY 1, 2""", p).fetchall()
+    p["addrs"] = sorted({a for _, a in pairs})
     domains: dict[str, list] = {}
     for col in group_by:
         if col == "vantage_id":
@@ -494,10 +516,7 @@ def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
         elif col == "mode":
             domains[col] = list(_MODES)
         elif col == "key_share":
-            domains[col] = [r[0] for r in conn.execute("""
-                WITH """ + _CAMPAIGNS_CTE.split("ok AS (")[0].rstrip().rstrip(",") + """
-                SELECT DISTINCT m.key_share FROM measurements m JOIN c USING (campaign_id)
-                 ORDER BY 1""", p).fetchall()]
+            domains[col] = sorted({k for k, _ in pairs})
         else:  # dox
             domains[col] = [False, True]
     # mixed-radix group number; index len(domain) would be a value outside the domain
@@ -515,9 +534,9 @@ def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
     if mult >= 2 ** 31:
         raise ValueError("too many groups to number")
     gexpr = " + ".join(expr) if expr else "0"
-    sql = ("WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh) + """,
-        ids AS MATERIALIZED (SELECT address, (row_number() OVER ())::int4 AS aid
-                               FROM (SELECT DISTINCT address FROM ok) x)
+    sql = ("WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh, p) + """,
+        ids AS (SELECT a AS address, i::int4 AS aid
+                  FROM unnest(%(addrs)s::inet[]) WITH ORDINALITY AS u(a, i))
         SELECT (""" + gexpr + """)::int4, ids.aid,
                COALESCE(resolve_ns::float8, 'NaN'), COALESCE(handshake_ns::float8, 'NaN'),
                COALESCE(rtt_ns, 'NaN')
@@ -604,13 +623,13 @@ def response_times_sql(conn, weeks=None, vantages=None, dox_only: bool = False,
     for k in range(1, ROUND_TRIP_CLASSES + 1):
         aggs.append(f"count(ratio) FILTER (WHERE LEAST(GREATEST(round(ratio)::int, 1), {ROUND_TRIP_CLASSES}) = {k}) "
                     f"AS round_trips_{k}")
-    sql = ("WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh) +
+    p = _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS, require_rtt=require_rtt,
+                dox_only=dox_only, probs=_probs(points))
+    sql = ("WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh, p) +
            f"SELECT {cols}, count(*) AS n, count(DISTINCT address) AS resolvers, " + ", ".join(aggs) +
            " FROM paired WHERE (NOT %(dox_only)s OR dox)" +
            f" GROUP BY {cols} ORDER BY {cols}")
-    df = _frame(conn, sql, _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS,
-                                   require_rtt=require_rtt, dox_only=dox_only,
-                                   probs=_probs(points)))
+    df = _frame(conn, sql, p)
     for m in METRICS:
         df[f"{m}_q"] = [np.asarray([x for x in q if x is not None], dtype=float) if q is not None
                         else np.empty(0) for q in df[f"{m}_q"]]
@@ -622,23 +641,24 @@ def ratio_classes(conn, weeks=None, vantages=None, dox_only: bool = False, max_c
     """Handshake-to-RTT ratios rounded to whole round trips (1, 2, ... max_class, where
     the last class holds everything above), per vantage, protocol, phase and mode; exact
     counts. Columns vantage_id, protocol, phase, mode, round_trips, measurements."""
-    return _frame(conn, "WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh) + """
+    p = _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS, require_rtt=require_rtt,
+                dox_only=dox_only, max_class=max_class)
+    return _frame(conn, "WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh, p) + """
         SELECT vantage_id, protocol, phase, mode,
                LEAST(GREATEST(round(ratio)::int, 1), %(max_class)s) AS round_trips,
                count(*) AS measurements
           FROM paired
          WHERE ratio IS NOT NULL AND (NOT %(dox_only)s OR dox)
-         GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5""",
-                  _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS, require_rtt=require_rtt,
-                          dox_only=dox_only, max_class=max_class))
+         GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5""", p)
 
 
 def answering(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """Resolvers that answered at least one measured query, per vantage and protocol,
     plus the DoX set (protocol 'dox'). Columns vantage_id, protocol, resolvers."""
     return _frame(conn, "WITH " + _CAMPAIGNS_CTE + """
-        SELECT vantage_id, protocol, count(DISTINCT address) AS resolvers
-          FROM ok WHERE phase = 'measured' GROUP BY 1, 2
+        SELECT vantage_id, protocol, count(*) AS resolvers
+          FROM (SELECT DISTINCT vantage_id, protocol, address FROM ok WHERE phase = 'measured') x
+         GROUP BY 1, 2
         UNION ALL
         SELECT vantage_id, 'dox', count(*) FROM dox GROUP BY 1
         ORDER BY 1, 2""", _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS))
