@@ -13,6 +13,7 @@ Filters common to all functions:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,7 +34,10 @@ VERIFIED = "doq-verified"
 # NXDOMAIN (3) (RFC 1035 §4.1.1); REFUSED and SERVFAIL do not count.
 DOUDP_RCODES = [0, 3]
 
-DEFAULT_POINTS = 2000  # ranks at which distributions are returned (ECDF step <= 1/2000)
+DEFAULT_POINTS = 2000
+
+# Connections response_times may use at once (one scan per core; the machine has 2).
+PARALLEL = int(os.environ.get("DOQSCAN_ANALYSIS_PARALLEL", "2"))  # ranks at which distributions are returned (ECDF step <= 1/2000)
 
 
 def connect(url: str, work_mem: str = "128MB") -> psycopg.Connection:
@@ -366,7 +370,8 @@ rtt AS MATERIALIZED (
     SELECT r.campaign_id, r.address, r.transport, r.port, r.rtt_ns
       FROM rtt_medians r JOIN cached USING (campaign_id)
     UNION ALL""" + _RTT_MEDIAN_SQL.format(
-        extra="", where="s.campaign_id = ANY(%(uncached)s::bigint[])")
+        extra="", where="s.campaign_id = ANY(%(uncached)s::bigint[])"
+                     " AND s.campaign_id NOT IN (SELECT campaign_id FROM cached)")
             + ")" + _PAIRED_SQL)
 
 
@@ -469,6 +474,29 @@ def _copy_rows(conn, sql: str, params: dict) -> np.ndarray:
     return np.frombuffer(body, dtype=_COPY_ROW)
 
 
+def _copy_parallel(conn, sql: str, params: dict, all_vantages, vantages) -> np.ndarray:
+    """_copy_rows, split by vantage point over up to PARALLEL connections when groups are
+    per vantage point (the DoX set and every row are per vantage, so the parts are
+    disjoint and complete): one scan per core instead of one in all."""
+    sel = [v for v in (all_vantages or []) if not vantages or v in vantages]
+    if len(sel) < 2 or PARALLEL < 2:
+        return _copy_rows(conn, sql, params)
+    from concurrent.futures import ThreadPoolExecutor
+    kw = dict(conn.info.get_parameters())
+    if conn.info.password:
+        kw["password"] = conn.info.password
+    work_mem = conn.execute("SHOW work_mem").fetchone()[0]
+
+    def part(v):
+        with psycopg.connect(autocommit=True, **kw) as c2:
+            c2.execute("SELECT set_config('work_mem', %s, false)", (work_mem,))
+            return _copy_rows(c2, sql, dict(params, vantages=[v]))
+
+    with ThreadPoolExecutor(max_workers=min(PARALLEL, len(sel))) as ex:
+        parts = list(ex.map(part, sel))
+    return np.concatenate(parts) if parts else _copy_rows(conn, sql, params)
+
+
 def _pg_median(x: np.ndarray) -> float:
     """percentile_cont(0.5) of sorted x, with PostgreSQL's interpolation formula."""
     n = len(x)
@@ -542,7 +570,8 @@ def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
                COALESCE(rtt_ns, 'NaN')
           FROM paired JOIN ids USING (address)
          WHERE (NOT %(dox_only)s OR dox)""")
-    rows = _copy_rows(conn, sql, p)
+    rows = _copy_parallel(conn, sql, p, domains.get("vantage_id") if "vantage_id" in group_by else None,
+                          vantages)
     g = rows["g"].astype(np.int64)
     order = np.argsort(g, kind="stable")
     g = g[order]

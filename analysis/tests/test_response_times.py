@@ -110,7 +110,7 @@ def _frames_equal(a: pd.DataFrame, b: pd.DataFrame) -> None:
             pd.testing.assert_series_equal(a[col], b[col], check_names=False)
 
 
-def test_rtt_medians_cache(conn):
+def test_rtt_medians_cache(conn, monkeypatch):
     """rtt_medians (migration 0002) holds numpy's median of every key's answered samples
     for every finished campaign, and results are the same whether a campaign's RTTs come
     from the cache or from the samples (half the campaigns uncached in a rolled-back
@@ -129,6 +129,7 @@ def test_rtt_medians_cache(conn):
     assert np.array_equal(got["samples"].to_numpy(int), want["size"].to_numpy(int))
 
     full = load.response_times(conn)
+    monkeypatch.setattr(load, "PARALLEL", 1)  # other connections would not see the rolled-back changes
     ids = [x[0] for x in conn.execute("SELECT campaign_id FROM rtt_median_campaigns ORDER BY 1").fetchall()]
     with conn.transaction():  # psycopg.Rollback below undoes it and is swallowed by the block
         conn.execute("DELETE FROM rtt_median_campaigns WHERE campaign_id = ANY(%s)", (ids[::2],))
