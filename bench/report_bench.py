@@ -77,9 +77,8 @@ def main() -> int:
             have = c.execute("SELECT count(*) FROM measurements").fetchone()[0]
         except psycopg.errors.UndefinedTable:
             pass
+        conftest.apply_schema(c)  # schema.sql and migrations (idempotent): adds rtt_medians to older bench databases
         if have == 0:
-            with open(os.path.join(ROOT, "schema.sql")) as f:
-                c.execute(f.read())
             print(f"generating: {spec.hours} hours x {len(spec.vantages)} vantage points, "
                   f"{synth.expected(spec)['targets']} resolvers", flush=True)
             t0 = time.monotonic()

@@ -3,7 +3,7 @@ synthetic generator (doqscan_analysis.synth) from a known spec.
 
 The server: $DOQSCAN_TEST_DATABASE_URL, else $DATABASE_URL, else the project's private
 cluster (`bin/dbctl url`, built with `go build` when missing). The fixture creates
-doqscan_pytest_<random>, applies the repository's schema.sql, and drops it afterwards.
+doqscan_pytest_<random>, applies the repository's schema.sql and migrations, and drops it afterwards.
 """
 
 from __future__ import annotations
@@ -34,6 +34,17 @@ def server_url() -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def apply_schema(conn) -> None:
+    """schema.sql, then every internal/store/migrations/NNNN_*.sql in order (all written
+    idempotently), as store.Open does; schema_migrations is left to the Go store."""
+    with open(os.path.join(ROOT, "schema.sql")) as f:
+        conn.execute(f.read())
+    mig = os.path.join(ROOT, "internal", "store", "migrations")
+    for name in sorted(n for n in os.listdir(mig) if n.endswith(".sql")):
+        with open(os.path.join(mig, name)) as f:
+            conn.execute(f.read())
+
+
 @pytest.fixture(scope="session")
 def fresh_db():
     """A factory: fresh_db() -> URL of a new empty database with schema.sql applied;
@@ -47,8 +58,8 @@ def fresh_db():
             c.execute(f'CREATE DATABASE "{name}"')
         made.append(name)
         url = make_conninfo(base, dbname=name)
-        with open(os.path.join(ROOT, "schema.sql")) as f, psycopg.connect(url, autocommit=True) as c:
-            c.execute(f.read())
+        with psycopg.connect(url, autocommit=True) as c:
+            apply_schema(c)
         return url
 
     yield make

@@ -3,6 +3,7 @@ and against raw rows recomputed in Python (ECDF ranks, RTT pairing)."""
 
 import numpy as np
 import pandas as pd
+import psycopg
 import pytest
 
 from doqscan_analysis import load, stats, synth
@@ -97,3 +98,64 @@ def test_dox_only_filter(conn, truth):
 def test_bad_group_by(conn):
     with pytest.raises(ValueError):
         load.response_times(conn, group_by=("address; DROP TABLE measurements",))
+
+
+def _frames_equal(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    assert list(a.columns) == list(b.columns) and len(a) == len(b)
+    for col in a.columns:
+        if col.endswith("_q"):
+            for x, y in zip(a[col], b[col]):
+                assert np.array_equal(x, y), col
+        else:
+            pd.testing.assert_series_equal(a[col], b[col], check_names=False)
+
+
+def test_rtt_medians_cache(conn, monkeypatch):
+    """rtt_medians (migration 0002) holds numpy's median of every key's answered samples
+    for every finished campaign, and results are the same whether a campaign's RTTs come
+    from the cache or from the samples (half the campaigns uncached in a rolled-back
+    transaction); running campaigns are never cached."""
+    assert load.has_rtt_medians(conn)
+    load.refresh_rtt_medians(conn)
+    assert load.refresh_rtt_medians(conn) == 0  # nothing left to do
+    r = _raw(conn, """SELECT campaign_id, host(address) AS address, transport, port, rtt_ns::float8 AS rtt_ns
+                        FROM rtt_samples WHERE status = 'ok' AND rtt_ns > 0""")
+    want = r.groupby(["campaign_id", "address", "transport", "port"])["rtt_ns"].agg(["median", "size"])
+    got = _raw(conn, """SELECT campaign_id, host(address) AS address, transport, port, rtt_ns, samples
+                          FROM rtt_medians""").set_index(["campaign_id", "address", "transport", "port"])
+    assert len(got) == len(want) > 0
+    got = got.loc[want.index]
+    assert np.allclose(got["rtt_ns"].to_numpy(float), want["median"].to_numpy(float), rtol=0, atol=1e-6)
+    assert np.array_equal(got["samples"].to_numpy(int), want["size"].to_numpy(int))
+
+    full = load.response_times(conn)
+    monkeypatch.setattr(load, "PARALLEL", 1)  # other connections would not see the rolled-back changes
+    ids = [x[0] for x in conn.execute("SELECT campaign_id FROM rtt_median_campaigns ORDER BY 1").fetchall()]
+    with conn.transaction():  # psycopg.Rollback below undoes it and is swallowed by the block
+        conn.execute("DELETE FROM rtt_median_campaigns WHERE campaign_id = ANY(%s)", (ids[::2],))
+        _frames_equal(load.response_times(conn, refresh=False), full)
+        conn.execute("UPDATE campaigns SET status = 'running', finished_at = NULL WHERE campaign_id = ANY(%s)",
+                     (ids[::2],))
+        assert load.refresh_rtt_medians(conn) == 0
+        _frames_equal(load.response_times(conn), full)
+        raise psycopg.Rollback()
+
+
+@pytest.mark.parametrize("kw", [{}, {"dox_only": True, "points": 300},
+                                {"group_by": ("protocol", "mode"), "require_rtt": False}])
+def test_numpy_path_equals_sql(conn, kw):
+    """response_times (binary COPY + numpy) gives the numbers of response_times_sql (all
+    in PostgreSQL): counts, resolvers, order statistics and round-trip classes exactly,
+    medians and means up to float rounding."""
+    a = load.response_times(conn, **kw)
+    b = load.response_times_sql(conn, **kw)
+    assert list(a.columns) == list(b.columns) and len(a) == len(b) > 0
+    for col in a.columns:
+        for x, y in zip(a[col], b[col]):
+            if col.endswith("_q"):
+                assert np.array_equal(x, y), col
+            elif col.endswith(("_mean", "_median")):
+                assert (x is None or np.isnan(x)) == (y is None or np.isnan(y)) and \
+                    (x is None or np.isnan(x) or x == pytest.approx(y, rel=1e-12)), col
+            else:
+                assert x == y, (col, x, y)
