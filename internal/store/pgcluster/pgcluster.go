@@ -7,6 +7,8 @@ package pgcluster
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -96,8 +98,20 @@ func Default() (*Cluster, error) {
 				"PostgreSQL cluster (apt-get install postgresql creates it), or set DATABASE_URL")
 		}
 		c.OSUser = "postgres"
+		// A checkout under a directory the postgres account cannot enter (e.g. /root,
+		// mode 700) cannot hold its data: use a directory of its own under /var/lib,
+		// one per project home, and say so in the log line that names the data directory.
+		if !reachableBy(c.OSUser, ProjectHome()) {
+			sum := sha256.Sum256([]byte(ProjectHome()))
+			c.Dir = filepath.Join("/var/lib/doqscan", "postgres-"+hex.EncodeToString(sum[:4]))
+		}
 	}
 	return c, nil
+}
+
+// reachableBy reports whether account osUser can enter dir (every parent searchable).
+func reachableBy(osUser, dir string) bool {
+	return exec.Command("runuser", "-u", osUser, "--", "/usr/bin/test", "-x", dir).Run() == nil
 }
 
 // findBinDir finds the newest /usr/lib/postgresql/N/bin holding initdb, or initdb on PATH.
