@@ -3,11 +3,11 @@ package simdns
 import (
 	"errors"
 	"fmt"
+	"github.com/doqscan/doqscan/internal/testbed/sockopt"
 	"net"
 	"net/netip"
 
 	"golang.org/x/net/ipv4"
-	"golang.org/x/sys/unix"
 )
 
 // maxUDPQuery is the largest UDP datagram read (RFC 6891 §6.2.5 lets a requestor advertise
@@ -32,7 +32,7 @@ func (s *Server) bindUDP(port int) error {
 	}
 	c := pconn.(*net.UDPConn)
 	s.udp = c
-	if err := setBuffers(c, udpBuffer); err != nil {
+	if err := sockopt.SetBuffers(c, udpBuffer); err != nil {
 		return fmt.Errorf("simdns: udp port %d buffers: %w", port, err)
 	}
 	s.addrs[DoUDP] = c.LocalAddr()
@@ -96,28 +96,4 @@ func (s *Server) handleUDP(pc *ipv4.PacketConn, query []byte, dst netip.Addr, sr
 		return
 	}
 	pc.WriteTo(wire, out, src)
-}
-
-// setBuffers sets the socket's buffers to n bytes, beyond net.core.rmem_max/wmem_max with
-// SO_RCVBUFFORCE/SO_SNDBUFFORCE when privileged (the testbed runs as root), else as large
-// as the limits allow (as simquic does).
-func setBuffers(conn *net.UDPConn, n int) error {
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var rerr, werr error
-	if err := rc.Control(func(fd uintptr) {
-		rerr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n)
-		werr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n)
-	}); err != nil {
-		return err
-	}
-	if rerr != nil {
-		rerr = conn.SetReadBuffer(n)
-	}
-	if werr != nil {
-		werr = conn.SetWriteBuffer(n)
-	}
-	return errors.Join(rerr, werr)
 }

@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/doqscan/doqscan/internal/testbed/sockopt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -191,7 +192,7 @@ func (s *Server) setup() error {
 		if err := enablePktinfo(sock); err != nil {
 			return fmt.Errorf("simquic: IP_PKTINFO: %w", err)
 		}
-		if err := setBuffers(sock, socketBuffer); err != nil {
+		if err := sockopt.SetBuffers(sock, socketBuffer); err != nil {
 			s.log.Warn("simquic: socket buffers", "err", err)
 		}
 		s.transports[popPort] = map[string]*tport{}

@@ -1,6 +1,7 @@
 package simquic
 
 import (
+	"github.com/doqscan/doqscan/internal/testbed/sockopt"
 	"net"
 	"net/netip"
 	"testing"
@@ -20,7 +21,7 @@ func sweep(t testing.TB, f *fixture, prefix netip.Prefix, port uint16, want int,
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = setBuffers(c, socketBuffer)
+	_ = sockopt.SetBuffers(c, socketBuffer)
 	pkt, _, _ := vnProbe()
 	got := map[netip.Addr]bool{}
 	done := make(chan struct{})
