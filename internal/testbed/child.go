@@ -38,6 +38,7 @@ func DelayLineMain(args []string) int {
 	seed := fs.Uint64("seed", 1, "seed of the loss/jitter RNG")
 	lead := fs.Duration("lead", 0, "release packets this much before their deadline (wake-up latency compensation)")
 	rt := fs.Bool("realtime", true, "run the reader and release threads SCHED_FIFO (root)")
+	qos := fs.Bool("hold-cpu-latency", true, "hold /dev/cpu_dma_latency at 0 while running (idle CPUs poll instead of halting; see docs/testbed.md)")
 	shards := fs.Int("shards", delayline.DefaultShards, "release threads (flows are hashed onto them)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -50,7 +51,7 @@ func DelayLineMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := delayline.Serve(ctx, delayline.ServeConfig{
-		TUN: *tun, TableFile: *table, StatsFile: *stats, Seed: *seed, Lead: *lead, RealTime: *rt, Shards: *shards,
+		TUN: *tun, TableFile: *table, StatsFile: *stats, Seed: *seed, Lead: *lead, RealTime: *rt, Shards: *shards, HoldCPULatency: *qos,
 		Ready: SignalReady, Log: log,
 	})
 	if err != nil {

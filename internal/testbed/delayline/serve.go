@@ -30,6 +30,9 @@ type ServeConfig struct {
 	Lead      time.Duration
 	RealTime  bool // see Config.RealTime
 	Shards    int  // see Config.Shards
+	// HoldCPULatency asks the kernel for zero CPU wake-up latency (PM QoS,
+	// /dev/cpu_dma_latency) while the line runs: see holdCPULatency.
+	HoldCPULatency bool
 	// Ready, if set, is called once the TUN device is attached and the table loaded.
 	Ready func() error
 	Log   *slog.Logger
@@ -75,6 +78,13 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	// leak (stats encoding, reloads) ever adds up.
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(gcMemoryLimit)
+	if cfg.HoldCPULatency {
+		if f, err := holdCPULatency(); err != nil {
+			log.Warn("delay line: CPU wake-up latency not held at 0; idle wake-ups may be late by up to ~1 ms", "err", err)
+		} else {
+			defer f.Close()
+		}
+	}
 	dev, err := OpenTUN(cfg.TUN)
 	if err != nil {
 		return err
@@ -135,4 +145,29 @@ func writeStats(path string, st Stats) {
 	if os.WriteFile(tmp, append(b, '\n'), 0o644) == nil {
 		_ = os.Rename(tmp, path)
 	}
+}
+
+// cpuLatencyQoS is the PM QoS device through which a process asks that no CPU enter an
+// idle state with a longer exit latency than the value written (µs); the request holds
+// while the file stays open (Documentation/power/pm_qos_interface.rst).
+const cpuLatencyQoS = "/dev/cpu_dma_latency"
+
+// holdCPULatency writes 0 to cpuLatencyQoS and returns the open file (closing it ends
+// the request). Measured on the testbed machines (haltpoll cpuidle driver in a VM): with
+// idle vCPUs halting, a timer or packet wake-up is late by 0.45 ms on average and up to
+// ~2 ms, so ping through an idle 5 ms line read 7.1 ms; with the request held the idle
+// loop polls instead of halting, wake-ups take tens of µs and the same ping read 5.1 ms.
+// It costs no process CPU (the idle loop polls instead of halting; any runnable thread
+// preempts it at once), only host cycles while the testbed is up; cyclictest does the same.
+func holdCPULatency() (*os.File, error) {
+	f, err := os.OpenFile(cpuLatencyQoS, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	var zero [4]byte // int32 0, native byte order
+	if _, err := f.Write(zero[:]); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
