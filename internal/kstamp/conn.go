@@ -1,0 +1,137 @@
+package kstamp
+
+import (
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// PacketConn is a UDP socket whose reads are kernel-timestamped into Log. It implements
+// net.PacketConn only (no OOB or batch interfaces), so quic-go reads it one datagram at
+// a time through ReadFrom: every datagram the QUIC stack sees passes through Log.
+type PacketConn struct {
+	*net.UDPConn
+	rc  syscall.RawConn
+	Log Log
+}
+
+// NewPacketConn enables receive timestamps on c and wraps it.
+func NewPacketConn(c *net.UDPConn) (*PacketConn, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	if err := Enable(rc); err != nil {
+		return nil, err
+	}
+	return &PacketConn{UDPConn: c, rc: rc}, nil
+}
+
+// ReadFrom reads one datagram and logs its kernel receive time.
+func (c *PacketConn) ReadFrom(p []byte) (int, net.Addr, error) {
+	n, from, at, err := Recv(c.rc, p, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	c.Log.Received(at)
+	return n, udpAddr(from), nil
+}
+
+// Read reads one datagram of a connected socket and logs its kernel receive time.
+func (c *PacketConn) Read(p []byte) (int, error) {
+	n, _, err := c.ReadFrom(p)
+	return n, err
+}
+
+// ReadStamped reads one datagram and returns it with its kernel receive time (zero if
+// the kernel gave none), also logged.
+func (c *PacketConn) ReadStamped(p []byte) (int, time.Time, error) {
+	n, _, at, err := Recv(c.rc, p, false)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	c.Log.Received(at)
+	return n, at, nil
+}
+
+// WriteTo notes the first write after Log.Arm and sends.
+func (c *PacketConn) WriteTo(p []byte, addr net.Addr) (int, error) {
+	c.Log.wrote()
+	return c.UDPConn.WriteTo(p, addr)
+}
+
+// Write notes the first write after Log.Arm and sends (connected socket).
+func (c *PacketConn) Write(p []byte) (int, error) {
+	c.Log.wrote()
+	return c.UDPConn.Write(p)
+}
+
+func udpAddr(sa unix.Sockaddr) net.Addr {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port)))
+	case *unix.SockaddrInet6:
+		return net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port)))
+	}
+	return &net.UDPAddr{}
+}
+
+// Conn is a TCP connection whose reads are kernel-timestamped into Log (for TCP the
+// kernel reports the arrival of the last segment a read consumed).
+type Conn struct {
+	*net.TCPConn
+	rc  syscall.RawConn
+	Log Log
+}
+
+// NewConn enables receive timestamps on c and wraps it.
+func NewConn(c *net.TCPConn) (*Conn, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	if err := Enable(rc); err != nil {
+		return nil, err
+	}
+	return &Conn{TCPConn: c, rc: rc}, nil
+}
+
+// Read reads and logs the kernel receive time of what it read.
+func (c *Conn) Read(p []byte) (int, error) {
+	n, _, at, err := Recv(c.rc, p, true)
+	if err != nil {
+		return n, err
+	}
+	c.Log.Received(at)
+	return n, nil
+}
+
+// Write notes the first write after Log.Arm and sends.
+func (c *Conn) Write(p []byte) (int, error) {
+	c.Log.wrote()
+	return c.TCPConn.Write(p)
+}
+
+// HandshakeRTT returns the kernel's own measurement of the TCP 3-way handshake of a
+// connected socket: tcpi_rtt right after connect is the first RTT sample, SYN sent to
+// SYN-ACK received (RFC 6298 §2.2: SRTT <- R on the first measurement), in µs. It
+// reports false when a retransmission happened (Karn: no clean sample) or the kernel
+// gives none.
+func HandshakeRTT(c *net.TCPConn) (time.Duration, bool) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var info *unix.TCPInfo
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil || ierr != nil || info == nil {
+		return 0, false
+	}
+	if info.Total_retrans > 0 || info.Retransmits > 0 || info.Rtt == 0 {
+		return 0, false
+	}
+	return time.Duration(info.Rtt) * time.Microsecond, true
+}

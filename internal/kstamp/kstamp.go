@@ -1,0 +1,168 @@
+// Package kstamp reads from sockets together with the kernel's receive timestamp
+// (SO_TIMESTAMPNS, socket(7)): the moment a packet entered this host's network stack,
+// before the reading process was scheduled to look at it. A measurement that ends "when
+// the answer arrived" takes that instant from here, so a busy measuring process (many
+// exchanges in flight on two cores) does not add its own wake-up and processing delay to
+// every handshake and resolve time.
+//
+// The timestamps are CLOCK_REALTIME (what SO_TIMESTAMPNS reports); durations against a
+// time.Now() taken on this host use the wall clock, so a clock step during one exchange
+// would show in it (NTP slews, it does not step, in normal operation).
+package kstamp
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// sizeofTimespec is the size of the kernel's struct timespec on this platform.
+const sizeofTimespec = unsafe.Sizeof(unix.Timespec{})
+
+// oobSize holds one SCM_TIMESTAMPNS control message (a struct timespec) with headroom.
+const oobSize = 128
+
+// Enable turns on receive timestamps (SO_TIMESTAMPNS) for the socket behind rc.
+func Enable(rc syscall.RawConn) error {
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// Recv reads once from the socket behind rc (honouring the connection's deadlines, like
+// Read) and returns the bytes, the sender's address (datagram sockets) and the kernel
+// receive time of the (last) packet the bytes came from; at is zero when the kernel gave
+// none. A stream socket's orderly shutdown is io.EOF.
+func Recv(rc syscall.RawConn, p []byte, stream bool) (n int, from unix.Sockaddr, at time.Time, err error) {
+	var oob [oobSize]byte
+	var oobn int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		n, oobn, _, from, rerr = unix.Recvmsg(int(fd), p, oob[:], 0)
+		return !errors.Is(rerr, unix.EAGAIN) && !errors.Is(rerr, unix.EWOULDBLOCK)
+	})
+	if err != nil {
+		return 0, nil, time.Time{}, err
+	}
+	if rerr != nil {
+		return 0, nil, time.Time{}, &net.OpError{Op: "read", Net: "recvmsg", Err: rerr}
+	}
+	if stream && n == 0 && len(p) > 0 {
+		return 0, from, time.Time{}, io.EOF
+	}
+	return n, from, Parse(oob[:oobn]), nil
+}
+
+// Parse returns the SCM_TIMESTAMPNS time in a recvmsg control buffer (zero if none).
+// Malformed control data yields zero, never a panic.
+func Parse(oob []byte) time.Time {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return time.Time{}
+	}
+	for _, m := range msgs {
+		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_TIMESTAMPNS {
+			continue
+		}
+		var sec, nsec int64
+		switch {
+		case sizeofTimespec == 16 && len(m.Data) >= 16:
+			sec, nsec = int64(binary.NativeEndian.Uint64(m.Data)), int64(binary.NativeEndian.Uint64(m.Data[8:]))
+		case sizeofTimespec == 8 && len(m.Data) >= 8:
+			sec, nsec = int64(int32(binary.NativeEndian.Uint32(m.Data))), int64(int32(binary.NativeEndian.Uint32(m.Data[4:])))
+		default:
+			return time.Time{}
+		}
+		if sec <= 0 || nsec < 0 || nsec >= 1e9 {
+			return time.Time{}
+		}
+		return time.Unix(sec, nsec)
+	}
+	return time.Time{}
+}
+
+// maxLog bounds a Log: the arrivals of one exchange are a handful; a hostile peer that
+// floods the socket only pushes old entries out.
+const maxLog = 256
+
+// Log remembers, for each read of a connection, when the read returned (user time) and
+// when its packet reached the host (kernel time), and the first write after Arm.
+type Log struct {
+	mu         sync.Mutex
+	recs       []rec
+	armed      bool
+	firstWrite time.Time
+}
+
+type rec struct{ user, kernel time.Time }
+
+// Received records a read that returned now with kernel time at (ignored when zero).
+func (l *Log) Received(at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	if len(l.recs) == maxLog {
+		copy(l.recs, l.recs[maxLog/2:])
+		l.recs = l.recs[:maxLog/2]
+	}
+	l.recs = append(l.recs, rec{user: now, kernel: at})
+	l.mu.Unlock()
+}
+
+// Arrival returns the kernel receive time of the latest read that returned at or before
+// t: when an exchange that completed at t (as the process saw it) really got its last
+// packet. It reports false when no stamped read precedes t, or when the stamp is not
+// plausible (after t, or before since: the exchange's start).
+func (l *Log) Arrival(since, t time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.recs) - 1; i >= 0; i-- {
+		r := l.recs[i]
+		if r.user.After(t) {
+			continue
+		}
+		k := r.kernel
+		if k.After(t) || k.Before(since) {
+			return time.Time{}, false
+		}
+		return k, true
+	}
+	return time.Time{}, false
+}
+
+// Arm starts watching for the next write (see Sent).
+func (l *Log) Arm() {
+	l.mu.Lock()
+	l.armed, l.firstWrite = true, time.Time{}
+	l.mu.Unlock()
+}
+
+// wrote records a write about to be issued.
+func (l *Log) wrote() {
+	l.mu.Lock()
+	if l.armed && l.firstWrite.IsZero() {
+		l.firstWrite = time.Now()
+	}
+	l.mu.Unlock()
+}
+
+// Sent returns the time of the first write since Arm (taken right before the syscall),
+// or false if nothing was written since.
+func (l *Log) Sent() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.firstWrite, !l.firstWrite.IsZero()
+}

@@ -1,0 +1,137 @@
+package kstamp
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestPacketConnStamps: a datagram over loopback gets a kernel time between its send and
+// the read's return, and Arrival finds it.
+func TestPacketConnStamps(t *testing.T) {
+	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	raw, err := net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewPacketConn(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Log.Arm()
+	before := time.Now()
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	sent, ok := c.Log.Sent()
+	if !ok || sent.Before(before) {
+		t.Fatalf("Sent = %v, %v; want a time after %v", sent, ok, before)
+	}
+	buf := make([]byte, 64)
+	n, from, err := srv.ReadFromUDP(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.WriteToUDP(buf[:n], from); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, at, err := c.ReadStamped(buf)
+	done := time.Now()
+	if err != nil || string(buf[:n]) != "ping" {
+		t.Fatalf("ReadStamped = %q, %v", buf[:n], err)
+	}
+	if at.IsZero() || at.Before(before) || at.After(done) {
+		t.Fatalf("kernel time %v not within [%v, %v]", at, before, done)
+	}
+	if got, ok := c.Log.Arrival(before, done); !ok || !got.Equal(at) {
+		t.Fatalf("Arrival = %v, %v; want %v", got, ok, at)
+	}
+	if _, ok := c.Log.Arrival(done.Add(time.Second), done); ok {
+		t.Fatal("Arrival accepted a stamp before its since")
+	}
+	// A deadline still ends a read with a timeout error.
+	_ = c.SetReadDeadline(time.Now())
+	if _, _, err := c.ReadStamped(buf); err == nil {
+		t.Fatal("read past the deadline succeeded")
+	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("deadline error %v is not a timeout", err)
+	}
+}
+
+// TestConnStampsAndHandshakeRTT: TCP reads are stamped, EOF is io.EOF, and the kernel's
+// handshake RTT of a loopback connect is positive and below the wall-clock connect time.
+func TestConnStampsAndHandshakeRTT(t *testing.T) {
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		s, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		buf := make([]byte, 4)
+		n, _ := s.Read(buf)
+		_, _ = s.Write(buf[:n])
+		s.Close()
+	}()
+	t0 := time.Now()
+	raw, err := net.DialTCP("tcp4", nil, ln.Addr().(*net.TCPAddr))
+	wall := time.Since(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rtt, ok := HandshakeRTT(raw); !ok || rtt <= 0 || rtt > wall+time.Millisecond {
+		t.Fatalf("HandshakeRTT = %v, %v (wall %v)", rtt, ok, wall)
+	}
+	c, err := NewConn(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before := time.Now()
+	if _, err := c.Write([]byte("abcd")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := c.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	at, ok := c.Log.Arrival(before, time.Now())
+	if !ok || at.Before(before) {
+		t.Fatalf("Arrival = %v, %v", at, ok)
+	}
+	if n, err := c.Read(buf); n != 0 || err == nil || err.Error() != "EOF" {
+		t.Fatalf("read after close = %d, %v; want EOF", n, err)
+	}
+}
+
+// FuzzParse: arbitrary control data never panics, and a well-formed SCM_TIMESTAMPNS
+// message round-trips.
+func FuzzParse(f *testing.F) {
+	good := unix.UnixRights(3)[:0]
+	f.Add(good)
+	f.Add([]byte{1, 2, 3})
+	ts := unix.NsecToTimespec(time.Date(2026, 11, 22, 8, 0, 0, 123456789, time.UTC).UnixNano())
+	b := make([]byte, unix.CmsgSpace(int(sizeofTimespec)))
+	h := (*unix.Cmsghdr)(unsafePtr(&b[0]))
+	h.Level, h.Type = unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS
+	h.SetLen(unix.CmsgLen(int(sizeofTimespec)))
+	*(*unix.Timespec)(unsafePtr(&b[unix.CmsgLen(0)])) = ts
+	if got := Parse(b); got.UnixNano() != ts.Nano() {
+		f.Fatalf("Parse = %v, want %v", got, time.Unix(0, ts.Nano()))
+	}
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, oob []byte) {
+		_ = Parse(oob)
+	})
+}

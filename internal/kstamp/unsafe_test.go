@@ -1,0 +1,5 @@
+package kstamp
+
+import "unsafe"
+
+func unsafePtr(b *byte) unsafe.Pointer { return unsafe.Pointer(b) }
