@@ -10,13 +10,25 @@ import (
 )
 
 // PacketConn is a UDP socket whose reads are kernel-timestamped into Log. It implements
-// net.PacketConn only (no OOB or batch interfaces), so quic-go reads it one datagram at
-// a time through ReadFrom: every datagram the QUIC stack sees passes through Log.
+// net.PacketConn (plus SyscallConn and the buffer setters) but deliberately not
+// quic-go's OOBCapablePacketConn (ReadMsgUDP...): quic-go then reads it one datagram at
+// a time through ReadFrom, so every datagram the QUIC stack sees passes through Log.
 type PacketConn struct {
-	*net.UDPConn
+	c   *net.UDPConn
 	rc  syscall.RawConn
 	Log Log
 }
+
+func (c *PacketConn) Close() error                       { return c.c.Close() }
+func (c *PacketConn) LocalAddr() net.Addr                { return c.c.LocalAddr() }
+func (c *PacketConn) SetDeadline(t time.Time) error      { return c.c.SetDeadline(t) }
+func (c *PacketConn) SetReadDeadline(t time.Time) error  { return c.c.SetReadDeadline(t) }
+func (c *PacketConn) SetWriteDeadline(t time.Time) error { return c.c.SetWriteDeadline(t) }
+func (c *PacketConn) SetReadBuffer(n int) error          { return c.c.SetReadBuffer(n) }
+func (c *PacketConn) SetWriteBuffer(n int) error         { return c.c.SetWriteBuffer(n) }
+
+// SyscallConn gives the socket (quic-go sets the DF bit through it).
+func (c *PacketConn) SyscallConn() (syscall.RawConn, error) { return c.rc, nil }
 
 // NewPacketConn enables receive timestamps on c and wraps it.
 func NewPacketConn(c *net.UDPConn) (*PacketConn, error) {
@@ -27,7 +39,7 @@ func NewPacketConn(c *net.UDPConn) (*PacketConn, error) {
 	if err := Enable(rc); err != nil {
 		return nil, err
 	}
-	return &PacketConn{UDPConn: c, rc: rc}, nil
+	return &PacketConn{c: c, rc: rc}, nil
 }
 
 // ReadFrom reads one datagram and logs its kernel receive time.
@@ -60,13 +72,13 @@ func (c *PacketConn) ReadStamped(p []byte) (int, time.Time, error) {
 // WriteTo notes the first write after Log.Arm and sends.
 func (c *PacketConn) WriteTo(p []byte, addr net.Addr) (int, error) {
 	c.Log.wrote()
-	return c.UDPConn.WriteTo(p, addr)
+	return c.c.WriteTo(p, addr)
 }
 
 // Write notes the first write after Log.Arm and sends (connected socket).
 func (c *PacketConn) Write(p []byte) (int, error) {
 	c.Log.wrote()
-	return c.UDPConn.Write(p)
+	return c.c.Write(p)
 }
 
 func udpAddr(sa unix.Sockaddr) net.Addr {

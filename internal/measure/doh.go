@@ -55,7 +55,7 @@ func (dohMeasurer) Measure(ctx context.Context, req *Request) *Result {
 		if err == nil {
 			raw, err = dohResponse(resp)
 		}
-		done := time.Now()
+		done := c.arrived(out.StartedAt, time.Now())
 		if err != nil {
 			out.Status, out.Err = Classify(err), err
 		} else {

@@ -29,7 +29,7 @@ func (doh3Measurer) Measure(ctx context.Context, req *Request) *Result {
 	}
 	defer func() { finishQUIC(conn, res, ql) }()
 	tr := &http3.Transport{}
-	cc := tr.NewClientConn(conn)
+	cc := tr.NewClientConn(conn.Conn)
 	for i := 0; i < req.queries(); i++ {
 		q := dnsmsg.Query{Name: req.name(), Type: req.QType, ID: 0}
 		out := Query{Seq: i, KeepaliveTimeout: -1}
@@ -39,13 +39,15 @@ func (doh3Measurer) Measure(ctx context.Context, req *Request) *Result {
 			res.Queries = append(res.Queries, out)
 			break
 		}
-		out.StartedAt = time.Now()
+		before := time.Now()
+		conn.arm()
 		resp, err := cc.RoundTrip(hr)
 		var raw []byte
 		if err == nil {
 			raw, err = dohResponse(resp)
 		}
-		done := time.Now()
+		out.StartedAt = conn.sent(before)
+		done := conn.arrived(out.StartedAt, time.Now())
 		if err != nil {
 			out.Status, out.Err = Classify(err), err
 		} else {
@@ -60,7 +62,7 @@ func (doh3Measurer) Measure(ctx context.Context, req *Request) *Result {
 		select {
 		case <-conn.HandshakeComplete():
 			res.HasHandshake, res.HandshakeWall = true, time.Since(res.StartedAt)
-			recordQUICState(req, res, conn)
+			recordQUICState(req, res, conn.Conn)
 		case <-ctx.Done():
 		}
 	}

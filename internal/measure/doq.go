@@ -8,7 +8,6 @@ import (
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/doq"
-	"github.com/quic-go/quic-go"
 )
 
 // doqMeasurer is DNS over QUIC (RFC 9250): handshake = the QUIC handshake (1 RTT when
@@ -44,14 +43,14 @@ func (doqMeasurer) Measure(ctx context.Context, req *Request) *Result {
 		case <-conn.HandshakeComplete():
 			res.HasHandshake = true
 			res.HandshakeWall = time.Since(res.StartedAt)
-			recordQUICState(req, res, conn)
+			recordQUICState(req, res, conn.Conn)
 		case <-ctx.Done():
 		}
 	}
 	return res.finish()
 }
 
-func doqExchange(ctx context.Context, conn *quic.Conn, req *Request, seq int) Query {
+func doqExchange(ctx context.Context, conn *quicConn, req *Request, seq int) Query {
 	out := Query{Seq: seq, KeepaliveTimeout: -1}
 	// RFC 9250 §4.2.1: the DNS Message ID MUST be 0.
 	q := dnsmsg.Query{Name: req.name(), Type: req.QType, ID: 0}
@@ -83,7 +82,9 @@ func doqExchange(ctx context.Context, conn *quic.Conn, req *Request, seq int) Qu
 	}
 	stop := context.AfterFunc(ctx, func() { _ = str.SetDeadline(time.Now()) })
 	defer stop()
-	out.StartedAt = time.Now()
+	before := time.Now()
+	conn.arm()
+	out.StartedAt = before
 	if _, err := str.Write(framed); err != nil {
 		out.Status, out.Err = Classify(err), fmt.Errorf("write query: %w", err)
 		return out
@@ -94,7 +95,10 @@ func doqExchange(ctx context.Context, conn *quic.Conn, req *Request, seq int) Qu
 		return out
 	}
 	raw, err := doq.ReadMessage(str, framing, doq.MaxMessageSize+2)
-	done := time.Now()
+	// From the query's first datagram (quic-go's send loop writes it after Write
+	// returns) to the arrival of the datagram that completed the answer.
+	out.StartedAt = conn.sent(before)
+	done := conn.arrived(out.StartedAt, time.Now())
 	if err != nil {
 		str.CancelRead(doq.CodeProtocolError)
 		if ctx.Err() != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
 // maxUDPResponse bounds a UDP read (RFC 6891 §6.2.5 allows up to 65535).
@@ -23,11 +24,17 @@ func (udpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	defer cancel()
 	res := &Result{Protocol: DoUDP, StartedAt: time.Now()}
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "udp", req.Addr.String()) // a fresh random source port
+	raw, err := d.DialContext(ctx, "udp", req.Addr.String()) // a fresh random source port
 	if err != nil {
 		return res.fail(err)
 	}
-	defer conn.Close()
+	defer raw.Close()
+	var conn udpConn = plainUDP{raw}
+	if uc, ok := raw.(*net.UDPConn); ok {
+		if kc, err := kstamp.NewPacketConn(uc); err == nil {
+			conn = kc
+		}
+	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
 	for i := 0; i < req.queries(); i++ {
@@ -40,7 +47,24 @@ func (udpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	return res.finish()
 }
 
-func udpExchange(ctx context.Context, conn net.Conn, q dnsmsg.Query, seq int) Query {
+// udpConn is a connected UDP socket whose reads report the kernel receive time
+// (*kstamp.PacketConn), or zero when there is none (plainUDP).
+type udpConn interface {
+	Write([]byte) (int, error)
+	ReadStamped([]byte) (int, time.Time, error)
+	SetDeadline(time.Time) error
+}
+
+type plainUDP struct{ net.Conn }
+
+func (c plainUDP) ReadStamped(b []byte) (int, time.Time, error) {
+	n, err := c.Read(b)
+	return n, time.Time{}, err
+}
+
+// udpExchange sends q and waits for its answer: resolve time from just before the send
+// to the answer's arrival at the host (kernel timestamp; the read's return without one).
+func udpExchange(ctx context.Context, conn udpConn, q dnsmsg.Query, seq int) Query {
 	out := Query{Seq: seq, KeepaliveTimeout: -1}
 	msg, err := dnsmsg.Build(q)
 	if err != nil {
@@ -55,8 +79,11 @@ func udpExchange(ctx context.Context, conn net.Conn, q dnsmsg.Query, seq int) Qu
 	buf := make([]byte, maxUDPResponse)
 	var lastBad error
 	for {
-		n, err := conn.Read(buf)
+		n, at, err := conn.ReadStamped(buf)
 		done := time.Now()
+		if !at.IsZero() && !at.Before(out.StartedAt) && !at.After(done) {
+			done = at
+		}
 		if err != nil {
 			if lastBad != nil && ctx.Err() != nil {
 				// Only wrong answers arrived before the deadline.

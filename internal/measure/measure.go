@@ -195,6 +195,8 @@ type Result struct {
 	TFO           *bool
 	// Qlog is the client's qlog (JSON-SEQ) of a QUIC connection, uncompressed.
 	Qlog []byte
+
+	handshakeStamped bool // Handshake is from kernel timestamps (DoQ/DoH3)
 }
 
 // First returns the first query (a zero Query if none ran).

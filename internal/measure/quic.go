@@ -3,9 +3,11 @@ package measure
 import (
 	"bytes"
 	"context"
+	"net"
 	"sync"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/kstamp"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlogwriter"
@@ -80,10 +82,46 @@ func (b *qlogBuffer) bytes() []byte {
 	return out
 }
 
+// quicConn is a dialled QUIC connection with the transport and the kernel-timestamped
+// socket under it (internal/kstamp), which close with it.
+type quicConn struct {
+	*quic.Conn
+	tr *quic.Transport
+	pc *kstamp.PacketConn
+}
+
+// arm starts watching for the first datagram sent after it (see sent).
+func (c *quicConn) arm() { c.pc.Log.Arm() }
+
+// sent is when the first datagram after arm left (just before the syscall), or fallback.
+func (c *quicConn) sent(fallback time.Time) time.Time {
+	if t, ok := c.pc.Log.Sent(); ok {
+		return t
+	}
+	return fallback
+}
+
+// arrived is when the last datagram quic-go read by t reached the host, or t.
+func (c *quicConn) arrived(since, t time.Time) time.Time {
+	if k, ok := c.pc.Log.Arrival(since, t); ok {
+		return k
+	}
+	return t
+}
+
+func (c *quicConn) close() {
+	_ = c.CloseWithError(0, "")
+	_ = c.tr.Close()
+	_ = c.pc.Close()
+}
+
 // dialQUIC dials a QUIC connection for DoQ/DoH3 with req's state: the warm-up's QUIC
 // version and NEW_TOKEN token (so neither Version Negotiation nor Retry can affect the
 // measured handshake, the study's Sect. 2), and its session ticket in resumed/0-RTT modes.
-func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql *qlogBuffer) (*quic.Conn, error) {
+// The handshake time runs from the first Initial's send to the arrival (kernel
+// timestamp) of the datagram that completed the handshake, so neither building the
+// ClientHello nor our processing of the server's flight is counted.
+func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql *qlogBuffer) (*quicConn, error) {
 	tconf, err := tlsConfig(req, alpn)
 	if err != nil {
 		return nil, err
@@ -106,20 +144,46 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		// quic-go's qlog does not log the token of sent packets: ask the store.
 		res.TokenUsed = boolp(tokens != nil && tokens.popped())
 	}()
-	var conn *quic.Conn
-	if req.Mode == Mode0RTT {
-		conn, err = quic.DialAddrEarly(ctx, req.Addr.String(), tconf, qconf)
-	} else {
-		conn, err = quic.DialAddr(ctx, req.Addr.String(), tconf, qconf)
+	network := "udp4"
+	if req.Addr.Addr().Is6() && !req.Addr.Addr().Is4In6() {
+		network = "udp6"
 	}
+	uc, err := net.ListenUDP(network, nil)
 	if err != nil {
 		return nil, err
 	}
+	pc, err := kstamp.NewPacketConn(uc)
+	if err != nil {
+		uc.Close()
+		return nil, err
+	}
+	tr := &quic.Transport{Conn: pc}
+	qc := &quicConn{tr: tr, pc: pc}
+	qc.arm()
+	udpAddr := net.UDPAddrFromAddrPort(req.Addr)
+	var conn *quic.Conn
+	if req.Mode == Mode0RTT {
+		conn, err = tr.DialEarly(ctx, udpAddr, tconf, qconf)
+	} else {
+		conn, err = tr.Dial(ctx, udpAddr, tconf, qconf)
+	}
+	if err != nil {
+		_ = tr.Close()
+		_ = pc.Close()
+		return nil, err
+	}
+	qc.Conn = conn
 	if req.Mode != Mode0RTT {
-		res.HandshakeWall, res.HasHandshake = time.Since(res.StartedAt), true
+		done := time.Now()
+		res.HandshakeWall, res.HasHandshake = done.Sub(res.StartedAt), true
+		if first, ok := pc.Log.Sent(); ok {
+			if k, ok := pc.Log.Arrival(first, done); ok {
+				res.Handshake, res.handshakeStamped = k.Sub(first), true
+			}
+		}
 		recordQUICState(req, res, conn)
 	}
-	return conn, nil
+	return qc, nil
 }
 
 // recordQUICState copies what the connection negotiated into res.
@@ -138,20 +202,20 @@ func recordQUICState(req *Request, res *Result, conn *quic.Conn) {
 // token/Retry/VN flags from it: packet timestamps are taken by quic-go's connection
 // goroutine right at the send/receive, closer to the wire than the wall clock around
 // DialAddr (kept in HandshakeWall).
-func finishQUIC(conn *quic.Conn, res *Result, ql *qlogBuffer) {
+func finishQUIC(conn *quicConn, res *Result, ql *qlogBuffer) {
 	if conn != nil {
-		_ = conn.CloseWithError(0, "")
+		conn.close()
 	}
 	res.Qlog = ql.bytes()
 	if len(res.Qlog) == 0 {
-		if res.HasHandshake {
+		if res.HasHandshake && !res.handshakeStamped {
 			res.Handshake = res.HandshakeWall
 		}
 		return
 	}
 	a, err := qlogana.Analyze(res.Qlog)
 	if err != nil {
-		if res.HasHandshake {
+		if res.HasHandshake && !res.handshakeStamped {
 			res.Handshake = res.HandshakeWall
 		}
 		return
@@ -161,9 +225,11 @@ func finishQUIC(conn *quic.Conn, res *Result, ql *qlogBuffer) {
 		res.TokenUsed = boolp(true)
 	}
 	res.RetrySeen, res.VNSeen = boolp(a.Retry), boolp(a.VersionNegotiation)
-	if a.HandshakeNS > 0 {
+	switch {
+	case res.handshakeStamped: // kernel timestamps beat the qlog's (taken when quic-go got to the packet)
+	case a.HandshakeNS > 0:
 		res.Handshake, res.HasHandshake = time.Duration(a.HandshakeNS), true
-	} else if res.HasHandshake {
+	case res.HasHandshake:
 		res.Handshake = res.HandshakeWall
 	}
 }

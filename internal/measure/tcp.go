@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"github.com/doqscan/doqscan/internal/kstamp"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,9 +22,11 @@ const tcpiOptSynData = 0x20
 
 // timedConn wraps a connection and records when the first Write after arm happened:
 // the moment the first packet of a query leaves, as close to the syscall as a net.Conn
-// user can get.
+// user can get. rx, when set, is the kernel receive log of the TCP connection under
+// Conn (see arrived).
 type timedConn struct {
 	net.Conn
+	rx         *kstamp.Log
 	mu         sync.Mutex
 	armed      bool
 	firstWrite time.Time
@@ -54,9 +57,22 @@ func (c *timedConn) sent(fallback time.Time) time.Time {
 	return c.firstWrite
 }
 
-// dialTCP connects and times the 3-way handshake: from just before the connect(2)
-// syscall (net.Dialer.Control runs between socket(2) and connect(2)) to the moment the
-// netpoller reports the socket writable.
+// arrived returns when the last packet of what was read by t reached the host (the
+// kernel's receive timestamp), or t when there is no plausible stamp after since.
+func (c *timedConn) arrived(since, t time.Time) time.Time {
+	if c.rx != nil {
+		if k, ok := c.rx.Arrival(since, t); ok {
+			return k
+		}
+	}
+	return t
+}
+
+// dialTCP connects and times the 3-way handshake: the kernel's own first RTT sample
+// (SYN sent to SYN-ACK received, tcpi_rtt) when the handshake had no retransmission,
+// else from just before the connect(2) syscall (net.Dialer.Control runs between
+// socket(2) and connect(2)) to the moment the netpoller reports the socket writable.
+// The connection's reads are kernel-timestamped (internal/kstamp).
 func dialTCP(ctx context.Context, req *Request) (c *timedConn, start time.Time, hs time.Duration, err error) {
 	var t0 time.Time
 	d := net.Dialer{
@@ -81,13 +97,30 @@ func dialTCP(ctx context.Context, req *Request) (c *timedConn, start time.Time, 
 	if err != nil {
 		return nil, t0, 0, err
 	}
-	return &timedConn{Conn: conn}, t0, t1.Sub(t0), nil
+	hs = t1.Sub(t0)
+	tcp, ok := conn.(*net.TCPConn)
+	if !ok {
+		return &timedConn{Conn: conn}, t0, hs, nil
+	}
+	if rtt, ok := kstamp.HandshakeRTT(tcp); ok && rtt <= hs {
+		hs = rtt
+	}
+	kc, err := kstamp.NewConn(tcp)
+	if err != nil { // no timestamps: user-space times only
+		return &timedConn{Conn: conn}, t0, hs, nil
+	}
+	return &timedConn{Conn: kc, rx: &kc.Log}, t0, hs, nil
 }
 
 // tfoUsed reports whether the kernel says our SYN carried data the server accepted.
 func tfoUsed(c net.Conn) *bool {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
+	var tc *net.TCPConn
+	switch v := c.(type) {
+	case *net.TCPConn:
+		tc = v
+	case *kstamp.Conn:
+		tc = v.TCPConn
+	default:
 		return nil
 	}
 	rc, err := tc.SyscallConn()
@@ -123,7 +156,7 @@ func tcpExchange(c *timedConn, q dnsmsg.Query, seq int) Query {
 	}
 	out.StartedAt = c.sent(before)
 	raw, err := readTCPMessage(c)
-	done := time.Now()
+	done := c.arrived(out.StartedAt, time.Now())
 	if err != nil {
 		out.Status, out.Err = Classify(err), err
 		return out

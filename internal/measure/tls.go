@@ -30,7 +30,8 @@ func tlsConfig(req *Request, alpn []string) (*tls.Config, error) {
 	return c, nil
 }
 
-// dialTLS sets up TCP + TLS and times both together as the handshake (DoT/DoH).
+// dialTLS sets up TCP + TLS and times both together as the handshake (DoT/DoH): from
+// just before connect(2) to the arrival of the server's last handshake flight.
 func dialTLS(ctx context.Context, req *Request, res *Result, alpn []string) (*timedConn, *tls.Conn, error) {
 	conf, err := tlsConfig(req, alpn)
 	if err != nil {
@@ -46,7 +47,9 @@ func dialTLS(ctx context.Context, req *Request, res *Result, alpn []string) (*ti
 		c.Close()
 		return nil, nil, err
 	}
-	res.Handshake, res.HasHandshake = time.Since(start), true
+	// Established when the server's last handshake flight arrived (kernel timestamp):
+	// our own processing of it is not the path's.
+	res.Handshake, res.HasHandshake = c.arrived(start, time.Now()).Sub(start), true
 	st := tc.ConnectionState()
 	res.TLSVersion, res.TLSCipher, res.ALPN = st.Version, tls.CipherSuiteName(st.CipherSuite), st.NegotiatedProtocol
 	res.Resumed = boolp(st.DidResume)

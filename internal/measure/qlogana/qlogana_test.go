@@ -43,8 +43,12 @@ func pairResults(t *testing.T, s *measuretest.Servers) ([2]*qlogana.Analysis, [2
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.HandshakeNS != res.Handshake.Nanoseconds() {
-			t.Fatalf("handshake %d vs result %v", a.HandshakeNS, res.Handshake)
+		// The result's handshake runs from the first Initial's write to the kernel's
+		// arrival stamp of the completing datagram; the qlog's from quic-go packing that
+		// Initial to quic-go processing the datagram: never shorter, and longer only by
+		// the client's own processing and scheduling (which a loaded machine stretches).
+		if qh := time.Duration(a.HandshakeNS); res.Handshake <= 0 || res.Handshake > qh+100*time.Microsecond {
+			t.Fatalf("handshake: result %v, qlog %v", res.Handshake, qh)
 		}
 		out[i], results[i] = a, res
 	}

@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/doqscan/doqscan/internal/kstamp"
 	"net"
 	"net/netip"
 	"syscall"
@@ -113,11 +114,15 @@ func probeDatagram(ctx context.Context, addr netip.AddrPort, timeout time.Durati
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "udp", addr.String())
+	raw, err := d.DialContext(ctx, "udp", addr.String())
 	if err != nil {
 		return Sample{SentAt: time.Now(), Status: StatusError, Detail: err.Error()}
 	}
-	defer conn.Close()
+	defer raw.Close()
+	conn, err := kstamp.NewPacketConn(raw.(*net.UDPConn))
+	if err != nil {
+		return Sample{SentAt: time.Now(), Status: StatusError, Detail: err.Error()}
+	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
 	buf := make([]byte, 1500)
@@ -126,8 +131,13 @@ func probeDatagram(ctx context.Context, addr netip.AddrPort, timeout time.Durati
 		return Sample{SentAt: sent, Status: StatusError, Detail: err.Error()}
 	}
 	for {
-		n, err := conn.Read(buf)
+		// The reply's arrival is the kernel's receive timestamp: a busy prober (many
+		// probes and measurements in flight) must not add its own wake-up delay.
+		n, at, err := conn.ReadStamped(buf)
 		got := time.Now()
+		if !at.IsZero() && !at.Before(sent) && !at.After(got) {
+			got = at
+		}
 		switch {
 		case errors.Is(err, syscall.ECONNREFUSED):
 			return Sample{SentAt: sent, RTT: got.Sub(sent), Status: StatusICMP, Detail: "port unreachable"}

@@ -1,10 +1,13 @@
 package rtt
 
 import (
+	"syscall"
+
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"github.com/doqscan/doqscan/internal/kstamp"
 	"net"
 	"net/netip"
 	"sync"
@@ -40,6 +43,7 @@ type probeKey struct {
 
 type tcpProber struct {
 	conn    *net.IPConn
+	rc      syscall.RawConn
 	mu      sync.Mutex
 	waiters map[probeKey]chan reply
 }
@@ -52,7 +56,15 @@ func (p *Prober) ensureTCP() (*tcpProber, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raw TCP socket (needs root or CAP_NET_RAW): %w", err)
 	}
-	t := &tcpProber{conn: c, waiters: map[probeKey]chan reply{}}
+	rc, err := c.SyscallConn()
+	if err == nil {
+		err = kstamp.Enable(rc)
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("raw TCP socket: receive timestamps: %w", err)
+	}
+	t := &tcpProber{conn: c, rc: rc, waiters: map[probeKey]chan reply{}}
 	go t.readLoop()
 	p.tcp = t
 	return t, nil
@@ -60,23 +72,28 @@ func (p *Prober) ensureTCP() (*tcpProber, error) {
 
 func (t *tcpProber) close() error { return t.conn.Close() }
 
-// readLoop demultiplexes every TCP segment the host receives to the probe waiting for it.
+// readLoop demultiplexes every TCP segment the host receives to the probe waiting for
+// it, with the segment's kernel receive time (the loop may run late when the process is
+// busy; the stamp does not).
 func (t *tcpProber) readLoop() {
-	buf := make([]byte, 1500)
+	buf := make([]byte, 65535)
 	for {
-		n, from, err := t.conn.ReadFromIP(buf)
-		at := time.Now()
+		n, from, at, err := kstamp.Recv(t.rc, buf, false)
 		if err != nil {
 			return
 		}
-		if n < tcpHeaderLen {
-			continue
+		if at.IsZero() {
+			at = time.Now()
 		}
-		src, ok := netip.AddrFromSlice(from.IP.To4())
+		sa, ok := from.(*unix.SockaddrInet4)
 		if !ok {
 			continue
 		}
-		seg := buf[:n]
+		src := netip.AddrFrom4(sa.Addr)
+		seg, ok := stripIPv4(buf[:n])
+		if !ok || len(seg) < tcpHeaderLen {
+			continue
+		}
 		k := probeKey{remote: netip.AddrPortFrom(src, binary.BigEndian.Uint16(seg[0:2])), lport: binary.BigEndian.Uint16(seg[2:4])}
 		t.mu.Lock()
 		ch := t.waiters[k]
@@ -89,6 +106,19 @@ func (t *tcpProber) readLoop() {
 		default:
 		}
 	}
+}
+
+// stripIPv4 returns the payload of an IPv4 packet as a raw socket delivers it (header
+// included, RFC 791 §3.1), or false when the header is malformed.
+func stripIPv4(b []byte) ([]byte, bool) {
+	if len(b) < 20 || b[0]>>4 != 4 {
+		return nil, false
+	}
+	ihl := int(b[0]&0x0f) * 4
+	if ihl < 20 || ihl > len(b) {
+		return nil, false
+	}
+	return b[ihl:], true
 }
 
 func (p *Prober) probeTCP(ctx context.Context, addr netip.AddrPort, timeout time.Duration) Sample {
