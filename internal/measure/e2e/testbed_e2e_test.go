@@ -81,6 +81,10 @@ func recordEndpoints(p *population.Population, r *population.Record, a netip.Add
 		}
 		out = append(out, endpoint{r, a, measure.DoQ, port, alpn, v.SNI})
 	}
+	if r.DoH3 != 0 && (!wellBehaved || r.Hostile == "") {
+		// DoH over HTTP/3 (the extra protocol): the same QUIC behaviour as the DoQ ports.
+		out = append(out, endpoint{r, a, measure.DoH3, r.DoH3, "h3", r.SNI})
+	}
 	return out
 }
 
