@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
 // tcpMeasurer is DNS over TCP (RFC 1035 §4.2.2, RFC 7766): handshake = the TCP 3-way
@@ -35,6 +36,15 @@ func (tcpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	}
 	if req.FastOpen {
 		res.TFO = tfoUsed(c.Conn)
+		// With TCP_FASTOPEN_CONNECT, connect(2) returns before the SYN leaves (it goes
+		// with the first write): the handshake is the kernel's SYN/SYN-ACK sample, taken
+		// now that the exchange is over, or unknown.
+		res.Handshake, res.HasHandshake = 0, false
+		if kc, ok := c.Conn.(*kstamp.Conn); ok {
+			if rtt, ok := kstamp.HandshakeRTT(kc.TCPConn); ok {
+				res.Handshake, res.HasHandshake = rtt, true
+			}
+		}
 	}
 	return res.finish()
 }
