@@ -15,6 +15,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"net/netip"
 	"sync"
 	"time"
@@ -195,6 +196,10 @@ type Result struct {
 	TFO           *bool
 	// Qlog is the client's qlog (JSON-SEQ) of a QUIC connection, uncompressed.
 	Qlog []byte
+	// QlogTrace is Qlog parsed and QlogAnalysis its analysis without an RTT sample (nil
+	// when the qlog could not be parsed): callers re-analyse the trace, not the bytes.
+	QlogTrace    *qlogana.Trace
+	QlogAnalysis *qlogana.Analysis
 
 	handshakeStamped bool // Handshake is from kernel timestamps (DoQ/DoH3)
 }

@@ -213,13 +213,18 @@ func finishQUIC(conn *quicConn, res *Result, ql *qlogBuffer) {
 		}
 		return
 	}
-	a, err := qlogana.Analyze(res.Qlog)
+	tr, err := qlogana.Parse(res.Qlog)
+	var a *qlogana.Analysis
+	if err == nil {
+		a, err = tr.Analyze()
+	}
 	if err != nil {
 		if res.HasHandshake && !res.handshakeStamped {
 			res.Handshake = res.HandshakeWall
 		}
 		return
 	}
+	res.QlogTrace, res.QlogAnalysis = tr, a
 	res.TokenReceived = boolp(a.TokenReceived)
 	if a.TokenUsed {
 		res.TokenUsed = boolp(true)

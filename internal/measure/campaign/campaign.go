@@ -418,11 +418,11 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 	b.targets = 1
 	rtts := map[rttKey]int64{} // median RTT ns, 0: none
 	type pending struct {
-		m    store.Measurement
-		qa   *qlogana.Analysis
-		qlog []byte
-		tk   rttKey
-		wall time.Duration
+		m     store.Measurement
+		qa    *qlogana.Analysis
+		trace *qlogana.Trace
+		tk    rttKey
+		wall  time.Duration
 	}
 	var quicRows []pending
 	feat := map[string]*store.ResolverFeature{}
@@ -478,9 +478,9 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 			b.meas = append(b.meas, rows...)
 			if len(pr.res.Qlog) > 0 && len(rows) > 0 {
 				// Only completed handshakes are explained (a failed one has no time).
-				a, err := qlogana.Analyze(pr.res.Qlog)
-				if err == nil && a.HandshakeNS > 0 && rows[0].HandshakeNS != nil {
-					quicRows = append(quicRows, pending{m: rows[0], qa: a, qlog: pr.res.Qlog, tk: rttKey{transportOf(u.ep.Protocol), u.ep.Port}, wall: pr.res.HandshakeWall})
+				a := pr.res.QlogAnalysis
+				if a != nil && a.HandshakeNS > 0 && rows[0].HandshakeNS != nil {
+					quicRows = append(quicRows, pending{m: rows[0], qa: a, trace: pr.res.QlogTrace, tk: rttKey{transportOf(u.ep.Protocol), u.ep.Port}, wall: pr.res.HandshakeWall})
 				}
 			}
 		}
@@ -517,7 +517,7 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 		// With an RTT sample of the path, explain the handshake against it (the flight
 		// grouping is relative to the RTT) rather than against the qlog's own min_rtt.
 		if rtt := rtts[q.tk]; rtt > 0 {
-			if a, err := qlogana.Analyze(q.qlog, qlogana.Options{RTTNS: rtt}); err == nil && a.HandshakeNS > 0 {
+			if a, err := q.trace.Analyze(qlogana.Options{RTTNS: rtt}); err == nil && a.HandshakeNS > 0 {
 				q.qa = a
 			}
 		}

@@ -118,12 +118,27 @@ type packet struct {
 	frames []string
 }
 
+// Trace is a parsed client qlog: what Analyze needs of it, to explain the same
+// handshake again (e.g. against an RTT sample taken later) without parsing the JSON again.
+type Trace struct {
+	pkts       []packet // by time
+	completeNS int64
+	minRTT     float64
+	haveMinRTT bool
+	lostAt     []int64
+}
+
 // Analyze parses a client qlog and explains its handshake. It never panics on any input.
 func Analyze(qlog []byte, opts ...Options) (*Analysis, error) {
-	var opt Options
-	if len(opts) > 0 {
-		opt = opts[0]
+	t, err := Parse(qlog)
+	if err != nil {
+		return nil, err
 	}
+	return t.Analyze(opts...)
+}
+
+// Parse reads a client qlog (JSON-SEQ, one or more traces). It never panics on any input.
+func Parse(qlog []byte) (*Trace, error) {
 	var (
 		pkts       []packet
 		completeNS int64 = -1
@@ -204,6 +219,16 @@ func Analyze(qlog []byte, opts ...Options) (*Analysis, error) {
 		return nil, ErrNoHandshake
 	}
 	sort.SliceStable(pkts, func(i, j int) bool { return pkts[i].t < pkts[j].t })
+	return &Trace{pkts: pkts, completeNS: completeNS, minRTT: minRTT, haveMinRTT: haveMinRTT, lostAt: lostAt}, nil
+}
+
+// Analyze explains the trace's handshake (see Options).
+func (tr *Trace) Analyze(opts ...Options) (*Analysis, error) {
+	var opt Options
+	if len(opts) > 0 {
+		opt = opts[0]
+	}
+	pkts, completeNS, minRTT, haveMinRTT, lostAt := tr.pkts, tr.completeNS, tr.minRTT, tr.haveMinRTT, tr.lostAt
 	a := &Analysis{}
 	for _, t := range lostAt {
 		if completeNS < 0 || t <= completeNS { // loss after the handshake does not explain it
