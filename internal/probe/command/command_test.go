@@ -1,4 +1,4 @@
-package main
+package command
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func TestRefusals(t *testing.T) {
 		{"nonsense"},
 		{},
 	} {
-		if code := cli.ExitCode(run(context.Background(), log, args)); code != cli.ExitUsage {
+		if code := cli.ExitCode(Run(context.Background(), log, args)); code != cli.ExitUsage {
 			t.Errorf("%v: exit %d, want %d", args, code, cli.ExitUsage)
 		}
 	}

@@ -1,0 +1,208 @@
+// Package command is cmd/zprobe's flag handling: one function per subcommand (scan,
+// send, ingest, probes, blocklist) that parses its flags and calls internal/probe.
+package command
+
+import (
+	"context"
+	"encoding/hex"
+	"flag"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/doqscan/doqscan/blocklist"
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/probe"
+	"github.com/doqscan/doqscan/internal/quicver"
+)
+
+// Cmd describes zprobe for --help.
+
+var Cmd = cli.Command{
+	Name:    "zprobe",
+	Summary: "scan for QUIC (UDP/784, 853, 8853) and DNS (UDP/53) with zmap; classify and store every reply",
+	Usage:   "zprobe [flags] scan|send|ingest|probes|blocklist [subcommand flags]",
+	Examples: []string{
+		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000      # the testbed's whole /16, all four ports",
+		"zprobe scan --vantage fra1 --allowlist targets.conf --rate 40000 --seed 42 --shards 4 --shard 0",
+		"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42   # the real weekly scan (deliberate)",
+		"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 500  # built-in sender, IPv6 too",
+		"zprobe ingest var/scans/2026-W47/fra1/weekly-shard0/853.csv   # replay a raw zmap output (idempotent)",
+		"zprobe probes --write probes                                  # regenerate probes/",
+		"zprobe blocklist --why 198.19.5.1 --testbed 198.19.0.0/16       # is an address excluded, and why",
+	},
+	Notes: `Subcommands:
+  scan       run zmap once per port (needs root, or CAP_NET_RAW, and zmap 2.1.1)
+  send       probe an explicit hitlist (IPv4/IPv6) with the built-in rate-limited sender
+  ingest     replay raw zmap CSV files kept under var/scans (needs the manifest.json next to them)
+  probes     print (or --write) the probe payloads
+  blocklist  print the merged blocklist zmap reads, or --why ADDR
+
+Safety: every scan passes zmap a blocklist (-b) made of blocklist/reserved.conf, every other
+blocklist/*.conf and the accepted opt-outs in the database. zmap runs only with an allowlist
+(-w, from --targets/--allowlist/--testbed) unless --internet-wide is given. --testbed PREFIX
+(inside 198.18.0.0/15) re-opens exactly that prefix in the reserved list and nothing else.
+Use "zprobe <subcommand> --help" for each subcommand's flags.`,
+}
+
+// Run runs one zprobe subcommand (args[0]) with its flags.
+
+func Run(ctx context.Context, log *slog.Logger, args []string) error {
+	if len(args) == 0 {
+		return cli.Usagef("want a subcommand: scan, send, ingest, probes or blocklist")
+	}
+	switch args[0] {
+	case "scan":
+		return runScan(ctx, log, args[1:])
+	case "send":
+		return runSend(ctx, log, args[1:])
+	case "ingest":
+		return runIngest(ctx, log, args[1:])
+	case "probes":
+		return runProbes(args[1:])
+	case "blocklist":
+		return runBlocklist(ctx, log, args[1:])
+	}
+	return cli.Usagef("unknown subcommand %q: want scan, send, ingest, probes or blocklist", args[0])
+}
+
+// sub is a subcommand's flag set with the shared --help format.
+
+func sub(name, usage string, examples ...string) *flag.FlagSet {
+	c := cli.Command{Name: "zprobe " + name, Summary: Cmd.Summary, Usage: usage, Examples: examples}
+	fs := flag.NewFlagSet("zprobe "+name, flag.ContinueOnError)
+	fs.Usage = func() { cli.PrintHelp(fs.Output(), c, fs) }
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	err := cli.Parse(fs, args)
+	if err != nil && !strings.Contains(err.Error(), "help shown") {
+		return err
+	}
+	return err
+}
+
+// targetFlags are shared by scan, send and blocklist.
+
+type targetFlags struct {
+	targets, allowlist, testbed, blocklistDir string
+	internetWide                              bool
+}
+
+func (t *targetFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.targets, "targets", "", "comma-separated prefixes or addresses to scan (also positional)")
+	fs.StringVar(&t.allowlist, "allowlist", "", "file of prefixes to scan (zmap -w format)")
+	fs.StringVar(&t.testbed, "testbed", "", "testbed prefix inside 198.18.0.0/15 (e.g. 198.19.0.0/16): re-opened in the reserved list; default target")
+	fs.BoolVar(&t.internetWide, "internet-wide", false, "deliberately scan every address not blocklisted (zmap's default target)")
+	fs.StringVar(&t.blocklistDir, "blocklist-dir", defaultBlocklistDir(), "directory of blocklist *.conf files")
+}
+
+func defaultBlocklistDir() string {
+	if h := os.Getenv("DOQSCAN_HOME"); h != "" {
+		return filepath.Join(h, "blocklist")
+	}
+	return "blocklist"
+}
+
+func (t *targetFlags) prefixes(positional []string) ([]netip.Prefix, *netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range append(strings.FieldsFunc(t.targets, func(r rune) bool { return r == ',' || r == ' ' }), positional...) {
+		p, err := blocklist.ParsePrefix(s)
+		if err != nil {
+			return nil, nil, cli.Usagef("--targets: %v", err)
+		}
+		out = append(out, p)
+	}
+	if t.allowlist != "" {
+		ps, err := probe.ReadPrefixFile(t.allowlist)
+		if err != nil {
+			return nil, nil, cli.Usagef("--allowlist: %v", err)
+		}
+		out = append(out, ps...)
+	}
+	var tb *netip.Prefix
+	if t.testbed != "" {
+		p, err := netip.ParsePrefix(t.testbed)
+		if err != nil {
+			return nil, nil, cli.Usagef("--testbed: %v", err)
+		}
+		tb = &p
+	}
+	return out, tb, nil
+}
+
+// probeFlags configure the payloads.
+
+type probeFlags struct {
+	version, dcid, scid, qname string
+	size                       int
+}
+
+func (p *probeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.version, "version", "0x1a2a3a4a", "QUIC version in the probe: a reserved 0x?a?a?a?a (default), 0xffffffff (the original study's) or 0 (dropped by modern stacks)")
+	fs.StringVar(&p.dcid, "dcid", "", "probe DCID, 8..20 bytes, as text or hex:... (default \"doqscan-vn-dcid!\")")
+	fs.StringVar(&p.scid, "scid", "", "probe SCID, 0..20 bytes, as text or hex:... (default \"doqscan-scid\")")
+	fs.IntVar(&p.size, "size", probe.MinInitialDatagram, "QUIC probe datagram size (1200..1472)")
+	fs.StringVar(&p.qname, "qname", probe.DefaultQName, "name the DNS probe asks for (A, RD set)")
+}
+
+func cid(s string) ([]byte, error) {
+	if h, ok := strings.CutPrefix(s, "hex:"); ok {
+		return hex.DecodeString(h)
+	}
+	return []byte(s), nil
+}
+
+func (p *probeFlags) build() (probe.QUICProbe, probe.DNSProbe, error) {
+	q := probe.DefaultQUICProbe()
+	v, err := quicver.Parse(p.version)
+	if err != nil {
+		return q, probe.DNSProbe{}, cli.Usagef("--version: %v", err)
+	}
+	q.Version, q.Size = v, p.size
+	if p.dcid != "" {
+		if q.DCID, err = cid(p.dcid); err != nil {
+			return q, probe.DNSProbe{}, cli.Usagef("--dcid: %v", err)
+		}
+	}
+	if p.scid != "" {
+		if q.SCID, err = cid(p.scid); err != nil {
+			return q, probe.DNSProbe{}, cli.Usagef("--scid: %v", err)
+		}
+	}
+	if err := q.Validate(); err != nil {
+		return q, probe.DNSProbe{}, cli.Usagef("%v", err)
+	}
+	d := probe.DNSProbe{ID: probe.DefaultDNSID, QName: p.qname}
+	if _, err := d.Build(); err != nil {
+		return q, d, cli.Usagef("--qname: %v", err)
+	}
+	return q, d, nil
+}
+
+func ports(s string) ([]uint16, error) {
+	out := []uint16{}
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, cli.Usagef("bad port %q", f)
+		}
+		out = append(out, uint16(n))
+	}
+	return out, nil
+}
+
+func ignoreHelp(err error) error {
+	if err != nil && strings.Contains(err.Error(), "help shown") {
+		return nil
+	}
+	return err
+}
+
+// weekFromRunKey is the ISO week jobrun runs a weekly job for ($DOQSCAN_RUN_KEY,
+
+// "2026-W47"), or "" outside jobrun or for an hourly key.

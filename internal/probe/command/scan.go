@@ -1,0 +1,164 @@
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/probe"
+)
+
+func defaultVantage() string {
+	if v := os.Getenv("DOQSCAN_VANTAGE"); v != "" {
+		return v
+	}
+	return ""
+}
+
+func runScan(ctx context.Context, log *slog.Logger, args []string) error {
+	fs := sub("scan", "zprobe scan [flags] [PREFIX...]",
+		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000",
+		"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42 --shards 2 --shard 1 --json")
+	var tf targetFlags
+	var pf probeFlags
+	tf.register(fs)
+	pf.register(fs)
+	var (
+		vantage, label, week, quicPorts, dnsPorts, out, bandwidth, iface, gw, src, zmapBin, seedS string
+		rate, shard, shards, cooldown, probesPer, threads                                         int
+		asJSON                                                                                    bool
+	)
+	fs.StringVar(&vantage, "vantage", defaultVantage(), "vantage point id (env DOQSCAN_VANTAGE)")
+	fs.StringVar(&label, "label", "weekly", "scan label (part of the scan's key with week, vantage and shard)")
+	fs.StringVar(&week, "week", "", "ISO week of the scan, e.g. 2026-W47 (default: $DOQSCAN_RUN_KEY when jobrun runs a weekly job, else now)")
+	fs.StringVar(&quicPorts, "quic-ports", "784,853,8853", "ports probed with the QUIC probe")
+	fs.StringVar(&dnsPorts, "dns-ports", "53", "ports probed with the DNS query")
+	fs.StringVar(&out, "out", "var/scans", "directory for zmap's raw output (<week>/<vantage>/<label>-shard<N>/<port>.csv)")
+	fs.IntVar(&rate, "rate", 0, "zmap -r: packets per second (0: zmap's default, 10000; -1: as fast as zmap can, zmap -r 0)")
+	fs.StringVar(&bandwidth, "bandwidth", "", "zmap -B: bits per second with G/M/K suffix")
+	fs.StringVar(&seedS, "seed", "", "zmap --seed, shared by every shard of a scan (required with --shards > 1)")
+	fs.IntVar(&shards, "shards", 1, "zmap --shards: scanners splitting one scan")
+	fs.IntVar(&shard, "shard", 0, "zmap --shard: this scanner's shard (0-indexed)")
+	fs.IntVar(&cooldown, "cooldown", 8, "zmap -c: seconds to keep receiving after the last probe")
+	fs.IntVar(&probesPer, "probes-per-host", 1, "zmap -P: probes sent to each address")
+	fs.IntVar(&threads, "sender-threads", 1, "zmap -T: sender threads")
+	fs.StringVar(&iface, "interface", "", "zmap -i (default: from the route to the first target)")
+	fs.StringVar(&gw, "gateway-mac", "", "zmap -G (default: the next hop's MAC from the neighbour table)")
+	fs.StringVar(&src, "source-ip", "", "zmap -S (default: the route's source address)")
+	fs.StringVar(&zmapBin, "zmap", probe.DefaultZmap, "zmap binary")
+	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON on stdout")
+	if err := parse(fs, args); err != nil {
+		return ignoreHelp(err)
+	}
+	if vantage == "" {
+		return cli.Usagef("--vantage is required (or DOQSCAN_VANTAGE)")
+	}
+	if week == "" {
+		week = weekFromRunKey()
+	}
+	targets, tb, err := tf.prefixes(fs.Args())
+	if err != nil {
+		return err
+	}
+	if len(targets) == 0 && tb == nil && !tf.internetWide {
+		return cli.Usagef("%v", probe.ErrNoTargets)
+	}
+	q, d, err := pf.build()
+	if err != nil {
+		return err
+	}
+	qp, err := ports(quicPorts)
+	if err != nil {
+		return err
+	}
+	dp, err := ports(dnsPorts)
+	if err != nil {
+		return err
+	}
+	var seed *uint64
+	if seedS != "" {
+		v, err := strconv.ParseUint(seedS, 10, 64)
+		if err != nil {
+			return cli.Usagef("--seed: %v", err)
+		}
+		seed = &v
+	}
+	if shards > 1 && seed == nil {
+		return cli.Usagef("--shards %d needs one --seed shared by every shard", shards)
+	}
+	s, err := cli.OpenStore(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	z := probe.ZmapRun{Binary: zmapBin, Rate: rate, Bandwidth: bandwidth, Interface: iface, GatewayMAC: gw, SourceIP: src,
+		Cooldown: cooldown, ProbesPerHost: probesPer, SenderThreads: threads}
+	if z.Interface == "" || z.GatewayMAC == "" {
+		dst := netip.MustParseAddr("1.1.1.1") // only the route is looked up; no packet goes there
+		if tb != nil {
+			dst = tb.Addr()
+		} else if len(targets) > 0 {
+			dst = targets[0].Addr()
+		}
+		r, err := probe.DiscoverRoute(ctx, dst)
+		if err != nil {
+			return cli.Environmentf("find the interface and gateway MAC (pass --interface and --gateway-mac): %v", err)
+		}
+		log.Info("route discovered", "interface", r.Interface, "source", r.SourceIP, "gateway", r.Gateway, "gateway_mac", r.GatewayMAC)
+		if z.Interface == "" {
+			z.Interface = r.Interface
+		}
+		if z.GatewayMAC == "" {
+			z.GatewayMAC = r.GatewayMAC
+		}
+		if z.SourceIP == "" {
+			z.SourceIP = r.SourceIP
+		}
+	}
+	sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, Log: log, VantageID: vantage, Label: label, Week: week,
+		Shard: shard, Shards: shards, Seed: seed, QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Targets: targets,
+		Testbed: tb, InternetWide: tf.internetWide, BlocklistDir: tf.blocklistDir, OutDir: out, Zmap: z,
+		FlushEvery: time.Second})
+	if sum != nil {
+		printSummary(sum, asJSON)
+	}
+	return classify(err)
+}
+
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case strings.Contains(err.Error(), "refusing"), strings.Contains(err.Error(), "outside"):
+		return cli.Usagef("%v", err)
+	case strings.Contains(err.Error(), "zmap not found"):
+		return cli.Environmentf("%v", err)
+	}
+	return err
+}
+
+func printSummary(sum *probe.Summary, asJSON bool) {
+	if asJSON {
+		e := json.NewEncoder(os.Stdout)
+		e.SetIndent("", "  ")
+		e.Encode(sum) //nolint:errcheck
+		return
+	}
+	probe.PrintSummary(os.Stdout, sum)
+}
+
+func weekFromRunKey() string {
+	k := os.Getenv("DOQSCAN_RUN_KEY")
+	if regexp.MustCompile(`^[0-9]{4}-W(0[1-9]|[1-4][0-9]|5[0-3])$`).MatchString(k) {
+		return k
+	}
+	return ""
+}

@@ -1,0 +1,74 @@
+package command
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/probe"
+)
+
+func runSend(ctx context.Context, log *slog.Logger, args []string) error {
+	fs := sub("send", "zprobe send --hitlist FILE [flags]",
+		"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 500",
+		"zprobe send --vantage dq --testbed 198.19.0.0/16 --hitlist known.txt --rate 2000 --json")
+	var tf targetFlags
+	var pf probeFlags
+	tf.register(fs)
+	pf.register(fs)
+	var vantage, label, week, quicPorts, dnsPorts, hitlist string
+	var rate float64
+	var cooldown time.Duration
+	var asJSON bool
+	fs.StringVar(&vantage, "vantage", defaultVantage(), "vantage point id (env DOQSCAN_VANTAGE)")
+	fs.StringVar(&label, "label", "hitlist", "scan label")
+	fs.StringVar(&week, "week", "", "ISO week (default: now)")
+	fs.StringVar(&quicPorts, "quic-ports", "784,853,8853", "ports probed with the QUIC probe")
+	fs.StringVar(&dnsPorts, "dns-ports", "53", "ports probed with the DNS query")
+	fs.StringVar(&hitlist, "hitlist", "", "file of addresses (IPv4 or IPv6, one a line); each must be inside the allowlist")
+	fs.Float64Var(&rate, "rate", 1000, "probes per second")
+	fs.DurationVar(&cooldown, "cooldown", 3*time.Second, "wait for replies after the last probe")
+	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON")
+	if err := parse(fs, args); err != nil {
+		return ignoreHelp(err)
+	}
+	if vantage == "" || hitlist == "" {
+		return cli.Usagef("--vantage and --hitlist are required")
+	}
+	targets, tb, err := tf.prefixes(fs.Args())
+	if err != nil {
+		return err
+	}
+	hl, err := probe.ReadHitlist(hitlist)
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
+	q, d, err := pf.build()
+	if err != nil {
+		return err
+	}
+	qp, err := ports(quicPorts)
+	if err != nil {
+		return err
+	}
+	dp, err := ports(dnsPorts)
+	if err != nil {
+		return err
+	}
+	s, err := cli.OpenStore(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	safety, err := probe.PrepareSafety(ctx, s, targets, tb, tf.internetWide, tf.blocklistDir)
+	if err != nil {
+		return classify(err)
+	}
+	sum, err := probe.Send(ctx, probe.SendConfig{Store: s, Log: log, VantageID: vantage, Label: label, Week: week,
+		QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Hitlist: hl, Safety: safety, Rate: rate, Cooldown: cooldown})
+	if sum != nil {
+		printSummary(sum, asJSON)
+	}
+	return classify(err)
+}
