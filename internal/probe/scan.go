@@ -164,7 +164,7 @@ func PrepareSafety(ctx context.Context, s *store.Store, targets []netip.Prefix, 
 	var opt []blocklist.Entry
 	if s != nil {
 		var err error
-		if opt, err = OptOuts(ctx, s); err != nil {
+		if opt, err = blocklist.OptOuts(ctx, s); err != nil {
 			return nil, err
 		}
 	}

@@ -2,16 +2,13 @@ package probe
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/doqscan/doqscan/blocklist"
-	"github.com/doqscan/doqscan/internal/store"
 )
 
 // Safety is the target policy every sender obeys: targets come from explicit prefixes
@@ -54,28 +51,6 @@ func ReadPrefixFile(path string) ([]netip.Prefix, error) {
 	}
 	defer f.Close()
 	return ReadPrefixes(f, path)
-}
-
-// OptOuts returns the accepted opt-outs as blocklist entries.
-func OptOuts(ctx context.Context, s *store.Store) ([]blocklist.Entry, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT prefix, email, created_at FROM optout_requests
-		WHERE status = 'accepted' ORDER BY prefix, request_id`)
-	if err != nil {
-		return nil, fmt.Errorf("read opt-outs: %w", err)
-	}
-	defer rows.Close()
-	var out []blocklist.Entry
-	for rows.Next() {
-		var p netip.Prefix
-		var email string
-		var created time.Time
-		if err := rows.Scan(&p, &email, &created); err != nil {
-			return nil, fmt.Errorf("read opt-outs: %w", err)
-		}
-		out = append(out, blocklist.Entry{Prefix: p.Masked(), Source: blocklist.SourceOptOut, Origin: "optout_requests",
-			Note: created.UTC().Format(time.DateOnly) + " " + email})
-	}
-	return out, rows.Err()
 }
 
 // BuildSafety merges the blocklist (reserved + dir files + opt-outs) and checks the

@@ -9,7 +9,6 @@ import (
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
-	"github.com/doqscan/doqscan/internal/probe"
 )
 
 func runBlocklist(ctx context.Context, log *slog.Logger, args []string) error {
@@ -36,7 +35,7 @@ func runBlocklist(ctx context.Context, log *slog.Logger, args []string) error {
 			return err
 		}
 		defer s.Close()
-		if opt, err = probe.OptOuts(ctx, s); err != nil {
+		if opt, err = blocklist.OptOuts(ctx, s); err != nil {
 			return err
 		}
 	}
