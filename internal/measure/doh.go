@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"golang.org/x/net/http2"
 )
 
@@ -38,33 +37,6 @@ func (dohMeasurer) Measure(ctx context.Context, req *Request) *Result {
 		return res.fail(fmt.Errorf("http2 client: %w", err))
 	}
 	defer cc.Close()
-	for i := 0; i < req.queries(); i++ {
-		q := dnsmsg.Query{Name: req.name(), Type: req.QType, ID: 0}
-		out := Query{Seq: i, KeepaliveTimeout: -1}
-		hr, err := dohRequest(ctx, req, q)
-		if err != nil {
-			out.Status, out.Err = StatusError, err
-			res.Queries = append(res.Queries, out)
-			break
-		}
-		c.arm()
-		before := time.Now()
-		resp, err := cc.RoundTrip(hr)
-		out.StartedAt = c.sent(before)
-		var raw []byte
-		if err == nil {
-			raw, err = dohResponse(resp)
-		}
-		done := c.arrived(out.StartedAt, time.Now())
-		if err != nil {
-			out.Status, out.Err = Classify(err), err
-		} else {
-			out = finishQuery(out, q, raw, done)
-		}
-		res.Queries = append(res.Queries, out)
-		if out.Status != StatusOK {
-			break
-		}
-	}
+	dohQueries(ctx, req, res, cc, c)
 	return res.finish()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/quic-go/quic-go/http3"
 )
 
@@ -30,34 +29,7 @@ func (doh3Measurer) Measure(ctx context.Context, req *Request) *Result {
 	defer func() { finishQUIC(conn, res, ql) }()
 	tr := &http3.Transport{}
 	cc := tr.NewClientConn(conn.Conn)
-	for i := 0; i < req.queries(); i++ {
-		q := dnsmsg.Query{Name: req.name(), Type: req.QType, ID: 0}
-		out := Query{Seq: i, KeepaliveTimeout: -1}
-		hr, err := dohRequest(ctx, req, q)
-		if err != nil {
-			out.Status, out.Err = StatusError, err
-			res.Queries = append(res.Queries, out)
-			break
-		}
-		before := time.Now()
-		conn.arm()
-		resp, err := cc.RoundTrip(hr)
-		var raw []byte
-		if err == nil {
-			raw, err = dohResponse(resp)
-		}
-		out.StartedAt = conn.sent(before)
-		done := conn.arrived(out.StartedAt, time.Now())
-		if err != nil {
-			out.Status, out.Err = Classify(err), err
-		} else {
-			out = finishQuery(out, q, raw, done)
-		}
-		res.Queries = append(res.Queries, out)
-		if out.Status != StatusOK {
-			break
-		}
-	}
+	dohQueries(ctx, req, res, cc, conn)
 	if req.Mode == Mode0RTT {
 		select {
 		case <-conn.HandshakeComplete():

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 )
@@ -67,4 +68,46 @@ func dohResponse(resp *http.Response) ([]byte, error) {
 		return nil, fmt.Errorf("%w: DoH body longer than %d bytes", errBadLength, dohMaxBody)
 	}
 	return body, nil
+}
+
+// wireClock is what a DoH exchange needs of the connection under it (*timedConn for
+// HTTP/2, *quicConn for HTTP/3): when the first packet after arm left, and when the last
+// packet read by a given time arrived.
+type wireClock interface {
+	arm()
+	sent(fallback time.Time) time.Time
+	arrived(since, t time.Time) time.Time
+}
+
+// dohQueries runs req's queries as DoH requests over rt (an HTTP/2 or HTTP/3 client
+// connection), timed on clk, appending each to res until one fails.
+func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk wireClock) {
+	for i := 0; i < req.queries(); i++ {
+		q := dnsmsg.Query{Name: req.name(), Type: req.QType, ID: 0}
+		out := Query{Seq: i, KeepaliveTimeout: -1}
+		hr, err := dohRequest(ctx, req, q)
+		if err != nil {
+			out.Status, out.Err = StatusError, err
+			res.Queries = append(res.Queries, out)
+			return
+		}
+		before := time.Now()
+		clk.arm()
+		resp, err := rt.RoundTrip(hr)
+		var raw []byte
+		if err == nil {
+			raw, err = dohResponse(resp)
+		}
+		out.StartedAt = clk.sent(before)
+		done := clk.arrived(out.StartedAt, time.Now())
+		if err != nil {
+			out.Status, out.Err = Classify(err), err
+		} else {
+			out = finishQuery(out, q, raw, done)
+		}
+		res.Queries = append(res.Queries, out)
+		if out.Status != StatusOK {
+			return
+		}
+	}
 }

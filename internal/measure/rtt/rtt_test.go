@@ -62,4 +62,3 @@ func TestProbes(t *testing.T) {
 	check("tcp-open", p.Probe(ctx, rtt.TCP, s.TCP, 3, time.Second), rtt.StatusOK, 3)
 	check("tcp-closed", p.Probe(ctx, rtt.TCP, measuretest.UnusedPort(t, "tcp", "127.0.0.6"), 2, time.Second), rtt.StatusRST, 2)
 }
-
