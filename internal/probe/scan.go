@@ -180,34 +180,11 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	quicPkt, err := c.QUIC.Build()
+	pl, err := newPlan(c.QUIC, c.DNS, c.QUICPorts, c.DNSPorts)
 	if err != nil {
 		return nil, err
 	}
-	dnsPkt, err := c.DNS.Build()
-	if err != nil {
-		return nil, err
-	}
-	ports := map[uint16]ProbeKind{}
-	var order []uint16
-	for _, p := range c.QUICPorts {
-		ports[p] = ProbeQUIC
-		order = append(order, p)
-	}
-	for _, p := range c.DNSPorts {
-		if _, dup := ports[p]; dup {
-			return nil, fmt.Errorf("port %d given for both probes", p)
-		}
-		ports[p] = ProbeDNS
-		order = append(order, p)
-	}
-	if len(order) == 0 {
-		return nil, errors.New("no ports to scan")
-	}
-	cl, err := NewClassifier(c.QUIC, c.DNS, ports)
-	if err != nil {
-		return nil, err
-	}
+	quicPkt, dnsPkt, ports, order, cl := pl.quicPkt, pl.dnsPkt, pl.kinds, pl.order, pl.cl
 	dir := RunDir(c.OutDir, c.Week, c.VantageID, c.Label, c.Shard)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("run directory: %w", err)
@@ -277,12 +254,8 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 		if c.Zmap.Bandwidth != "" {
 			bw = &c.Zmap.Bandwidth
 		}
-		p32 := make([]int32, len(order))
-		for i, p := range order {
-			p32[i] = int32(p)
-		}
 		scanID, _, err = c.Store.StartScan(ctx, store.Scan{ISOWeek: c.Week, VantageID: c.VantageID, Label: c.Label,
-			Shard: c.Shard, Shards: c.Shards, Seed: seed, Ports: p32, ProbeVersion: &pv, Sender: "zmap",
+			Shard: c.Shard, Shards: c.Shards, Seed: seed, Ports: pl.ports32(), ProbeVersion: &pv, Sender: "zmap",
 			Targets: strings.Join(man.Targets, " "), RatePPS: rate, Bandwidth: bw})
 		if err != nil {
 			return nil, err
@@ -482,6 +455,58 @@ func SortedKinds(m map[Kind]int64) []Kind {
 		if m[k] > 0 {
 			out = append(out, k)
 		}
+	}
+	return out
+}
+
+// plan is what a scan sends: the probe payloads, the probe kind per port (in scan
+// order), and the classifier for the replies.
+type plan struct {
+	quicPkt, dnsPkt []byte
+	kinds           map[uint16]ProbeKind
+	order           []uint16
+	cl              *Classifier
+}
+
+// newPlan builds the probes and assigns them to ports; a port may carry one probe only.
+func newPlan(q QUICProbe, d DNSProbe, quicPorts, dnsPorts []uint16) (*plan, error) {
+	quicPkt, err := q.Build()
+	if err != nil {
+		return nil, err
+	}
+	dnsPkt, err := d.Build()
+	if err != nil {
+		return nil, err
+	}
+	pl := &plan{quicPkt: quicPkt, dnsPkt: dnsPkt, kinds: map[uint16]ProbeKind{}}
+	for _, p := range quicPorts {
+		if _, dup := pl.kinds[p]; dup {
+			return nil, fmt.Errorf("port %d given twice", p)
+		}
+		pl.kinds[p] = ProbeQUIC
+		pl.order = append(pl.order, p)
+	}
+	for _, p := range dnsPorts {
+		if _, dup := pl.kinds[p]; dup {
+			return nil, fmt.Errorf("port %d given for both probes", p)
+		}
+		pl.kinds[p] = ProbeDNS
+		pl.order = append(pl.order, p)
+	}
+	if len(pl.order) == 0 {
+		return nil, errors.New("no ports to scan")
+	}
+	if pl.cl, err = NewClassifier(q, d, pl.kinds); err != nil {
+		return nil, err
+	}
+	return pl, nil
+}
+
+// ports32 is the scan order as the scans table stores it.
+func (pl *plan) ports32() []int32 {
+	out := make([]int32, len(pl.order))
+	for i, p := range pl.order {
+		out[i] = int32(p)
 	}
 	return out
 }

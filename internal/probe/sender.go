@@ -90,28 +90,11 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 			c.Log.Info("skipping blocklisted address", "addr", a, "why", why)
 		}
 	}
-	quicPkt, err := c.QUIC.Build()
+	pl, err := newPlan(c.QUIC, c.DNS, c.QUICPorts, c.DNSPorts)
 	if err != nil {
 		return nil, err
 	}
-	dnsPkt, err := c.DNS.Build()
-	if err != nil {
-		return nil, err
-	}
-	ports := map[uint16]ProbeKind{}
-	var order []uint16
-	for _, p := range c.QUICPorts {
-		ports[p] = ProbeQUIC
-		order = append(order, p)
-	}
-	for _, p := range c.DNSPorts {
-		ports[p] = ProbeDNS
-		order = append(order, p)
-	}
-	cl, err := NewClassifier(c.QUIC, c.DNS, ports)
-	if err != nil {
-		return nil, err
-	}
+	quicPkt, dnsPkt, ports, order, cl := pl.quicPkt, pl.dnsPkt, pl.kinds, pl.order, pl.cl
 	var scanID int64
 	if c.Store != nil {
 		if err := c.Store.EnsureVantage(ctx, store.Vantage{ID: c.VantageID}); err != nil {
@@ -119,16 +102,12 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 		}
 		pv := int64(c.QUIC.Version)
 		r := int32(c.Rate)
-		p32 := make([]int32, len(order))
-		for i, p := range order {
-			p32[i] = int32(p)
-		}
 		var tg []string
 		for _, t := range c.Safety.Targets {
 			tg = append(tg, t.String())
 		}
 		scanID, _, err = c.Store.StartScan(ctx, store.Scan{ISOWeek: c.Week, VantageID: c.VantageID, Label: c.Label,
-			Shards: 1, Ports: p32, ProbeVersion: &pv, Sender: "builtin", Targets: strings.Join(tg, " "), RatePPS: &r})
+			Shards: 1, Ports: pl.ports32(), ProbeVersion: &pv, Sender: "builtin", Targets: strings.Join(tg, " "), RatePPS: &r})
 		if err != nil {
 			return nil, err
 		}
