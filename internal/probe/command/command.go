@@ -138,11 +138,14 @@ func (t *targetFlags) prefixes(positional []string) ([]netip.Prefix, *netip.Pref
 // probeFlags configure the payloads.
 
 type probeFlags struct {
+	quicPorts, dnsPorts        string
 	version, dcid, scid, qname string
 	size                       int
 }
 
 func (p *probeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.quicPorts, "quic-ports", "784,853,8853", "ports probed with the QUIC probe")
+	fs.StringVar(&p.dnsPorts, "dns-ports", "53", "ports probed with the DNS query")
 	fs.StringVar(&p.version, "version", "0x1a2a3a4a", "QUIC version in the probe: a reserved 0x?a?a?a?a (default), 0xffffffff (the original study's) or 0 (dropped by modern stacks)")
 	fs.StringVar(&p.dcid, "dcid", "", "probe DCID, 8..20 bytes, as text or hex:... (default \"doqscan-vn-dcid!\")")
 	fs.StringVar(&p.scid, "scid", "", "probe SCID, 0..20 bytes, as text or hex:... (default \"doqscan-scid\")")
@@ -182,6 +185,17 @@ func (p *probeFlags) build() (probe.QUICProbe, probe.DNSProbe, error) {
 		return q, d, cli.Usagef("--qname: %v", err)
 	}
 	return q, d, nil
+}
+
+// probePorts returns the ports of the QUIC and of the DNS probe.
+func (p *probeFlags) probePorts() (quicPorts, dnsPorts []uint16, err error) {
+	if quicPorts, err = ports(p.quicPorts); err != nil {
+		return nil, nil, err
+	}
+	if dnsPorts, err = ports(p.dnsPorts); err != nil {
+		return nil, nil, err
+	}
+	return quicPorts, dnsPorts, nil
 }
 
 func ports(s string) ([]uint16, error) {

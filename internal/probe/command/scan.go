@@ -31,15 +31,13 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	tf.register(fs)
 	pf.register(fs)
 	var (
-		vantage, label, week, quicPorts, dnsPorts, out, bandwidth, iface, gw, src, zmapBin, seedS string
-		rate, shard, shards, cooldown, probesPer, threads                                         int
-		asJSON                                                                                    bool
+		vantage, label, week, out, bandwidth, iface, gw, src, zmapBin, seedS string
+		rate, shard, shards, cooldown, probesPer, threads                    int
+		asJSON                                                               bool
 	)
 	fs.StringVar(&vantage, "vantage", defaultVantage(), "vantage point id (env DOQSCAN_VANTAGE)")
 	fs.StringVar(&label, "label", "weekly", "scan label (part of the scan's key with week, vantage and shard)")
 	fs.StringVar(&week, "week", "", "ISO week of the scan, e.g. 2026-W47 (default: $DOQSCAN_RUN_KEY when jobrun runs a weekly job, else now)")
-	fs.StringVar(&quicPorts, "quic-ports", "784,853,8853", "ports probed with the QUIC probe")
-	fs.StringVar(&dnsPorts, "dns-ports", "53", "ports probed with the DNS query")
 	fs.StringVar(&out, "out", "var/scans", "directory for zmap's raw output (<week>/<vantage>/<label>-shard<N>/<port>.csv)")
 	fs.IntVar(&rate, "rate", 0, "zmap -r: packets per second (0: zmap's default, 10000; -1: as fast as zmap can, zmap -r 0)")
 	fs.StringVar(&bandwidth, "bandwidth", "", "zmap -B: bits per second with G/M/K suffix")
@@ -74,11 +72,7 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		return err
 	}
-	qp, err := ports(quicPorts)
-	if err != nil {
-		return err
-	}
-	dp, err := ports(dnsPorts)
+	qp, dp, err := pf.probePorts()
 	if err != nil {
 		return err
 	}

@@ -17,15 +17,13 @@ func runSend(ctx context.Context, log *slog.Logger, args []string) error {
 	var pf probeFlags
 	tf.register(fs)
 	pf.register(fs)
-	var vantage, label, week, quicPorts, dnsPorts, hitlist string
+	var vantage, label, week, hitlist string
 	var rate float64
 	var cooldown time.Duration
 	var asJSON bool
 	fs.StringVar(&vantage, "vantage", defaultVantage(), "vantage point id (env DOQSCAN_VANTAGE)")
 	fs.StringVar(&label, "label", "hitlist", "scan label")
 	fs.StringVar(&week, "week", "", "ISO week (default: now)")
-	fs.StringVar(&quicPorts, "quic-ports", "784,853,8853", "ports probed with the QUIC probe")
-	fs.StringVar(&dnsPorts, "dns-ports", "53", "ports probed with the DNS query")
 	fs.StringVar(&hitlist, "hitlist", "", "file of addresses (IPv4 or IPv6, one a line); each must be inside the allowlist")
 	fs.Float64Var(&rate, "rate", 1000, "probes per second")
 	fs.DurationVar(&cooldown, "cooldown", 3*time.Second, "wait for replies after the last probe")
@@ -48,11 +46,7 @@ func runSend(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		return err
 	}
-	qp, err := ports(quicPorts)
-	if err != nil {
-		return err
-	}
-	dp, err := ports(dnsPorts)
+	qp, dp, err := pf.probePorts()
 	if err != nil {
 		return err
 	}
