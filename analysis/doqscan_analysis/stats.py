@@ -162,3 +162,56 @@ def round_trip_shares_from(rt: pd.DataFrame, by=("vantage_id", "protocol", "phas
     p.columns = [int(c.rsplit("_", 1)[1]) for c in cols]
     p = p[p.sum(axis=1) > 0]
     return p.div(p.sum(axis=1), axis=0)
+
+
+VANTAGE_METRICS = ("resolve_ns", "handshake_ns", "rtt_ns")
+
+
+def common_resolvers(per: pd.DataFrame) -> dict[str, set]:
+    """Per protocol, the resolvers (addresses) of load.per_resolver_medians answered from
+    every vantage point in the frame."""
+    vps = set(per["vantage_id"])
+    out = {}
+    for proto, g in per.groupby("protocol", sort=False):
+        seen = g.groupby("address")["vantage_id"].nunique()
+        out[proto] = set(seen[seen == len(vps)].index)
+    return out
+
+
+def vantage_comparison(per: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
+    """Vantage points side by side, per protocol, from load.per_resolver_medians.
+
+    resolvers: resolvers that answered from this vantage point; common_resolvers: those
+    that answered from every vantage point; over the common ones (the same resolvers from
+    each place): the median over resolvers of their median resolve, handshake and RTT
+    (ms; rtt_resolvers of them have an RTT), and the median over resolvers of the
+    per-resolver difference to the `reference` vantage point (default: the first one by
+    id): what being elsewhere adds to a query to the same resolver. Protocols in the
+    study's order."""
+    cols = ["vantage_id", "protocol", "resolvers", "common_resolvers", "rtt_resolvers",
+            "resolve_median_ms", "handshake_median_ms", "rtt_median_ms",
+            "reference", "resolve_delta_ms", "rtt_delta_ms"]
+    if per.empty:
+        return pd.DataFrame(columns=cols)
+    vps = sorted(per["vantage_id"].unique())
+    ref = reference if reference in vps else vps[0]
+    common = common_resolvers(per)
+    rows = []
+    order = {p: i for i, p in enumerate(names.PROTOCOLS)}
+    for proto in sorted(per["protocol"].unique(), key=lambda p: order.get(p, 99)):
+        g = per[per["protocol"] == proto]
+        base = g[(g["vantage_id"] == ref) & g["address"].isin(common[proto])].set_index("address")
+        for vp in vps:
+            d = g[g["vantage_id"] == vp]
+            c = d[d["address"].isin(common[proto])].set_index("address")
+            row = {"vantage_id": vp, "protocol": proto, "resolvers": int(d["address"].nunique()),
+                   "common_resolvers": len(c), "rtt_resolvers": int(c["rtt_ns"].notna().sum()),
+                   "reference": ref}
+            for m in VANTAGE_METRICS:
+                v = c[m].dropna()
+                row[m.replace("_ns", "_median_ms")] = float(v.median()) / NS_PER_MS if len(v) else np.nan
+            for m in ("resolve_ns", "rtt_ns"):
+                delta = (c[m] - base[m].reindex(c.index)).dropna()
+                row[m.replace("_ns", "_delta_ms")] = float(delta.median()) / NS_PER_MS if len(delta) else np.nan
+            rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
