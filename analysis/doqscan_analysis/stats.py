@@ -182,12 +182,14 @@ def vantage_comparison(per: pd.DataFrame, reference: str | None = None) -> pd.Da
     """Vantage points side by side, per protocol, from load.per_resolver_medians.
 
     resolvers: resolvers that answered from this vantage point; common_resolvers: those
-    that answered from every vantage point; over the common ones (the same resolvers from
-    each place): the median over resolvers of their median resolve, handshake and RTT
-    (ms; rtt_resolvers of them have an RTT), and the median over resolvers of the
-    per-resolver difference to the `reference` vantage point (default: the first one by
-    id): what being elsewhere adds to a query to the same resolver. Protocols in the
-    study's order."""
+    that answered from every vantage point. Each metric is compared on the same
+    resolvers from each place: those of the common ones that have a value for it from
+    every vantage point (rtt_resolvers of them for the RTT: an RTT probe may go
+    unanswered from one place and not from another). Over them: the median over
+    resolvers of their median resolve time, handshake time and RTT (ms), and the median
+    over resolvers of the per-resolver difference to the `reference` vantage point
+    (default: the first one by id): what being elsewhere adds to a query to the same
+    resolver. Protocols in the study's order."""
     cols = ["vantage_id", "protocol", "resolvers", "common_resolvers", "rtt_resolvers",
             "resolve_median_ms", "handshake_median_ms", "rtt_median_ms",
             "reference", "resolve_delta_ms", "rtt_delta_ms"]
@@ -200,18 +202,21 @@ def vantage_comparison(per: pd.DataFrame, reference: str | None = None) -> pd.Da
     order = {p: i for i, p in enumerate(names.PROTOCOLS)}
     for proto in sorted(per["protocol"].unique(), key=lambda p: order.get(p, 99)):
         g = per[per["protocol"] == proto]
-        base = g[(g["vantage_id"] == ref) & g["address"].isin(common[proto])].set_index("address")
+        c = g[g["address"].isin(common[proto])]
+        # per metric: resolvers as rows, vantage points as columns, only complete rows
+        wide = {m: c.pivot(index="address", columns="vantage_id", values=m).reindex(columns=vps).dropna()
+                for m in VANTAGE_METRICS}
         for vp in vps:
-            d = g[g["vantage_id"] == vp]
-            c = d[d["address"].isin(common[proto])].set_index("address")
-            row = {"vantage_id": vp, "protocol": proto, "resolvers": int(d["address"].nunique()),
-                   "common_resolvers": len(c), "rtt_resolvers": int(c["rtt_ns"].notna().sum()),
+            row = {"vantage_id": vp, "protocol": proto,
+                   "resolvers": int(g[g["vantage_id"] == vp]["address"].nunique()),
+                   "common_resolvers": len(common[proto]), "rtt_resolvers": len(wide["rtt_ns"]),
                    "reference": ref}
             for m in VANTAGE_METRICS:
-                v = c[m].dropna()
-                row[m.replace("_ns", "_median_ms")] = float(v.median()) / NS_PER_MS if len(v) else np.nan
+                w = wide[m]
+                row[m.replace("_ns", "_median_ms")] = float(w[vp].median()) / NS_PER_MS if len(w) else np.nan
             for m in ("resolve_ns", "rtt_ns"):
-                delta = (c[m] - base[m].reindex(c.index)).dropna()
-                row[m.replace("_ns", "_delta_ms")] = float(delta.median()) / NS_PER_MS if len(delta) else np.nan
+                w = wide[m]
+                row[m.replace("_ns", "_delta_ms")] = (float((w[vp] - w[ref]).median()) / NS_PER_MS
+                                                      if len(w) else np.nan)
             rows.append(row)
     return pd.DataFrame(rows, columns=cols)

@@ -97,6 +97,21 @@ def test_vantage_comparison_only_common_resolvers():
     assert b.rtt_delta_ms == pytest.approx(4.0)
 
 
+def test_vantage_comparison_rtt_on_resolvers_with_rtt_everywhere():
+    """An RTT answered from one vantage point only leaves that resolver out of the RTT
+    medians of both (else they would compare different resolvers), not out of the
+    resolve-time ones."""
+    base = {"198.19.0.1": 10.0, "198.19.0.2": 20.0, "198.19.0.3": 90.0}
+    per = _per(base, {"a": 0.0, "b": 4.0}, protocols=("dotcp",))
+    per.loc[(per.vantage_id == "b") & (per.address == "198.19.0.3"), "rtt_ns"] = np.nan
+    t = stats.vantage_comparison(per).set_index("vantage_id")
+    assert list(t["rtt_resolvers"]) == [2, 2]
+    assert t.loc["a", "rtt_median_ms"] == pytest.approx(15.0)
+    assert t.loc["b", "rtt_median_ms"] == pytest.approx(19.0)
+    assert t.loc["b", "rtt_delta_ms"] == pytest.approx(4.0)
+    assert t.loc["b", "resolve_median_ms"] == pytest.approx(2 * 24.0)  # all three resolvers
+
+
 def test_vantage_comparison_empty():
     t = stats.vantage_comparison(pd.DataFrame(columns=["vantage_id", "protocol", "address"]))
     assert t.empty and "rtt_median_ms" in t.columns
