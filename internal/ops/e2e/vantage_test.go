@@ -115,7 +115,7 @@ func TestShardedScanTwoVantages(t *testing.T) {
 }
 
 // TestMeasureFromTwoVantages: one measurement round, same hour, the same resolvers,
-// from both vantage namespaces at once into one database (issue 8); vantage 1's round
+// from both vantage namespaces into one database (issue 8); vantage 1's round
 // trips exceed vantage 0's by the configured extra distance. Then the response-time
 // notebook, executed headless as the report command runs it with both vantage points as
 // parameters, shows both: its per-vantage comparison (figures/vantage_comparison.csv)
@@ -123,30 +123,21 @@ func TestShardedScanTwoVantages(t *testing.T) {
 // medians differ by the extra distance, and the per-vantage figures exist.
 func TestMeasureFromTwoVantages(t *testing.T) {
 	e := setup(t)
-	resolvers, lines := doxResolvers(t, e.pop, twoVantageResolvers)
+	resolvers, lines := doxResolvers(t, e.pop)
 	file := filepath.Join(t.TempDir(), "resolvers.txt")
 	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	const hour = "2026-11-22T04"
-	// Both vantage points run the round at the same time, as two machines would.
-	var cmds [2]*exec.Cmd
-	var outs [2]syncBuffer
+	// One vantage point after the other: on the testbed both share the two cores and the
+	// one user-space delay line, so rounds at once would measure their contention (late
+	// RTT samples), not the distance.
 	for vp := 0; vp < 2; vp++ {
-		cmds[vp] = e.command(context.Background(), vp, "measure", "--vantage", vantageID(vp), "--hour", hour,
-			"--targets", file, "--protocols", strings.Join(twoVantageProtocols, ","), "--rtt-samples", fmt.Sprint(twoVantageRTTSamples),
-			"--concurrency", fmt.Sprint(len(resolvers)), "--timeout", "3s")
-		cmds[vp].Stdout, cmds[vp].Stderr = &outs[vp], &outs[vp]
-		if err := cmds[vp].Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for vp := 0; vp < 2; vp++ {
-		if err := cmds[vp].Wait(); err != nil {
-			t.Fatalf("measure from %s: %v\n%s", vantageID(vp), err, tail(outs[vp].String(), 40))
-		}
+		o := e.run(t, vp, "measure", "--vantage", vantageID(vp), "--hour", hour, "--targets", file,
+			"--protocols", strings.Join(twoVantageProtocols, ","), "--rtt-samples", fmt.Sprint(twoVantageRTTSamples),
+			"--concurrency", fmt.Sprint(twoVantagePerPath), "--timeout", "3s")
 		if testing.Verbose() {
-			t.Logf("%s:\n%s", vantageID(vp), tail(outs[vp].String(), 15))
+			t.Logf("%s:\n%s", vantageID(vp), tail(o, 15))
 		}
 	}
 	if n := e.count(t, `SELECT count(*) FROM campaigns WHERE round_hour = '2026-11-22T04:00:00Z' AND vantage_id IN ('vp0', 'vp1')`); n != 2 {
@@ -189,52 +180,72 @@ func TestMeasureFromTwoVantages(t *testing.T) {
 // delays of a loaded 2-core machine (up to ~2 ms observed).
 const vantageTolerance = vantage1RTT * 3 / 10
 
-// Up to twoVantageResolvers resolvers on distinct quiet paths (the population has 4) are
-// measured from both vantage points over twoVantageProtocols (the study's DoX protocols, so the notebook's DoX
-// figures have data for each vantage point).
-const twoVantageResolvers = 6
+// The resolvers measured from both vantage points: twoVantagePerPath on each of the
+// twoVantagePaths shortest quiet paths. Both counts are odd and the paths' resolvers
+// share one RTT, so the median over resolvers lies inside the middle path's group: a
+// late resolver there or below moves it by nothing while fewer than
+// (twoVantagePerPath+1)/2 are late, where with one resolver per path (4 paths) a single
+// late one moved the median by half its delay.
+const (
+	twoVantagePaths   = 3
+	twoVantagePerPath = 5
+)
 
 var twoVantageProtocols = []string{"doudp", "dotcp", "dot", "doh", "doq"}
 
 // twoVantageRTTSamples RTT samples per (resolver, transport, port): the notebook's RTT is
 // their median, which stays on the path's RTT while fewer than half are late. With 3, two
-// samples delayed by a loaded machine (both rounds run at once, beside other jobs) moved
+// samples delayed by a loaded machine (both rounds then ran at once, beside other jobs) moved
 // one resolver's RTT by ~10 ms and the DoTCP medians' difference to 14.9 ms.
 const twoVantageRTTSamples = 9
 
 func vantageID(i int) string { return fmt.Sprintf("vp%d", i) }
 
-// doxResolvers picks up to n well-behaved resolvers that answer on every DoX protocol
-// (DNS over UDP and TCP, DoT, DoH, a DoQ-verified port), on loss- and jitter-free paths
-// shorter than quic-go's first PTO, without SNI requirement or third-party peer, one per
-// path (so the medians are over different distances), and returns them with their
-// targets-file lines naming the DoT, DoH and DoQ endpoints.
-func doxResolvers(t *testing.T, pop *population.Population, n int) ([]netip.Addr, []string) {
+// doxResolvers picks well-behaved resolvers that answer on every DoX protocol (DNS over
+// UDP and TCP, DoT, DoH, a DoQ-verified port) on loss- and jitter-free paths shorter than
+// quic-go's first PTO, without SNI requirement or third-party peer: twoVantagePerPath
+// (lowest addresses) on each of the twoVantagePaths shortest such paths. It returns them
+// with their targets-file lines naming the DoT, DoH and DoQ endpoints.
+func doxResolvers(t *testing.T, pop *population.Population) ([]netip.Addr, []string) {
 	t.Helper()
-	var out []netip.Addr
-	var lines []string
-	paths := map[string]bool{}
+	type cand struct {
+		a    netip.Addr
+		line string
+	}
+	byRTT := map[time.Duration][]cand{}
 	for a, r := range pop.Hosts {
-		if len(out) == n {
-			break
-		}
 		p := pop.PathOf(a)
-		if paths[r.Path] || r.Hostile != "" || r.Peer != "" || r.SNI != "" ||
-			(r.RCode != "" && r.RCode != "NOERROR") || !r.HasDNS("udp") || !r.HasDNS("tcp") || r.DoT == 0 || r.DoH == 0 ||
+		if r.Hostile != "" || r.Peer != "" || r.SNI != "" || (r.RCode != "" && r.RCode != "NOERROR") ||
+			!r.HasDNS("udp") || !r.HasDNS("tcp") || r.DoT == 0 || r.DoH == 0 ||
 			p.Loss != 0 || p.Jitter != 0 || p.RTT >= clientFirstPTO {
 			continue
 		}
 		for _, port := range reportPorts {
 			if v := pop.ExpectVerify(a, port); v.Class == population.OutcomeDoQVerified {
-				out = append(out, a)
-				lines = append(lines, fmt.Sprintf("%s dot=%d doh=%d doq=%d/%s", a, r.DoT, r.DoH, port, v.ALPN))
-				paths[r.Path] = true
+				byRTT[p.RTT] = append(byRTT[p.RTT], cand{a, fmt.Sprintf("%s dot=%d doh=%d doq=%d/%s", a, r.DoT, r.DoH, port, v.ALPN)})
 				break
 			}
 		}
 	}
-	if len(out) < 3 {
-		t.Fatalf("population has %d DoX resolvers on distinct quiet paths, want at least 3", len(out))
+	var rtts []time.Duration
+	for d, cs := range byRTT {
+		if len(cs) >= twoVantagePerPath {
+			rtts = append(rtts, d)
+		}
+	}
+	slices.Sort(rtts)
+	if len(rtts) < twoVantagePaths {
+		t.Fatalf("population has %d quiet paths with %d DoX resolvers, want %d", len(rtts), twoVantagePerPath, twoVantagePaths)
+	}
+	var out []netip.Addr
+	var lines []string
+	for _, d := range rtts[:twoVantagePaths] {
+		cs := byRTT[d]
+		slices.SortFunc(cs, func(x, y cand) int { return x.a.Compare(y.a) })
+		for _, c := range cs[:twoVantagePerPath] {
+			out = append(out, c.a)
+			lines = append(lines, c.line)
+		}
 	}
 	return out, lines
 }
@@ -292,8 +303,8 @@ func checkVantageNotebook(t *testing.T, e *env) {
 			if r.resolvers != want || want == 0 {
 				t.Errorf("%s %s: the notebook shows %d resolvers, the database holds %d", vantageID(vp), proto, r.resolvers, want)
 			}
-			t.Logf("notebook: %s %-5s %d resolvers (%d common), resolve median %.2f ms, RTT median %.2f ms, Δ RTT %.2f ms, Δ resolve %.2f ms",
-				r.vantage, proto, r.resolvers, r.common, r.resolveMedian, r.rttMedian, r.rttDelta, r.resolveDelta)
+			t.Logf("notebook: %s %-5s %d resolvers (%d common), resolve median %.2f ms, RTT median %.2f ms (%d resolvers with an RTT from both), Δ RTT %.2f ms, Δ resolve %.2f ms",
+				r.vantage, proto, r.resolvers, r.common, r.resolveMedian, r.rttMedian, r.rttResolvers, r.rttDelta, r.resolveDelta)
 			med[vp] = r.rttMedian
 		}
 		if proto == "doudp" {
@@ -321,10 +332,10 @@ func checkShift(t *testing.T, what string, ms float64) {
 // vantageRow is a row of the notebook's figures/vantage_comparison.csv
 // (stats.vantage_comparison).
 type vantageRow struct {
-	vantage, protocol, reference string
-	resolvers, common            int
-	resolveMedian, rttMedian     float64
-	resolveDelta, rttDelta       float64
+	vantage, protocol, reference    string
+	resolvers, common, rttResolvers int
+	resolveMedian, rttMedian        float64
+	resolveDelta, rttDelta          float64
 }
 
 func readVantageCSV(t *testing.T, path string) []vantageRow {
@@ -342,7 +353,7 @@ func readVantageCSV(t *testing.T, path string) []vantageRow {
 	for i, h := range recs[0] {
 		col[h] = i
 	}
-	for _, h := range []string{"vantage_id", "protocol", "resolvers", "common_resolvers", "resolve_median_ms",
+	for _, h := range []string{"vantage_id", "protocol", "resolvers", "common_resolvers", "rtt_resolvers", "resolve_median_ms",
 		"rtt_median_ms", "reference", "resolve_delta_ms", "rtt_delta_ms"} {
 		if _, ok := col[h]; !ok {
 			t.Fatalf("%s: no column %s (header %v)", path, h, recs[0])
@@ -363,6 +374,7 @@ func readVantageCSV(t *testing.T, path string) []vantageRow {
 		out = append(out, vantageRow{
 			vantage: r[col["vantage_id"]], protocol: r[col["protocol"]], reference: r[col["reference"]],
 			resolvers: int(num(r[col["resolvers"]])), common: int(num(r[col["common_resolvers"]])),
+			rttResolvers:  int(num(r[col["rtt_resolvers"]])),
 			resolveMedian: num(r[col["resolve_median_ms"]]), rttMedian: num(r[col["rtt_median_ms"]]),
 			resolveDelta: num(r[col["resolve_delta_ms"]]), rttDelta: num(r[col["rtt_delta_ms"]]),
 		})
