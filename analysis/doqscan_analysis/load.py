@@ -735,3 +735,32 @@ def features(conn, weeks=None, vantages=None) -> pd.DataFrame:
                count(*) FILTER (WHERE NOT supported) AS unsupported,
                count(*) FILTER (WHERE supported IS NULL) AS unknown
           FROM per GROUP BY 1, 2 ORDER BY 1, 2""", _params(weeks, vantages))
+
+
+def per_resolver_medians(conn, weeks=None, vantages=None, phase: str = "measured", mode: str = "fresh",
+                         refresh: bool = True) -> pd.DataFrame:
+    """Per vantage point, protocol and resolver: the medians (percentile_cont) of its
+    successful queries' resolve and handshake times and of their RTTs (the median RTT of
+    the same campaign, address, transport and port, as in response_times), over every
+    campaign and key share selected, for one phase and connection mode. Every answering
+    resolver counts, with or without an RTT (rtt_ns NULL then): `resolvers` per vantage
+    point and protocol are the resolvers the database holds answers from.
+
+    Columns vantage_id, protocol, address (str), queries, resolve_ns, handshake_ns,
+    rtt_ns. One row per (vantage, protocol, resolver): small next to the measurements,
+    and what stats.vantage_comparison pairs across vantage points."""
+    p = _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS, require_rtt=False, dox_only=False,
+                phase=phase, mode=mode)
+    sql = "WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh, p) + """
+        SELECT vantage_id, protocol, host(address) AS address, count(*) AS queries,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY resolve_ns) AS resolve_ns,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY handshake_ns) AS handshake_ns,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY rtt_ns) AS rtt_ns
+          FROM paired
+         WHERE phase = %(phase)s AND mode = %(mode)s
+         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"""
+    df = _frame(conn, sql, p)
+    for col in ("resolve_ns", "handshake_ns", "rtt_ns"):
+        df[col] = df[col].astype(float)
+    df["queries"] = df["queries"].astype(int)
+    return df

@@ -302,3 +302,96 @@ def cause_bars(shares: pd.DataFrame, counts: pd.Series | None = None, title: str
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="cause")
     ax.invert_yaxis()
     return fig
+
+
+# One colour per vantage point (the protocols keep theirs in the difference panel).
+VANTAGE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
+VANTAGE_STYLES = ["-", "--", ":", "-."]
+
+
+def _grouped_bars(ax, table: pd.DataFrame, col: str, vps: list, title: str):
+    order = {p: i for i, p in enumerate(names.PROTOCOLS)}
+    d = table[table[col].notna()]
+    protos = sorted(d["protocol"].unique(), key=lambda p: order.get(p, 99))
+    if not protos:
+        _empty(ax, title)
+        ax.set_title(title)
+        return
+    width = 0.8 / max(len(vps), 1)
+    x = np.arange(len(protos))
+    top = float(d[col].max())
+    for i, vp in enumerate(vps):
+        vals = [d[(d["protocol"] == p) & (d["vantage_id"] == vp)][col] for p in protos]
+        vals = [float(v.iloc[0]) if len(v) else np.nan for v in vals]
+        pos = x - 0.4 + width * (i + 0.5)
+        ax.bar(pos, vals, width * 0.92, color=VANTAGE_COLORS[i % len(VANTAGE_COLORS)], label=vp)
+        for px, v in zip(pos, vals):
+            if not np.isnan(v):
+                ax.text(px, v + 0.01 * top, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, [names.PROTOCOL_LABELS.get(p, p) for p in protos])
+    # headroom above the bars for the value labels and the legend
+    ax.set_ylim(0, top * 1.35 if top > 0 else 1)
+    ax.set_ylabel("median over resolvers [ms]")
+    ax.set_title(title)
+    ax.grid(axis="x", visible=False)
+    ax.legend(title="vantage point", loc="upper center", ncol=min(len(vps), 4), frameon=True, framealpha=0.9)
+
+
+def vantage_figure(per: pd.DataFrame, table: pd.DataFrame, subset: str = "measured, fresh connections"):
+    """Vantage points compared on the same resolvers (stats.vantage_comparison):
+    median resolve time and median RTT per protocol, one bar per vantage point (left,
+    middle), and the ECDF of the per-resolver difference of resolve time to the reference
+    vantage point, one line per protocol and other vantage point (right)."""
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(17, 5), gridspec_kw={"width_ratios": [1, 1, 1.2]})
+    vps = sorted(table["vantage_id"].unique()) if len(table) else []
+    n = int(table["common_resolvers"].max()) if len(table) else 0
+    _grouped_bars(a, table, "resolve_median_ms", vps, "Resolve time")
+    _grouped_bars(b, table[table["protocol"] != "doudp"], "rtt_median_ms", vps,
+                  "RTT (same transport and port)")
+    ref = table["reference"].iloc[0] if len(table) else None
+    drawn = 0
+    if ref is not None and len(vps) > 1:
+        common = stats.common_resolvers(per)
+        order = {p: i for i, p in enumerate(names.PROTOCOLS)}
+        base = per[per["vantage_id"] == ref].set_index(["protocol", "address"])["resolve_ns"]
+        others = [v for v in vps if v != ref]
+        for j, vp in enumerate(others):
+            d = per[per["vantage_id"] == vp]
+            for proto in sorted(d["protocol"].unique(), key=lambda p: order.get(p, 99)):
+                g = d[(d["protocol"] == proto) & d["address"].isin(common[proto])]
+                delta = (g.set_index(["protocol", "address"])["resolve_ns"] - base).dropna() / stats.NS_PER_MS
+                if delta.empty:
+                    continue
+                x, y = stats.ecdf(delta.to_numpy())
+                label = names.PROTOCOL_LABELS.get(proto, proto) + (f", {vp}" if len(others) > 1 else "")
+                c.step(x, y, where="post", color=names.PROTOCOL_COLORS.get(proto, "black"),
+                       linestyle=VANTAGE_STYLES[j % len(VANTAGE_STYLES)], linewidth=1.6,
+                       label=f"{label} (n={len(delta):,})")
+                drawn += 1
+        c.axvline(0, color="#444444", linewidth=0.8)
+    if drawn:
+        c.set_ylim(0, 1.01)
+        c.legend(loc="best", frameon=True, framealpha=0.9)
+    else:
+        _empty(c, "a second vantage point")
+    other = ", ".join(v for v in vps if v != ref) or "other"
+    c.set_xlabel(f"resolve time {other} minus {ref} [ms] (same resolver)")
+    c.set_ylabel("CDF (share of resolvers)")
+    c.set_title(f"Per-resolver difference to {ref}")
+    fig.suptitle(f"Vantage points compared on the same {n:,} resolvers ({subset})")
+    fig.tight_layout()
+    return fig
+
+
+def save_table(df: pd.DataFrame, outdir: str | None, name: str) -> str | None:
+    """Write df as CSV beside the figures (outdir/figures/name.csv): the numbers a
+    figure draws, machine-readable. Nothing when outdir is None."""
+    if not outdir:
+        return None
+    d = os.path.join(outdir, "figures")
+    os.makedirs(d, exist_ok=True)
+    p = os.path.join(d, f"{name}.csv")
+    tmp = p + ".tmp"
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, p)
+    return p

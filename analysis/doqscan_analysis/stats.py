@@ -162,3 +162,61 @@ def round_trip_shares_from(rt: pd.DataFrame, by=("vantage_id", "protocol", "phas
     p.columns = [int(c.rsplit("_", 1)[1]) for c in cols]
     p = p[p.sum(axis=1) > 0]
     return p.div(p.sum(axis=1), axis=0)
+
+
+VANTAGE_METRICS = ("resolve_ns", "handshake_ns", "rtt_ns")
+
+
+def common_resolvers(per: pd.DataFrame) -> dict[str, set]:
+    """Per protocol, the resolvers (addresses) of load.per_resolver_medians answered from
+    every vantage point in the frame."""
+    vps = set(per["vantage_id"])
+    out = {}
+    for proto, g in per.groupby("protocol", sort=False):
+        seen = g.groupby("address")["vantage_id"].nunique()
+        out[proto] = set(seen[seen == len(vps)].index)
+    return out
+
+
+def vantage_comparison(per: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
+    """Vantage points side by side, per protocol, from load.per_resolver_medians.
+
+    resolvers: resolvers that answered from this vantage point; common_resolvers: those
+    that answered from every vantage point. Each metric is compared on the same
+    resolvers from each place: those of the common ones that have a value for it from
+    every vantage point (rtt_resolvers of them for the RTT: an RTT probe may go
+    unanswered from one place and not from another). Over them: the median over
+    resolvers of their median resolve time, handshake time and RTT (ms), and the median
+    over resolvers of the per-resolver difference to the `reference` vantage point
+    (default: the first one by id): what being elsewhere adds to a query to the same
+    resolver. Protocols in the study's order."""
+    cols = ["vantage_id", "protocol", "resolvers", "common_resolvers", "rtt_resolvers",
+            "resolve_median_ms", "handshake_median_ms", "rtt_median_ms",
+            "reference", "resolve_delta_ms", "rtt_delta_ms"]
+    if per.empty:
+        return pd.DataFrame(columns=cols)
+    vps = sorted(per["vantage_id"].unique())
+    ref = reference if reference in vps else vps[0]
+    common = common_resolvers(per)
+    rows = []
+    order = {p: i for i, p in enumerate(names.PROTOCOLS)}
+    for proto in sorted(per["protocol"].unique(), key=lambda p: order.get(p, 99)):
+        g = per[per["protocol"] == proto]
+        c = g[g["address"].isin(common[proto])]
+        # per metric: resolvers as rows, vantage points as columns, only complete rows
+        wide = {m: c.pivot(index="address", columns="vantage_id", values=m).reindex(columns=vps).dropna()
+                for m in VANTAGE_METRICS}
+        for vp in vps:
+            row = {"vantage_id": vp, "protocol": proto,
+                   "resolvers": int(g[g["vantage_id"] == vp]["address"].nunique()),
+                   "common_resolvers": len(common[proto]), "rtt_resolvers": len(wide["rtt_ns"]),
+                   "reference": ref}
+            for m in VANTAGE_METRICS:
+                w = wide[m]
+                row[m.replace("_ns", "_median_ms")] = float(w[vp].median()) / NS_PER_MS if len(w) else np.nan
+            for m in ("resolve_ns", "rtt_ns"):
+                w = wide[m]
+                row[m.replace("_ns", "_delta_ms")] = (float((w[vp] - w[ref]).median()) / NS_PER_MS
+                                                      if len(w) else np.nan)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=cols)

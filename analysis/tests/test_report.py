@@ -68,3 +68,20 @@ def test_numbers_in_notebooks(executed, spec):
         for k in (1, 2, 3, 4):
             share = truth["doq_round_trips"].get((v, k), 0) / n
             assert f"{share:.1%}" in rt, (v, k, share)
+
+
+def test_vantage_comparison_written(executed, spec):
+    """response_times.ipynb compares the vantage points and writes the numbers beside
+    its figure: one row per vantage point and protocol, DoQ answered by every target."""
+    import pandas as pd
+
+    truth = synth.expected(spec)
+    figs = set(executed["figures"])
+    assert {"vantage_comparison.png", "vantage_comparison.svg", "vantage_comparison.csv"} <= figs
+    t = pd.read_csv(os.path.join(executed["folder"], "figures", "vantage_comparison.csv"))
+    assert sorted(t["vantage_id"].unique()) == sorted(spec.vantages)
+    doq = t[t["protocol"] == "doq"].set_index("vantage_id")
+    for v in spec.vantages:
+        assert doq.loc[v, "resolvers"] == truth["targets"]
+        assert doq.loc[v, "common_resolvers"] == truth["targets"]
+    assert (t["reference"] == sorted(spec.vantages)[0]).all()

@@ -98,7 +98,8 @@ func TestReportFromPipeline(t *testing.T) {
 	if o, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("report: %v\n%s", err, tail(string(o), 40))
 	}
-	folder := checkSummary(t, out)
+	folder := checkSummary(t, out, []string{"adoption", "response_times"}, []string{"fig1_doq_quic_versions_per_week",
+		"port_shares", "fig2_world_map", "fig3a_resolve_rtt_" + reportVantage, "fig3b_handshake_ratio_" + reportVantage})
 
 	// The numbers behind the figures, from the package's load functions.
 	cmd = exec.Command(python, filepath.Join("internal", "ops", "e2e", "testdata", "report_numbers.py"))
@@ -475,9 +476,9 @@ func checkRatios(t *testing.T, got reportNumbers, w reportTruth) {
 	}
 }
 
-// checkSummary checks the report's summary.json: both notebooks ran without error and
-// the main figures were written (PNG, non-empty). It returns the report folder.
-func checkSummary(t *testing.T, out string) string {
+// checkSummary checks the report's summary.json: the notebooks ran without error and
+// the figures were written (PNG and SVG, non-empty). It returns the report folder.
+func checkSummary(t *testing.T, out string, notebooks, figures []string) string {
 	t.Helper()
 	found, _ := filepath.Glob(filepath.Join(out, "*", "summary.json"))
 	if len(found) != 1 {
@@ -499,7 +500,7 @@ func checkSummary(t *testing.T, out string) string {
 		t.Fatalf("summary.json: %v", err)
 	}
 	folder := filepath.Dir(found[0])
-	for _, nb := range []string{"adoption", "response_times"} {
+	for _, nb := range notebooks {
 		r, ok := s.Notebooks[nb]
 		switch {
 		case !ok:
@@ -516,8 +517,7 @@ func checkSummary(t *testing.T, out string) string {
 	if !s.OK {
 		t.Error("summary.json: ok is false")
 	}
-	for _, f := range []string{"fig1_doq_quic_versions_per_week", "port_shares", "fig2_world_map",
-		"fig3a_resolve_rtt_" + reportVantage, "fig3b_handshake_ratio_" + reportVantage} {
+	for _, f := range figures {
 		for _, ext := range []string{".png", ".svg"} {
 			st, err := os.Stat(filepath.Join(folder, "figures", f+ext))
 			if err != nil || st.Size() == 0 {
