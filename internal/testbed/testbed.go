@@ -42,8 +42,12 @@ type Options struct {
 	Seed    uint64 // delay-line RNG seed (loss, jitter); default 1
 	// Lead: see delayline.Config.Lead. 0 means DefaultLead; negative means none.
 	Lead time.Duration
-	Home string // project home; default pgcluster.ProjectHome()
-	Log  *slog.Logger
+	// Queues and Quantum: see delayline.ServeConfig.Queues and delayline.Config.Quantum
+	// (0: the delay line's defaults).
+	Queues  int
+	Quantum time.Duration
+	Home    string // project home; default pgcluster.ProjectHome()
+	Log     *slog.Logger
 	// ReadyTimeout bounds each process's start; default 60 s.
 	ReadyTimeout time.Duration
 }
@@ -275,6 +279,12 @@ func (tb *Testbed) ensureDelayLine(ctx context.Context) error {
 			"--seed", strconv.FormatUint(tb.Opts.Seed, 10),
 			"--lead", tb.Opts.Lead.String()},
 		Env: []string{EnvChild + "=" + delaylineName},
+	}
+	if tb.Opts.Queues > 0 {
+		svc.Argv = append(svc.Argv, "--queues", strconv.Itoa(tb.Opts.Queues))
+	}
+	if tb.Opts.Quantum != 0 {
+		svc.Argv = append(svc.Argv, "--quantum", tb.Opts.Quantum.String())
 	}
 	pid, err := start(ctx, tb.State, svc, tb.Opts.ReadyTimeout)
 	if err != nil {

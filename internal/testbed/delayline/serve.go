@@ -28,8 +28,10 @@ type ServeConfig struct {
 	StatsFile string // JSON Stats, rewritten every second and at exit ("" = none)
 	Seed      uint64
 	Lead      time.Duration
-	RealTime  bool // see Config.RealTime
-	Shards    int  // see Config.Shards
+	Quantum   time.Duration // see Config.Quantum
+	RealTime  bool          // see Config.RealTime
+	// Queues is the number of TUN queues, one worker thread each (0: DefaultQueues).
+	Queues int
 	// HoldCPULatency asks the kernel for zero CPU wake-up latency (PM QoS,
 	// /dev/cpu_dma_latency) while the line runs: see holdCPULatency.
 	HoldCPULatency bool
@@ -63,7 +65,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	// The reader and release goroutines are locked to their threads; each time one
+	// The worker goroutines are locked to their threads; each time one
 	// returns from a blocking syscall it needs a free P to run Go code. With GOMAXPROCS
 	// at the CPU count (2 here) both Ps may be busy, and the thread then waits for the
 	// scheduler (up to a 10 ms time slice): measured mean lateness 11 ms at 5k packets/s.
@@ -85,17 +87,26 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 			defer f.Close()
 		}
 	}
-	dev, err := OpenTUN(cfg.TUN)
+	if cfg.Queues <= 0 {
+		cfg.Queues = DefaultQueues
+	}
+	dev, err := OpenTUN(cfg.TUN, cfg.Queues)
+	if err != nil && cfg.Queues > 1 {
+		// A device created without multi_queue (an instance set up by an older testnet).
+		log.Warn("delay line: multi-queue attach failed; running one queue (recreate the instance for more)", "err", err)
+		cfg.Queues = 1
+		dev, err = OpenTUN(cfg.TUN, 1)
+	}
 	if err != nil {
 		return err
 	}
-	l, err := New(dev, Config{Paths: tbl, Vantage: tbl.Vantage, Seed: cfg.Seed, Lead: cfg.Lead, RealTime: cfg.RealTime, Shards: cfg.Shards, Log: log})
+	l, err := New(dev, Config{Paths: tbl, Vantage: tbl.Vantage, Seed: cfg.Seed, Lead: cfg.Lead, Quantum: cfg.Quantum, RealTime: cfg.RealTime, Log: log})
 	if err != nil {
 		dev.Close()
 		return err
 	}
 	log.Info("delay line running", "tun", cfg.TUN, "table", cfg.TableFile, "entries", tbl.Len(),
-		"default_rtt", tbl.Default.RTT(), "seed", cfg.Seed, "realtime", cfg.RealTime, "shards", cfg.Shards, "pid", os.Getpid())
+		"default_rtt", tbl.Default.RTT(), "seed", cfg.Seed, "realtime", cfg.RealTime, "queues", cfg.Queues, "lead", cfg.Lead, "quantum", l.cfg.Quantum, "pid", os.Getpid())
 	if cfg.Ready != nil {
 		if err := cfg.Ready(); err != nil {
 			dev.Close()
