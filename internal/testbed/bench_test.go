@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
+	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
 
 // BenchmarkDelayLine prints configured vs measured RTT (ping, TCP connect) for 5..300 ms
@@ -127,6 +128,7 @@ func BenchmarkDelayLine(b *testing.B) {
 			before := sink.n.Load()
 			st0 := readStats(tb)
 			cpu0 := lineCPU(tb)
+			k0 := kernelDrops(tb)
 			fctx, cancel := context.WithTimeout(ctx, time.Duration(floodSecs)*time.Second)
 			t0 := time.Now()
 			sent, err := flood(fctx, tb, "198.19.12.9:9999", r, 100)
@@ -142,9 +144,10 @@ func BenchmarkDelayLine(b *testing.B) {
 			got := sink.n.Load() - before
 			st1 := readStats(tb)
 			cpuPer := float64(lineCPU(tb)-cpu0) / float64(max(st1.Received-st0.Received, 1)) / 1e3
-			fmt.Printf("%-12d %12.0f %12.0f %12.0f %7.2f%% dropped %d, lateness mean %.1f µs, max (whole run) %.1f µs, >100µs %d, max held %d, %.2f wake-ups/packet, line CPU %.1f µs/packet\n",
+			k1 := kernelDrops(tb)
+			fmt.Printf("%-12d %12.0f %12.0f %12.0f %7.2f%% dropped %d, lateness mean %.1f µs, max (whole run) %.1f µs, >100µs %d, max held %d, %.2f wake-ups/packet, line CPU %.1f µs/packet; kernel drops: sink socket %d, backlog %d\n",
 				r, float64(sent)/el.Seconds(), float64(st1.Forwarded-st0.Forwarded)/el.Seconds(), float64(got)/el.Seconds(), 100*(1-float64(got)/float64(max(sent, 1))),
-				st1.Dropped-st0.Dropped, meanLate(st0, st1), float64(st1.LateMaxNS)/1e3, st1.LateOver-st0.LateOver, st1.MaxHeld, wakeups(st0, st1), cpuPer)
+				st1.Dropped-st0.Dropped, meanLate(st0, st1), float64(st1.LateMaxNS)/1e3, st1.LateOver-st0.LateOver, st1.MaxHeld, wakeups(st0, st1), cpuPer, k1.rcvbuf-k0.rcvbuf, k1.backlog-k0.backlog)
 		}
 	}
 }
@@ -185,6 +188,47 @@ func lineCPU(tb *Testbed) int64 {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return (ut + st) * int64(time.Second) / clockTicks
+}
+
+// drops are kernel counters of packets lost outside the delay line: UDP receive-buffer
+// overflows in the internet namespace (the sink did not read in time) and the per-CPU
+// input backlog (net.core.netdev_max_backlog; machine-wide, all namespaces).
+type drops struct{ rcvbuf, backlog uint64 }
+
+func kernelDrops(tb *Testbed) drops {
+	var d drops
+	_ = netns.Do(tb.Inet(), func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/snmp")
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] != "Udp:" {
+				continue
+			}
+			if names == nil {
+				names = f
+				continue
+			}
+			for i := 1; i < len(f) && i < len(names); i++ {
+				if names[i] == "RcvbufErrors" {
+					d.rcvbuf, _ = strconv.ParseUint(f[i], 10, 64)
+				}
+			}
+		}
+		return nil
+	})
+	if b, err := os.ReadFile("/proc/net/softnet_stat"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 1 {
+				v, _ := strconv.ParseUint(f[1], 16, 64)
+				d.backlog += v
+			}
+		}
+	}
+	return d
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).

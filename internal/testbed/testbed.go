@@ -95,11 +95,15 @@ func (o *Options) fill() error {
 }
 
 // DefaultLead is how early the delay line releases packets by default: it cancels the
-// release thread's wake-up latency plus part of the fixed forwarding cost of the path
-// (veths and tun0 twice each way). Measured under load average ~30: with lead 0, ping
-// over a "0 ms" path took 0.23..0.43 ms and 5..300 ms paths +0.45..0.57 ms; with 100 µs,
-// +0.23..0.47 ms (bench/delayline.sh).
-const DefaultLead = 100 * time.Microsecond
+// worker's two wake-up latencies (the packet's arrival wakes it, then its deadline) and
+// part of the fixed forwarding cost of the path (veths and tun0 twice each way; the 0 ms
+// row of bench/delayline.sh, 0.10-0.14 ms per round trip). Calibrated with the
+// event-loop line on the 2-vCPU machines under load average 4-6 (bench/delayline.sh,
+// idle rows, TCP connect median error): lead 100 µs +0.13..+0.22 ms, 150 µs
+// +0.09..+0.14 ms (ping min then 0.03-0.09 ms below the configured RTT: more lead would
+// release the fastest packets early). Recalibrate on other machines with
+// DOQSCAN_BENCH_LEAD.
+const DefaultLead = 150 * time.Microsecond
 
 // NoPopulation as Options.Population runs without a population file.
 const NoPopulation = "-"
