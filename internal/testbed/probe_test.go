@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"golang.org/x/net/ipv4"
@@ -130,50 +131,88 @@ func monoNow() time.Duration {
 
 func median(d []time.Duration) time.Duration { return d[len(d)/2] }
 
-// udpSink counts datagrams arriving at 0.0.0.0:port in the internet namespace. It reads
-// in recvmmsg batches paced by a 1 ms ticker (one wake-up per tick, not per packet), so
-// counting 100,000 packets/s costs the machine little next to the line it measures; the
-// 8 MiB receive buffer holds far more than one tick of a flood. Every count is a datagram
-// the internet side's UDP socket received.
+// udpSink counts datagrams arriving at 0.0.0.0:port in the internet namespace. Like the
+// flood it runs on a thread of its own at SCHED_FIFO (rtFloodPrio) and wakes once per
+// millisecond (clock_nanosleep), draining the socket with non-blocking recvmmsg batches:
+// one wake-up per tick, not per packet, and a loaded machine cannot starve it. The
+// socket's receive buffer is forced to 16 MiB (SO_RCVBUFFORCE; net.core.rmem_max caps
+// SO_RCVBUF at ~200 KiB, a few ms of a flood). Every count is a datagram the internet
+// side's UDP socket received.
 type udpSink struct {
-	conn *net.UDPConn
 	n    atomic.Uint64
+	stop atomic.Bool
 }
 
 // sinkBatch is how many datagrams one recvmmsg may return.
 const sinkBatch = 256
 
+// mmsghdr is struct mmsghdr of recvmmsg(2) (amd64 and arm64 layout).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
 func newUDPSink(t testing.TB, tb *Testbed, port int) *udpSink {
 	t.Helper()
 	s := &udpSink{}
-	err := netns.Do(tb.Inet(), func() (err error) {
-		s.conn, err = net.ListenUDP("udp4", &net.UDPAddr{Port: port})
-		return err
-	})
-	if err != nil {
+	ready, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = netns.Do(tb.Inet(), func() error {
+			runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			if err == nil {
+				if err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20); err != nil {
+					err = fmt.Errorf("sink SO_RCVBUFFORCE: %w", err)
+				} else {
+					err = unix.Bind(fd, &unix.SockaddrInet4{Port: port})
+				}
+				if err != nil {
+					unix.Close(fd)
+				}
+			}
+			ready <- err
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			_ = unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: rtFloodPrio}, 0)
+			_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+			bufs := make([]byte, sinkBatch*2048)
+			iovs := make([]unix.Iovec, sinkBatch)
+			msgs := make([]mmsghdr, sinkBatch)
+			for i := range msgs {
+				iovs[i].Base = &bufs[i*2048]
+				iovs[i].SetLen(2048)
+				msgs[i].hdr.Iov = &iovs[i]
+				msgs[i].hdr.SetIovlen(1)
+			}
+			next := monoNow()
+			for !s.stop.Load() {
+				n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), sinkBatch, unix.MSG_DONTWAIT, 0, 0)
+				if e == 0 {
+					s.n.Add(uint64(n))
+					if n == sinkBatch {
+						continue
+					}
+				} else if e != unix.EAGAIN && e != unix.EINTR {
+					return e
+				}
+				next += time.Millisecond
+				if now := monoNow(); next < now {
+					next = now
+				}
+				ts := unix.NsecToTimespec(int64(next))
+				_ = unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil)
+			}
+			return nil
+		})
+	}()
+	if err := <-ready; err != nil {
 		t.Fatal(err)
 	}
-	_ = s.conn.SetReadBuffer(8 << 20)
-	t.Cleanup(func() { s.conn.Close() })
-	go func() {
-		pc := ipv4.NewPacketConn(s.conn)
-		msgs := make([]ipv4.Message, sinkBatch)
-		for i := range msgs {
-			msgs[i].Buffers = [][]byte{make([]byte, 2048)}
-		}
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			n, err := pc.ReadBatch(msgs, 0)
-			if err != nil {
-				return
-			}
-			s.n.Add(uint64(n))
-			if n < len(msgs) {
-				<-tick.C // let the next tick's packets gather
-			}
-		}
-	}()
+	t.Cleanup(func() { s.stop.Store(true); <-done })
 	return s
 }
 
