@@ -3,6 +3,7 @@ package delayline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,8 +11,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // minProcs is the GOMAXPROCS the delay-line process runs with at least (see Serve).
@@ -80,6 +84,11 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	// leak (stats encoding, reloads) ever adds up.
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(gcMemoryLimit)
+	if cfg.RealTime {
+		if err := realtimeProcess(); err != nil {
+			log.Warn("delay line: runtime threads not made SCHED_FIFO; the workers may stall under load", "err", err)
+		}
+	}
 	if cfg.HoldCPULatency {
 		if f, err := holdCPULatency(); err != nil {
 			log.Warn("delay line: CPU wake-up latency not held at 0; idle wake-ups may be late by up to ~1 ms", "err", err)
@@ -181,4 +190,32 @@ func holdCPULatency() (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// runtimePriority is the SCHED_FIFO priority of the process's other threads (below the
+// workers' rtPriority).
+const runtimePriority = 1
+
+// realtimeProcess puts every thread of the process under SCHED_FIFO at runtimePriority;
+// threads created later inherit it from their creator. Why: Go preempts a goroutine that
+// has run for 10 ms (sysmon), and a worker looks like one (it sleeps in raw ppoll). A
+// preempted locked goroutine only resumes after another runtime thread has picked it off
+// the run queue and handed it back; if that thread is an ordinary one on a loaded
+// machine it may wait milliseconds for a CPU, and the worker with it.
+func realtimeProcess() error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: runtimePriority}, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
+		}
+	}
+	return errors.Join(errs...)
 }
