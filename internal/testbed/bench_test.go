@@ -80,6 +80,7 @@ func BenchmarkDelayLine(b *testing.B) {
 		}
 		for _, loaded := range phases {
 			phase0 := readStats(tb)
+			m0 := readMachine()
 			var stop context.CancelFunc = func() {}
 			floodDone := make(chan struct{})
 			if loaded {
@@ -118,8 +119,8 @@ func BenchmarkDelayLine(b *testing.B) {
 			<-floodDone
 			waitStatsTick(tb, phase0)
 			phase1 := readStats(tb)
-			fmt.Printf("%-17s delay line in this phase: %d releases, lateness mean %.1f µs, %d over 100 µs, dropped %d, %.2f wake-ups/packet\n", "",
-				phase1.Releases-phase0.Releases, meanLate(phase0, phase1), phase1.LateOver-phase0.LateOver, phase1.Dropped-phase0.Dropped, wakeups(phase0, phase1))
+			fmt.Printf("%-17s delay line in this phase: %d releases, lateness mean %.1f µs, max (whole run) %.1f µs, %d over 100 µs, dropped %d, %.2f wake-ups/packet; machine: %s\n", "",
+				phase1.Releases-phase0.Releases, meanLate(phase0, phase1), float64(phase1.LateMaxNS)/1e3, phase1.LateOver-phase0.LateOver, phase1.Dropped-phase0.Dropped, wakeups(phase0, phase1), m0.since())
 		}
 		// Throughput: flood the 20 ms path at increasing rates for 3 s each; count what
 		// the internet side receives.
@@ -129,6 +130,7 @@ func BenchmarkDelayLine(b *testing.B) {
 			st0 := readStats(tb)
 			cpu0 := lineCPU(tb)
 			k0 := kernelDrops(tb)
+			m0 := readMachine()
 			fctx, cancel := context.WithTimeout(ctx, time.Duration(floodSecs)*time.Second)
 			t0 := time.Now()
 			sent, err := flood(fctx, tb, "198.19.12.9:9999", r, 100)
@@ -145,9 +147,9 @@ func BenchmarkDelayLine(b *testing.B) {
 			st1 := readStats(tb)
 			cpuPer := float64(lineCPU(tb)-cpu0) / float64(max(st1.Received-st0.Received, 1)) / 1e3
 			k1 := kernelDrops(tb)
-			fmt.Printf("%-12d %12.0f %12.0f %12.0f %7.2f%% dropped %d, lateness mean %.1f µs, max (whole run) %.1f µs, >100µs %d, max held %d, %.2f wake-ups/packet, line CPU %.1f µs/packet; kernel drops: sink socket %d, backlog %d\n",
+			fmt.Printf("%-12d %12.0f %12.0f %12.0f %7.2f%% dropped %d, lateness mean %.1f µs, max (whole run) %.1f µs, >100µs %d, max held %d, %.2f wake-ups/packet, line CPU %.1f µs/packet; kernel drops: sink socket %d, backlog %d; machine: %s\n",
 				r, float64(sent)/el.Seconds(), float64(st1.Forwarded-st0.Forwarded)/el.Seconds(), float64(got)/el.Seconds(), 100*(1-float64(got)/float64(max(sent, 1))),
-				st1.Dropped-st0.Dropped, meanLate(st0, st1), float64(st1.LateMaxNS)/1e3, st1.LateOver-st0.LateOver, st1.MaxHeld, wakeups(st0, st1), cpuPer, k1.rcvbuf-k0.rcvbuf, k1.backlog-k0.backlog)
+				st1.Dropped-st0.Dropped, meanLate(st0, st1), float64(st1.LateMaxNS)/1e3, st1.LateOver-st0.LateOver, st1.MaxHeld, wakeups(st0, st1), cpuPer, k1.rcvbuf-k0.rcvbuf, k1.backlog-k0.backlog, m0.since())
 		}
 	}
 }
@@ -229,6 +231,40 @@ func kernelDrops(tb *Testbed) drops {
 		}
 	}
 	return d
+}
+
+// machine is the "cpu" line of /proc/stat: where the machine's time went.
+type machine struct{ busy, idle, steal uint64 }
+
+func readMachine() machine {
+	var m machine
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return m
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	for i := 1; i < len(f) && i <= 8; i++ {
+		v, _ := strconv.ParseUint(f[i], 10, 64)
+		switch i {
+		case 4, 5: // idle, iowait
+			m.idle += v
+		case 8:
+			m.steal += v
+		default:
+			m.busy += v
+		}
+	}
+	return m
+}
+
+// since describes the machine's time since m: busy (everyone, this benchmark included),
+// idle, and stolen by the hypervisor (a vCPU not running at all: nothing on it keeps time).
+func (m machine) since() string {
+	n := readMachine()
+	busy, idle, steal := n.busy-m.busy, n.idle-m.idle, n.steal-m.steal
+	tot := float64(max(busy+idle+steal, 1))
+	return fmt.Sprintf("busy %.0f%%, idle %.0f%%, steal %.1f%%", 100*float64(busy)/tot, 100*float64(idle)/tot, 100*float64(steal)/tot)
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
