@@ -387,6 +387,7 @@ type Status struct {
 // ProcStatus is one process of the instance.
 type ProcStatus struct {
 	Name      string `json:"name"`
+	Binary    string `json:"binary,omitempty"` // peers: the program (coredns, hickory-dns, python3, ngtcp2 server...)
 	Namespace string `json:"namespace"`
 	Pid       int    `json:"pid"`
 	Alive     bool   `json:"alive"`
@@ -427,6 +428,16 @@ func GetStatus(ctx context.Context, o Options) (*Status, error) {
 		}
 		st.Processes = append(st.Processes, ProcStatus{Name: p.name, Namespace: p.ns, Pid: pid, Alive: alive})
 		st.Healthy = st.Healthy && alive
+	}
+	// Third-party peers (CoreDNS, hickory, aioquic, ngtcp2) from their pid files.
+	peersRun, err := peers.ListRunning(filepath.Join(state, "peers"))
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range peersRun {
+		st.Processes = append(st.Processes, ProcStatus{Name: "peer " + p.Name, Binary: p.Binary,
+			Namespace: o.Name + "-peers", Pid: p.Pid, Alive: p.Alive})
+		st.Healthy = st.Healthy && p.Alive
 	}
 	if b, err := os.ReadFile(filepath.Join(state, "delayline.stats.json")); err == nil {
 		var ds delayline.Stats
