@@ -336,3 +336,23 @@ func TestQueuesWorkIndependently(t *testing.T) {
 		t.Errorf("stats %+v, want %d received and forwarded on %d queues", st, n, len(dev.qs))
 	}
 }
+
+// Over MaxInFlight held packets, further packets are read and dropped (counted as
+// overflow), never queued.
+func TestMaxInFlightOverflow(t *testing.T) {
+	const limit, sent = 10, 30
+	d, l, stop := runLine(t, Config{Paths: NewTable(Profile{OneWay: time.Hour}), MaxInFlight: limit})
+	for i := 0; i < sent; i++ {
+		d.in <- pkt("198.18.0.2", "198.19.0.1", uint32(i))
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for l.Stats().Received < sent {
+		<-tick.C
+	}
+	stop()
+	st := l.Stats()
+	if st.InFlight != limit || st.MaxHeld != limit || st.Overflow != sent-limit || st.Dropped != sent-limit || st.Forwarded != 0 {
+		t.Errorf("stats %+v, want %d held and %d overflowed", st, limit, sent-limit)
+	}
+}
