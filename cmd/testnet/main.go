@@ -124,10 +124,14 @@ func printStatus(st *testbed.Status, asJSON bool) {
 		fmt.Printf("  namespace %-24s %s\n", ns, map[bool]string{true: "present", false: "MISSING"}[ok])
 	}
 	for _, p := range st.Processes {
-		fmt.Printf("  %-10s pid %-7d in %-20s %s\n", p.Name, p.Pid, p.Namespace, map[bool]string{true: "running", false: "NOT RUNNING"}[p.Alive])
+		name := p.Name
+		if p.Binary != "" {
+			name += " (" + p.Binary + ")"
+		}
+		fmt.Printf("  %-10s pid %-7d in %-20s %s\n", name, p.Pid, p.Namespace, map[bool]string{true: "running", false: "NOT RUNNING"}[p.Alive])
 	}
 	if d := st.DelayLine; d != nil {
-		fmt.Printf("  delay line: received %d forwarded %d lost %d dropped %d in-flight %d; late mean %.1f µs max %.1f µs, >100 µs %d\n",
-			d.Received, d.Forwarded, d.Lost, d.Dropped, d.InFlight, float64(d.LateMeanNS)/1e3, float64(d.LateMaxNS)/1e3, d.LateOver)
+		fmt.Printf("  delay line: received %d forwarded %d lost %d dropped %d in-flight %d; late mean %.1f µs max %.1f µs, >100 µs %d; %d queue(s), %d wake-ups\n",
+			d.Received, d.Forwarded, d.Lost, d.Dropped, d.InFlight, float64(d.LateMeanNS)/1e3, float64(d.LateMaxNS)/1e3, d.LateOver, d.Queues, d.Wakeups)
 	}
 }

@@ -39,7 +39,8 @@ func DelayLineMain(args []string) int {
 	lead := fs.Duration("lead", 0, "release packets this much before their deadline (wake-up latency compensation)")
 	rt := fs.Bool("realtime", true, "run the reader and release threads SCHED_FIFO (root)")
 	qos := fs.Bool("hold-cpu-latency", true, "hold /dev/cpu_dma_latency at 0 while running (idle CPUs poll instead of halting; see docs/testbed.md)")
-	shards := fs.Int("shards", delayline.DefaultShards, "release threads (flows are hashed onto them)")
+	queues := fs.Int("queues", delayline.DefaultQueues, "TUN queues, one worker thread each (the kernel hashes flows onto them)")
+	quantum := fs.Duration("quantum", delayline.DefaultQuantum, "a wake-up also releases packets due within this much after the first (fewer wake-ups under load; see docs/testbed.md); negative: none")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -51,7 +52,7 @@ func DelayLineMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := delayline.Serve(ctx, delayline.ServeConfig{
-		TUN: *tun, TableFile: *table, StatsFile: *stats, Seed: *seed, Lead: *lead, RealTime: *rt, Shards: *shards, HoldCPULatency: *qos,
+		TUN: *tun, TableFile: *table, StatsFile: *stats, Seed: *seed, Lead: *lead, RealTime: *rt, Queues: *queues, Quantum: *quantum, HoldCPULatency: *qos,
 		Ready: SignalReady, Log: log,
 	})
 	if err != nil {

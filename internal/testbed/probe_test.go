@@ -6,13 +6,17 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/doqscan/doqscan/internal/testbed/netns"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
 )
 
 // Measurement helpers shared by the tests and the benchmark.
@@ -61,105 +65,214 @@ func tcpServer(t testing.TB, tb *Testbed, port int) {
 	}()
 }
 
-// tcpConnect measures n TCP handshakes (connect() = one round trip) from vantage 0.
+// tcpConnect measures n TCP handshakes (connect() = one round trip) from vantage 0:
+// a blocking connect(2) timed with CLOCK_MONOTONIC around the syscall, on a thread of
+// its own at SCHED_FIFO (rtProbePrio) so that the machine's load (the Go scheduler, a
+// waiting runnable thread) does not add to the figure; the delay line's threads run
+// below it but still preempt everything ordinary.
 func tcpConnect(tb *Testbed, dst string, port, n int) ([]time.Duration, error) {
+	a, err := netip.ParseAddr(dst)
+	if err != nil {
+		return nil, err
+	}
+	sa := &unix.SockaddrInet4{Port: port, Addr: a.As4()}
 	var out []time.Duration
-	for i := 0; i < n; i++ {
-		var d time.Duration
-		err := netns.Do(tb.Vantage(0), func() error {
-			t0 := time.Now()
-			c, err := net.DialTimeout("tcp4", net.JoinHostPort(dst, strconv.Itoa(port)), 5*time.Second)
-			d = time.Since(t0)
+	err = rtGo(tb.Vantage(0), rtProbePrio, func() error {
+		for i := 0; i < n; i++ {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
-			return c.Close()
-		})
-		if err != nil {
-			return out, err
+			// SO_SNDTIMEO bounds a blocking connect (as DialTimeout's 5 s did).
+			_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{Sec: 5})
+			t0 := monoNow()
+			err = unix.Connect(fd, sa)
+			d := monoNow() - t0
+			unix.Close(fd)
+			if err != nil {
+				return fmt.Errorf("connect %s:%d: %w", dst, port, err)
+			}
+			out = append(out, d)
 		}
-		out = append(out, d)
-	}
+		return nil
+	})
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out, nil
+	return out, err
+}
+
+// SCHED_FIFO priorities of the benchmark's own threads: the flood sender below the
+// delay line (delayline.rtPriority 10), the TCP prober above it.
+const (
+	rtFloodPrio = 5
+	rtProbePrio = 20
+)
+
+// rtGo runs fn on a fresh OS thread inside network namespace ns at SCHED_FIFO priority
+// prio (when it can be set) and waits for it. The thread is discarded afterwards (its
+// goroutine exits locked), so no real-time thread returns to Go's pool.
+func rtGo(ns string, prio int, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		errc <- netns.Do(ns, func() error {
+			runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
+			_ = unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}, 0)
+			_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+			return fn()
+		})
+	}()
+	return <-errc
+}
+
+func monoNow() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
 }
 
 func median(d []time.Duration) time.Duration { return d[len(d)/2] }
 
-// udpSink counts datagrams arriving at 0.0.0.0:port in the internet namespace.
+// udpSink counts datagrams arriving at 0.0.0.0:port in the internet namespace. Like the
+// flood it runs on a thread of its own at SCHED_FIFO (rtFloodPrio) and wakes once per
+// millisecond (clock_nanosleep), draining the socket with non-blocking recvmmsg batches:
+// one wake-up per tick, not per packet, and a loaded machine cannot starve it. The
+// socket's receive buffer is forced to 16 MiB (SO_RCVBUFFORCE; net.core.rmem_max caps
+// SO_RCVBUF at ~200 KiB, a few ms of a flood). Every count is a datagram the internet
+// side's UDP socket received.
 type udpSink struct {
-	conn net.PacketConn
 	n    atomic.Uint64
+	stop atomic.Bool
+}
+
+// sinkBatch is how many datagrams one recvmmsg may return.
+const sinkBatch = 256
+
+// mmsghdr is struct mmsghdr of recvmmsg(2) (amd64 and arm64 layout).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
 }
 
 func newUDPSink(t testing.TB, tb *Testbed, port int) *udpSink {
 	t.Helper()
 	s := &udpSink{}
-	err := netns.Do(tb.Inet(), func() (err error) {
-		s.conn, err = net.ListenPacket("udp4", fmt.Sprintf("0.0.0.0:%d", port))
-		return err
-	})
-	if err != nil {
+	ready, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = netns.Do(tb.Inet(), func() error {
+			runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			if err == nil {
+				if err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20); err != nil {
+					err = fmt.Errorf("sink SO_RCVBUFFORCE: %w", err)
+				} else {
+					err = unix.Bind(fd, &unix.SockaddrInet4{Port: port})
+				}
+				if err != nil {
+					unix.Close(fd)
+				}
+			}
+			ready <- err
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			_ = unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: rtFloodPrio}, 0)
+			_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+			bufs := make([]byte, sinkBatch*2048)
+			iovs := make([]unix.Iovec, sinkBatch)
+			msgs := make([]mmsghdr, sinkBatch)
+			for i := range msgs {
+				iovs[i].Base = &bufs[i*2048]
+				iovs[i].SetLen(2048)
+				msgs[i].hdr.Iov = &iovs[i]
+				msgs[i].hdr.SetIovlen(1)
+			}
+			next := monoNow()
+			for !s.stop.Load() {
+				n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), sinkBatch, unix.MSG_DONTWAIT, 0, 0)
+				if e == 0 {
+					s.n.Add(uint64(n))
+					if n == sinkBatch {
+						continue
+					}
+				} else if e != unix.EAGAIN && e != unix.EINTR {
+					return e
+				}
+				next += time.Millisecond
+				if now := monoNow(); next < now {
+					next = now
+				}
+				ts := unix.NsecToTimespec(int64(next))
+				_ = unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil)
+			}
+			return nil
+		})
+	}()
+	if err := <-ready; err != nil {
 		t.Fatal(err)
 	}
-	if uc, ok := s.conn.(*net.UDPConn); ok {
-		_ = uc.SetReadBuffer(8 << 20)
-	}
-	t.Cleanup(func() { s.conn.Close() })
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			if _, _, err := s.conn.ReadFrom(buf); err != nil {
-				return
-			}
-			s.n.Add(1)
-		}
-	}()
+	t.Cleanup(func() { s.stop.Store(true); <-done })
 	return s
 }
 
+// floodBatch bounds the datagrams of one sendmmsg.
+const floodBatch = 256
+
+// floodTick is the flood's pacing interval.
+const floodTick = 250 * time.Microsecond
+
 // flood sends UDP datagrams of size bytes from vantage 0 at rate packets/s until ctx is
-// done, cycling over the 256 addresses of dst's /24 (many flows, like a scan; the line
-// hashes flows onto its release threads), and returns how many it sent.
+// done, cycling over the 256 addresses of dst's /24 (many flows, like a scan), and
+// returns how many it sent. Like zmap it paces itself precisely: a thread of its own at
+// SCHED_FIFO (rtFloodPrio, below the delay line) sleeps with clock_nanosleep to each
+// 250 µs tick and sends what is due in one sendmmsg (the count due follows the elapsed
+// time, so a late tick sends more, never fewer). A Go ticker on a loaded machine woke
+// milliseconds late and turned the flood into bursts of hundreds of packets.
 func flood(ctx context.Context, tb *Testbed, dst string, rate, size int) (uint64, error) {
 	ap, err := netip.ParseAddrPort(dst)
 	if err != nil {
 		return 0, err
 	}
-	var conn *net.UDPConn
-	err = netns.Do(tb.Vantage(0), func() (err error) {
-		conn, err = net.ListenUDP("udp4", nil)
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	base := ap.Addr().As4()
-	dsts := make([]netip.AddrPort, 256)
-	for i := range dsts {
-		a := base
-		a[3] = byte(i)
-		dsts[i] = netip.AddrPortFrom(netip.AddrFrom4(a), ap.Port())
-	}
-	buf := make([]byte, size)
 	var sent uint64
-	t0 := time.Now()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return sent, nil
-		case <-tick.C:
+	err = rtGo(tb.Vantage(0), rtFloodPrio, func() error {
+		conn, err := net.ListenUDP("udp4", nil)
+		if err != nil {
+			return err
 		}
-		due := uint64(time.Since(t0).Seconds() * float64(rate))
-		for sent < due {
-			// Errors (ENOBUFS, ICMP-induced ECONNREFUSED) count as sent: keep pacing.
-			_, _ = conn.WriteToUDPAddrPort(buf, dsts[sent%uint64(len(dsts))])
-			sent++
+		defer conn.Close()
+		_ = conn.SetWriteBuffer(8 << 20)
+		pc := ipv4.NewPacketConn(conn)
+		base := ap.Addr().As4()
+		buf := make([]byte, size)
+		msgs := make([]ipv4.Message, 256) // one per address of the /24
+		for i := range msgs {
+			a := base
+			a[3] = byte(i)
+			msgs[i] = ipv4.Message{Buffers: [][]byte{buf}, Addr: &net.UDPAddr{IP: net.IP(a[:]), Port: int(ap.Port())}}
 		}
-	}
+		t0 := monoNow()
+		for next := t0 + floodTick; ctx.Err() == nil; next += floodTick {
+			ts := unix.NsecToTimespec(int64(next))
+			if err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil); err != nil && err != unix.EINTR {
+				return err
+			}
+			due := uint64((monoNow() - t0).Seconds() * float64(rate))
+			for sent < due {
+				i := int(sent % uint64(len(msgs)))
+				j := min(len(msgs), i+int(min(due-sent, floodBatch)))
+				n, err := pc.WriteBatch(msgs[i:j], 0)
+				if err != nil && n <= 0 {
+					// ENOBUFS and the like: count the batch as sent and keep pacing (the
+					// receiver side shows what arrived).
+					n = j - i
+				}
+				sent += uint64(n)
+			}
+		}
+		return nil
+	})
+	return sent, err
 }
 
 // zmapUDP runs zmap's udp module from vantage 0 over prefix on port and returns the

@@ -42,8 +42,12 @@ type Options struct {
 	Seed    uint64 // delay-line RNG seed (loss, jitter); default 1
 	// Lead: see delayline.Config.Lead. 0 means DefaultLead; negative means none.
 	Lead time.Duration
-	Home string // project home; default pgcluster.ProjectHome()
-	Log  *slog.Logger
+	// Queues and Quantum: see delayline.ServeConfig.Queues and delayline.Config.Quantum
+	// (0: the delay line's defaults).
+	Queues  int
+	Quantum time.Duration
+	Home    string // project home; default pgcluster.ProjectHome()
+	Log     *slog.Logger
 	// ReadyTimeout bounds each process's start; default 60 s.
 	ReadyTimeout time.Duration
 }
@@ -91,11 +95,15 @@ func (o *Options) fill() error {
 }
 
 // DefaultLead is how early the delay line releases packets by default: it cancels the
-// release thread's wake-up latency plus part of the fixed forwarding cost of the path
-// (veths and tun0 twice each way). Measured under load average ~30: with lead 0, ping
-// over a "0 ms" path took 0.23..0.43 ms and 5..300 ms paths +0.45..0.57 ms; with 100 µs,
-// +0.23..0.47 ms (bench/delayline.sh).
-const DefaultLead = 100 * time.Microsecond
+// worker's two wake-up latencies (the packet's arrival wakes it, then its deadline) and
+// part of the fixed forwarding cost of the path (veths and tun0 twice each way; the 0 ms
+// row of bench/delayline.sh, 0.10-0.14 ms per round trip). Calibrated with the
+// event-loop line on the 2-vCPU machines under load average 4-6 (bench/delayline.sh,
+// idle rows, TCP connect median error): lead 100 µs +0.13..+0.22 ms, 150 µs
+// +0.09..+0.14 ms (ping min then 0.03-0.09 ms below the configured RTT: more lead would
+// release the fastest packets early). Recalibrate on other machines with
+// DOQSCAN_BENCH_LEAD.
+const DefaultLead = 150 * time.Microsecond
 
 // NoPopulation as Options.Population runs without a population file.
 const NoPopulation = "-"
@@ -276,6 +284,12 @@ func (tb *Testbed) ensureDelayLine(ctx context.Context) error {
 			"--lead", tb.Opts.Lead.String()},
 		Env: []string{EnvChild + "=" + delaylineName},
 	}
+	if tb.Opts.Queues > 0 {
+		svc.Argv = append(svc.Argv, "--queues", strconv.Itoa(tb.Opts.Queues))
+	}
+	if tb.Opts.Quantum != 0 {
+		svc.Argv = append(svc.Argv, "--quantum", tb.Opts.Quantum.String())
+	}
 	pid, err := start(ctx, tb.State, svc, tb.Opts.ReadyTimeout)
 	if err != nil {
 		return err
@@ -373,6 +387,7 @@ type Status struct {
 // ProcStatus is one process of the instance.
 type ProcStatus struct {
 	Name      string `json:"name"`
+	Binary    string `json:"binary,omitempty"` // peers: the program (coredns, hickory-dns, python3, ngtcp2 server...)
 	Namespace string `json:"namespace"`
 	Pid       int    `json:"pid"`
 	Alive     bool   `json:"alive"`
@@ -413,6 +428,16 @@ func GetStatus(ctx context.Context, o Options) (*Status, error) {
 		}
 		st.Processes = append(st.Processes, ProcStatus{Name: p.name, Namespace: p.ns, Pid: pid, Alive: alive})
 		st.Healthy = st.Healthy && alive
+	}
+	// Third-party peers (CoreDNS, hickory, aioquic, ngtcp2) from their pid files.
+	peersRun, err := peers.ListRunning(filepath.Join(state, "peers"))
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range peersRun {
+		st.Processes = append(st.Processes, ProcStatus{Name: "peer " + p.Name, Binary: p.Binary,
+			Namespace: o.Name + "-peers", Pid: p.Pid, Alive: p.Alive})
+		st.Healthy = st.Healthy && p.Alive
 	}
 	if b, err := os.ReadFile(filepath.Join(state, "delayline.stats.json")); err == nil {
 		var ds delayline.Stats

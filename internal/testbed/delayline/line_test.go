@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"io"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
@@ -12,13 +12,14 @@ import (
 	"time"
 )
 
-// chanDev is an in-memory Device: packets sent on in are read by the line; what the line
-// writes arrives on out with its write time.
+// chanDev is an in-memory single-queue Device: packets sent on in are read by the line;
+// what the line writes arrives on out with its write time.
 type chanDev struct {
-	in   chan []byte
-	out  chan written
-	done chan struct{}
-	once sync.Once
+	in      chan []byte
+	out     chan written
+	done    chan struct{}
+	once    sync.Once
+	pending []byte // taken off in by Wait, returned by the next Read
 }
 
 type written struct {
@@ -30,12 +31,21 @@ func newChanDev() *chanDev {
 	return &chanDev{in: make(chan []byte, 1024), out: make(chan written, 100000), done: make(chan struct{})}
 }
 
+func (d *chanDev) Queues() []Queue { return []Queue{d} }
+
 func (d *chanDev) Read(b []byte) (int, error) {
+	if d.pending != nil {
+		n := copy(b, d.pending)
+		d.pending = nil
+		return n, nil
+	}
 	select {
 	case p := <-d.in:
 		return copy(b, p), nil
 	case <-d.done:
-		return 0, io.EOF
+		return 0, ErrClosed
+	default:
+		return 0, ErrAgain
 	}
 }
 
@@ -44,7 +54,30 @@ func (d *chanDev) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func (d *chanDev) Close() error { d.once.Do(func() { close(d.done) }); return nil }
+func (d *chanDev) Wait(timeout time.Duration, watch bool) (bool, error) {
+	var tc <-chan time.Time
+	if timeout >= 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		tc = t.C
+	}
+	in := d.in
+	if !watch || d.pending != nil {
+		in = nil
+	}
+	select {
+	case p := <-in:
+		d.pending = p
+		return true, nil
+	case <-tc:
+		return false, nil
+	case <-d.done:
+		return false, ErrClosed
+	}
+}
+
+func (d *chanDev) Interrupt()   { d.once.Do(func() { close(d.done) }) }
+func (d *chanDev) Close() error { d.Interrupt(); return nil }
 
 // pkt builds an IPv4/UDP packet whose payload carries a sequence number.
 func pkt(src, dst string, seq uint32) []byte {
@@ -251,4 +284,75 @@ func FuzzParseTable(f *testing.F) {
 			t.Fatalf("round trip: %d entries, want %d", again.Len(), tbl.Len())
 		}
 	})
+}
+
+// multiDev is a Device of several in-memory queues (a multi-queue TUN in miniature).
+type multiDev struct{ qs []*chanDev }
+
+func (m multiDev) Queues() []Queue {
+	var out []Queue
+	for _, q := range m.qs {
+		out = append(out, q)
+	}
+	return out
+}
+func (m multiDev) Interrupt() {
+	for _, q := range m.qs {
+		q.Interrupt()
+	}
+}
+func (m multiDev) Close() error { m.Interrupt(); return nil }
+
+// One worker per queue: every queue's packets are delayed and forwarded on that queue,
+// in order, and Stats add the workers' counters up.
+func TestQueuesWorkIndependently(t *testing.T) {
+	const perQueue = 200
+	dev := multiDev{qs: []*chanDev{newChanDev(), newChanDev(), newChanDev()}}
+	l, err := New(dev, Config{Paths: NewTable(Profile{OneWay: 2 * time.Millisecond})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	for i, q := range dev.qs {
+		for j := 0; j < perQueue; j++ {
+			q.in <- pkt("198.18.0.2", fmt.Sprintf("198.19.0.%d", i+1), uint32(j))
+		}
+	}
+	for i, q := range dev.qs {
+		for j := 0; j < perQueue; j++ {
+			if got := seqOf((<-q.out).b); got != uint32(j) {
+				t.Fatalf("queue %d: packet %d out as number %d", i, got, j)
+			}
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st := l.Stats()
+	if n := uint64(len(dev.qs) * perQueue); st.Received != n || st.Forwarded != n || st.Queues != len(dev.qs) || st.InFlight != 0 {
+		t.Errorf("stats %+v, want %d received and forwarded on %d queues", st, n, len(dev.qs))
+	}
+}
+
+// Over MaxInFlight held packets, further packets are read and dropped (counted as
+// overflow), never queued.
+func TestMaxInFlightOverflow(t *testing.T) {
+	const limit, sent = 10, 30
+	d, l, stop := runLine(t, Config{Paths: NewTable(Profile{OneWay: time.Hour}), MaxInFlight: limit})
+	for i := 0; i < sent; i++ {
+		d.in <- pkt("198.18.0.2", "198.19.0.1", uint32(i))
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for l.Stats().Received < sent {
+		<-tick.C
+	}
+	stop()
+	st := l.Stats()
+	if st.InFlight != limit || st.MaxHeld != limit || st.Overflow != sent-limit || st.Dropped != sent-limit || st.Forwarded != 0 {
+		t.Errorf("stats %+v, want %d held and %d overflowed", st, limit, sent-limit)
+	}
 }

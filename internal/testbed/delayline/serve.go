@@ -3,6 +3,7 @@ package delayline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,8 +11,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // minProcs is the GOMAXPROCS the delay-line process runs with at least (see Serve).
@@ -28,8 +32,10 @@ type ServeConfig struct {
 	StatsFile string // JSON Stats, rewritten every second and at exit ("" = none)
 	Seed      uint64
 	Lead      time.Duration
-	RealTime  bool // see Config.RealTime
-	Shards    int  // see Config.Shards
+	Quantum   time.Duration // see Config.Quantum
+	RealTime  bool          // see Config.RealTime
+	// Queues is the number of TUN queues, one worker thread each (0: DefaultQueues).
+	Queues int
 	// HoldCPULatency asks the kernel for zero CPU wake-up latency (PM QoS,
 	// /dev/cpu_dma_latency) while the line runs: see holdCPULatency.
 	HoldCPULatency bool
@@ -63,7 +69,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	// The reader and release goroutines are locked to their threads; each time one
+	// The worker goroutines are locked to their threads; each time one
 	// returns from a blocking syscall it needs a free P to run Go code. With GOMAXPROCS
 	// at the CPU count (2 here) both Ps may be busy, and the thread then waits for the
 	// scheduler (up to a 10 ms time slice): measured mean lateness 11 ms at 5k packets/s.
@@ -78,6 +84,11 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	// leak (stats encoding, reloads) ever adds up.
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(gcMemoryLimit)
+	if cfg.RealTime {
+		if err := realtimeProcess(); err != nil {
+			log.Warn("delay line: runtime threads not made SCHED_FIFO; the workers may stall under load", "err", err)
+		}
+	}
 	if cfg.HoldCPULatency {
 		if f, err := holdCPULatency(); err != nil {
 			log.Warn("delay line: CPU wake-up latency not held at 0; idle wake-ups may be late by up to ~1 ms", "err", err)
@@ -85,17 +96,26 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 			defer f.Close()
 		}
 	}
-	dev, err := OpenTUN(cfg.TUN)
+	if cfg.Queues <= 0 {
+		cfg.Queues = DefaultQueues
+	}
+	dev, err := OpenTUN(cfg.TUN, cfg.Queues)
+	if err != nil && cfg.Queues > 1 {
+		// A device created without multi_queue (an instance set up by an older testnet).
+		log.Warn("delay line: multi-queue attach failed; running one queue (recreate the instance for more)", "err", err)
+		cfg.Queues = 1
+		dev, err = OpenTUN(cfg.TUN, 1)
+	}
 	if err != nil {
 		return err
 	}
-	l, err := New(dev, Config{Paths: tbl, Vantage: tbl.Vantage, Seed: cfg.Seed, Lead: cfg.Lead, RealTime: cfg.RealTime, Shards: cfg.Shards, Log: log})
+	l, err := New(dev, Config{Paths: tbl, Vantage: tbl.Vantage, Seed: cfg.Seed, Lead: cfg.Lead, Quantum: cfg.Quantum, RealTime: cfg.RealTime, Log: log})
 	if err != nil {
 		dev.Close()
 		return err
 	}
 	log.Info("delay line running", "tun", cfg.TUN, "table", cfg.TableFile, "entries", tbl.Len(),
-		"default_rtt", tbl.Default.RTT(), "seed", cfg.Seed, "realtime", cfg.RealTime, "shards", cfg.Shards, "pid", os.Getpid())
+		"default_rtt", tbl.Default.RTT(), "seed", cfg.Seed, "realtime", cfg.RealTime, "queues", cfg.Queues, "lead", cfg.Lead, "quantum", l.cfg.Quantum, "pid", os.Getpid())
 	if cfg.Ready != nil {
 		if err := cfg.Ready(); err != nil {
 			dev.Close()
@@ -170,4 +190,32 @@ func holdCPULatency() (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// runtimePriority is the SCHED_FIFO priority of the process's other threads (below the
+// workers' rtPriority).
+const runtimePriority = 1
+
+// realtimeProcess puts every thread of the process under SCHED_FIFO at runtimePriority;
+// threads created later inherit it from their creator. Why: Go preempts a goroutine that
+// has run for 10 ms (sysmon), and a worker looks like one (it sleeps in raw ppoll). A
+// preempted locked goroutine only resumes after another runtime thread has picked it off
+// the run queue and handed it back; if that thread is an ordinary one on a loaded
+// machine it may wait milliseconds for a CPU, and the worker with it.
+func realtimeProcess() error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: runtimePriority}, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -303,7 +303,8 @@ func (r Runner) veth(ctx context.Context, nsA, a, macA, nsB, b, macB string) err
 func (r Runner) delaySteering(ctx context.Context, in Instance) error {
 	R := in.Router()
 	if !r.linkExists(ctx, R, TUN) {
-		if _, err := r.ip(ctx, "-n", R, "tuntap", "add", "dev", TUN, "mode", "tun"); err != nil {
+		// multi_queue: the delay line attaches one queue per worker (IFF_MULTI_QUEUE).
+		if _, err := r.ip(ctx, "-n", R, "tuntap", "add", "dev", TUN, "mode", "tun", "multi_queue"); err != nil {
 			return err
 		}
 	}

@@ -191,3 +191,33 @@ func stopFromPidFiles(runDir string, log *slog.Logger) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Running is one peer recorded in a run directory's pid files.
+type Running struct {
+	Name   string // the peer's spec name (pid file name), e.g. "coredns-198.19.3.4"
+	Binary string // the binary recorded with the pid
+	Pid    int
+	Alive  bool // the process still runs that binary
+}
+
+// ListRunning lists the peers recorded in runDir/*.pid (what `testnet status` shows),
+// sorted by name; an unreadable or malformed pid file is listed with pid 0, not alive.
+func ListRunning(runDir string) ([]Running, error) {
+	files, err := filepath.Glob(filepath.Join(runDir, "*.pid"))
+	if err != nil {
+		return nil, err
+	}
+	var out []Running
+	for _, f := range files {
+		r := Running{Name: strings.TrimSuffix(filepath.Base(f), ".pid")}
+		if b, err := os.ReadFile(f); err == nil {
+			if fs := strings.Fields(string(b)); len(fs) >= 2 {
+				r.Pid, _ = strconv.Atoi(fs[0])
+				r.Binary = filepath.Base(fs[1])
+			}
+		}
+		r.Alive = r.Pid > 0 && pidAlive(f)
+		out = append(out, r)
+	}
+	return out, nil // Glob returns names sorted
+}

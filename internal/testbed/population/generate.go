@@ -105,7 +105,7 @@ var specials = []special{
 	{"doq-853", "RFC 9250 DoQ on 853 only", "quic=853 alpn=doq versions=v1,v2 token=honour cert=provider-b " + allDNS, false, false},
 	{"doq-i00", "draft-00 ALPN (raw framing) on 784", "quic=784 alpn=doq-i00 versions=v1 token=honour cert=provider-c dns=udp,tcp", false, false},
 	{"doq-i02", "draft-02 ALPN (raw framing) on 8853, its proposed port", "quic=8853 alpn=doq-i02 versions=v1 token=honour cert=provider-c dns=udp,tcp", false, false},
-	{"doq-i03", "draft-03 ALPN (raw framing) on 784", "quic=784 alpn=doq-i03 versions=v1,v2 token=honour cert=provider-a dns=udp,tcp", false, false},
+	{"doq-i03", "draft-03 ALPN (2-byte length prefix from this draft on) on 784", "quic=784 alpn=doq-i03 versions=v1,v2 token=honour cert=provider-a dns=udp,tcp", false, false},
 	{"doq-multi", "several DoQ ALPNs; the server prefers RFC 9250", "quic=784,853 alpn=doq,doq-i03,doq-i02,doq-i00 versions=v1,v2 token=honour cert=provider-b " + allDNS, false, false},
 	{"quic-h3", "QUIC that is not DoQ (h3 only) on DoQ ports", "quic=784,853 alpn=h3 versions=v1,v2 token=honour cert=provider-a", false, false},
 	{"doq-retry", "always sends Retry to a client without a valid token (DoH3 too)", "quic=784,853 alpn=doq versions=v1,v2 retry=always token=honour cert=provider-a doh3=443 " + allDNS, false, false},
