@@ -87,6 +87,11 @@ func tcpConnect(tb *Testbed, dst string, port, n int) ([]time.Duration, error) {
 			_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{Sec: 5})
 			t0 := monoNow()
 			err = unix.Connect(fd, sa)
+			if err == unix.EINTR {
+				// A signal (Go's preemption SIGURG) interrupted it: the connection
+				// goes on asynchronously (connect(2)); wait for it to finish.
+				err = waitConnected(fd)
+			}
 			d := monoNow() - t0
 			unix.Close(fd)
 			if err != nil {
@@ -98,6 +103,32 @@ func tcpConnect(tb *Testbed, dst string, port, n int) ([]time.Duration, error) {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out, err
+}
+
+// waitConnected waits (up to 5 s) for an interrupted connect on fd and returns its result.
+func waitConnected(fd int) error {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	for {
+		n, err := unix.Poll(pfd, 5000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return unix.ETIMEDOUT
+		}
+		break
+	}
+	soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err != nil {
+		return err
+	}
+	if soerr != 0 {
+		return unix.Errno(soerr)
+	}
+	return nil
 }
 
 // SCHED_FIFO priorities of the benchmark's own threads: the flood sender below the
