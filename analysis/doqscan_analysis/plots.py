@@ -118,8 +118,12 @@ def retention_lines(churn_by_kind: dict[str, pd.DataFrame], ax=None):
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlabel("ISO week")
     ax.set_ylabel("share of first week's resolvers still present")
-    ax.set_title("Retention since the first week")
-    ax.tick_params(axis="x", rotation=60)
+    ax.set_title("Retention since the first week, " + " vs ".join(k for k, c in churn_by_kind.items() if len(c)))
+    weeks = max((len(c) for c in churn_by_kind.values()), default=0)
+    if weeks > 6:  # slanted labels only when they would overlap (as in the other weekly figures)
+        ax.tick_params(axis="x", rotation=60)
+        for t in ax.get_xticklabels():
+            t.set_ha("right")
     ax.legend(frameon=False)
     return fig
 
