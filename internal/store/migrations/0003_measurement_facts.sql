@@ -9,7 +9,10 @@
 -- `measurements` fixed-width big-endian records in `records`: the address (4 bytes for
 -- family 4, 16 for family 6), then resolve_ns, handshake_ns and the RTT as float8 (NaN
 -- when absent; the RTT is rtt_medians' value for the same campaign, address, port and
--- the protocol's transport).
+-- the protocol's transport), then the handshake_analyses cause as int2 (1 + its index in
+-- the CHECK's list '1rtt', 'retry', 'version-negotiation', 'amplification', 'loss',
+-- 'multiple', 'unknown'; 0 when the measurement has no analysis). A campaign writes its
+-- analyses with its measurements, before it finishes.
 CREATE TABLE IF NOT EXISTS measurement_facts (
     campaign_id    bigint      NOT NULL,                  -- -> measurement_fact_campaigns
     protocol       text        NOT NULL,
