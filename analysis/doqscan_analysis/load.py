@@ -458,11 +458,11 @@ _MODES = ["fresh", "resumed", "0rtt", "persistent"]
 # One fixed-width row per successful measurement in PostgreSQL's binary COPY format
 # (big-endian; every field non-NULL: a field count, then length + value per field):
 # packed categories, campaign, address (high and low 64 bits; IPv4 in the low word),
-# resolve, handshake and RTT (NaN when absent).
+# resolve, handshake and RTT (NaN when absent), DoQ/DoH3 handshake cause (CAUSES).
 _COPY_ROW = np.dtype([("nf", ">i2"), ("l0", ">i4"), ("g", ">i4"), ("l1", ">i4"), ("cid", ">i8"),
                       ("l2", ">i4"), ("hi", ">i8"), ("l3", ">i4"), ("lo", ">i8"),
                       ("l4", ">i4"), ("resolve", ">f8"), ("l5", ">i4"), ("handshake", ">f8"),
-                      ("l6", ">i4"), ("rtt", ">f8")])
+                      ("l6", ">i4"), ("rtt", ">f8"), ("l7", ">i4"), ("cause", ">i2")])
 _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 _COPY_TRAILER = b"\xff\xff"  # a field count of -1
 _COPY_BLOCK = 32 << 20  # convert the stream to compact arrays every 32 MB
@@ -478,6 +478,13 @@ _R_PROTO, _R_PHASE, _R_MODE, _R_FAM = 8, 3, 5, 2
 # last query only when a row has a key share none of these name).
 _KNOWN_KEY_SHARES = ["", "x25519", "x25519mlkem768"]
 
+# handshake_analyses.cause values (schema.sql's CHECK); facts store 1 + the index, 0 for
+# a measurement without an analysis (only QUIC measurements have one).
+CAUSES = ["1rtt", "retry", "version-negotiation", "amplification", "loss", "multiple", "unknown"]
+_CAUSE_EXPR = """COALESCE(CASE WHEN m.protocol IN ('doq', 'doh3') THEN array_position(%(causes)s::text[],
+                   (SELECT ha.cause FROM handshake_analyses ha WHERE ha.measurement_id = m.measurement_id)) END,
+                 0)::int2"""  # a primary-key lookup per QUIC measurement: no 4 M-row hash per batch
+
 _ADDR_HI = "('x' || encode(substring(inet_send(m.address) from 5 for 8), 'hex'))::bit(64)::int8"
 _ADDR_LO = "('x' || encode(substring(inet_send(m.address) from 13 for 8), 'hex'))::bit(64)::int8"
 _TRANSPORT = "CASE m.protocol WHEN 'doudp' THEN 'udp' WHEN 'doq' THEN 'quic' WHEN 'doh3' THEN 'quic' ELSE 'tcp' END"
@@ -492,7 +499,7 @@ SELECT (COALESCE(array_position(%(protos)s::text[], m.protocol) - 1, {np})
        CASE WHEN family(m.address) = 4 THEN 0::int8 ELSE """ + _ADDR_HI + """ END,
        CASE WHEN family(m.address) = 4 THEN m.address - '0.0.0.0'::inet ELSE """ + _ADDR_LO + """ END,
        COALESCE(m.resolve_ns::float8, 'NaN'), COALESCE(m.handshake_ns::float8, 'NaN'),
-       COALESCE(r.rtt_ns::float8, 'NaN')
+       COALESCE(r.rtt_ns::float8, 'NaN'), """ + _CAUSE_EXPR + """
   FROM measurements m
   LEFT JOIN {rtt} r ON r.campaign_id = m.campaign_id AND r.address = m.address AND r.port = m.port
        AND r.transport = """ + _TRANSPORT + """{rtt_on}
@@ -521,8 +528,10 @@ class Facts:
       resolve, handshake, rtt  nanoseconds as float64, NaN when absent (rtt: the median
                  of the answered RTT samples of the same campaign, address, transport
                  and port)
+      cause      DoQ/DoH3 handshake cause: 1 + index in CAUSES, 0 without an analysis
       dox        the (vantage point, address) answered a measured query on every DoX
                  protocol (names.DOX_PROTOCOLS) in the selection
+    and `addresses`: row aid is (IPv6, high 64 bits, low 64 bits; IPv4 in the low bits).
     """
 
     PHASES = _PHASES
@@ -543,10 +552,15 @@ class Facts:
             both = np.intersect1d(both, s, assume_unique=True)
         self.dox_keys = both
         self.dox = np.isin(key, both)
-        self._key = key
 
     def __len__(self) -> int:
         return len(self.aid)
+
+    def address_ids(self, v6, hi, lo) -> np.ndarray:
+        """aid of each (IPv6, high, low) address encoding, -1 for addresses not in the facts."""
+        want = np.stack([np.asarray(v6, np.int64), np.asarray(hi, np.int64), np.asarray(lo, np.int64)], axis=1)
+        index = {tuple(r): i for i, r in enumerate(self.addresses.tolist())}
+        return np.asarray([index.get(tuple(r), -1) for r in want.tolist()], dtype=np.int64)
 
     def domain(self, col: str) -> list:
         return {"vantage_id": self.vantages, "protocol": list(names.PROTOCOLS), "phase": self.PHASES,
@@ -557,17 +571,111 @@ class Facts:
                 "mode": self.mode, "key_share": self.key_share, "dox": self.dox}[col]
 
 
-def _selected_campaigns(conn, weeks, vantages) -> list[tuple[int, str, bool]]:
-    """(campaign_id, vantage_id, RTTs cached) of the selected campaigns."""
-    if has_rtt_medians(conn):
-        sql = """SELECT c.campaign_id, c.vantage_id, (m.campaign_id IS NOT NULL AND """ + _CACHE_VALID + """)
-                   FROM campaigns c LEFT JOIN rtt_median_campaigns m USING (campaign_id)"""
-    else:
-        sql = "SELECT c.campaign_id, c.vantage_id, false FROM campaigns c"
+def has_measurement_facts(conn) -> bool:
+    """Whether the database has the measurement_facts cache (schema migration 0003)."""
+    return bool(conn.execute("""SELECT to_regclass('measurement_facts') IS NOT NULL
+                                   AND to_regclass('measurement_fact_campaigns') IS NOT NULL""").fetchone()[0])
+
+
+def _selected_campaigns(conn, weeks, vantages) -> list[tuple[int, str, bool, bool]]:
+    """(campaign_id, vantage_id, RTTs cached, facts cached) of the selected campaigns."""
+    rtt = has_rtt_medians(conn)
+    facts = rtt and has_measurement_facts(conn)
+    sql = "SELECT c.campaign_id, c.vantage_id, "
+    sql += "(m.campaign_id IS NOT NULL AND " + _CACHE_VALID + ")" if rtt else "false"
+    sql += ", (m.campaign_id IS NOT NULL AND " + _CACHE_VALID + " AND f.campaign_id IS NOT NULL AND " \
+        + _CACHE_VALID.replace("m.computed_at", "f.computed_at") + ")" if facts else ", false"
+    sql += " FROM campaigns c"
+    if rtt:
+        sql += " LEFT JOIN rtt_median_campaigns m USING (campaign_id)"
+    if facts:
+        sql += " LEFT JOIN measurement_fact_campaigns f USING (campaign_id)"
     sql += """ WHERE (%(weeks)s::text[] IS NULL OR to_char(c.round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
                  AND (%(vantages)s::text[] IS NULL OR c.vantage_id = ANY(%(vantages)s::text[]))
                ORDER BY 1"""
     return [tuple(r) for r in conn.execute(sql, _params(weeks, vantages)).fetchall()]
+
+
+# Records of measurement_facts (migration 0003), big-endian: address, resolve, handshake,
+# RTT, handshake cause (1 + index in CAUSES; 0 none).
+_FACT_REC = {4: np.dtype([("lo", ">u4"), ("resolve", ">f8"), ("handshake", ">f8"), ("rtt", ">f8"), ("cause", ">i2")]),
+             6: np.dtype([("hi", ">i8"), ("lo", ">i8"), ("resolve", ">f8"), ("handshake", ">f8"), ("rtt", ">f8"),
+                          ("cause", ">i2")])}
+
+_FACTS_FILL = """
+INSERT INTO measurement_facts (campaign_id, protocol, phase, mode, key_share, family, measurements, records)
+SELECT m.campaign_id, m.protocol, m.phase, m.mode, m.key_share, family(m.address)::int2, count(*),
+       string_agg(substring(inet_send(m.address) from 5)          -- 4 or 16 address bytes
+                  || float8send(COALESCE(m.resolve_ns::float8, 'NaN'))
+                  || float8send(COALESCE(m.handshake_ns::float8, 'NaN'))
+                  || float8send(COALESCE(r.rtt_ns::float8, 'NaN'))
+                  || int2send(""" + _CAUSE_EXPR + """), ''::bytea)
+  FROM measurements m
+  LEFT JOIN rtt_medians r ON r.campaign_id = m.campaign_id AND r.address = m.address AND r.port = m.port
+       AND r.transport = """ + _TRANSPORT + """ AND r.campaign_id = ANY(%(ids)s::bigint[])
+ WHERE m.campaign_id = ANY(%(ids)s::bigint[]) AND m.status = 'ok' AND m.rcode IS NOT NULL
+ GROUP BY 1, 2, 3, 4, 5, 6"""
+
+
+def refresh_measurement_facts(conn, weeks=None, vantages=None, batch: int = 8) -> int:
+    """Fill measurement_facts for the selected campaigns that are finished, have current
+    rtt_medians, and are not yet (or no longer) cached, `batch` campaigns per
+    transaction; returns how many campaigns were computed. Without the table or the
+    right to write it, computes nothing (measurement_facts then joins at query time)."""
+    if not (has_rtt_medians(conn) and has_measurement_facts(conn)):
+        return 0
+    todo = [c for c, _, rtt_ok, facts_ok in _selected_campaigns(conn, weeks, vantages) if rtt_ok and not facts_ok]
+    done = 0
+    for i in range(0, len(todo), batch):
+        ids = todo[i:i + batch]
+        try:
+            with conn.transaction():
+                conn.execute("SET LOCAL enable_mergejoin = off")
+                conn.execute("SET LOCAL work_mem = '256MB'")
+                conn.execute("DELETE FROM measurement_fact_campaigns WHERE campaign_id = ANY(%(ids)s)", {"ids": ids})
+                conn.execute("DELETE FROM measurement_facts WHERE campaign_id = ANY(%(ids)s)", {"ids": ids})
+                conn.execute(_FACTS_FILL, {"ids": ids, "causes": CAUSES})
+                conn.execute("""INSERT INTO measurement_fact_campaigns (campaign_id, measurements)
+                                SELECT i, (SELECT COALESCE(sum(measurements), 0) FROM measurement_facts
+                                            WHERE campaign_id = i)
+                                  FROM unnest(%(ids)s::bigint[]) AS i
+                                ON CONFLICT DO NOTHING""", {"ids": ids})
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
+            return done
+        done += len(ids)
+    return done
+
+
+def _read_cached_facts(conn, ids: list[int], kshares: list[str], cids, cvant) -> list[dict]:
+    """Blocks (as _decode makes them) from measurement_facts; key shares not yet in
+    `kshares` are appended to it."""
+    if not ids:
+        return []
+    blocks = []
+    with conn.cursor(binary=True) as cur:
+        cur.execute("""SELECT campaign_id, protocol, phase, mode, key_share, family, measurements, records
+                         FROM measurement_facts WHERE campaign_id = ANY(%(ids)s::bigint[])""", {"ids": ids})
+        while rows := cur.fetchmany(256):
+            for cid, proto, phase, mode, ks, fam, n, rec in rows:
+                r = np.frombuffer(rec, dtype=_FACT_REC[fam])
+                if len(r) != n:
+                    raise RuntimeError(f"measurement_facts: campaign {cid} {proto}: {len(r)} records, expected {n}")
+                if ks not in kshares:
+                    kshares.append(ks)
+                try:
+                    idx = (names.PROTOCOLS.index(proto), _PHASES.index(phase), _MODES.index(mode))
+                except ValueError as e:
+                    raise RuntimeError(f"measurement_facts: {e} (schema.sql's CHECK)") from e
+                blocks.append({
+                    "protocol": np.full(n, idx[0], np.int8), "phase": np.full(n, idx[1], np.int8),
+                    "mode": np.full(n, idx[2], np.int8), "v6": np.full(n, fam == 6),
+                    "key_share": np.full(n, kshares.index(ks), np.int16),
+                    "vantage": np.full(n, cvant[np.searchsorted(cids, cid)], np.int16),
+                    "hi": r["hi"].astype(np.int64) if fam == 6 else np.zeros(n, np.int64),
+                    "lo": r["lo"].astype(np.int64),
+                    "resolve": r["resolve"].astype(np.float64), "handshake": r["handshake"].astype(np.float64),
+                    "rtt": r["rtt"].astype(np.float64), "cause": r["cause"].astype(np.int8)})
+    return blocks
 
 
 def _key_share_candidates(conn, ids: list[int]) -> list[str]:
@@ -603,6 +711,7 @@ def _decode(rec: np.ndarray, cids: np.ndarray, cvant: np.ndarray) -> dict[str, n
     out["lo"] = rec["lo"].astype(np.int64)
     for f in ("resolve", "handshake", "rtt"):
         out[f] = rec[f].astype(np.float64)
+    out["cause"] = rec["cause"].astype(np.int8)
     for f, dom in (("protocol", names.PROTOCOLS), ("phase", _PHASES), ("mode", _MODES)):
         if len(out[f]) and int(out[f].max()) >= len(dom):
             raise RuntimeError(f"measurements.{f} outside {dom} (schema.sql's CHECK)")
@@ -644,15 +753,15 @@ def _copy_facts(conn, sql: str, params: dict, cids: np.ndarray, cvant: np.ndarra
     return blocks
 
 
-def _parts(camps: list[tuple[int, str, bool]], n: int) -> list[tuple[list[int], bool]]:
-    """Campaigns split into up to n parts of similar size with cached RTTs, plus one
-    part for the uncached ones (they take the other query)."""
-    cached = [c for c, _, ok in camps if ok]
-    uncached = [c for c, _, ok in camps if not ok]
+def _parts(camps: list[tuple[int, bool]], n: int) -> list[tuple[list[int], bool]]:
+    """Campaigns (id, RTTs cached) split into up to n parts of similar size with cached
+    RTTs, plus one part for the uncached ones (they take the other query)."""
+    cached = [c for c, ok in camps if ok]
+    uncached = [c for c, ok in camps if not ok]
     n = max(1, min(n, len(cached)))
     # contiguous ranges: a campaign's rows are stored together, so each part reads its
     # own pages (interleaved campaigns made every part read the whole table)
-    step = -(-len(cached) // n)
+    step = -(-len(cached) // n) if cached else 1
     parts = [(cached[i:i + step], True) for i in range(0, len(cached), step)]
     if uncached:
         parts.append((uncached, False))
@@ -661,33 +770,42 @@ def _parts(camps: list[tuple[int, str, bool]], n: int) -> list[tuple[list[int], 
 
 def measurement_facts(conn, weeks=None, vantages=None, refresh: bool = True) -> Facts:
     """The successful measurements of the selected weeks and vantage points with their
-    RTT (see Facts), from one scan of measurements split over PARALLEL connections.
-    With `refresh`, rtt_medians is first brought up to date (refresh_rtt_medians)."""
+    RTT (see Facts): finished campaigns from measurement_facts (migration 0003), the
+    others from one scan of measurements joined with their RTTs, split over PARALLEL
+    connections. With `refresh`, rtt_medians and measurement_facts are first brought up
+    to date for the selection (refresh_rtt_medians, refresh_measurement_facts)."""
     if refresh:
         refresh_rtt_medians(conn, weeks, vantages)
+        refresh_measurement_facts(conn, weeks, vantages)
     camps = _selected_campaigns(conn, weeks, vantages)
-    vant_dom = sorted({v for _, v, _ in camps})
-    cids = np.asarray([c for c, _, _ in camps], dtype=np.int64)
-    cvant = np.asarray([vant_dom.index(v) for _, v, _ in camps], dtype=np.int16)
-    kshares = _key_share_candidates(conn, cids.tolist())
-    base = {"protos": list(names.PROTOCOLS), "phases": Facts.PHASES, "modes": Facts.MODES}
-    parts = _parts(camps, PARALLEL)
+    vant_dom = sorted({c[1] for c in camps})
+    cids = np.asarray([c[0] for c in camps], dtype=np.int64)
+    cvant = np.asarray([vant_dom.index(c[1]) for c in camps], dtype=np.int16)
+    kshares = _key_share_candidates(conn, [c[0] for c in camps if not c[3]]) if not all(c[3] for c in camps) \
+        else list(_KNOWN_KEY_SHARES)
+    cached = _read_cached_facts(conn, [c[0] for c in camps if c[3]], kshares, cids, cvant)
+    base = {"protos": list(names.PROTOCOLS), "phases": Facts.PHASES, "modes": Facts.MODES, "causes": CAUSES}
+    parts = _parts([(c[0], c[2]) for c in camps if not c[3]], PARALLEL)
     while True:
         p = dict(base, kshares=kshares, nks=len(kshares))
-        blocks = _run_parts(conn, parts, p, cids, cvant)
-        ks = np.concatenate([b["key_share"] for b in blocks]) if blocks else np.empty(0, np.int16)
+        fetched = _run_parts(conn, parts, p, cids, cvant) if parts else []
+        ks = np.concatenate([b["key_share"] for b in fetched]) if fetched else np.empty(0, np.int16)
         if not (ks == len(kshares)).any():
             break
         # a key share none of the candidates names: ask for the names, then fetch again
         more = [r[0] for r in conn.execute("""
             SELECT DISTINCT key_share FROM measurements
              WHERE campaign_id = ANY(%(ids)s::bigint[]) AND status = 'ok' AND rcode IS NOT NULL
-               AND NOT (key_share = ANY(%(ks)s::text[]))""", {"ids": cids.tolist(), "ks": kshares}).fetchall()]
+               AND NOT (key_share = ANY(%(ks)s::text[]))""",
+                                           {"ids": [i for ids, _ in parts for i in ids], "ks": kshares}).fetchall()]
         if not more:
             raise RuntimeError("key share outside every candidate, yet none found")
-        kshares = kshares + sorted(more)
+        kshares += sorted(more)
+    blocks = cached + fetched
+    del cached, fetched
     cols = {}
-    for f in ("vantage", "protocol", "phase", "mode", "key_share", "v6", "hi", "lo", "resolve", "handshake", "rtt"):
+    for f in ("vantage", "protocol", "phase", "mode", "key_share", "v6", "hi", "lo", "resolve", "handshake", "rtt",
+              "cause"):
         cols[f] = (np.concatenate([b[f] for b in blocks]) if blocks else np.empty(0))
         for b in blocks:
             b.pop(f)
@@ -695,10 +813,13 @@ def measurement_facts(conn, weeks=None, vantages=None, refresh: bool = True) -> 
     # address numbers; a plain unique of the low words when every address is IPv4
     if len(cols["v6"]) and cols["v6"].any():
         addr = np.stack([cols["v6"].astype(np.int64), cols["hi"], cols["lo"]], axis=1)
-        _, aid = np.unique(addr, axis=0, return_inverse=True)
+        table, aid = np.unique(addr, axis=0, return_inverse=True)
         del addr
-    else:
-        _, aid = np.unique(cols["lo"].astype(np.int64), return_inverse=True)
+    else:  # the distinct addresses (thousands) by hashing, then a binary search per row:
+        lo = cols["lo"].astype(np.int64)  # 3x faster than unique(return_inverse)'s full sort
+        u = np.unique(lo)
+        aid = np.searchsorted(u, lo)
+        table = np.stack([np.zeros(len(u), np.int64), np.zeros(len(u), np.int64), u], axis=1)
     n_addr = int(aid.max()) + 1 if len(aid) else 0
     cols["aid"] = aid.reshape(-1).astype(np.int32)
     for f in ("v6", "hi", "lo"):
@@ -709,7 +830,9 @@ def measurement_facts(conn, weeks=None, vantages=None, refresh: bool = True) -> 
     cols["key_share"] = remap[cols["key_share"]] if len(cols["key_share"]) else cols["key_share"].astype(np.int16)
     for f, t in (("vantage", np.int16), ("protocol", np.int8), ("phase", np.int8), ("mode", np.int8)):
         cols[f] = cols[f].astype(t)
-    return Facts(vant_dom, present, cols, n_addr)
+    f = Facts(vant_dom, present, cols, n_addr)
+    f.addresses = table  # row aid: (IPv6, high 64 bits, low 64 bits)
+    return f
 
 
 def _run_parts(conn, parts, params, cids, cvant) -> list[dict]:
@@ -901,11 +1024,15 @@ def answering(conn, weeks=None, vantages=None, refresh: bool = True, facts: Fact
     return df.sort_values(["vantage_id", "protocol"], kind="stable").reset_index(drop=True)
 
 
-def doq_causes(conn, weeks=None, vantages=None) -> pd.DataFrame:
+def doq_causes(conn, weeks=None, vantages=None, facts: Facts | None = None) -> pd.DataFrame:
     """DoQ handshakes by cause (handshake_analyses.cause) per vantage, phase, mode, key
     share and resolver implementation (the stack fingerprint of the resolver's latest
-    verification). Columns vantage_id, phase, mode, key_share, implementation, cause,
-    handshakes."""
+    verification) over successful DoQ measurements (status ok with an rcode). Columns
+    vantage_id, phase, mode, key_share, implementation, cause, handshakes. With `facts`
+    (measurement_facts) the counting happens in numpy; weeks and vantages are then those
+    of the facts."""
+    if facts is not None:
+        return _doq_causes_from(conn, facts)
     df = _frame(conn, """
         WITH c AS (SELECT campaign_id, vantage_id FROM campaigns
                     WHERE (%(weeks)s::text[] IS NULL OR to_char(round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
@@ -921,12 +1048,62 @@ def doq_causes(conn, weeks=None, vantages=None) -> pd.DataFrame:
             SELECT c.vantage_id, m.phase, m.mode, m.key_share, m.address, ha.cause
               FROM measurements m JOIN c USING (campaign_id)
               JOIN handshake_analyses ha USING (measurement_id)
-             WHERE m.protocol = 'doq' AND m.status = 'ok')
+             WHERE m.protocol = 'doq' AND m.status = 'ok' AND m.rcode IS NOT NULL)
         SELECT vantage_id, phase, mode, key_share, fp.fp AS implementation, cause, count(*) AS handshakes
           FROM agg LEFT JOIN fp USING (address)
          GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6""", _params(weeks, vantages))
     df["implementation"] = [_fp_label(f) for f in df["implementation"]]
     return df
+
+
+# The stack fingerprint of every DoQ-verified address (its latest verification, preferred port).
+_IMPL_SQL = """
+    SELECT DISTINCT ON (r.address) family(r.address) = 6 AS v6,
+           CASE WHEN family(r.address) = 4 THEN 0::int8 ELSE """ + _ADDR_HI.replace("m.address", "r.address") + """ END AS hi,
+           CASE WHEN family(r.address) = 4 THEN r.address - '0.0.0.0'::inet
+                ELSE """ + _ADDR_LO.replace("m.address", "r.address") + """ END AS lo,
+           """ + _FINGERPRINT_SQL.format(col="COALESCE(r.scan_versions, sr.quic_versions)") + """ AS fp
+      FROM verification_results r JOIN verification_runs vr USING (run_id)
+      LEFT JOIN scan_replies sr ON sr.scan_id = vr.scan_id AND sr.port = r.port AND sr.address = r.address
+     WHERE r.outcome = 'doq-verified'
+     ORDER BY r.address, vr.iso_week DESC, array_position(ARRAY[853, 784, 8853], r.port) NULLS LAST"""
+
+
+def _doq_causes_from(conn, f: Facts) -> pd.DataFrame:
+    """doq_causes from measurement_facts: the fingerprints from one small query, the
+    counting in numpy."""
+    impl = conn.execute(_IMPL_SQL).fetchall()
+    labels = ["no VN list"]  # label 0: an address without a verification
+    impl_of = np.zeros(f.n_addresses, dtype=np.int32)
+    if impl:
+        ids = f.address_ids([r[0] for r in impl], [r[1] for r in impl], [r[2] for r in impl])
+        label_ix = {}
+        for aid, r in zip(ids, impl):
+            if aid < 0:
+                continue
+            lab = _fp_label(r[3])
+            if lab not in label_ix:
+                label_ix[lab] = len(labels)
+                labels.append(lab)
+            impl_of[aid] = label_ix[lab]
+    m = (f.protocol == names.PROTOCOLS.index("doq")) & (f.cause > 0)
+    cols = [("vantage_id", f.vantage[m], f.vantages), ("phase", f.phase[m], Facts.PHASES),
+            ("mode", f.mode[m], Facts.MODES), ("key_share", f.key_share[m], f.key_shares),
+            ("implementation", impl_of[f.aid[m]], labels), ("cause", f.cause[m] - 1, CAUSES)]
+    code = np.zeros(int(m.sum()), dtype=np.int64)
+    mult = 1
+    for _, v, dom in reversed(cols):
+        code += v.astype(np.int64) * mult
+        mult *= len(dom)
+    u, n = np.unique(code, return_counts=True)
+    out = {}
+    rest = u.copy()
+    for name, _, dom in reversed(cols):
+        out[name] = [dom[i] for i in (rest % len(dom))]
+        rest //= len(dom)
+    df = pd.DataFrame({name: out[name] for name, _, _ in cols})
+    df["handshakes"] = n.astype(np.int64)
+    return df.sort_values([c for c, _, _ in cols], kind="stable").reset_index(drop=True)
 
 
 def features(conn, weeks=None, vantages=None) -> pd.DataFrame:
