@@ -50,15 +50,16 @@ def save(fig, outdir: str | None, name: str) -> list[str]:
     return paths
 
 
-def publish(fig, outdir: str | None, name: str) -> list[str]:
+def publish(fig, outdir: str | None, name: str) -> None:
     """save(), then show the figure in the notebook: the saved PNG itself when there is
     one (shown at 100 dpi; matplotlib does not render the figure a third time: ~1/3 of
-    the figure time on the 10 M report), else plt.show(). Closes the figure."""
+    the figure time on the 10 M report), else plt.show(). Closes the figure. Returns
+    None, so that a cell ending with it prints nothing more."""
     paths = save(fig, outdir, name)
     png = next((p for p in paths if p.endswith(".png")), None)
     if png is None:
         plt.show()
-        return paths
+        return
     from IPython.display import Image, display
     with open(png, "rb") as f:
         data = f.read()
@@ -67,7 +68,6 @@ def publish(fig, outdir: str | None, name: str) -> list[str]:
     scale = plt.rcParams["figure.dpi"] / dpi if isinstance(dpi, (int, float)) else 1.0
     display(Image(data=data, format="png", width=max(1, round(width * scale))))
     plt.close(fig)
-    return paths
 
 
 def _ms_formatter():

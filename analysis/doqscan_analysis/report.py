@@ -139,9 +139,11 @@ def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
     params = {"database_url": db, "weeks": weeks, "vantages": vantages, "output_dir": out}
     with TreeMemory() as mem:
         if parallel and len(notebooks) > 1:
+            # spawn, not fork: a fork while TreeMemory's thread (or psycopg's, logging's)
+            # holds a lock left a worker waiting forever on that lock (seen once in 3 runs)
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
-            with ProcessPoolExecutor(max_workers=len(notebooks), mp_context=multiprocessing.get_context("fork")) as ex:
+            with ProcessPoolExecutor(max_workers=len(notebooks), mp_context=multiprocessing.get_context("spawn")) as ex:
                 futs = {name: ex.submit(_execute, name, out, params, timeout) for name in notebooks}
                 results = {}
                 for name, fut in futs.items():
