@@ -620,11 +620,31 @@ SELECT m.campaign_id, m.protocol, m.phase, m.mode, m.key_share, family(m.address
 def refresh_measurement_facts(conn, weeks=None, vantages=None, batch: int = 8) -> int:
     """Fill measurement_facts for the selected campaigns that are finished, have current
     rtt_medians, and are not yet (or no longer) cached, `batch` campaigns per
-    transaction; returns how many campaigns were computed. Without the table or the
-    right to write it, computes nothing (measurement_facts then joins at query time)."""
+    transaction, over PARALLEL connections (the caller's alone inside a transaction);
+    returns how many campaigns were computed. Without the table or the right to write
+    it, computes nothing (measurement_facts then joins at query time)."""
     if not (has_rtt_medians(conn) and has_measurement_facts(conn)):
         return 0
     todo = [c for c, _, rtt_ok, facts_ok in _selected_campaigns(conn, weeks, vantages) if rtt_ok and not facts_ok]
+    n = min(PARALLEL, -(-len(todo) // batch))
+    if n < 2 or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return _fill_facts(conn, todo, batch)
+    from concurrent.futures import ThreadPoolExecutor
+    kw = dict(conn.info.get_parameters())
+    if conn.info.password:
+        kw["password"] = conn.info.password
+    step = -(-len(todo) // n)  # contiguous ranges: each connection reads its own pages
+
+    def work(ids):
+        with psycopg.connect(autocommit=True, **kw) as c2:
+            c2.execute("SET jit = off")
+            return _fill_facts(c2, ids, batch)
+
+    with ThreadPoolExecutor(max_workers=n) as ex:
+        return sum(ex.map(work, [todo[i:i + step] for i in range(0, len(todo), step)]))
+
+
+def _fill_facts(conn, todo: list[int], batch: int) -> int:
     done = 0
     for i in range(0, len(todo), batch):
         ids = todo[i:i + batch]
