@@ -1,10 +1,11 @@
 """Load aggregated results from doqscan's PostgreSQL database (schema.sql).
 
-Every function runs one SQL statement that aggregates inside PostgreSQL and returns a
-small pandas DataFrame: counts per week, per version pair, per port, and latency
-distributions as exact order statistics (``percentile_disc``) at a fixed number of ranks.
-No function fetches raw measurement rows, so a database of tens of millions of
-measurements costs the client a few megabytes.
+Most functions run one SQL statement that aggregates inside PostgreSQL and return a
+small pandas DataFrame: counts per week, per version pair, per port. The response-time
+functions (answering, response_times) share measurement_facts: one binary COPY of a
+compact record per successful measurement, paired with its RTT in PostgreSQL, from
+which numpy computes exact distributions (order statistics at fixed ranks, medians,
+means), the DoX set and per-group resolver counts (~46 bytes a measurement in memory).
 
 Filters common to all functions:
   weeks     list of ISO weeks ('2026-W47'); None = every week in the database.
@@ -34,10 +35,10 @@ VERIFIED = "doq-verified"
 # NXDOMAIN (3) (RFC 1035 §4.1.1); REFUSED and SERVFAIL do not count.
 DOUDP_RCODES = [0, 3]
 
-DEFAULT_POINTS = 2000
+DEFAULT_POINTS = 2000  # ranks at which distributions are returned (ECDF step <= 1/2000)
 
-# Connections response_times may use at once (one scan per core; the machine has 2).
-PARALLEL = int(os.environ.get("DOQSCAN_ANALYSIS_PARALLEL", "2"))  # ranks at which distributions are returned (ECDF step <= 1/2000)
+# Connections measurement_facts may use at once (one scan per core; the machine has 2).
+PARALLEL = int(os.environ.get("DOQSCAN_ANALYSIS_PARALLEL", "2"))
 
 
 def connect(url: str, work_mem: str = "128MB") -> psycopg.Connection:
@@ -45,6 +46,9 @@ def connect(url: str, work_mem: str = "128MB") -> psycopg.Connection:
     sorts get `work_mem` each: the distributions sort every measurement once per metric,
     and in-memory sorts are several times faster than PostgreSQL's default 4 MB spills."""
     conn = psycopg.connect(url, autocommit=True)
+    # JIT compilation costs seconds per query (20 s of doq_causes' 41 s on the 10 M
+    # bench) and pays off on none of these one-pass aggregations.
+    conn.execute("SET jit = off")
     if work_mem:
         conn.execute("SELECT set_config('work_mem', %s, false)", (work_mem,))
     return conn
@@ -442,59 +446,437 @@ GROUP_COLUMNS = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")
 _PHASES = ["warmup", "measured"]
 _MODES = ["fresh", "resumed", "0rtt", "persistent"]
 
-# One fixed-width row per paired measurement in PostgreSQL's binary COPY format
+# ----------------------------------------------------------------------------------
+# Measurement facts: one compact record per successful measurement of a selection,
+# fetched once (binary COPY, no per-row Python) and shared by answering() and
+# response_times(). PostgreSQL only filters and pairs each measurement with its RTT
+# (a hash of the campaign's rtt_medians); the DoX set, address numbering and grouping
+# happen in numpy, so the query is a single scan of measurements per part with nothing
+# the planner can misestimate (CTEs without statistics made it hash 5 M measurements
+# three times: 81 s per vantage point; the plain join takes 15 s).
+
+# One fixed-width row per successful measurement in PostgreSQL's binary COPY format
 # (big-endian; every field non-NULL: a field count, then length + value per field):
-# packed group number, address number, resolve, handshake and RTT (NaN when absent).
-_COPY_ROW = np.dtype([("nf", ">i2"), ("l0", ">i4"), ("g", ">i4"), ("l1", ">i4"), ("aid", ">i4"),
-                      ("l2", ">i4"), ("resolve", ">f8"), ("l3", ">i4"), ("handshake", ">f8"),
-                      ("l4", ">i4"), ("rtt", ">f8")])
+# packed categories, campaign, address (high and low 64 bits; IPv4 in the low word),
+# resolve, handshake and RTT (NaN when absent), DoQ/DoH3 handshake cause (CAUSES).
+_COPY_ROW = np.dtype([("nf", ">i2"), ("l0", ">i4"), ("g", ">i4"), ("l1", ">i4"), ("cid", ">i8"),
+                      ("l2", ">i4"), ("hi", ">i8"), ("l3", ">i4"), ("lo", ">i8"),
+                      ("l4", ">i4"), ("resolve", ">f8"), ("l5", ">i4"), ("handshake", ">f8"),
+                      ("l6", ">i4"), ("rtt", ">f8"), ("l7", ">i4"), ("cause", ">i2")])
 _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+_COPY_TRAILER = b"\xff\xff"  # a field count of -1
+_COPY_BLOCK = 32 << 20  # convert the stream to compact arrays every 32 MB
+
+# Packed categories: protocol + 8 * (phase + 3 * (mode + 5 * (IPv6 + 2 * key share))),
+# each an index into its domain; a value outside the domain gets the domain's length
+# (schema.sql's CHECKs exclude that for protocol, phase and mode: an error if seen; an
+# unknown key share makes measurement_facts look its name up).
+_R_PROTO, _R_PHASE, _R_MODE, _R_FAM = 8, 3, 5, 2
+
+# Key shares the measure tool writes (internal/measure: --key-shares); '' for protocols
+# without one. Others are found in the data (campaign config, column statistics, and a
+# last query only when a row has a key share none of these name).
+_KNOWN_KEY_SHARES = ["", "x25519", "x25519mlkem768"]
+
+# handshake_analyses.cause values (schema.sql's CHECK); facts store 1 + the index, 0 for
+# a measurement without an analysis (only QUIC measurements have one).
+CAUSES = ["1rtt", "retry", "version-negotiation", "amplification", "loss", "multiple", "unknown"]
+_CAUSE_EXPR = """COALESCE(CASE WHEN m.protocol IN ('doq', 'doh3') THEN array_position(%(causes)s::text[],
+                   (SELECT ha.cause FROM handshake_analyses ha WHERE ha.measurement_id = m.measurement_id)) END,
+                 0)::int2"""  # a primary-key lookup per QUIC measurement: no 4 M-row hash per batch
+
+_ADDR_HI = "('x' || encode(substring(inet_send(m.address) from 5 for 8), 'hex'))::bit(64)::int8"
+_ADDR_LO = "('x' || encode(substring(inet_send(m.address) from 13 for 8), 'hex'))::bit(64)::int8"
+_TRANSPORT = "CASE m.protocol WHEN 'doudp' THEN 'udp' WHEN 'doq' THEN 'quic' WHEN 'doh3' THEN 'quic' ELSE 'tcp' END"
+
+_FACTS_SELECT = """
+SELECT (COALESCE(array_position(%(protos)s::text[], m.protocol) - 1, {np})
+        + {rp} * (COALESCE(array_position(%(phases)s::text[], m.phase) - 1, {nph})
+        + {rph} * (COALESCE(array_position(%(modes)s::text[], m.mode) - 1, {nm})
+        + {rm} * ((family(m.address) = 6)::int
+        + {rf} * COALESCE(array_position(%(kshares)s::text[], m.key_share) - 1, %(nks)s)))))::int4,
+       m.campaign_id::int8,
+       CASE WHEN family(m.address) = 4 THEN 0::int8 ELSE """ + _ADDR_HI + """ END,
+       CASE WHEN family(m.address) = 4 THEN m.address - '0.0.0.0'::inet ELSE """ + _ADDR_LO + """ END,
+       COALESCE(m.resolve_ns::float8, 'NaN'), COALESCE(m.handshake_ns::float8, 'NaN'),
+       COALESCE(r.rtt_ns::float8, 'NaN'), """ + _CAUSE_EXPR + """
+  FROM measurements m
+  LEFT JOIN {rtt} r ON r.campaign_id = m.campaign_id AND r.address = m.address AND r.port = m.port
+       AND r.transport = """ + _TRANSPORT + """{rtt_on}
+ WHERE m.campaign_id = ANY(%(part)s::bigint[]) AND m.status = 'ok' AND m.rcode IS NOT NULL"""
 
 
-def _copy_rows(conn, sql: str, params: dict) -> np.ndarray:
-    """Run `COPY (sql) TO STDOUT (FORMAT binary)` and view its rows as _COPY_ROW records."""
+def _facts_sql(cached: bool) -> str:
+    """The facts query for a part whose RTTs are all cached (rtt_medians joined directly:
+    a table with statistics, so the 1.4 M-key RTT hash is built and the measurements
+    stream through it) or all computed from the samples (running campaigns, no cache)."""
+    fmt = dict(np=len(names.PROTOCOLS), rp=_R_PROTO, nph=len(_PHASES), rph=_R_PHASE,
+               nm=len(_MODES), rm=_R_MODE, rf=_R_FAM)
+    if cached:
+        return _FACTS_SELECT.format(rtt="rtt_medians", rtt_on=" AND r.campaign_id = ANY(%(part)s::bigint[])", **fmt)
+    return ("WITH rtt AS MATERIALIZED (" + _RTT_MEDIAN_SQL.format(extra="", where="s.campaign_id = ANY(%(part)s::bigint[])")
+            + ")" + _FACTS_SELECT.format(rtt="rtt", rtt_on="", **fmt))
+
+
+class Facts:
+    """Successful measurements (status ok with an rcode) of a selection, one entry per
+    measurement, as numpy arrays of equal length:
+
+      vantage, protocol, phase, mode, key_share  indices into the domain lists
+                 vantages, names.PROTOCOLS, PHASES, MODES, key_shares
+      aid        address number (0..n_addresses-1, exact for IPv4 and IPv6)
+      resolve, handshake, rtt  nanoseconds as float64, NaN when absent (rtt: the median
+                 of the answered RTT samples of the same campaign, address, transport
+                 and port)
+      cause      DoQ/DoH3 handshake cause: 1 + index in CAUSES, 0 without an analysis
+      dox        the (vantage point, address) answered a measured query on every DoX
+                 protocol (names.DOX_PROTOCOLS) in the selection
+    and `addresses`: row aid is (IPv6, high 64 bits, low 64 bits; IPv4 in the low bits).
+    """
+
+    PHASES = _PHASES
+    MODES = _MODES
+
+    def __init__(self, vantages, key_shares, cols: dict[str, np.ndarray], n_addresses: int):
+        self.vantages = list(vantages)
+        self.key_shares = list(key_shares)
+        self.n_addresses = n_addresses
+        for k, v in cols.items():
+            setattr(self, k, v)
+        dox_ids = [names.PROTOCOLS.index(p) for p in names.DOX_PROTOCOLS]
+        key = self.vantage.astype(np.int64) * max(n_addresses, 1) + self.aid
+        measured = self.phase == self.PHASES.index("measured")
+        sets = [np.unique(key[measured & (self.protocol == p)]) for p in dox_ids]
+        both = sets[0] if sets else np.empty(0, dtype=np.int64)
+        for s in sets[1:]:
+            both = np.intersect1d(both, s, assume_unique=True)
+        self.dox_keys = both
+        self.dox = np.isin(key, both)
+
+    def __len__(self) -> int:
+        return len(self.aid)
+
+    def address_ids(self, v6, hi, lo) -> np.ndarray:
+        """aid of each (IPv6, high, low) address encoding, -1 for addresses not in the facts."""
+        want = np.stack([np.asarray(v6, np.int64), np.asarray(hi, np.int64), np.asarray(lo, np.int64)], axis=1)
+        index = {tuple(r): i for i, r in enumerate(self.addresses.tolist())}
+        return np.asarray([index.get(tuple(r), -1) for r in want.tolist()], dtype=np.int64)
+
+    def domain(self, col: str) -> list:
+        return {"vantage_id": self.vantages, "protocol": list(names.PROTOCOLS), "phase": self.PHASES,
+                "mode": self.MODES, "key_share": self.key_shares, "dox": [False, True]}[col]
+
+    def column(self, col: str) -> np.ndarray:
+        return {"vantage_id": self.vantage, "protocol": self.protocol, "phase": self.phase,
+                "mode": self.mode, "key_share": self.key_share, "dox": self.dox}[col]
+
+
+def has_measurement_facts(conn) -> bool:
+    """Whether the database has the measurement_facts cache (schema migration 0003)."""
+    return bool(conn.execute("""SELECT to_regclass('measurement_facts') IS NOT NULL
+                                   AND to_regclass('measurement_fact_campaigns') IS NOT NULL""").fetchone()[0])
+
+
+def _selected_campaigns(conn, weeks, vantages) -> list[tuple[int, str, bool, bool]]:
+    """(campaign_id, vantage_id, RTTs cached, facts cached) of the selected campaigns."""
+    rtt = has_rtt_medians(conn)
+    facts = rtt and has_measurement_facts(conn)
+    sql = "SELECT c.campaign_id, c.vantage_id, "
+    sql += "(m.campaign_id IS NOT NULL AND " + _CACHE_VALID + ")" if rtt else "false"
+    sql += ", (m.campaign_id IS NOT NULL AND " + _CACHE_VALID + " AND f.campaign_id IS NOT NULL AND " \
+        + _CACHE_VALID.replace("m.computed_at", "f.computed_at") + ")" if facts else ", false"
+    sql += " FROM campaigns c"
+    if rtt:
+        sql += " LEFT JOIN rtt_median_campaigns m USING (campaign_id)"
+    if facts:
+        sql += " LEFT JOIN measurement_fact_campaigns f USING (campaign_id)"
+    sql += """ WHERE (%(weeks)s::text[] IS NULL OR to_char(c.round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
+                 AND (%(vantages)s::text[] IS NULL OR c.vantage_id = ANY(%(vantages)s::text[]))
+               ORDER BY 1"""
+    return [tuple(r) for r in conn.execute(sql, _params(weeks, vantages)).fetchall()]
+
+
+# Records of measurement_facts (migration 0003), big-endian: address, resolve, handshake,
+# RTT, handshake cause (1 + index in CAUSES; 0 none).
+_FACT_REC = {4: np.dtype([("lo", ">u4"), ("resolve", ">f8"), ("handshake", ">f8"), ("rtt", ">f8"), ("cause", ">i2")]),
+             6: np.dtype([("hi", ">i8"), ("lo", ">i8"), ("resolve", ">f8"), ("handshake", ">f8"), ("rtt", ">f8"),
+                          ("cause", ">i2")])}
+
+_FACTS_FILL = """
+INSERT INTO measurement_facts (campaign_id, protocol, phase, mode, key_share, family, measurements, records)
+SELECT m.campaign_id, m.protocol, m.phase, m.mode, m.key_share, family(m.address)::int2, count(*),
+       string_agg(substring(inet_send(m.address) from 5)          -- 4 or 16 address bytes
+                  || float8send(COALESCE(m.resolve_ns::float8, 'NaN'))
+                  || float8send(COALESCE(m.handshake_ns::float8, 'NaN'))
+                  || float8send(COALESCE(r.rtt_ns::float8, 'NaN'))
+                  || int2send(""" + _CAUSE_EXPR + """), ''::bytea)
+  FROM measurements m
+  LEFT JOIN rtt_medians r ON r.campaign_id = m.campaign_id AND r.address = m.address AND r.port = m.port
+       AND r.transport = """ + _TRANSPORT + """ AND r.campaign_id = ANY(%(ids)s::bigint[])
+ WHERE m.campaign_id = ANY(%(ids)s::bigint[]) AND m.status = 'ok' AND m.rcode IS NOT NULL
+ GROUP BY 1, 2, 3, 4, 5, 6"""
+
+
+def refresh_measurement_facts(conn, weeks=None, vantages=None, batch: int = 8) -> int:
+    """Fill measurement_facts for the selected campaigns that are finished, have current
+    rtt_medians, and are not yet (or no longer) cached, `batch` campaigns per
+    transaction, over PARALLEL connections (the caller's alone inside a transaction);
+    returns how many campaigns were computed. Without the table or the right to write
+    it, computes nothing (measurement_facts then joins at query time)."""
+    if not (has_rtt_medians(conn) and has_measurement_facts(conn)):
+        return 0
+    todo = [c for c, _, rtt_ok, facts_ok in _selected_campaigns(conn, weeks, vantages) if rtt_ok and not facts_ok]
+    n = min(PARALLEL, -(-len(todo) // batch))
+    if n < 2 or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return _fill_facts(conn, todo, batch)
+    from concurrent.futures import ThreadPoolExecutor
+    kw = dict(conn.info.get_parameters())
+    if conn.info.password:
+        kw["password"] = conn.info.password
+    step = -(-len(todo) // n)  # contiguous ranges: each connection reads its own pages
+
+    def work(ids):
+        with psycopg.connect(autocommit=True, **kw) as c2:
+            c2.execute("SET jit = off")
+            return _fill_facts(c2, ids, batch)
+
+    with ThreadPoolExecutor(max_workers=n) as ex:
+        return sum(ex.map(work, [todo[i:i + step] for i in range(0, len(todo), step)]))
+
+
+def _fill_facts(conn, todo: list[int], batch: int) -> int:
+    done = 0
+    for i in range(0, len(todo), batch):
+        ids = todo[i:i + batch]
+        try:
+            with conn.transaction():
+                conn.execute("SET LOCAL enable_mergejoin = off")
+                conn.execute("SET LOCAL work_mem = '256MB'")
+                conn.execute("DELETE FROM measurement_fact_campaigns WHERE campaign_id = ANY(%(ids)s)", {"ids": ids})
+                conn.execute("DELETE FROM measurement_facts WHERE campaign_id = ANY(%(ids)s)", {"ids": ids})
+                conn.execute(_FACTS_FILL, {"ids": ids, "causes": CAUSES})
+                conn.execute("""INSERT INTO measurement_fact_campaigns (campaign_id, measurements)
+                                SELECT i, (SELECT COALESCE(sum(measurements), 0) FROM measurement_facts
+                                            WHERE campaign_id = i)
+                                  FROM unnest(%(ids)s::bigint[]) AS i
+                                ON CONFLICT DO NOTHING""", {"ids": ids})
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
+            return done
+        done += len(ids)
+    return done
+
+
+def _read_cached_facts(conn, ids: list[int], kshares: list[str], cids, cvant) -> list[dict]:
+    """Blocks (as _decode makes them) from measurement_facts; key shares not yet in
+    `kshares` are appended to it."""
+    if not ids:
+        return []
+    blocks = []
+    with conn.cursor(binary=True) as cur:
+        cur.execute("""SELECT campaign_id, protocol, phase, mode, key_share, family, measurements, records
+                         FROM measurement_facts WHERE campaign_id = ANY(%(ids)s::bigint[])""", {"ids": ids})
+        while rows := cur.fetchmany(256):
+            for cid, proto, phase, mode, ks, fam, n, rec in rows:
+                r = np.frombuffer(rec, dtype=_FACT_REC[fam])
+                if len(r) != n:
+                    raise RuntimeError(f"measurement_facts: campaign {cid} {proto}: {len(r)} records, expected {n}")
+                if ks not in kshares:
+                    kshares.append(ks)
+                try:
+                    idx = (names.PROTOCOLS.index(proto), _PHASES.index(phase), _MODES.index(mode))
+                except ValueError as e:
+                    raise RuntimeError(f"measurement_facts: {e} (schema.sql's CHECK)") from e
+                blocks.append({
+                    "protocol": np.full(n, idx[0], np.int8), "phase": np.full(n, idx[1], np.int8),
+                    "mode": np.full(n, idx[2], np.int8), "v6": np.full(n, fam == 6),
+                    "key_share": np.full(n, kshares.index(ks), np.int16),
+                    "vantage": np.full(n, cvant[np.searchsorted(cids, cid)], np.int16),
+                    "hi": r["hi"].astype(np.int64) if fam == 6 else np.zeros(n, np.int64),
+                    "lo": r["lo"].astype(np.int64),
+                    "resolve": r["resolve"].astype(np.float64), "handshake": r["handshake"].astype(np.float64),
+                    "rtt": r["rtt"].astype(np.float64), "cause": r["cause"].astype(np.int8)})
+    return blocks
+
+
+def _key_share_candidates(conn, ids: list[int]) -> list[str]:
+    """Key share names likely present: the known ones, the campaigns' configuration
+    (measure writes config.key_shares) and the column's most common values."""
+    out = list(_KNOWN_KEY_SHARES)
+    rows = conn.execute("""
+        SELECT DISTINCT k FROM campaigns c, jsonb_array_elements_text(
+                 CASE WHEN jsonb_typeof(c.config -> 'key_shares') = 'array' THEN c.config -> 'key_shares'
+                      ELSE '[]'::jsonb END) AS k
+         WHERE c.campaign_id = ANY(%(ids)s::bigint[])
+        UNION
+        SELECT unnest(most_common_vals::text::text[]) FROM pg_stats
+         WHERE schemaname = current_schema() AND tablename = 'measurements' AND attname = 'key_share'""",
+                        {"ids": ids}).fetchall()
+    out += sorted({r[0] for r in rows if r[0] is not None} - set(out))
+    return out
+
+
+def _decode(rec: np.ndarray, cids: np.ndarray, cvant: np.ndarray) -> dict[str, np.ndarray]:
+    """Compact native arrays from a block of _COPY_ROW records."""
+    g = rec["g"].astype(np.int32)
+    out = {"protocol": (g % _R_PROTO).astype(np.int8)}
+    g //= _R_PROTO
+    out["phase"] = (g % _R_PHASE).astype(np.int8)
+    g //= _R_PHASE
+    out["mode"] = (g % _R_MODE).astype(np.int8)
+    g //= _R_MODE
+    out["v6"] = (g % _R_FAM).astype(bool)
+    out["key_share"] = (g // _R_FAM).astype(np.int16)
+    out["vantage"] = cvant[np.searchsorted(cids, rec["cid"].astype(np.int64))]
+    out["hi"] = rec["hi"].astype(np.int64)
+    out["lo"] = rec["lo"].astype(np.int64)
+    for f in ("resolve", "handshake", "rtt"):
+        out[f] = rec[f].astype(np.float64)
+    out["cause"] = rec["cause"].astype(np.int8)
+    for f, dom in (("protocol", names.PROTOCOLS), ("phase", _PHASES), ("mode", _MODES)):
+        if len(out[f]) and int(out[f].max()) >= len(dom):
+            raise RuntimeError(f"measurements.{f} outside {dom} (schema.sql's CHECK)")
+    return out
+
+
+def _copy_facts(conn, sql: str, params: dict, cids: np.ndarray, cvant: np.ndarray) -> list[dict]:
+    """Run `COPY (sql) TO STDOUT (FORMAT binary)` and decode its rows block by block
+    (the raw stream is never held whole: ~82 bytes a row raw, ~46 decoded)."""
     stmt = psycopg.ClientCursor(conn).mogrify(sql, params)
-    buf = bytearray()
-    # The planner underestimates the DoX and RTT sets (200 and 0.9 M rows for 7 k and
-    # 2.75 M on the bench) and sorted all 10 M measurements for merge joins (~110 s);
-    # hash joins probe them in one scan. JIT compilation buys nothing for one scan.
+    blocks, buf, start = [], bytearray(), None
+    size = _COPY_ROW.itemsize
     with conn.transaction(), conn.cursor() as cur:
+        # The planner sorted all measurements for merge joins when it underestimated the
+        # RTT set; a hash join probes it in one scan. JIT buys nothing for one scan
+        # (and cost 20 s of compilation in doq_causes on the 10 M bench).
         cur.execute("SET LOCAL enable_mergejoin = off")
         cur.execute("SET LOCAL jit = off")
-        cur.execute("SET LOCAL work_mem = '512MB'")  # the RTT hash (2.75 M keys) in one batch
+        cur.execute("SET LOCAL work_mem = '512MB'")  # the RTT hash in one batch
         with cur.copy("COPY (" + stmt + ") TO STDOUT (FORMAT binary)") as cp:
             for chunk in cp:
                 buf += chunk
-    if not buf.startswith(_COPY_SIGNATURE):
-        raise RuntimeError("COPY: not PostgreSQL's binary format")
-    start = 19 + int.from_bytes(buf[15:19], "big")
-    body = memoryview(buf)[start:len(buf) - 2]  # the trailer is a field count of -1
-    if len(body) % _COPY_ROW.itemsize:
+                if start is None and len(buf) >= 19:
+                    if not buf.startswith(_COPY_SIGNATURE):
+                        raise RuntimeError("COPY: not PostgreSQL's binary format")
+                    start = 19 + int.from_bytes(buf[15:19], "big")
+                if start is not None and len(buf) - start >= _COPY_BLOCK:
+                    n = (len(buf) - start - len(_COPY_TRAILER)) // size  # keep the trailer's bytes
+                    blocks.append(_decode(np.frombuffer(buf, dtype=_COPY_ROW, count=n, offset=start), cids, cvant))
+                    del buf[:start + n * size]
+                    start = 0
+    if start is None or not buf.endswith(_COPY_TRAILER):
+        raise RuntimeError("COPY: truncated binary stream")
+    body = len(buf) - start - len(_COPY_TRAILER)
+    if body % size:
         raise RuntimeError("COPY: rows are not of the expected fixed width (a NULL field?)")
-    return np.frombuffer(body, dtype=_COPY_ROW)
+    if body:
+        blocks.append(_decode(np.frombuffer(buf, dtype=_COPY_ROW, count=body // size, offset=start), cids, cvant))
+    return blocks
 
 
-def _copy_parallel(conn, sql: str, params: dict, all_vantages, vantages) -> np.ndarray:
-    """_copy_rows, split by vantage point over up to PARALLEL connections when groups are
-    per vantage point (the DoX set and every row are per vantage, so the parts are
-    disjoint and complete): one scan per core instead of one in all."""
-    sel = [v for v in (all_vantages or []) if not vantages or v in vantages]
-    if len(sel) < 2 or PARALLEL < 2:
-        return _copy_rows(conn, sql, params)
+def _parts(camps: list[tuple[int, bool]], n: int) -> list[tuple[list[int], bool]]:
+    """Campaigns (id, RTTs cached) split into up to n parts of similar size with cached
+    RTTs, plus one part for the uncached ones (they take the other query)."""
+    cached = [c for c, ok in camps if ok]
+    uncached = [c for c, ok in camps if not ok]
+    n = max(1, min(n, len(cached)))
+    # contiguous ranges: a campaign's rows are stored together, so each part reads its
+    # own pages (interleaved campaigns made every part read the whole table)
+    step = -(-len(cached) // n) if cached else 1
+    parts = [(cached[i:i + step], True) for i in range(0, len(cached), step)]
+    if uncached:
+        parts.append((uncached, False))
+    return parts
+
+
+def measurement_facts(conn, weeks=None, vantages=None, refresh: bool = True) -> Facts:
+    """The successful measurements of the selected weeks and vantage points with their
+    RTT (see Facts): finished campaigns from measurement_facts (migration 0003), the
+    others from one scan of measurements joined with their RTTs, split over PARALLEL
+    connections. With `refresh`, rtt_medians and measurement_facts are first brought up
+    to date for the selection (refresh_rtt_medians, refresh_measurement_facts)."""
+    if refresh:
+        refresh_rtt_medians(conn, weeks, vantages)
+        refresh_measurement_facts(conn, weeks, vantages)
+    camps = _selected_campaigns(conn, weeks, vantages)
+    vant_dom = sorted({c[1] for c in camps})
+    cids = np.asarray([c[0] for c in camps], dtype=np.int64)
+    cvant = np.asarray([vant_dom.index(c[1]) for c in camps], dtype=np.int16)
+    kshares = _key_share_candidates(conn, [c[0] for c in camps if not c[3]]) if not all(c[3] for c in camps) \
+        else list(_KNOWN_KEY_SHARES)
+    cached = _read_cached_facts(conn, [c[0] for c in camps if c[3]], kshares, cids, cvant)
+    base = {"protos": list(names.PROTOCOLS), "phases": Facts.PHASES, "modes": Facts.MODES, "causes": CAUSES}
+    parts = _parts([(c[0], c[2]) for c in camps if not c[3]], PARALLEL)
+    while True:
+        p = dict(base, kshares=kshares, nks=len(kshares))
+        fetched = _run_parts(conn, parts, p, cids, cvant) if parts else []
+        ks = np.concatenate([b["key_share"] for b in fetched]) if fetched else np.empty(0, np.int16)
+        if not (ks == len(kshares)).any():
+            break
+        # a key share none of the candidates names: ask for the names, then fetch again
+        more = [r[0] for r in conn.execute("""
+            SELECT DISTINCT key_share FROM measurements
+             WHERE campaign_id = ANY(%(ids)s::bigint[]) AND status = 'ok' AND rcode IS NOT NULL
+               AND NOT (key_share = ANY(%(ks)s::text[]))""",
+                                           {"ids": [i for ids, _ in parts for i in ids], "ks": kshares}).fetchall()]
+        if not more:
+            raise RuntimeError("key share outside every candidate, yet none found")
+        kshares += sorted(more)
+    blocks = cached + fetched
+    del cached, fetched
+    cols = {}
+    for f in ("vantage", "protocol", "phase", "mode", "key_share", "v6", "hi", "lo", "resolve", "handshake", "rtt",
+              "cause"):
+        cols[f] = (np.concatenate([b[f] for b in blocks]) if blocks else np.empty(0))
+        for b in blocks:
+            b.pop(f)
+    del blocks
+    # address numbers; a plain unique of the low words when every address is IPv4
+    if len(cols["v6"]) and cols["v6"].any():
+        addr = np.stack([cols["v6"].astype(np.int64), cols["hi"], cols["lo"]], axis=1)
+        table, aid = np.unique(addr, axis=0, return_inverse=True)
+        del addr
+    else:  # the distinct addresses (thousands) by hashing, then a binary search per row:
+        lo = cols["lo"].astype(np.int64)  # 3x faster than unique(return_inverse)'s full sort
+        u = np.unique(lo)
+        aid = np.searchsorted(u, lo)
+        table = np.stack([np.zeros(len(u), np.int64), np.zeros(len(u), np.int64), u], axis=1)
+    n_addr = int(aid.max()) + 1 if len(aid) else 0
+    cols["aid"] = aid.reshape(-1).astype(np.int32)
+    for f in ("v6", "hi", "lo"):
+        del cols[f]
+    # key shares present, renumbered in name order
+    present = sorted({kshares[i] for i in np.unique(cols["key_share"])})
+    remap = np.asarray([present.index(k) if k in present else -1 for k in kshares], dtype=np.int16)
+    cols["key_share"] = remap[cols["key_share"]] if len(cols["key_share"]) else cols["key_share"].astype(np.int16)
+    for f, t in (("vantage", np.int16), ("protocol", np.int8), ("phase", np.int8), ("mode", np.int8)):
+        cols[f] = cols[f].astype(t)
+    f = Facts(vant_dom, present, cols, n_addr)
+    f.addresses = table  # row aid: (IPv6, high 64 bits, low 64 bits)
+    return f
+
+
+def _run_parts(conn, parts, params, cids, cvant) -> list[dict]:
+    """Every part's COPY, PARALLEL at a time on their own connections (the caller's
+    connection alone when PARALLEL is 1: it then sees its own open transaction)."""
+    if PARALLEL < 2 or len(parts) < 2:
+        out = []
+        for ids, cached in parts:
+            out += _copy_facts(conn, _facts_sql(cached), dict(params, part=ids), cids, cvant)
+        return out
     from concurrent.futures import ThreadPoolExecutor
     kw = dict(conn.info.get_parameters())
     if conn.info.password:
         kw["password"] = conn.info.password
     work_mem = conn.execute("SHOW work_mem").fetchone()[0]
 
-    def part(v):
+    def part(pc):
+        ids, cached = pc
         with psycopg.connect(autocommit=True, **kw) as c2:
             c2.execute("SELECT set_config('work_mem', %s, false)", (work_mem,))
-            return _copy_rows(c2, sql, dict(params, vantages=[v]))
+            return _copy_facts(c2, _facts_sql(cached), dict(params, part=ids), cids, cvant)
 
-    with ThreadPoolExecutor(max_workers=min(PARALLEL, len(sel))) as ex:
-        parts = list(ex.map(part, sel))
-    return np.concatenate(parts) if parts else _copy_rows(conn, sql, params)
+    with ThreadPoolExecutor(max_workers=min(PARALLEL, len(parts))) as ex:
+        return [b for bl in ex.map(part, parts) for b in bl]
 
 
 def _pg_median(x: np.ndarray) -> float:
@@ -510,79 +892,44 @@ def _pg_median(x: np.ndarray) -> float:
 
 def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
                    require_rtt: bool = True, points: int = DEFAULT_POINTS,
-                   group_by: Sequence[str] = GROUP_COLUMNS, refresh: bool = True) -> pd.DataFrame:
+                   group_by: Sequence[str] = GROUP_COLUMNS, refresh: bool = True,
+                   facts: Facts | None = None) -> pd.DataFrame:
     """Distributions of resolve time, RTT, handshake time and handshake-to-RTT ratio.
 
     Same rows and values as response_times_sql (the reference, all in SQL), computed
-    differently: PostgreSQL joins measurements with their RTT and streams one fixed-width
-    binary row per measurement (group, address number, three metrics; ~54 bytes), and
-    numpy sorts each group's values once. The order statistics, medians and counts are
-    the same numbers exactly; means are exact for resolve and handshake times (integer
-    sums) and within float rounding for RTT and ratio. On the 10M-measurement bench this
-    replaced 9 in-database sorts per group (several minutes) by one scan."""
+    from measurement_facts (pass `facts` to reuse one fetch for several calls; weeks,
+    vantages and refresh are then those of the facts): numpy sorts each group's values
+    once. The order statistics, medians and counts are the same numbers exactly; means
+    are exact for resolve and handshake times (integer sums) and within float rounding
+    for RTT and ratio."""
     allowed = set(GROUP_COLUMNS)
     bad = set(group_by) - allowed
     if bad:
         raise ValueError(f"cannot group by {sorted(bad)}; allowed: {sorted(allowed)}")
     group_by = list(group_by)
-    p = _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS, require_rtt=require_rtt,
-                dox_only=dox_only)
-    # one hashed pass: the key shares present and every address (numbered for the
-    # per-group resolver counts, exact for IPv4 and IPv6 alike)
-    pairs = conn.execute("WITH " + _CAMPAIGNS_CTE + """
-        SELECT key_share, host(address) FROM ok GROUP BY 1, 2""", p).fetchall()
-    p["addrs"] = sorted({a for _, a in pairs})
-    domains: dict[str, list] = {}
-    for col in group_by:
-        if col == "vantage_id":
-            domains[col] = [r[0] for r in conn.execute(
-                "SELECT DISTINCT vantage_id FROM campaigns ORDER BY 1").fetchall()]
-        elif col == "protocol":
-            domains[col] = list(names.PROTOCOLS)
-        elif col == "phase":
-            domains[col] = list(_PHASES)
-        elif col == "mode":
-            domains[col] = list(_MODES)
-        elif col == "key_share":
-            domains[col] = sorted({k for k, _ in pairs})
-        else:  # dox
-            domains[col] = [False, True]
-    # mixed-radix group number; index len(domain) would be a value outside the domain
-    expr, mult, radix = [], 1, []
+    f = facts if facts is not None else measurement_facts(conn, weeks, vantages, refresh)
+    keep = np.ones(len(f), dtype=bool)
+    if require_rtt:  # the study's rule: an answered RTT, except DoUDP
+        keep = (f.protocol == names.PROTOCOLS.index("doudp")) | ~np.isnan(f.rtt)
+    if dox_only:
+        keep &= f.dox
+    # mixed-radix group number
+    code = np.zeros(int(keep.sum()), dtype=np.int64)
+    radix, mult = [], 1
     for col in reversed(group_by):
-        size = len(domains[col]) + 1
-        if col == "dox":
-            e = "dox::int"
-        else:
-            p[f"dom_{col}"] = domains[col]
-            e = f"COALESCE(array_position(%(dom_{col})s::text[], {col}) - 1, {size - 1})"
-        expr.append(f"{e} * {mult}")
+        size = len(f.domain(col))
+        code += f.column(col)[keep].astype(np.int64) * mult
         radix.append((col, mult, size))
         mult *= size
-    if mult >= 2 ** 31:
-        raise ValueError("too many groups to number")
-    gexpr = " + ".join(expr) if expr else "0"
-    sql = ("WITH " + _CAMPAIGNS_CTE + _rtt_for(conn, weeks, vantages, refresh, p) + """,
-        ids AS (SELECT a AS address, i::int4 AS aid
-                  FROM unnest(%(addrs)s::inet[]) WITH ORDINALITY AS u(a, i))
-        SELECT (""" + gexpr + """)::int4, ids.aid,
-               COALESCE(resolve_ns::float8, 'NaN'), COALESCE(handshake_ns::float8, 'NaN'),
-               COALESCE(rtt_ns, 'NaN')
-          FROM paired JOIN ids USING (address)
-         WHERE (NOT %(dox_only)s OR dox)""")
-    rows = _copy_parallel(conn, sql, p, domains.get("vantage_id") if "vantage_id" in group_by else None,
-                          vantages)
-    g = rows["g"].astype(np.int64)
-    order = np.argsort(g, kind="stable")
-    g = g[order]
+    order = np.argsort(code, kind="stable")
+    g = code[order]
+    del code
     cuts = np.flatnonzero(np.diff(g)) + 1
     starts = np.concatenate(([0], cuts)) if len(g) else np.empty(0, dtype=int)
     ends = np.concatenate((cuts, [len(g)])) if len(g) else np.empty(0, dtype=int)
-    aid = rows["aid"].astype(np.int64)[order]
-    vals = {"resolve_ns": rows["resolve"].astype(np.float64)[order],
-            "handshake_ns": rows["handshake"].astype(np.float64)[order],
-            "rtt_ns": rows["rtt"].astype(np.float64)[order]}
-    del rows
+    aid = f.aid[keep][order]
+    vals = {"resolve_ns": f.resolve[keep][order], "handshake_ns": f.handshake[keep][order],
+            "rtt_ns": f.rtt[keep][order]}
     with np.errstate(divide="ignore", invalid="ignore"):
         rtt = vals["rtt_ns"]
         vals["ratio"] = np.where(rtt != 0, vals["handshake_ns"] / np.where(rtt != 0, rtt, 1), np.nan)
@@ -590,10 +937,9 @@ def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
     out = []
     for a, b in zip(starts, ends):
         rec = {}
-        code = int(g[a])
+        c = int(g[a])
         for col, m, size in radix:
-            i = (code // m) % size
-            rec[col] = domains[col][i] if i < len(domains[col]) else None
+            rec[col] = f.domain(col)[(c // m) % size]
         rec["n"] = int(b - a)
         rec["resolvers"] = int(np.unique(aid[a:b]).size)
         for met in METRICS:
@@ -681,23 +1027,32 @@ def ratio_classes(conn, weeks=None, vantages=None, dox_only: bool = False, max_c
          GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5""", p)
 
 
-def answering(conn, weeks=None, vantages=None) -> pd.DataFrame:
+def answering(conn, weeks=None, vantages=None, refresh: bool = True, facts: Facts | None = None) -> pd.DataFrame:
     """Resolvers that answered at least one measured query, per vantage and protocol,
-    plus the DoX set (protocol 'dox'). Columns vantage_id, protocol, resolvers."""
-    return _frame(conn, "WITH " + _CAMPAIGNS_CTE + """
-        SELECT vantage_id, protocol, count(*) AS resolvers
-          FROM (SELECT DISTINCT vantage_id, protocol, address FROM ok WHERE phase = 'measured') x
-         GROUP BY 1, 2
-        UNION ALL
-        SELECT vantage_id, 'dox', count(*) FROM dox GROUP BY 1
-        ORDER BY 1, 2""", _params(weeks, vantages, dox_protocols=names.DOX_PROTOCOLS))
+    plus the DoX set (protocol 'dox'). Columns vantage_id, protocol, resolvers.
+    From measurement_facts (pass `facts` to reuse the fetch of response_times)."""
+    f = facts if facts is not None else measurement_facts(conn, weeks, vantages, refresh)
+    m = f.phase == Facts.PHASES.index("measured")
+    key = (f.vantage[m].astype(np.int64) * len(names.PROTOCOLS) + f.protocol[m]) * max(f.n_addresses, 1) + f.aid[m]
+    u = np.unique(key) // max(f.n_addresses, 1)
+    vp, n = np.unique(u, return_counts=True)
+    rows = [(f.vantages[int(k) // len(names.PROTOCOLS)], names.PROTOCOLS[int(k) % len(names.PROTOCOLS)], int(c))
+            for k, c in zip(vp, n)]
+    dv, dn = np.unique(f.dox_keys // max(f.n_addresses, 1), return_counts=True)
+    rows += [(f.vantages[int(v)], "dox", int(c)) for v, c in zip(dv, dn)]
+    df = pd.DataFrame(rows, columns=["vantage_id", "protocol", "resolvers"])
+    return df.sort_values(["vantage_id", "protocol"], kind="stable").reset_index(drop=True)
 
 
-def doq_causes(conn, weeks=None, vantages=None) -> pd.DataFrame:
+def doq_causes(conn, weeks=None, vantages=None, facts: Facts | None = None) -> pd.DataFrame:
     """DoQ handshakes by cause (handshake_analyses.cause) per vantage, phase, mode, key
     share and resolver implementation (the stack fingerprint of the resolver's latest
-    verification). Columns vantage_id, phase, mode, key_share, implementation, cause,
-    handshakes."""
+    verification) over successful DoQ measurements (status ok with an rcode). Columns
+    vantage_id, phase, mode, key_share, implementation, cause, handshakes. With `facts`
+    (measurement_facts) the counting happens in numpy; weeks and vantages are then those
+    of the facts."""
+    if facts is not None:
+        return _doq_causes_from(conn, facts)
     df = _frame(conn, """
         WITH c AS (SELECT campaign_id, vantage_id FROM campaigns
                     WHERE (%(weeks)s::text[] IS NULL OR to_char(round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
@@ -713,12 +1068,62 @@ def doq_causes(conn, weeks=None, vantages=None) -> pd.DataFrame:
             SELECT c.vantage_id, m.phase, m.mode, m.key_share, m.address, ha.cause
               FROM measurements m JOIN c USING (campaign_id)
               JOIN handshake_analyses ha USING (measurement_id)
-             WHERE m.protocol = 'doq' AND m.status = 'ok')
+             WHERE m.protocol = 'doq' AND m.status = 'ok' AND m.rcode IS NOT NULL)
         SELECT vantage_id, phase, mode, key_share, fp.fp AS implementation, cause, count(*) AS handshakes
           FROM agg LEFT JOIN fp USING (address)
          GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6""", _params(weeks, vantages))
     df["implementation"] = [_fp_label(f) for f in df["implementation"]]
     return df
+
+
+# The stack fingerprint of every DoQ-verified address (its latest verification, preferred port).
+_IMPL_SQL = """
+    SELECT DISTINCT ON (r.address) family(r.address) = 6 AS v6,
+           CASE WHEN family(r.address) = 4 THEN 0::int8 ELSE """ + _ADDR_HI.replace("m.address", "r.address") + """ END AS hi,
+           CASE WHEN family(r.address) = 4 THEN r.address - '0.0.0.0'::inet
+                ELSE """ + _ADDR_LO.replace("m.address", "r.address") + """ END AS lo,
+           """ + _FINGERPRINT_SQL.format(col="COALESCE(r.scan_versions, sr.quic_versions)") + """ AS fp
+      FROM verification_results r JOIN verification_runs vr USING (run_id)
+      LEFT JOIN scan_replies sr ON sr.scan_id = vr.scan_id AND sr.port = r.port AND sr.address = r.address
+     WHERE r.outcome = 'doq-verified'
+     ORDER BY r.address, vr.iso_week DESC, array_position(ARRAY[853, 784, 8853], r.port) NULLS LAST"""
+
+
+def _doq_causes_from(conn, f: Facts) -> pd.DataFrame:
+    """doq_causes from measurement_facts: the fingerprints from one small query, the
+    counting in numpy."""
+    impl = conn.execute(_IMPL_SQL).fetchall()
+    labels = ["no VN list"]  # label 0: an address without a verification
+    impl_of = np.zeros(f.n_addresses, dtype=np.int32)
+    if impl:
+        ids = f.address_ids([r[0] for r in impl], [r[1] for r in impl], [r[2] for r in impl])
+        label_ix = {}
+        for aid, r in zip(ids, impl):
+            if aid < 0:
+                continue
+            lab = _fp_label(r[3])
+            if lab not in label_ix:
+                label_ix[lab] = len(labels)
+                labels.append(lab)
+            impl_of[aid] = label_ix[lab]
+    m = (f.protocol == names.PROTOCOLS.index("doq")) & (f.cause > 0)
+    cols = [("vantage_id", f.vantage[m], f.vantages), ("phase", f.phase[m], Facts.PHASES),
+            ("mode", f.mode[m], Facts.MODES), ("key_share", f.key_share[m], f.key_shares),
+            ("implementation", impl_of[f.aid[m]], labels), ("cause", f.cause[m] - 1, CAUSES)]
+    code = np.zeros(int(m.sum()), dtype=np.int64)
+    mult = 1
+    for _, v, dom in reversed(cols):
+        code += v.astype(np.int64) * mult
+        mult *= len(dom)
+    u, n = np.unique(code, return_counts=True)
+    out = {}
+    rest = u.copy()
+    for name, _, dom in reversed(cols):
+        out[name] = [dom[i] for i in (rest % len(dom))]
+        rest //= len(dom)
+    df = pd.DataFrame({name: out[name] for name, _, _ in cols})
+    df["handshakes"] = n.astype(np.int64)
+    return df.sort_values([c for c, _, _ in cols], kind="stable").reset_index(drop=True)
 
 
 def features(conn, weeks=None, vantages=None) -> pd.DataFrame:

@@ -159,3 +159,42 @@ def test_numpy_path_equals_sql(conn, kw):
                     (x is None or np.isnan(x) or x == pytest.approx(y, rel=1e-12)), col
             else:
                 assert x == y, (col, x, y)
+
+
+def test_measurement_facts_cache(conn, monkeypatch):
+    """measurement_facts (migration 0003) holds one record per successful measurement of
+    every finished campaign, and every figure is the same whether a campaign's facts come
+    from the cache, from the measurements joined with cached RTTs, or with RTTs sorted
+    from the samples (markers removed in a rolled-back transaction)."""
+    assert load.has_measurement_facts(conn)
+    load.measurement_facts(conn)  # fills both caches
+    assert load.refresh_measurement_facts(conn) == 0  # nothing left to do
+    per = dict(conn.execute("""SELECT campaign_id, count(*) FROM measurements
+                                WHERE status = 'ok' AND rcode IS NOT NULL GROUP BY 1""").fetchall())
+    got = dict(conn.execute("SELECT campaign_id, measurements FROM measurement_fact_campaigns").fetchall())
+    assert got == per and len(per) > 0
+    assert conn.execute("SELECT sum(measurements) FROM measurement_facts").fetchone()[0] == sum(per.values())
+
+    kw = {"group_by": ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")}
+    full = load.response_times(conn, **kw)
+    ans = load.answering(conn)
+    monkeypatch.setattr(load, "PARALLEL", 1)  # other connections would not see the rolled-back changes
+    ids = sorted(per)
+    with conn.transaction():
+        conn.execute("DELETE FROM measurement_fact_campaigns WHERE campaign_id = ANY(%s)", (ids[::2],))
+        conn.execute("DELETE FROM rtt_median_campaigns WHERE campaign_id = ANY(%s)", (ids[1::4],))
+        camps = load._selected_campaigns(conn, None, None)
+        assert {c[3] for c in camps} == {True, False} and {c[2] for c in camps} == {True, False}
+        f = load.measurement_facts(conn, refresh=False)
+        _frames_equal(load.response_times(conn, facts=f, **kw), full)
+        pd.testing.assert_frame_equal(load.answering(conn, facts=f), ans)
+        raise psycopg.Rollback()
+
+
+def test_doq_causes_from_facts_equals_sql(conn):
+    """doq_causes counted in numpy from measurement_facts equals the SQL aggregation."""
+    key = ["vantage_id", "phase", "mode", "key_share", "implementation", "cause"]
+    a = load.doq_causes(conn, facts=load.measurement_facts(conn)).sort_values(key).reset_index(drop=True)
+    b = load.doq_causes(conn).sort_values(key).reset_index(drop=True)
+    assert len(a) > 0
+    pd.testing.assert_frame_equal(a, b, check_dtype=False)
