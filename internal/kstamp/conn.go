@@ -71,13 +71,13 @@ func (c *PacketConn) ReadStamped(p []byte) (int, time.Time, error) {
 
 // WriteTo notes the first write after Log.Arm and sends.
 func (c *PacketConn) WriteTo(p []byte, addr net.Addr) (int, error) {
-	c.Log.wrote()
+	c.Log.Wrote()
 	return c.c.WriteTo(p, addr)
 }
 
 // Write notes the first write after Log.Arm and sends (connected socket).
 func (c *PacketConn) Write(p []byte) (int, error) {
-	c.Log.wrote()
+	c.Log.Wrote()
 	return c.c.Write(p)
 }
 
@@ -92,7 +92,8 @@ func udpAddr(sa unix.Sockaddr) net.Addr {
 }
 
 // Conn is a TCP connection whose reads are kernel-timestamped into Log (for TCP the
-// kernel reports the arrival of the last segment a read consumed).
+// kernel reports the arrival of the last segment a read consumed). Writes are not
+// watched here: the caller's wrapper notes them (Log.Wrote) at the layer it times.
 type Conn struct {
 	*net.TCPConn
 	rc  syscall.RawConn
@@ -119,12 +120,6 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 	c.Log.Received(at)
 	return n, nil
-}
-
-// Write notes the first write after Log.Arm and sends.
-func (c *Conn) Write(p []byte) (int, error) {
-	c.Log.wrote()
-	return c.TCPConn.Write(p)
 }
 
 // HandshakeRTT returns the kernel's own measurement of the TCP 3-way handshake of a

@@ -150,8 +150,8 @@ func (l *Log) Arm() {
 	l.mu.Unlock()
 }
 
-// wrote records a write about to be issued.
-func (l *Log) wrote() {
+// Wrote records a write about to be issued (the first after Arm counts).
+func (l *Log) Wrote() {
 	l.mu.Lock()
 	if l.armed && l.firstWrite.IsZero() {
 		l.firstWrite = time.Now()

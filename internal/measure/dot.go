@@ -26,7 +26,7 @@ func (dotMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	defer tc.Close()
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
-	tlsTimed := &timedConn{Conn: tc, rx: c.rx}
+	tlsTimed := &timedConn{Conn: tc, log: c.log}
 	for i := 0; i < req.queries(); i++ {
 		// The first write on the TLS conn is what puts the query's first packet on the
 		// wire (the TCP conn's writes carry the same bytes, encrypted).

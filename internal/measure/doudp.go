@@ -29,11 +29,9 @@ func (udpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 		return res.fail(err)
 	}
 	defer raw.Close()
-	var conn udpConn = plainUDP{raw}
-	if uc, ok := raw.(*net.UDPConn); ok {
-		if kc, err := kstamp.NewPacketConn(uc); err == nil {
-			conn = kc
-		}
+	conn, err := kstamp.NewPacketConn(raw.(*net.UDPConn))
+	if err != nil {
+		return res.fail(fmt.Errorf("receive timestamps: %w", err))
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
@@ -47,24 +45,10 @@ func (udpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	return res.finish()
 }
 
-// udpConn is a connected UDP socket whose reads report the kernel receive time
-// (*kstamp.PacketConn), or zero when there is none (plainUDP).
-type udpConn interface {
-	Write([]byte) (int, error)
-	ReadStamped([]byte) (int, time.Time, error)
-	SetDeadline(time.Time) error
-}
-
-type plainUDP struct{ net.Conn }
-
-func (c plainUDP) ReadStamped(b []byte) (int, time.Time, error) {
-	n, err := c.Read(b)
-	return n, time.Time{}, err
-}
-
 // udpExchange sends q and waits for its answer: resolve time from just before the send
-// to the answer's arrival at the host (kernel timestamp; the read's return without one).
-func udpExchange(ctx context.Context, conn udpConn, q dnsmsg.Query, seq int) Query {
+// to the answer's arrival at the host (kernel timestamp; the read's return if the kernel
+// gave none).
+func udpExchange(ctx context.Context, conn *kstamp.PacketConn, q dnsmsg.Query, seq int) Query {
 	out := Query{Seq: seq, KeepaliveTimeout: -1}
 	msg, err := dnsmsg.Build(q)
 	if err != nil {

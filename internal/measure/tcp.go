@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"syscall"
 	"time"
 
@@ -20,50 +19,35 @@ import (
 // server acknowledged (TCP Fast Open, RFC 7413 §4.2).
 const tcpiOptSynData = 0x20
 
-// timedConn wraps a connection and records when the first Write after arm happened:
-// the moment the first packet of a query leaves, as close to the syscall as a net.Conn
-// user can get. rx, when set, is the kernel receive log of the TCP connection under
-// Conn (see arrived).
+// timedConn wraps a connection with a kstamp.Log: the first Write after arm (the
+// moment the first packet of a query leaves, taken right before the syscall) and, for a
+// kernel-timestamped TCP connection, when what was read arrived. Several timedConns may
+// share one Log (DoT: the TLS layer's writes and the TCP connection's reads).
 type timedConn struct {
 	net.Conn
-	rx         *kstamp.Log
-	mu         sync.Mutex
-	armed      bool
-	firstWrite time.Time
+	log *kstamp.Log
 }
 
-func (c *timedConn) arm() {
-	c.mu.Lock()
-	c.armed, c.firstWrite = true, time.Time{}
-	c.mu.Unlock()
-}
+func (c *timedConn) arm() { c.log.Arm() }
 
 func (c *timedConn) Write(b []byte) (int, error) {
-	c.mu.Lock()
-	if c.armed && c.firstWrite.IsZero() {
-		c.firstWrite = time.Now()
-	}
-	c.mu.Unlock()
+	c.log.Wrote()
 	return c.Conn.Write(b)
 }
 
 // sent returns the first write's time since arm, or fallback if nothing was written.
 func (c *timedConn) sent(fallback time.Time) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.firstWrite.IsZero() {
-		return fallback
+	if t, ok := c.log.Sent(); ok {
+		return t
 	}
-	return c.firstWrite
+	return fallback
 }
 
 // arrived returns when the last packet of what was read by t reached the host (the
 // kernel's receive timestamp), or t when there is no plausible stamp after since.
 func (c *timedConn) arrived(since, t time.Time) time.Time {
-	if c.rx != nil {
-		if k, ok := c.rx.Arrival(since, t); ok {
-			return k
-		}
+	if k, ok := c.log.Arrival(since, t); ok {
+		return k
 	}
 	return t
 }
@@ -100,16 +84,16 @@ func dialTCP(ctx context.Context, req *Request) (c *timedConn, start time.Time, 
 	hs = t1.Sub(t0)
 	tcp, ok := conn.(*net.TCPConn)
 	if !ok {
-		return &timedConn{Conn: conn}, t0, hs, nil
+		return &timedConn{Conn: conn, log: &kstamp.Log{}}, t0, hs, nil
 	}
 	if rtt, ok := kstamp.HandshakeRTT(tcp); ok && rtt <= hs {
 		hs = rtt
 	}
 	kc, err := kstamp.NewConn(tcp)
 	if err != nil { // no timestamps: user-space times only
-		return &timedConn{Conn: conn}, t0, hs, nil
+		return &timedConn{Conn: conn, log: &kstamp.Log{}}, t0, hs, nil
 	}
-	return &timedConn{Conn: kc, rx: &kc.Log}, t0, hs, nil
+	return &timedConn{Conn: kc, log: &kc.Log}, t0, hs, nil
 }
 
 // tfoUsed reports whether the kernel says our SYN carried data the server accepted.
