@@ -166,3 +166,19 @@ func (l *Log) Sent() (time.Time, bool) {
 	defer l.mu.Unlock()
 	return l.firstWrite, !l.firstWrite.IsZero()
 }
+
+// SentAt returns the first write's time since Arm, or fallback if nothing was written.
+func (l *Log) SentAt(fallback time.Time) time.Time {
+	if t, ok := l.Sent(); ok {
+		return t
+	}
+	return fallback
+}
+
+// ArrivedBy returns Arrival(since, t), or t itself when there is no plausible stamp.
+func (l *Log) ArrivedBy(since, t time.Time) time.Time {
+	if k, ok := l.Arrival(since, t); ok {
+		return k
+	}
+	return t
+}

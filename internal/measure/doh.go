@@ -37,6 +37,6 @@ func (dohMeasurer) Measure(ctx context.Context, req *Request) *Result {
 		return res.fail(fmt.Errorf("http2 client: %w", err))
 	}
 	defer cc.Close()
-	dohQueries(ctx, req, res, cc, c)
+	dohQueries(ctx, req, res, cc, c.log)
 	return res.finish()
 }

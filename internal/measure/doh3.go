@@ -29,7 +29,7 @@ func (doh3Measurer) Measure(ctx context.Context, req *Request) *Result {
 	defer func() { finishQUIC(conn, res, ql) }()
 	tr := &http3.Transport{}
 	cc := tr.NewClientConn(conn.Conn)
-	dohQueries(ctx, req, res, cc, conn)
+	dohQueries(ctx, req, res, cc, &conn.pc.Log)
 	if req.Mode == Mode0RTT {
 		select {
 		case <-conn.HandshakeComplete():

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
 // DoH (RFC 8484) request details shared by DoH over HTTP/2 and HTTP/3.
@@ -70,18 +71,10 @@ func dohResponse(resp *http.Response) ([]byte, error) {
 	return body, nil
 }
 
-// wireClock is what a DoH exchange needs of the connection under it (*timedConn for
-// HTTP/2, *quicConn for HTTP/3): when the first packet after arm left, and when the last
-// packet read by a given time arrived.
-type wireClock interface {
-	arm()
-	sent(fallback time.Time) time.Time
-	arrived(since, t time.Time) time.Time
-}
-
 // dohQueries runs req's queries as DoH requests over rt (an HTTP/2 or HTTP/3 client
-// connection), timed on clk, appending each to res until one fails.
-func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk wireClock) {
+// connection), timed on clk (the Log of the socket under it), appending each to res
+// until one fails.
+func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk *kstamp.Log) {
 	for i := 0; i < req.queries(); i++ {
 		q := dnsmsg.Query{Name: req.name(), Type: req.QType, ID: 0}
 		out := Query{Seq: i, KeepaliveTimeout: -1}
@@ -92,14 +85,14 @@ func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTri
 			return
 		}
 		before := time.Now()
-		clk.arm()
+		clk.Arm()
 		resp, err := rt.RoundTrip(hr)
 		var raw []byte
 		if err == nil {
 			raw, err = dohResponse(resp)
 		}
-		out.StartedAt = clk.sent(before)
-		done := clk.arrived(out.StartedAt, time.Now())
+		out.StartedAt = clk.SentAt(before)
+		done := clk.ArrivedBy(out.StartedAt, time.Now())
 		if err != nil {
 			out.Status, out.Err = Classify(err), err
 		} else {

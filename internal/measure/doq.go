@@ -83,7 +83,7 @@ func doqExchange(ctx context.Context, conn *quicConn, req *Request, seq int) Que
 	stop := context.AfterFunc(ctx, func() { _ = str.SetDeadline(time.Now()) })
 	defer stop()
 	before := time.Now()
-	conn.arm()
+	conn.pc.Log.Arm()
 	out.StartedAt = before
 	if _, err := str.Write(framed); err != nil {
 		out.Status, out.Err = Classify(err), fmt.Errorf("write query: %w", err)
@@ -97,8 +97,8 @@ func doqExchange(ctx context.Context, conn *quicConn, req *Request, seq int) Que
 	raw, err := doq.ReadMessage(str, framing, doq.MaxMessageSize+2)
 	// From the query's first datagram (quic-go's send loop writes it after Write
 	// returns) to the arrival of the datagram that completed the answer.
-	out.StartedAt = conn.sent(before)
-	done := conn.arrived(out.StartedAt, time.Now())
+	out.StartedAt = conn.pc.Log.SentAt(before)
+	done := conn.pc.Log.ArrivedBy(out.StartedAt, time.Now())
 	if err != nil {
 		str.CancelRead(doq.CodeProtocolError)
 		if ctx.Err() != nil {

@@ -90,25 +90,6 @@ type quicConn struct {
 	pc *kstamp.PacketConn
 }
 
-// arm starts watching for the first datagram sent after it (see sent).
-func (c *quicConn) arm() { c.pc.Log.Arm() }
-
-// sent is when the first datagram after arm left (just before the syscall), or fallback.
-func (c *quicConn) sent(fallback time.Time) time.Time {
-	if t, ok := c.pc.Log.Sent(); ok {
-		return t
-	}
-	return fallback
-}
-
-// arrived is when the last datagram quic-go read by t reached the host, or t.
-func (c *quicConn) arrived(since, t time.Time) time.Time {
-	if k, ok := c.pc.Log.Arrival(since, t); ok {
-		return k
-	}
-	return t
-}
-
 func (c *quicConn) close() {
 	_ = c.CloseWithError(0, "")
 	_ = c.tr.Close()
@@ -159,7 +140,7 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 	}
 	tr := &quic.Transport{Conn: pc}
 	qc := &quicConn{tr: tr, pc: pc}
-	qc.arm()
+	pc.Log.Arm()
 	udpAddr := net.UDPAddrFromAddrPort(req.Addr)
 	var conn *quic.Conn
 	if req.Mode == Mode0RTT {

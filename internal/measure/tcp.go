@@ -19,7 +19,7 @@ import (
 // server acknowledged (TCP Fast Open, RFC 7413 §4.2).
 const tcpiOptSynData = 0x20
 
-// timedConn wraps a connection with a kstamp.Log: the first Write after arm (the
+// timedConn wraps a connection with a kstamp.Log: the first Write after Log.Arm (the
 // moment the first packet of a query leaves, taken right before the syscall) and, for a
 // kernel-timestamped TCP connection, when what was read arrived. Several timedConns may
 // share one Log (DoT: the TLS layer's writes and the TCP connection's reads).
@@ -28,28 +28,9 @@ type timedConn struct {
 	log *kstamp.Log
 }
 
-func (c *timedConn) arm() { c.log.Arm() }
-
 func (c *timedConn) Write(b []byte) (int, error) {
 	c.log.Wrote()
 	return c.Conn.Write(b)
-}
-
-// sent returns the first write's time since arm, or fallback if nothing was written.
-func (c *timedConn) sent(fallback time.Time) time.Time {
-	if t, ok := c.log.Sent(); ok {
-		return t
-	}
-	return fallback
-}
-
-// arrived returns when the last packet of what was read by t reached the host (the
-// kernel's receive timestamp), or t when there is no plausible stamp after since.
-func (c *timedConn) arrived(since, t time.Time) time.Time {
-	if k, ok := c.log.Arrival(since, t); ok {
-		return k
-	}
-	return t
 }
 
 // dialTCP connects and times the 3-way handshake: the kernel's own first RTT sample
@@ -131,16 +112,16 @@ func tcpExchange(c *timedConn, q dnsmsg.Query, seq int) Query {
 	buf := make([]byte, 2+len(msg))
 	binary.BigEndian.PutUint16(buf, uint16(len(msg)))
 	copy(buf[2:], msg)
-	c.arm()
+	c.log.Arm()
 	before := time.Now()
 	if _, err := c.Write(buf); err != nil {
 		out.StartedAt = before
 		out.Status, out.Err = Classify(err), fmt.Errorf("write query: %w", err)
 		return out
 	}
-	out.StartedAt = c.sent(before)
+	out.StartedAt = c.log.SentAt(before)
 	raw, err := readTCPMessage(c)
-	done := c.arrived(out.StartedAt, time.Now())
+	done := c.log.ArrivedBy(out.StartedAt, time.Now())
 	if err != nil {
 		out.Status, out.Err = Classify(err), err
 		return out

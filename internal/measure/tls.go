@@ -46,14 +46,14 @@ func dialTLS(ctx context.Context, req *Request, res *Result, alpn []string) (*ti
 		return nil, nil, err
 	}
 	tc := tls.Client(c, conf)
-	c.arm()
+	c.log.Arm()
 	before := time.Now()
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, nil, err
 	}
-	hello := c.sent(before)
-	res.Handshake, res.HasHandshake = tcpHS+c.arrived(hello, time.Now()).Sub(hello), true
+	hello := c.log.SentAt(before)
+	res.Handshake, res.HasHandshake = tcpHS+c.log.ArrivedBy(hello, time.Now()).Sub(hello), true
 	st := tc.ConnectionState()
 	res.TLSVersion, res.TLSCipher, res.ALPN = st.Version, tls.CipherSuiteName(st.CipherSuite), st.NegotiatedProtocol
 	res.Resumed = boolp(st.DidResume)
