@@ -174,12 +174,7 @@ func (s *Servers) startUDP(tb testing.TB, ctx context.Context, cfg Config) {
 	}
 	s.UDP = addrOf(pc.LocalAddr())
 	if cfg.Behavior == Normal {
-		srv := &dns.Server{PacketConn: pc, Handler: s.miekgHandler(cfg)}
-		started := make(chan struct{})
-		srv.NotifyStartedFunc = func() { close(started) }
-		go func() { _ = srv.ActivateAndServe() }()
-		<-started
-		tb.Cleanup(func() { _ = srv.Shutdown() })
+		serveMiekg(tb, &dns.Server{PacketConn: pc, Handler: s.miekgHandler(cfg)})
 		return
 	}
 	tb.Cleanup(func() { pc.Close() })
@@ -233,12 +228,7 @@ func (s *Servers) startTCP(tb testing.TB, ctx context.Context, cfg Config, useTL
 		s.TCP = addrOf(ln.Addr())
 	}
 	if cfg.Behavior == Normal {
-		srv := &dns.Server{Listener: ln, Handler: s.miekgHandler(cfg)}
-		started := make(chan struct{})
-		srv.NotifyStartedFunc = func() { close(started) }
-		go func() { _ = srv.ActivateAndServe() }()
-		<-started
-		tb.Cleanup(func() { _ = srv.Shutdown() })
+		serveMiekg(tb, &dns.Server{Listener: ln, Handler: s.miekgHandler(cfg)})
 		return
 	}
 	tb.Cleanup(func() { ln.Close() })
@@ -536,4 +526,13 @@ func UnusedPort(tb testing.TB, network, host string) netip.AddrPort {
 		ln.Close()
 		return a
 	}
+}
+
+// serveMiekg starts srv on its socket, waits until it serves, and shuts it down at cleanup.
+func serveMiekg(tb testing.TB, srv *dns.Server) {
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go func() { _ = srv.ActivateAndServe() }()
+	<-started
+	tb.Cleanup(func() { _ = srv.Shutdown() })
 }
