@@ -31,10 +31,21 @@ fail() {
 	exit 5
 }
 
+# reports PATTERN CMD...: CMD's output (captured whole) matches PATTERN. Never pipe a
+# version command into `grep -q` under pipefail: grep exits at the first match, the
+# command's next write gets SIGPIPE, and the pipeline fails at random (CoreDNS prints
+# its version in two writes; CI failed this way on a faster machine).
+reports() {
+	local pattern=$1 out
+	shift
+	out=$("$@" 2>/dev/null) || return 1
+	grep -q -- "$pattern" <<<"$out"
+}
+
 # --- CoreDNS (quic-go) ------------------------------------------------------------
 install_coredns() {
 	local bin="$ROOT/bin/coredns"
-	if [ -x "$bin" ] && "$bin" -version 2>/dev/null | grep -q "CoreDNS-${COREDNS_VERSION#v}"; then
+	if [ -x "$bin" ] && reports "CoreDNS-${COREDNS_VERSION#v}" "$bin" -version; then
 		return 0
 	fi
 	command -v go >/dev/null || fail "go not on PATH (needed for CoreDNS $COREDNS_VERSION)"
@@ -42,14 +53,14 @@ install_coredns() {
 	mkdir -p "$ROOT/bin"
 	GOBIN="$ROOT/bin" GOFLAGS=-buildvcs=false go install "github.com/coredns/coredns@$COREDNS_VERSION" ||
 		fail "go install github.com/coredns/coredns@$COREDNS_VERSION"
-	"$bin" -version | grep -q "CoreDNS-${COREDNS_VERSION#v}" ||
+	reports "CoreDNS-${COREDNS_VERSION#v}" "$bin" -version ||
 		fail "bin/coredns -version does not report ${COREDNS_VERSION#v}"
 }
 
 # --- hickory-dns (quinn) ----------------------------------------------------------
 install_hickory() {
 	local bin="$PEERS/bin/hickory-dns"
-	if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q " $HICKORY_VERSION\$"; then
+	if [ -x "$bin" ] && reports " $HICKORY_VERSION\$" "$bin" --version; then
 		return 0
 	fi
 	command -v cargo >/dev/null || fail "cargo not on PATH (needed for hickory-dns $HICKORY_VERSION; install Rust with rustup)"
@@ -60,7 +71,7 @@ install_hickory() {
 		--no-default-features --features "$HICKORY_FEATURES" \
 		--root "$PEERS" --force ||
 		fail "cargo install hickory-dns --version $HICKORY_VERSION"
-	"$bin" --version | grep -q " $HICKORY_VERSION\$" ||
+	reports " $HICKORY_VERSION\$" "$bin" --version ||
 		fail "$bin --version does not report $HICKORY_VERSION"
 }
 
