@@ -24,7 +24,8 @@ func (tcpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 		return res.fail(err)
 	}
 	defer c.Close()
-	res.Handshake, res.HasHandshake = hs, true
+	res.Handshake, res.HasHandshake, res.TCPHandshake = hs, true, hs
+	res.Local = localAddrPort(c.LocalAddr())
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
 	for i := 0; i < req.queries(); i++ {
@@ -39,10 +40,10 @@ func (tcpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 		// With TCP_FASTOPEN_CONNECT, connect(2) returns before the SYN leaves (it goes
 		// with the first write): the handshake is the kernel's SYN/SYN-ACK sample, taken
 		// now that the exchange is over, or unknown.
-		res.Handshake, res.HasHandshake = 0, false
+		res.Handshake, res.HasHandshake, res.TCPHandshake = 0, false, 0
 		if kc, ok := c.Conn.(*kstamp.Conn); ok {
 			if rtt, ok := kstamp.HandshakeRTT(kc.TCPConn); ok {
-				res.Handshake, res.HasHandshake = rtt, true
+				res.Handshake, res.HasHandshake, res.TCPHandshake = rtt, true, rtt
 			}
 		}
 	}

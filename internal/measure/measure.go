@@ -15,11 +15,12 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/doqscan/doqscan/internal/measure/qlogana"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/quic-go/quic-go"
 )
 
@@ -201,7 +202,29 @@ type Result struct {
 	QlogTrace    *qlogana.Trace
 	QlogAnalysis *qlogana.Analysis
 
+	// The stamps behind the durations, for checking them against a packet capture (the
+	// testbed's timing benchmarks do: internal/testbed/wirecap). Local is the session's
+	// client address (each Query ran from Query.StartedAt, just before the send syscall of
+	// its first packet, to StartedAt+Resolve, the kernel receive time of the packet that
+	// completed the answer). TCPHandshake is the TCP part of Handshake (DoTCP, DoT, DoH);
+	// CryptoFrom..CryptoTo the TLS part (DoT, DoH: ClientHello write to the arrival of the
+	// server's last flight) or the QUIC handshake (DoQ, DoH3), zero when not stamped.
+	Local                netip.AddrPort
+	TCPHandshake         time.Duration
+	CryptoFrom, CryptoTo time.Time
+
 	handshakeStamped bool // Handshake is from kernel timestamps (DoQ/DoH3)
+}
+
+// localAddrPort is a connection's local address as a netip.AddrPort (zero if unknown).
+func localAddrPort(a net.Addr) netip.AddrPort {
+	switch v := a.(type) {
+	case *net.UDPAddr:
+		return v.AddrPort()
+	case *net.TCPAddr:
+		return v.AddrPort()
+	}
+	return netip.AddrPort{}
 }
 
 // First returns the first query (a zero Query if none ran).

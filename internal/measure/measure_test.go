@@ -56,6 +56,7 @@ func TestEveryProtocolAnswers(t *testing.T) {
 				if q.Resolve <= 0 {
 					t.Fatalf("resolve %v", q.Resolve)
 				}
+				checkStamps(t, p, res)
 				if p == measure.DoUDP {
 					if res.HasHandshake {
 						t.Fatal("DoUDP has no handshake")
@@ -80,6 +81,41 @@ func TestEveryProtocolAnswers(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// checkStamps: the stamps behind the durations (what a packet capture checks them
+// against) are there and add up to them.
+func checkStamps(t *testing.T, p measure.Protocol, res *measure.Result) {
+	t.Helper()
+	if !res.Local.IsValid() || res.Local.Port() == 0 {
+		t.Errorf("local address %v", res.Local)
+	}
+	q := res.First()
+	if q.StartedAt.Before(res.StartedAt) {
+		t.Errorf("query started %v before the exchange (%v)", q.StartedAt, res.StartedAt)
+	}
+	crypto := res.CryptoTo.Sub(res.CryptoFrom)
+	switch p {
+	case measure.DoUDP:
+		if res.TCPHandshake != 0 || !res.CryptoFrom.IsZero() {
+			t.Errorf("DoUDP has handshake stamps: tcp %v, crypto %v", res.TCPHandshake, res.CryptoFrom)
+		}
+	case measure.DoTCP:
+		if res.TCPHandshake != res.Handshake || !res.CryptoFrom.IsZero() {
+			t.Errorf("DoTCP: tcp part %v, handshake %v, crypto from %v", res.TCPHandshake, res.Handshake, res.CryptoFrom)
+		}
+	case measure.DoT, measure.DoH:
+		if res.TCPHandshake <= 0 || crypto <= 0 || res.TCPHandshake+crypto != res.Handshake {
+			t.Errorf("%s: tcp %v + tls %v != handshake %v", p, res.TCPHandshake, crypto, res.Handshake)
+		}
+		if !q.StartedAt.After(res.CryptoTo) {
+			t.Errorf("%s: query sent %v before the handshake ended %v", p, q.StartedAt, res.CryptoTo)
+		}
+	case measure.DoQ, measure.DoH3:
+		if crypto <= 0 || crypto != res.Handshake || res.CryptoFrom.Before(res.StartedAt) {
+			t.Errorf("%s: quic stamps %v..%v (%v), handshake %v, started %v", p, res.CryptoFrom, res.CryptoTo, crypto, res.Handshake, res.StartedAt)
 		}
 	}
 }

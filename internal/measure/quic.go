@@ -138,6 +138,7 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		uc.Close()
 		return nil, err
 	}
+	res.Local = localAddrPort(uc.LocalAddr())
 	tr := &quic.Transport{Conn: pc}
 	qc := &quicConn{tr: tr, pc: pc}
 	pc.Log.Arm()
@@ -160,6 +161,7 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		if first, ok := pc.Log.Sent(); ok {
 			if k, ok := pc.Log.Arrival(first, done); ok {
 				res.Handshake, res.handshakeStamped = k.Sub(first), true
+				res.CryptoFrom, res.CryptoTo = first, k
 			}
 		}
 		recordQUICState(req, res, conn)

@@ -53,7 +53,9 @@ func dialTLS(ctx context.Context, req *Request, res *Result, alpn []string) (*ti
 		return nil, nil, err
 	}
 	hello := c.log.SentAt(before)
-	res.Handshake, res.HasHandshake = tcpHS+c.log.ArrivedBy(hello, time.Now()).Sub(hello), true
+	res.Local, res.TCPHandshake = localAddrPort(c.LocalAddr()), tcpHS
+	res.CryptoFrom, res.CryptoTo = hello, c.log.ArrivedBy(hello, time.Now())
+	res.Handshake, res.HasHandshake = tcpHS+res.CryptoTo.Sub(hello), true
 	st := tc.ConnectionState()
 	res.TLSVersion, res.TLSCipher, res.ALPN = st.Version, tls.CipherSuiteName(st.CipherSuite), st.NegotiatedProtocol
 	res.Resumed = boolp(st.DidResume)
