@@ -55,6 +55,10 @@ type Config struct {
 	// OnFlush, if set, is called after every batch written with the resolvers stored
 	// so far in this run (tests use it to interrupt a round mid-way).
 	OnFlush func(stored int)
+	// OnResult, if set, is called (from the resolver's goroutine: concurrently) with
+	// every exchange's result before it is stored (the testbed benchmarks check the
+	// results' stamps against a packet capture).
+	OnResult func(t Target, ep Endpoint, phase string, res *measure.Result)
 }
 
 func (c *Config) defaults() {
@@ -471,6 +475,9 @@ func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
 			phase string
 			res   *measure.Result
 		}{{PhaseWarmup, warm}, {PhaseMeasured, meas}} {
+			if r.cfg.OnResult != nil {
+				r.cfg.OnResult(t, u.ep, pr.phase, pr.res)
+			}
 			rows, ql := r.rows(t, u, pr.phase, pr.res)
 			if ql != nil {
 				b.qlogs = append(b.qlogs, *ql)
