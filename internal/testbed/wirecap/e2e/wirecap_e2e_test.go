@@ -1,0 +1,224 @@
+// Package e2e checks wirecap on the simulated internet: a capture on the router side of
+// the vantage's link must see each exchange take the path's emulated round trip, and a
+// client with kernel receive stamps must see at most a fraction of a millisecond more.
+// TestMain brings up a testbed instance of its own (root, ip, /dev/net/tun, tcpdump;
+// every test skips with the reason otherwise).
+package e2e
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/doqscan/doqscan/internal/kstamp"
+	"github.com/doqscan/doqscan/internal/testbed"
+	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testbed/wirecap"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testbed.RunInVantage(m, testbed.Options{Servers: true, NoPeers: true}))
+}
+
+// Acceptance bounds of the brief: the wire span of an exchange is within
+// [RTT - wireBelow, RTT + wireAbove] (the delay line releases up to its lead early and
+// adds forwarding and server time), and the client's span exceeds the wire span by
+// [0, clientOver) (send syscall to wire, wire to kernel receive stamp).
+const (
+	wireBelow  = 500 * time.Microsecond
+	wireAbove  = 5 * time.Millisecond
+	clientOver = time.Millisecond
+	exchanges  = 5 // UDP exchanges per server (one socket: the flow is reused)
+	ioTimeout  = 5 * time.Second
+)
+
+// target is one plain-DNS server of the population on a lossless path.
+type target struct {
+	addr netip.Addr
+	path population.Path
+}
+
+// targets picks, for every lossless path of the population, the first well-behaved
+// simserver address answering DNS over UDP and TCP on port 53.
+func targets(t *testing.T, p *population.Population) []target {
+	var out []target
+	seen := map[string]bool{}
+	for a, r := range p.Hosts {
+		path := p.Paths[r.Path]
+		if seen[r.Path] || r.Hostile != "" || r.Peer != "" || path.Loss != 0 || !r.HasDNS("udp") || !r.HasDNS("tcp") {
+			continue
+		}
+		seen[r.Path] = true
+		out = append(out, target{a, path})
+	}
+	if len(out) == 0 {
+		t.Fatal("the population has no well-behaved DNS server on a lossless path")
+	}
+	slices.SortFunc(out, func(a, b target) int { return int(a.path.RTT - b.path.RTT) })
+	return out
+}
+
+func query(t *testing.T, id uint16) []byte {
+	m := new(dns.Msg)
+	m.SetQuestion("test.com.", dns.TypeA)
+	m.Id = id
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type udpSample struct {
+	local, remote netip.AddrPort
+	from, to      time.Time // the client's stamps: before the send syscall, kernel receive time
+}
+
+// udpExchanges sends `exchanges` DNS queries to tg over one connected UDP socket and
+// reads each reply with its kernel receive time.
+func udpExchanges(t *testing.T, tg target) []udpSample {
+	remote := netip.AddrPortFrom(tg.addr, 53)
+	c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(remote))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := kstamp.NewPacketConn(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
+	var out []udpSample
+	buf := make([]byte, 2048)
+	for i := range exchanges {
+		q := query(t, uint16(0x5100+i))
+		_ = pc.SetDeadline(time.Now().Add(ioTimeout))
+		from := time.Now()
+		if _, err := pc.Write(q); err != nil {
+			t.Fatalf("%v: %v", remote, err)
+		}
+		for {
+			n, at, err := pc.ReadStamped(buf)
+			if err != nil {
+				t.Fatalf("%v: no reply to query %d: %v", remote, i, err)
+			}
+			var m dns.Msg
+			if m.Unpack(buf[:n]) != nil || m.Id != uint16(0x5100+i) {
+				continue // not ours (a late reply would be a test bug: say so below)
+			}
+			if at.IsZero() {
+				t.Fatal("no kernel receive timestamp")
+			}
+			out = append(out, udpSample{local, remote, from, at})
+			break
+		}
+	}
+	return out
+}
+
+type tcpSample struct {
+	local, remote netip.AddrPort
+	near          time.Time
+	connect       time.Duration // the client's view (user space)
+	kernel        time.Duration // tcpi_rtt right after connect
+	kernelOK      bool
+}
+
+func tcpConnect(t *testing.T, tg target) tcpSample {
+	remote := netip.AddrPortFrom(tg.addr, 53)
+	d := net.Dialer{Timeout: ioTimeout}
+	near := time.Now()
+	c, err := d.Dial("tcp4", remote.String())
+	connect := time.Since(near)
+	if err != nil {
+		t.Fatalf("connect %v: %v", remote, err)
+	}
+	defer c.Close()
+	k, ok := kstamp.HandshakeRTT(c.(*net.TCPConn))
+	return tcpSample{c.LocalAddr().(*net.TCPAddr).AddrPort(), remote, near, connect, k, ok}
+}
+
+// TestWireSpans captures on the router side of the vantage's link while DNS exchanges
+// and TCP connects run to one server per lossless path, then checks each wire span
+// against the path's emulated RTT (from the population) and the client's own span.
+func TestWireSpans(t *testing.T) {
+	v := testbed.Require(t)
+	if v.Population == nil {
+		t.Skip("SKIP: the testbed runs without a population file")
+	}
+	if _, err := exec.LookPath("tcpdump"); err != nil {
+		t.Skip("SKIP: tcpdump not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tgs := targets(t, v.Population)
+
+	capture, err := wirecap.ForVantage(ctx, v.Instance, v.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var udps [][]udpSample
+	var tcps []tcpSample
+	for _, tg := range tgs {
+		udps = append(udps, udpExchanges(t, tg))
+		tcps = append(tcps, tcpConnect(t, tg))
+	}
+	pkts, st, err := capture.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("capture: %d packets, %+v", len(pkts), st)
+	if !st.Flushed || st.Dropped() > 0 {
+		t.Fatalf("capture incomplete (flushed %v, dropped %d): spans would be wrong", st.Flushed, st.Dropped())
+	}
+	ix := wirecap.NewIndex(pkts)
+
+	for i, tg := range tgs {
+		rtt, jit := tg.path.RTT, 2*tg.path.Jitter // jitter applies to each direction
+		lo, hi := rtt-wireBelow-jit, rtt+wireAbove+jit
+		for j, s := range udps[i] {
+			start, end, ok := ix.Exchange(s.local, s.remote, wirecap.ProtoUDP, s.from, s.to)
+			if !ok {
+				t.Errorf("%v (%s) UDP %d: no wire span", tg.addr, tg.path.Name, j)
+				continue
+			}
+			wire, client := end.Sub(start), s.to.Sub(s.from)
+			t.Logf("%-15v %-16s rtt %-6v UDP %d: client %9.3f ms  wire %9.3f ms  client-wire %6.3f ms  wire-rtt %+6.3f ms  (send->wire %5.1f µs, wire->stamp %5.1f µs)",
+				tg.addr, tg.path.Name, rtt, j, ms(client), ms(wire), ms(client-wire), ms(wire-rtt),
+				us(start.Sub(s.from)), us(s.to.Sub(end)))
+			if wire < lo || wire > hi {
+				t.Errorf("%v UDP %d: wire span %v outside [%v, %v]", tg.addr, j, wire, lo, hi)
+			}
+			if d := client - wire; d < 0 || d >= clientOver {
+				t.Errorf("%v UDP %d: client - wire = %v outside [0, %v)", tg.addr, j, d, clientOver)
+			}
+		}
+		s := tcps[i]
+		h, ok := ix.Handshake(s.local, s.remote, s.near)
+		if !ok {
+			t.Errorf("%v TCP: no handshake on the wire", tg.addr)
+			continue
+		}
+		t.Logf("%-15v %-16s rtt %-6v TCP connect: client %9.3f ms  wire %9.3f ms  kernel tcpi_rtt %9.3f ms (ok %v)  wire-rtt %+6.3f ms  SYNs %d",
+			tg.addr, tg.path.Name, rtt, ms(s.connect), ms(h.Duration()), ms(s.kernel), s.kernelOK, ms(h.Duration()-rtt), h.SYNs)
+		if h.SYNs != 1 || h.Reset {
+			t.Errorf("%v TCP: %d SYNs, reset %v on a lossless path to a listening server", tg.addr, h.SYNs, h.Reset)
+		}
+		if d := h.Duration(); d < lo || d > hi {
+			t.Errorf("%v TCP: wire handshake %v outside [%v, %v]", tg.addr, d, lo, hi)
+		}
+		if d, ok := ix.TCPHandshake(s.local, s.remote, s.near); !ok || d != h.Duration() {
+			t.Errorf("TCPHandshake %v %v disagrees with Handshake %v", d, ok, h.Duration())
+		}
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
