@@ -7,6 +7,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -47,7 +49,7 @@ type target struct {
 
 // targets picks, for every lossless path of the population, the first well-behaved
 // simserver address answering DNS over UDP and TCP on port 53.
-func targets(t *testing.T, p *population.Population) []target {
+func targets(p *population.Population) []target {
 	var out []target
 	seen := map[string]bool{}
 	for a, r := range p.Hosts {
@@ -58,22 +60,15 @@ func targets(t *testing.T, p *population.Population) []target {
 		seen[r.Path] = true
 		out = append(out, target{a, path})
 	}
-	if len(out) == 0 {
-		t.Fatal("the population has no well-behaved DNS server on a lossless path")
-	}
 	slices.SortFunc(out, func(a, b target) int { return int(a.path.RTT - b.path.RTT) })
 	return out
 }
 
-func query(t *testing.T, id uint16) []byte {
+func query(id uint16) ([]byte, error) {
 	m := new(dns.Msg)
 	m.SetQuestion("test.com.", dns.TypeA)
 	m.Id = id
-	b, err := m.Pack()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return m.Pack()
 }
 
 type udpSample struct {
@@ -81,46 +76,51 @@ type udpSample struct {
 	from, to      time.Time // the client's stamps: before the send syscall, kernel receive time
 }
 
-// udpExchanges sends `exchanges` DNS queries to tg over one connected UDP socket and
-// reads each reply with its kernel receive time.
-func udpExchanges(t *testing.T, tg target) []udpSample {
+// udpExchanges sends n DNS queries to tg, one after the other, over one connected UDP
+// socket and reads each reply with its kernel receive time.
+func udpExchanges(tg target, n int) ([]udpSample, error) {
 	remote := netip.AddrPortFrom(tg.addr, 53)
 	c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(remote))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	pc, err := kstamp.NewPacketConn(c)
 	if err != nil {
-		t.Fatal(err)
+		c.Close()
+		return nil, err
 	}
 	defer pc.Close()
 	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
 	var out []udpSample
 	buf := make([]byte, 2048)
-	for i := range exchanges {
-		q := query(t, uint16(0x5100+i))
+	for i := range n {
+		id := uint16(0x5100 + i)
+		q, err := query(id)
+		if err != nil {
+			return out, err
+		}
 		_ = pc.SetDeadline(time.Now().Add(ioTimeout))
 		from := time.Now()
 		if _, err := pc.Write(q); err != nil {
-			t.Fatalf("%v: %v", remote, err)
+			return out, fmt.Errorf("%v: %w", remote, err)
 		}
 		for {
 			n, at, err := pc.ReadStamped(buf)
 			if err != nil {
-				t.Fatalf("%v: no reply to query %d: %v", remote, i, err)
+				return out, fmt.Errorf("%v: no reply to query %d: %w", remote, i, err)
 			}
 			var m dns.Msg
-			if m.Unpack(buf[:n]) != nil || m.Id != uint16(0x5100+i) {
-				continue // not ours (a late reply would be a test bug: say so below)
+			if m.Unpack(buf[:n]) != nil || m.Id != id {
+				continue // not the reply to this query
 			}
 			if at.IsZero() {
-				t.Fatal("no kernel receive timestamp")
+				return out, errors.New("no kernel receive timestamp")
 			}
 			out = append(out, udpSample{local, remote, from, at})
 			break
 		}
 	}
-	return out
+	return out, nil
 }
 
 type tcpSample struct {
@@ -158,7 +158,10 @@ func TestWireSpans(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tgs := targets(t, v.Population)
+	tgs := targets(v.Population)
+	if len(tgs) == 0 {
+		t.Fatal("the population has no well-behaved DNS server on a lossless path")
+	}
 
 	capture, err := wirecap.ForVantage(ctx, v.Instance, v.Index)
 	if err != nil {
@@ -167,7 +170,11 @@ func TestWireSpans(t *testing.T) {
 	var udps [][]udpSample
 	var tcps []tcpSample
 	for _, tg := range tgs {
-		udps = append(udps, udpExchanges(t, tg))
+		s, err := udpExchanges(tg, exchanges)
+		if err != nil {
+			t.Fatal(err)
+		}
+		udps = append(udps, s)
 		tcps = append(tcps, tcpConnect(t, tg))
 	}
 	pkts, st, err := capture.Stop()
