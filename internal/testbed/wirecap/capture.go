@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -47,12 +48,16 @@ const (
 // tcpdump exits on SIGINT without reading what is still in its ring (tried: three
 // datagrams sent right before SIGINT, 0 written without --immediate-mode).
 //
+// Each capture sends from a source port of its own (markerPort), so captures running
+// at the same time on one interface never take each other's marker for their own; every
+// marker is left out of the packets returned.
+//
 // Its addresses are in 127.0.0.0/8 (RFC 1122 §3.2.1.3: never forwarded, dropped as
 // martian by any receiver), its link destination a locally administered MAC that no
 // interface has (the receiving side drops it as PACKET_OTHERHOST): it goes nowhere.
 var (
-	markerSrc = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 255, 255, 253}), 9) // discard port, RFC 863
-	markerDst = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 255, 255, 254}), 9)
+	markerSrc = netip.AddrFrom4([4]byte{127, 255, 255, 253})
+	markerDst = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 255, 255, 254}), 9) // discard, RFC 863
 	markerMAC = [6]byte{0x02, 'w', 'i', 'r', 'e', 'c'}
 )
 
@@ -81,7 +86,7 @@ func (s Stats) Dropped() int { return s.DroppedByKernel + s.DroppedByIface }
 type Capture struct {
 	netns, iface string
 	cmd          *exec.Cmd
-	started      time.Time
+	markerPort   uint16 // source port of this capture's marker
 
 	listening chan struct{} // closed when tcpdump says "listening on"
 	exited    chan struct{} // closed when the process has exited (waitErr set)
@@ -123,7 +128,7 @@ func Start(ctx context.Context, ns, iface, filter string) (*Capture, error) {
 		"--immediate-mode", "-U", "-w", "-"}
 	if filter != "" {
 		args = append(args, fmt.Sprintf("(%s) or (udp and src host %s and dst host %s)",
-			filter, markerSrc.Addr(), markerDst.Addr()))
+			filter, markerSrc, markerDst.Addr()))
 	}
 	var cmd *exec.Cmd
 	if ns == "" {
@@ -144,7 +149,7 @@ func Start(ctx context.Context, ns, iface, filter string) (*Capture, error) {
 		return nil, fmt.Errorf("wirecap: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	c := &Capture{netns: ns, iface: iface, cmd: cmd,
+	c := &Capture{netns: ns, iface: iface, cmd: cmd, markerPort: uint16(1024 + rand.IntN(65536-1024)),
 		listening: make(chan struct{}), exited: make(chan struct{}),
 		errDone: make(chan struct{}), outDone: make(chan struct{}), marker: make(chan struct{}, 1)}
 	err = cmd.Start()
@@ -155,7 +160,6 @@ func Start(ctx context.Context, ns, iface, filter string) (*Capture, error) {
 		errR.Close()
 		return nil, fmt.Errorf("wirecap: starting tcpdump: %w", err)
 	}
-	c.started = time.Now()
 	go c.readStderr(errR)
 	go c.readPcap(outR)
 	go func() {
@@ -242,12 +246,14 @@ func (c *Capture) readPcap(r io.ReadCloser) {
 			fail(err)
 			break
 		}
-		if p.Proto == ProtoUDP && p.Src == markerSrc && p.Dst == markerDst {
-			select {
-			case c.marker <- struct{}{}:
-			default:
+		if p.Proto == ProtoUDP && p.Src.Addr() == markerSrc && p.Dst == markerDst {
+			if p.Src.Port() == c.markerPort {
+				select {
+				case c.marker <- struct{}{}:
+				default:
+				}
 			}
-			continue
+			continue // ours or another capture's
 		}
 		c.mu.Lock()
 		c.pkts = append(c.pkts, p)
@@ -363,7 +369,7 @@ func (c *Capture) injectMarker() error {
 		defer unix.Close(fd)
 		sa := &unix.SockaddrLinklayer{Protocol: htons(etherTypeIPv4), Ifindex: ifi.Index, Halen: 6}
 		copy(sa.Addr[:], markerMAC[:])
-		if err := unix.Sendto(fd, markerPacket(), 0, sa); err != nil {
+		if err := unix.Sendto(fd, markerPacket(c.markerPort), 0, sa); err != nil {
 			return fmt.Errorf("sendto %s: %w", c.iface, err)
 		}
 		return nil
@@ -374,21 +380,21 @@ func (c *Capture) injectMarker() error {
 	return netns.Do(c.netns, send)
 }
 
-// markerPacket builds the marker datagram: IPv4 (RFC 791) + UDP (RFC 768, checksum 0:
-// none) + markerPayload.
-func markerPacket() []byte {
+// markerPacket builds a marker datagram from source port sport: IPv4 (RFC 791) + UDP
+// (RFC 768, checksum 0: none) + markerPayload.
+func markerPacket(sport uint16) []byte {
 	n := ipv4MinHeaderLen + udpHeaderLen + len(markerPayload)
 	b := make([]byte, n)
 	b[0] = ipv4Version<<4 | ipv4MinHeaderLen/4
 	binary.BigEndian.PutUint16(b[ipv4TotalLenOffset:], uint16(n))
 	b[8] = 1 // TTL
 	b[ipv4ProtoOffset] = ProtoUDP
-	src, dst := markerSrc.Addr().As4(), markerDst.Addr().As4()
+	src, dst := markerSrc.As4(), markerDst.Addr().As4()
 	copy(b[ipv4SrcOffset:], src[:])
 	copy(b[ipv4DstOffset:], dst[:])
 	binary.BigEndian.PutUint16(b[10:], ipv4Checksum(b[:ipv4MinHeaderLen]))
 	u := b[ipv4MinHeaderLen:]
-	binary.BigEndian.PutUint16(u[0:], markerSrc.Port())
+	binary.BigEndian.PutUint16(u[0:], sport)
 	binary.BigEndian.PutUint16(u[2:], markerDst.Port())
 	binary.BigEndian.PutUint16(u[4:], uint16(udpHeaderLen+len(markerPayload)))
 	copy(u[udpHeaderLen:], markerPayload)

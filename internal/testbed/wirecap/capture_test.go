@@ -102,6 +102,59 @@ func TestCaptureLoopback(t *testing.T) {
 	}
 }
 
+// TestConcurrentCaptures: two captures on one interface; the first one's marker neither
+// flushes nor appears in the second.
+func TestConcurrentCaptures(t *testing.T) {
+	requireCapture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cli, err := net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	filter := "udp and port " + strconv.Itoa(srv.LocalAddr().(*net.UDPAddr).Port)
+	send := func() {
+		if _, err := cli.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		_ = srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := srv.ReadFromUDP(make([]byte, 16)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := Start(ctx, "", "lo", filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Start(ctx, "", "lo", filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send()
+	pa, sa, err := a.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	send()
+	pb, sb, err := b.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a: %d packets %+v; b: %d packets %+v", len(pa), sa, len(pb), sb)
+	if !sa.Flushed || !sb.Flushed || len(pa) != 1 || len(pb) != 2 {
+		t.Fatalf("a: %d packets, flushed %v; b: %d packets, flushed %v; want 1 and 2, both flushed", len(pa), sa.Flushed, len(pb), sb.Flushed)
+	}
+	if sb.Captured < len(pb)+2 {
+		t.Fatalf("b captured %d records: want its %d packets plus both markers", sb.Captured, len(pb))
+	}
+}
+
 func TestStartErrors(t *testing.T) {
 	requireCapture(t)
 	ctx := context.Background()

@@ -312,18 +312,18 @@ func TestParseLinkTypeFlags(t *testing.T) {
 }
 
 func TestMarkerPacket(t *testing.T) {
-	b := markerPacket()
+	b := markerPacket(4711)
 	p, err := decodeIPv4(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Src != markerSrc || p.Dst != markerDst || p.Proto != ProtoUDP || p.Payload != len(markerPayload) {
+	if p.Src != netip.AddrPortFrom(markerSrc, 4711) || p.Dst != markerDst || p.Proto != ProtoUDP || p.Payload != len(markerPayload) {
 		t.Fatalf("marker decodes as %+v", p)
 	}
 	if ipv4Checksum(b[:ipv4MinHeaderLen]) != 0 { // a valid header sums to 0xffff
 		t.Fatalf("bad IPv4 header checksum")
 	}
-	if !markerSrc.Addr().IsLoopback() || !markerDst.Addr().IsLoopback() {
+	if !markerSrc.IsLoopback() || !markerDst.Addr().IsLoopback() {
 		t.Fatal("the marker must carry loopback addresses (never forwarded)")
 	}
 }
