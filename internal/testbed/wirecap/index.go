@@ -172,6 +172,26 @@ func (ix *Index) Exchange(local, remote netip.AddrPort, proto uint8, from, to ti
 	return time.Time{}, time.Time{}, false
 }
 
+// TCPSetup is the wire span of a session set-up over TCP that goes on with an exchange
+// (TLS for DoT and DoH, whose handshake time runs from the SYN to the server's last
+// handshake flight): start is the first SYN of the attempt from local to remote closest
+// to from (see Handshake), end the last remote->local packet carrying payload at or
+// before to. ok is false when the attempt got no SYN-ACK or no such packet follows it.
+func (ix *Index) TCPSetup(local, remote netip.AddrPort, from, to time.Time) (start, end time.Time, ok bool) {
+	h, ok := ix.Handshake(local, remote, from)
+	if !ok || h.Reset {
+		return time.Time{}, time.Time{}, false
+	}
+	f := ix.Flow(local, remote, ProtoTCP)
+	j := sort.Search(len(f), func(i int) bool { return f[i].At.After(to) })
+	for j--; j >= 0 && !f[j].At.Before(h.Reply); j-- {
+		if p := f[j]; p.Src == remote && p.Dst == local && carries(p) {
+			return h.SYN, p.At, true
+		}
+	}
+	return time.Time{}, time.Time{}, false
+}
+
 // carries reports whether p carries application data: a TCP segment with payload, or
 // any UDP datagram (an empty datagram is still a message).
 func carries(p Packet) bool { return p.Proto == ProtoUDP || p.Payload > 0 }

@@ -191,6 +191,13 @@ func TestExchange(t *testing.T) {
 	if got := to.Sub(from) - en.Sub(s); got != sendLag+recvLag {
 		t.Fatalf("client - wire = %v, want %v", got, sendLag+recvLag)
 	}
+	// The same flow as a session set-up (SYN .. last answer segment before to).
+	if s, en, ok := ix.TCPSetup(local, remote, from, to); !ok || !s.Equal(from.Add(-rtt)) || !en.Equal(a2) {
+		t.Fatalf("TCPSetup: %v..%v %v; want %v..%v", s, en, ok, from.Add(-rtt), a2)
+	}
+	if _, _, ok := ix.TCPSetup(local, remote, from, from.Add(-time.Microsecond)); ok {
+		t.Error("TCPSetup ending before any server payload: ok")
+	}
 	// Ending before the first answer segment: the only server data is earlier than the
 	// query -> none -> not ok.
 	if _, _, ok := ix.Exchange(local, remote, ProtoTCP, from, a1.Add(-time.Microsecond)); ok {

@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -229,3 +230,130 @@ func TestWireSpans(t *testing.T) {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// TestTLSSetup: a TLS 1.3 handshake (X25519 key share) to one DoT server per lossless
+// path. The wire span from the SYN to the server's last handshake flight (TCPSetup)
+// must take the time the population predicts (population.HandshakeTime: 2 RTTs, +1
+// when the server's flight exceeds TCP's initial window) plus the server's own time,
+// which the wire shows too (its first flight leaves the router that much later than one
+// RTT after the ClientHello); the client's span (its stamp before connect, the kernel
+// receive time of its last handshake read) may exceed the wire span by a fraction of a
+// millisecond.
+func TestTLSSetup(t *testing.T) {
+	v := testbed.Require(t)
+	pop := v.Population
+	if pop == nil {
+		t.Skip("SKIP: the testbed runs without a population file")
+	}
+	if _, err := exec.LookPath("tcpdump"); err != nil {
+		t.Skip("SKIP: tcpdump not installed")
+	}
+	type dot struct {
+		addr netip.Addr
+		rec  *population.Record
+		want time.Duration
+	}
+	var dots []dot
+	seen := map[string]bool{}
+	for a, r := range pop.Hosts {
+		if seen[r.Path] || r.Hostile != "" || r.Peer != "" || r.DoT == 0 || pop.Paths[r.Path].Loss != 0 {
+			continue
+		}
+		want, ok := pop.HandshakeTime(a, r.DoT, population.ProtoDoT, population.PhaseWarmup, population.ClientX25519)
+		if !ok {
+			continue
+		}
+		seen[r.Path] = true
+		dots = append(dots, dot{a, r, want})
+	}
+	if len(dots) == 0 {
+		t.Fatal("the population has no well-behaved DoT server on a lossless path")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	capture, err := wirecap.ForVantage(ctx, v.Instance, v.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type sample struct {
+		local, remote netip.AddrPort
+		from, to      time.Time
+	}
+	var samples []sample
+	for _, d := range dots {
+		remote := netip.AddrPortFrom(d.addr, d.rec.DoT)
+		from := time.Now()
+		raw, err := (&net.Dialer{Timeout: ioTimeout}).DialContext(ctx, "tcp4", remote.String())
+		if err != nil {
+			t.Fatalf("%v: %v", remote, err)
+		}
+		kc, err := kstamp.NewConn(raw.(*net.TCPConn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc := tls.Client(kc, &tls.Config{ServerName: d.rec.SNI, InsecureSkipVerify: true, // the testbed's own PKI; only timing matters here
+			MinVersion: tls.VersionTLS13, CurvePreferences: []tls.CurveID{tls.X25519}})
+		_ = tc.SetDeadline(time.Now().Add(ioTimeout))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			t.Fatalf("%v: TLS handshake: %v", remote, err)
+		}
+		to, ok := kc.Log.Arrival(from, time.Now())
+		if !ok {
+			t.Fatalf("%v: no kernel receive stamp for the handshake", remote)
+		}
+		samples = append(samples, sample{raw.LocalAddr().(*net.TCPAddr).AddrPort(), remote, from, to})
+		tc.Close()
+	}
+	pkts, st, err := capture.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Flushed || st.Dropped() > 0 {
+		t.Fatalf("capture incomplete (flushed %v, dropped %d)", st.Flushed, st.Dropped())
+	}
+	ix := wirecap.NewIndex(pkts)
+	for i, d := range dots {
+		s := samples[i]
+		path := pop.PathOf(d.addr)
+		start, end, ok := ix.TCPSetup(s.local, s.remote, s.from, s.to)
+		if !ok {
+			t.Errorf("%v: no TCP set-up on the wire", s.remote)
+			continue
+		}
+		rtts := d.want / path.RTT
+		jit := 2 * time.Duration(rtts) * path.Jitter
+		wire, client := end.Sub(start), s.to.Sub(s.from)
+		think, ok := serverTime(ix.Flow(s.local, s.remote, wirecap.ProtoTCP), s.local, start, path.RTT)
+		if !ok {
+			t.Errorf("%v: no ClientHello / server flight on the wire", s.remote)
+			continue
+		}
+		resid := wire - d.want - think
+		t.Logf("%-15v %-16s rtt %-6v DoT TLS 1.3 (cert %-10s): predicted %8.3f ms  client %8.3f ms  wire %8.3f ms  client-wire %6.3f ms  server %6.3f ms  wire-predicted-server %+6.3f ms",
+			d.addr, path.Name, path.RTT, d.rec.Cert, ms(d.want), ms(client), ms(wire), ms(client-wire), ms(think), ms(resid))
+		if lo, hi := -wireBelow-jit, wireAbove+jit; resid < lo || resid > hi {
+			t.Errorf("%v: wire set-up %v - predicted %v - server %v = %v outside [%v, %v]", s.remote, wire, d.want, think, resid, lo, hi)
+		}
+		if o := client - wire; o < 0 || o >= clientOver {
+			t.Errorf("%v: client - wire = %v outside [0, %v)", s.remote, o, clientOver)
+		}
+	}
+}
+
+// serverTime is how long the server took with the ClientHello, as the wire shows it: from
+// the client's first payload packet after start to the server's first payload packet,
+// minus the path's round trip.
+func serverTime(flow []wirecap.Packet, local netip.AddrPort, start time.Time, rtt time.Duration) (time.Duration, bool) {
+	var hello time.Time
+	for _, p := range flow {
+		if p.At.Before(start) || p.Payload == 0 {
+			continue
+		}
+		if p.Src == local && hello.IsZero() {
+			hello = p.At
+		} else if p.Src != local && !hello.IsZero() {
+			return p.At.Sub(hello) - rtt, true
+		}
+	}
+	return 0, false
+}
