@@ -193,6 +193,21 @@ func ForVantage(ctx context.Context, instance string, vantage int) (*Capture, er
 	return Start(ctx, in.Router(), in.RouterIf(vantage), VantageFilter)
 }
 
+// ForInternet captures on the internet namespace's side of the router<->internet link
+// (netns.Instance.InetIf in <inst>-inet), where every vantage's packets arrive after the
+// delay line and the servers' replies leave before it. On this capture the same Index
+// queries (same endpoints, same client stamps) give the server's share of a span: an
+// Exchange here runs from the query's arrival to the reply's departure. Together with
+// ForVantage: client = measured - wire(vantage), server = wire(internet), delay line =
+// wire(vantage) - wire(internet) - emulated RTT.
+func ForInternet(ctx context.Context, instance string) (*Capture, error) {
+	if err := netns.ValidName(instance); err != nil {
+		return nil, err
+	}
+	in := netns.Instance{Name: instance}
+	return Start(ctx, in.Inet(), in.InetIf(), VantageFilter)
+}
+
 func (c *Capture) where() string {
 	if c.netns == "" {
 		return c.iface

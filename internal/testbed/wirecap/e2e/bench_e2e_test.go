@@ -19,10 +19,13 @@ import (
 // BenchmarkWireSpans: a minimal client (one connected UDP socket per worker, kernel
 // receive stamps, a stamp right before the send syscall) runs DNS exchanges to the
 // population's first well-behaved server on a jitter-free lossless 20 ms path at
-// concurrency 1 and 64 while wirecap captures; it prints the distribution of
+// concurrency 1 and 64 while wirecap captures on the vantage's link and on the internet
+// side; it prints the distribution of
 //
-//	client - wire  (what even the thinnest client adds: the floor for measure's error)
-//	wire - RTT     (the delay line and simserver under that load)
+//	client - wire        (what even the thinnest client adds: the floor for measure's error)
+//	wire - RTT           (path + server: what the brief calls the servers and the delay line)
+//	server               (the same exchange on the internet side: simserver and its stack)
+//	wire - server - RTT  (the delay line and the forwarding path)
 //
 // Run: go test -run '^$' -bench WireSpans -benchtime 1x ./internal/testbed/wirecap/e2e/
 // DOQSCAN_BENCH_EXCHANGES sets the exchanges per worker (default 20).
@@ -61,6 +64,12 @@ func BenchmarkWireSpans(b *testing.B) {
 					cancel()
 					b.Fatal(err)
 				}
+				icapture, err := wirecap.ForInternet(ctx, v.Instance)
+				if err != nil {
+					capture.Stop()
+					cancel()
+					b.Fatal(err)
+				}
 				samples := make([][]udpSample, c)
 				errs := make([]error, c)
 				var wg sync.WaitGroup
@@ -69,15 +78,16 @@ func BenchmarkWireSpans(b *testing.B) {
 				}
 				wg.Wait()
 				pkts, st, err := capture.Stop()
+				ipkts, ist, ierr := icapture.Stop()
 				cancel()
-				if err != nil {
+				if err := errors.Join(err, ierr); err != nil {
 					b.Fatal(err)
 				}
 				if err := errors.Join(errs...); err != nil {
 					b.Fatal(err)
 				}
-				ix := wirecap.NewIndex(pkts)
-				var over, path []time.Duration
+				ix, inet := wirecap.NewIndex(pkts), wirecap.NewIndex(ipkts)
+				var over, path, server, line []time.Duration
 				missing := 0
 				for _, ws := range samples {
 					for _, s := range ws {
@@ -86,22 +96,35 @@ func BenchmarkWireSpans(b *testing.B) {
 							missing++
 							continue
 						}
-						wire := end.Sub(start)
+						sstart, send, ok := inet.Exchange(s.local, s.remote, wirecap.ProtoUDP, s.from, s.to)
+						if !ok {
+							missing++
+							continue
+						}
+						wire, srv := end.Sub(start), send.Sub(sstart)
 						over = append(over, s.to.Sub(s.from)-wire)
 						path = append(path, wire-tg.path.RTT)
+						server = append(server, srv)
+						line = append(line, wire-srv-tg.path.RTT)
 					}
 				}
-				b.Logf("c=%d %v (%s, rtt %v): %d exchanges, %d without a wire span; capture %d packets, flushed %v, dropped %d",
-					c, tg.addr, tg.path.Name, tg.path.RTT, len(over)+missing, missing, st.Packets, st.Flushed, st.Dropped())
-				b.Logf("c=%d client-wire ms: p50 %.3f  p95 %.3f  max %.3f   wire-rtt ms: p50 %+.3f  p95 %+.3f  max %+.3f",
-					c, ms(pct(over, 50)), ms(pct(over, 95)), ms(pct(over, 100)), ms(pct(path, 50)), ms(pct(path, 95)), ms(pct(path, 100)))
+				b.Logf("c=%d %v (%s, rtt %v): %d exchanges, %d without a wire span; captures %d + %d packets, flushed %v %v, dropped %d + %d",
+					c, tg.addr, tg.path.Name, tg.path.RTT, len(over)+missing, missing, st.Packets, ist.Packets, st.Flushed, ist.Flushed, st.Dropped(), ist.Dropped())
+				for _, row := range []struct {
+					name string
+					ds   []time.Duration
+				}{{"client - wire", over}, {"wire - RTT", path}, {"server", server}, {"wire - server - RTT", line}} {
+					b.Logf("c=%-3d %-20s ms: p50 %+8.3f  p95 %+8.3f  max %+8.3f", c, row.name, ms(pct(row.ds, 50)), ms(pct(row.ds, 95)), ms(pct(row.ds, 100)))
+				}
 				b.ReportMetric(ms(pct(over, 50)), "client-wire-p50-ms")
 				b.ReportMetric(ms(pct(over, 95)), "client-wire-p95-ms")
 				b.ReportMetric(ms(pct(path, 50)), "wire-rtt-p50-ms")
 				b.ReportMetric(ms(pct(path, 95)), "wire-rtt-p95-ms")
-				b.ReportMetric(float64(st.Dropped()), "dropped")
-				if st.Dropped() > 0 || !st.Flushed {
-					b.Errorf("capture incomplete: flushed %v, dropped %d", st.Flushed, st.Dropped())
+				b.ReportMetric(ms(pct(server, 95)), "server-p95-ms")
+				b.ReportMetric(ms(pct(line, 95)), "line-p95-ms")
+				b.ReportMetric(float64(st.Dropped()+ist.Dropped()), "dropped")
+				if st.Dropped()+ist.Dropped() > 0 || !st.Flushed || !ist.Flushed {
+					b.Errorf("capture incomplete: flushed %v %v, dropped %d + %d", st.Flushed, ist.Flushed, st.Dropped(), ist.Dropped())
 				}
 			}
 		})
