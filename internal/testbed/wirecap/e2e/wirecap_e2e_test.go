@@ -265,7 +265,8 @@ func captureBoth(t *testing.T, ctx context.Context, v *testbed.Vantage) (stop fu
 // [-wireBelow, +wireAbove] (widened by the path's jitter). The delay line has a known
 // tail under load (docs/testbed.md: releases up to 4-7 ms late when other sessions load
 // the shared vCPUs; seen here once in ~40 samples at load average 0.5-1): up to
-// lateShare of the samples may be later than +wireAbove, each logged; more fail. No
+// lateShare of the samples (at least one) may be later than +wireAbove, each logged;
+// more fail. No
 // sample may be early, and no client share may be out of bounds.
 type spanCheck struct {
 	samples, late int
@@ -299,8 +300,8 @@ func (c *spanCheck) done(t *testing.T) {
 	for _, l := range c.lateLog {
 		t.Logf("delay line late: %s", l)
 	}
-	if float64(c.late) > lateShare*float64(c.samples) {
-		t.Errorf("%d of %d samples later than RTT + %v through the delay line (at most %.0f%% allowed)", c.late, c.samples, wireAbove, 100*lateShare)
+	if allowed := max(1, int(lateShare*float64(c.samples))); c.late > allowed {
+		t.Errorf("%d of %d samples later than RTT + %v through the delay line (at most %d allowed)", c.late, c.samples, wireAbove, allowed)
 	}
 }
 
@@ -378,6 +379,8 @@ func TestTLSSetup(t *testing.T) {
 		tc.Close()
 	}
 	ix, inet := stop()
+	var chk spanCheck
+	defer chk.done(t)
 	for i, d := range dots {
 		s := samples[i]
 		path := pop.PathOf(d.addr)
@@ -402,12 +405,7 @@ func TestTLSSetup(t *testing.T) {
 		resid := wire - d.want - think
 		t.Logf("%-15v %-16s rtt %-6v DoT TLS 1.3 (cert %-10s): predicted %8.3f ms  client %8.3f ms  wire %8.3f ms  client-wire %6.3f ms  server %6.3f ms  wire-predicted-server %+6.3f ms",
 			d.addr, path.Name, path.RTT, d.rec.Cert, ms(d.want), ms(client), ms(wire), ms(client-wire), ms(think), ms(resid))
-		if lo, hi := -wireBelow-jit, wireAbove+jit; resid < lo || resid > hi {
-			t.Errorf("%v: wire set-up %v - predicted %v - server %v = %v outside [%v, %v]", s.remote, wire, d.want, think, resid, lo, hi)
-		}
-		if o := client - wire; o < 0 || o >= clientOver {
-			t.Errorf("%v: client - wire = %v outside [0, %v)", s.remote, o, clientOver)
-		}
+		chk.check(t, fmt.Sprintf("%v DoT", s.remote), client, wire, think, d.want, jit)
 	}
 }
 
