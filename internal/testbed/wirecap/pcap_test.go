@@ -372,3 +372,55 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParse decodes a 100,000-packet Ethernet capture (TCP and UDP, snaplen 128,
+// what ForVantage writes) and reports packets per second: the reader must keep up with
+// tcpdump at the testbed's rates (the delay line tops out near 50,000 packets/s).
+func BenchmarkParse(b *testing.B) {
+	keep, _ := mixedSpecs()
+	const n = 100000
+	recs := make([]record, 0, n)
+	for i := range n {
+		s := keep[i%len(keep)]
+		s.at = t0.Add(time.Duration(i) * 20 * time.Microsecond)
+		recs = append(recs, record{at: s.at, data: frame(LinkEthernet, etherTypeIPv4, s.ipv4(), 0)})
+	}
+	file := pcapFile(binary.LittleEndian, true, LinkEthernet, SnapLen, recs)
+	b.SetBytes(int64(len(file)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		pkts, err := Parse(bytes.NewReader(file))
+		if err != nil || len(pkts) != n {
+			b.Fatalf("%d packets, %v", len(pkts), err)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+}
+
+// BenchmarkIndex indexes 100,000 packets of 1,000 flows and runs one Exchange per flow.
+func BenchmarkIndex(b *testing.B) {
+	const flows, per = 1000, 100
+	pkts := make([]Packet, 0, flows*per)
+	for f := range flows {
+		local := netip.AddrPortFrom(client.Addr(), uint16(20000+f))
+		for i := range per / 2 {
+			at := t0.Add(time.Duration(i)*time.Millisecond + time.Duration(f)*time.Microsecond)
+			pkts = append(pkts,
+				Packet{At: at, Src: local, Dst: server, Proto: ProtoUDP, Payload: 40},
+				Packet{At: at.Add(500 * time.Microsecond), Src: server, Dst: local, Proto: ProtoUDP, Payload: 60})
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ix := NewIndex(pkts)
+		for f := range flows {
+			local := netip.AddrPortFrom(client.Addr(), uint16(20000+f))
+			from := t0.Add(10*time.Millisecond + time.Duration(f)*time.Microsecond)
+			if _, _, ok := ix.Exchange(local, server, ProtoUDP, from, from.Add(time.Millisecond)); !ok {
+				b.Fatal("no span")
+			}
+		}
+	}
+	b.ReportMetric(float64(len(pkts))*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +29,8 @@ import (
 //	wire - server - RTT  (the delay line and the forwarding path)
 //
 // Run: go test -run '^$' -bench WireSpans -benchtime 1x ./internal/testbed/wirecap/e2e/
-// DOQSCAN_BENCH_EXCHANGES sets the exchanges per worker (default 20).
+// DOQSCAN_BENCH_EXCHANGES sets the exchanges per worker (default 20),
+// DOQSCAN_BENCH_CONCURRENCY the concurrencies (default "1,64").
 func BenchmarkWireSpans(b *testing.B) {
 	v := testbed.Require(b)
 	if v.Population == nil {
@@ -45,6 +47,17 @@ func BenchmarkWireSpans(b *testing.B) {
 		}
 		per = n
 	}
+	concs := []int{1, 64}
+	if s := os.Getenv("DOQSCAN_BENCH_CONCURRENCY"); s != "" {
+		concs = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("DOQSCAN_BENCH_CONCURRENCY=%q: want positive integers separated by commas", s)
+			}
+			concs = append(concs, n)
+		}
+	}
 	var tg target
 	for _, t := range targets(v.Population) {
 		if t.path.Jitter == 0 && t.path.RTT == 20*time.Millisecond {
@@ -55,7 +68,7 @@ func BenchmarkWireSpans(b *testing.B) {
 	if !tg.addr.IsValid() {
 		b.Skip("SKIP: no jitter-free lossless 20 ms path with a DNS server in the population")
 	}
-	for _, c := range []int{1, 64} {
+	for _, c := range concs {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
 			for range b.N {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
