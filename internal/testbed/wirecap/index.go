@@ -137,7 +137,8 @@ func (ix *Index) TCPHandshake(local, remote netip.AddrPort, near time.Time) (tim
 //     last one within ExchangeSlack before from (a client clock a little behind);
 //   - end: the last remote->local packet carrying payload on the wire at or before to
 //     (the same packet crossed the capture point a few µs before the client's kernel
-//     stamped it).
+//     stamped it; when the server's packets come in a burst tighter than that, end can
+//     be a later packet of the same burst, off by at most those few µs).
 //
 // ok is false when either is missing or end is before start.
 func (ix *Index) Exchange(local, remote netip.AddrPort, proto uint8, from, to time.Time) (start, end time.Time, ok bool) {
