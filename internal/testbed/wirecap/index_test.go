@@ -1,0 +1,206 @@
+package wirecap
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// shuffled returns pkts in a random order (the index must sort by wire time).
+func shuffled(pkts []Packet) []Packet {
+	out := append([]Packet(nil), pkts...)
+	r := rand.New(rand.NewPCG(1, 2))
+	r.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+func tcpPkt(at time.Time, src, dst netip.AddrPort, flags uint8, seq, ack uint32, payload int) Packet {
+	return Packet{At: at, Src: src, Dst: dst, Proto: ProtoTCP, TCPFlags: flags, Seq: seq, Ack: ack, Payload: payload}
+}
+
+func TestTCPHandshake(t *testing.T) {
+	local := netip.MustParseAddrPort("198.18.0.2:41000")
+	remote := netip.MustParseAddrPort("198.19.7.9:853")
+	other := netip.MustParseAddrPort("198.18.0.2:41001")
+	const rtt = 20 * time.Millisecond
+	rto := time.Second
+
+	// Attempt A: SYN lost once (retransmitted after the RTO), then answered; data flows
+	// with pure ACKs interleaved, then FIN.
+	aSYN := t0
+	aReply := aSYN.Add(rto + rtt)
+	// Attempt B reuses the port 5 s later; a stale SYN-ACK of A arrives in between.
+	bSYN := t0.Add(5 * time.Second)
+	bReply := bSYN.Add(rtt)
+	// Attempt C: refused (RST+ACK).
+	cSYN := t0.Add(8 * time.Second)
+	cReply := cSYN.Add(rtt / 2)
+	// Attempt D: never answered.
+	dSYN := t0.Add(10 * time.Second)
+	// An unrelated flow from another port, at the same time as B.
+	oSYN := bSYN.Add(time.Millisecond)
+	oReply := oSYN.Add(3 * rtt)
+
+	pkts := []Packet{
+		tcpPkt(aSYN, local, remote, TCPSyn, 100, 0, 0),
+		tcpPkt(aSYN.Add(rto), local, remote, TCPSyn, 100, 0, 0),
+		tcpPkt(aReply, remote, local, TCPSyn|TCPAck, 7000, 101, 0),
+		tcpPkt(aReply.Add(10*time.Microsecond), local, remote, TCPAck, 101, 7001, 0),
+		tcpPkt(aReply.Add(20*time.Microsecond), local, remote, TCPAck|TCPPsh, 101, 7001, 300),
+		tcpPkt(aReply.Add(rtt), remote, local, TCPAck, 7001, 401, 0),
+		tcpPkt(aReply.Add(rtt+time.Millisecond), remote, local, TCPAck|TCPPsh, 7001, 401, 900),
+		tcpPkt(aReply.Add(rtt+2*time.Millisecond), local, remote, TCPAck|TCPFin, 401, 7901, 0),
+		tcpPkt(aReply.Add(2*rtt), remote, local, TCPAck|TCPFin, 7901, 402, 0),
+
+		tcpPkt(bSYN, local, remote, TCPSyn, 900, 0, 0),
+		tcpPkt(bSYN.Add(rtt/4), remote, local, TCPSyn|TCPAck, 7000, 101, 0), // stale: acknowledges A
+		tcpPkt(bReply, remote, local, TCPSyn|TCPAck, 8000, 901, 0),
+		tcpPkt(bReply.Add(5*time.Microsecond), local, remote, TCPAck, 901, 8001, 0),
+
+		tcpPkt(cSYN, local, remote, TCPSyn, 1500, 0, 0),
+		tcpPkt(cReply, remote, local, TCPRst|TCPAck, 0, 1501, 0),
+
+		tcpPkt(dSYN, local, remote, TCPSyn, 2500, 0, 0),
+
+		tcpPkt(oSYN, other, remote, TCPSyn, 4242, 0, 0),
+		tcpPkt(oReply, remote, other, TCPSyn|TCPAck, 9000, 4243, 0),
+	}
+	ix := NewIndex(shuffled(pkts))
+
+	cases := []struct {
+		name      string
+		local     netip.AddrPort
+		near      time.Time
+		ok        bool
+		syn, repl time.Time
+		syns      int
+		reset     bool
+	}{
+		{"retransmitted SYN: from the first SYN", local, aSYN.Add(3 * time.Millisecond), true, aSYN, aReply, 2, false},
+		{"reused port, stale SYN-ACK ignored", local, bSYN.Add(-2 * time.Millisecond), true, bSYN, bReply, 1, false},
+		{"refused", local, cSYN, true, cSYN, cReply, 1, true},
+		{"unanswered", local, dSYN.Add(time.Second), false, dSYN, time.Time{}, 1, false},
+		{"the other flow", other, bSYN, true, oSYN, oReply, 1, false},
+		{"no such flow", netip.MustParseAddrPort("198.18.0.2:1"), bSYN, false, time.Time{}, time.Time{}, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h, ok := ix.Handshake(c.local, remote, c.near)
+			if ok != c.ok || !h.SYN.Equal(c.syn) || !h.Reply.Equal(c.repl) || h.SYNs != c.syns || h.Reset != c.reset {
+				t.Fatalf("Handshake = %+v, %v; want SYN %v reply %v SYNs %d reset %v ok %v",
+					h, ok, c.syn, c.repl, c.syns, c.reset, c.ok)
+			}
+			d, ok := ix.TCPHandshake(c.local, remote, c.near)
+			if ok != c.ok || (ok && d != c.repl.Sub(c.syn)) {
+				t.Fatalf("TCPHandshake = %v, %v; want %v", d, ok, c.repl.Sub(c.syn))
+			}
+		})
+	}
+	if ix.Flows() != 2 {
+		t.Errorf("%d flows, want 2", ix.Flows())
+	}
+}
+
+func TestExchange(t *testing.T) {
+	local := netip.MustParseAddrPort("198.18.0.2:50000")
+	remote := netip.MustParseAddrPort("198.19.3.2:53")
+	const rtt = 30 * time.Millisecond
+	const sendLag = 40 * time.Microsecond // client stamp -> wire
+	const recvLag = 8 * time.Microsecond  // wire -> client's kernel stamp
+
+	// UDP: three exchanges on one socket (port reused across exchanges).
+	var udp []Packet
+	type ex struct{ from, to, start, end time.Time }
+	var exs []ex
+	for i := range 3 {
+		from := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		start := from.Add(sendLag)
+		end := start.Add(rtt)
+		udp = append(udp,
+			Packet{At: start, Src: local, Dst: remote, Proto: ProtoUDP, Payload: 40},
+			Packet{At: end, Src: remote, Dst: local, Proto: ProtoUDP, Payload: 56})
+		exs = append(exs, ex{from, end.Add(recvLag), start, end})
+	}
+	// A client clock that runs a little behind the capture's: the wire time precedes
+	// the stamp by less than the slack.
+	early := t0.Add(time.Second)
+	udp = append(udp,
+		Packet{At: early.Add(-ExchangeSlack / 2), Src: local, Dst: remote, Proto: ProtoUDP, Payload: 40},
+		Packet{At: early.Add(rtt), Src: remote, Dst: local, Proto: ProtoUDP, Payload: 56})
+	exs = append(exs, ex{early, early.Add(rtt + recvLag), early.Add(-ExchangeSlack / 2), early.Add(rtt)})
+
+	// Back-to-back exchanges closer together than the slack (loopback-fast): each must
+	// find its own query, not the previous one.
+	for i := range 4 {
+		from := t0.Add(2*time.Second + time.Duration(i)*ExchangeSlack/4)
+		start := from.Add(sendLag)
+		end := start.Add(ExchangeSlack / 8)
+		udp = append(udp,
+			Packet{At: start, Src: local, Dst: remote, Proto: ProtoUDP, Payload: 40},
+			Packet{At: end, Src: remote, Dst: local, Proto: ProtoUDP, Payload: 56})
+		exs = append(exs, ex{from, end.Add(recvLag), start, end})
+	}
+
+	ix := NewIndex(shuffled(udp))
+	for i, e := range exs {
+		s, en, ok := ix.Exchange(local, remote, ProtoUDP, e.from, e.to)
+		if !ok || !s.Equal(e.start) || !en.Equal(e.end) {
+			t.Errorf("UDP exchange %d: %v..%v %v; want %v..%v", i, s, en, ok, e.start, e.end)
+		}
+	}
+	// The reply of exchange 0 is not yet on the wire 1 ms before it came.
+	if _, _, ok := ix.Exchange(local, remote, ProtoUDP, exs[0].from, exs[0].end.Add(-time.Millisecond)); ok {
+		t.Error("exchange ending before its reply: ok")
+	}
+	// Wrong protocol, wrong peer: nothing.
+	if _, _, ok := ix.Exchange(local, remote, ProtoTCP, exs[0].from, exs[0].to); ok {
+		t.Error("TCP lookup of a UDP flow: ok")
+	}
+	// A window after every packet: no start.
+	last := exs[len(exs)-1]
+	if _, _, ok := ix.Exchange(local, remote, ProtoUDP, last.to.Add(time.Second), last.to.Add(2*time.Second)); ok {
+		t.Error("empty window: ok")
+	}
+
+	// TCP: the query in two segments, pure ACKs both ways, the answer in two segments,
+	// then a FIN after the client's stamp.
+	from := t0.Add(2 * time.Second)
+	q1 := from.Add(sendLag)
+	a1 := q1.Add(rtt)
+	a2 := a1.Add(200 * time.Microsecond)
+	to := a2.Add(recvLag)
+	tcp := []Packet{
+		tcpPkt(from.Add(-rtt), local, remote, TCPSyn, 1, 0, 0),
+		tcpPkt(from.Add(-time.Microsecond), remote, local, TCPSyn|TCPAck, 9, 2, 0),
+		tcpPkt(from.Add(-time.Microsecond/2), local, remote, TCPAck, 2, 10, 0), // pure ACK, before the query
+		tcpPkt(q1, local, remote, TCPAck|TCPPsh, 2, 10, 2),
+		tcpPkt(q1.Add(time.Microsecond), local, remote, TCPAck|TCPPsh, 4, 10, 40),
+		tcpPkt(q1.Add(rtt/2), remote, local, TCPAck, 10, 44, 0), // pure ACK
+		tcpPkt(a1, remote, local, TCPAck, 10, 44, 1448),
+		tcpPkt(a1.Add(time.Microsecond), local, remote, TCPAck, 44, 1458, 0),
+		tcpPkt(a2, remote, local, TCPAck|TCPPsh, 1458, 44, 300),
+		tcpPkt(a2.Add(2*time.Microsecond), remote, local, TCPAck, 1758, 44, 0), // pure ACK before to
+		tcpPkt(to.Add(time.Millisecond), remote, local, TCPAck|TCPFin|TCPPsh, 1758, 44, 20),
+	}
+	ix = NewIndex(shuffled(tcp))
+	s, en, ok := ix.Exchange(local, remote, ProtoTCP, from, to)
+	if !ok || !s.Equal(q1) || !en.Equal(a2) {
+		t.Fatalf("TCP exchange: %v..%v %v; want %v..%v", s, en, ok, q1, a2)
+	}
+	if got := to.Sub(from) - en.Sub(s); got != sendLag+recvLag {
+		t.Fatalf("client - wire = %v, want %v", got, sendLag+recvLag)
+	}
+	// The same flow as a session set-up (SYN .. last answer segment before to).
+	if s, en, ok := ix.TCPSetup(local, remote, from, to); !ok || !s.Equal(from.Add(-rtt)) || !en.Equal(a2) {
+		t.Fatalf("TCPSetup: %v..%v %v; want %v..%v", s, en, ok, from.Add(-rtt), a2)
+	}
+	if _, _, ok := ix.TCPSetup(local, remote, from, from.Add(-time.Microsecond)); ok {
+		t.Error("TCPSetup ending before any server payload: ok")
+	}
+	// Ending before the first answer segment: the only server data is earlier than the
+	// query -> none -> not ok.
+	if _, _, ok := ix.Exchange(local, remote, ProtoTCP, from, a1.Add(-time.Microsecond)); ok {
+		t.Error("exchange without an answer: ok")
+	}
+}
