@@ -63,7 +63,10 @@ func pct(v []time.Duration, p float64) time.Duration {
 // minus the population's prediction: HandshakeTime for the handshake, one RTT for the
 // resolve) at concurrency 1 and at full concurrency, per protocol. Each exchange is a
 // fresh session (a warm-up: DoQ without a token, X25519). The error includes the delay
-// line's own forwarding cost (docs/testbed.md: +0.16..0.42 ms idle).
+// line's own forwarding cost (docs/testbed.md: +0.16..0.42 ms idle) and the simulated
+// servers' processing; a packet capture on the vantage's link splits it (wire_test.go):
+// *-client-µs is measured minus wire (the measuring side's own error), *-server-µs wire
+// minus emulated (the servers and the line).
 //
 //	go test -run XXX -bench TestbedTimingError -benchtime 200x ./internal/measure/e2e/
 func BenchmarkTestbedTimingError(b *testing.B) {
@@ -83,6 +86,8 @@ func BenchmarkTestbedTimingError(b *testing.B) {
 				var mu sync.Mutex
 				var hsErr, resErr []time.Duration
 				failed := 0
+				wire := &wireSpans{vantage: netip.MustParseAddr(v.Addr)}
+				stopWire := startWire(b, v)
 				sem := make(chan struct{}, conc)
 				var wg sync.WaitGroup
 				n := max(b.N, conc)
@@ -101,6 +106,7 @@ func BenchmarkTestbedTimingError(b *testing.B) {
 						res := m.Measure(context.Background(), &req)
 						path := pop.PathOf(ep.addr)
 						wantHS, _ := pop.HandshakeTime(ep.addr, ep.port, string(p), population.PhaseWarmup, population.ClientX25519)
+						wire.add(req.Addr, res, wantHS, population.ResolveRTTs*path.RTT)
 						mu.Lock()
 						defer mu.Unlock()
 						if res.Status != measure.StatusOK {
@@ -115,6 +121,7 @@ func BenchmarkTestbedTimingError(b *testing.B) {
 				}
 				wg.Wait()
 				b.StopTimer()
+				reportWire(b, wire.figures(stopWire()), false)
 				us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 				b.ReportMetric(us(pct(resErr, 0.5)), "res-p50-err-µs")
 				b.ReportMetric(us(pct(resErr, 0.95)), "res-p95-err-µs")
@@ -210,6 +217,18 @@ func BenchmarkTestbedRoundThroughput(b *testing.B) {
 			ids := make([]int64, rounds)
 			errs := make([]error, rounds)
 			var wg sync.WaitGroup
+			wire := &wireSpans{vantage: netip.MustParseAddr(v.Addr)}
+			onResult := func(t campaign.Target, ep campaign.Endpoint, phase string, res *measure.Result) {
+				if phase != campaign.PhaseWarmup {
+					return
+				}
+				want, ok := pop.HandshakeTime(t.Addr, ep.Port, string(ep.Protocol), population.PhaseWarmup, population.ClientX25519)
+				if !ok {
+					return
+				}
+				wire.add(netip.AddrPortFrom(t.Addr, ep.Port), res, want, population.ResolveRTTs*pop.PathOf(t.Addr).RTT)
+			}
+			stopWire := startWire(b, v)
 			b.ResetTimer()
 			cpu0, start := cpuTime(), time.Now()
 			for r := 0; r < rounds; r++ {
@@ -217,7 +236,7 @@ func BenchmarkTestbedRoundThroughput(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					cfg := campaign.Config{VantageID: "bench", Label: fmt.Sprintf("bench-%d-%d-%d-%d", conc, b.N, r, start.UnixNano()),
-						Hour: hour, Concurrency: per, Timeout: 5 * time.Second, RTTSamples: 3, Spread: spread,
+						Hour: hour, Concurrency: per, Timeout: 5 * time.Second, RTTSamples: 3, Spread: spread, OnResult: onResult,
 						Protocols: []measure.Protocol{measure.DoUDP, measure.DoTCP, measure.DoT, measure.DoH, measure.DoQ}}
 					sum, err := campaign.Run(ctx, s, cfg, targets, nil)
 					errs[r] = err
@@ -229,6 +248,7 @@ func BenchmarkTestbedRoundThroughput(b *testing.B) {
 			wg.Wait()
 			el, cpu := time.Since(start), cpuTime()-cpu0
 			b.StopTimer()
+			reportWire(b, wire.figures(stopWire()), true)
 			for _, err := range errs {
 				if err != nil {
 					b.Fatal(err)

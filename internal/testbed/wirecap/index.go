@@ -203,3 +203,65 @@ func absDur(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// Across returns when the packet that crossed this capture's point at `at`, going from
+// src to dst over proto and carrying payload, crossed the point of other (a capture of
+// the same flow elsewhere on the path: ForVantage and ForInternet). Packets are matched
+// by their ordinal among the flow's payload-carrying packets in that direction, which
+// the path keeps (the delay line keeps each flow's order; lossless paths drop nothing),
+// and must have the same payload size. ok is false when no such packet is in either.
+func (ix *Index) Across(other *Index, src, dst netip.AddrPort, proto uint8, at time.Time) (time.Time, bool) {
+	n, size := -1, 0
+	for _, p := range ix.Flow(src, dst, proto) {
+		if p.At.After(at) {
+			break
+		}
+		if p.Src == src && p.Dst == dst && carries(p) {
+			n++
+			size = p.Payload
+			if p.At.Equal(at) {
+				break
+			}
+		}
+	}
+	if n < 0 {
+		return time.Time{}, false
+	}
+	for _, p := range other.Flow(src, dst, proto) {
+		if p.Src == src && p.Dst == dst && carries(p) {
+			if n == 0 {
+				return p.At, p.Payload == size
+			}
+			n--
+		}
+	}
+	return time.Time{}, false
+}
+
+// Turns splits the span from..to of the flow between local (the client) and remote
+// over proto by whose turn it was: every gap between two consecutive payload-carrying
+// packets (see Exchange) inside the span counts for the sender of the later one, which
+// was busy producing it while the other side waited. Seen at the server's link, the
+// server's turns are its processing (for a multi-flight exchange such as a Retry
+// handshake, the sum of its turns); seen at the client's link, the client's turns are
+// its own processing in the middle of the exchange (acknowledging, answering a Retry).
+func (ix *Index) Turns(local, remote netip.AddrPort, proto uint8, from, to time.Time) (server, client time.Duration) {
+	var prev time.Time
+	for _, p := range ix.Flow(local, remote, proto) {
+		if p.At.Before(from) || !carries(p) {
+			continue
+		}
+		if p.At.After(to) {
+			break
+		}
+		if !prev.IsZero() {
+			if p.Src == remote {
+				server += p.At.Sub(prev)
+			} else {
+				client += p.At.Sub(prev)
+			}
+		}
+		prev = p.At
+	}
+	return server, client
+}

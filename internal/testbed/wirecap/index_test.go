@@ -204,3 +204,108 @@ func TestExchange(t *testing.T) {
 		t.Error("exchange without an answer: ok")
 	}
 }
+
+// TestAcross: a QUIC-like exchange seen at the vantage's link and, shifted by the
+// one-way delay, at the server's: each payload packet is found at the other point by its
+// ordinal; pure ACKs, other flows and size mismatches do not confuse it.
+func TestAcross(t *testing.T) {
+	client := netip.MustParseAddrPort("198.18.0.2:50000")
+	server := netip.MustParseAddrPort("198.19.3.4:853")
+	other := netip.MustParseAddrPort("198.18.0.2:50001")
+	const oneWay = 10 * time.Millisecond
+	udp := func(at time.Time, src, dst netip.AddrPort, n int) Packet {
+		return Packet{At: at, Src: src, Dst: dst, Proto: ProtoUDP, Payload: n}
+	}
+	// At the server's point: Initial in at t0; flight out at t0+0.6 ms (3 datagrams,
+	// 10 µs apart); HANDSHAKE_DONE at t0+2*oneWay+1 ms after the client's Finished.
+	srvIn := t0.Add(oneWay)
+	var vant, inet []Packet
+	add := func(at time.Time, src, dst netip.AddrPort, n int) {
+		if src == client || src == other {
+			vant = append(vant, udp(at, src, dst, n))
+			inet = append(inet, udp(at.Add(oneWay), src, dst, n))
+		} else {
+			inet = append(inet, udp(at, src, dst, n))
+			vant = append(vant, udp(at.Add(oneWay), src, dst, n))
+		}
+	}
+	add(t0, client, server, 1200)
+	add(t0.Add(time.Millisecond), other, server, 1200) // another client's flow
+	for i := range 3 {
+		add(srvIn.Add(600*time.Microsecond+time.Duration(i)*10*time.Microsecond), server, client, 1200+i)
+	}
+	add(srvIn.Add(2*oneWay+700*time.Microsecond), client, server, 90) // client Finished (wire time at the vantage)
+	add(srvIn.Add(4*oneWay), server, client, 40)                      // HANDSHAKE_DONE
+	vix, iix := NewIndex(shuffled(vant)), NewIndex(shuffled(inet))
+
+	last := srvIn.Add(620 * time.Microsecond).Add(oneWay) // the flight's third datagram at the vantage
+	got, ok := vix.Across(iix, server, client, ProtoUDP, last)
+	if want := srvIn.Add(620 * time.Microsecond); !ok || !got.Equal(want) {
+		t.Fatalf("flight's last datagram at the server: %v %v, want %v", got, ok, want)
+	}
+	got, ok = vix.Across(iix, client, server, ProtoUDP, t0)
+	if !ok || !got.Equal(srvIn) {
+		t.Fatalf("Initial at the server: %v %v, want %v", got, ok, srvIn)
+	}
+	// The server's span of the handshake, as the benchmarks take it: Initial in to last
+	// flight datagram out.
+	if d := srvIn.Add(620 * time.Microsecond).Sub(srvIn); d != 620*time.Microsecond {
+		t.Fatalf("server span %v", d)
+	}
+	// A time no packet of the flow has before it.
+	if _, ok := vix.Across(iix, server, client, ProtoUDP, t0); ok {
+		t.Fatal("found a server packet before the first one")
+	}
+	// A capture that lost the packet (the other index has only two flight datagrams).
+	short := NewIndex(inet[:4])
+	if _, ok := vix.Across(short, server, client, ProtoUDP, last); ok {
+		t.Fatal("matched a packet the other capture does not have")
+	}
+	// Sizes differ: not the same packet.
+	bad := append([]Packet(nil), inet...)
+	for i := range bad {
+		if bad[i].Src == server && bad[i].Payload == 1202 {
+			bad[i].Payload = 999
+		}
+	}
+	if _, ok := vix.Across(NewIndex(bad), server, client, ProtoUDP, last); ok {
+		t.Fatal("matched a packet of another size")
+	}
+}
+
+// TestTurns: a Retry-like exchange at one link: the gaps ending in a server packet are
+// the server's turns, those ending in a client packet the client's; packets outside the
+// span and pure TCP ACKs do not count.
+func TestTurns(t *testing.T) {
+	c := netip.MustParseAddrPort("198.18.0.2:40000")
+	s := netip.MustParseAddrPort("198.19.0.9:853")
+	ms := func(f float64) time.Time { return t0.Add(time.Duration(f * float64(time.Millisecond))) }
+	udp := func(at time.Time, src, dst netip.AddrPort) Packet {
+		return Packet{At: at, Src: src, Dst: dst, Proto: ProtoUDP, Payload: 100}
+	}
+	pkts := []Packet{
+		udp(ms(0), c, s),   // Initial
+		udp(ms(0.3), s, c), // Retry: server turn 0.3
+		udp(ms(0.5), c, s), // Initial with token: client turn 0.2
+		udp(ms(1.5), s, c), // flight: server turn 1.0
+		udp(ms(1.6), s, c), // flight: server turn 0.1
+		udp(ms(9), c, s),   // after the span
+		udp(ms(-1), s, c),  // before it
+		{At: ms(1.55), Src: c, Dst: s, Proto: ProtoTCP, TCPFlags: TCPAck}, // another protocol
+	}
+	ix := NewIndex(shuffled(pkts))
+	srv, cli := ix.Turns(c, s, ProtoUDP, ms(0), ms(1.6))
+	if srv != 1400*time.Microsecond || cli != 200*time.Microsecond {
+		t.Fatalf("turns: server %v client %v, want 1.4ms 200µs", srv, cli)
+	}
+	// TCP: a pure ACK from the client inside the server's flight is not a turn.
+	tcp := []Packet{
+		tcpPkt(ms(0), c, s, TCPAck|TCPPsh, 1, 1, 300),
+		tcpPkt(ms(0.2), c, s, TCPAck, 301, 1, 0),
+		tcpPkt(ms(0.7), s, c, TCPAck|TCPPsh, 1, 301, 900),
+	}
+	srv, cli = NewIndex(tcp).Turns(c, s, ProtoTCP, ms(0), ms(1))
+	if srv != 700*time.Microsecond || cli != 0 {
+		t.Fatalf("tcp turns: server %v client %v, want 700µs 0", srv, cli)
+	}
+}

@@ -1,0 +1,255 @@
+package e2e_test
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/testbed"
+	"github.com/doqscan/doqscan/internal/testbed/wirecap"
+)
+
+// Wire ground truth for the timing benchmarks: packet captures (tcpdump, package
+// wirecap) on both links of the router, the vantage's (ForVantage) and the internet's
+// (ForInternet), say when each packet a measurement timed crossed them. Every duration
+// then splits into three parts that add up to the error against the emulated path:
+//
+//	client = measured − wire(vantage link)   what the measuring side adds: its own error
+//	server = the server's turns in the span  its processing, at the internet's link
+//	                                          (wirecap.Index.Turns; a Retry handshake has two)
+//	line   = wire − server − emulated − the client's own turns in the middle of the span
+//	         (acknowledging, answering a Retry: real handshake time, but neither the
+//	         path's nor an error)            the delay line and the forwarding path
+//
+// error = measured − emulated = client + server + line + the client's turns.
+
+// wireSpans holds the results to check and their targets until the capture stops.
+type wireSpans struct {
+	mu      sync.Mutex
+	vantage netip.Addr
+	items   []wireItem
+}
+
+type wireItem struct {
+	remote netip.AddrPort
+	res    *measure.Result
+	// wantHS, wantRes: the emulated durations (0: not predicted).
+	wantHS, wantRes time.Duration
+}
+
+func (w *wireSpans) add(remote netip.AddrPort, res *measure.Result, wantHS, wantRes time.Duration) {
+	w.mu.Lock()
+	w.items = append(w.items, wireItem{remote, res, wantHS, wantRes})
+	w.mu.Unlock()
+}
+
+// wireFigures are the per-duration figures of a set of results (see above).
+type wireFigures struct {
+	hsClient, hsServer, hsLine    []time.Duration
+	resClient, resServer, resLine []time.Duration
+	unmatched                     int // durations the captures could not place
+	byProto                       map[measure.Protocol]*wireFigures
+}
+
+// of returns the figures of protocol p (created on first use).
+func (f *wireFigures) of(p measure.Protocol) *wireFigures {
+	if f.byProto == nil {
+		f.byProto = map[measure.Protocol]*wireFigures{}
+	}
+	if f.byProto[p] == nil {
+		f.byProto[p] = &wireFigures{}
+	}
+	return f.byProto[p]
+}
+
+// local is the result's client address; an unconnected socket (DoQ) reports the
+// unspecified address, the vantage's is the one on the wire.
+func (w *wireSpans) local(res *measure.Result) netip.AddrPort {
+	if res.Local.Addr().IsUnspecified() {
+		return netip.AddrPortFrom(w.vantage, res.Local.Port())
+	}
+	return res.Local
+}
+
+// captures are the two links' indexes.
+type captures struct{ vant, inet *wirecap.Index }
+
+// span is one timed interval on the wire: its length at the vantage's link, the
+// server's turns in it (at the internet's link) and the client's (at the vantage's).
+type span struct{ wire, server, client time.Duration }
+
+func (a span) plus(b span) span {
+	return span{a.wire + b.wire, a.server + b.server, a.client + b.client}
+}
+
+// exchange places the client's from..to on both links: from the client's first payload
+// packet to the server's packet that ended it (wirecap.Index.Exchange), and the same two
+// packets at the server's link, where the server's turns between them are taken.
+func (c captures) exchange(local, remote netip.AddrPort, proto uint8, from, to time.Time) (span, bool) {
+	s, e, ok := c.vant.Exchange(local, remote, proto, from, to)
+	if !ok {
+		return span{}, false
+	}
+	si, ok1 := c.vant.Across(c.inet, local, remote, proto, s)
+	ei, ok2 := c.vant.Across(c.inet, remote, local, proto, e)
+	if !ok1 || !ok2 {
+		return span{}, false
+	}
+	srv, _ := c.inet.Turns(local, remote, proto, si, ei)
+	_, cli := c.vant.Turns(local, remote, proto, s, e)
+	return span{e.Sub(s), srv, cli}, true
+}
+
+// handshake is the handshake's span, composed as the measurer composes it (TCP: SYN to
+// SYN-ACK; TLS: ClientHello to the server's last flight; QUIC: first Initial to the
+// datagram that completed the handshake).
+func (w *wireSpans) handshake(c captures, it wireItem) (span, bool) {
+	res, local := it.res, w.local(it.res)
+	var d span
+	if res.TCPHandshake > 0 {
+		vh, ok := c.vant.Handshake(local, it.remote, res.StartedAt)
+		if !ok {
+			return span{}, false
+		}
+		ih, ok := c.inet.Handshake(local, it.remote, vh.SYN)
+		if !ok {
+			return span{}, false
+		}
+		d = d.plus(span{vh.Duration(), ih.Reply.Sub(ih.LastSYN), 0})
+	}
+	if !res.CryptoFrom.IsZero() {
+		proto := uint8(wirecap.ProtoTCP)
+		if res.Protocol == measure.DoQ || res.Protocol == measure.DoH3 {
+			proto = wirecap.ProtoUDP
+		}
+		x, ok := c.exchange(local, it.remote, proto, res.CryptoFrom, res.CryptoTo)
+		if !ok {
+			return span{}, false
+		}
+		d = d.plus(x)
+	}
+	return d, true
+}
+
+// resolve is the first query's span.
+func (w *wireSpans) resolve(c captures, it wireItem) (span, bool) {
+	q := it.res.First()
+	proto := uint8(wirecap.ProtoTCP)
+	switch it.res.Protocol {
+	case measure.DoUDP, measure.DoQ, measure.DoH3:
+		proto = wirecap.ProtoUDP
+	}
+	return c.exchange(w.local(it.res), it.remote, proto, q.StartedAt, q.StartedAt.Add(q.Resolve))
+}
+
+// figures matches every successful result against the captures.
+func (w *wireSpans) figures(c captures) wireFigures {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var f wireFigures
+	for _, it := range w.items {
+		if it.res.Status != measure.StatusOK {
+			continue
+		}
+		pf := f.of(it.res.Protocol)
+		if it.res.HasHandshake && (it.res.TCPHandshake > 0 || !it.res.CryptoFrom.IsZero()) {
+			if d, ok := w.handshake(c, it); ok {
+				for _, g := range []*wireFigures{&f, pf} {
+					g.hsClient = append(g.hsClient, it.res.Handshake-d.wire)
+					g.hsServer = append(g.hsServer, d.server)
+					if it.wantHS > 0 {
+						g.hsLine = append(g.hsLine, d.wire-d.server-d.client-it.wantHS)
+					}
+				}
+			} else {
+				f.unmatched++
+			}
+		}
+		if d, ok := w.resolve(c, it); ok {
+			for _, g := range []*wireFigures{&f, pf} {
+				g.resClient = append(g.resClient, it.res.First().Resolve-d.wire)
+				g.resServer = append(g.resServer, d.server)
+				if it.wantRes > 0 {
+					g.resLine = append(g.resLine, d.wire-d.server-d.client-it.wantRes)
+				}
+			}
+		} else {
+			f.unmatched++
+		}
+	}
+	return f
+}
+
+// startWire starts the captures on both links; stop returns their indexes (failing the
+// benchmark if a capture lost packets: the truth would have holes).
+func startWire(b *testing.B, v *testbed.Vantage) (stop func() captures) {
+	b.Helper()
+	ctx := context.Background()
+	vc, err := wirecap.ForVantage(ctx, v.Instance, v.Index)
+	if err != nil {
+		b.Fatalf("packet capture: %v", err)
+	}
+	ic, err := wirecap.ForInternet(ctx, v.Instance)
+	if err != nil {
+		_, _, _ = vc.Stop()
+		b.Fatalf("packet capture: %v", err)
+	}
+	return func() captures {
+		var out captures
+		for _, x := range []struct {
+			c  *wirecap.Capture
+			ix **wirecap.Index
+		}{{vc, &out.vant}, {ic, &out.inet}} {
+			pkts, st, err := x.c.Stop()
+			if err != nil {
+				b.Fatalf("packet capture: %v", err)
+			}
+			if st.Dropped() > 0 || !st.Flushed {
+				b.Fatalf("packet capture: %d of %d packets dropped (flushed: %v)", st.Dropped(), st.Captured, st.Flushed)
+			}
+			*x.ix = wirecap.NewIndex(pkts)
+		}
+		return out
+	}
+}
+
+// reportWire adds the client/server split to a benchmark's metrics; perProto adds the
+// client error's p95 per protocol.
+func reportWire(b *testing.B, f wireFigures, perProto bool) {
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	if len(f.hsClient) > 0 {
+		b.ReportMetric(us(pct(f.hsClient, 0.5)), "hs-p50-client-µs")
+		b.ReportMetric(us(pct(f.hsClient, 0.95)), "hs-p95-client-µs")
+	}
+	if len(f.hsServer) > 0 {
+		b.ReportMetric(us(pct(f.hsServer, 0.95)), "hs-p95-server-µs")
+	}
+	if len(f.hsLine) > 0 {
+		b.ReportMetric(us(pct(f.hsLine, 0.95)), "hs-p95-line-µs")
+	}
+	if len(f.resClient) > 0 {
+		b.ReportMetric(us(pct(f.resClient, 0.5)), "res-p50-client-µs")
+		b.ReportMetric(us(pct(f.resClient, 0.95)), "res-p95-client-µs")
+	}
+	if len(f.resServer) > 0 {
+		b.ReportMetric(us(pct(f.resServer, 0.95)), "res-p95-server-µs")
+	}
+	if len(f.resLine) > 0 {
+		b.ReportMetric(us(pct(f.resLine, 0.95)), "res-p95-line-µs")
+	}
+	b.ReportMetric(float64(f.unmatched), "unmatched")
+	if !perProto {
+		return
+	}
+	for p, pf := range f.byProto {
+		if len(pf.hsClient) > 0 {
+			b.ReportMetric(us(pct(pf.hsClient, 0.95)), string(p)+"-hs-p95-client-µs")
+		}
+		if len(pf.resClient) > 0 {
+			b.ReportMetric(us(pct(pf.resClient, 0.95)), string(p)+"-res-p95-client-µs")
+		}
+	}
+}
