@@ -206,12 +206,19 @@ func absDur(d time.Duration) time.Duration {
 
 // Across returns when the packet that crossed this capture's point at `at`, going from
 // src to dst over proto and carrying payload, crossed the point of other (a capture of
-// the same flow elsewhere on the path: ForVantage and ForInternet). Packets are matched
-// by their ordinal among the flow's payload-carrying packets in that direction, which
-// the path keeps (the delay line keeps each flow's order; lossless paths drop nothing),
-// and must have the same payload size. ok is false when no such packet is in either.
+// the same flow elsewhere on the path: ForVantage and ForInternet). ok is false when no
+// such packet is in either.
+//
+//   - TCP: the other capture's packet that carries the same last byte (by sequence
+//     number). The two points may see different segmentations (a veth hands GSO
+//     super-segments to the capture before they are split; the delay line's TUN device
+//     forwards them split), so a segment is found inside the bigger one that carried it.
+//   - UDP: the packet with the same ordinal among the flow's datagrams in that direction,
+//     and the same size (the delay line keeps each flow's order; lossless paths drop
+//     nothing).
 func (ix *Index) Across(other *Index, src, dst netip.AddrPort, proto uint8, at time.Time) (time.Time, bool) {
 	n, size := -1, 0
+	var last uint32
 	for _, p := range ix.Flow(src, dst, proto) {
 		if p.At.After(at) {
 			break
@@ -219,6 +226,7 @@ func (ix *Index) Across(other *Index, src, dst netip.AddrPort, proto uint8, at t
 		if p.Src == src && p.Dst == dst && carries(p) {
 			n++
 			size = p.Payload
+			last = p.Seq + uint32(p.Payload) - 1
 			if p.At.Equal(at) {
 				break
 			}
@@ -228,12 +236,20 @@ func (ix *Index) Across(other *Index, src, dst netip.AddrPort, proto uint8, at t
 		return time.Time{}, false
 	}
 	for _, p := range other.Flow(src, dst, proto) {
-		if p.Src == src && p.Dst == dst && carries(p) {
-			if n == 0 {
-				return p.At, p.Payload == size
-			}
-			n--
+		if p.Src != src || p.Dst != dst || !carries(p) {
+			continue
 		}
+		if proto == ProtoTCP {
+			// last - p.Seq < payload, in sequence-number (mod 2^32) arithmetic.
+			if last-p.Seq < uint32(p.Payload) {
+				return p.At, true
+			}
+			continue
+		}
+		if n == 0 {
+			return p.At, p.Payload == size
+		}
+		n--
 	}
 	return time.Time{}, false
 }

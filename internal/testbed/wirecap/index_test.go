@@ -309,3 +309,43 @@ func TestTurns(t *testing.T) {
 		t.Fatalf("tcp turns: server %v client %v, want 700µs 0", srv, cli)
 	}
 }
+
+// TestAcrossTCPSegmentation: the server's 4,344-byte flight leaves its host as one GSO
+// super-segment and reaches the client's link as three MSS-sized segments; each
+// segment at the client's link is found in the super-segment by its last byte, and the
+// client's query (one segment at both points) likewise. A retransmitted earlier segment
+// does not match a later byte.
+func TestAcrossTCPSegmentation(t *testing.T) {
+	c := netip.MustParseAddrPort("198.18.0.2:40000")
+	s := netip.MustParseAddrPort("198.19.0.9:443")
+	ms := func(f float64) time.Time { return t0.Add(time.Duration(f * float64(time.Millisecond))) }
+	const seq0 = 0xfffff000 // wraps around 2^32 inside the flight
+	inet := []Packet{
+		tcpPkt(ms(10), c, s, TCPAck|TCPPsh, 5, 1, 300),
+		tcpPkt(ms(10.5), s, c, TCPAck|TCPPsh, seq0, 305, 4344),
+		tcpPkt(ms(11), s, c, TCPAck|TCPPsh, seq0, 305, 1448), // a retransmission of the first part
+	}
+	vant := []Packet{
+		tcpPkt(ms(0), c, s, TCPAck|TCPPsh, 5, 1, 300),
+		tcpPkt(ms(20.5), s, c, TCPAck, seq0, 305, 1448),
+		tcpPkt(ms(20.51), s, c, TCPAck, seq0+1448, 305, 1448),
+		tcpPkt(ms(20.52), s, c, TCPAck|TCPPsh, seq0+2896, 305, 1448),
+	}
+	vix, iix := NewIndex(vant), NewIndex(inet)
+	for _, at := range []time.Time{ms(20.5), ms(20.51), ms(20.52)} {
+		if got, ok := vix.Across(iix, s, c, ProtoTCP, at); !ok || !got.Equal(ms(10.5)) {
+			t.Fatalf("segment at %v: %v %v, want the super-segment at %v", at, got, ok, ms(10.5))
+		}
+	}
+	if got, ok := vix.Across(iix, c, s, ProtoTCP, ms(0)); !ok || !got.Equal(ms(10)) {
+		t.Fatalf("query: %v %v", got, ok)
+	}
+	// The other way round: the super-segment's last byte is in the third segment.
+	if got, ok := iix.Across(vix, s, c, ProtoTCP, ms(10.5)); !ok || !got.Equal(ms(20.52)) {
+		t.Fatalf("super-segment at the client's link: %v %v", got, ok)
+	}
+	// A byte the other capture never saw.
+	if _, ok := vix.Across(NewIndex(inet[:1]), s, c, ProtoTCP, ms(20.5)); ok {
+		t.Fatal("matched a segment the other capture does not have")
+	}
+}
