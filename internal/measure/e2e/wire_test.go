@@ -185,7 +185,7 @@ func (w *wireSpans) figures(c captures) wireFigures {
 
 // startWire starts the captures on both links; stop returns their indexes (failing the
 // benchmark if a capture lost packets: the truth would have holes).
-func startWire(b *testing.B, v *testbed.Vantage) (stop func() captures) {
+func startWire(b testing.TB, v *testbed.Vantage) (stop func() captures) {
 	b.Helper()
 	ctx := context.Background()
 	vc, err := wirecap.ForVantage(ctx, v.Instance, v.Index)
@@ -251,5 +251,92 @@ func reportWire(b *testing.B, f wireFigures, perProto bool) {
 		if len(pf.resClient) > 0 {
 			b.ReportMetric(us(pct(pf.resClient, 0.95)), string(p)+"-res-p95-client-µs")
 		}
+	}
+}
+
+// clientErrorBounds: the measuring side's error (measured − wire) of one duration. Its
+// start is stamped before the send syscall and its end is the kernel's receive stamp of
+// a packet that crossed the router's link a few µs earlier, so it is never negative
+// beyond clock-read granularity (a negative error is a stamp on the wrong packet or a
+// span composed wrongly); the upper bound is loose because a loaded CI machine may
+// preempt the client between its stamp and the syscall (the benchmarks print the real
+// distribution: p95 22-87 µs); the median of each protocol's durations must meet the
+// issue's goal (1 ms) outright.
+const (
+	minClientError       = -20 * time.Microsecond
+	maxClientError       = 5 * time.Millisecond
+	maxMedianClientError = time.Millisecond
+)
+
+// TestStampsAgreeWithTheWire measures a few endpoints of every protocol (DoH3 too)
+// under packet captures on both router links and checks every handshake and resolve
+// against the wire: each is placed on the captures (the stamps name the right client
+// address and packets, the handshake is composed as the wire shows it) and the
+// measuring side's error is within clientErrorBounds.
+func TestStampsAgreeWithTheWire(t *testing.T) {
+	v := testbed.Require(t)
+	pop := v.Population
+	if pop == nil {
+		t.Skip("SKIP: the testbed runs without a population file")
+	}
+	const perProtocol = 5
+	wire := &wireSpans{vantage: netip.MustParseAddr(v.Addr)}
+	stop := startWire(t, v)
+	n := 0
+	for _, p := range measure.Protocols {
+		eps := benchEndpoints(pop, p)
+		if len(eps) == 0 {
+			t.Fatalf("the population has no well-behaved %s endpoint on a lossless path", p)
+		}
+		m, _ := measure.For(p)
+		for _, ep := range eps[:min(perProtocol, len(eps))] {
+			req := measure.Request{Addr: netip.AddrPortFrom(ep.addr, ep.port), ServerName: ep.sni,
+				KeyShare: measure.KeyShareX25519, Peer: measure.NewPeer(), Timeout: 5 * time.Second}
+			if ep.alpn != "" {
+				req.ALPN = []string{ep.alpn}
+			}
+			res := m.Measure(context.Background(), &req)
+			if res.Status != measure.StatusOK {
+				t.Errorf("%s %v: %s: %v", p, req.Addr, res.Status, res.Err)
+				continue
+			}
+			wire.add(req.Addr, res, 0, 0)
+			n++
+		}
+	}
+	f := wire.figures(stop())
+	if f.unmatched > 0 {
+		t.Errorf("%d durations could not be placed on the captures", f.unmatched)
+	}
+	for _, p := range measure.Protocols {
+		pf := f.byProto[p]
+		if pf == nil {
+			t.Errorf("%s: no duration placed", p)
+			continue
+		}
+		for _, d := range []struct {
+			what string
+			errs []time.Duration
+		}{{"handshake", pf.hsClient}, {"resolve", pf.resClient}} {
+			if len(d.errs) == 0 {
+				continue
+			}
+			lo, hi := d.errs[0], d.errs[0]
+			for _, e := range d.errs {
+				lo, hi = min(lo, e), max(hi, e)
+			}
+			med := pct(d.errs, 0.5)
+			t.Logf("%-6s %-9s client error (measured - wire) %d durations: %v .. %v, median %v", p, d.what, len(d.errs), lo, hi, med)
+			if lo < minClientError || hi > maxClientError || med > maxMedianClientError {
+				t.Errorf("%s %s: client error %v .. %v (median %v), want within [%v, %v] (median <= %v)",
+					p, d.what, lo, hi, med, minClientError, maxClientError, maxMedianClientError)
+			}
+		}
+		if p != measure.DoUDP && len(pf.hsClient) == 0 {
+			t.Errorf("%s: no handshake placed", p)
+		}
+	}
+	if len(f.byProto) != len(measure.Protocols) {
+		t.Errorf("figures for %d of %d protocols (%d exchanges measured)", len(f.byProto), len(measure.Protocols), n)
 	}
 }
