@@ -25,7 +25,7 @@ func (tcpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	}
 	defer c.Close()
 	res.Handshake, res.HasHandshake, res.TCPHandshake = hs, true, hs
-	res.Local = localAddrPort(c.LocalAddr())
+	res.Local = AddrPortOf(c.LocalAddr())
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
 	for i := 0; i < req.queries(); i++ {

@@ -29,7 +29,7 @@ func (udpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 		return res.fail(err)
 	}
 	defer raw.Close()
-	res.Local = localAddrPort(raw.LocalAddr())
+	res.Local = AddrPortOf(raw.LocalAddr())
 	conn, err := kstamp.NewPacketConn(raw.(*net.UDPConn))
 	if err != nil {
 		return res.fail(fmt.Errorf("receive timestamps: %w", err))

@@ -216,8 +216,8 @@ type Result struct {
 	handshakeStamped bool // Handshake is from kernel timestamps (DoQ/DoH3)
 }
 
-// localAddrPort is a connection's local address as a netip.AddrPort (zero if unknown).
-func localAddrPort(a net.Addr) netip.AddrPort {
+// AddrPortOf is a UDP or TCP address as a netip.AddrPort (zero for other kinds).
+func AddrPortOf(a net.Addr) netip.AddrPort {
 	switch v := a.(type) {
 	case *net.UDPAddr:
 		return v.AddrPort()

@@ -138,7 +138,7 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		uc.Close()
 		return nil, err
 	}
-	res.Local = localAddrPort(uc.LocalAddr())
+	res.Local = AddrPortOf(uc.LocalAddr())
 	tr := &quic.Transport{Conn: pc}
 	qc := &quicConn{tr: tr, pc: pc}
 	pc.Log.Arm()

@@ -53,7 +53,7 @@ func dialTLS(ctx context.Context, req *Request, res *Result, alpn []string) (*ti
 		return nil, nil, err
 	}
 	hello := c.log.SentAt(before)
-	res.Local, res.TCPHandshake = localAddrPort(c.LocalAddr()), tcpHS
+	res.Local, res.TCPHandshake = AddrPortOf(c.LocalAddr()), tcpHS
 	res.CryptoFrom, res.CryptoTo = hello, c.log.ArrivedBy(hello, time.Now())
 	res.Handshake, res.HasHandshake = tcpHS+res.CryptoTo.Sub(hello), true
 	st := tc.ConnectionState()

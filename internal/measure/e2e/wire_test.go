@@ -220,25 +220,20 @@ func startWire(b testing.TB, v *testbed.Vantage) (stop func() captures) {
 // client error's p95 per protocol.
 func reportWire(b *testing.B, f wireFigures, perProto bool) {
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-	if len(f.hsClient) > 0 {
-		b.ReportMetric(us(pct(f.hsClient, 0.5)), "hs-p50-client-µs")
-		b.ReportMetric(us(pct(f.hsClient, 0.95)), "hs-p95-client-µs")
-	}
-	if len(f.hsServer) > 0 {
-		b.ReportMetric(us(pct(f.hsServer, 0.95)), "hs-p95-server-µs")
-	}
-	if len(f.hsLine) > 0 {
-		b.ReportMetric(us(pct(f.hsLine, 0.95)), "hs-p95-line-µs")
-	}
-	if len(f.resClient) > 0 {
-		b.ReportMetric(us(pct(f.resClient, 0.5)), "res-p50-client-µs")
-		b.ReportMetric(us(pct(f.resClient, 0.95)), "res-p95-client-µs")
-	}
-	if len(f.resServer) > 0 {
-		b.ReportMetric(us(pct(f.resServer, 0.95)), "res-p95-server-µs")
-	}
-	if len(f.resLine) > 0 {
-		b.ReportMetric(us(pct(f.resLine, 0.95)), "res-p95-line-µs")
+	for _, d := range []struct {
+		what                 string
+		client, server, line []time.Duration
+	}{{"hs", f.hsClient, f.hsServer, f.hsLine}, {"res", f.resClient, f.resServer, f.resLine}} {
+		if len(d.client) > 0 {
+			b.ReportMetric(us(pct(d.client, 0.5)), d.what+"-p50-client-µs")
+			b.ReportMetric(us(pct(d.client, 0.95)), d.what+"-p95-client-µs")
+		}
+		if len(d.server) > 0 {
+			b.ReportMetric(us(pct(d.server, 0.95)), d.what+"-p95-server-µs")
+		}
+		if len(d.line) > 0 {
+			b.ReportMetric(us(pct(d.line, 0.95)), d.what+"-p95-line-µs")
+		}
 	}
 	b.ReportMetric(float64(f.unmatched), "unmatched")
 	if !perProto {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/miekg/dns"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -155,16 +156,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-func addrOf(a net.Addr) netip.AddrPort {
-	switch a := a.(type) {
-	case *net.UDPAddr:
-		return a.AddrPort()
-	case *net.TCPAddr:
-		return a.AddrPort()
-	}
-	return netip.AddrPort{}
-}
-
 // ---- DoUDP ------------------------------------------------------------------------
 
 func (s *Servers) startUDP(tb testing.TB, ctx context.Context, cfg Config) {
@@ -172,7 +163,7 @@ func (s *Servers) startUDP(tb testing.TB, ctx context.Context, cfg Config) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s.UDP = addrOf(pc.LocalAddr())
+	s.UDP = measure.AddrPortOf(pc.LocalAddr())
 	if cfg.Behavior == Normal {
 		serveMiekg(tb, &dns.Server{PacketConn: pc, Handler: s.miekgHandler(cfg)})
 		return
@@ -222,10 +213,10 @@ func (s *Servers) startTCP(tb testing.TB, ctx context.Context, cfg Config, useTL
 		tb.Fatal(err)
 	}
 	if useTLS {
-		s.DoT = addrOf(ln.Addr())
+		s.DoT = measure.AddrPortOf(ln.Addr())
 		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{"dot"}})
 	} else {
-		s.TCP = addrOf(ln.Addr())
+		s.TCP = measure.AddrPortOf(ln.Addr())
 	}
 	if cfg.Behavior == Normal {
 		serveMiekg(tb, &dns.Server{Listener: ln, Handler: s.miekgHandler(cfg)})
@@ -347,7 +338,7 @@ func (s *Servers) startDoH(tb testing.TB, ctx context.Context, cfg Config) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s.DoH = addrOf(ln.Addr())
+	s.DoH = measure.AddrPortOf(ln.Addr())
 	srv := &http.Server{
 		Handler:   s.dohHandler(ctx, cfg),
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{"h2"}},
@@ -439,7 +430,7 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 	tconf := &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{alpn}}
 	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT, MaxIdleTimeout: 10 * time.Second, Versions: cfg.QUICVersions}
 	if h3 {
-		s.DoH3 = addrOf(udp.LocalAddr())
+		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
 		srv := &http3.Server{Handler: s.dohHandler(ctx, cfg), TLSConfig: tconf, QUICConfig: qconf}
 		ln, err := tr.ListenEarly(http3.ConfigureTLSConfig(tconf), qconf)
 		if err != nil {
@@ -449,7 +440,7 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 		tb.Cleanup(func() { _ = srv.Close(); _ = tr.Close(); udp.Close() })
 		return
 	}
-	s.DoQ = addrOf(udp.LocalAddr())
+	s.DoQ = measure.AddrPortOf(udp.LocalAddr())
 	ln, err := tr.ListenEarly(tconf, qconf)
 	if err != nil {
 		tb.Fatal(err)
@@ -514,7 +505,7 @@ func UnusedPort(tb testing.TB, network, host string) netip.AddrPort {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		a := addrOf(pc.LocalAddr())
+		a := measure.AddrPortOf(pc.LocalAddr())
 		pc.Close()
 		return a
 	default:
@@ -522,7 +513,7 @@ func UnusedPort(tb testing.TB, network, host string) netip.AddrPort {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		a := addrOf(ln.Addr())
+		a := measure.AddrPortOf(ln.Addr())
 		ln.Close()
 		return a
 	}

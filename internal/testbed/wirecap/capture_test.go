@@ -21,6 +21,23 @@ func requireCapture(t *testing.T) {
 	}
 }
 
+// loopbackPair is a UDP server socket on 127.0.0.1 and a client connected to it, both
+// closed when the test ends.
+func loopbackPair(t *testing.T) (srv, cli *net.UDPConn) {
+	t.Helper()
+	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	cli, err = net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return srv, cli
+}
+
 // TestCaptureLoopback captures a UDP echo exchange on lo (127.0.0.1 only) and stops
 // right after the last reply: every packet must be in the capture (the end-of-capture
 // marker flushes tcpdump's ring), between the client's own stamps.
@@ -28,11 +45,7 @@ func TestCaptureLoopback(t *testing.T) {
 	requireCapture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv, cli := loopbackPair(t)
 	go func() {
 		buf := make([]byte, 1500)
 		for {
@@ -43,11 +56,6 @@ func TestCaptureLoopback(t *testing.T) {
 			_, _ = srv.WriteToUDPAddrPort(buf[:n], from)
 		}
 	}()
-	cli, err := net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
 	local := cli.LocalAddr().(*net.UDPAddr).AddrPort()
 	remote := srv.LocalAddr().(*net.UDPAddr).AddrPort()
 
@@ -108,16 +116,7 @@ func TestConcurrentCaptures(t *testing.T) {
 	requireCapture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	cli, err := net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	srv, cli := loopbackPair(t)
 	filter := "udp and port " + strconv.Itoa(srv.LocalAddr().(*net.UDPAddr).Port)
 	send := func() {
 		if _, err := cli.Write([]byte("x")); err != nil {
