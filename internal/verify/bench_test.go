@@ -140,38 +140,15 @@ func BenchmarkMemoryPer10k(b *testing.B) {
 	}
 	const n = 10000
 	for i := 0; i < b.N; i++ {
-		runtime.GC()
-		var base runtime.MemStats
-		runtime.ReadMemStats(&base)
-		var peak atomic.Uint64
-		stop := make(chan struct{})
-		sampled := make(chan struct{})
-		go func() {
-			defer close(sampled)
-			tk := time.NewTicker(100 * time.Millisecond)
-			defer tk.Stop()
-			var ms runtime.MemStats
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tk.C:
-					runtime.ReadMemStats(&ms)
-					if ms.HeapInuse > peak.Load() {
-						peak.Store(ms.HeapInuse)
-					}
-				}
-			}
-		}()
+		peakHeap := samplePeakHeap()
 		r := runPool(n, DefaultConcurrency, func(k int) bool {
 			return v.Verify(context.Background(), Target{Addr: addrs[k%len(addrs)]}).Outcome == OutcomeVerified
 		})
-		close(stop)
-		<-sampled
+		peak, base := peakHeap()
 		fmt.Printf("\n%d targets at concurrency %d: %.0f targets/s, %d verified\n", n, DefaultConcurrency, r.rate, r.ok)
 		fmt.Printf("peak HeapInuse %.1f MiB (%.1f MiB above the idle baseline), VmHWM %s (whole process incl. servers)\n",
-			float64(peak.Load())/(1<<20), float64(peak.Load()-min(peak.Load(), base.HeapInuse))/(1<<20), vmHWM())
-		b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB/10k")
+			float64(peak)/(1<<20), float64(peak-min(peak, base))/(1<<20), vmHWM())
+		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB/10k")
 	}
 }
 
@@ -193,4 +170,39 @@ func envInt(k string, d int) int {
 		return n
 	}
 	return d
+}
+
+// samplePeakHeap collects garbage, takes the idle HeapInuse as the baseline and samples
+// HeapInuse every 100 ms until the returned function is called, which returns the peak
+// and the baseline.
+func samplePeakHeap() func() (peak, base uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var peak atomic.Uint64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tk := time.NewTicker(100 * time.Millisecond)
+		defer tk.Stop()
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+				runtime.ReadMemStats(&ms)
+				if ms.HeapInuse > peak.Load() {
+					peak.Store(ms.HeapInuse)
+				}
+			}
+		}
+	}()
+	return func() (uint64, uint64) {
+		close(stop)
+		<-sampled
+		runtime.ReadMemStats(&ms) // one last sample: a run shorter than a tick has one
+		return max(peak.Load(), ms.HeapInuse), base
+	}
 }

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/miekg/dns"
 	"github.com/quic-go/quic-go"
@@ -158,37 +156,15 @@ func BenchmarkTestbedMemoryPer10k(b *testing.B) {
 	}
 	const n = 10000
 	for i := 0; i < b.N; i++ {
-		runtime.GC()
-		var base runtime.MemStats
-		runtime.ReadMemStats(&base)
-		var peak atomic.Uint64
-		stop, sampled := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(sampled)
-			tk := time.NewTicker(100 * time.Millisecond)
-			defer tk.Stop()
-			var ms runtime.MemStats
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tk.C:
-					runtime.ReadMemStats(&ms)
-					if ms.HeapInuse > peak.Load() {
-						peak.Store(ms.HeapInuse)
-					}
-				}
-			}
-		}()
+		peakHeap := samplePeakHeap()
 		r := runPool(n, DefaultConcurrency, func(k int) bool {
 			return v.Verify(context.Background(), Target{Addr: targets[k%len(targets)]}).Outcome == OutcomeVerified
 		})
-		close(stop)
-		<-sampled
+		peak, base := peakHeap()
 		fmt.Printf("\ntestbed: %d targets (%d endpoints cycled) at concurrency %d: %.0f targets/s, %d verified\n",
 			n, len(targets), DefaultConcurrency, r.rate, r.ok)
 		fmt.Printf("peak HeapInuse %.1f MiB (%.1f MiB above the idle baseline), VmHWM %s (verifier process only)\n",
-			float64(peak.Load())/(1<<20), float64(peak.Load()-min(peak.Load(), base.HeapInuse))/(1<<20), vmHWM())
-		b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB/10k")
+			float64(peak)/(1<<20), float64(peak-min(peak, base))/(1<<20), vmHWM())
+		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB/10k")
 	}
 }
