@@ -1,12 +1,10 @@
 package probe
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
-	"strings"
 
 	"github.com/doqscan/doqscan/blocklist"
 )
@@ -21,26 +19,18 @@ type Safety struct {
 	List         *blocklist.List
 }
 
-// ReadPrefixes reads a zmap-style allowlist or hitlist (CIDRs or addresses, # comments).
+// ReadPrefixes reads a zmap-style allowlist or hitlist (CIDRs or addresses, # comments):
+// the blocklist's format (blocklist.Parse), read for its prefixes.
 func ReadPrefixes(r io.Reader, name string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		p, err := blocklist.ParsePrefix(line)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", name, n, err)
-		}
-		out = append(out, p)
+	entries, err := blocklist.Parse(r, blocklist.SourceFile, name)
+	if err != nil {
+		return nil, err
 	}
-	return out, sc.Err()
+	out := make([]netip.Prefix, len(entries))
+	for i, e := range entries {
+		out[i] = e.Prefix
+	}
+	return out, nil
 }
 
 // ReadPrefixFile reads ReadPrefixes from a file.
