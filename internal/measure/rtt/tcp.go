@@ -1,18 +1,18 @@
 package rtt
 
 import (
-	"syscall"
-
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"github.com/doqscan/doqscan/internal/kstamp"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/ipv4hdr"
+	"github.com/doqscan/doqscan/internal/kstamp"
 	"golang.org/x/sys/unix"
 )
 
@@ -111,14 +111,11 @@ func (t *tcpProber) readLoop() {
 // stripIPv4 returns the payload of an IPv4 packet as a raw socket delivers it (header
 // included, RFC 791 §3.1), or false when the header is malformed.
 func stripIPv4(b []byte) ([]byte, bool) {
-	if len(b) < 20 || b[0]>>4 != 4 {
+	h, err := ipv4hdr.Parse(b)
+	if err != nil {
 		return nil, false
 	}
-	ihl := int(b[0]&0x0f) * 4
-	if ihl < 20 || ihl > len(b) {
-		return nil, false
-	}
-	return b[ihl:], true
+	return b[h.HeaderLen:], true
 }
 
 func (p *Prober) probeTCP(ctx context.Context, addr netip.AddrPort, timeout time.Duration) Sample {

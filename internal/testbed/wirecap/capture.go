@@ -18,9 +18,9 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/doqscan/doqscan/internal/ipv4hdr"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
+	"golang.org/x/sys/unix"
 )
 
 // tcpdump settings of a capture.
@@ -398,35 +398,22 @@ func (c *Capture) injectMarker() error {
 // markerPacket builds a marker datagram from source port sport: IPv4 (RFC 791) + UDP
 // (RFC 768, checksum 0: none) + markerPayload.
 func markerPacket(sport uint16) []byte {
-	n := ipv4MinHeaderLen + udpHeaderLen + len(markerPayload)
+	n := ipv4hdr.MinHeaderLen + udpHeaderLen + len(markerPayload)
 	b := make([]byte, n)
-	b[0] = ipv4Version<<4 | ipv4MinHeaderLen/4
-	binary.BigEndian.PutUint16(b[ipv4TotalLenOffset:], uint16(n))
-	b[8] = 1 // TTL
-	b[ipv4ProtoOffset] = ProtoUDP
+	b[0] = ipv4hdr.Version<<4 | ipv4hdr.MinHeaderLen/4
+	binary.BigEndian.PutUint16(b[ipv4hdr.TotalLenOffset:], uint16(n))
+	b[ipv4hdr.TTLOffset] = 1
+	b[ipv4hdr.ProtoOffset] = ProtoUDP
 	src, dst := markerSrc.As4(), markerDst.Addr().As4()
-	copy(b[ipv4SrcOffset:], src[:])
-	copy(b[ipv4DstOffset:], dst[:])
-	binary.BigEndian.PutUint16(b[10:], ipv4Checksum(b[:ipv4MinHeaderLen]))
-	u := b[ipv4MinHeaderLen:]
+	copy(b[ipv4hdr.SrcOffset:], src[:])
+	copy(b[ipv4hdr.DstOffset:], dst[:])
+	binary.BigEndian.PutUint16(b[ipv4hdr.ChecksumOffset:], ipv4hdr.Checksum(b[:ipv4hdr.MinHeaderLen]))
+	u := b[ipv4hdr.MinHeaderLen:]
 	binary.BigEndian.PutUint16(u[0:], sport)
 	binary.BigEndian.PutUint16(u[2:], markerDst.Port())
 	binary.BigEndian.PutUint16(u[4:], uint16(udpHeaderLen+len(markerPayload)))
 	copy(u[udpHeaderLen:], markerPayload)
 	return b
-}
-
-// ipv4Checksum is the RFC 791 §3.1 header checksum (RFC 1071 one's complement sum)
-// of a header whose checksum field is zero.
-func ipv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/netip"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/ipv4hdr"
 )
 
 // Classic pcap file layout (draft-ietf-opsawg-pcap, "PCAP Capture File Format":
@@ -45,18 +47,6 @@ const (
 	sllProtoOffset  = 14
 	sll2HeaderLen   = 20 // LINKTYPE_LINUX_SLL2: protocol type at offset 0
 	sll2ProtoOffset = 0
-)
-
-// IPv4 header (RFC 791 §3.1).
-const (
-	ipv4Version        = 4
-	ipv4MinHeaderLen   = 20 // IHL = 5 words
-	ipv4TotalLenOffset = 2
-	ipv4FragOffset     = 6      // flags (3 bits) + fragment offset (13 bits)
-	ipv4FragOffsetMask = 0x1fff // fragment offset, in 8-byte units
-	ipv4ProtoOffset    = 9
-	ipv4SrcOffset      = 12
-	ipv4DstOffset      = 16
 )
 
 // Transport protocols (IANA protocol numbers) and headers.
@@ -247,7 +237,7 @@ func (rd *Reader) decode(b []byte) (Packet, error) {
 		}
 		b = b[sll2HeaderLen:]
 	case LinkRaw:
-		if len(b) > 0 && b[0]>>4 != ipv4Version {
+		if len(b) > 0 && b[0]>>4 != ipv4hdr.Version {
 			return Packet{}, errNotTransport // IPv6 (or garbage we cannot tell from it)
 		}
 	}
@@ -255,28 +245,20 @@ func (rd *Reader) decode(b []byte) (Packet, error) {
 }
 
 // decodeIPv4 decodes an IPv4 packet (possibly cut by the snaplen after the transport
-// header).
+// header; package ipv4hdr reads the IP header).
 func decodeIPv4(b []byte) (Packet, error) {
-	if len(b) < ipv4MinHeaderLen {
-		return Packet{}, fmt.Errorf("%w: %d bytes, shorter than an IPv4 header", ErrBadPacket, len(b))
+	h, err := ipv4hdr.Parse(b)
+	if err != nil {
+		return Packet{}, fmt.Errorf("%w: %v (captured %d bytes)", ErrBadPacket, err, len(b))
 	}
-	if b[0]>>4 != ipv4Version {
-		return Packet{}, fmt.Errorf("%w: IP version %d in an IPv4 frame", ErrBadPacket, b[0]>>4)
-	}
-	ihl := int(b[0]&0x0f) * 4
-	total := int(binary.BigEndian.Uint16(b[ipv4TotalLenOffset:]))
-	if ihl < ipv4MinHeaderLen || total < ihl || len(b) < ihl {
-		return Packet{}, fmt.Errorf("%w: IPv4 header length %d, total length %d, captured %d", ErrBadPacket, ihl, total, len(b))
-	}
-	proto := b[ipv4ProtoOffset]
+	proto, ihl, total := h.Proto, h.HeaderLen, h.TotalLen
 	if proto != ProtoTCP && proto != ProtoUDP {
 		return Packet{}, errNotTransport
 	}
-	if binary.BigEndian.Uint16(b[ipv4FragOffset:])&ipv4FragOffsetMask != 0 {
+	if h.Fragment != 0 {
 		return Packet{}, errNotTransport // a later fragment: no transport header
 	}
-	src := netip.AddrFrom4([4]byte(b[ipv4SrcOffset : ipv4SrcOffset+4]))
-	dst := netip.AddrFrom4([4]byte(b[ipv4DstOffset : ipv4DstOffset+4]))
+	src, dst := h.Src, h.Dst
 	t := b[ihl:]
 	p := Packet{Proto: proto}
 	switch proto {

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/ipv4hdr"
 )
 
 // spec describes a packet the tests build byte by byte.
@@ -40,7 +42,7 @@ func (s spec) want(nano bool) Packet {
 
 // ipv4 builds the whole IPv4 packet of s (payload bytes included).
 func (s spec) ipv4() []byte {
-	ihl := ipv4MinHeaderLen + s.ipOpts
+	ihl := ipv4hdr.MinHeaderLen + s.ipOpts
 	var th []byte
 	switch s.proto {
 	case ProtoTCP:
@@ -61,14 +63,14 @@ func (s spec) ipv4() []byte {
 		binary.BigEndian.PutUint16(th[2:], s.dst.Port())
 	}
 	b := make([]byte, ihl, ihl+len(th)+s.payload)
-	b[0] = ipv4Version<<4 | byte(ihl/4)
-	binary.BigEndian.PutUint16(b[ipv4TotalLenOffset:], uint16(ihl+len(th)+s.payload))
-	binary.BigEndian.PutUint16(b[ipv4FragOffset:], s.frag)
+	b[0] = ipv4hdr.Version<<4 | byte(ihl/4)
+	binary.BigEndian.PutUint16(b[ipv4hdr.TotalLenOffset:], uint16(ihl+len(th)+s.payload))
+	binary.BigEndian.PutUint16(b[ipv4hdr.FragOffset:], s.frag)
 	b[8] = 64
-	b[ipv4ProtoOffset] = s.proto
+	b[ipv4hdr.ProtoOffset] = s.proto
 	src, dst := s.src.Addr().As4(), s.dst.Addr().As4()
-	copy(b[ipv4SrcOffset:], src[:])
-	copy(b[ipv4DstOffset:], dst[:])
+	copy(b[ipv4hdr.SrcOffset:], src[:])
+	copy(b[ipv4hdr.DstOffset:], dst[:])
 	b = append(b, th...)
 	for i := 0; i < s.payload; i++ {
 		b = append(b, byte(i))
@@ -281,11 +283,11 @@ func TestParseErrors(t *testing.T) {
 		{"runt cooked", good(LinkLinuxSLL, []byte{1, 2, 3}), ErrBadPacket},
 		{"runt cooked v2", good(LinkSLL2, []byte{1, 2, 3}), ErrBadPacket},
 		{"truncated VLAN tag", good(LinkEthernet, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x81, 0, 1}), ErrBadPacket},
-		{"TCP header cut", good(LinkRaw, tcp[:ipv4MinHeaderLen+10]), ErrBadPacket},
-		{"TCP data offset 4", good(LinkRaw, mutate(tcp, func(b []byte) { b[ipv4MinHeaderLen+tcpDataOffOffset] = 0x40 })), ErrBadPacket},
-		{"TCP data offset past the end", good(LinkRaw, mutate(tcp, func(b []byte) { b[ipv4MinHeaderLen+tcpDataOffOffset] = 0xf0 })), ErrBadPacket},
-		{"UDP header cut", good(LinkRaw, udp[:ipv4MinHeaderLen+4]), ErrBadPacket},
-		{"UDP total length short", good(LinkRaw, mutate(udp, func(b []byte) { binary.BigEndian.PutUint16(b[2:], ipv4MinHeaderLen+4) })), ErrBadPacket},
+		{"TCP header cut", good(LinkRaw, tcp[:ipv4hdr.MinHeaderLen+10]), ErrBadPacket},
+		{"TCP data offset 4", good(LinkRaw, mutate(tcp, func(b []byte) { b[ipv4hdr.MinHeaderLen+tcpDataOffOffset] = 0x40 })), ErrBadPacket},
+		{"TCP data offset past the end", good(LinkRaw, mutate(tcp, func(b []byte) { b[ipv4hdr.MinHeaderLen+tcpDataOffOffset] = 0xf0 })), ErrBadPacket},
+		{"UDP header cut", good(LinkRaw, udp[:ipv4hdr.MinHeaderLen+4]), ErrBadPacket},
+		{"UDP total length short", good(LinkRaw, mutate(udp, func(b []byte) { binary.BigEndian.PutUint16(b[2:], ipv4hdr.MinHeaderLen+4) })), ErrBadPacket},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -320,7 +322,7 @@ func TestMarkerPacket(t *testing.T) {
 	if p.Src != netip.AddrPortFrom(markerSrc, 4711) || p.Dst != markerDst || p.Proto != ProtoUDP || p.Payload != len(markerPayload) {
 		t.Fatalf("marker decodes as %+v", p)
 	}
-	if ipv4Checksum(b[:ipv4MinHeaderLen]) != 0 { // a valid header sums to 0xffff
+	if ipv4hdr.Checksum(b[:ipv4hdr.MinHeaderLen]) != 0 { // a valid header sums to 0xffff
 		t.Fatalf("bad IPv4 header checksum")
 	}
 	if !markerSrc.IsLoopback() || !markerDst.Addr().IsLoopback() {
