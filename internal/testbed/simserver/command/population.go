@@ -1,0 +1,76 @@
+package command
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/testbed/population"
+)
+
+func runPopulation(args []string) int {
+	cmd := cli.Command{
+		Name:    "simserver population",
+		Summary: "print the population file generated from a seed",
+		Usage:   "simserver population [--seed N] [--out FILE]",
+		Examples: []string{
+			"simserver population --seed 1 --out testbed/population.txt   # regenerate the committed file",
+			"simserver population --seed 7 | grep class=doq-retry",
+		},
+	}
+	var common cli.Common
+	fs := cli.NewFlagSet(cmd, &common)
+	seed := fs.Uint64("seed", population.DefaultSeed, "generator seed")
+	out := fs.String("out", "", "write to FILE instead of stdout")
+	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
+		data := population.Generate(*seed)
+		if _, err := population.Parse(bytesReader(data)); err != nil {
+			return fmt.Errorf("generated population does not parse: %w", err)
+		}
+		if *out == "" {
+			_, err := os.Stdout.Write(data)
+			return err
+		}
+		if err := os.WriteFile(*out, data, 0o644); err != nil {
+			return err
+		}
+		log.Info("population written", "file", *out, "seed", *seed, "bytes", len(data))
+		return nil
+	})
+}
+
+func runCheck(args []string) int {
+	cmd := cli.Command{
+		Name:     "simserver check",
+		Summary:  "parse a population file and print its classes with address counts",
+		Usage:    "simserver check [--population FILE]",
+		Examples: []string{"simserver check --population testbed/population.txt"},
+	}
+	var common cli.Common
+	fs := cli.NewFlagSet(cmd, &common)
+	file := fs.String("population", population.DefaultFile, "population file")
+	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
+		p, err := population.Load(*file)
+		if err != nil {
+			return cli.Environmentf("%v", err)
+		}
+		total := 0
+		for _, c := range p.Classes() {
+			n := 0
+			for _, r := range p.ByClass(c) {
+				n += r.Size()
+			}
+			total += n
+			fmt.Printf("%-24s %6d\n", c, n)
+		}
+		fmt.Printf("%-24s %6d\n%-24s %6d\n", "listed", total, "quic endpoints", len(p.QUICEndpoints()))
+		return nil
+	})
+}
+
+// bytesReader reads b.
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

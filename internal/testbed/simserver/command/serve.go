@@ -1,0 +1,63 @@
+package command
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/testbed"
+	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testbed/simserver"
+)
+
+func runServe(args []string) int {
+	cmd := cli.Command{
+		Name:    "simserver serve",
+		Summary: "answer for every address of the population: QUIC/DoQ (UDP 784, 853, 8853), DoH3 (UDP 443), DNS (53), DoT (853), DoH (TCP 443)",
+		Usage:   "simserver [serve] --population FILE [--listen ADDR] [--ready-file FILE]",
+		Examples: []string{
+			"ip netns exec dq-inet bin/simserver --population testbed/population.txt   # what testnet up runs",
+			"simserver serve --population testbed/population.txt --ready-file /tmp/ready --log-level debug",
+		},
+		Notes: `Readiness: once every listener is bound, simserver writes "ready\n" to the file
+descriptor named by DOQSCAN_READY_FD (the testbed's contract) and/or creates --ready-file.
+It runs until SIGINT/SIGTERM.`,
+	}
+	var common cli.Common
+	fs := cli.NewFlagSet(cmd, &common)
+	file := fs.String("population", population.DefaultFile, "population file")
+	listen := fs.String("listen", "0.0.0.0", "address to bind (0.0.0.0: every address of the namespace)")
+	ready := fs.String("ready-file", "", "create this file once every listener is bound")
+	noQUIC := fs.Bool("no-quic", false, "do not start the QUIC/DoQ side")
+	noDNS := fs.Bool("no-dns", false, "do not start the DNS/DoT/DoH side")
+	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
+		p, err := population.Load(*file)
+		if err != nil {
+			return cli.Environmentf("%v", err)
+		}
+		addr, err := netip.ParseAddr(*listen)
+		if err != nil {
+			return cli.Usagef("--listen: %v", err)
+		}
+		s, err := simserver.Start(ctx, simserver.Config{Population: p, Listen: addr, NoQUIC: *noQUIC, NoDNS: *noDNS, Logger: log})
+		if err != nil {
+			return err
+		}
+		if err := testbed.SignalReady(); err != nil {
+			return err
+		}
+		if *ready != "" {
+			if err := os.WriteFile(*ready, []byte("ready\n"), 0o644); err != nil {
+				return err
+			}
+		}
+		transports := 0
+		if s.QUIC != nil {
+			transports = s.QUIC.Transports()
+		}
+		log.Info("simserver ready", "population", *file, "records", len(p.Records), "listen", addr, "quic_transports", transports)
+		return s.Wait()
+	})
+}
