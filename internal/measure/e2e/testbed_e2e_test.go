@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -329,12 +330,21 @@ func checkEndpoint(t *testing.T, ctx context.Context, pop *population.Population
 			t.Errorf("%s: stalled handshake classified %s", phase, a.Cause)
 		}
 	}
-	// The RTT probe of the same transport agrees with the path (minimum of its samples).
-	samples := prober.Probe(ctx, transportOf(ep.proto), req.Addr, 3, 2*time.Second)
+	// The RTT probe of the same transport agrees with the path (minimum of its samples;
+	// a late minimum is probed again, up to `attempts` rounds of 3, as the exchanges
+	// above are: load only adds time).
+	var samples []rtt.Sample
 	var got []time.Duration
-	for _, s := range samples {
-		if s.Answered() {
-			got = append(got, s.RTT)
+	for try := 0; try < attempts; try++ {
+		round := prober.Probe(ctx, transportOf(ep.proto), req.Addr, 3, 2*time.Second)
+		samples = append(samples, round...)
+		for _, s := range round {
+			if s.Answered() {
+				got = append(got, s.RTT)
+			}
+		}
+		if len(got) == 0 || absDur(slices.Min(got)-path.RTT) <= tolerance(path, path.RTT) {
+			break // unanswered (judged below) or within tolerance; only a late answer is retried
 		}
 	}
 	switch {
