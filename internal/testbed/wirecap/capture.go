@@ -195,11 +195,12 @@ func ForVantage(ctx context.Context, instance string, vantage int) (*Capture, er
 
 // ForInternet captures on the internet namespace's side of the router<->internet link
 // (netns.Instance.InetIf in <inst>-inet), where every vantage's packets arrive after the
-// delay line and the servers' replies leave before it. On this capture the same Index
-// queries (same endpoints, same client stamps) give the server's share of a span: an
-// Exchange here runs from the query's arrival to the reply's departure. Together with
-// ForVantage: client = measured - wire(vantage), server = wire(internet), delay line =
-// wire(vantage) - wire(internet) - emulated RTT.
+// delay line and the servers' replies leave before it. With ForVantage it splits a span:
+// the span's first and last packets at the vantage's link are found here with
+// Index.Across, and the server's share is its turns between them (Index.Turns: for a
+// single-flight exchange, query arrival to reply departure; a Retry handshake has two
+// turns). client = measured − wire(vantage), server = its turns, delay line = the rest
+// minus the emulated RTT and the client's own turns.
 func ForInternet(ctx context.Context, instance string) (*Capture, error) {
 	if err := netns.ValidName(instance); err != nil {
 		return nil, err
