@@ -116,6 +116,12 @@ type Summary struct {
 	Status       map[string]map[string]int `json:"status"` // protocol -> status -> measured count
 	Causes       map[string]int            `json:"doq_causes"`
 	DurationSecs float64                   `json:"duration_s"`
+	// LateStarts counts the resolvers of a spread round (Config.Spread) that started
+	// more than one slot after their scheduled time because every worker was busy: the
+	// round is behind its schedule and --concurrency is too low for the resolvers'
+	// duration (docs/measure.md, sizing). MaxStartLagSecs is the largest delay.
+	LateStarts      int64   `json:"late_starts,omitempty"`
+	MaxStartLagSecs float64 `json:"max_start_lag_s,omitempty"`
 }
 
 // batch holds the rows of some resolvers, written together.
@@ -187,6 +193,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 			}
 		}()
 	}
+	var lateStarts, maxLagNS atomic.Int64
 	go func() {
 		defer close(jobs)
 		var step time.Duration
@@ -194,9 +201,10 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 			step = cfg.Spread / time.Duration(len(todo))
 		}
 		for i, t := range todo {
+			var at time.Time
 			if step > 0 {
 				// Spread over the round with jitter: resolver i starts in its slot.
-				at := start.Add(step*time.Duration(i) + time.Duration(rand.Int64N(int64(step)+1)))
+				at = start.Add(step*time.Duration(i) + time.Duration(rand.Int64N(int64(step)+1)))
 				if w := time.Until(at); w > 0 {
 					tm := time.NewTimer(w)
 					select {
@@ -211,6 +219,15 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 			case jobs <- t:
 			case <-ctx.Done():
 				return
+			}
+			if step > 0 {
+				// Started a whole slot late: every worker was busy.
+				if lag := time.Since(at); lag > step {
+					lateStarts.Add(1)
+					if lag.Nanoseconds() > maxLagNS.Load() {
+						maxLagNS.Store(lag.Nanoseconds())
+					}
+				}
 			}
 		}
 	}()
@@ -274,11 +291,17 @@ loop:
 		case <-tick.C:
 			flush()
 			log.Info("progress", "campaign", cid, "done", sum.Measured+sum.Skipped, "planned", sum.Planned,
-				"rows", sum.Rows, "elapsed", time.Since(start).Round(time.Second))
+				"rows", sum.Rows, "elapsed", time.Since(start).Round(time.Second), "late_starts", lateStarts.Load())
 		}
 	}
 	flush()
 	sum.DurationSecs = time.Since(start).Seconds()
+	sum.LateStarts, sum.MaxStartLagSecs = lateStarts.Load(), time.Duration(maxLagNS.Load()).Seconds()
+	if sum.LateStarts > 0 {
+		log.Warn("round fell behind its schedule: every worker was busy when resolvers were due; raise --concurrency (docs/measure.md: sizing)",
+			"campaign", cid, "late_starts", sum.LateStarts, "max_start_lag", time.Duration(maxLagNS.Load()).Round(time.Millisecond),
+			"concurrency", cfg.Concurrency)
+	}
 	status := "ok"
 	switch {
 	case writeErr != nil:

@@ -206,3 +206,56 @@ func TestParseTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestSpreadRoundReportsLateStarts: a spread round whose resolvers take longer than their
+// slots with one worker falls behind its schedule, and says so (Summary.LateStarts,
+// MaxStartLagSecs); with a worker per resolver, the same round keeps its schedule.
+func TestSpreadRoundReportsLateStarts(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	hosts := []string{"127.0.0.20", "127.0.0.21", "127.0.0.22", "127.0.0.23", "127.0.0.24"}
+	// Each resolver: DoUDP warm-up + measured, each answered after 40 ms: >= 80 ms.
+	const delay = 40 * time.Millisecond
+	var targets []campaign.Target
+	for _, tg := range targetsFor(t, hosts, measuretest.Config{Delay: delay}) {
+		tg.Endpoints = tg.Endpoints[:1] // DoUDP only
+		targets = append(targets, tg)
+	}
+	run := func(label string, conc int, spread time.Duration) *campaign.Summary {
+		sum, err := campaign.Run(ctx, s, campaign.Config{VantageID: "test", Label: label, Hour: hour,
+			Timeout: 2 * time.Second, Concurrency: conc, RTTSamples: 1, RTTTimeout: 300 * time.Millisecond,
+			Protocols: []measure.Protocol{measure.DoUDP}, Spread: spread}, targets, logger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	// One worker, 20 ms slots, >= 80 ms per resolver: resolver i can start no earlier
+	// than i x 80 ms, its slot ends at (i+1) x 20 ms, so every resolver after the second
+	// is more than a slot late.
+	step := 20 * time.Millisecond
+	behind := run("behind", 1, time.Duration(len(hosts))*step)
+	if behind.LateStarts < int64(len(hosts)-2) || behind.MaxStartLagSecs <= step.Seconds() {
+		t.Errorf("one worker: %d late starts, max lag %.3f s; want >= %d and > %v", behind.LateStarts,
+			behind.MaxStartLagSecs, len(hosts)-2, step)
+	}
+	// A worker per resolver, 300 ms slots: nobody waits for a worker.
+	step = 300 * time.Millisecond
+	onTime := run("on-time", len(hosts), time.Duration(len(hosts))*step)
+	if onTime.LateStarts != 0 {
+		t.Errorf("a worker per resolver: %d late starts (max lag %.3f s), want 0", onTime.LateStarts, onTime.MaxStartLagSecs)
+	}
+	if behind.Measured != len(hosts) || onTime.Measured != len(hosts) {
+		t.Errorf("measured %d and %d of %d", behind.Measured, onTime.Measured, len(hosts))
+	}
+	var js string
+	if err := s.Pool.QueryRow(ctx, `SELECT summary::text FROM campaigns WHERE campaign_id = $1`, behind.CampaignID).Scan(&js); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js, `"late_starts"`) {
+		t.Errorf("stored summary lacks late_starts: %s", js)
+	}
+}
