@@ -399,20 +399,29 @@ def refresh_rtt_medians(conn, weeks=None, vantages=None, batch: int = 8) -> int:
            AND (%(weeks)s::text[] IS NULL OR to_char(c.round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
            AND (%(vantages)s::text[] IS NULL OR c.vantage_id = ANY(%(vantages)s::text[]))
          ORDER BY 1""", _params(weeks, vantages)).fetchall()]
+    return _refill(conn, todo, batch, [
+        "DELETE FROM rtt_median_campaigns WHERE campaign_id = ANY(%(ids)s)",
+        "DELETE FROM rtt_medians WHERE campaign_id = ANY(%(ids)s)",
+        "INSERT INTO rtt_medians (campaign_id, address, transport, port, rtt_ns, samples)"
+        + _RTT_MEDIAN_SQL.format(extra=", count(*)", where="s.campaign_id = ANY(%(ids)s)")
+        + " ON CONFLICT DO NOTHING",
+        """INSERT INTO rtt_median_campaigns (campaign_id, keys)
+           SELECT i, (SELECT count(*) FROM rtt_medians WHERE campaign_id = i)
+             FROM unnest(%(ids)s::bigint[]) AS i
+           ON CONFLICT DO NOTHING"""])
+
+
+def _refill(conn, todo: list[int], batch: int, statements: list[str], **params) -> int:
+    """Recompute a per-campaign cache, `batch` campaigns of `todo` per transaction: the
+    statements run in order with %(ids)s (the batch) and `params`. A connection that may
+    not write the cache (read-only analyst) stops there; returns the campaigns done."""
     done = 0
     for i in range(0, len(todo), batch):
         ids = todo[i:i + batch]
         try:
             with conn.transaction():
-                conn.execute("DELETE FROM rtt_median_campaigns WHERE campaign_id = ANY(%(ids)s)", {"ids": ids})
-                conn.execute("DELETE FROM rtt_medians WHERE campaign_id = ANY(%(ids)s)", {"ids": ids})
-                conn.execute("INSERT INTO rtt_medians (campaign_id, address, transport, port, rtt_ns, samples)"
-                             + _RTT_MEDIAN_SQL.format(extra=", count(*)", where="s.campaign_id = ANY(%(ids)s)")
-                             + " ON CONFLICT DO NOTHING", {"ids": ids})
-                conn.execute("""INSERT INTO rtt_median_campaigns (campaign_id, keys)
-                                SELECT i, (SELECT count(*) FROM rtt_medians WHERE campaign_id = i)
-                                  FROM unnest(%(ids)s::bigint[]) AS i
-                                ON CONFLICT DO NOTHING""", {"ids": ids})
+                for sql in statements:
+                    conn.execute(sql, {"ids": ids, **params})
         except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
             return done
         done += len(ids)
@@ -645,25 +654,17 @@ def refresh_measurement_facts(conn, weeks=None, vantages=None, batch: int = 8) -
 
 
 def _fill_facts(conn, todo: list[int], batch: int) -> int:
-    done = 0
-    for i in range(0, len(todo), batch):
-        ids = todo[i:i + batch]
-        try:
-            with conn.transaction():
-                conn.execute("SET LOCAL enable_mergejoin = off")
-                conn.execute("SET LOCAL work_mem = '256MB'")
-                conn.execute("DELETE FROM measurement_fact_campaigns WHERE campaign_id = ANY(%(ids)s)", {"ids": ids})
-                conn.execute("DELETE FROM measurement_facts WHERE campaign_id = ANY(%(ids)s)", {"ids": ids})
-                conn.execute(_FACTS_FILL, {"ids": ids, "causes": CAUSES})
-                conn.execute("""INSERT INTO measurement_fact_campaigns (campaign_id, measurements)
-                                SELECT i, (SELECT COALESCE(sum(measurements), 0) FROM measurement_facts
-                                            WHERE campaign_id = i)
-                                  FROM unnest(%(ids)s::bigint[]) AS i
-                                ON CONFLICT DO NOTHING""", {"ids": ids})
-        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
-            return done
-        done += len(ids)
-    return done
+    return _refill(conn, todo, batch, [
+        "SET LOCAL enable_mergejoin = off",
+        "SET LOCAL work_mem = '256MB'",
+        "DELETE FROM measurement_fact_campaigns WHERE campaign_id = ANY(%(ids)s)",
+        "DELETE FROM measurement_facts WHERE campaign_id = ANY(%(ids)s)",
+        _FACTS_FILL,
+        """INSERT INTO measurement_fact_campaigns (campaign_id, measurements)
+           SELECT i, (SELECT COALESCE(sum(measurements), 0) FROM measurement_facts
+                       WHERE campaign_id = i)
+             FROM unnest(%(ids)s::bigint[]) AS i
+           ON CONFLICT DO NOTHING"""], causes=CAUSES)
 
 
 def _read_cached_facts(conn, ids: list[int], kshares: list[str], cids, cvant) -> list[dict]:
