@@ -128,17 +128,23 @@ func (c *Conn) Read(p []byte) (int, error) {
 // reports false when a retransmission happened (Karn: no clean sample) or the kernel
 // gives none.
 func HandshakeRTT(c *net.TCPConn) (time.Duration, bool) {
+	info, ok := TCPInfo(c)
+	if !ok || info.Total_retrans > 0 || info.Retransmits > 0 || info.Rtt == 0 {
+		return 0, false
+	}
+	return time.Duration(info.Rtt) * time.Microsecond, true
+}
+
+// TCPInfo is the kernel's TCP_INFO of a connected socket (tcp(7)), or false.
+func TCPInfo(c *net.TCPConn) (*unix.TCPInfo, bool) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return 0, false
+		return nil, false
 	}
 	var info *unix.TCPInfo
 	var ierr error
 	if err := rc.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil || ierr != nil || info == nil {
-		return 0, false
+		return nil, false
 	}
-	if info.Total_retrans > 0 || info.Retransmits > 0 || info.Rtt == 0 {
-		return 0, false
-	}
-	return time.Duration(info.Rtt) * time.Microsecond, true
+	return info, true
 }

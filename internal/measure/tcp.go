@@ -88,13 +88,8 @@ func tfoUsed(c net.Conn) *bool {
 	default:
 		return nil
 	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	var info *unix.TCPInfo
-	_ = rc.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
-	if err != nil || info == nil {
+	info, ok := kstamp.TCPInfo(tc)
+	if !ok {
 		return nil
 	}
 	return boolp(info.Options&tcpiOptSynData != 0)
