@@ -2,16 +2,20 @@
 # scripts/demo.sh: the main job on the simulated internet, end to end.
 #
 #   1. testnet up      namespaces, the delay line, simserver and the third-party peers
-#   2. zprobe scan     the whole 198.19.0.0/16 on UDP/784, 853, 8853 (QUIC VN) and 53 (DNS)
-#   3. verify          DoQ verification of every QUIC-capable host the scan found
-#   4. measure         one measurement round over DoUDP, DoTCP, DoT, DoH, DoQ (and DoH3)
-#   5. report          the notebooks, executed headless (when the analysis package is there)
+#   2. optout          the opt-out page on the scanner's address; an operator inside the
+#                      simulated internet opts a range out through the form (curl, with
+#                      the page's CSRF cookie and token), which every later stage honours
+#   3. zprobe scan     the whole 198.19.0.0/16 on UDP/784, 853, 8853 (QUIC VN) and 53 (DNS)
+#   4. verify          DoQ verification of every QUIC-capable host the scan found
+#   5. measure         one measurement round over DoUDP, DoTCP, DoT, DoH, DoQ (and DoH3)
+#   6. report          the notebooks, executed headless (when the analysis package is there)
 #
 # Re-running it adds no duplicate rows (same ISO week, hour and vantage point). The
 # testbed is taken down at the end unless KEEP_TESTNET=1.
 # Environment: DOQSCAN_TESTNET (instance, default "demo"), DOQSCAN_VANTAGE (default
-# "testbed"), DEMO_RATE (zmap packets/s, default 10000), DATABASE_URL (default: the
-# private cluster).
+# "testbed"), DEMO_RATE (zmap packets/s, default 10000), DEMO_OPTOUT (the range opted
+# out, default 198.19.35.224/27: 32 DoQ resolvers), DATABASE_URL (default: the private
+# cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -19,11 +23,14 @@ export DOQSCAN_HOME="$ROOT"
 INST=${DOQSCAN_TESTNET:-demo}
 VANTAGE=${DOQSCAN_VANTAGE:-testbed}
 RATE=${DEMO_RATE:-10000}
+OPTOUT_RANGE=${DEMO_OPTOUT:-198.19.35.224/27}
 STATE="var/testnet/$INST"
 say() { printf '\n== %s\n' "$*" >&2; }
 in_vantage() { bin/testnet --name "$INST" exec -- "$@"; }
 
+OPTOUT_PID=
 cleanup() {
+  if [ -n "$OPTOUT_PID" ]; then kill "$OPTOUT_PID" 2>/dev/null || true; fi
   if [ "${KEEP_TESTNET:-0}" != 1 ]; then
     say "testnet down ($INST)"
     bin/testnet --name "$INST" down || true
@@ -33,6 +40,33 @@ trap cleanup EXIT
 
 say "testnet up ($INST): namespaces, delay line, servers"
 bin/testnet --name "$INST" up
+
+say "optout: the opt-out page on the scanner's address; an operator opts $OPTOUT_RANGE out"
+# The page runs where a scanner's would (its address, port 80); the operator's browser is
+# curl in the internet namespace, from an address inside the range it opts out.
+VANTAGE_ADDR=198.18.0.2
+mkdir -p "$STATE/optout"
+ip netns exec "$INST-vantage" bin/optout --listen "$VANTAGE_ADDR:80" \
+  --blocklist-dir "$STATE/optout" --log-level warn &
+OPTOUT_PID=$!
+operator() {
+  ip netns exec "$INST-inet" curl -fsS --interface "${OPTOUT_RANGE%/*}" \
+    -b "$STATE/optout/cookies" -c "$STATE/optout/cookies" "$@"
+}
+# (Whole pages are captured before matching: a `| grep -q` would stop reading early
+# and fail curl's write under pipefail.)
+PAGE=$(operator --retry 30 --retry-connrefused --retry-delay 1 "http://$VANTAGE_ADDR/")
+CSRF=$(sed -n 's/.*name="csrf" value="\([0-9a-f]*\)".*/\1/p' <<<"$PAGE")
+CSRF=${CSRF%%$'\n'*}
+[ -n "$CSRF" ] || { echo "demo: no CSRF token on the opt-out page" >&2; exit 1; }
+DONE=$(operator --data-urlencode "csrf=$CSRF" --data-urlencode "range=$OPTOUT_RANGE" \
+  --data-urlencode "email=noc@operator.example" --data-urlencode "note=doqscan demo" \
+  "http://$VANTAGE_ADDR/optout")
+grep -qF -- "$OPTOUT_RANGE" <<<"$DONE" ||
+  { echo "demo: the opt-out page did not confirm $OPTOUT_RANGE" >&2; exit 1; }
+kill "$OPTOUT_PID"; wait "$OPTOUT_PID" 2>/dev/null || true; OPTOUT_PID=
+OPTED_AT=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
+echo "opted out through the page: $OPTOUT_RANGE (blocklist file: $STATE/optout/optout.conf)" >&2
 
 say "zprobe: scan 198.19.0.0/16 on UDP/784, 853, 8853 (QUIC) and 53 (DNS) at $RATE packets/s"
 in_vantage bin/zprobe scan --vantage "$VANTAGE" --label demo --testbed 198.19.0.0/16 --rate "$RATE" \
@@ -59,6 +93,18 @@ if [ -x .venv/bin/python ] && [ -d analysis ]; then
 fi
 
 URL=$(bin/dbctl url 2>/dev/null)
+say "opt-out honoured: rows for $OPTOUT_RANGE since it was opted out (each must be 0)"
+HONOURED=$(psql "$URL" -Atc "SELECT 'scan replies: ' || count(*) FROM scan_replies
+                    WHERE address <<= '$OPTOUT_RANGE' AND received_at >= '$OPTED_AT'
+  UNION ALL SELECT 'verification results: ' || count(*) FROM verification_results v JOIN verification_runs r USING (run_id)
+                    WHERE v.address <<= '$OPTOUT_RANGE' AND r.started_at >= '$OPTED_AT'
+  UNION ALL SELECT 'measurements: ' || count(*) FROM measurements
+                    WHERE address <<= '$OPTOUT_RANGE' AND started_at >= '$OPTED_AT'")
+echo "$HONOURED" >&2
+if grep -qv ': 0$' <<<"$HONOURED"; then
+  echo "demo: FAILED: the opted-out range $OPTOUT_RANGE was contacted" >&2
+  exit 1
+fi
 cat <<EOF
 
 == doqscan demo: done
