@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"time"
 
 	"github.com/oschwald/geoip2-golang/v2"
 
@@ -144,6 +143,3 @@ func (d *DB) Row(addr netip.Addr, cityID, asnID int64) (store.ResolverGeo, error
 		ASN: loc.ASN, ASOrg: loc.ASOrg, Country: loc.Country, Continent: loc.Continent,
 		City: loc.City, Latitude: loc.Latitude, Longitude: loc.Longitude}, err
 }
-
-// BuildTime is a helper for logs: the City database's build time.
-func (d *DB) BuildTime() time.Time { return d.CityInfo.BuildTime }

@@ -448,17 +448,6 @@ func targetSpace(targets []netip.Prefix, internetWide bool, testbed *netip.Prefi
 	return n
 }
 
-// SortedKinds returns the kinds present in m in report order.
-func SortedKinds(m map[Kind]int64) []Kind {
-	var out []Kind
-	for _, k := range Kinds {
-		if m[k] > 0 {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
 // plan is what a scan sends: the probe payloads, the probe kind per port (in scan
 // order), and the classifier for the replies.
 type plan struct {

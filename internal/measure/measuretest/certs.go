@@ -48,15 +48,6 @@ func Certificate(chainBytes int) (tls.Certificate, error) {
 	return cert, nil
 }
 
-// ChainSize returns the DER bytes of c's chain.
-func ChainSize(c tls.Certificate) int {
-	n := 0
-	for _, d := range c.Certificate {
-		n += len(d)
-	}
-	return n
-}
-
 func selfSigned(key *ecdsa.PrivateKey, cn string, sans []string) ([]byte, error) {
 	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
 	if err != nil {

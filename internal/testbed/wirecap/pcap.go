@@ -139,9 +139,6 @@ func NewReader(r io.Reader) (*Reader, error) {
 	return rd, nil
 }
 
-// LinkType returns the file's link type (LinkEthernet...).
-func (rd *Reader) LinkType() uint32 { return rd.linkType }
-
 // Next returns the next IPv4 TCP/UDP packet, io.EOF at the clean end of the stream, or
 // an error for truncated or malformed input.
 func (rd *Reader) Next() (Packet, error) {
