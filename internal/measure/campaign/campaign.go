@@ -290,8 +290,12 @@ loop:
 			}
 		case <-tick.C:
 			flush()
-			log.Info("progress", "campaign", cid, "done", sum.Measured+sum.Skipped, "planned", sum.Planned,
-				"rows", sum.Rows, "elapsed", time.Since(start).Round(time.Second), "late_starts", lateStarts.Load())
+			args := []any{"campaign", cid, "done", sum.Measured + sum.Skipped, "planned", sum.Planned,
+				"rows", sum.Rows, "elapsed", time.Since(start).Round(time.Second)}
+			if cfg.Spread > 0 {
+				args = append(args, "late_starts", lateStarts.Load())
+			}
+			log.Info("progress", args...)
 		}
 	}
 	flush()
