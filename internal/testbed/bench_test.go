@@ -33,32 +33,9 @@ func BenchmarkDelayLine(b *testing.B) {
 	rate := envInt("DOQSCAN_BENCH_RATE", 50000)
 	pings := envInt("DOQSCAN_BENCH_PINGS", 20)
 	floodSecs := envInt("DOQSCAN_BENCH_SECONDS", 3)
-	lead := DefaultLead
-	if v := os.Getenv("DOQSCAN_BENCH_LEAD"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatalf("DOQSCAN_BENCH_LEAD: %v", err)
-		}
-		lead = d
-		if d == 0 {
-			lead = -1 // none
-		}
-	}
-	var queues int
-	var quantum time.Duration
-	if v := os.Getenv("DOQSCAN_BENCH_QUEUES"); v != "" {
-		queues = envInt("DOQSCAN_BENCH_QUEUES", 0)
-	}
-	if v := os.Getenv("DOQSCAN_BENCH_QUANTUM"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatalf("DOQSCAN_BENCH_QUANTUM: %v", err)
-		}
-		quantum = d
-		if d == 0 {
-			quantum = -1 // none
-		}
-	}
+	lead := envDurationOrNone(b, "DOQSCAN_BENCH_LEAD", DefaultLead)
+	quantum := envDurationOrNone(b, "DOQSCAN_BENCH_QUANTUM", 0)
+	queues := envInt("DOQSCAN_BENCH_QUEUES", 0)
 	rtts := []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond, 80 * time.Millisecond,
 		150 * time.Millisecond, 300 * time.Millisecond}
 	tbl := delayline.NewTable(delayline.Profile{})
@@ -298,6 +275,23 @@ func readStats(tb *Testbed) delayline.Stats {
 		_ = json.Unmarshal(b, &st)
 	}
 	return st
+}
+
+// envDurationOrNone reads a duration from the environment (def when unset); an explicit
+// 0 means none, which the delay line's options spell -1.
+func envDurationOrNone(b *testing.B, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	if d == 0 {
+		return -1 // none
+	}
+	return d
 }
 
 func envInt(k string, def int) int {
