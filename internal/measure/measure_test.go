@@ -89,8 +89,8 @@ func TestEveryProtocolAnswers(t *testing.T) {
 // against) are there and add up to them.
 func checkStamps(t *testing.T, p measure.Protocol, res *measure.Result) {
 	t.Helper()
-	if !res.Local.IsValid() || res.Local.Port() == 0 {
-		t.Errorf("local address %v", res.Local)
+	if !res.Local.IsValid() || res.Local.Addr().IsUnspecified() || res.Local.Port() == 0 {
+		t.Errorf("local address %v, want the address and port the packets carry", res.Local)
 	}
 	q := res.First()
 	if q.StartedAt.Before(res.StartedAt) {

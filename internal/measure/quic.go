@@ -9,6 +9,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/kstamp"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
+	"github.com/doqscan/doqscan/internal/measure/rtt"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlogwriter"
 )
@@ -129,7 +130,13 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 	if req.Addr.Addr().Is6() && !req.Addr.Addr().Is4In6() {
 		network = "udp6"
 	}
-	uc, err := net.ListenUDP(network, nil)
+	// Bound to the route's source address, so that the socket (and res.Local) names the
+	// address the packets carry, not the wildcard.
+	src, err := rtt.SourceFor(req.Addr)
+	if err != nil {
+		return nil, err
+	}
+	uc, err := net.ListenUDP(network, &net.UDPAddr{IP: src.AsSlice()})
 	if err != nil {
 		return nil, err
 	}

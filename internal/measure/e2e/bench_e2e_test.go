@@ -86,7 +86,7 @@ func BenchmarkTestbedTimingError(b *testing.B) {
 				var mu sync.Mutex
 				var hsErr, resErr []time.Duration
 				failed := 0
-				wire := &wireSpans{vantage: netip.MustParseAddr(v.Addr)}
+				wire := &wireSpans{}
 				stopWire := startWire(b, v)
 				sem := make(chan struct{}, conc)
 				var wg sync.WaitGroup
@@ -217,7 +217,7 @@ func BenchmarkTestbedRoundThroughput(b *testing.B) {
 			ids := make([]int64, rounds)
 			errs := make([]error, rounds)
 			var wg sync.WaitGroup
-			wire := &wireSpans{vantage: netip.MustParseAddr(v.Addr)}
+			wire := &wireSpans{}
 			onResult := func(t campaign.Target, ep campaign.Endpoint, phase string, res *measure.Result) {
 				if phase != campaign.PhaseWarmup {
 					return

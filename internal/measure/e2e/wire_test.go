@@ -28,9 +28,8 @@ import (
 
 // wireSpans holds the results to check and their targets until the capture stops.
 type wireSpans struct {
-	mu      sync.Mutex
-	vantage netip.Addr
-	items   []wireItem
+	mu    sync.Mutex
+	items []wireItem
 }
 
 type wireItem struct {
@@ -63,15 +62,6 @@ func (f *wireFigures) of(p measure.Protocol) *wireFigures {
 		f.byProto[p] = &wireFigures{}
 	}
 	return f.byProto[p]
-}
-
-// local is the result's client address; an unconnected socket (DoQ) reports the
-// unspecified address, the vantage's is the one on the wire.
-func (w *wireSpans) local(res *measure.Result) netip.AddrPort {
-	if res.Local.Addr().IsUnspecified() {
-		return netip.AddrPortFrom(w.vantage, res.Local.Port())
-	}
-	return res.Local
 }
 
 // captures are the two links' indexes.
@@ -107,7 +97,7 @@ func (c captures) exchange(local, remote netip.AddrPort, proto uint8, from, to t
 // SYN-ACK; TLS: ClientHello to the server's last flight; QUIC: first Initial to the
 // datagram that completed the handshake).
 func (w *wireSpans) handshake(c captures, it wireItem) (span, bool) {
-	res, local := it.res, w.local(it.res)
+	res, local := it.res, it.res.Local
 	var d span
 	if res.TCPHandshake > 0 {
 		vh, ok := c.vant.Handshake(local, it.remote, res.StartedAt)
@@ -142,7 +132,7 @@ func (w *wireSpans) resolve(c captures, it wireItem) (span, bool) {
 	case measure.DoUDP, measure.DoQ, measure.DoH3:
 		proto = wirecap.ProtoUDP
 	}
-	return c.exchange(w.local(it.res), it.remote, proto, q.StartedAt, q.StartedAt.Add(q.Resolve))
+	return c.exchange(it.res.Local, it.remote, proto, q.StartedAt, q.StartedAt.Add(q.Resolve))
 }
 
 // figures matches every successful result against the captures.
@@ -275,7 +265,7 @@ func TestStampsAgreeWithTheWire(t *testing.T) {
 		t.Skip("SKIP: the testbed runs without a population file")
 	}
 	const perProtocol = 5
-	wire := &wireSpans{vantage: netip.MustParseAddr(v.Addr)}
+	wire := &wireSpans{}
 	stop := startWire(t, v)
 	n := 0
 	for _, p := range measure.Protocols {

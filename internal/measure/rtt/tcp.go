@@ -123,7 +123,7 @@ func (p *Prober) probeTCP(ctx context.Context, addr netip.AddrPort, timeout time
 	if err != nil {
 		return Sample{SentAt: time.Now(), Status: StatusError, Detail: err.Error()}
 	}
-	src, err := sourceFor(addr)
+	src, err := SourceFor(addr)
 	if err != nil {
 		return Sample{SentAt: time.Now(), Status: StatusError, Detail: err.Error()}
 	}
@@ -164,9 +164,10 @@ func (p *Prober) probeTCP(ctx context.Context, addr netip.AddrPort, timeout time
 	}
 }
 
-// sourceFor returns the source address the kernel would use towards addr.
-func sourceFor(addr netip.AddrPort) (netip.Addr, error) {
-	c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(addr))
+// SourceFor returns the source address the kernel would use towards addr (a connected
+// UDP socket's local address: connect(2) on UDP sends nothing).
+func SourceFor(addr netip.AddrPort) (netip.Addr, error) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("route to %s: %w", addr, err)
 	}
