@@ -29,8 +29,11 @@ const sizeofTimespec = unsafe.Sizeof(unix.Timespec{})
 // oobSize holds one SCM_TIMESTAMPNS control message (a struct timespec) with headroom.
 const oobSize = 128
 
-// Enable turns on receive timestamps (SO_TIMESTAMPNS) for the socket behind rc.
+// Enable turns on receive timestamps (SO_TIMESTAMPNS) for the socket behind rc. The
+// first call in a process also makes sure the kernel is stamping packets (see
+// keepStamping) before it returns.
 func Enable(rc syscall.RawConn) error {
+	keepStamping()
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
@@ -181,4 +184,80 @@ func (l *Log) ArrivedBy(since, t time.Time) time.Time {
 		return k
 	}
 	return t
+}
+
+// The kernel stamps packets on arrival only while some socket of the system asks for
+// timestamps, and it switches stamping on through a deferred work item
+// (net_enable_timestamp, net/core/dev.c) when the first socket asks and off when the
+// last one closes. A packet that arrives before the work item ran is not stamped: a UDP
+// read then gets its own read time as the stamp, and a TCP read gets no stamp at all. A
+// process that opens and closes one socket per exchange would hit that window at every
+// exchange made while no other socket held stamping on.
+//
+// keepStamping therefore holds one timestamping UDP socket on loopback open for the
+// life of the process, so stamping stays on, and on the first call waits (at most
+// keepWait) until a datagram it sends to itself comes back stamped before the read that
+// returned it, which shows the work item has run. Without a usable loopback it only
+// holds the socket.
+var (
+	keepOnce sync.Once
+	keeper   *net.UDPConn
+)
+
+// keepWait bounds the first call's wait for stamping to take effect (the work item
+// normally runs within microseconds to milliseconds).
+const keepWait = 2 * time.Second
+
+func keepStamping() {
+	keepOnce.Do(func() {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			c, err = net.ListenUDP("udp", nil)
+			if err != nil {
+				return
+			}
+		}
+		rc, err := c.SyscallConn()
+		if err != nil {
+			c.Close()
+			return
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+		}); err != nil || serr != nil {
+			c.Close()
+			return
+		}
+		keeper = c
+		self, ok := c.LocalAddr().(*net.UDPAddr)
+		if !ok || !self.IP.IsLoopback() {
+			return
+		}
+		waitStamping(c, rc, self)
+	})
+}
+
+// waitStamping sends datagrams to c's own address until one is read back with a kernel
+// stamp taken before the read began, or keepWait has passed.
+func waitStamping(c *net.UDPConn, rc syscall.RawConn, self *net.UDPAddr) {
+	end := time.Now().Add(keepWait)
+	buf := make([]byte, 1)
+	for time.Now().Before(end) {
+		if _, err := c.WriteToUDP([]byte{0}, self); err != nil {
+			return
+		}
+		before := time.Now()
+		if err := c.SetReadDeadline(end); err != nil {
+			return
+		}
+		_, _, at, err := Recv(rc, buf, false)
+		if err != nil {
+			return
+		}
+		if !at.IsZero() && at.Before(before) {
+			_ = c.SetReadDeadline(time.Time{})
+			return
+		}
+	}
 }
