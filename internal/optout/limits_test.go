@@ -346,3 +346,31 @@ func TestBodyLimitFitsTheLargestValidForm(t *testing.T) {
 		}
 	}
 }
+
+// countingReader counts the bytes a handler reads from a request body.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// A refused submission reads no more of the body than the limit, whatever its reason.
+func TestRefusedSubmissionReadsAtMostTheBodyLimit(t *testing.T) {
+	st, _, _ := countedStore(t)
+	srv := &Server{Store: st, BlocklistDir: t.TempDir(), Info: DefaultInfo, Log: quiet, Now: fixedClock,
+		PostsPerMinute: 1, Burst: 1}
+	for _, want := range []int{http.StatusRequestEntityTooLarge, http.StatusTooManyRequests} {
+		body := &countingReader{r: strings.NewReader("note=" + strings.Repeat("x", 1<<20))}
+		if code := serve(srv, "POST", "/optout", "192.0.2.70:7000", body).Code; code != want {
+			t.Errorf("status %d, want %d", code, want)
+		}
+		if body.n > MaxBodySize+1 {
+			t.Errorf("a refused (%d) submission read %d bytes of the body, limit %d", want, body.n, MaxBodySize)
+		}
+	}
+}

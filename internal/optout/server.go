@@ -231,12 +231,13 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+	// Bounded before anything reads it, the refusals below included (fail echoes the form).
+	r.Body = http.MaxBytesReader(w, r.Body, int64(MaxBodySize))
 	if !s.posts.allow(sourceOf(r.RemoteAddr), s.Now()) {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(60/s.PostsPerMinute))))
 		s.fail(w, r, http.StatusTooManyRequests, "", ErrRateLimited.Error())
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, int64(MaxBodySize))
 	if err := r.ParseForm(); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
