@@ -315,6 +315,13 @@ func TestBodyLimitFitsTheLargestValidForm(t *testing.T) {
 			t.Errorf("%s: the form has %d bytes, over MaxBodySize %d, yet was accepted", tc.name, size, MaxBodySize)
 		}
 	}
+	// The limit is the worst case exactly: every field at its length in characters that
+	// URL-encode to the most bytes.
+	worst := url.Values{"csrf": {strings.Repeat("a", csrfTokenLen)}, "range": {strings.Repeat(":", MaxRangeLen)},
+		"email": {strings.Repeat("/", MaxEmailLen)}, "note": {strings.Repeat("𐌰", MaxNoteLen)}}
+	if n := len(worst.Encode()); n != MaxBodySize {
+		t.Errorf("the worst-case form encodes to %d bytes, MaxBodySize is %d", n, MaxBodySize)
+	}
 	reqs, err := Accepted(context.Background(), srv.Store)
 	if err != nil || len(reqs) != 4 {
 		t.Fatalf("stored %d requests, %v; want 4", len(reqs), err)

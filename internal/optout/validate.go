@@ -16,7 +16,7 @@ import (
 
 // Field limits.
 const (
-	MaxRangeLen = 64   // characters of the range field, surrounding spaces trimmed
+	MaxRangeLen = 64   // bytes of the range field, surrounding spaces trimmed
 	MaxEmailLen = 254  // bytes: RFC 5321 §4.5.3.1.3 path limit, as the schema's CHECK
 	MaxNoteLen  = 2000 // characters (code points), as the schema's CHECK
 )
