@@ -202,7 +202,7 @@ func TestSubmitRefusals(t *testing.T) {
 		{"too large", url.Values{"csrf": {c.token()}, "range": {"0.0.0.0/0"}, "email": {"noc@example.net"}}, 400, "prefix too large"},
 		{"script", url.Values{"csrf": {c.token()}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}, "note": {"<script>x</script>"}}, 400, "HTML or script"},
 		{"bad email", url.Values{"csrf": {c.token()}, "range": {"198.19.1.0/24"}, "email": {"<b>@x"}}, 400, "not an email"},
-		{"huge body", url.Values{"csrf": {c.token()}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}, "note": {strings.Repeat("x", 20000)}}, 413, "too large"},
+		{"huge body", url.Values{"csrf": {c.token()}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}, "note": {strings.Repeat("x", MaxBodySize)}}, 413, "too large"},
 	}
 	for _, tc := range cases {
 		code, body := c.post(tc.form)

@@ -10,14 +10,14 @@ import (
 	"errors"
 	"html/template"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/doqscan/doqscan/internal/store"
 )
@@ -61,37 +61,30 @@ type Server struct {
 	Info         Info
 	Log          *slog.Logger
 	Now          func() time.Time
-	// PostsPerMinute and Burst bound form submissions per source (an IPv4 address or an
-	// IPv6 /64); GetsPerSecond bounds page loads per source.
-	PostsPerMinute float64
-	Burst          int
-	GetsPerSecond  float64
+	// Every request, whatever its method and path, costs a token of its source's bucket
+	// (RequestsPerSecond, burst twice that) before anything else runs; a form submission
+	// costs one more of a second bucket (PostsPerMinute, burst Burst). A source is an IPv4
+	// address or an IPv6 /V6SourceBits. Each limiter remembers Sources sources (default
+	// DefaultSources) and forgets the least recently seen one for a newcomer.
+	PostsPerMinute    float64
+	Burst             int
+	RequestsPerSecond float64
+	Sources           int
 	// SecureCookies marks the CSRF cookie Secure (when served over TLS only).
 	SecureCookies bool
 
 	key     []byte
-	mu      sync.Mutex // guards limiters and serialises blocklist rewrites
-	posts   map[netip.Prefix]*limiterEntry
-	gets    map[netip.Prefix]*limiterEntry
+	reqs    *sourceLimiter
+	posts   *sourceLimiter
 	fileMu  sync.Mutex
 	initMux sync.Once
 	mux     *http.ServeMux
 }
 
-type limiterEntry struct {
-	lim  *rate.Limiter
-	seen time.Time
-}
-
-// maxSources bounds the limiter tables (a flood from many sources cannot grow memory).
-const maxSources = 100_000
-
 func (s *Server) init() {
 	s.initMux.Do(func() {
 		s.key = make([]byte, 32)
 		rand.Read(s.key)
-		s.posts = map[netip.Prefix]*limiterEntry{}
-		s.gets = map[netip.Prefix]*limiterEntry{}
 		if s.Now == nil {
 			s.Now = time.Now
 		}
@@ -101,9 +94,14 @@ func (s *Server) init() {
 		if s.Burst == 0 {
 			s.Burst = 3
 		}
-		if s.GetsPerSecond == 0 {
-			s.GetsPerSecond = 10
+		if s.RequestsPerSecond == 0 {
+			s.RequestsPerSecond = 10
 		}
+		if s.Sources == 0 {
+			s.Sources = DefaultSources
+		}
+		s.reqs = newSourceLimiter(s.RequestsPerSecond, max(1, int(2*s.RequestsPerSecond)), s.Sources)
+		s.posts = newSourceLimiter(s.PostsPerMinute/60, s.Burst, s.Sources)
 		if s.Limits == (Limits{}) {
 			s.Limits = DefaultLimits
 		}
@@ -117,7 +115,9 @@ func (s *Server) init() {
 	})
 }
 
-// ServeHTTP implements http.Handler with security headers on every response.
+// ServeHTTP implements http.Handler: security headers on every response, then the
+// per-source limit for every request (any method, any path), before any handler runs.
+// A refused request gets a short 429 and touches nothing else, the database least.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.init()
 	h := w.Header()
@@ -126,68 +126,44 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
-	src := sourceKey(r.RemoteAddr)
-	if r.Method == http.MethodGet && !s.allow(s.gets, src, rate.Limit(s.GetsPerSecond), int(s.GetsPerSecond)*2) {
+	if !s.reqs.allow(sourceOf(r.RemoteAddr), s.Now()) {
+		h.Set("Retry-After", "1")
 		http.Error(w, ErrRateLimited.Error(), http.StatusTooManyRequests)
 		return
 	}
 	s.mux.ServeHTTP(w, r)
 }
 
-func sourceKey(remote string) netip.Prefix {
-	ap, err := netip.ParseAddrPort(remote)
-	if err != nil {
-		return netip.Prefix{}
-	}
-	a := ap.Addr().Unmap()
-	if a.Is6() {
-		p, _ := a.Prefix(64)
-		return p
-	}
-	return netip.PrefixFrom(a, 32)
-}
-
-func (s *Server) allow(table map[netip.Prefix]*limiterEntry, src netip.Prefix, r rate.Limit, burst int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.Now()
-	e, ok := table[src]
-	if !ok {
-		if len(table) >= maxSources {
-			for k, v := range table {
-				if now.Sub(v.seen) > 10*time.Minute {
-					delete(table, k)
-				}
-			}
-			if len(table) >= maxSources {
-				return false
-			}
-		}
-		e = &limiterEntry{lim: rate.NewLimiter(r, burst)}
-		table[src] = e
-	}
-	e.seen = now
-	return e.lim.AllowN(now, 1)
-}
-
 // page is what the templates render.
 type page struct {
-	Info     Info
-	Token    string
-	Range    string
-	Email    string
-	Note     string
-	Error    string
-	Field    string
-	Excluded int
-	Prefix   string
-	Limits   Limits
+	Info   Info
+	Token  string
+	Range  string
+	Email  string
+	Note   string
+	Error  string
+	Field  string
+	Count  count
+	Prefix string
+	Limits Limits
+}
+
+// count is the number of excluded ranges as the page shows it: known, unavailable (the
+// database did not answer; the page says so instead of a number), or not shown (pages
+// that answer a refused submission do not query the database).
+type count struct {
+	N           int
+	Known       bool
+	Unavailable bool
 }
 
 // csrf: the cookie carries a random nonce, the form an HMAC of it under a per-process
 // key. A forged cross-site POST has neither the cookie (SameSite=Strict) nor the means to
 // compute the HMAC.
 const csrfCookie = "doqscan_csrf"
+
+// csrfTokenLen is the length of the form's token: a hex HMAC-SHA-256.
+const csrfTokenLen = 2 * sha256.Size
 
 func (s *Server) token(w http.ResponseWriter, r *http.Request) string {
 	nonce := ""
@@ -226,12 +202,19 @@ func (s *Server) checkCSRF(r *http.Request) bool {
 	return hmac.Equal([]byte(s.mac(c.Value)), []byte(r.PostFormValue("csrf")))
 }
 
-func (s *Server) excluded(ctx context.Context) int {
+// countTimeout bounds the count query, so a database that hangs delays the page by at
+// most this much.
+const countTimeout = 3 * time.Second
+
+func (s *Server) excluded(ctx context.Context) count {
+	ctx, cancel := context.WithTimeout(ctx, countTimeout)
+	defer cancel()
 	var n int
 	if err := s.Store.Pool.QueryRow(ctx, `SELECT count(DISTINCT prefix) FROM optout_requests WHERE status = 'accepted'`).Scan(&n); err != nil {
-		s.Log.Warn("count opt-outs", "err", err)
+		s.Log.Warn("count opt-outs: the page says the count is unavailable", "err", err)
+		return count{Unavailable: true}
 	}
-	return n
+	return count{N: n, Known: true}
 }
 
 func (s *Server) render(w http.ResponseWriter, status int, name string, p page) {
@@ -243,17 +226,18 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, p page) 
 }
 
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
-	s.render(w, http.StatusOK, "index.html", page{Info: s.Info, Token: s.token(w, r), Excluded: s.excluded(r.Context()),
+	s.render(w, http.StatusOK, "index.html", page{Info: s.Info, Token: s.token(w, r), Count: s.excluded(r.Context()),
 		Limits: s.Limits})
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
-	src := sourceKey(r.RemoteAddr)
-	if !s.allow(s.posts, src, rate.Limit(s.PostsPerMinute/60), s.Burst) {
+	// Bounded before anything reads it, the refusals below included (fail echoes the form).
+	r.Body = http.MaxBytesReader(w, r.Body, int64(MaxBodySize))
+	if !s.posts.allow(sourceOf(r.RemoteAddr), s.Now()) {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(60/s.PostsPerMinute))))
 		s.fail(w, r, http.StatusTooManyRequests, "", ErrRateLimited.Error())
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodySize)
 	if err := r.ParseForm(); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -296,7 +280,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	s.Log.Info("opt-out accepted", "prefix", req.Prefix, "source", r.RemoteAddr)
 	s.render(w, http.StatusOK, "done.html", page{Info: s.Info, Prefix: req.Prefix.String(), Email: req.Email,
-		Excluded: s.excluded(r.Context())})
+		Count: s.excluded(r.Context())})
 }
 
 // Rewrite regenerates blocklist/optout.conf from the database.
@@ -311,16 +295,22 @@ func (s *Server) Rewrite(ctx context.Context) (string, error) {
 	return WriteBlocklist(s.BlocklistDir, reqs, s.Now())
 }
 
+// fail answers a refused submission with the form, the visitor's input and the reason. It
+// does not query the database (the count is not shown).
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, field, msg string) {
 	s.Log.Info("opt-out refused", "status", status, "field", field, "reason", msg, "source", r.RemoteAddr)
 	s.render(w, status, "index.html", page{Info: s.Info, Token: s.token(w, r), Error: msg, Field: field,
-		Range: trunc(r.PostFormValue("range"), 64), Email: trunc(r.PostFormValue("email"), MaxEmailLen),
-		Note: trunc(r.PostFormValue("note"), MaxNoteLen), Excluded: s.excluded(r.Context()), Limits: s.Limits})
+		Range: trunc(r.PostFormValue("range"), MaxRangeLen), Email: trunc(r.PostFormValue("email"), MaxEmailLen),
+		Note: trunc(r.PostFormValue("note"), MaxNoteLen), Limits: s.Limits})
 }
 
+// trunc cuts s to at most n characters, at a character boundary.
 func trunc(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
 	}
 	return s
 }

@@ -16,10 +16,20 @@ import (
 
 // Field limits.
 const (
-	MaxEmailLen = 254  // RFC 5321 §4.5.3.1.3 path limit, as the schema's CHECK
-	MaxNoteLen  = 2000 // as the schema's CHECK
-	MaxBodySize = 16 << 10
+	MaxRangeLen = 64   // bytes of the range field, surrounding spaces trimmed
+	MaxEmailLen = 254  // bytes: RFC 5321 §4.5.3.1.3 path limit, as the schema's CHECK
+	MaxNoteLen  = 2000 // characters (code points), as the schema's CHECK
 )
+
+// MaxBodySize is the largest valid form, URL-encoded (application/x-www-form-urlencoded,
+// as browsers and url.Values send it): every byte of a field is at most 3 bytes encoded
+// ("%XX"), a character at most utf8.UTFMax bytes, so 2,000 characters of a 4-byte script
+// in the note fit. 5+64 + 7+3*64 + 7+3*254 + 6+3*4*2000 = 25,043 bytes; a larger body is
+// refused with 413 before it is parsed.
+const MaxBodySize = len("csrf=") + csrfTokenLen +
+	len("&range=") + 3*MaxRangeLen +
+	len("&email=") + 3*MaxEmailLen +
+	len("&note=") + 3*utf8.UTFMax*MaxNoteLen
 
 // Limits bound how much address space one request may exclude.
 type Limits struct {
@@ -51,7 +61,7 @@ func ParsePrefix(s string, lim Limits) (netip.Prefix, error) {
 	if s == "" {
 		return netip.Prefix{}, &FieldError{"range", "enter an IPv4 or IPv6 address or prefix, e.g. 192.0.2.0/24"}
 	}
-	if len(s) > 64 {
+	if len(s) > MaxRangeLen {
 		return netip.Prefix{}, &FieldError{"range", "not an IP address or prefix"}
 	}
 	var p netip.Prefix
