@@ -122,12 +122,21 @@ func OpenLogged(ctx context.Context, url string, log *slog.Logger) (*Store, erro
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	cc := cfg.ConnConfig
-	waiting := time.AfterFunc(waitingLogAfter, func() {
-		log.Warn("waiting for database", "host", cc.Host, "port", cc.Port, "database", cc.Database,
-			"connect_timeout", cc.ConnectTimeout)
-	})
+	pinged, logged := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(logged)
+		t := time.NewTimer(waitingLogAfter)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			log.Warn("waiting for database", "host", cc.Host, "port", cc.Port, "database", cc.Database,
+				"connect_timeout", cc.ConnectTimeout)
+		case <-pinged:
+		}
+	}()
 	err = pool.Ping(ctx)
-	waiting.Stop()
+	close(pinged)
+	<-logged
 	if err != nil {
 		pool.Close()
 		msg := oneLine(err)
