@@ -35,7 +35,6 @@ const (
 	spillSuffix = ".jsonl"
 )
 
-
 type spillCampaign struct {
 	CampaignID int64     `json:"campaign_id"`
 	VantageID  string    `json:"vantage_id"`
