@@ -2,7 +2,9 @@
 // every (protocol, port, variant, mode, key share) a cache-warming exchange and the
 // measured exchange, each on a new session; then per-transport RTT samples, a handshake
 // analysis of every QUIC connection and per-resolver support checks. Rows are written in
-// small transactions as resolvers complete; a restarted round skips what is stored.
+// small transactions as resolvers complete, by a writer that retries while the database
+// is away and keeps what waits in memory, then in a spill file (sink.go, spill.go); a
+// restarted round skips what is stored.
 package campaign
 
 import (
@@ -55,8 +57,9 @@ type Config struct {
 	Spread      time.Duration // spread resolver starts over this long (0: as fast as possible)
 	BatchSize   int           // resolvers per write transaction
 	Progress    time.Duration // progress log interval
-	// OnFlush, if set, is called after every batch written with the resolvers stored
-	// so far in this run (tests use it to interrupt a round mid-way).
+	// OnFlush, if set, is called (from the writer's goroutine) after every batch
+	// written with the resolvers stored so far in this run (tests use it to interrupt
+	// a round mid-way).
 	OnFlush func(stored int)
 	// DBDeadline is how long the database may stay unavailable before the round gives
 	// up (status interrupted, error wrapping store.ErrUnavailable: exit code 3); until
