@@ -20,6 +20,7 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -140,20 +141,11 @@ func outageTargets(t *testing.T, first byte, n int) ([]campaign.Target, []netip.
 	return targets, addrs
 }
 
-func outageConfig(label string) campaign.Config {
-	return campaign.Config{VantageID: "test", Label: label, Hour: hour, Timeout: 2 * time.Second, Concurrency: 1,
-		BatchSize: 1, RTTSamples: 2, RTTTimeout: 300 * time.Millisecond}
-}
-
-// TestDatabaseOutageMidRoundLosesNothing stops the test's own PostgreSQL for 20 s in the
-// middle of a round (two resolvers stored, eight measured during the outage: three wait
-// in memory, the rest in a spill file; two after it) and compares the stored rows with an uninterrupted round of the same targets:
-// every table's keys equal, none lost, none twice, the round ends ok. One worker
-// measures the resolvers in order; the OnResult hook holds the third resolver until
-// the server is down and the eleventh until it is back, so the phases do not depend
-// on timing.
-func TestDatabaseOutageMidRoundLosesNothing(t *testing.T) {
-	home := t.TempDir() // the spill directory is under the project home's var/
+// outageWorld gives an outage test its project home (DOQSCAN_HOME: the spill files go
+// to its var/spill), a PostgreSQL cluster of its own with a store on it, n resolvers
+// from 127.0.3.first, and their uninterrupted round, labelled "reference".
+func outageWorld(t *testing.T, first byte, n int) (string, *pgcluster.Cluster, *store.Store, []campaign.Target, []netip.Addr) {
+	home := t.TempDir()
 	t.Setenv("DOQSCAN_HOME", home)
 	cluster, url := storetest.NewCluster(t)
 	ctx := context.Background()
@@ -161,14 +153,33 @@ func TestDatabaseOutageMidRoundLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(s.Close)
 	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	targets, addrs := outageTargets(t, 10, 12)
+	targets, addrs := outageTargets(t, first, n)
 	if _, err := campaign.Run(ctx, s, outageConfig("reference"), targets, logger()); err != nil {
 		t.Fatal(err)
 	}
+	return home, cluster, s, targets, addrs
+}
+
+func outageConfig(label string) campaign.Config {
+	return campaign.Config{VantageID: "test", Label: label, Hour: hour, Timeout: 2 * time.Second, Concurrency: 1,
+		BatchSize: 1, RTTSamples: 2, RTTTimeout: 300 * time.Millisecond}
+}
+
+// TestDatabaseOutageMidRoundLosesNothing stops the test's own PostgreSQL for 20 s in the
+// middle of a round (two resolvers stored, eight measured during the outage: three wait
+// in memory, the rest in a spill file; two after it) and compares the stored rows with
+// an uninterrupted round of the same targets: every table's keys equal, none lost,
+// none twice, the round ends ok. One worker
+// measures the resolvers in order; the OnResult hook holds the third resolver until
+// the server is down and the eleventh until it is back, so the phases do not depend
+// on timing.
+func TestDatabaseOutageMidRoundLosesNothing(t *testing.T) {
+	home, cluster, s, targets, addrs := outageWorld(t, 10, 12)
+	ctx := context.Background()
 
 	var (
 		storedTwo  = make(chan struct{})
@@ -268,33 +279,18 @@ func TestDatabaseOutageMidRoundLosesNothing(t *testing.T) {
 // stays away past --db-deadline: the round stops measuring, ends with an error that
 // maps to exit code 3, and leaves what it measured in a spill file with its status
 // (interrupted); the resolver in flight at the deadline is dropped (measured again on
-// resume) and no further resolver starts. With the database back, the next round's start writes the spill file
-// (status interrupted recorded, file gone), and resuming the round stores exactly what
-// an uninterrupted round stores.
+// resume) and no further resolver starts. With the database back, the next round's
+// start writes the spill file (status interrupted recorded, file gone), and resuming
+// the round stores exactly what an uninterrupted round stores.
 func TestDatabaseAwayPastDeadline(t *testing.T) {
-	spill := t.TempDir()
-	cluster, url := storetest.NewCluster(t)
+	home, cluster, s, targets, addrs := outageWorld(t, 40, 8)
+	spill := filepath.Join(home, "var", "spill")
 	ctx := context.Background()
-	s, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	targets, addrs := outageTargets(t, 40, 8)
-	ref := outageConfig("reference")
-	ref.SpillDir = spill
-	if _, err := campaign.Run(ctx, s, ref, targets, logger()); err != nil {
-		t.Fatal(err)
-	}
 
 	storedTwo, atThird, dbDown := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	log, waits, gaveUp := countingLogger()
 	var once [2]sync.Once
 	cfg := outageConfig("away")
-	cfg.SpillDir = spill
 	cfg.DBDeadline = 3 * time.Second
 	cfg.BufferResolvers = 1
 	cfg.OnFlush = func(stored int) {
@@ -387,9 +383,7 @@ func TestDatabaseAwayPastDeadline(t *testing.T) {
 	if n, err := campaign.ReplaySpill(ctx, s, spill, store.RetryPolicy{Deadline: time.Minute}, logger()); n != 0 || err != nil {
 		t.Errorf("second replay: %d, %v", n, err)
 	}
-	resume := outageConfig("away")
-	resume.SpillDir = spill
-	rest, err := campaign.Run(ctx, s, resume, targets, logger())
+	rest, err := campaign.Run(ctx, s, outageConfig("away"), targets, logger())
 	if err != nil {
 		t.Fatal(err)
 	}
