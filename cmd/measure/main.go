@@ -52,6 +52,7 @@ func main() {
 	fs.BoolVar(&o.Features, "features", false, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
 	fs.DurationVar(&o.Spread, "spread", 0, "one round: spread resolver starts over this long")
 	fs.StringVar(&o.BlocklistDir, "blocklist-dir", blocklist.DefaultDir(), "blocklist *.conf files; their ranges, opt-outs and reserved ranges are never contacted")
+	fs.DurationVar(&o.DBDeadline, "db-deadline", campaign.DefaultDBDeadline, "how long a round waits for an unavailable database (results wait in memory, then in var/spill/) before it stops: status interrupted, exit 3; the next round stores the spilled results")
 	roundHour := fs.String("hour", "", "one round: the hour it is for, to run or resume (2026-11-22T04, or RFC 3339); default $DOQSCAN_RUN_KEY (set by jobrun), else now")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {

@@ -185,7 +185,10 @@ func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer,
 }
 
 // OpenStore opens DATABASE_URL, or when it is unset, starts (or reuses) the private
-// cluster and says where it is. The schema is applied either way.
+// cluster and says where it is. The schema is applied either way. Every connection has
+// a connect timeout and a statement timeout (store.ParseConfig); while the server does
+// not answer, a "waiting for database" line is logged, and one that never answers gives
+// an error wrapping store.ErrUnavailable (exit code 3) after the connect timeout.
 func OpenStore(ctx context.Context, log *slog.Logger) (*store.Store, error) {
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {
@@ -201,7 +204,7 @@ func OpenStore(ctx context.Context, log *slog.Logger) (*store.Store, error) {
 		log.Info("using the private PostgreSQL cluster (set DATABASE_URL to use another)",
 			"data", c.DataDir(), "socket", c.SocketDir(), "started", started, "url", url)
 	}
-	s, err := store.Open(ctx, url)
+	s, err := store.OpenLogged(ctx, url, log)
 	if err != nil {
 		return nil, err
 	}

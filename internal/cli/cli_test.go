@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -60,6 +62,82 @@ func TestDatabaseDown(t *testing.T) {
 		t.Errorf("exit %d, want %d", code, cli.ExitDatabase)
 	}
 	oneLine(t, out)
+}
+
+// TestSilentDatabaseTimesOut: a server that accepts the TCP connection and never says a
+// word (a hung PostgreSQL, a black-holing proxy) gives exit code 3 with a message after
+// the connect timeout, and a "waiting for database" line while it waits.
+func TestSilentDatabaseTimesOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held open, never read, never answered
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for {
+			select {
+			case c := <-accepted:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	const timeout = 2 * time.Second
+	start := time.Now()
+	code, out := run(t, fmt.Sprintf("postgres://doqscan@%s/doqscan?sslmode=disable&connect_timeout=%d",
+		ln.Addr(), int(timeout.Seconds())))
+	took := time.Since(start)
+	if code != cli.ExitDatabase {
+		t.Errorf("exit %d, want %d: %s", code, cli.ExitDatabase, out)
+	}
+	if len(accepted) == 0 {
+		t.Errorf("the client never connected to the silent server")
+	}
+	if took < timeout || took > timeout+5*time.Second {
+		t.Errorf("gave up after %v, want the connect timeout %v", took, timeout)
+	}
+	if !strings.Contains(out, "waiting for database") {
+		t.Errorf("no waiting line while the server was silent: %q", out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, "error:") || !strings.Contains(last, "connect timeout") {
+		t.Errorf("last line %q does not say the database did not answer within the connect timeout", last)
+	}
+}
+
+// TestConnectionDefaults: without connect_timeout and statement_timeout in the URL or
+// the environment, every connection gets the store's defaults; the URL's own win.
+func TestConnectionDefaults(t *testing.T) {
+	t.Setenv("PGCONNECT_TIMEOUT", "")
+	t.Setenv("PGOPTIONS", "")
+	cfg, err := store.ParseConfig("postgres://u@127.0.0.1/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ConnConfig.ConnectTimeout != store.DefaultConnectTimeout {
+		t.Errorf("connect timeout %v, want %v", cfg.ConnConfig.ConnectTimeout, store.DefaultConnectTimeout)
+	}
+	if got := cfg.ConnConfig.RuntimeParams["statement_timeout"]; got != fmt.Sprint(store.DefaultStatementTimeout.Milliseconds()) {
+		t.Errorf("statement_timeout %q, want %d ms", got, store.DefaultStatementTimeout.Milliseconds())
+	}
+	cfg, err = store.ParseConfig("postgres://u@127.0.0.1/db?connect_timeout=3&statement_timeout=1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ConnConfig.ConnectTimeout != 3*time.Second || cfg.ConnConfig.RuntimeParams["statement_timeout"] != "1000" {
+		t.Errorf("the URL's timeouts were overridden: %v, %q", cfg.ConnConfig.ConnectTimeout, cfg.ConnConfig.RuntimeParams["statement_timeout"])
+	}
 }
 
 func TestSchemaNewerThanBinary(t *testing.T) {

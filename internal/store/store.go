@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -84,12 +86,33 @@ func SchemaVersion() int {
 	return m[len(m)-1].version
 }
 
+// Connection defaults, applied when neither the URL nor the libpq environment
+// (PGCONNECT_TIMEOUT, PGOPTIONS) sets them: a server that accepts the connection and
+// never answers fails the connect after DefaultConnectTimeout instead of hanging, and no
+// statement runs longer than DefaultStatementTimeout (migrations lift it).
+const (
+	DefaultConnectTimeout   = 10 * time.Second
+	DefaultStatementTimeout = 5 * time.Minute
+)
+
+// waitingLogAfter is how long a connect may take before Open says it is waiting.
+const waitingLogAfter = time.Second
+
 // Open connects to url (a libpq URL or DSN), checks that the server answers and applies
 // the schema. Errors wrap ErrUnavailable or ErrSchemaNewer where that is the cause.
 func Open(ctx context.Context, url string) (*Store, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+	return OpenLogged(ctx, url, nil)
+}
+
+// OpenLogged is Open that logs to log while it waits for the server ("waiting for
+// database", once the connect has taken a second).
+func OpenLogged(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg, err := ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("%w: bad DATABASE_URL: %s", ErrUnavailable, redactParseError(err))
+		return nil, err
 	}
 	if cfg.MaxConns < 8 {
 		cfg.MaxConns = 8
@@ -98,9 +121,29 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	cc := cfg.ConnConfig
+	pinged, logged := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(logged)
+		t := time.NewTimer(waitingLogAfter)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			log.Warn("waiting for database", "host", cc.Host, "port", cc.Port, "database", cc.Database,
+				"connect_timeout", cc.ConnectTimeout)
+		case <-pinged:
+		}
+	}()
+	err = pool.Ping(ctx)
+	close(pinged)
+	<-logged
+	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("%w: %s", ErrUnavailable, oneLine(err))
+		msg := oneLine(err)
+		if errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+			msg = fmt.Sprintf("no answer from %s within the connect timeout (%v): %s", cc.Host, cc.ConnectTimeout, msg)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, msg)
 	}
 	s := &Store{Pool: pool}
 	if err := s.Migrate(ctx); err != nil {
@@ -108,6 +151,26 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// ParseConfig parses url and applies the connection defaults (DefaultConnectTimeout,
+// DefaultStatementTimeout) where the URL and the environment leave them unset.
+func ParseConfig(url string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bad DATABASE_URL: %s", ErrUnavailable, redactParseError(err))
+	}
+	cc := cfg.ConnConfig
+	if cc.ConnectTimeout <= 0 {
+		cc.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	if _, ok := cc.RuntimeParams["statement_timeout"]; !ok && !strings.Contains(cc.RuntimeParams["options"], "statement_timeout") {
+		cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(DefaultStatementTimeout.Milliseconds(), 10)
+	}
+	return cfg, nil
 }
 
 // Close releases the pool.
@@ -148,6 +211,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 		tx, err := conn.Begin(ctx)
 		if err != nil {
+			return err
+		}
+		// A migration may rewrite a large table: no statement timeout for it.
+		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+			tx.Rollback(ctx) //nolint:errcheck
 			return err
 		}
 		if _, err := tx.Exec(ctx, m.sql); err != nil {

@@ -2,7 +2,9 @@
 // every (protocol, port, variant, mode, key share) a cache-warming exchange and the
 // measured exchange, each on a new session; then per-transport RTT samples, a handshake
 // analysis of every QUIC connection and per-resolver support checks. Rows are written in
-// small transactions as resolvers complete; a restarted round skips what is stored.
+// small transactions as resolvers complete, by a writer that retries while the database
+// is away and keeps what waits in memory, then in a spill file (sink.go, spill.go); a
+// restarted round skips what is stored.
 package campaign
 
 import (
@@ -10,10 +12,12 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -23,6 +27,7 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
 	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -52,9 +57,20 @@ type Config struct {
 	Spread      time.Duration // spread resolver starts over this long (0: as fast as possible)
 	BatchSize   int           // resolvers per write transaction
 	Progress    time.Duration // progress log interval
-	// OnFlush, if set, is called after every batch written with the resolvers stored
-	// so far in this run (tests use it to interrupt a round mid-way).
+	// OnFlush, if set, is called (from the writer's goroutine) after every batch
+	// written with the resolvers stored so far in this run (tests use it to interrupt
+	// a round mid-way).
 	OnFlush func(stored int)
+	// DBDeadline is how long the database may stay unavailable before the round gives
+	// up (status interrupted, error wrapping store.ErrUnavailable: exit code 3); until
+	// then writes are retried and results wait in memory and in a spill file.
+	DBDeadline time.Duration
+	// BufferResolvers bounds the resolvers whose results wait in memory for the
+	// database; more go to a spill file in SpillDir.
+	BufferResolvers int
+	// SpillDir holds spill files (default var/spill of the project home,
+	// pgcluster.ProjectHome). Every round first writes the spill files it finds there.
+	SpillDir string
 	// OnResult, if set, is called (from the resolver's goroutine: concurrently) with
 	// every exchange's result before it is stored (the testbed benchmarks check the
 	// results' stamps against a packet capture).
@@ -101,7 +117,19 @@ func (c *Config) defaults() {
 	if c.Progress <= 0 {
 		c.Progress = 10 * time.Second
 	}
+	if c.DBDeadline <= 0 {
+		c.DBDeadline = DefaultDBDeadline
+	}
+	if c.BufferResolvers <= 0 {
+		c.BufferResolvers = 256
+	}
+	if c.SpillDir == "" {
+		c.SpillDir = filepath.Join(pgcluster.ProjectHome(), "var", "spill")
+	}
 }
+
+// DefaultDBDeadline is how long a round waits for an unavailable database by default.
+const DefaultDBDeadline = 10 * time.Minute
 
 // Summary is what a round did (also stored in campaigns.summary).
 type Summary struct {
@@ -122,6 +150,9 @@ type Summary struct {
 	// duration (docs/measure.md, sizing). MaxStartLagSecs is the largest delay.
 	LateStarts      int64   `json:"late_starts,omitempty"`
 	MaxStartLagSecs float64 `json:"max_start_lag_s,omitempty"`
+	// Spilled counts the resolvers whose results were left in a spill file because the
+	// database stayed unavailable past the deadline (the next round stores them).
+	Spilled int `json:"resolvers_spilled,omitempty"`
 }
 
 // batch holds the rows of some resolvers, written together.
@@ -155,14 +186,28 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		"name": cfg.Name, "timeout_ms": cfg.Timeout.Milliseconds(), "concurrency": cfg.Concurrency,
 		"rtt_samples": cfg.RTTSamples, "persistent_queries": cfg.Persistent, "features": cfg.Features,
 	})
+	policy := store.RetryPolicy{Deadline: cfg.DBDeadline}
+	// Results an earlier round could not store (its database stayed away) first.
+	if _, err := ReplaySpill(ctx, s, cfg.SpillDir, policy, log); err != nil {
+		return nil, err
+	}
 	planned := int32(len(targets))
-	cid, existed, err := s.StartCampaign(ctx, store.Campaign{VantageID: cfg.VantageID, Label: cfg.Label,
-		RoundHour: cfg.Hour, RunID: cfg.RunID, Config: confJSON, Planned: &planned})
+	var cid int64
+	var existed bool
+	err := store.Retry(ctx, policy, log, "start the round", func(ctx context.Context) (err error) {
+		cid, existed, err = s.StartCampaign(ctx, store.Campaign{VantageID: cfg.VantageID, Label: cfg.Label,
+			RoundHour: cfg.Hour, RunID: cfg.RunID, Config: confJSON, Planned: &planned})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	sum := &Summary{CampaignID: cid, Planned: len(targets), Status: map[string]map[string]int{}, Causes: map[string]int{}}
-	done, err := storedTargets(ctx, s, cid)
+	var done map[netip.Addr]bool
+	err = store.Retry(ctx, policy, log, "read what the round stored", func(ctx context.Context) (err error) {
+		done, err = storedTargets(ctx, s, cid)
+		return err
+	})
 	if err != nil {
 		return sum, err
 	}
@@ -181,6 +226,40 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	defer prober.Close()
 	r := &runner{cfg: cfg, cid: cid, prober: prober}
 
+	// Measuring stops when ctx ends or when the database stays away past the deadline
+	// (the sink gives up); what is measured by then is stored or spilled.
+	mctx, stopMeasuring := context.WithCancel(ctx)
+	defer stopMeasuring()
+	var sumMu sync.Mutex // sum's stored counters: the sink's goroutine writes them
+	stored := func(b *batch) {
+		sumMu.Lock()
+		sum.Rows += int64(len(b.meas))
+		sum.RTTSamples += int64(len(b.rtts))
+		sum.Analyses += int64(len(b.analyses))
+		sum.Features += int64(len(b.features))
+		sum.Measured += b.targets
+		for _, m := range b.meas {
+			if m.Phase != PhaseMeasured {
+				continue
+			}
+			if sum.Status[m.Protocol] == nil {
+				sum.Status[m.Protocol] = map[string]int{}
+			}
+			sum.Status[m.Protocol][m.Status]++
+		}
+		n := sum.Measured
+		sumMu.Unlock()
+		if cfg.OnFlush != nil {
+			cfg.OnFlush(n)
+		}
+	}
+	gaveUp := func(err error) {
+		stopMeasuring()
+		log.Error("round stopped: its results cannot be stored", "campaign", cid, "err", err)
+	}
+	out := newSink(ctx, s, &cfg, spillCampaign{CampaignID: cid, VantageID: cfg.VantageID, Label: cfg.Label,
+		RoundHour: cfg.Hour.UTC().Truncate(time.Hour)}, log, stored, gaveUp)
+
 	jobs := make(chan Target)
 	results := make(chan *resolverResult, cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -189,7 +268,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		go func() {
 			defer wg.Done()
 			for t := range jobs {
-				results <- r.resolver(ctx, t)
+				results <- r.resolver(mctx, t)
 			}
 		}()
 	}
@@ -209,7 +288,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 					tm := time.NewTimer(w)
 					select {
 					case <-tm.C:
-					case <-ctx.Done():
+					case <-mctx.Done():
 						tm.Stop()
 						return
 					}
@@ -217,7 +296,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 			}
 			select {
 			case jobs <- t:
-			case <-ctx.Done():
+			case <-mctx.Done():
 				return
 			}
 			if step > 0 {
@@ -233,40 +312,14 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	}()
 	go func() { wg.Wait(); close(results) }()
 
-	var (
-		pending  batch
-		writeErr error
-		measured atomic.Int64
-	)
+	var pending batch
 	flush := func() {
-		if writeErr != nil || pending.targets == 0 {
+		if pending.targets == 0 {
 			return
 		}
-		// Write even when ctx is cancelled: what was measured is kept.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := write(wctx, s, &pending); err != nil {
-			writeErr = err
-			return
-		}
-		sum.Rows += int64(len(pending.meas))
-		sum.RTTSamples += int64(len(pending.rtts))
-		sum.Analyses += int64(len(pending.analyses))
-		sum.Features += int64(len(pending.features))
-		sum.Measured += pending.targets
-		for _, m := range pending.meas {
-			if m.Phase != PhaseMeasured {
-				continue
-			}
-			if sum.Status[m.Protocol] == nil {
-				sum.Status[m.Protocol] = map[string]int{}
-			}
-			sum.Status[m.Protocol][m.Status]++
-		}
+		b := pending
+		out.put(&b)
 		pending = batch{}
-		if cfg.OnFlush != nil {
-			cfg.OnFlush(sum.Measured)
-		}
 	}
 	tick := time.NewTicker(cfg.Progress)
 	defer tick.Stop()
@@ -277,8 +330,7 @@ loop:
 			if !ok {
 				break loop
 			}
-			measured.Add(1)
-			if ctx.Err() != nil && b.interrupted {
+			if mctx.Err() != nil && b.interrupted {
 				continue // cut short by the interrupt: measure it again next time
 			}
 			for _, a := range b.batch.analyses {
@@ -290,8 +342,13 @@ loop:
 			}
 		case <-tick.C:
 			flush()
+			sumMu.Lock()
 			args := []any{"campaign", cid, "done", sum.Measured + sum.Skipped, "planned", sum.Planned,
 				"rows", sum.Rows, "elapsed", time.Since(start).Round(time.Second)}
+			sumMu.Unlock()
+			if mem, spilled := out.pending(); mem+spilled > 0 {
+				args = append(args, "buffered_resolvers", mem, "spilled_resolvers", spilled)
+			}
 			if cfg.Spread > 0 {
 				args = append(args, "late_starts", lateStarts.Load())
 			}
@@ -299,6 +356,7 @@ loop:
 		}
 	}
 	flush()
+	writeErr := out.close()
 	sum.DurationSecs = time.Since(start).Seconds()
 	sum.LateStarts, sum.MaxStartLagSecs = lateStarts.Load(), time.Duration(maxLagNS.Load()).Seconds()
 	if sum.LateStarts > 0 {
@@ -308,20 +366,21 @@ loop:
 	}
 	status := "ok"
 	switch {
+	case errors.Is(writeErr, store.ErrUnavailable):
+		status = "interrupted" // the database stayed away: resume the round once it is back
 	case writeErr != nil:
 		status = "failed"
 	case ctx.Err() != nil:
 		status = "interrupted"
 	}
-	js, _ := json.Marshal(sum)
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := s.FinishCampaign(fctx, cid, status, js); err != nil && writeErr == nil {
-		writeErr = fmt.Errorf("finish campaign: %w", err)
-	}
+	status, sum.Spilled, writeErr = out.finish(status, func(spilled int) []byte {
+		sum.Spilled = spilled
+		js, _ := json.Marshal(sum)
+		return js
+	})
 	log.Info("campaign round finished", "campaign", cid, "status", status, "measured", sum.Measured,
 		"skipped", sum.Skipped, "rows", sum.Rows, "rtt_samples", sum.RTTSamples, "analyses", sum.Analyses,
-		"duration", time.Since(start).Round(time.Millisecond))
+		"spilled", sum.Spilled, "duration", time.Since(start).Round(time.Millisecond))
 	if writeErr != nil {
 		return sum, writeErr
 	}

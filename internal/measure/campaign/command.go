@@ -32,6 +32,8 @@ type Options struct {
 	// them, in an accepted opt-out or in a reserved range outside the lab space are never
 	// contacted (blocklist.ForContact).
 	BlocklistDir string
+	// DBDeadline is --db-deadline (copied into Config.DBDeadline by Parse).
+	DBDeadline time.Duration
 }
 
 // Parse fills the Config lists from the comma-separated flags and checks them.
@@ -72,6 +74,10 @@ func (o *Options) Parse() error {
 	if o.VantageID == "" {
 		return cli.Usagef("--vantage must not be empty")
 	}
+	if o.DBDeadline < time.Second {
+		return cli.Usagef("--db-deadline must be at least 1s (how long a round waits for an unavailable database), not %v", o.DBDeadline)
+	}
+	o.Config.DBDeadline = o.DBDeadline
 	return nil
 }
 

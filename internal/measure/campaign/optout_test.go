@@ -32,7 +32,7 @@ func TestRoundNeverContactsOptedOut(t *testing.T) {
 	if err := os.WriteFile(file, []byte(line(open)+line(opted)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := campaign.Options{TargetsFile: file, Protocols: "doudp,dotcp", Modes: "fresh", KeyShares: "x25519", Variants: "GET"}
+	o := campaign.Options{TargetsFile: file, Protocols: "doudp,dotcp", Modes: "fresh", KeyShares: "x25519", Variants: "GET", DBDeadline: campaign.DefaultDBDeadline}
 	o.VantageID, o.Hour, o.RTTSamples = "vp1", hour, 1
 	if err := o.Parse(); err != nil {
 		t.Fatal(err)

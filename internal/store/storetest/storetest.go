@@ -87,3 +87,40 @@ func Open(t testing.TB) *store.Store {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// NewCluster starts a PostgreSQL server of the test's own (initdb in a temporary
+// directory, run as the unprivileged postgres account when root, Unix socket only) for
+// tests that stop and restart the server, and returns it with the URL of its doqscan
+// database. It is stopped and removed at cleanup. Restart it with Ensure.
+func NewCluster(t testing.TB) (*pgcluster.Cluster, string) {
+	t.Helper()
+	def, err := pgcluster.Default()
+	if err != nil {
+		t.Skipf("SKIP: no PostgreSQL server binaries for a cluster of the test's own: %v", err)
+	}
+	// Not t.TempDir(): its 0700 parents keep the postgres account out, and a Unix
+	// socket path must stay under 108 bytes.
+	dir, err := os.MkdirTemp("", "doqscan-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &pgcluster.Cluster{Dir: dir, BinDir: def.BinDir, OSUser: def.OSUser}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Stop(ctx); err != nil {
+			t.Errorf("stop the test's PostgreSQL cluster: %v", err)
+		}
+		os.RemoveAll(dir)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	u, _, err := c.Ensure(ctx)
+	if err != nil {
+		t.Fatalf("start a PostgreSQL cluster of the test's own: %v", err)
+	}
+	return c, u
+}

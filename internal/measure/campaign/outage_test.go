@@ -1,0 +1,408 @@
+package campaign_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/campaign"
+	"github.com/doqscan/doqscan/internal/measure/measuretest"
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/pgcluster"
+	"github.com/doqscan/doqscan/internal/store/storetest"
+)
+
+// outageFor is how long the outage test keeps PostgreSQL stopped: the duration of the
+// fault, not a synchronisation (every step waits for the event it needs).
+const outageFor = 20 * time.Second
+
+// countingHandler counts the "waiting for database" records, calls gaveUp at the
+// "round stopped" record (logged once measuring is cancelled) and passes warnings on
+// to stderr.
+type countingHandler struct {
+	slog.Handler
+	n      *atomic.Int64
+	gaveUp func()
+}
+
+func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "waiting for database") {
+		h.n.Add(1)
+	}
+	if strings.HasPrefix(r.Message, "round stopped") {
+		h.gaveUp()
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h countingHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return countingHandler{h.Handler.WithAttrs(a), h.n, h.gaveUp}
+}
+
+// countingLogger logs warnings to stderr, counts "waiting for database" lines and
+// closes the returned channel when the round gives up on its database.
+func countingLogger() (*slog.Logger, *atomic.Int64, <-chan struct{}) {
+	n := &atomic.Int64{}
+	gaveUp := make(chan struct{})
+	var once sync.Once
+	return slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}),
+		n, func() { once.Do(func() { close(gaveUp) }) }}), n, gaveUp
+}
+
+// rowKeys returns, per table, the natural keys (without the campaign) of a campaign's
+// rows, sorted; a key stored twice appears twice.
+func rowKeys(t *testing.T, s *store.Store, label string) map[string][]string {
+	t.Helper()
+	const mkey = "m.address::text, m.protocol, m.port::text, m.variant, m.mode, m.key_share, m.phase, m.seq::text"
+	out := map[string][]string{}
+	for table, q := range map[string]string{
+		"measurements":       `SELECT concat_ws('|', ` + mkey + `) FROM measurements m JOIN campaigns c USING (campaign_id) WHERE c.label = $1`,
+		"rtt_samples":        `SELECT concat_ws('|', r.address::text, r.transport, r.port::text, r.seq::text) FROM rtt_samples r JOIN campaigns c USING (campaign_id) WHERE c.label = $1`,
+		"qlogs":              `SELECT concat_ws('|', ` + mkey + `) FROM qlogs q JOIN campaigns c USING (campaign_id) JOIN measurements m ON m.qlog_id = q.qlog_id AND m.seq = 0 WHERE c.label = $1`,
+		"handshake_analyses": `SELECT concat_ws('|', ` + mkey + `) FROM handshake_analyses a JOIN measurements m USING (measurement_id) JOIN campaigns c ON c.campaign_id = m.campaign_id WHERE c.label = $1`,
+		"resolver_features":  `SELECT concat_ws('|', f.address::text, f.protocol, f.port::text, f.feature) FROM resolver_features f JOIN campaigns c USING (campaign_id) WHERE c.label = $1`,
+	} {
+		rows, err := s.Pool.Query(context.Background(), q, label)
+		if err != nil {
+			t.Fatalf("%s: %v", table, err)
+		}
+		var keys []string
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(keys)
+		out[table] = keys
+	}
+	// Every qlog must be reached by the join above (one measurement with seq 0 each).
+	var qlogs int64
+	if err := s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM qlogs q JOIN campaigns c USING (campaign_id) WHERE c.label = $1`,
+		label).Scan(&qlogs); err != nil {
+		t.Fatal(err)
+	}
+	if int(qlogs) != len(out["qlogs"]) {
+		t.Errorf("%s: %d qlogs, %d reached from their measurements", label, qlogs, len(out["qlogs"]))
+	}
+	return out
+}
+
+// sameRows compares a round's rows with the reference round's: equal keys, none twice.
+func sameRows(t *testing.T, s *store.Store, label, refLabel string) {
+	t.Helper()
+	got, want := rowKeys(t, s, label), rowKeys(t, s, refLabel)
+	for _, table := range []string{"measurements", "rtt_samples", "qlogs", "handshake_analyses", "resolver_features"} {
+		g, w := got[table], want[table]
+		dup := len(g) - len(slices.Compact(slices.Clone(g)))
+		lost := 0
+		for _, k := range w {
+			if _, ok := slices.BinarySearch(g, k); !ok {
+				lost++
+			}
+		}
+		t.Logf("%s: %s %d rows, reference %d rows; %d lost, %d duplicated", table, label, len(g), len(w), lost, dup)
+		if dup > 0 || lost > 0 || len(g) != len(w) {
+			t.Errorf("%s: %d rows (%d lost, %d duplicated), the reference round %d", table, len(g), lost, dup, len(w))
+		}
+		if len(w) == 0 && table != "resolver_features" {
+			t.Errorf("%s: the reference round stored none", table)
+		}
+	}
+}
+
+// outageTargets starts servers for n resolvers and returns them with their addresses.
+func outageTargets(t *testing.T, first byte, n int) ([]campaign.Target, []netip.Addr) {
+	var hosts []string
+	for i := 0; i < n; i++ {
+		hosts = append(hosts, fmt.Sprintf("127.0.3.%d", int(first)+i))
+	}
+	targets := targetsFor(t, hosts, measuretest.Config{})
+	var addrs []netip.Addr
+	for _, tg := range targets {
+		addrs = append(addrs, tg.Addr)
+	}
+	return targets, addrs
+}
+
+// outageWorld gives an outage test its project home (DOQSCAN_HOME: the spill files go
+// to its var/spill), a PostgreSQL cluster of its own with a store on it, n resolvers
+// from 127.0.3.first, and their uninterrupted round, labelled "reference".
+func outageWorld(t *testing.T, first byte, n int) (string, *pgcluster.Cluster, *store.Store, []campaign.Target, []netip.Addr) {
+	home := t.TempDir()
+	t.Setenv("DOQSCAN_HOME", home)
+	cluster, url := storetest.NewCluster(t)
+	ctx := context.Background()
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	targets, addrs := outageTargets(t, first, n)
+	if _, err := campaign.Run(ctx, s, outageConfig("reference"), targets, logger()); err != nil {
+		t.Fatal(err)
+	}
+	return home, cluster, s, targets, addrs
+}
+
+func outageConfig(label string) campaign.Config {
+	return campaign.Config{VantageID: "test", Label: label, Hour: hour, Timeout: 2 * time.Second, Concurrency: 1,
+		BatchSize: 1, RTTSamples: 2, RTTTimeout: 300 * time.Millisecond}
+}
+
+// TestDatabaseOutageMidRoundLosesNothing stops the test's own PostgreSQL for 20 s in the
+// middle of a round (two resolvers stored, eight measured during the outage: three wait
+// in memory, the rest in a spill file; two after it) and compares the stored rows with
+// an uninterrupted round of the same targets: every table's keys equal, none lost,
+// none twice, the round ends ok. One worker
+// measures the resolvers in order; the OnResult hook holds the third resolver until
+// the server is down and the eleventh until it is back, so the phases do not depend
+// on timing.
+func TestDatabaseOutageMidRoundLosesNothing(t *testing.T) {
+	home, cluster, s, targets, addrs := outageWorld(t, 10, 12)
+	ctx := context.Background()
+
+	var (
+		storedTwo  = make(chan struct{})
+		atThird    = make(chan struct{})
+		dbDown     = make(chan struct{})
+		atEleventh = make(chan struct{})
+		dbUp       = make(chan struct{})
+		once       [3]sync.Once
+	)
+	cfg := outageConfig("outage")
+	cfg.BufferResolvers = 3 // the rest of the outage's results go to a spill file
+	cfg.OnFlush = func(stored int) {
+		if stored >= 2 {
+			once[0].Do(func() { close(storedTwo) })
+		}
+	}
+	cfg.OnResult = func(tg campaign.Target, _ campaign.Endpoint, _ string, _ *measure.Result) {
+		switch tg.Addr {
+		case addrs[2]:
+			once[1].Do(func() { close(atThird) })
+			<-dbDown
+		case addrs[10]:
+			once[2].Do(func() { close(atEleventh) })
+			<-dbUp
+		}
+	}
+	log, waits, _ := countingLogger()
+	type result struct {
+		sum *campaign.Summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := campaign.Run(ctx, s, cfg, targets, log)
+		done <- result{sum, err}
+	}()
+	// await waits for ch, at most limit (a hang is a failure, not a wait forever).
+	await := func(what string, ch <-chan struct{}, limit time.Duration) {
+		t.Helper()
+		select {
+		case <-ch:
+		case r := <-done:
+			t.Fatalf("round ended (%v) while waiting for %s", r.err, what)
+		case <-time.After(limit):
+			t.Fatalf("no %s within %v", what, limit)
+		}
+	}
+	await("two resolvers stored", storedTwo, 2*time.Minute)
+	await("the third resolver", atThird, 2*time.Minute)
+	if err := cluster.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	close(dbDown)
+	await("the eleventh resolver (eight measured during the outage)", atEleventh, 2*time.Minute)
+	// One result waits in the channel at most: seven of the outage's resolvers were
+	// handed to the writer, more than the memory holds.
+	if files, _ := filepath.Glob(filepath.Join(home, "var", "spill", "*")); len(files) != 1 {
+		t.Errorf("spill files during the outage: %v, want one", files)
+	}
+	// The outage lasts outageFor: the fault's duration, not a synchronisation.
+	<-time.After(time.Until(stopped.Add(outageFor)))
+	if waits.Load() < 3 {
+		t.Errorf("%d 'waiting for database' lines during a %v outage, want a warning per failed write (>= 3)", waits.Load(), outageFor)
+	}
+	if _, _, err := cluster.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("PostgreSQL stopped for %v; %d 'waiting for database' lines", time.Since(stopped).Round(time.Millisecond), waits.Load())
+	close(dbUp)
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the round did not end within 5 minutes of the database's return")
+	}
+	if r.err != nil {
+		t.Errorf("round after an outage shorter than the deadline: %v", r.err)
+	}
+	if r.sum == nil || r.sum.Measured != len(targets) {
+		t.Errorf("stored %+v, want all %d resolvers", r.sum, len(targets))
+	}
+	var status string
+	if err := s.Pool.QueryRow(ctx, `SELECT status FROM campaigns WHERE label = 'outage'`).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status != "ok" {
+		t.Errorf("campaign status %q, want ok", status)
+	}
+	sameRows(t, s, "outage", "reference")
+	if left, _ := filepath.Glob(filepath.Join(home, "var", "spill", "*")); len(left) != 0 {
+		t.Errorf("spill files left after the database came back: %v", left)
+	}
+}
+
+// TestDatabaseAwayPastDeadline: PostgreSQL stops after two resolvers are stored and
+// stays away past --db-deadline: the round stops measuring, ends with an error that
+// maps to exit code 3, and leaves what it measured in a spill file with its status
+// (interrupted); the resolver in flight at the deadline is dropped (measured again on
+// resume) and no further resolver starts. With the database back, the next round's
+// start writes the spill file (status interrupted recorded, file gone), and resuming
+// the round stores exactly what an uninterrupted round stores.
+func TestDatabaseAwayPastDeadline(t *testing.T) {
+	home, cluster, s, targets, addrs := outageWorld(t, 40, 8)
+	spill := filepath.Join(home, "var", "spill")
+	ctx := context.Background()
+
+	storedTwo, atThird, dbDown := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	log, waits, gaveUp := countingLogger()
+	var once [2]sync.Once
+	cfg := outageConfig("away")
+	cfg.DBDeadline = 3 * time.Second
+	cfg.BufferResolvers = 1
+	cfg.OnFlush = func(stored int) {
+		if stored >= 2 {
+			once[0].Do(func() { close(storedTwo) })
+		}
+	}
+	cfg.OnResult = func(tg campaign.Target, _ campaign.Endpoint, _ string, _ *measure.Result) {
+		switch tg.Addr {
+		case addrs[2]:
+			once[1].Do(func() { close(atThird) })
+			<-dbDown
+		case addrs[5]:
+			<-gaveUp // the sixth resolver is still being measured at the deadline
+		}
+	}
+	var sum *campaign.Summary
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		sum, err = campaign.Run(ctx, s, cfg, targets, log)
+		done <- err
+	}()
+	for _, ev := range []chan struct{}{storedTwo, atThird} {
+		select {
+		case <-ev:
+		case err := <-done:
+			t.Fatalf("round ended early: %v", err)
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the round did not reach its third resolver within 2 minutes")
+		}
+	}
+	if err := cluster.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(dbDown)
+	var runErr error
+	select {
+	case runErr = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the round did not give up within 2 minutes of a 3 s deadline")
+	}
+	if !errors.Is(runErr, store.ErrUnavailable) || cli.ExitCode(runErr) != cli.ExitDatabase {
+		t.Fatalf("round error %v (exit %d), want store.ErrUnavailable (exit %d)", runErr, cli.ExitCode(runErr), cli.ExitDatabase)
+	}
+	if waits.Load() == 0 {
+		t.Errorf("no 'waiting for database' line before giving up")
+	}
+	files, _ := filepath.Glob(filepath.Join(spill, "*"))
+	if len(files) == 0 || sum.Spilled == 0 {
+		t.Fatalf("no spill file (%v) or no spilled resolvers (%d) after giving up", files, sum.Spilled)
+	}
+	// Resolvers 1-5 measured (stored or spilled); the sixth was cut short by the
+	// deadline (measured again when the round is resumed), the last two never started.
+	if sum.Measured+sum.Spilled != 5 {
+		t.Errorf("%d stored + %d spilled, want the 5 resolvers measured before the deadline", sum.Measured, sum.Spilled)
+	}
+	t.Logf("gave up: %d resolvers stored, %d spilled to %v", sum.Measured, sum.Spilled, files)
+
+	if _, _, err := cluster.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	countStored := func() (n int) {
+		if err := s.Pool.QueryRow(ctx, `SELECT count(DISTINCT address) FROM measurements m JOIN campaigns c USING (campaign_id)
+			WHERE c.label = 'away'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := countStored()
+	// The next run's start: what the spill file holds is written, the file is removed.
+	n, err := campaign.ReplaySpill(ctx, s, spill, store.RetryPolicy{Deadline: time.Minute}, logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != sum.Spilled || countStored() != before+sum.Spilled {
+		t.Errorf("replay wrote %d resolvers (%d -> %d stored), %d were spilled", n, before, countStored(), sum.Spilled)
+	}
+	var status, summary string
+	if err := s.Pool.QueryRow(ctx, `SELECT status, summary::text FROM campaigns WHERE label = 'away'`).Scan(&status, &summary); err != nil {
+		t.Fatal(err)
+	}
+	if status != "interrupted" || !strings.Contains(summary, `"resolvers_spilled"`) {
+		t.Errorf("campaign status %q, summary %s: want interrupted with resolvers_spilled", status, summary)
+	}
+	if left, _ := filepath.Glob(filepath.Join(spill, "*")); len(left) != 0 {
+		t.Errorf("spill files left after the replay: %v", left)
+	}
+	// A second replay finds nothing; resuming the round measures the rest.
+	if n, err := campaign.ReplaySpill(ctx, s, spill, store.RetryPolicy{Deadline: time.Minute}, logger()); n != 0 || err != nil {
+		t.Errorf("second replay: %d, %v", n, err)
+	}
+	rest, err := campaign.Run(ctx, s, outageConfig("away"), targets, logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest.Skipped != before+sum.Spilled || rest.Skipped+rest.Measured != len(targets) {
+		t.Errorf("resumed round skipped %d and measured %d of %d", rest.Skipped, rest.Measured, len(targets))
+	}
+	sameRows(t, s, "away", "reference")
+}
+
+// TestDBDeadlineFlag: --db-deadline must be at least a second.
+func TestDBDeadlineFlag(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second, time.Millisecond} {
+		o := campaign.Options{Config: campaign.Config{VantageID: "v"}, DBDeadline: d}
+		if err := o.Parse(); cli.ExitCode(err) != cli.ExitUsage {
+			t.Errorf("--db-deadline %v: %v, want a usage error", d, err)
+		}
+	}
+	o := campaign.Options{Config: campaign.Config{VantageID: "v"}, DBDeadline: time.Minute}
+	if err := o.Parse(); err != nil {
+		t.Errorf("--db-deadline 1m: %v", err)
+	}
+}
