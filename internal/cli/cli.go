@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/doqscan/doqscan"
+	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/pgcluster"
 )
@@ -58,6 +59,8 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &ee):
 		return ee.Code
+	case errors.As(err, new(*labnet.RefusedError)):
+		return ExitEnvironment // lab addresses need the testbed
 	case errors.Is(err, store.ErrSchemaNewer):
 		return ExitSchema
 	case errors.Is(err, store.ErrUnavailable):
