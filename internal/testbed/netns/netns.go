@@ -435,7 +435,21 @@ func (r Runner) PIDs(ctx context.Context, ns string) ([]int, error) {
 	return pids, nil
 }
 
-// Exec returns a command running argv inside namespace ns.
+// Exec returns a command running argv inside namespace ns; it is killed (SIGKILL) when
+// ctx ends.
 func Exec(ctx context.Context, ns string, argv ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...)
+	return exec.CommandContext(ctx, "ip", execArgs(ns, argv)...)
+}
+
+// Command returns a command running argv inside namespace ns, bound to no context: the
+// caller decides how it ends (testnet exec runs it with cli.RunChild, which forwards
+// signals and waits).
+func Command(ns string, argv ...string) *exec.Cmd {
+	return exec.Command("ip", execArgs(ns, argv)...)
+}
+
+// execArgs is `ip netns exec ns argv...`: ip switches namespaces and then execs argv
+// (no fork), so the command is ip's own process.
+func execArgs(ns string, argv []string) []string {
+	return append([]string{"netns", "exec", ns}, argv...)
 }
