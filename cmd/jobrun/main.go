@@ -4,20 +4,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/jobs"
 )
-
-// ExitLocked (sysexits EX_TEMPFAIL) says the job was skipped because another run of it
-// holds the lock; units treat it as success (SuccessExitStatus=75).
-const ExitLocked = 75
 
 var cmd = cli.Command{
 	Name:    "jobrun",
@@ -28,7 +21,12 @@ var cmd = cli.Command{
 		"jobrun --job measure --vantage vp1 -- bin/measure --vantage vp1",
 	},
 	Notes: `The command gets DOQSCAN_JOB and DOQSCAN_RUN_KEY (ISO week or hour) in its environment.
-Exit codes: the command's own, or 75 when another run of the job holds the lock.`,
+SIGINT, SIGTERM and SIGHUP are forwarded to the command and waited for; if jobrun is
+killed, the command gets SIGTERM. The lock lives on a database connection of its own;
+if that connection drops, the command is stopped with SIGTERM and the run recorded as
+failed (another run could take the lock: two runs must not overlap).
+Exit codes: the command's own, 75 when another run of the job holds the lock, 3 when the
+lock's connection dropped.`,
 }
 
 func main() {
@@ -37,7 +35,7 @@ func main() {
 	job := fs.String("job", "", "job name: scan, verify, measure, report or blocklist")
 	vantage := fs.String("vantage", envOr("DOQSCAN_VANTAGE", "vp1"), "vantage point id (one lock per job and vantage point)")
 	nowFlag := fs.String("now", os.Getenv("DOQSCAN_NOW"), "run as if the time were this (RFC 3339; tests with a compressed clock; env DOQSCAN_NOW)")
-	var exitCode int
+	fs.DurationVar(&jobs.LockCheck, "lock-check", jobs.LockCheck, "ping the lock's database connection this often while the command runs")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if _, ok := jobs.Cadence[*job]; !ok {
 			return cli.Usagef("--job must be one of scan, verify, measure, report, blocklist")
@@ -58,26 +56,7 @@ func main() {
 			return err
 		}
 		defer s.Close()
-		err = jobs.Run(ctx, s, log, *job, *vantage, now, func(ctx context.Context, key string) error {
-			c := exec.CommandContext(ctx, args[0], args[1:]...)
-			c.Stdin, c.Stdout, c.Stderr = nil, os.Stdout, os.Stderr
-			c.Env = append(os.Environ(), "DOQSCAN_JOB="+*job, "DOQSCAN_RUN_KEY="+key)
-			err := c.Run()
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				exitCode = ee.ExitCode()
-				return fmt.Errorf("%s exited with %d", args[0], exitCode)
-			}
-			return err
-		})
-		if errors.Is(err, jobs.ErrLocked) {
-			exitCode = ExitLocked
-			return &cli.ExitError{Code: ExitLocked, Err: err}
-		}
-		if err != nil && exitCode != 0 {
-			return &cli.ExitError{Code: exitCode, Err: err}
-		}
-		return err
+		return jobs.RunCommand(ctx, s, log, *job, *vantage, now, args)
 	})
 }
 

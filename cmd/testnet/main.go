@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/testbed"
@@ -33,7 +32,11 @@ var cmd = cli.Command{
 198.18.0.0/15. State, pid files and logs: <project>/var/testnet/<name>/. Needs root.
 DOQSCAN_TESTNET sets the default instance name. See docs/testbed.md.
 
-"testnet delayline --table FILE" runs the delay line itself (up starts it in the router).`,
+"testnet delayline --table FILE" runs the delay line itself (up starts it in the router).
+
+exec: SIGINT, SIGTERM and SIGHUP are forwarded to the command, testnet waits for it and
+exits with its exit code (130 when a doqscan tool was interrupted); if testnet itself is
+killed, the command gets SIGTERM.`,
 }
 
 func main() {
@@ -99,15 +102,10 @@ func main() {
 				name = netns.DefaultInstance
 			}
 			in := netns.Instance{Name: name, Vantages: vantage + 1}
-			c := netns.Exec(ctx, in.Vantage(vantage), argv...)
+			c := netns.Command(in.Vantage(vantage), argv...)
 			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 			c.Env = append(os.Environ(), netns.EnvInstance+"="+name)
-			err := c.Run()
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				return &cli.ExitError{Code: ee.ExitCode(), Err: fmt.Errorf("%s exited with %d", argv[0], ee.ExitCode())}
-			}
-			return err
+			return cli.RunChild(ctx, c) // signals forwarded; exits with the command's code
 		}
 		return cli.Usagef("unknown subcommand %q (up, down, status, exec)", args[0])
 	})

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/doqscan/doqscan"
+	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/pgcluster"
 )
@@ -53,11 +54,16 @@ func Environmentf(format string, a ...any) error {
 // ExitCode maps an error to the exit code it means.
 func ExitCode(err error) int {
 	var ee *ExitError
+	var ce *ChildExitError
 	switch {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &ee):
 		return ee.Code
+	case errors.As(err, &ce):
+		return ce.Code // a wrapper exits as its child did
+	case errors.As(err, new(*labnet.RefusedError)):
+		return ExitEnvironment // lab addresses need the testbed
 	case errors.Is(err, store.ErrSchemaNewer):
 		return ExitSchema
 	case errors.Is(err, store.ErrUnavailable):
@@ -172,11 +178,22 @@ func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer,
 		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
 		return ExitCode(err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(&Interrupted{Signal: s})
+		case <-ctx.Done():
+		}
+	}()
 	err = run(ctx, log, fs.Args())
 	if err != nil {
-		if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+		var ce *ChildExitError
+		if ctx.Err() != nil && !errors.Is(err, context.Canceled) && !errors.As(err, &ce) {
 			err = fmt.Errorf("%w (%v)", context.Canceled, err)
 		}
 		fmt.Fprintf(stderr, "%s: error: %v\n", fs.Name(), err)

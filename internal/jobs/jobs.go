@@ -14,6 +14,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -51,10 +54,27 @@ func lockID(job, vantage string) int64 {
 	return int64(h.Sum64())
 }
 
+// ErrLockLost says the connection holding the job's lock dropped while the job ran:
+// PostgreSQL released the lock with the session, so another run could start.
+var ErrLockLost = errors.New("the database connection holding the job lock was lost")
+
+// LockCheck is how often the lock's connection is pinged while a job runs (a dropped
+// TCP connection may say nothing until written to). A terminated backend or a closed
+// connection is noticed at once.
+var LockCheck = 10 * time.Second
+
 // Run runs fn as the run of job for the period containing now, from vantage. If another
 // run of the job holds the lock, it records 'skipped-locked' and returns ErrLocked. Before
 // running, it records every period since the job's last run that has no row as 'missed'
 // (at most maxMissed of them) and logs it.
+//
+// The lock is a session-level advisory lock on a connection of its own (not one of the
+// pool's, which the pool may close or hand out), watched while fn runs. If that
+// connection drops, the lock is gone: fn's context is cancelled with cause ErrLockLost
+// (RunCommand stops the command with SIGTERM), the run is recorded 'failed' with the
+// reason, and Run returns an error wrapping ErrLockLost. Stopping is the safe choice:
+// with the lock released, a second run may start, and two runs of one job must not
+// overlap.
 func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage string, now time.Time,
 	fn func(ctx context.Context, key string) error) error {
 	key, err := Key(job, now)
@@ -64,11 +84,11 @@ func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage str
 	if err := s.EnsureVantage(ctx, store.Vantage{ID: vantage}); err != nil {
 		return err
 	}
-	conn, err := s.Pool.Acquire(ctx)
+	conn, err := pgx.ConnectConfig(ctx, s.Pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+		return fmt.Errorf("%w: job lock connection: %v", store.ErrUnavailable, err)
 	}
-	defer conn.Release()
+	defer conn.Close(context.WithoutCancel(ctx))
 	var got bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockID(job, vantage)).Scan(&got); err != nil {
 		return fmt.Errorf("job lock: %w", err)
@@ -84,6 +104,8 @@ func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage str
 		}
 		return ErrLocked
 	}
+	// Closing the connection (deferred above) releases the lock too; unlock first so a
+	// waiting run sees it free at once.
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockID(job, vantage)) //nolint:errcheck
 
 	if err := recordMissed(ctx, s, log, job, vantage, now); err != nil {
@@ -96,7 +118,28 @@ func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage str
 		return err
 	}
 	log.Info("job started", "job", job, "key", key, "vantage", vantage)
-	runErr := fn(ctx, key)
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watched := make(chan error, 1)
+	go func() { watched <- watchLock(runCtx, conn, LockCheck) }()
+	fnDone := make(chan error, 1)
+	go func() { fnDone <- fn(runCtx, key) }()
+	var runErr, lost error
+	select {
+	case runErr = <-fnDone:
+		cancel(nil)
+		<-watched // fn is done: a loss noticed now changes nothing
+	case lost = <-watched: // nil: ctx ended (interrupted) and fn is stopping
+		if lost != nil {
+			log.Error("job lock lost: the database connection holding it dropped; stopping the command",
+				"job", job, "key", key, "vantage", vantage, "err", lost)
+			cancel(ErrLockLost)
+		}
+		runErr = <-fnDone
+	}
+	if lost != nil {
+		runErr = fmt.Errorf("%w (%v); the command was stopped: %w", ErrLockLost, lost, orDone(runErr))
+	}
 	status, detail := "ok", ""
 	if runErr != nil {
 		status, detail = "failed", runErr.Error()
@@ -107,6 +150,43 @@ func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage str
 	}
 	log.Info("job finished", "job", job, "key", key, "vantage", vantage, "status", status)
 	return runErr
+}
+
+func orDone(err error) error {
+	if err == nil {
+		return errors.New("it ended without error")
+	}
+	return err
+}
+
+// watchLock waits on the lock's connection until ctx ends (nil) or the connection fails
+// (its error). Waiting for a notification reads the socket, so a terminated backend or a
+// closed connection ends the wait at once; every interval without news, a ping checks
+// that a silent connection is still there.
+func watchLock(ctx context.Context, conn *pgx.Conn, interval time.Duration) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, interval)
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil || !pgconn.Timeout(err) {
+			if err == nil {
+				continue // a notification: nobody sends any, but it is harmless
+			}
+			return err
+		}
+		pctx, cancel := context.WithTimeout(ctx, interval)
+		err = conn.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // maxMissed bounds how many missed periods one run records (a scanner down for a month

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,5 +144,47 @@ func TestMissedWeeksUnderCompressedClock(t *testing.T) {
 	}
 	if len(keys) != 2 || keys[0] != "2026-W53" || keys[1] != "2027-W01" {
 		t.Errorf("missed %v, want [2026-W53 2027-W01]", keys)
+	}
+}
+
+// TestLockLossCancelsTheRun: terminating the backend that holds the lock cancels fn's
+// context with ErrLockLost at once (no ping interval involved), and the run is recorded
+// as failed with the reason; the lock is then free for the next run.
+func TestLockLossCancelsTheRun(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	defer func(d time.Duration) { LockCheck = d }(LockCheck)
+	LockCheck = time.Hour
+	inside := make(chan struct{})
+	cause := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, s, quiet, "measure", "vp1", now, func(ctx context.Context, _ string) error {
+			close(inside)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return ctx.Err()
+		})
+	}()
+	<-inside
+	var n int
+	if err := s.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory'
+		AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("terminated %d lock holders (%v), want 1", n, err)
+	}
+	if c := <-cause; !errors.Is(c, ErrLockLost) {
+		t.Errorf("fn's context ended with %v, want ErrLockLost", c)
+	}
+	if err := <-done; !errors.Is(err, ErrLockLost) {
+		t.Errorf("Run: %v, want ErrLockLost", err)
+	}
+	var status, detail string
+	s.Pool.QueryRow(ctx, `SELECT status, detail FROM job_runs WHERE job='measure' AND vantage_id='vp1'`).Scan(&status, &detail)
+	if status != "failed" || !strings.Contains(detail, ErrLockLost.Error()) {
+		t.Errorf("job_runs: %s %q", status, detail)
+	}
+	if err := Run(ctx, s, quiet, "measure", "vp1", now.Add(time.Hour), func(context.Context, string) error { return nil }); err != nil {
+		t.Errorf("the next run: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/blocklist"
+	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -43,6 +44,7 @@ type ScanConfig struct {
 	Testbed      *netip.Prefix
 	InternetWide bool
 	BlocklistDir string  // blocklist/ (its *.conf files)
+	Safety       *Safety // built by PrepareSafety from the fields above; nil: Scan builds it
 	OutDir       string  // var/scans
 	Zmap         ZmapRun // template: binary, rate, bandwidth, interface, gateway, cooldown...
 	FlushEvery   time.Duration
@@ -151,9 +153,10 @@ func (c *ScanConfig) defaults() {
 	}
 }
 
-// PrepareSafety builds the blocklist (reserved + dir + database opt-outs) and checks
-// the targets for c.
-func PrepareSafety(ctx context.Context, s *store.Store, targets []netip.Prefix, testbed *netip.Prefix, internetWide bool, dir string) (*Safety, error) {
+// PrepareSafety builds the blocklist (reserved + dir + database opt-outs), checks the
+// targets, and refuses lab targets unless this process runs inside the testbed
+// (Safety.CheckLab with g; nil: a guard of its own).
+func PrepareSafety(ctx context.Context, s *store.Store, targets []netip.Prefix, testbed *netip.Prefix, internetWide bool, dir string, g *labnet.Guard) (*Safety, error) {
 	var dirEntries []blocklist.Entry
 	if dir != "" {
 		var err error
@@ -168,7 +171,17 @@ func PrepareSafety(ctx context.Context, s *store.Store, targets []netip.Prefix, 
 			return nil, err
 		}
 	}
-	return BuildSafety(targets, testbed, internetWide, dirEntries, opt)
+	safety, err := BuildSafety(targets, testbed, internetWide, dirEntries, opt)
+	if err != nil {
+		return nil, err
+	}
+	if g == nil {
+		g = labnet.NewGuard()
+	}
+	if err := safety.CheckLab(g); err != nil {
+		return nil, err
+	}
+	return safety, nil
 }
 
 // Scan runs zmap once per port, streams every reply through the classifier into the
@@ -176,9 +189,12 @@ func PrepareSafety(ctx context.Context, s *store.Store, targets []netip.Prefix, 
 func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 	c.defaults()
 	log := c.Log
-	safety, err := PrepareSafety(ctx, c.Store, c.Targets, c.Testbed, c.InternetWide, c.BlocklistDir)
-	if err != nil {
-		return nil, err
+	safety := c.Safety
+	if safety == nil {
+		var err error
+		if safety, err = PrepareSafety(ctx, c.Store, c.Targets, c.Testbed, c.InternetWide, c.BlocklistDir, nil); err != nil {
+			return nil, err
+		}
 	}
 	pl, err := newPlan(c.QUIC, c.DNS, c.QUICPorts, c.DNSPorts)
 	if err != nil {

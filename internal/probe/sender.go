@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -77,11 +78,15 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 	}
 	var allowed []netip.Addr
 	blocked := 0
+	guard := labnet.NewGuard()
 	for _, a := range c.Hitlist {
 		a = a.Unmap()
 		ok, why := c.Safety.Allowed(a)
 		switch {
 		case ok:
+			if err := guard.Check(a); err != nil {
+				return nil, err
+			}
 			allowed = append(allowed, a)
 		case why == "outside the allowlist":
 			return nil, fmt.Errorf("%w: %s", ErrOutsideAllowlist, a)

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/doqscan/doqscan/blocklist"
+	"github.com/doqscan/doqscan/internal/labnet"
 )
 
 // Safety is the target policy every sender obeys: targets come from explicit prefixes
@@ -92,6 +93,32 @@ func (s *Safety) Allowed(a netip.Addr) (ok bool, why string) {
 		return false, fmt.Sprintf("blocklisted (%s %s %s)", w[0].Source, w[0].Prefix, w[0].Note)
 	}
 	return true, ""
+}
+
+// CheckLab applies the lab guard to the targets: every target prefix that reaches into
+// a lab prefix (labnet.Prefixes) and is not blocklisted there is checked by its first
+// address in that lab prefix (the guard decides once per lab prefix). Internet-wide
+// runs reach no lab prefix: the reserved list excludes it, and --testbed, the only
+// carve-out, does not combine with --internet-wide.
+func (s *Safety) CheckLab(g *labnet.Guard) error {
+	for _, t := range s.Targets {
+		for _, l := range labnet.Prefixes {
+			if !t.Overlaps(l) {
+				continue
+			}
+			rep := l.Addr()
+			if l.Contains(t.Addr()) {
+				rep = t.Addr()
+			}
+			if ok, _ := s.Allowed(rep); !ok {
+				continue
+			}
+			if err := g.Check(rep); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // WriteAllowlist writes the IPv4 targets in zmap's -w format.

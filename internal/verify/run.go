@@ -19,6 +19,7 @@ import (
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/certs"
 	"github.com/doqscan/doqscan/internal/geo"
+	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -146,6 +147,13 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 	}
 	if targets, sum.Excluded, err = excludeBlocked(ctx, s, cfg.BlocklistDir, targets, log); err != nil {
 		return nil, err
+	}
+	// Lab addresses only from inside the testbed, checked before the run row exists.
+	guard := labnet.NewGuard()
+	for _, t := range targets {
+		if err := guard.Check(t.Addr.Addr()); err != nil {
+			return nil, err
+		}
 	}
 
 	// Geo databases and the run row.

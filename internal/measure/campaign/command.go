@@ -10,6 +10,7 @@ import (
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/store"
 )
@@ -96,12 +97,13 @@ func Command(ctx context.Context, s *store.Store, o Options, log *slog.Logger) e
 	if err := s.EnsureVantage(ctx, store.Vantage{ID: o.VantageID}); err != nil {
 		return err
 	}
+	guard := labnet.NewGuard() // one verdict per lab prefix for the whole run
 	if o.Every == 0 {
 		hour := o.Hour
 		if hour.IsZero() {
 			hour = time.Now().UTC().Truncate(time.Hour)
 		}
-		_, err := round(ctx, s, o, hour, o.Spread, log)
+		_, err := round(ctx, s, o, hour, o.Spread, guard, log)
 		return err
 	}
 	for {
@@ -113,9 +115,12 @@ func Command(ctx context.Context, s *store.Store, o Options, log *slog.Logger) e
 		if spread < 0 {
 			spread = 0
 		}
-		if _, err := round(ctx, s, o, slot, spread, log); err != nil {
+		if _, err := round(ctx, s, o, slot, spread, guard, log); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if _, refused := errors.AsType[*labnet.RefusedError](err); refused {
+				return err // no later round can do better from here
 			}
 			log.Error("round failed", "hour", slot.Format(time.RFC3339), "err", err)
 		}
@@ -136,7 +141,7 @@ func Command(ctx context.Context, s *store.Store, o Options, log *slog.Logger) e
 	}
 }
 
-func round(ctx context.Context, s *store.Store, o Options, hour time.Time, spread time.Duration, log *slog.Logger) (*Summary, error) {
+func round(ctx context.Context, s *store.Store, o Options, hour time.Time, spread time.Duration, guard *labnet.Guard, log *slog.Logger) (*Summary, error) {
 	cfg := o.Config
 	cfg.Hour, cfg.Spread = hour, spread
 	var targets []Target
@@ -165,6 +170,12 @@ func round(ctx context.Context, s *store.Store, o Options, hour time.Time, sprea
 	}
 	if targets, err = excludeBlocked(ctx, s, o.BlocklistDir, targets, log); err != nil {
 		return nil, err
+	}
+	// Lab addresses only from inside the testbed, checked before anything is written.
+	for _, t := range targets {
+		if err := guard.Check(t.Addr); err != nil {
+			return nil, err
+		}
 	}
 	if len(targets) == 0 {
 		return nil, cli.Environmentf("no targets to measure")

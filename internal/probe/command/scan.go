@@ -92,6 +92,12 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 		return err
 	}
 	defer s.Close()
+	// Before anything is sent (the route discovery below pokes the next hop): lab
+	// targets only from inside the testbed.
+	safety, err := probe.PrepareSafety(ctx, s, targets, tb, tf.internetWide, tf.blocklistDir, nil)
+	if err != nil {
+		return classify(err)
+	}
 	z := probe.ZmapRun{Binary: zmapBin, Rate: rate, Bandwidth: bandwidth, Interface: iface, GatewayMAC: gw, SourceIP: src,
 		Cooldown: cooldown, ProbesPerHost: probesPer, SenderThreads: threads}
 	if z.Interface == "" || z.GatewayMAC == "" {
@@ -118,7 +124,7 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, Log: log, VantageID: vantage, Label: label, Week: week,
 		Shard: shard, Shards: shards, Seed: seed, QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Targets: targets,
-		Testbed: tb, InternetWide: tf.internetWide, BlocklistDir: tf.blocklistDir, OutDir: out, Zmap: z,
+		Testbed: tb, InternetWide: tf.internetWide, BlocklistDir: tf.blocklistDir, Safety: safety, OutDir: out, Zmap: z,
 		FlushEvery: time.Second})
 	if sum != nil {
 		printSummary(sum, asJSON)
@@ -129,6 +135,9 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 func classify(err error) error {
 	if err == nil {
 		return nil
+	}
+	if cli.ExitCode(err) != cli.ExitFailure {
+		return err // already classified by its type
 	}
 	switch {
 	case strings.Contains(err.Error(), "refusing"), strings.Contains(err.Error(), "outside"):

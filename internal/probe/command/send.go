@@ -55,7 +55,7 @@ func runSend(ctx context.Context, log *slog.Logger, args []string) error {
 		return err
 	}
 	defer s.Close()
-	safety, err := probe.PrepareSafety(ctx, s, targets, tb, tf.internetWide, tf.blocklistDir)
+	safety, err := probe.PrepareSafety(ctx, s, targets, tb, tf.internetWide, tf.blocklistDir, nil)
 	if err != nil {
 		return classify(err)
 	}

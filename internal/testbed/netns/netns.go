@@ -8,7 +8,9 @@
 // default route, and no interface of these namespaces connects to the host: nothing routes
 // outside. In the router, packets arriving on any veth are steered (ip rule iif ... lookup
 // 100) into tun0, where the user-space delay line holds them and writes them back; the
-// main table then forwards them. Setup is idempotent; Down removes everything.
+// main table then forwards them. Every link carries the alias "doqscan-testbed:<inst>"
+// (labnet.Alias), the mark the tools' lab guard looks for. Setup is idempotent; Down
+// removes everything.
 package netns
 
 import (
@@ -21,6 +23,8 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+
+	"github.com/doqscan/doqscan/internal/labnet"
 )
 
 // Addressing plan (docs/testbed.md).
@@ -245,11 +249,11 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 	}
 	// Links are created inside the namespaces: no interface ever appears on the host.
 	for i := 0; i < in.Vantages; i++ {
-		if err := r.veth(ctx, R, in.RouterIf(i), GatewayMAC(i), in.Vantage(i), in.VantageIf(i), VantageMAC(i)); err != nil {
+		if err := r.veth(ctx, labnet.Alias(in.Name), R, in.RouterIf(i), GatewayMAC(i), in.Vantage(i), in.VantageIf(i), VantageMAC(i)); err != nil {
 			return err
 		}
 	}
-	if err := r.veth(ctx, R, in.RouterInetIf(), "02:d9:00:00:ff:00", I, in.InetIf(), "02:d9:00:00:ff:01"); err != nil {
+	if err := r.veth(ctx, labnet.Alias(in.Name), R, in.RouterInetIf(), "02:d9:00:00:ff:00", I, in.InetIf(), "02:d9:00:00:ff:01"); err != nil {
 		return err
 	}
 	steps := [][]string{}
@@ -277,7 +281,7 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 	return r.VerifyNoRouteOut(ctx, in)
 }
 
-func (r Runner) veth(ctx context.Context, nsA, a, macA, nsB, b, macB string) error {
+func (r Runner) veth(ctx context.Context, alias, nsA, a, macA, nsB, b, macB string) error {
 	if !r.linkExists(ctx, nsA, a) {
 		// A half-built pair (peer moved away or deleted) cannot exist: veths die in pairs.
 		if _, err := r.ip(ctx, "-n", nsA, "link", "add", a, "mtu", MTU, "address", macA, "type", "veth",
@@ -285,10 +289,12 @@ func (r Runner) veth(ctx context.Context, nsA, a, macA, nsB, b, macB string) err
 			return err
 		}
 	}
-	if _, err := r.ip(ctx, "-n", nsA, "link", "set", a, "up"); err != nil {
+	// The alias marks the link as the testbed's: the lab guard (package labnet) lets a
+	// tool contact lab addresses only over marked links.
+	if _, err := r.ip(ctx, "-n", nsA, "link", "set", a, "up", "alias", alias); err != nil {
 		return err
 	}
-	if _, err := r.ip(ctx, "-n", nsB, "link", "set", b, "up"); err != nil {
+	if _, err := r.ip(ctx, "-n", nsB, "link", "set", b, "up", "alias", alias); err != nil {
 		return err
 	}
 	if err := r.sysctl(ctx, nsA, "net.ipv4.conf."+a+".rp_filter=0"); err != nil {
@@ -309,7 +315,7 @@ func (r Runner) delaySteering(ctx context.Context, in Instance) error {
 		}
 	}
 	// A long queue towards the reader absorbs bursts (a zmap scan) while it catches up.
-	if _, err := r.ip(ctx, "-n", R, "link", "set", TUN, "mtu", MTU, "txqueuelen", TUNQueueLen, "up"); err != nil {
+	if _, err := r.ip(ctx, "-n", R, "link", "set", TUN, "mtu", MTU, "txqueuelen", TUNQueueLen, "up", "alias", labnet.Alias(in.Name)); err != nil {
 		return err
 	}
 	if err := r.sysctl(ctx, R, "net.ipv4.conf."+TUN+".rp_filter=0"); err != nil {
@@ -429,7 +435,21 @@ func (r Runner) PIDs(ctx context.Context, ns string) ([]int, error) {
 	return pids, nil
 }
 
-// Exec returns a command running argv inside namespace ns.
+// Exec returns a command running argv inside namespace ns; it is killed (SIGKILL) when
+// ctx ends.
 func Exec(ctx context.Context, ns string, argv ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...)
+	return exec.CommandContext(ctx, "ip", execArgs(ns, argv)...)
+}
+
+// Command returns a command running argv inside namespace ns, bound to no context: the
+// caller decides how it ends (testnet exec runs it with cli.RunChild, which forwards
+// signals and waits).
+func Command(ns string, argv ...string) *exec.Cmd {
+	return exec.Command("ip", execArgs(ns, argv)...)
+}
+
+// execArgs is `ip netns exec ns argv...`: ip switches namespaces and then execs argv
+// (no fork), so the command is ip's own process.
+func execArgs(ns string, argv []string) []string {
+	return append([]string{"netns", "exec", ns}, argv...)
 }

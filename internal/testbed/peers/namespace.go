@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doqscan/doqscan/internal/labnet"
 )
 
 // Interface names inside the namespaces (names are per namespace, so they are fixed).
@@ -50,8 +52,8 @@ func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peer
 		{"netns", "add", ns},
 		{"-n", ns, "link", "set", "lo", "up"},
 		{"-n", inet, "link", "add", inetSideIf, "type", "veth", "peer", "name", peerSideIf, "netns", ns},
-		{"-n", inet, "link", "set", inetSideIf, "up"},
-		{"-n", ns, "link", "set", peerSideIf, "up"},
+		{"-n", inet, "link", "set", inetSideIf, "up", "alias", labnet.Alias(inst)},
+		{"-n", ns, "link", "set", peerSideIf, "up", "alias", labnet.Alias(inst)},
 		// The testbed's space (and nothing else: no default route, so nothing can lead
 		// out) goes to the internet namespace, which answers ARP for it (proxy_arp) and
 		// forwards it on.
