@@ -34,7 +34,9 @@ type Options struct {
 	BlocklistDir string
 }
 
-// Parse fills the Config lists from the comma-separated flags and checks them.
+// Parse fills the Config lists from the comma-separated flags and checks every flag
+// (Config.Validate, --every 0 or whole hours up to MaxEvery, --spread up to MaxSpread,
+// --run-id >= 0). Errors are usage errors naming the flag.
 func (o *Options) Parse() error {
 	o.Config.Protocols, o.Config.Modes, o.Config.KeyShares, o.Config.DoHVariants = nil, nil, nil, nil
 	for _, p := range splitList(o.Protocols) {
@@ -66,13 +68,16 @@ func (o *Options) Parse() error {
 		}
 		o.Config.DoHVariants = append(o.Config.DoHVariants, v)
 	}
-	if o.Every != 0 && (o.Every < time.Hour || o.Every%time.Hour != 0) {
-		return cli.Usagef("--every must be a whole number of hours (rounds are keyed by hour)")
+	if o.Every != 0 && (o.Every < time.Hour || o.Every > MaxEvery || o.Every%time.Hour != 0) {
+		return cli.Usagef("--every %v: want 0 (one round) or a whole number of hours, 1h..%v (rounds are keyed by hour)", o.Every, MaxEvery)
 	}
-	if o.VantageID == "" {
-		return cli.Usagef("--vantage must not be empty")
+	if err := cli.FirstError(
+		cli.InRange("spread", o.Spread, 0, MaxSpread),
+		cli.InRange("run-id", o.RunID, 0, 1<<62),
+	); err != nil {
+		return err
 	}
-	return nil
+	return o.Config.Validate()
 }
 
 func splitList(s string) []string {
@@ -138,7 +143,7 @@ func round(ctx context.Context, s *store.Store, o Options, hour time.Time, sprea
 	if o.TargetsFile != "" {
 		targets, err = ReadTargetsFile(o.TargetsFile)
 		if err != nil {
-			return nil, cli.Environmentf("targets file: %w", err)
+			return nil, fmt.Errorf("targets file: %w", err) // *listfile.OpenError: exit 5, *listfile.LineError: exit 2
 		}
 	} else {
 		runID := o.RunID
