@@ -19,6 +19,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/doqscan/doqscan/internal/listfile"
 )
 
 //go:embed reserved.conf
@@ -63,28 +65,19 @@ func Reserved() []Entry {
 }
 
 // Parse reads zmap-format lines: a CIDR or address, optionally followed by '#' comment.
+// A bad or too long line is a *listfile.LineError naming origin and the line.
 func Parse(r io.Reader, src Source, origin string) ([]Entry, error) {
 	var out []Entry
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		note := ""
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			note = strings.TrimSpace(line[i+1:])
-			line = line[:i]
-		}
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		p, err := ParsePrefix(line)
+	err := listfile.Scan(r, origin, func(l listfile.Line) error {
+		p, err := ParsePrefix(l.Text)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", origin, n, err)
+			return err
 		}
-		out = append(out, Entry{Prefix: p, Source: src, Origin: origin, Note: note})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", origin, err)
+		out = append(out, Entry{Prefix: p, Source: src, Origin: origin, Note: l.Comment})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -121,7 +114,7 @@ func Dir(dir string) ([]Entry, error) {
 		return nil, err
 	}
 	if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("blocklist directory: %w", err)
+		return nil, &listfile.OpenError{File: dir, Err: fmt.Errorf("blocklist directory: %w", err)}
 	}
 	sort.Strings(names)
 	var out []Entry
@@ -131,7 +124,7 @@ func Dir(dir string) ([]Entry, error) {
 		}
 		f, err := os.Open(n)
 		if err != nil {
-			return nil, err
+			return nil, &listfile.OpenError{File: n, Err: err}
 		}
 		e, err := Parse(f, SourceFile, n)
 		f.Close()

@@ -1,10 +1,11 @@
 // Command measure runs the hourly response-time campaign over DoUDP, DoTCP, DoT, DoH,
-// DoQ and DoH3 (issue 6). Its logic lives in internal/measure/campaign; this main only
+// DoQ and DoH3. Its logic lives in internal/measure/campaign; this main only
 // parses flags.
 package main
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"os"
 	"time"
@@ -27,34 +28,42 @@ var cmd = cli.Command{
 	},
 	Notes: `Targets file: one resolver per line, "ADDRESS [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]";
 protocols not named use their default port (doudp/dotcp 53, dot 853, doh/doh3 443, doq 853/doq).
+A resolver on several lines is measured once, with the endpoints of all its lines.
 A round is keyed by (vantage, label, hour): rerunning or restarting it measures only the
 resolvers not stored yet. See docs/measure.md.`,
 }
 
 func main() {
+	fs, common, run := command()
+	cli.Main(fs, common, run)
+}
+
+// command binds the flags to campaign.Options and returns the run function (tests call
+// it through cli.RunMain).
+func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, []string) error) {
 	var common cli.Common
 	var o campaign.Options
 	fs := cli.NewFlagSet(cmd, &common)
 	fs.StringVar(&o.VantageID, "vantage", "local", "vantage point id")
 	fs.StringVar(&o.Label, "label", "hourly", "campaign label")
 	fs.Int64Var(&o.RunID, "run-id", 0, "verification run whose DoQ-verified resolvers to measure (0: latest)")
-	fs.StringVar(&o.TargetsFile, "targets", "", "read targets from this file instead of a verification run")
-	fs.DurationVar(&o.Every, "every", 0, "repeat: one round per interval (whole hours), spread over it with jitter")
+	fs.StringVar(&o.TargetsFile, "targets", "", "read targets from this file instead of a verification run (- = stdin)")
+	fs.DurationVar(&o.Every, "every", 0, "repeat: one round per interval (whole hours, up to 168h), spread over it with jitter")
 	fs.StringVar(&o.Protocols, "protocols", "doudp,dotcp,dot,doh,doq,doh3", "protocols to measure")
 	fs.StringVar(&o.Modes, "modes", "fresh", "session modes: fresh, resumed, 0rtt, persistent")
 	fs.StringVar(&o.KeyShares, "key-shares", "x25519", "ClientHello key shares: x25519, x25519mlkem768")
 	fs.StringVar(&o.Variants, "doh-variants", "GET,POST", "DoH request methods")
 	fs.StringVar(&o.Name, "name", "test.com", "query name (A record, RD set)")
-	fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "timeout per exchange")
-	fs.IntVar(&o.Concurrency, "concurrency", 64, "resolvers measured at once (bounded so timestamps stay honest)")
-	fs.IntVar(&o.RTTSamples, "rtt-samples", 3, "RTT samples per (transport, port)")
-	fs.IntVar(&o.Persistent, "persistent", 5, "queries per session in persistent mode")
+	fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "timeout per exchange (1ms..1m)")
+	fs.IntVar(&o.Concurrency, "concurrency", 64, "resolvers measured at once, 1..1024 (bounded so timestamps stay honest)")
+	fs.IntVar(&o.RTTSamples, "rtt-samples", 3, "RTT samples per (transport, port), 1..100")
+	fs.IntVar(&o.Persistent, "persistent", 5, "queries per session in persistent mode, 2..100")
 	fs.BoolVar(&o.Features, "features", false, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
-	fs.DurationVar(&o.Spread, "spread", 0, "one round: spread resolver starts over this long")
+	fs.DurationVar(&o.Spread, "spread", 0, "one round: spread resolver starts over this long (0..1h)")
 	fs.StringVar(&o.BlocklistDir, "blocklist-dir", blocklist.DefaultDir(), "blocklist *.conf files; their ranges, opt-outs and reserved ranges are never contacted")
 	fs.DurationVar(&o.DBDeadline, "db-deadline", campaign.DefaultDBDeadline, "how long a round waits for an unavailable database (results wait in memory, then in var/spill/) before it stops: status interrupted, exit 3; the next round stores the spilled results")
 	roundHour := fs.String("hour", "", "one round: the hour it is for, to run or resume (2026-11-22T04, or RFC 3339); default $DOQSCAN_RUN_KEY (set by jobrun), else now")
-	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
+	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {
 			return cli.Usagef("unexpected arguments: %v", args)
 		}
@@ -75,5 +84,5 @@ func main() {
 		}
 		defer s.Close()
 		return campaign.Command(ctx, s, o, log)
-	})
+	}
 }

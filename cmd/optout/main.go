@@ -40,17 +40,18 @@ func main() {
 	project := fs.String("project-url", "", "link to the project page (optional)")
 	maxV4 := fs.Int("max-v4-prefix", optout.DefaultLimits.MinBitsV4, "shortest IPv4 prefix one request may exclude")
 	maxV6 := fs.Int("max-v6-prefix", optout.DefaultLimits.MinBitsV6, "shortest IPv6 prefix one request may exclude")
-	perMin := fs.Float64("posts-per-minute", 6, "form submissions accepted per source and minute (a source is an IPv4 address or an IPv6 /56)")
+	perMin := fs.Float64("posts-per-minute", 6, "form submissions accepted per source and minute (a source is an IPv4 address or an IPv6 /56), 0.001..10000")
 	rewrite := fs.Bool("rewrite-only", false, "regenerate optout.conf from the database and exit")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {
 			return cli.Usagef("unexpected arguments: %s", strings.Join(args, " "))
 		}
-		if *maxV4 < 0 || *maxV4 > 32 || *maxV6 < 0 || *maxV6 > 128 {
-			return cli.Usagef("--max-v4-prefix must be 0..32 and --max-v6-prefix 0..128")
-		}
-		if !(*perMin > 0) {
-			return cli.Usagef("--posts-per-minute must be positive")
+		if err := cli.FirstError(
+			cli.InRange("max-v4-prefix", *maxV4, 0, 32),
+			cli.InRange("max-v6-prefix", *maxV6, 0, 128),
+			cli.InRange("posts-per-minute", *perMin, 0.001, 10000),
+		); err != nil {
+			return err
 		}
 		if *tlsListen != "" && (*tlsCert == "" || *tlsKey == "") {
 			return cli.Usagef("--tls-listen needs --tls-cert and --tls-key")

@@ -61,6 +61,12 @@ func main() {
 		if len(args) == 0 {
 			return cli.Usagef("want a subcommand: up, down, status or exec (see --help)")
 		}
+		if err := cli.FirstError(
+			cli.InRange("vantages", o.Vantages, 1, netns.MaxVantages),
+			cli.InRange("vantage", vantage, 0, netns.MaxVantages-1),
+		); err != nil {
+			return err
+		}
 		o.Log = log
 		o.Servers = !noServers
 		if err := testbed.Preflight(); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/doqscan/doqscan"
 	"github.com/doqscan/doqscan/internal/labnet"
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/pgcluster"
 )
@@ -51,12 +52,37 @@ func Environmentf(format string, a ...any) error {
 	return &ExitError{Code: ExitEnvironment, Err: fmt.Errorf(format, a...)}
 }
 
-// ExitCode maps an error to the exit code it means.
+// InRange returns a usage error naming the flag unless lo <= v <= hi (NaN is out of
+// every range).
+func InRange[T ~int | ~int32 | ~int64 | ~float64](flag string, v, lo, hi T) error {
+	if !(v >= lo && v <= hi) {
+		return Usagef("--%s %v is out of range: want %v..%v", flag, v, lo, hi)
+	}
+	return nil
+}
+
+// FirstError returns the first non-nil error of errs (a list of checks).
+func FirstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ExitCode maps an error to the exit code it means, from its type: an *ExitError's
+// code, a list file's bad line (2) or missing file (5), the store's sentinels,
+// cancellation; anything else is a failed run.
 func ExitCode(err error) int {
-	var ee *ExitError
-	var ce *ChildExitError
+	var (
+		ee      *ExitError
+		ce      *ChildExitError
+		lineErr *listfile.LineError
+		openErr *listfile.OpenError
+	)
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, ErrHelp):
 		return ExitOK
 	case errors.As(err, &ee):
 		return ee.Code
@@ -64,6 +90,10 @@ func ExitCode(err error) int {
 		return ce.Code // a wrapper exits as its child did
 	case errors.As(err, new(*labnet.RefusedError)):
 		return ExitEnvironment // lab addresses need the testbed
+	case errors.As(err, &lineErr):
+		return ExitUsage
+	case errors.As(err, &openErr):
+		return ExitEnvironment
 	case errors.Is(err, store.ErrSchemaNewer):
 		return ExitSchema
 	case errors.Is(err, store.ErrUnavailable):
@@ -127,7 +157,7 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	if errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(os.Stdout)
 		fs.Usage()
-		return errHelp
+		return ErrHelp
 	}
 	if err != nil {
 		return Usagef("%v (see --help)", err)
@@ -135,7 +165,8 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-var errHelp = errors.New("help shown")
+// ErrHelp is what Parse returns after printing --help; it means exit code 0.
+var ErrHelp = errors.New("help shown")
 
 // NewLogger builds the slog logger the common flags ask for.
 func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
@@ -163,7 +194,7 @@ func Main(fs *flag.FlagSet, common *Common, run func(ctx context.Context, log *s
 func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer,
 	run func(ctx context.Context, log *slog.Logger, args []string) error) int {
 	if err := Parse(fs, args); err != nil {
-		if errors.Is(err, errHelp) {
+		if errors.Is(err, ErrHelp) {
 			return ExitOK
 		}
 		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)

@@ -20,6 +20,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/doqscan/doqscan/internal/certs"
+	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/doq"
 )
@@ -58,6 +59,40 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Limits of the per-target settings (the flags' ranges), checked by Validate.
+const (
+	MaxTimeout        = 5 * time.Minute // --handshake-timeout, --query-timeout, --target-timeout
+	MaxSNIAttemptsCap = 16              // --max-sni-attempts
+)
+
+// Validate checks the settings: every timeout in 1ms..MaxTimeout, the SNI attempts in
+// 1..MaxSNIAttemptsCap, DoQ ALPNs, host names. Zero values are not accepted (New fills
+// them with the defaults first); errors are usage errors naming the flag.
+func (c *Config) Validate() error {
+	if err := cli.FirstError(
+		cli.InRange("handshake-timeout", c.HandshakeTimeout, time.Millisecond, MaxTimeout),
+		cli.InRange("query-timeout", c.QueryTimeout, time.Millisecond, MaxTimeout),
+		cli.InRange("target-timeout", c.TargetTimeout, time.Millisecond, MaxTimeout),
+		cli.InRange("max-sni-attempts", c.MaxSNIAttempts, 1, MaxSNIAttemptsCap),
+	); err != nil {
+		return err
+	}
+	for _, a := range c.ALPNs {
+		if _, err := doq.FramingFor(a); err != nil {
+			return cli.Usagef("--alpns: ALPN %q: %v (known: %s)", a, err, strings.Join(doq.ALPNs(), ","))
+		}
+	}
+	for _, n := range c.SNINames {
+		if _, ok := dns.IsDomainName(n); !ok || n == "" || net.ParseIP(n) != nil {
+			return cli.Usagef("--sni-names: %q is not a host name", n)
+		}
+	}
+	if _, ok := dns.IsDomainName(c.QueryName); !ok || c.QueryName == "" {
+		return cli.Usagef("--query-name: %q is not a domain name", c.QueryName)
+	}
+	return nil
+}
+
 func (c *Config) setDefaults() {
 	if len(c.ALPNs) == 0 {
 		c.ALPNs = doq.ALPNs()
@@ -65,19 +100,19 @@ func (c *Config) setDefaults() {
 	if len(c.Versions) == 0 {
 		c.Versions = []quic.Version{quic.Version1, quic.Version2}
 	}
-	if c.HandshakeTimeout <= 0 {
+	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
 	}
-	if c.QueryTimeout <= 0 {
+	if c.QueryTimeout == 0 {
 		c.QueryTimeout = DefaultQueryTimeout
 	}
-	if c.TargetTimeout <= 0 {
+	if c.TargetTimeout == 0 {
 		c.TargetTimeout = DefaultTargetTimeout
 	}
 	if c.QueryName == "" {
 		c.QueryName = DefaultQueryName
 	}
-	if c.MaxSNIAttempts <= 0 {
+	if c.MaxSNIAttempts == 0 {
 		c.MaxSNIAttempts = DefaultMaxSNIAttempts
 	}
 	if c.Now == nil {
@@ -157,15 +192,8 @@ func (v *Verifier) validFor(chain []*x509.Certificate, name string) bool {
 // New checks cfg and builds a verifier.
 func New(cfg Config) (*Verifier, error) {
 	cfg.setDefaults()
-	for _, a := range cfg.ALPNs {
-		if _, err := doq.FramingFor(a); err != nil {
-			return nil, fmt.Errorf("ALPN %q: %w", a, err)
-		}
-	}
-	for _, n := range cfg.SNINames {
-		if _, ok := dns.IsDomainName(n); !ok || n == "" || net.ParseIP(n) != nil {
-			return nil, fmt.Errorf("SNI name %q is not a host name", n)
-		}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Roots == nil {
 		p, err := certs.LoadPool("")

@@ -26,12 +26,13 @@ const (
 	OutcomeTLSError        = "tls-error"        // TLS alert or certificate/handshake failure
 	OutcomeProtocolError   = "protocol-error"   // QUIC transport error, stateless reset, DoQ stream/framing violated
 	OutcomeUnreachable     = "unreachable"      // ICMP unreachable / connection refused
+	OutcomeError           = "error"            // the verifier itself failed on this target (a panic; the stack is in the log)
 )
 
 // Outcomes lists every class, in the order summaries print them.
 var Outcomes = []string{OutcomeVerified, OutcomeRefused, OutcomeDNSError, OutcomeQUICNotDoQ,
 	OutcomeVersionMismatch, OutcomeSNIRequired, OutcomeTimeout, OutcomeTLSError,
-	OutcomeProtocolError, OutcomeUnreachable}
+	OutcomeProtocolError, OutcomeUnreachable, OutcomeError}
 
 // TLS alerts (RFC 8446 §6) that matter here; QUIC carries them as CRYPTO_ERROR
 // 0x100+alert (RFC 9001 §4.8).

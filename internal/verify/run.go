@@ -8,7 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/certs"
+	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/geo"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/store"
@@ -54,6 +55,62 @@ const (
 	DefaultProgress    = 10 * time.Second
 )
 
+// Limits of a run's settings (the flags' ranges), checked by Validate.
+const (
+	MaxConcurrency = 10000
+	MaxRate        = 1e6 // new targets per second
+	MaxBatchSize   = 100000
+	MinProgress    = 100 * time.Millisecond
+	MaxProgress    = time.Hour
+)
+
+// Validate checks every setting against its range (--concurrency 1..MaxConcurrency,
+// --rate 0..MaxRate, --batch 1..MaxBatchSize, --progress MinProgress..MaxProgress,
+// --ports 1..65535, the per-target settings of Config.Validate) and the combinations.
+// Zero values are not accepted: Run fills them with the defaults first, the command
+// checks the flags as given. Errors are usage errors naming the flag (exit code 2).
+func (c *RunConfig) Validate() error {
+	if err := cli.FirstError(
+		cli.InRange("concurrency", c.Concurrency, 1, MaxConcurrency),
+		cli.InRange("rate", c.Rate, 0, MaxRate),
+		cli.InRange("batch", c.BatchSize, 1, MaxBatchSize),
+		cli.InRange("progress", c.Progress, MinProgress, MaxProgress),
+	); err != nil {
+		return err
+	}
+	for _, p := range c.Ports {
+		if err := cli.InRange("ports", p, 1, 65535); err != nil {
+			return err
+		}
+	}
+	if (c.CityDB == "") != (c.ASNDB == "") {
+		return cli.Usagef("give both --geoip-city and --geoip-asn, or neither")
+	}
+	if c.Vantage == "" {
+		return cli.Usagef("--vantage must not be empty")
+	}
+	return c.Verify.Validate()
+}
+
+func (c *RunConfig) setDefaults() {
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.Progress == 0 {
+		c.Progress = DefaultProgress
+	}
+	if c.Label == "" {
+		c.Label = "weekly"
+	}
+	if len(c.Ports) == 0 {
+		c.Ports = DefaultPorts
+	}
+	c.Verify.setDefaults()
+}
+
 // Summary is what a run found (the whole run, including earlier invocations).
 type Summary struct {
 	RunID    int64          `json:"run_id"`
@@ -85,23 +142,9 @@ type VersionCount struct {
 // vantage, label) again resumes it: targets already verified are skipped, and rows
 // written twice are not duplicated.
 func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (*Summary, error) {
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = DefaultBatchSize
-	}
-	if cfg.Progress <= 0 {
-		cfg.Progress = DefaultProgress
-	}
-	if cfg.Label == "" {
-		cfg.Label = "weekly"
-	}
-	if len(cfg.Ports) == 0 {
-		cfg.Ports = DefaultPorts
-	}
-	if (cfg.CityDB == "") != (cfg.ASNDB == "") {
-		return nil, errors.New("geo: give both --geoip-city and --geoip-asn, or neither")
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	v, err := New(cfg.Verify)
 	if err != nil {
@@ -114,22 +157,16 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 	var scanID *int64
 	if cfg.TargetsFile != "" {
 		sum.Source = "file"
-		r := io.Reader(os.Stdin)
-		if cfg.TargetsFile != "-" {
-			f, err := os.Open(cfg.TargetsFile)
-			if err != nil {
-				return nil, fmt.Errorf("targets: %w", err)
-			}
-			defer f.Close()
-			r = f
-		}
-		if targets, err = ReadTargets(r); err != nil {
-			return nil, err
+		if targets, err = ReadTargetsFile(cfg.TargetsFile); err != nil {
+			return nil, fmt.Errorf("targets: %w", err)
 		}
 		sum.Week = cfg.Week
 	} else {
 		sum.Source = "scan"
 		ids, week, err := ResolveScans(ctx, s, cfg.Scan)
+		if errors.Is(err, ErrNoScan) {
+			return nil, cli.Environmentf("%w (run zprobe first, or pass --targets)", err)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -161,7 +198,7 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 	var cityID, asnID *int64
 	if cfg.CityDB != "" {
 		if gdb, err = geo.Open(cfg.CityDB, cfg.ASNDB); err != nil {
-			return nil, err
+			return nil, cli.Environmentf("%w", err)
 		}
 		defer gdb.Close()
 		c, a, err := gdb.Register(ctx, s)
@@ -210,7 +247,7 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		"already_done", sum.Skipped, "concurrency", cfg.Concurrency, "rate", cfg.Rate)
 
 	start := time.Now()
-	n, runErr := verifyAll(ctx, s, v, gdb, cityID, asnID, runID, targets, cfg, log)
+	n, runErr := verifyAll(ctx, s, v.Verify, gdb, cityID, asnID, runID, targets, cfg, log)
 	sum.Verified = n
 	sum.Elapsed = time.Since(start).Seconds()
 	if sum.Elapsed > 0 {
@@ -278,10 +315,13 @@ func doneTargets(ctx context.Context, s *store.Store, runID int64) (map[netip.Ad
 	return done, rows.Err()
 }
 
+// checkFunc verifies one target (Verifier.Verify).
+type checkFunc func(context.Context, Target) Result
+
 // verifyAll runs the worker pool and the writer; it returns how many results were
 // written. Results of targets cut short by cancellation are dropped (a resumed run
 // verifies them again) rather than stored as false timeouts.
-func verifyAll(ctx context.Context, s *store.Store, v *Verifier, gdb *geo.DB, cityID, asnID *int64,
+func verifyAll(ctx context.Context, s *store.Store, check checkFunc, gdb *geo.DB, cityID, asnID *int64,
 	runID int64, targets []Target, cfg RunConfig, log *slog.Logger) (int, error) {
 	total := len(targets)
 	if total == 0 {
@@ -295,7 +335,7 @@ func verifyAll(ctx context.Context, s *store.Store, v *Verifier, gdb *geo.DB, ci
 	go func() {
 		defer close(results)
 		var again []Result
-		for r := range pool(ctx, v, targets, cfg.Concurrency, lim) {
+		for r := range pool(ctx, check, targets, cfg.Concurrency, lim, log) {
 			if cfg.RetryTimeouts && r.Outcome == OutcomeTimeout {
 				again = append(again, r) // held back: verified once more below
 				continue
@@ -315,7 +355,7 @@ func verifyAll(ctx context.Context, s *store.Store, v *Verifier, gdb *geo.DB, ci
 			retry[i] = r.Target
 		}
 		log.Info("second pass over timeouts", "targets", len(retry), "concurrency", max(1, cfg.Concurrency/8))
-		for r := range pool(ctx, v, retry, max(1, cfg.Concurrency/8), lim) {
+		for r := range pool(ctx, check, retry, max(1, cfg.Concurrency/8), lim, log) {
 			r.Attempts += first[r.Addr].Attempts
 			r.Detail = "second pass: " + r.Detail
 			results <- r
@@ -392,8 +432,9 @@ func verifyAll(ctx context.Context, s *store.Store, v *Verifier, gdb *geo.DB, ci
 }
 
 // pool verifies targets with conc workers and streams the results; results of targets
-// cut short by cancellation are dropped.
-func pool(ctx context.Context, v *Verifier, targets []Target, conc int, lim *rate.Limiter) <-chan Result {
+// cut short by cancellation are dropped. A check that panics gives its target the
+// outcome error (guarded); the other workers go on.
+func pool(ctx context.Context, check checkFunc, targets []Target, conc int, lim *rate.Limiter, log *slog.Logger) <-chan Result {
 	jobs := make(chan Target)
 	out := make(chan Result, conc)
 	var wg sync.WaitGroup
@@ -402,7 +443,7 @@ func pool(ctx context.Context, v *Verifier, targets []Target, conc int, lim *rat
 		go func() {
 			defer wg.Done()
 			for t := range jobs {
-				r := v.Verify(ctx, t)
+				r := guarded(ctx, check, t, log)
 				if ctx.Err() != nil {
 					continue // cut short: not a real outcome
 				}
@@ -427,6 +468,18 @@ func pool(ctx context.Context, v *Verifier, targets []Target, conc int, lim *rat
 	}()
 	go func() { wg.Wait(); close(out) }()
 	return out
+}
+
+// guarded runs check on t; a panic becomes the outcome error with the panic as its
+// detail and the stack in the log, so one bad target cannot end the run.
+func guarded(ctx context.Context, check checkFunc, t Target, log *slog.Logger) (r Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("verifying a target panicked: recorded as outcome error", "target", t.Addr, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			r = Result{Target: t, Outcome: OutcomeError, Detail: fmt.Sprintf("panic: %v", p), SNISource: SNINone, Attempts: 1, At: time.Now()}
+		}
+	}()
+	return check(ctx, t)
 }
 
 // writer batches rows for the database.

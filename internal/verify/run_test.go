@@ -1,19 +1,23 @@
 package verify
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/doqscan/doqscan/internal/geo/geotest"
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
@@ -200,7 +204,7 @@ func TestNoScanIsAnError(t *testing.T) {
 }
 
 func TestReadTargets(t *testing.T) {
-	ts, err := ReadTargets(strings.NewReader("198.19.0.1\n198.19.0.2:784\n[2001:db8::1]:8853\n2001:db8::2\n[::ffff:198.19.0.3]:853\n# x\n"))
+	ts, err := ReadTargets(strings.NewReader("198.19.0.1\n198.19.0.2:784\n[2001:db8::1]:8853\n2001:db8::2\n[::ffff:198.19.0.3]:853\n# x\n"), "targets.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +218,7 @@ func TestReadTargets(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"nonsense", "198.19.0.1:0", "198.19.0.1:99999", "fe80::1%eth0"} {
-		if _, err := ReadTargets(strings.NewReader(bad)); err == nil {
+		if _, err := ReadTargets(strings.NewReader(bad), "targets.txt"); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
@@ -223,7 +227,7 @@ func TestReadTargets(t *testing.T) {
 func FuzzReadTargets(f *testing.F) {
 	f.Add("198.19.0.1:853\n[::1]:784\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		ts, err := ReadTargets(strings.NewReader(s))
+		ts, err := ReadTargets(strings.NewReader(s), "targets.txt")
 		if err != nil {
 			return
 		}
@@ -234,3 +238,84 @@ func FuzzReadTargets(f *testing.F) {
 		}
 	})
 }
+
+// TestReadTargetsMergesDuplicatesAndNamesBadLines: a target listed on several lines (in
+// any spelling of the same address and port) is verified once; a bad or 200 KB line is
+// an error naming the file and the line.
+func TestReadTargetsMergesDuplicatesAndNamesBadLines(t *testing.T) {
+	ts, err := ReadTargets(strings.NewReader("198.19.0.1\n198.19.0.1:853\n[::ffff:198.19.0.1]:853\n198.19.0.1:784\n198.19.0.1\n"), "t.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 2 || ts[0].Addr.String() != "198.19.0.1:853" || ts[1].Addr.String() != "198.19.0.1:784" {
+		t.Fatalf("got %v, want 198.19.0.1:853 and :784 once each", ts)
+	}
+	for _, c := range []struct{ content, want string }{
+		{"198.19.0.1\n\nnonsense\n", "t.txt:3: "},
+		{"198.19.0.1\n" + strings.Repeat("1", 200<<10) + "\n", "t.txt:2: line longer than"},
+	} {
+		_, err := ReadTargets(strings.NewReader(c.content), "t.txt")
+		var le *listfile.LineError
+		if !errors.As(err, &le) || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("got %v, want a line error starting %q", err, c.want)
+		}
+	}
+}
+
+// TestPanickingTargetRecordedAsError: a check that panics on one target gives that
+// target the outcome error, with the stack in the log; the other targets are verified
+// and stored, and the run goes on.
+func TestPanickingTargetRecordedAsError(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: "v"}); err != nil {
+		t.Fatal(err)
+	}
+	runID, _, err := s.StartVerificationRun(ctx, store.VerificationRun{ISOWeek: "2026-W47", VantageID: "v", Label: "panic",
+		Source: "file", Config: []byte("{}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var targets []Target
+	for i := range 20 {
+		targets = append(targets, Target{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, 0, byte(i + 1)}), 853)})
+	}
+	bad := targets[7].Addr
+	// A fake check (no packet is sent): a runtime panic (nil map write) on one target.
+	check := func(_ context.Context, tg Target) Result {
+		if tg.Addr == bad {
+			var m map[string]int
+			m["boom"]++
+		}
+		return Result{Target: tg, Outcome: OutcomeQUICNotDoQ, Detail: "fake", SNISource: SNINone, Attempts: 1, At: time.Now()}
+	}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	n, err := verifyAll(ctx, s, check, nil, nil, nil, runID, targets, RunConfig{Concurrency: 4, BatchSize: 5, Progress: time.Hour}, log)
+	if err != nil || n != len(targets) {
+		t.Fatalf("verifyAll = %d, %v; want %d results and no error", n, err, len(targets))
+	}
+	if got := count(t, s, `SELECT count(*) FROM verification_results WHERE run_id = $1 AND outcome = 'error'
+		AND address = $2 AND detail LIKE 'panic: %'`, runID, bad.Addr()); got != 1 {
+		t.Errorf("%d error rows for the panicking target, want 1", got)
+	}
+	if got := count(t, s, `SELECT count(*) FROM verification_results WHERE run_id = $1 AND outcome = 'quic-not-doq'`, runID); got != len(targets)-1 {
+		t.Errorf("%d other targets stored, want %d", got, len(targets)-1)
+	}
+	if l := logs.String(); !strings.Contains(l, "panicked") || !strings.Contains(l, "assignment to entry in nil map") || !strings.Contains(l, "goroutine") {
+		t.Errorf("log lacks the panic and its stack:\n%s", l)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for concurrent log writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }

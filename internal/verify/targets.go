@@ -1,7 +1,6 @@
 package verify
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,41 +10,43 @@ import (
 	"strings"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
 // DefaultPorts are the DoQ ports a scan's QUIC replies are verified on.
 var DefaultPorts = []int32{doq.PortExperimental, doq.PortRFC9250, doq.PortDraft02}
 
-// ReadTargets parses a targets file: one target per line as "addr:port", "[v6]:port",
-// or a bare address (port 853, RFC 9250 §8.2); blank lines and '#' comments are
-// skipped. Duplicates are dropped, order is kept.
-func ReadTargets(r io.Reader) ([]Target, error) {
-	var out []Target
-	seen := map[netip.AddrPort]bool{}
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		ap, err := parseTarget(line)
-		if err != nil {
-			return nil, fmt.Errorf("targets line %d: %w", n, err)
-		}
-		if !seen[ap] {
-			seen[ap] = true
-			out = append(out, Target{Addr: ap})
-		}
+// ReadTargets parses a targets file (name is its name in errors): one target per line
+// as "addr:port", "[v6]:port", or a bare address (port 853, RFC 9250 §8.2); blank lines
+// and '#' comments are skipped. A target listed twice is verified once: targets are
+// keyed by (address, port), the key of their verification_results row; order is kept.
+// A bad or too long line is a *listfile.LineError naming the line.
+func ReadTargets(r io.Reader, name string) ([]Target, error) {
+	var tl targetList
+	err := listfile.Scan(r, name, tl.line)
+	return tl.Items(), err
+}
+
+// ReadTargetsFile reads the targets file at path ("-": standard input); a file that
+// cannot be opened is a *listfile.OpenError.
+func ReadTargetsFile(path string) ([]Target, error) {
+	var tl targetList
+	err := listfile.ReadFile(path, tl.line)
+	return tl.Items(), err
+}
+
+// targetList collects the targets of a file, one per (address, port).
+type targetList struct {
+	listfile.Keyed[netip.AddrPort, Target]
+}
+
+func (tl *targetList) line(l listfile.Line) error {
+	ap, err := parseTarget(l.Text)
+	if err != nil {
+		return err
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("targets: %w", err)
-	}
-	return out, nil
+	return tl.Add(ap, Target{Addr: ap})
 }
 
 func parseTarget(s string) (netip.AddrPort, error) {

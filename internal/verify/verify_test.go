@@ -116,7 +116,9 @@ func TestEveryOutcomeClass(t *testing.T) {
 		}
 	}
 	for _, o := range Outcomes {
-		if !covered[o] {
+		// error is the verifier's own failure, no server's doing: a recovered panic
+		// (TestPanickingTargetRecordedAsError).
+		if !covered[o] && o != OutcomeError {
 			t.Errorf("outcome %s not covered by the test servers", o)
 		}
 	}

@@ -96,25 +96,25 @@ func (c *Config) defaults() {
 	if c.Name == "" {
 		c.Name = "test.com"
 	}
-	if c.Timeout <= 0 {
+	if c.Timeout == 0 {
 		c.Timeout = measure.DefaultTimeout
 	}
-	if c.Concurrency <= 0 {
+	if c.Concurrency == 0 {
 		c.Concurrency = 64
 	}
-	if c.RTTSamples <= 0 {
+	if c.RTTSamples == 0 {
 		c.RTTSamples = 3
 	}
-	if c.RTTTimeout <= 0 {
+	if c.RTTTimeout == 0 {
 		c.RTTTimeout = 2 * time.Second
 	}
-	if c.Persistent <= 1 {
+	if c.Persistent == 0 {
 		c.Persistent = 5
 	}
-	if c.BatchSize <= 0 {
+	if c.BatchSize == 0 {
 		c.BatchSize = 16
 	}
-	if c.Progress <= 0 {
+	if c.Progress == 0 {
 		c.Progress = 10 * time.Second
 	}
 	if c.DBDeadline <= 0 {
@@ -177,6 +177,13 @@ func (b *batch) add(o *batch) {
 // Run measures targets in the campaign of cfg (created or resumed) and finishes it.
 func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log *slog.Logger) (*Summary, error) {
 	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	targets, err := MergeTargets(targets)
+	if err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -194,7 +201,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	planned := int32(len(targets))
 	var cid int64
 	var existed bool
-	err := store.Retry(ctx, policy, log, "start the round", func(ctx context.Context) (err error) {
+	err = store.Retry(ctx, policy, log, "start the round", func(ctx context.Context) (err error) {
 		cid, existed, err = s.StartCampaign(ctx, store.Campaign{VantageID: cfg.VantageID, Label: cfg.Label,
 			RoundHour: cfg.Hour, RunID: cfg.RunID, Config: confJSON, Planned: &planned})
 		return err
@@ -224,7 +231,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 
 	prober := rtt.New()
 	defer prober.Close()
-	r := &runner{cfg: cfg, cid: cid, prober: prober}
+	r := &runner{cfg: cfg, cid: cid, prober: prober, log: log}
 
 	// Measuring stops when ctx ends or when the database stays away past the deadline
 	// (the sink gives up); what is measured by then is stored or spilled.
@@ -439,6 +446,7 @@ type runner struct {
 	cfg    Config
 	cid    int64
 	prober *rtt.Prober
+	log    *slog.Logger
 }
 
 // unit is one (endpoint, variant, mode, key share).
@@ -502,8 +510,9 @@ type rttKey struct {
 
 // resolver measures one resolver: every unit (warm-up then measured), RTT per (transport,
 // port) after its first success, analyses and features.
-func (r *runner) resolver(ctx context.Context, t Target) *resolverResult {
-	out := &resolverResult{}
+func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
+	out = &resolverResult{}
+	defer r.recoverResolver(t, out)
 	b := &out.batch
 	b.targets = 1
 	rtts := map[rttKey]int64{} // median RTT ns, 0: none

@@ -193,7 +193,7 @@ func TestTargetsFromVerification(t *testing.T) {
 }
 
 func TestParseTargets(t *testing.T) {
-	ts, err := campaign.ParseTargets(strings.NewReader("# comment\n198.19.0.7 doq=784/doq-i02 sni=dns.test\n\n198.19.0.8\n"))
+	ts, err := campaign.ParseTargets(strings.NewReader("# comment\n198.19.0.7 doq=784/doq-i02 sni=dns.test\n\n198.19.0.8\n"), "targets.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestParseTargets(t *testing.T) {
 		t.Fatalf("%+v", ts)
 	}
 	for _, bad := range []string{"nope", "198.19.0.1 doq=x", "198.19.0.1 doq=853/h2", "198.19.0.1 smtp=25", "198.19.0.1 doq"} {
-		if _, err := campaign.ParseTargets(strings.NewReader(bad)); err == nil {
+		if _, err := campaign.ParseTargets(strings.NewReader(bad), "targets.txt"); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

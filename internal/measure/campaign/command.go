@@ -37,7 +37,9 @@ type Options struct {
 	DBDeadline time.Duration
 }
 
-// Parse fills the Config lists from the comma-separated flags and checks them.
+// Parse fills the Config lists from the comma-separated flags and checks every flag
+// (Config.Validate, --every 0 or whole hours up to MaxEvery, --spread up to MaxSpread,
+// --run-id >= 0). Errors are usage errors naming the flag.
 func (o *Options) Parse() error {
 	o.Config.Protocols, o.Config.Modes, o.Config.KeyShares, o.Config.DoHVariants = nil, nil, nil, nil
 	for _, p := range splitList(o.Protocols) {
@@ -69,17 +71,17 @@ func (o *Options) Parse() error {
 		}
 		o.Config.DoHVariants = append(o.Config.DoHVariants, v)
 	}
-	if o.Every != 0 && (o.Every < time.Hour || o.Every%time.Hour != 0) {
-		return cli.Usagef("--every must be a whole number of hours (rounds are keyed by hour)")
+	if o.Every != 0 && (o.Every < time.Hour || o.Every > MaxEvery || o.Every%time.Hour != 0) {
+		return cli.Usagef("--every %v: want 0 (one round) or a whole number of hours, 1h..%v (rounds are keyed by hour)", o.Every, MaxEvery)
 	}
-	if o.VantageID == "" {
-		return cli.Usagef("--vantage must not be empty")
-	}
-	if o.DBDeadline < time.Second {
-		return cli.Usagef("--db-deadline must be at least 1s (how long a round waits for an unavailable database), not %v", o.DBDeadline)
+	if err := cli.FirstError(
+		cli.InRange("spread", o.Spread, 0, MaxSpread),
+		cli.InRange("run-id", o.RunID, 0, 1<<62),
+	); err != nil {
+		return err
 	}
 	o.Config.DBDeadline = o.DBDeadline
-	return nil
+	return o.Config.Validate()
 }
 
 func splitList(s string) []string {
@@ -149,7 +151,7 @@ func round(ctx context.Context, s *store.Store, o Options, hour time.Time, sprea
 	if o.TargetsFile != "" {
 		targets, err = ReadTargetsFile(o.TargetsFile)
 		if err != nil {
-			return nil, cli.Environmentf("targets file: %w", err)
+			return nil, fmt.Errorf("targets file: %w", err) // *listfile.OpenError: exit 5, *listfile.LineError: exit 2
 		}
 	} else {
 		runID := o.RunID

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
@@ -33,7 +34,7 @@ func TestRoundNeverContactsOptedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := campaign.Options{TargetsFile: file, Protocols: "doudp,dotcp", Modes: "fresh", KeyShares: "x25519", Variants: "GET", DBDeadline: campaign.DefaultDBDeadline}
-	o.VantageID, o.Hour, o.RTTSamples = "vp1", hour, 1
+	o.VantageID, o.Hour, o.Name, o.RTTSamples, o.Concurrency, o.Timeout, o.Persistent = "vp1", hour, "test.com", 1, 4, 2*time.Second, 5
 	if err := o.Parse(); err != nil {
 		t.Fatal(err)
 	}

@@ -393,15 +393,20 @@ func TestDatabaseAwayPastDeadline(t *testing.T) {
 	sameRows(t, s, "away", "reference")
 }
 
-// TestDBDeadlineFlag: --db-deadline must be at least a second.
+// TestDBDeadlineFlag: --db-deadline must be 1s..24h.
 func TestDBDeadlineFlag(t *testing.T) {
-	for _, d := range []time.Duration{0, -time.Second, time.Millisecond} {
-		o := campaign.Options{Config: campaign.Config{VantageID: "v"}, DBDeadline: d}
+	opts := func(d time.Duration) campaign.Options {
+		o := campaign.Options{Protocols: "doudp", Modes: "fresh", KeyShares: "x25519", Variants: "GET", DBDeadline: d}
+		o.VantageID, o.Name, o.RTTSamples, o.Concurrency, o.Timeout, o.Persistent = "v", "test.com", 1, 4, 2*time.Second, 5
+		return o
+	}
+	for _, d := range []time.Duration{0, -time.Second, time.Millisecond, 25 * time.Hour} {
+		o := opts(d)
 		if err := o.Parse(); cli.ExitCode(err) != cli.ExitUsage {
 			t.Errorf("--db-deadline %v: %v, want a usage error", d, err)
 		}
 	}
-	o := campaign.Options{Config: campaign.Config{VantageID: "v"}, DBDeadline: time.Minute}
+	o := opts(time.Minute)
 	if err := o.Parse(); err != nil {
 		t.Errorf("--db-deadline 1m: %v", err)
 	}

@@ -1,17 +1,19 @@
 package campaign
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/miekg/dns"
+
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/store"
 )
@@ -50,82 +52,148 @@ func defaultEndpoints(p measure.Protocol) []Endpoint {
 	return nil
 }
 
-// ParseTargets reads a targets file: one resolver per line,
+// ParseTargets reads a targets file (name is its name in errors): one resolver per line,
 //
 //	ADDRESS [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]
 //
 // e.g. "198.19.0.7 doq=853/doq doq=784/doq-i02". A protocol not named gets its default
-// endpoint; '#' starts a comment.
-func ParseTargets(r io.Reader) ([]Target, error) {
-	var out []Target
-	sc := bufio.NewScanner(r)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := sc.Text()
-		if i := strings.IndexByte(text, '#'); i >= 0 {
-			text = text[:i]
-		}
-		f := strings.Fields(text)
-		if len(f) == 0 {
-			continue
-		}
-		addr, err := netip.ParseAddr(f[0])
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
-		}
-		t := Target{Addr: addr.Unmap()}
-		named := map[measure.Protocol]bool{}
-		for _, kv := range f[1:] {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				return nil, fmt.Errorf("line %d: %q is not PROTOCOL=PORT[/ALPN]", line, kv)
-			}
-			if k == "sni" {
-				t.ServerName = v
-				continue
-			}
-			p := measure.Protocol(k)
-			if _, err := measure.For(p); err != nil {
-				return nil, fmt.Errorf("line %d: %w", line, err)
-			}
-			portS, alpn, _ := strings.Cut(v, "/")
-			port, err := strconv.ParseUint(portS, 10, 16)
-			if err != nil {
-				return nil, fmt.Errorf("line %d: port %q: %w", line, portS, err)
-			}
-			if p == measure.DoQ {
-				if alpn == "" {
-					alpn = doq.Versions[0].ALPN
-				}
-				if _, ok := doq.Lookup(alpn); !ok {
-					return nil, fmt.Errorf("line %d: unknown DoQ ALPN %q", line, alpn)
-				}
-			}
-			named[p] = true
-			t.Endpoints = append(t.Endpoints, Endpoint{p, uint16(port), alpn})
-		}
-		for _, p := range measure.Protocols {
-			if !named[p] {
-				t.Endpoints = append(t.Endpoints, defaultEndpoints(p)...)
-			}
-		}
-		out = append(out, t)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
+// endpoint; '#' starts a comment. A resolver listed on several lines is measured once,
+// with the endpoints of all its lines (MergeTargets). A bad or too long line is a
+// *listfile.LineError naming the line.
+func ParseTargets(r io.Reader, name string) ([]Target, error) {
+	var tl targetList
+	err := listfile.Scan(r, name, tl.line)
+	return tl.Items(), err
 }
 
-// ReadTargetsFile reads a targets file (see ParseTargets).
+// ReadTargetsFile reads the targets file at path ("-": standard input; see
+// ParseTargets); a file that cannot be opened is a *listfile.OpenError.
 func ReadTargetsFile(path string) ([]Target, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	var tl targetList
+	err := listfile.ReadFile(path, tl.line)
+	return tl.Items(), err
+}
+
+// MergeTargets merges the targets that share an address, in the order of their first
+// appearance: a resolver's rows are keyed by its address (measurements, and a restarted
+// round skips the addresses already stored), so two targets with one address would be
+// measured twice and stored once. The merged target has the endpoints of all of them,
+// each (protocol, port) once. Two different server names, or two ALPNs for one DoQ
+// port, are an error: the rows could not tell them apart.
+func MergeTargets(targets []Target) ([]Target, error) {
+	k := listfile.Keyed[netip.Addr, Target]{Merge: mergeTarget}
+	for _, t := range targets {
+		if err := k.Add(t.Addr, t); err != nil {
+			return nil, err
+		}
 	}
-	defer f.Close()
-	return ParseTargets(f)
+	return k.Items(), nil
+}
+
+// targetList collects a file's targets, merged by address.
+type targetList struct {
+	listfile.Keyed[netip.Addr, Target]
+}
+
+func (tl *targetList) line(l listfile.Line) error {
+	if tl.Merge == nil {
+		tl.Merge = mergeTarget
+	}
+	t, err := parseTarget(l.Fields())
+	if err != nil {
+		return err
+	}
+	return tl.Add(t.Addr, t)
+}
+
+// mergeTarget adds next's endpoints (and server name) to the target kept for the same
+// address.
+func mergeTarget(kept *Target, next Target) error {
+	if next.ServerName != "" && kept.ServerName != "" && next.ServerName != kept.ServerName {
+		return fmt.Errorf("%s: sni=%s, but an earlier entry has sni=%s (one server name per resolver)", next.Addr, next.ServerName, kept.ServerName)
+	}
+	if kept.ServerName == "" {
+		kept.ServerName = next.ServerName
+	}
+	eps := kept.Endpoints
+	for _, ep := range next.Endpoints {
+		var err error
+		if eps, err = addEndpoint(eps, ep); err != nil {
+			return fmt.Errorf("%s: %w", next.Addr, err)
+		}
+	}
+	kept.Endpoints = eps
+	return nil
+}
+
+// addEndpoint appends ep unless its (protocol, port) is there already; the same
+// (protocol, port) with another ALPN is an error.
+func addEndpoint(eps []Endpoint, ep Endpoint) ([]Endpoint, error) {
+	for _, e := range eps {
+		if e.Protocol == ep.Protocol && e.Port == ep.Port {
+			if e.ALPN != ep.ALPN {
+				return eps, fmt.Errorf("%s=%d with ALPN %q and %q (one ALPN per port)", ep.Protocol, ep.Port, e.ALPN, ep.ALPN)
+			}
+			return eps, nil
+		}
+	}
+	return append(eps, ep), nil
+}
+
+// parseTarget parses the fields of one targets line.
+func parseTarget(f []string) (Target, error) {
+	addr, err := netip.ParseAddr(f[0])
+	if err != nil {
+		return Target{}, err
+	}
+	if addr.Zone() != "" {
+		return Target{}, fmt.Errorf("%q: zoned addresses are not targets", f[0])
+	}
+	t := Target{Addr: addr.Unmap()}
+	named := map[measure.Protocol]bool{}
+	for _, kv := range f[1:] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return Target{}, fmt.Errorf("%q is not PROTOCOL=PORT[/ALPN]", kv)
+		}
+		if k == "sni" {
+			if _, ok := dns.IsDomainName(v); !ok || v == "" || net.ParseIP(v) != nil {
+				return Target{}, fmt.Errorf("sni=%q is not a host name", v)
+			}
+			if t.ServerName != "" && t.ServerName != v {
+				return Target{}, fmt.Errorf("two server names (sni=%s, sni=%s)", t.ServerName, v)
+			}
+			t.ServerName = v
+			continue
+		}
+		p := measure.Protocol(k)
+		if _, err := measure.For(p); err != nil {
+			return Target{}, err
+		}
+		portS, alpn, _ := strings.Cut(v, "/")
+		port, err := strconv.ParseUint(portS, 10, 16)
+		if err != nil || port == 0 {
+			return Target{}, fmt.Errorf("%s: port %q: want 1..65535", k, portS)
+		}
+		if p == measure.DoQ {
+			if alpn == "" {
+				alpn = doq.Versions[0].ALPN
+			}
+			if _, ok := doq.Lookup(alpn); !ok {
+				return Target{}, fmt.Errorf("unknown DoQ ALPN %q", alpn)
+			}
+		}
+		named[p] = true
+		if t.Endpoints, err = addEndpoint(t.Endpoints, Endpoint{p, uint16(port), alpn}); err != nil {
+			return Target{}, err
+		}
+	}
+	for _, p := range measure.Protocols {
+		if !named[p] {
+			t.Endpoints = append(t.Endpoints, defaultEndpoints(p)...)
+		}
+	}
+	return t, nil
 }
 
 // LatestRun returns the newest verification run with DoQ-verified resolvers.
