@@ -53,7 +53,8 @@ type Scan struct {
 }
 
 // StartScan returns the id of the scan with s's natural key, creating it if needed, and
-// marks it running. existed says whether it was there before (a re-run).
+// marks it running with this run's targets. existed says whether it was there before (a
+// re-run).
 func (s *Store) StartScan(ctx context.Context, sc Scan) (id int64, existed bool, err error) {
 	if sc.Label == "" {
 		sc.Label = "weekly"
@@ -68,7 +69,7 @@ func (s *Store) StartScan(ctx context.Context, sc Scan) (id int64, existed bool,
 		    probe_version, sender, targets, rate_pps, bandwidth)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
 		ON CONFLICT (iso_week, vantage_id, label, shard) DO UPDATE SET
-		    status = 'running', finished_at = NULL,
+		    status = 'running', finished_at = NULL, targets = EXCLUDED.targets,
 		    ports = (SELECT array_agg(DISTINCT p ORDER BY p) FROM unnest(scans.ports || EXCLUDED.ports) p)
 		RETURNING scan_id, (xmax <> 0)`,
 		sc.ISOWeek, sc.VantageID, sc.Label, sc.Shard, sc.Shards, sc.Seed, sc.Ports,
@@ -123,10 +124,11 @@ func (s *Store) FinishScan(ctx context.Context, scanID int64, status string, sum
 
 // ScanState is a scan row found by its natural key, with its per-port runs.
 type ScanState struct {
-	ID     int64
-	Status string // running | ok | failed | interrupted
-	Ports  []int32
-	Runs   map[int32]ScanRunState
+	ID      int64
+	Status  string // running | ok | failed | interrupted
+	Ports   []int32
+	Targets string
+	Runs    map[int32]ScanRunState
 }
 
 // ScanRunState is what a scan_runs row says about one port.
@@ -143,9 +145,9 @@ type ScanRunState struct {
 // FindScan returns the scan with the natural key and its runs; found is false if there
 // is none.
 func (s *Store) FindScan(ctx context.Context, isoWeek, vantage, label string, shard int) (st ScanState, found bool, err error) {
-	err = s.Pool.QueryRow(ctx, `SELECT scan_id, status, ports FROM scans
+	err = s.Pool.QueryRow(ctx, `SELECT scan_id, status, ports, targets FROM scans
 		WHERE iso_week = $1 AND vantage_id = $2 AND label = $3 AND shard = $4`,
-		isoWeek, vantage, label, shard).Scan(&st.ID, &st.Status, &st.Ports)
+		isoWeek, vantage, label, shard).Scan(&st.ID, &st.Status, &st.Ports, &st.Targets)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, false, nil
 	}
