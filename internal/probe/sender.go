@@ -67,7 +67,7 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 		c.DNS = DefaultDNSProbe()
 	}
 	if c.Rate <= 0 {
-		return nil, errors.New("send: a rate (probes/s) is required")
+		return nil, fmt.Errorf("%w: send needs a rate above 0 probes/s, got %v", ErrBadRate, c.Rate)
 	}
 	if c.Cooldown <= 0 {
 		c.Cooldown = 3 * time.Second
@@ -79,12 +79,13 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 	blocked := 0
 	for _, a := range c.Hitlist {
 		a = a.Unmap()
+		if !c.Safety.InTargets(a) {
+			return nil, fmt.Errorf("%w: %s", ErrOutsideAllowlist, a)
+		}
 		ok, why := c.Safety.Allowed(a)
 		switch {
 		case ok:
 			allowed = append(allowed, a)
-		case why == "outside the allowlist":
-			return nil, fmt.Errorf("%w: %s", ErrOutsideAllowlist, a)
 		default:
 			blocked++
 			c.Log.Info("skipping blocklisted address", "addr", a, "why", why)
