@@ -176,7 +176,6 @@ func (r *rawLog) sync() error {
 func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in *Ingest, flushEvery time.Duration) error {
 	lines := make(chan []byte, StreamQueue)
 	readErr := make(chan error, 1)
-	readDone := make(chan struct{})
 	var deferred atomic.Int64
 	rl := newRawLog(raw)
 	if rl != nil {
@@ -184,7 +183,6 @@ func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in 
 		defer func() { in.beforeFlush = nil }()
 	}
 	go func() {
-		defer close(readDone)
 		defer close(lines)
 		br := bufio.NewReaderSize(r, 1<<20)
 		first := true
@@ -229,7 +227,7 @@ func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in 
 	tick := time.NewTicker(flushEvery)
 	defer tick.Stop()
 	cr := &CSVReader{Port: port}
-	var lineNo int64
+	var lineNo int64  // of the lines that reached the classifier (a replay numbers every line)
 	var stopErr error // a database error other than unavailability
 	dbAway := false   // the database went away: lines are deferred to the raw file
 	dbFailed := func(err error) error {
