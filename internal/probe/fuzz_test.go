@@ -1,6 +1,8 @@
 package probe
 
 import (
+	"bytes"
+	"context"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -70,6 +72,33 @@ func FuzzClassify(f *testing.F) {
 		row := Row(1, r, res)
 		if row.Payload != nil && len(row.Payload) > MaxStoredPayload {
 			t.Fatal("payload not capped")
+		}
+	})
+}
+
+// FuzzIngestCSV: any bytes as a raw zmap file (a replay of a damaged or cut file) give
+// counts, never a panic: every data line is a reply or a bad line, and a last line
+// without a newline is reported cut and not parsed.
+func FuzzIngestCSV(f *testing.F) {
+	for _, fn := range []string{"testdata/zmap/quic-784.csv", "testdata/zmap/dns-53.csv", "testdata/zmap/icmp-9999.csv"} {
+		if b, err := os.ReadFile(fn); err == nil {
+			f.Add(b)
+			f.Add(b[:len(b)/2])
+		}
+	}
+	f.Add([]byte{})
+	f.Add([]byte("saddr\n\n,,,\n"))
+	c := testClassifier(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in := NewIngest(nil, 0, c, nil)
+		if err := IngestCSV(context.Background(), bytes.NewReader(data), 853, in); err != nil {
+			t.Fatal(err)
+		}
+		if in.Replies+in.Bad < in.Lines || in.Replies > in.Lines {
+			t.Fatalf("lines %d, replies %d, bad %d", in.Lines, in.Replies, in.Bad)
+		}
+		if cut := len(data) > 0 && data[len(data)-1] != '\n'; cut != in.Truncated {
+			t.Fatalf("truncated %v for a file ending in %q", in.Truncated, data[max(0, len(data)-5):])
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,13 +27,23 @@ type Ingest struct {
 	Batch      int
 	Log        *slog.Logger
 
-	rows     []store.ScanReply
-	Counts   map[uint16]map[Kind]int64 // per port, per kind
-	Replies  int64                     // replies classified
-	Inserted int64                     // rows new in the database
-	Bad      int64                     // lines that did not parse
-	Deferred int64                     // lines only written to the raw file (database behind)
+	rows      []store.ScanReply
+	Counts    map[uint16]map[Kind]int64 // per port, per kind
+	Lines     int64                     // data lines read (the header not counted)
+	Replies   int64                     // replies classified
+	Inserted  int64                     // rows new in the database
+	Bad       int64                     // lines that did not parse
+	BadLines  []int64                   // line numbers (1 = the header) of the first maxBadLines bad lines
+	Truncated bool                      // the last line had no newline (a writer cut off): not parsed
+	Deferred  int64                     // lines only written to the raw file (database behind or away)
+
+	// beforeFlush runs before a batch goes to the database: the raw file must hold
+	// every row of the batch first.
+	beforeFlush func() error
 }
+
+// maxBadLines is how many bad line numbers an Ingest keeps (and logs).
+const maxBadLines = 10
 
 // NewIngest returns an Ingest for one scan.
 func NewIngest(s *store.Store, scanID int64, c *Classifier, log *slog.Logger) *Ingest {
@@ -70,9 +81,14 @@ func (in *Ingest) Flush(ctx context.Context) error {
 	if len(in.rows) == 0 || in.Store == nil {
 		return nil
 	}
+	if in.beforeFlush != nil {
+		if err := in.beforeFlush(); err != nil {
+			return fmt.Errorf("raw output: %w", err)
+		}
+	}
 	n, err := store.Insert(ctx, in.Store, store.TableScanReplies, in.rows)
 	if err != nil {
-		return fmt.Errorf("ingest %d replies: %w", len(in.rows), err)
+		return fmt.Errorf("ingest %d replies: %w", len(in.rows), store.Unavailable(err))
 	}
 	in.Inserted += n
 	in.rows = in.rows[:0]
@@ -85,28 +101,99 @@ func (in *Ingest) Flush(ctx context.Context) error {
 // blocked zmap drops replies in its capture buffer); the caller replays the raw file.
 var StreamQueue = 1 << 18
 
+// StreamDrainLimit bounds how long StreamCSV keeps copying zmap's output to the raw file
+// after it was interrupted (zmap got SIGINT and normally exits at once).
+var StreamDrainLimit = 30 * time.Second
+
+// rawLog is the raw file zmap's output is copied to. Lines are buffered and written
+// (write(2)) whenever the reader has nothing more buffered from zmap, so a killed zprobe
+// leaves every line it read on disk; sync writes and fsyncs what is buffered, and runs
+// before every database batch, so no row reaches the database before its line is on disk.
+type rawLog struct {
+	mu  sync.Mutex
+	w   *bufio.Writer
+	f   io.Writer
+	err error
+}
+
+func newRawLog(w io.Writer) *rawLog {
+	if w == nil {
+		return nil
+	}
+	return &rawLog{w: bufio.NewWriterSize(w, 1<<20), f: w}
+}
+
+func (r *rawLog) write(line []byte) {
+	r.mu.Lock()
+	if r.err == nil {
+		_, r.err = r.w.Write(line)
+	}
+	r.mu.Unlock()
+}
+
+// flush writes the buffered lines to the file.
+func (r *rawLog) flush() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = r.w.Flush()
+	}
+	return r.err
+}
+
+// sync writes the buffered lines and, for a file, fsyncs it. The fsync runs outside the
+// lock: the reader (and so zmap's output pipe) waits for a write, never for the disk.
+func (r *rawLog) sync() error {
+	if err := r.flush(); err != nil {
+		return err
+	}
+	f, ok := r.f.(interface{ Sync() error })
+	if !ok {
+		return nil
+	}
+	err := f.Sync()
+	if err != nil {
+		r.mu.Lock()
+		if r.err == nil {
+			r.err = err
+		}
+		r.mu.Unlock()
+	}
+	return err
+}
+
 // StreamCSV reads zmap CSV from r while zmap writes it, copies every line to raw (the
 // on-disk record for replays; may be nil) before anything else, classifies and ingests
 // each reply, and writes a batch at least every flushEvery so rows land while the scan
-// runs.
+// runs. A batch is written only after the raw file holds its lines (rawLog.sync).
+//
+// It returns when r ends (zmap exited), so the raw file is complete. When the database
+// becomes unavailable (store.IsUnavailable), the rest goes to the raw file only, counted
+// in in.Deferred, and StreamCSV still returns nil once r ends: the caller replays the raw
+// file when the database is back. Any other database error is returned after r ends.
+// When ctx is cancelled (zmap got SIGINT), it keeps copying to the raw file until r ends
+// or StreamDrainLimit passes, and returns ctx's error.
 func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in *Ingest, flushEvery time.Duration) error {
 	lines := make(chan []byte, StreamQueue)
 	readErr := make(chan error, 1)
 	var deferred atomic.Int64
+	rl := newRawLog(raw)
+	if rl != nil {
+		in.beforeFlush = rl.sync
+		defer func() { in.beforeFlush = nil }()
+	}
 	go func() {
 		defer close(lines)
-		var rawW *bufio.Writer
-		if raw != nil {
-			rawW = bufio.NewWriterSize(raw, 1<<20)
-		}
-		var werr error
 		br := bufio.NewReaderSize(r, 1<<20)
 		first := true
 		for {
 			line, err := br.ReadBytes('\n')
 			if len(line) > 0 {
-				if rawW != nil && werr == nil {
-					_, werr = rawW.Write(line)
+				if rl != nil {
+					rl.write(line)
+					if br.Buffered() == 0 { // the next read may block: put what we have on disk
+						rl.flush() //nolint:errcheck // kept in rl.err, returned below
+					}
 				}
 				if first { // the header must reach the parser
 					lines <- line
@@ -120,8 +207,9 @@ func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in 
 				}
 			}
 			if err != nil {
-				if rawW != nil && werr == nil {
-					werr = rawW.Flush()
+				var werr error
+				if rl != nil {
+					werr = rl.sync()
 				}
 				switch {
 				case err != io.EOF:
@@ -139,69 +227,138 @@ func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in 
 	tick := time.NewTicker(flushEvery)
 	defer tick.Stop()
 	cr := &CSVReader{Port: port}
+	var lineNo int64  // of the lines that reached the classifier (a replay numbers every line)
+	var stopErr error // a database error other than unavailability
+	dbAway := false   // the database went away: lines are deferred to the raw file
+	dbFailed := func(err error) error {
+		if store.IsUnavailable(err) {
+			if !dbAway {
+				in.Log.Warn("database unavailable: the rest of this port goes to the raw file only and is ingested when the database is back",
+					"err", err, "rows_pending", len(in.rows))
+			}
+			dbAway = true
+			in.Deferred += int64(len(in.rows))
+			in.rows = in.rows[:0]
+			return nil
+		}
+		stopErr = err
+		return err
+	}
 	for {
 		select {
 		case line, ok := <-lines:
 			if !ok {
 				in.Deferred += deferred.Load()
-				if err := in.Flush(ctx); err != nil {
-					return err
+				if stopErr == nil && !dbAway {
+					if rl != nil {
+						if err := rl.sync(); err != nil {
+							return fmt.Errorf("raw output: %w", err)
+						}
+					}
+					if err := in.Flush(ctx); err != nil && dbFailed(err) != nil {
+						return err
+					}
 				}
 				select {
 				case err := <-readErr:
 					return err
 				default:
 				}
-				return nil
+				return stopErr
 			}
-			if err := in.addLine(ctx, cr, line); err != nil {
-				return err
+			lineNo++
+			if stopErr != nil || dbAway {
+				if lineNo > 1 {
+					in.Deferred++
+				}
+				continue
+			}
+			if err := in.addLine(ctx, cr, line, lineNo); err != nil {
+				dbFailed(err) //nolint:errcheck // kept in stopErr
 			}
 		case <-tick.C:
+			if stopErr != nil || dbAway {
+				continue
+			}
+			if rl != nil {
+				if err := rl.sync(); err != nil {
+					stopErr = fmt.Errorf("raw output: %w", err)
+					continue
+				}
+			}
 			if err := in.Flush(ctx); err != nil {
-				return err
+				dbFailed(err) //nolint:errcheck // kept in stopErr
 			}
 		case <-ctx.Done():
-			// Keep what was read; the caller stops zmap, whose remaining output still
+			// Keep what was read; zmap got SIGINT, and its remaining output still
 			// reaches the raw file through the reader.
+			if !dbAway && stopErr == nil {
+				in.Flush(context.WithoutCancel(ctx)) //nolint:errcheck // the raw file holds the rows
+			}
+			limit := time.NewTimer(StreamDrainLimit)
+			defer limit.Stop()
+			for {
+				select {
+				case _, ok := <-lines:
+					if ok {
+						in.Deferred++
+						continue
+					}
+				case <-limit.C:
+				}
+				break
+			}
 			in.Deferred += deferred.Load()
-			in.Flush(context.WithoutCancel(ctx)) //nolint:errcheck
 			return ctx.Err()
 		}
 	}
 }
 
-// addLine handles one CSV line: the header, a reply, or a bad line (counted).
-func (in *Ingest) addLine(ctx context.Context, cr *CSVReader, line []byte) error {
+// addLine handles line number lineNo: the header, a reply, or a bad line (counted).
+func (in *Ingest) addLine(ctx context.Context, cr *CSVReader, line []byte, lineNo int64) error {
 	if len(bytes.TrimSpace(line)) == 0 {
 		return nil
 	}
 	if !cr.HasHeader() {
 		if err := cr.Header(line); err != nil {
-			in.Bad++
-			in.Log.Warn("zmap csv: bad header", "err", err)
+			in.bad(lineNo, err)
 		}
 		return nil
 	}
+	in.Lines++
 	rep, err := cr.Parse(line)
 	if err != nil {
-		in.Bad++
-		if in.Bad <= 10 {
-			in.Log.Warn("zmap csv: bad line", "err", err)
-		}
+		in.bad(lineNo, err)
 		return nil
 	}
 	return in.Add(ctx, rep)
 }
 
-// IngestCSV replays a recorded zmap CSV file (no streaming, no raw copy).
+func (in *Ingest) bad(lineNo int64, err error) {
+	in.Bad++
+	if len(in.BadLines) < maxBadLines {
+		in.BadLines = append(in.BadLines, lineNo)
+		in.Log.Warn("zmap csv: bad line", "line", lineNo, "err", err)
+	}
+}
+
+// IngestCSV replays a recorded zmap CSV file (no streaming, no raw copy). A last line
+// without a newline was cut off by its writer: it is not parsed (a cut payload could
+// classify as something it is not), and in.Truncated says so.
 func IngestCSV(ctx context.Context, r io.Reader, port uint16, in *Ingest) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	cr := &CSVReader{Port: port}
+	var lineNo int64
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 {
-			if err := in.addLine(ctx, cr, line); err != nil {
+			lineNo++
+			if err == io.EOF { // no newline: cut off
+				in.Truncated = true
+				in.Log.Warn("zmap csv: last line cut off (no newline); not parsed", "line", lineNo, "bytes", len(line))
+				break
+			}
+			if err := in.addLine(ctx, cr, line, lineNo); err != nil {
 				return err
 			}
 		}

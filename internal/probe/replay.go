@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -59,19 +61,40 @@ func ParseDNSProbe(b []byte) (DNSProbe, error) {
 	return p, nil
 }
 
-// ReplayResult says what a replay did.
+// ReplayResult says what a replay did and found.
 type ReplayResult struct {
-	ScanID   int64
-	Port     uint16
-	Replies  int64
-	Inserted int64
-	Bad      int64
-	ByKind   map[Kind]int64
+	ScanID     int64
+	Port       uint16
+	Lines      int64   // data lines read (the header not counted)
+	Replies    int64   // replies classified and stored
+	Inserted   int64   // rows new in the database
+	Bad        int64   // lines that did not parse
+	BadLines   []int64 // line numbers of the first bad lines (1 = the header)
+	Truncated  bool    // the last line was cut off (no newline) and not parsed
+	Complete   bool    // zmap finished the port (its metadata file is next to the CSV)
+	Status     string  // the port's scan_runs status after the replay
+	ScanStatus string  // the scan's status after the replay
+	ByKind     map[Kind]int64
 }
 
+// ErrNothingRecovered says a raw file held no data line and zmap did not finish its port
+// (no metadata file): an empty file of a cut run, not a scan without replies.
+var ErrNothingRecovered = errors.New("no reply recovered")
+
 // Replay ingests a raw zmap CSV kept by a scan (RunDir/<port>.csv) into the scan named
-// by the manifest next to it. Replaying twice adds nothing the second time.
+// by the manifest next to it. Replaying twice adds nothing the second time. It settles
+// the port's run: 'ok' when zmap finished the port (its <port>.meta.json exists, which
+// zmap writes at its end) and the file's last line is whole, else 'interrupted' (an 'ok'
+// run stays 'ok'); then the scan: 'ok' when every port is, else a scan left 'running'
+// becomes 'interrupted'. A file with no data line of a port zmap did not finish returns
+// the result and ErrNothingRecovered. A missing file or manifest wraps os.ErrNotExist.
 func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logger) (*ReplayResult, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := os.Stat(csvPath); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	dir := filepath.Dir(csvPath)
 	mb, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err != nil {
@@ -118,39 +141,79 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
+	meta, metaErr := ReadZmapMeta(filepath.Join(dir, base+".meta.json"))
+	res := &ReplayResult{Port: port, Complete: metaErr == nil}
 	if err := s.EnsureVantage(ctx, store.Vantage{ID: man.Vantage}); err != nil {
-		return nil, err
+		return nil, store.Unavailable(err)
 	}
-	// Find the scan by its natural key; create it (finished, status ok) if this database
-	// never saw it (a replay into another database).
-	var scanID int64
-	err = s.Pool.QueryRow(ctx, `SELECT scan_id FROM scans WHERE iso_week=$1 AND vantage_id=$2 AND label=$3 AND shard=$4`,
-		man.Week, man.Vantage, man.Label, man.Shard).Scan(&scanID)
+	// Find the scan by its natural key; create it if this database never saw it (a
+	// replay into another database).
+	st, found, err := s.FindScan(ctx, man.Week, man.Vantage, man.Label, man.Shard)
 	if err != nil {
+		return nil, store.Unavailable(err)
+	}
+	if found {
+		res.ScanID = st.ID
+	} else {
 		pv := int64(q.Version)
 		var seed *int64
 		if man.Seed != nil {
 			v := int64(*man.Seed)
 			seed = &v
 		}
-		scanID, _, err = s.StartScan(ctx, store.Scan{ISOWeek: man.Week, VantageID: man.Vantage, Label: man.Label,
-			Shard: man.Shard, Shards: man.Shards, Seed: seed, Ports: []int32{int32(port)}, ProbeVersion: &pv,
-			Targets: strings.Join(man.Targets, " ")})
-		if err != nil {
-			return nil, err
+		var all []int32
+		for p := range ports {
+			all = append(all, int32(p))
 		}
-		if err := s.FinishScan(ctx, scanID, "ok", nil); err != nil {
-			return nil, err
+		slices.Sort(all)
+		if res.ScanID, _, err = s.StartScan(ctx, store.Scan{ISOWeek: man.Week, VantageID: man.Vantage, Label: man.Label,
+			Shard: man.Shard, Shards: man.Shards, Seed: seed, Ports: all, ProbeVersion: &pv,
+			Targets: strings.Join(man.Targets, " ")}); err != nil {
+			return nil, store.Unavailable(err)
 		}
+	}
+	run, hasRun := st.Runs[int32(port)]
+	if !hasRun {
+		pkt := qb
+		if ports[port] == ProbeDNS {
+			pkt = db
+		}
+		h := sha256.Sum256(pkt)
+		abs, _ := filepath.Abs(csvPath)
+		if err := s.StartScanRun(ctx, store.ScanRun{ScanID: res.ScanID, Port: int32(port), ProbeKind: string(ports[port]),
+			ProbeSHA256: h[:], RawOutput: abs}); err != nil {
+			return nil, store.Unavailable(err)
+		}
+		run = store.ScanRunState{Port: int32(port), Status: "running"}
 	}
 	f, err := os.Open(csvPath)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	in := NewIngest(s, scanID, cl, log)
+	in := NewIngest(s, res.ScanID, cl, log)
 	if err := IngestCSV(ctx, f, port, in); err != nil {
 		return nil, err
 	}
-	return &ReplayResult{ScanID: scanID, Port: port, Replies: in.Replies, Inserted: in.Inserted, Bad: in.Bad, ByKind: in.Counts[port]}, nil
+	res.Lines, res.Replies, res.Inserted, res.Bad, res.BadLines, res.Truncated = in.Lines, in.Replies, in.Inserted, in.Bad, in.BadLines, in.Truncated
+	res.ByKind = in.Counts[port]
+	res.Status = "interrupted"
+	if run.Status == "ok" || (res.Complete && !res.Truncated) {
+		res.Status = "ok"
+	}
+	sent := run.ProbesSent
+	if meta != nil {
+		sent = &meta.TotalSent
+	}
+	if err := s.FinishScanRun(ctx, res.ScanID, int32(port), res.Status, sent, &res.Replies, run.Blocklisted); err != nil {
+		return nil, store.Unavailable(err)
+	}
+	if res.ScanStatus, err = s.SettleScan(ctx, res.ScanID); err != nil {
+		return nil, store.Unavailable(err)
+	}
+	if res.Lines == 0 && !res.Complete {
+		return res, fmt.Errorf("%w: %s has no data line and zmap did not finish the port (no %s.meta.json): its output was lost "+
+			"or zmap never ran; port %d is marked %s, re-run the scan to send it again", ErrNothingRecovered, csvPath, base, port, res.Status)
+	}
+	return res, nil
 }

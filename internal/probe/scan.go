@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -48,7 +49,13 @@ type ScanConfig struct {
 	OutDir       string  // var/scans
 	Zmap         ZmapRun // template: binary, rate, bandwidth, interface, gateway, cooldown...
 	FlushEvery   time.Duration
+	DBWait       time.Duration // how long to wait for an unavailable database (default DefaultDBWait)
 }
+
+// DefaultDBWait is how long a scan waits for an unavailable database before it stops
+// with store.ErrUnavailable (exit 3). zmap's output meanwhile goes to the raw file, and
+// what did not reach the database is ingested when it is back, or by the next run.
+const DefaultDBWait = 10 * time.Minute
 
 // ISOWeek returns t's ISO week as "2026-W47".
 func ISOWeek(t time.Time) string {
@@ -73,6 +80,7 @@ type PortSummary struct {
 	PcapDrop    int64          `json:"zmap_pcap_drop"`       // replies zmap's capture dropped
 	SendFails   int64          `json:"zmap_sendto_failures"` // probes zmap failed to send
 	RawOutput   string         `json:"raw_output,omitempty"`
+	Resumed     bool           `json:"resumed,omitempty"` // done by an earlier run of the scan: not sent again
 }
 
 // Summary is the scan summary printed at the end and stored in scans.summary.
@@ -150,6 +158,45 @@ func (c *ScanConfig) defaults() {
 	}
 	if c.OutDir == "" {
 		c.OutDir = filepath.Join("var", "scans")
+	}
+	if c.DBWait <= 0 {
+		c.DBWait = DefaultDBWait
+	}
+	if c.Zmap.Rate == 0 && c.Zmap.Bandwidth == "" {
+		c.Zmap.Rate = DefaultRate
+	}
+}
+
+// dbRetry runs op until it succeeds or fails with an error other than unavailability
+// (store.IsUnavailable). While the database is unavailable it retries with a growing
+// pause, for at most wait after the first failure, then returns the error wrapped in
+// store.ErrUnavailable. Every operation it retries is idempotent.
+func dbRetry(ctx context.Context, log *slog.Logger, wait time.Duration, what string, op func(context.Context) error) error {
+	var since time.Time
+	pause := 250 * time.Millisecond
+	for {
+		err := op(ctx)
+		if err == nil || !store.IsUnavailable(err) {
+			if err == nil && !since.IsZero() {
+				log.Info("database back", "op", what, "after", time.Since(since).Round(time.Millisecond))
+			}
+			return err
+		}
+		if since.IsZero() {
+			since = time.Now()
+			log.Warn("database unavailable: waiting for it", "op", what, "wait", wait, "err", err)
+		}
+		if time.Since(since) >= wait {
+			return fmt.Errorf("%s: gave up after %s: %w", what, wait, store.Unavailable(err))
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w (database unavailable: %v)", what, ctx.Err(), err)
+		case <-t.C:
+		}
+		pause = min(2*pause, 5*time.Second)
 	}
 }
 
@@ -230,7 +277,7 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 	if !c.InternetWide {
 		n, _ := safety.WriteAllowlist(&al)
 		if n == 0 {
-			return nil, errors.New("no IPv4 targets for zmap (zmap 2.1.1 scans IPv4 only; use `zprobe send` for IPv6 hitlists)")
+			return nil, fmt.Errorf("%w: no IPv4 targets for zmap (zmap 2.1.1 scans IPv4 only; use `zprobe send` for IPv6 hitlists)", ErrBadTargets)
 		}
 		if alFile, err = write("allowlist.conf", []byte(al.String())); err != nil {
 			return nil, err
@@ -251,9 +298,24 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 	log.Info("blocklist ready", "file", blFile, "ipv4_lines", nBlock, "testbed_carve_out", c.Testbed, "targets", len(safety.Targets))
 
 	var scanID int64
+	var prior store.ScanState
 	if c.Store != nil {
 		if err := c.Store.EnsureVantage(ctx, store.Vantage{ID: c.VantageID}); err != nil {
-			return nil, err
+			return nil, store.Unavailable(err)
+		}
+		var found bool
+		if prior, found, err = c.Store.FindScan(ctx, c.Week, c.VantageID, c.Label, c.Shard); err != nil {
+			return nil, store.Unavailable(err)
+		}
+		if found && prior.Targets != strings.Join(man.Targets, " ") {
+			// Other targets under the same key: nothing of the earlier run is reused.
+			log.Warn("an earlier run of this scan had other targets: every port is sent again",
+				"scan_id", prior.ID, "earlier", prior.Targets, "now", strings.Join(man.Targets, " "))
+			prior.Runs = nil
+		}
+		if found && prior.Status == "running" {
+			log.Warn("an earlier run of this scan ended without closing it (killed, or the database went away): "+
+				"its ports are settled from their raw files", "scan_id", prior.ID)
 		}
 		seed := (*int64)(nil)
 		if c.Seed != nil {
@@ -274,7 +336,7 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 			Shard: c.Shard, Shards: c.Shards, Seed: seed, Ports: pl.ports32(), ProbeVersion: &pv, Sender: "zmap",
 			Targets: strings.Join(man.Targets, " "), RatePPS: rate, Bandwidth: bw})
 		if err != nil {
-			return nil, err
+			return nil, store.Unavailable(err)
 		}
 	}
 	sum := &Summary{ScanID: scanID, Week: c.Week, Vantage: c.VantageID, Label: c.Label, Shard: c.Shard, Shards: c.Shards,
@@ -290,9 +352,34 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 		if kind == ProbeDNS {
 			z.ProbeFile, pkt = dnsFile, dnsPkt
 		}
+		if r, ok := prior.Runs[int32(port)]; ok {
+			h := sha256.Sum256(pkt)
+			if !bytes.Equal(r.ProbeSHA256, h[:]) {
+				// Another probe: the earlier run's raw file cannot be classified with
+				// this one, and the port is sent again.
+				log.Warn("the earlier run of this port sent another probe: sending it again", "port", port, "status", r.Status)
+			} else if r.Status == "ok" {
+				log.Info("port done by an earlier run of this scan: not sent again", "port", port, "replies", r.Replies)
+				sum.add(resumedPort(r, kind))
+				continue
+			} else {
+				// The earlier run of this port did not end cleanly: store what its raw
+				// file holds; if zmap had finished the port, it is done, else it is sent
+				// again (the new run replaces the file).
+				ps, done, err := settlePort(ctx, c, scanID, port, kind, r, dir, cl, log)
+				if err != nil {
+					runErr = err
+					break
+				}
+				if done {
+					sum.add(ps)
+					continue
+				}
+			}
+		}
 		z.BlocklistFile, z.AllowlistFile, z.InternetWide = blFile, alFile, c.InternetWide
 		z.Seed, z.Shards, z.Shard = c.Seed, c.Shards, c.Shard
-		z.MetadataFile = filepath.Join(dir, fmt.Sprintf("%d.meta.json", port))
+		z.MetadataFile = metaPath(dir, port) + partSuffix
 		ps, err := runPort(ctx, c, z, kind, pkt, dir, scanID, cl, log)
 		sum.add(ps)
 		if err != nil {
@@ -312,18 +399,114 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 	}
 	switch {
 	case runErr == nil:
-	case ctx.Err() != nil:
+	case ctx.Err() != nil, store.IsUnavailable(runErr):
 		sum.Status = "interrupted"
 	default:
 		sum.Status = "failed"
 	}
 	if c.Store != nil {
 		js, _ := json.Marshal(sum)
-		if err := c.Store.FinishScan(context.WithoutCancel(ctx), scanID, sum.Status, js); err != nil && runErr == nil {
+		wait := c.DBWait
+		if runErr != nil { // one attempt: a run left 'running' is settled by the next run or ingest
+			wait = 0
+		}
+		err := dbRetry(context.WithoutCancel(ctx), log, wait, "finish scan", func(ctx context.Context) error {
+			return store.Unavailable(c.Store.FinishScan(ctx, scanID, sum.Status, js))
+		})
+		if err != nil && runErr == nil {
+			sum.Status = "interrupted"
 			runErr = err
 		}
 	}
 	return sum, runErr
+}
+
+// resumedPort is the summary of a port an earlier run of the scan finished.
+func resumedPort(r store.ScanRunState, kind ProbeKind) PortSummary {
+	ps := PortSummary{Port: uint16(r.Port), Probe: kind, Status: r.Status, ByKind: map[Kind]int64{}, RawOutput: r.RawOutput, Resumed: true}
+	if r.ProbesSent != nil {
+		ps.ProbesSent = *r.ProbesSent
+	}
+	if r.Replies != nil {
+		ps.Replies = *r.Replies
+	}
+	if r.Blocklisted != nil {
+		ps.Blocklisted = *r.Blocklisted
+	}
+	return ps
+}
+
+// metaPath is where a port's zmap metadata is kept once the port is complete: zmap
+// writes it (as metaPath+partSuffix) when it exits, and zprobe renames it after it has
+// copied all of zmap's output to the raw file, so its presence says the raw file is
+// whole (Replay and settlePort read it).
+func metaPath(dir string, port uint16) string {
+	return filepath.Join(dir, fmt.Sprintf("%d.meta.json", port))
+}
+
+const partSuffix = ".part"
+
+// settlePort stores what the raw file of an earlier run of a port holds (idempotently)
+// when that run did not end 'ok'. If zmap had finished the port (metaPath exists) and
+// the file is whole, the port is done ('ok', not sent again); otherwise a run left
+// 'running' is closed as 'interrupted' and the caller sends the port again.
+func settlePort(ctx context.Context, c ScanConfig, scanID int64, port uint16, kind ProbeKind, r store.ScanRunState, dir string,
+	cl *Classifier, log *slog.Logger) (PortSummary, bool, error) {
+	ps := PortSummary{Port: port, Probe: kind, Status: r.Status, RawOutput: r.RawOutput, Resumed: true}
+	if r.RawOutput == "" {
+		return ps, false, nil
+	}
+	plog := log.With("port", port, "raw", r.RawOutput)
+	var in *Ingest
+	err := dbRetry(ctx, plog, c.DBWait, "recover port", func(ctx context.Context) error {
+		f, err := os.Open(r.RawOutput)
+		if errors.Is(err, os.ErrNotExist) {
+			plog.Warn("the earlier run's raw file is gone: nothing to recover", "status", r.Status)
+			in = nil
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = NewIngest(c.Store, scanID, cl, plog)
+		return IngestCSV(ctx, f, port, in)
+	})
+	if err != nil {
+		return ps, false, fmt.Errorf("port %d: recover the earlier run's raw output: %w", port, err)
+	}
+	if in == nil {
+		return ps, false, nil
+	}
+	meta, merr := ReadZmapMeta(metaPath(dir, port))
+	done := merr == nil && !in.Truncated && filepath.Dir(r.RawOutput) == mustAbs(dir)
+	plog.Info("earlier run of the port recovered from its raw file", "status", r.Status, "zmap_finished", done,
+		"lines", in.Lines, "replies", in.Replies, "rows_new", in.Inserted, "bad_lines", in.Bad, "truncated_last_line", in.Truncated)
+	ps.Replies, ps.Inserted, ps.BadLines, ps.ByKind = in.Replies, in.Inserted, in.Bad, in.Counts[port]
+	if ps.ByKind == nil {
+		ps.ByKind = map[Kind]int64{}
+	}
+	status, sent := "interrupted", r.ProbesSent
+	if done {
+		status, sent = "ok", &meta.TotalSent
+		ps.ProbesSent = meta.TotalSent
+		ps.PcapDrop, ps.SendFails = meta.PcapDrop, meta.SendToFailures
+	} else if r.Status != "running" {
+		return ps, false, nil
+	}
+	ps.Status = status
+	err = dbRetry(ctx, plog, c.DBWait, "recover port", func(ctx context.Context) error {
+		return store.Unavailable(c.Store.FinishScanRun(ctx, scanID, r.Port, status, sent, &in.Replies, r.Blocklisted))
+	})
+	return ps, done, err
+}
+
+func mustAbs(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	return a
 }
 
 func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt []byte, dir string, scanID int64, cl *Classifier, log *slog.Logger) (PortSummary, error) {
@@ -332,12 +515,25 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 	if err != nil {
 		return ps, err
 	}
-	rawPath := filepath.Join(dir, fmt.Sprintf("%d.csv", z.Port))
+	rawPath, err := filepath.Abs(filepath.Join(dir, fmt.Sprintf("%d.csv", z.Port)))
+	if err != nil {
+		return ps, err
+	}
 	ps.RawOutput = rawPath
+	plog := log.With("port", z.Port, "probe", kind)
 	h := sha256.Sum256(pkt)
 	if c.Store != nil {
-		if err := c.Store.StartScanRun(ctx, store.ScanRun{ScanID: scanID, Port: int32(z.Port), ProbeKind: string(kind),
-			ProbeSHA256: h[:], ZmapArgs: args, RawOutput: rawPath}); err != nil {
+		err := dbRetry(ctx, plog, c.DBWait, "start port", func(ctx context.Context) error {
+			return store.Unavailable(c.Store.StartScanRun(ctx, store.ScanRun{ScanID: scanID, Port: int32(z.Port), ProbeKind: string(kind),
+				ProbeSHA256: h[:], ZmapArgs: args, RawOutput: rawPath}))
+		})
+		if err != nil {
+			return ps, err
+		}
+	}
+	// A metadata file left from an earlier run must not make this run look finished.
+	for _, f := range []string{metaPath(dir, z.Port), z.MetadataFile} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return ps, err
 		}
 	}
@@ -346,7 +542,6 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 		return ps, fmt.Errorf("raw output: %w", err)
 	}
 	defer raw.Close()
-	plog := log.With("port", z.Port, "probe", kind)
 	plog.Info("zmap starting", "args", strings.Join(args, " "))
 	start := time.Now()
 	cmd, stdout, status, err := StartZmap(ctx, z.Binary, args, plog)
@@ -372,22 +567,32 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 	streamErr := StreamCSV(ctx, stdout, raw, z.Port, in, c.FlushEvery)
 	waitErr := cmd.Wait()
 	<-progDone
+	if streamErr == nil && waitErr == nil {
+		// zmap finished and the raw file holds all of its output (synced by StreamCSV).
+		if err := os.Rename(z.MetadataFile, metaPath(dir, z.Port)); err != nil {
+			plog.Warn("no zmap metadata", "err", err)
+		} else {
+			z.MetadataFile = metaPath(dir, z.Port)
+		}
+	}
 	if in.Deferred > 0 && streamErr == nil && waitErr == nil {
-		// The database fell behind during the scan: replay the complete raw file (the
-		// rows already stored are dropped by the table's key).
-		plog.Warn("database fell behind zmap; replaying the raw output", "deferred_lines", in.Deferred)
-		again := NewIngest(c.Store, scanID, cl, plog)
-		if err := raw.Sync(); err != nil {
-			return ps, fmt.Errorf("raw output: %w", err)
+		// The database fell behind or went away during the scan: replay the complete raw
+		// file when it answers (the rows already stored are dropped by the table's key).
+		plog.Warn("not every reply reached the database during the scan; replaying the raw output", "deferred_lines", in.Deferred)
+		var again *Ingest
+		streamErr = dbRetry(ctx, plog, c.DBWait, "replay raw output", func(ctx context.Context) error {
+			f, err := os.Open(rawPath)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			again = NewIngest(c.Store, scanID, cl, plog)
+			return IngestCSV(ctx, f, z.Port, again)
+		})
+		if streamErr == nil {
+			again.Inserted += in.Inserted
+			in = again
 		}
-		f, err := os.Open(rawPath)
-		if err != nil {
-			return ps, err
-		}
-		streamErr = IngestCSV(ctx, f, z.Port, again)
-		f.Close()
-		again.Inserted += in.Inserted
-		in = again
 	}
 	ps.DurationS = time.Since(start).Seconds()
 	ps.Replies, ps.Inserted, ps.BadLines = in.Replies, in.Inserted, in.Bad
@@ -425,19 +630,29 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 		ps.RatePPS = float64(ps.ProbesSent) / ps.DurationS
 	}
 	err = errors.Join(streamErr, waitErr)
+	wait := c.DBWait
 	switch {
 	case err == nil:
 		ps.Status = "ok"
 	case ctx.Err() != nil:
 		ps.Status = "interrupted"
 		err = fmt.Errorf("port %d: %w", z.Port, context.Canceled)
+		wait = 0
+	case store.IsUnavailable(err):
+		ps.Status = "interrupted"
+		err = fmt.Errorf("port %d: %w", z.Port, store.Unavailable(err))
+		wait = 0
 	default:
-		err = fmt.Errorf("zmap on port %d: %w", z.Port, err)
+		err = fmt.Errorf("port %d: %w", z.Port, err)
 	}
 	if c.Store != nil {
 		sent, rep := ps.ProbesSent, ps.Replies
 		bl := ps.Blocklisted
-		if ferr := c.Store.FinishScanRun(context.WithoutCancel(ctx), scanID, int32(z.Port), ps.Status, &sent, &rep, &bl); ferr != nil && err == nil {
+		ferr := dbRetry(context.WithoutCancel(ctx), plog, wait, "finish port", func(ctx context.Context) error {
+			return store.Unavailable(c.Store.FinishScanRun(ctx, scanID, int32(z.Port), ps.Status, &sent, &rep, &bl))
+		})
+		if ferr != nil && err == nil {
+			ps.Status = "interrupted"
 			err = ferr
 		}
 	}

@@ -68,7 +68,7 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 		c.DNS = DefaultDNSProbe()
 	}
 	if c.Rate <= 0 {
-		return nil, errors.New("send: a rate (probes/s) is required")
+		return nil, fmt.Errorf("%w: send needs a rate above 0 probes/s, got %v", ErrBadRate, c.Rate)
 	}
 	if c.Cooldown <= 0 {
 		c.Cooldown = 3 * time.Second
@@ -81,6 +81,9 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 	guard := labnet.NewGuard()
 	for _, a := range c.Hitlist {
 		a = a.Unmap()
+		if !c.Safety.InTargets(a) {
+			return nil, fmt.Errorf("%w: %s", ErrOutsideAllowlist, a)
+		}
 		ok, why := c.Safety.Allowed(a)
 		switch {
 		case ok:
@@ -88,8 +91,6 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 				return nil, err
 			}
 			allowed = append(allowed, a)
-		case why == "outside the allowlist":
-			return nil, fmt.Errorf("%w: %s", ErrOutsideAllowlist, a)
 		default:
 			blocked++
 			c.Log.Info("skipping blocklisted address", "addr", a, "why", why)

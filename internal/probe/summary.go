@@ -17,7 +17,11 @@ func PrintSummary(w io.Writer, s *Summary) {
 	}
 	fmt.Fprint(tw, "hit rate\tduration s\trate p/s\t\n")
 	for _, p := range s.Ports {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t", p.Port, p.Probe, p.Status, p.ProbesSent, p.Replies)
+		status := p.Status
+		if p.Resumed {
+			status += " (earlier run)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t", p.Port, p.Probe, status, p.ProbesSent, p.Replies)
 		for _, k := range Kinds {
 			fmt.Fprintf(tw, "%d\t", p.ByKind[k])
 		}

@@ -1,10 +1,12 @@
 package probe
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/labnet"
@@ -44,6 +46,11 @@ func ReadPrefixFile(path string) ([]netip.Prefix, error) {
 	return ReadPrefixes(f, path)
 }
 
+// ErrBadTargets refuses a target list the safety rules do not allow (a target outside
+// the testbed prefix, a testbed prefix outside the lab ranges, --testbed with
+// --internet-wide, no IPv4 target for zmap).
+var ErrBadTargets = errors.New("targets refused")
+
 // BuildSafety merges the blocklist (reserved + dir files + opt-outs) and checks the
 // targets: in testbed mode every target must lie inside the testbed prefix (default:
 // the prefix itself); otherwise targets are required unless internetWide.
@@ -54,14 +61,14 @@ func BuildSafety(targets []netip.Prefix, testbed *netip.Prefix, internetWide boo
 		testbed = &tb
 		carve = []netip.Prefix{tb}
 		if internetWide {
-			return nil, fmt.Errorf("--testbed and --internet-wide exclude each other")
+			return nil, fmt.Errorf("%w: --testbed and --internet-wide exclude each other", ErrBadTargets)
 		}
 		if len(targets) == 0 {
 			targets = []netip.Prefix{tb}
 		}
 		for _, t := range targets {
 			if !(tb.Bits() <= t.Bits() && tb.Contains(t.Addr()) && t.Addr().BitLen() == tb.Addr().BitLen()) {
-				return nil, fmt.Errorf("target %s is outside the testbed prefix %s", t, tb)
+				return nil, fmt.Errorf("%w: target %s is outside the testbed prefix %s", ErrBadTargets, t, tb)
 			}
 		}
 	}
@@ -71,23 +78,26 @@ func BuildSafety(targets []netip.Prefix, testbed *netip.Prefix, internetWide boo
 	entries := append(append(blocklist.Reserved(), dirEntries...), optouts...)
 	l, err := blocklist.Build(entries, carve)
 	if err != nil {
+		if len(carve) > 0 { // the only input here a user gives: the testbed carve-out
+			return nil, fmt.Errorf("%w: %w", ErrBadTargets, err)
+		}
 		return nil, err
 	}
 	return &Safety{Targets: targets, Testbed: testbed, InternetWide: internetWide, List: l}, nil
+}
+
+// InTargets says whether a lies inside the targets (always, internet-wide).
+func (s *Safety) InTargets(a netip.Addr) bool {
+	a = a.Unmap()
+	return s.InternetWide || slices.ContainsFunc(s.Targets, func(t netip.Prefix) bool { return t.Contains(a) })
 }
 
 // Allowed says whether a may receive a probe: inside the targets (or internet-wide) and
 // not blocked. why explains a refusal.
 func (s *Safety) Allowed(a netip.Addr) (ok bool, why string) {
 	a = a.Unmap()
-	if !s.InternetWide {
-		in := false
-		for _, t := range s.Targets {
-			in = in || t.Contains(a)
-		}
-		if !in {
-			return false, "outside the allowlist"
-		}
+	if !s.InTargets(a) {
+		return false, "outside the allowlist"
 	}
 	if w := s.List.Why(a); len(w) > 0 {
 		return false, fmt.Sprintf("blocklisted (%s %s %s)", w[0].Source, w[0].Prefix, w[0].Note)

@@ -27,8 +27,8 @@ type ZmapRun struct {
 	BlocklistFile string // -b, required
 	AllowlistFile string // -w; required unless InternetWide
 	InternetWide  bool   // deliberately scan everything not blocklisted
-	Rate          int    // -r packets/s (0: zmap's default, 10,000; RateUnlimited: -r 0, as fast as zmap can)
-	Bandwidth     string // -B, e.g. 1G, 500M
+	Rate          int    // -r packets/s, required unless Bandwidth is set; RateUnlimited: -r 0, as fast as zmap can
+	Bandwidth     string // -B, e.g. 1G, 500M (zmap derives its rate from it; excludes Rate)
 	Seed          *uint64
 	Shards, Shard int
 	Interface     string // -i
@@ -46,7 +46,14 @@ var (
 	ErrNoBlocklist = errors.New("zmap: refusing to run without a blocklist (-b)")
 	ErrNoTargets   = errors.New("zmap: refusing to run without an allowlist or target list: zmap's default target is the whole IPv4 internet (pass --internet-wide to mean it)")
 	ErrSeedShards  = errors.New("zmap: several shards need one shared --seed")
+	ErrBadShard    = errors.New("zmap: bad shard")
+	ErrBadRate     = errors.New("bad rate")
+	ErrNoZmap      = errors.New("zmap not found")
 )
+
+// DefaultRate is the send rate (packets/s) of a scan that sets neither a rate nor a
+// bandwidth: zmap's own default, passed explicitly.
+const DefaultRate = 10000
 
 // Args returns zmap's command line. It never omits -b, and never omits -w unless the
 // run is deliberately internet-wide.
@@ -64,8 +71,16 @@ func (z ZmapRun) Args() ([]string, error) {
 		return nil, errors.New("zmap: no target port")
 	}
 	shards := max(z.Shards, 1)
-	if z.Shard < 0 || z.Shard >= shards {
-		return nil, fmt.Errorf("zmap: shard %d of %d", z.Shard, shards)
+	if z.Shards < 0 || z.Shard < 0 || z.Shard >= shards {
+		return nil, fmt.Errorf("%w: --shard %d of --shards %d (want 0 <= shard < shards)", ErrBadShard, z.Shard, z.Shards)
+	}
+	switch {
+	case z.Rate == 0 && z.Bandwidth == "":
+		return nil, fmt.Errorf("%w: zmap needs a rate (packets/s) or a bandwidth: without either it sends at its built-in default, never an unstated rate", ErrBadRate)
+	case z.Rate != 0 && z.Bandwidth != "":
+		return nil, fmt.Errorf("%w: give zmap a rate or a bandwidth, not both (zmap derives its rate from the bandwidth)", ErrBadRate)
+	case z.Rate < 0 && z.Rate != RateUnlimited:
+		return nil, fmt.Errorf("%w: %d packets/s", ErrBadRate, z.Rate)
 	}
 	if shards > 1 && z.Seed == nil {
 		return nil, ErrSeedShards
@@ -226,7 +241,7 @@ func StartZmap(ctx context.Context, binary string, args []string, log *slog.Logg
 		binary = DefaultZmap
 	}
 	if _, err := exec.LookPath(binary); err != nil {
-		return nil, nil, nil, fmt.Errorf("zmap not found (%s): %w", binary, err)
+		return nil, nil, nil, fmt.Errorf("%w (%s): %v", ErrNoZmap, binary, err)
 	}
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }

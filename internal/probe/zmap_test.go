@@ -45,6 +45,11 @@ func TestZmapArgsSafety(t *testing.T) {
 		{"no blocklist even internet-wide", func(z *ZmapRun) { z.BlocklistFile = ""; z.InternetWide = true }, ErrNoBlocklist},
 		{"no targets", func(z *ZmapRun) { z.AllowlistFile = "" }, ErrNoTargets},
 		{"shards without seed", func(z *ZmapRun) { z.Shards = 4; z.Shard = 1 }, ErrSeedShards},
+		{"shard outside shards", func(z *ZmapRun) { z.Shards, z.Shard, z.Seed = 2, 5, &seed }, ErrBadShard},
+		{"negative shard", func(z *ZmapRun) { z.Shard = -1 }, ErrBadShard},
+		{"no rate, no bandwidth (zmap's unstated default)", func(z *ZmapRun) { z.Rate = 0 }, ErrBadRate},
+		{"rate and bandwidth", func(z *ZmapRun) { z.Bandwidth = "1G" }, ErrBadRate},
+		{"negative rate", func(z *ZmapRun) { z.Rate = -7 }, ErrBadRate},
 	}
 	for _, c := range cases {
 		z := base

@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The run tables (scans, verification runs, campaigns) are written one row at a time,
@@ -50,7 +53,8 @@ type Scan struct {
 }
 
 // StartScan returns the id of the scan with s's natural key, creating it if needed, and
-// marks it running. existed says whether it was there before (a re-run).
+// marks it running with this run's targets. existed says whether it was there before (a
+// re-run).
 func (s *Store) StartScan(ctx context.Context, sc Scan) (id int64, existed bool, err error) {
 	if sc.Label == "" {
 		sc.Label = "weekly"
@@ -65,7 +69,7 @@ func (s *Store) StartScan(ctx context.Context, sc Scan) (id int64, existed bool,
 		    probe_version, sender, targets, rate_pps, bandwidth)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
 		ON CONFLICT (iso_week, vantage_id, label, shard) DO UPDATE SET
-		    status = 'running', finished_at = NULL,
+		    status = 'running', finished_at = NULL, targets = EXCLUDED.targets,
 		    ports = (SELECT array_agg(DISTINCT p ORDER BY p) FROM unnest(scans.ports || EXCLUDED.ports) p)
 		RETURNING scan_id, (xmax <> 0)`,
 		sc.ISOWeek, sc.VantageID, sc.Label, sc.Shard, sc.Shards, sc.Seed, sc.Ports,
@@ -116,6 +120,71 @@ func (s *Store) FinishScan(ctx context.Context, scanID int64, status string, sum
 	_, err := s.Pool.Exec(ctx, `UPDATE scans SET status = $2, finished_at = now(), summary = $3 WHERE scan_id = $1`,
 		scanID, status, summary)
 	return err
+}
+
+// ScanState is a scan row found by its natural key, with its per-port runs.
+type ScanState struct {
+	ID      int64
+	Status  string // running | ok | failed | interrupted
+	Ports   []int32
+	Targets string
+	Runs    map[int32]ScanRunState
+}
+
+// ScanRunState is what a scan_runs row says about one port.
+type ScanRunState struct {
+	Port        int32
+	Status      string
+	ProbeSHA256 []byte
+	RawOutput   string
+	ProbesSent  *int64
+	Replies     *int64
+	Blocklisted *int64
+}
+
+// FindScan returns the scan with the natural key and its runs; found is false if there
+// is none.
+func (s *Store) FindScan(ctx context.Context, isoWeek, vantage, label string, shard int) (st ScanState, found bool, err error) {
+	err = s.Pool.QueryRow(ctx, `SELECT scan_id, status, ports, targets FROM scans
+		WHERE iso_week = $1 AND vantage_id = $2 AND label = $3 AND shard = $4`,
+		isoWeek, vantage, label, shard).Scan(&st.ID, &st.Status, &st.Ports, &st.Targets)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, fmt.Errorf("find scan %s/%s/%s shard %d: %w", isoWeek, vantage, label, shard, err)
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT port, status, probe_sha256, raw_output, probes_sent, replies, blocklisted
+		FROM scan_runs WHERE scan_id = $1`, st.ID)
+	if err != nil {
+		return st, false, fmt.Errorf("scan runs of %d: %w", st.ID, err)
+	}
+	defer rows.Close()
+	st.Runs = map[int32]ScanRunState{}
+	for rows.Next() {
+		var r ScanRunState
+		if err := rows.Scan(&r.Port, &r.Status, &r.ProbeSHA256, &r.RawOutput, &r.ProbesSent, &r.Replies, &r.Blocklisted); err != nil {
+			return st, false, err
+		}
+		st.Runs[r.Port] = r
+	}
+	return st, true, rows.Err()
+}
+
+// SettleScan closes a scan from its runs after a replay or a recovery: 'ok' when every
+// port of the scan has an 'ok' run, else a scan left 'running' (its process is gone)
+// becomes 'interrupted'; another status is kept.
+func (s *Store) SettleScan(ctx context.Context, scanID int64) (status string, err error) {
+	err = s.Pool.QueryRow(ctx, `UPDATE scans SET
+		    status = CASE WHEN NOT EXISTS (SELECT 1 FROM unnest(scans.ports) p
+		                  WHERE NOT EXISTS (SELECT 1 FROM scan_runs r WHERE r.scan_id = scans.scan_id AND r.port = p AND r.status = 'ok'))
+		             THEN 'ok' WHEN status = 'running' THEN 'interrupted' ELSE status END,
+		    finished_at = coalesce(finished_at, now())
+		WHERE scan_id = $1 RETURNING status`, scanID).Scan(&status)
+	if err != nil {
+		return "", fmt.Errorf("settle scan %d: %w", scanID, err)
+	}
+	return status, nil
 }
 
 // VerificationRun is the natural key and parameters of a verification run.

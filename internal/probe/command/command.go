@@ -5,6 +5,7 @@ package command
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"log/slog"
 	"net/netip"
@@ -37,7 +38,8 @@ var Cmd = cli.Command{
 	Notes: `Subcommands:
   scan       run zmap once per port (needs root, or CAP_NET_RAW, and zmap 2.1.1)
   send       probe an explicit hitlist (IPv4/IPv6) with the built-in rate-limited sender
-  ingest     replay raw zmap CSV files kept under var/scans (needs the manifest.json next to them)
+  ingest     replay raw zmap CSV files kept under var/scans (needs the manifest.json next to them);
+             says what each file held and settles the port's status (ok only if zmap finished it)
   probes     print (or --write) the probe payloads
   blocklist  print the merged blocklist zmap reads, or --why ADDR
 
@@ -45,6 +47,12 @@ Safety: every scan passes zmap a blocklist (-b) made of blocklist/reserved.conf,
 blocklist/*.conf and the accepted opt-outs in the database. zmap runs only with an allowlist
 (-w, from --targets/--allowlist/--testbed) unless --internet-wide is given. --testbed PREFIX
 (inside 198.18.0.0/15) re-opens exactly that prefix in the reserved list and nothing else.
+Rate: zmap always gets an explicit rate, --rate (default 10000 packets/s) or --bandwidth;
+--rate 0 is refused (zmap's "no limit"), --rate max asks for it explicitly.
+Recovery: the raw CSV is on disk before its rows reach the database. A re-run of the same
+scan key does not send again a port that finished, and first ingests the raw file of a
+port that did not. With the database away, a scan keeps zmap's output in the raw file,
+waits up to --db-wait for the database, then exits 3.
 Use "zprobe <subcommand> --help" for each subcommand's flags.`,
 }
 
@@ -119,8 +127,14 @@ func (t *targetFlags) prefixes(positional []string) ([]netip.Prefix, *netip.Pref
 	}
 	if t.allowlist != "" {
 		ps, err := probe.ReadPrefixFile(t.allowlist)
-		if err != nil {
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return nil, nil, cli.Environmentf("--allowlist: %v", err)
+		case err != nil:
 			return nil, nil, cli.Usagef("--allowlist: %v", err)
+		case len(ps) == 0:
+			// Never fall back to a default target (with --testbed: the whole prefix).
+			return nil, nil, cli.Usagef("--allowlist %s lists no prefix or address: refusing to scan without the targets it was meant to name", t.allowlist)
 		}
 		out = append(out, ps...)
 	}

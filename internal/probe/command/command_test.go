@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -27,6 +29,45 @@ func TestRefusals(t *testing.T) {
 	} {
 		if code := cli.ExitCode(Run(context.Background(), log, args)); code != cli.ExitUsage {
 			t.Errorf("%v: exit %d, want %d", args, code, cli.ExitUsage)
+		}
+	}
+}
+
+// TestFlagErrors: shards, rates and target files are checked before the database or the
+// network is touched, with the exit code of the mistake: 2 for a bad value, 5 for a
+// missing file.
+func TestFlagErrors(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	empty := filepath.Join(t.TempDir(), "empty.conf")
+	os.WriteFile(empty, []byte("# no targets here\n"), 0o644)
+	hitlist := filepath.Join(t.TempDir(), "hitlist.txt")
+	os.WriteFile(hitlist, []byte("198.19.0.1\n"), 0o644)
+	scan := []string{"scan", "--vantage", "x", "--testbed", "198.19.0.0/16", "--seed", "1"}
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{append(scan, "--shards", "2", "--shard", "5"), cli.ExitUsage},
+		{append(scan, "--shards", "2", "--shard", "2"), cli.ExitUsage},
+		{append(scan, "--shards", "2", "--shard", "-1"), cli.ExitUsage},
+		{append(scan, "--shards", "0"), cli.ExitUsage},
+		{append(scan, "--rate", "0"), cli.ExitUsage},
+		{append(scan, "--rate", "-1"), cli.ExitUsage},
+		{append(scan, "--rate", "fast"), cli.ExitUsage},
+		{append(scan, "--rate", "1000", "--bandwidth", "1G"), cli.ExitUsage},
+		{append(scan, "--db-wait", "0s"), cli.ExitUsage},
+		{append(scan, "--allowlist", empty), cli.ExitUsage},
+		{append(scan, "--allowlist", "/nonexistent/allow.conf"), cli.ExitEnvironment},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--rate", "0"}, cli.ExitUsage},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", "/nonexistent/hitlist.txt"}, cli.ExitEnvironment},
+		{[]string{"blocklist", "--no-db", "--testbed", "198.19.0.0/16", "--allowlist", empty}, cli.ExitUsage},
+		{[]string{"ingest", "/nonexistent.csv"}, cli.ExitEnvironment},
+	} {
+		err := Run(context.Background(), log, c.args)
+		if code := cli.ExitCode(err); code != c.code {
+			t.Errorf("%v: exit %d (%v), want %d", c.args, code, err, c.code)
+		} else {
+			t.Logf("%v: exit %d: %v", c.args[:1], code, err)
 		}
 	}
 }

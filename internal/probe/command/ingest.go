@@ -2,8 +2,11 @@ package command
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/probe"
@@ -24,19 +27,52 @@ func runIngest(ctx context.Context, log *slog.Logger, args []string) error {
 	if len(files) == 0 {
 		return cli.Usagef("want at least one raw CSV file")
 	}
+	for _, f := range files { // before the database: a missing file is the caller's mistake
+		if _, err := os.Stat(f); err != nil {
+			return cli.Environmentf("raw CSV file: %v", err)
+		}
+	}
 	s, err := cli.OpenStore(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	var failed error
 	for _, f := range files {
 		r, err := probe.Replay(ctx, s, f, log)
-		if err != nil {
+		if r != nil {
+			log.Info("replayed", "file", f, "scan_id", r.ScanID, "port", r.Port, "lines", r.Lines, "replies", r.Replies,
+				"rows_new", r.Inserted, "bad_lines", r.Bad, "bad_line_numbers", r.BadLines, "truncated_last_line", r.Truncated,
+				"zmap_finished", r.Complete, "port_status", r.Status, "scan_status", r.ScanStatus, "by_kind", r.ByKind)
+			fmt.Println(replayLine(f, r))
+		}
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return cli.Environmentf("%v", err)
+		case errors.Is(err, probe.ErrNothingRecovered):
+			log.Error("nothing recovered", "file", f, "err", err)
+			failed = errors.Join(failed, err)
+		case err != nil:
 			return err
 		}
-		log.Info("replayed", "file", f, "scan_id", r.ScanID, "port", r.Port, "replies", r.Replies, "rows_new", r.Inserted,
-			"bad_lines", r.Bad, "by_kind", r.ByKind)
-		fmt.Printf("%s: scan %d port %d: %d replies, %d new rows, %d bad lines\n", f, r.ScanID, r.Port, r.Replies, r.Inserted, r.Bad)
 	}
-	return nil
+	return failed
+}
+
+// replayLine is the one-line account of a replay printed on stdout.
+func replayLine(f string, r *probe.ReplayResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: scan %d port %d: %d lines, %d replies, %d new rows, %d bad lines", f, r.ScanID, r.Port,
+		r.Lines, r.Replies, r.Inserted, r.Bad)
+	if len(r.BadLines) > 0 {
+		fmt.Fprintf(&b, " (line %s)", strings.Trim(fmt.Sprint(r.BadLines), "[]"))
+	}
+	if r.Truncated {
+		b.WriteString(", last line cut off (not parsed)")
+	}
+	if !r.Complete {
+		b.WriteString("; zmap did not finish this port (no metadata file)")
+	}
+	fmt.Fprintf(&b, "; port %s, scan %s", r.Status, r.ScanStatus)
+	return b.String()
 }

@@ -3,12 +3,14 @@ package command
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -32,15 +34,17 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	pf.register(fs)
 	var (
 		vantage, label, week, out, bandwidth, iface, gw, src, zmapBin, seedS string
-		rate, shard, shards, cooldown, probesPer, threads                    int
+		shard, shards, cooldown, probesPer, threads                          int
 		asJSON                                                               bool
+		dbWait                                                               time.Duration
 	)
+	rate := rateFlag{pps: probe.DefaultRate}
 	fs.StringVar(&vantage, "vantage", defaultVantage(), "vantage point id (env DOQSCAN_VANTAGE)")
 	fs.StringVar(&label, "label", "weekly", "scan label (part of the scan's key with week, vantage and shard)")
 	fs.StringVar(&week, "week", "", "ISO week of the scan, e.g. 2026-W47 (default: $DOQSCAN_RUN_KEY when jobrun runs a weekly job, else now)")
 	fs.StringVar(&out, "out", "var/scans", "directory for zmap's raw output (<week>/<vantage>/<label>-shard<N>/<port>.csv)")
-	fs.IntVar(&rate, "rate", 0, "zmap -r: packets per second (0: zmap's default, 10000; -1: as fast as zmap can, zmap -r 0)")
-	fs.StringVar(&bandwidth, "bandwidth", "", "zmap -B: bits per second with G/M/K suffix")
+	fs.Var(&rate, "rate", "zmap -r: packets per second, always passed to zmap; \"max\": as fast as zmap can (zmap -r 0, benchmarks only); 0 is refused")
+	fs.StringVar(&bandwidth, "bandwidth", "", "zmap -B: bits per second with G/M/K suffix, instead of --rate (zmap derives its rate from it)")
 	fs.StringVar(&seedS, "seed", "", "zmap --seed, shared by every shard of a scan (required with --shards > 1)")
 	fs.IntVar(&shards, "shards", 1, "zmap --shards: scanners splitting one scan")
 	fs.IntVar(&shard, "shard", 0, "zmap --shard: this scanner's shard (0-indexed)")
@@ -52,8 +56,26 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.StringVar(&src, "source-ip", "", "zmap -S (default: the route's source address)")
 	fs.StringVar(&zmapBin, "zmap", probe.DefaultZmap, "zmap binary")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON on stdout")
+	fs.DurationVar(&dbWait, "db-wait", probe.DefaultDBWait, "how long to wait for an unavailable database before stopping with exit 3 (zmap's output meanwhile goes to the raw file)")
 	if err := parse(fs, args); err != nil {
 		return ignoreHelp(err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if bandwidth != "" {
+		if set["rate"] {
+			return cli.Usagef("--rate and --bandwidth exclude each other (zmap derives its rate from the bandwidth)")
+		}
+		rate.pps = 0
+	}
+	if shards < 1 {
+		return cli.Usagef("--shards %d: want 1 or more", shards)
+	}
+	if shard < 0 || shard >= shards {
+		return cli.Usagef("--shard %d of --shards %d: want 0 <= shard < shards (shards are numbered from 0)", shard, shards)
+	}
+	if dbWait <= 0 {
+		return cli.Usagef("--db-wait %s: want a positive duration", dbWait)
 	}
 	if vantage == "" {
 		return cli.Usagef("--vantage is required (or DOQSCAN_VANTAGE)")
@@ -98,7 +120,7 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		return classify(err)
 	}
-	z := probe.ZmapRun{Binary: zmapBin, Rate: rate, Bandwidth: bandwidth, Interface: iface, GatewayMAC: gw, SourceIP: src,
+	z := probe.ZmapRun{Binary: zmapBin, Rate: rate.pps, Bandwidth: bandwidth, Interface: iface, GatewayMAC: gw, SourceIP: src,
 		Cooldown: cooldown, ProbesPerHost: probesPer, SenderThreads: threads}
 	if z.Interface == "" || z.GatewayMAC == "" {
 		dst := netip.MustParseAddr("1.1.1.1") // only the route is looked up; no packet goes there
@@ -125,27 +147,57 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, Log: log, VantageID: vantage, Label: label, Week: week,
 		Shard: shard, Shards: shards, Seed: seed, QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Targets: targets,
 		Testbed: tb, InternetWide: tf.internetWide, BlocklistDir: tf.blocklistDir, Safety: safety, OutDir: out, Zmap: z,
-		FlushEvery: time.Second})
+		FlushEvery: time.Second, DBWait: dbWait})
 	if sum != nil {
 		printSummary(sum, asJSON)
 	}
 	return classify(err)
 }
 
+// classify gives the errors of internal/probe their exit codes (by type).
 func classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	if cli.ExitCode(err) != cli.ExitFailure {
-		return err // already classified by its type
-	}
 	switch {
-	case strings.Contains(err.Error(), "refusing"), strings.Contains(err.Error(), "outside"):
-		return cli.Usagef("%v", err)
-	case strings.Contains(err.Error(), "zmap not found"):
-		return cli.Environmentf("%v", err)
+	case err == nil:
+		return nil
+	case errors.Is(err, probe.ErrNoTargets), errors.Is(err, probe.ErrBadTargets), errors.Is(err, probe.ErrOutsideAllowlist),
+		errors.Is(err, probe.ErrSeedShards), errors.Is(err, probe.ErrBadShard), errors.Is(err, probe.ErrBadRate):
+		return &cli.ExitError{Code: cli.ExitUsage, Err: err}
+	case errors.Is(err, probe.ErrNoZmap):
+		return &cli.ExitError{Code: cli.ExitEnvironment, Err: err}
 	}
 	return err
+}
+
+// rateFlag is --rate: packets per second above 0, or "max" (probe.RateUnlimited, zmap
+// -r 0). 0 is refused: zmap reads -r 0 as "no limit", which must never happen by accident.
+type rateFlag struct{ pps int }
+
+func (r *rateFlag) String() string {
+	if r == nil {
+		return ""
+	}
+	if r.pps == probe.RateUnlimited {
+		return "max"
+	}
+	return strconv.Itoa(r.pps)
+}
+
+func (r *rateFlag) Set(s string) error {
+	if s == "max" {
+		r.pps = probe.RateUnlimited
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("want packets per second or \"max\": %v", err)
+	case n == 0:
+		return errors.New("0 would be zmap's \"no limit\"; give a rate in packets per second, or \"max\" to send as fast as zmap can")
+	case n < 0:
+		return fmt.Errorf("%d: want packets per second above 0, or \"max\"", n)
+	}
+	r.pps = n
+	return nil
 }
 
 func printSummary(sum *probe.Summary, asJSON bool) {

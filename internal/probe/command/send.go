@@ -2,7 +2,9 @@ package command
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -38,8 +40,14 @@ func runSend(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		return err
 	}
+	if rate <= 0 {
+		return cli.Usagef("--rate %v: want probes per second above 0", rate)
+	}
 	hl, err := probe.ReadHitlist(hitlist)
-	if err != nil {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return cli.Environmentf("--hitlist: %v", err)
+	case err != nil:
 		return cli.Usagef("%v", err)
 	}
 	q, d, err := pf.build()
