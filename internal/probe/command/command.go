@@ -86,12 +86,9 @@ func sub(name, usage string, examples ...string) *flag.FlagSet {
 	return fs
 }
 
+// parse parses a subcommand's flags; --help prints the help and returns cli.ErrHelp.
 func parse(fs *flag.FlagSet, args []string) error {
-	err := cli.Parse(fs, args)
-	if err != nil && !strings.Contains(err.Error(), "help shown") {
-		return err
-	}
-	return err
+	return cli.Parse(fs, args)
 }
 
 // targetFlags are shared by scan, send and blocklist.
@@ -225,7 +222,7 @@ func ports(s string) ([]uint16, error) {
 }
 
 func ignoreHelp(err error) error {
-	if err != nil && strings.Contains(err.Error(), "help shown") {
+	if errors.Is(err, cli.ErrHelp) {
 		return nil
 	}
 	return err
