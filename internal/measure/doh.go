@@ -3,6 +3,7 @@ package measure
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -31,7 +32,15 @@ func (dohMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	if res.ALPN != alpnH2 {
 		return res.fail(fmt.Errorf("%w: server chose ALPN %q, want h2", errALPN, res.ALPN))
 	}
-	tr := &http2.Transport{}
+	// The bounds are set through an http.Transport: x/net's http2.Transport takes its
+	// receive windows only from there.
+	tr, err := http2.ConfigureTransports(&http.Transport{
+		MaxResponseHeaderBytes: dohMaxHeaderBytes,
+		HTTP2:                  &http.HTTP2Config{MaxReceiveBufferPerConnection: dohReceiveBuffer, MaxReceiveBufferPerStream: dohReceiveBuffer},
+	})
+	if err != nil {
+		return res.fail(fmt.Errorf("http2 transport: %w", err))
+	}
 	cc, err := tr.NewClientConn(tc)
 	if err != nil {
 		return res.fail(fmt.Errorf("http2 client: %w", err))

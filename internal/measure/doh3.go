@@ -27,7 +27,7 @@ func (doh3Measurer) Measure(ctx context.Context, req *Request) *Result {
 		return res.fail(err)
 	}
 	defer func() { finishQUIC(conn, res, ql) }()
-	tr := &http3.Transport{}
+	tr := &http3.Transport{MaxResponseHeaderBytes: dohMaxHeaderBytes}
 	cc := tr.NewClientConn(conn.Conn)
 	dohQueries(ctx, req, res, cc, &conn.pc.Log)
 	if req.Mode == Mode0RTT {

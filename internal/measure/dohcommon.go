@@ -20,6 +20,12 @@ const (
 	dohMediaType   = "application/dns-message" // RFC 8484 §6
 	dohDefaultPath = "/dns-query"              // RFC 8484 §4.1.1 example template
 	dohMaxBody     = 65535                     // a DNS message's maximum size
+	// dohMaxHeaderBytes bounds a response's header block (HTTP/2 and HTTP/3; the
+	// libraries' default is 10 MB): a DoH response needs a few hundred bytes.
+	dohMaxHeaderBytes = 16 << 10
+	// dohReceiveBuffer is HTTP/2's receive window per stream and per connection (the
+	// library's default: 4 MB and 1 GB): what a server can push ahead of our reads.
+	dohReceiveBuffer = 128 << 10
 )
 
 // dohRequest builds the HTTP request for q (RFC 8484 §4.1: GET with dns=base64url, or

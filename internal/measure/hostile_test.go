@@ -7,6 +7,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
+	"github.com/doqscan/doqscan/internal/measure/qlogana"
 )
 
 // hostileTimeout is the per-exchange timeout against hostile servers; every exchange must
@@ -31,6 +32,11 @@ func expected(p measure.Protocol, b measuretest.Behavior) measure.Status {
 		if p == measure.DoH || p == measure.DoH3 {
 			return measure.StatusHTTPError
 		}
+	case measuretest.Flood:
+		if p == measure.DoUDP {
+			return measure.StatusBadResponse // only garbage datagrams until the deadline
+		}
+		return measure.StatusTimeout // the answer never completes
 	}
 	return measure.StatusBadResponse
 }
@@ -59,6 +65,46 @@ func TestHostileServersAreClassified(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestFloodBoundsTheQlog: a server that floods a QUIC connection with packets (DoQ: a
+// message one byte per packet; DoH3: unknown HTTP/3 frames as fast as flow control
+// allows, each a qlog record of its own) leaves a qlog cut at measure.QlogLimit and
+// marked truncated, whose analysis still explains the handshake (it completed before
+// the flood) and says truncated; the exchange is classified as a timeout and ends at
+// its deadline rather than when the qlog is written and parsed.
+// The timeout is long enough for either flood to pass the bound several times over on
+// a loaded machine (DoH3 ~20 MB per second, DoQ ~0.6 MB per second here unbounded).
+func TestFloodBoundsTheQlog(t *testing.T) {
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.6", Behavior: measuretest.Flood})
+	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
+		t.Run(string(p), func(t *testing.T) {
+			m, _ := measure.For(p)
+			req := target(s, p)
+			req.Timeout = 2 * time.Second
+			begin := time.Now()
+			res := m.Measure(context.Background(), req)
+			took := time.Since(begin)
+			if res.Status != measure.StatusTimeout {
+				t.Errorf("status %s (%v), want timeout", res.Status, res.Err)
+			}
+			if len(res.Qlog) > measure.QlogLimit || !res.QlogTruncated {
+				t.Errorf("qlog %d bytes (limit %d), truncated %v", len(res.Qlog), measure.QlogLimit, res.QlogTruncated)
+			}
+			if len(res.Qlog) < measure.QlogLimit/2 {
+				t.Errorf("qlog %d bytes: cut far below the limit %d", len(res.Qlog), measure.QlogLimit)
+			}
+			if a := res.QlogAnalysis; a == nil || !a.Truncated || a.HandshakeNS <= 0 || a.Cause != qlogana.Cause1RTT {
+				t.Errorf("analysis %+v, want a truncated trace with a 1-RTT handshake", a)
+			}
+			// Half the timeout again is far more than closing and parsing a bounded qlog
+			// takes even on a loaded machine, and far less than an unbounded one took
+			// (DoH3: 2.4 times the timeout).
+			if took > req.Timeout*3/2 {
+				t.Errorf("took %v, timeout %v", took, req.Timeout)
+			}
+		})
 	}
 }
 

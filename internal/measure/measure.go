@@ -195,8 +195,11 @@ type Result struct {
 	Resumed       *bool
 	Used0RTT      *bool
 	TFO           *bool
-	// Qlog is the client's qlog (JSON-SEQ) of a QUIC connection, uncompressed.
-	Qlog []byte
+	// Qlog is the client's qlog (JSON-SEQ) of a QUIC connection, uncompressed, at most
+	// QlogLimit bytes. QlogTruncated: it reached the bound and was cut after its last
+	// complete record (a qlogana.TruncatedEvent record says so in the qlog too).
+	Qlog          []byte
+	QlogTruncated bool
 	// QlogTrace is Qlog parsed and QlogAnalysis its analysis without an RTT sample (nil
 	// when the qlog could not be parsed): callers re-analyse the trace, not the bytes.
 	QlogTrace    *qlogana.Trace

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/kstamp"
@@ -22,65 +23,166 @@ const qlogTraceWait = time.Second
 // trace) after Version Negotiation (RFC 9000 §6.2); a hostile server cannot make more.
 const maxTraces = 4
 
+// Receive windows of a DoQ/DoH3 connection: a stream holds the largest DoQ message
+// (65,535 bytes and its length prefix, RFC 9250 §4.2) or DoH response without waiting for
+// a window update.
+const (
+	quicStreamWindow = 128 << 10
+	quicConnWindow   = 256 << 10
+)
+
+// QlogLimit bounds the qlog of one exchange in memory (all its connection attempts
+// together, the truncation record included): a normal exchange's qlog is 10-40 KB, a
+// hostile server's flood of packets or frames would otherwise grow it without end (every
+// packet and every skipped HTTP/3 frame is a record). A qlog that reaches the bound ends
+// with its last complete record and a qlogana.TruncatedEvent record
+// (Result.QlogTruncated); events after the cut are dropped before they are encoded.
+const QlogLimit = 256 << 10
+
+// qlogMarkReserve is the part of QlogLimit kept for the truncation record (it takes
+// ~110 bytes).
+const qlogMarkReserve = 256
+
 // qlogBuffer collects the JSON-SEQ qlogs of one dial in memory: one trace per
 // connection attempt, concatenated in order (each trace has its own header with a
-// wall-clock reference time, which qlogana uses to put them on one time line).
+// wall-clock reference time, which qlogana uses to put them on one time line). The
+// traces share one budget: once it is spent, every later event of every trace is dropped.
 type qlogBuffer struct {
-	mu     sync.Mutex
-	traces []*traceBuf
+	mu      sync.Mutex // guards everything below and every trace's buffer
+	traces  []*traceBuf
+	limit   int // bytes for records (QlogLimit less the truncation record's reserve)
+	used    int
+	cutAt   time.Time // when the budget ran out (zero: never)
+	dropped int64     // records encoded but cut
+	full    atomic.Bool
+	skipped atomic.Int64 // events dropped before encoding
 }
 
 type traceBuf struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	closed chan struct{}
-	once   sync.Once
+	q        *qlogBuffer
+	buf      bytes.Buffer
+	recStart int       // offset of the record being written
+	created  time.Time // the trace's reference time, within microseconds
+	closed   chan struct{}
+	once     sync.Once
 }
 
-func (b *traceBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
+// Write appends the encoder's output. Records start with a write beginning with the
+// record separator (qlogwriter writes it alone, or at the head of the trace header; the
+// JSON inside never holds it). The write that would pass the budget cuts the trace back
+// to the end of its last complete record; everything after is discarded.
+func (t *traceBuf) Write(p []byte) (int, error) {
+	q := t.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	begins := len(p) > 0 && p[0] == qlogwriter.RecordSeparator
+	if q.full.Load() {
+		if begins {
+			q.dropped++
+		}
+		return len(p), nil
+	}
+	if begins {
+		t.recStart = t.buf.Len()
+	}
+	if q.used+len(p) > q.limit {
+		q.full.Store(true)
+		q.cutAt = time.Now()
+		q.used -= t.buf.Len() - t.recStart
+		t.buf.Truncate(t.recStart)
+		q.dropped++
+		return len(p), nil
+	}
+	t.buf.Write(p)
+	q.used += len(p)
+	return len(p), nil
 }
 
-func (b *traceBuf) Close() error {
-	b.once.Do(func() { close(b.closed) })
+func (t *traceBuf) Close() error {
+	t.once.Do(func() { close(t.closed) })
 	return nil
 }
 
-func newQlogBuffer() *qlogBuffer { return &qlogBuffer{} }
+func newQlogBuffer() *qlogBuffer { return newQlogBufferLimit(QlogLimit) }
+
+func newQlogBufferLimit(limit int) *qlogBuffer {
+	return &qlogBuffer{limit: max(limit-qlogMarkReserve, 0)}
+}
 
 // tracer is a quic.Config.Tracer writing the client connection's qlog into b.
 func (b *qlogBuffer) tracer(_ context.Context, isClient bool, odcid quic.ConnectionID) qlogwriter.Trace {
+	t := &traceBuf{q: b, closed: make(chan struct{}), created: time.Now()}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if len(b.traces) >= maxTraces {
+		b.mu.Unlock()
 		return nil
 	}
-	t := &traceBuf{closed: make(chan struct{})}
 	b.traces = append(b.traces, t)
-	fs := qlogwriter.NewConnectionFileSeq(t, isClient, odcid)
+	b.mu.Unlock()
+	fs := qlogwriter.NewConnectionFileSeq(t, isClient, odcid) // writes the header (t.Write locks b.mu)
 	go fs.Run()
-	return fs
+	return &boundedTrace{fs: fs, q: b}
 }
 
-// bytes waits for every trace to be closed (its connection is closed) and returns them.
-func (b *qlogBuffer) bytes() []byte {
+// boundedTrace hands out recorders that drop events once the qlog is full, so that a
+// flood costs neither encoding nor the connection goroutine's wait on the writer.
+type boundedTrace struct {
+	fs *qlogwriter.FileSeq
+	q  *qlogBuffer
+}
+
+func (t *boundedTrace) AddProducer() qlogwriter.Recorder {
+	r := t.fs.AddProducer()
+	if r == nil {
+		return nil
+	}
+	return &boundedRecorder{Recorder: r, q: t.q}
+}
+
+type boundedRecorder struct {
+	qlogwriter.Recorder
+	q *qlogBuffer
+}
+
+func (r *boundedRecorder) RecordEvent(e qlogwriter.Event) {
+	if r.q.full.Load() {
+		r.q.skipped.Add(1)
+		return
+	}
+	r.Recorder.RecordEvent(e)
+}
+
+// bytes waits for every trace to be closed (its connection is closed) and returns them,
+// and whether the budget cut them (then a qlogana.TruncatedEvent record ends them).
+func (b *qlogBuffer) bytes() ([]byte, bool) {
 	b.mu.Lock()
 	traces := append([]*traceBuf(nil), b.traces...)
 	b.mu.Unlock()
-	var out []byte
 	deadline := time.After(qlogTraceWait)
 	for _, t := range traces {
 		select {
 		case <-t.closed:
 		case <-deadline:
 		}
-		t.mu.Lock()
-		out = append(out, t.buf.Bytes()...)
-		t.mu.Unlock()
 	}
-	return out
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []byte
+	var last *traceBuf
+	for _, t := range traces {
+		if t.buf.Len() > 0 {
+			out = append(out, t.buf.Bytes()...)
+			last = t
+		}
+	}
+	if !b.full.Load() {
+		return out, false
+	}
+	at := 0.0
+	if last != nil && b.cutAt.After(last.created) {
+		at = float64(b.cutAt.Sub(last.created).Nanoseconds()) / 1e6
+	}
+	return append(out, qlogana.TruncatedRecord(at, b.limit+qlogMarkReserve, b.dropped+b.skipped.Load())...), true
 }
 
 // quicConn is a dialled QUIC connection with the transport and the kernel-timestamped
@@ -112,6 +214,13 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		HandshakeIdleTimeout: req.timeout(),
 		MaxIdleTimeout:       req.timeout(),
 		Tracer:               ql.tracer,
+		// Fixed receive windows: what a server can make us buffer (e.g. out of order)
+		// stays small, where quic-go's auto-tuning would grow it to 6 MB per stream and
+		// 15 MB per connection for a fast sender.
+		InitialStreamReceiveWindow:     quicStreamWindow,
+		MaxStreamReceiveWindow:         quicStreamWindow,
+		InitialConnectionReceiveWindow: quicConnWindow,
+		MaxConnectionReceiveWindow:     quicConnWindow,
 	}
 	var tokens *recordingTokenStore
 	if req.Peer != nil {
@@ -196,7 +305,7 @@ func finishQUIC(conn *quicConn, res *Result, ql *qlogBuffer) {
 	if conn != nil {
 		conn.close()
 	}
-	res.Qlog = ql.bytes()
+	res.Qlog, res.QlogTruncated = ql.bytes()
 	if len(res.Qlog) == 0 {
 		if res.HasHandshake && !res.handshakeStamped {
 			res.Handshake = res.HandshakeWall

@@ -152,7 +152,7 @@ func newFixture(t *testing.T, s *store.Store) *fixture {
 		KeyShare: "x25519", Phase: "measured"}
 	qid := key.QlogID()
 	f.qlogs = []store.Qlog{{QlogID: qid, CampaignID: f.campaignID, Address: addr, Port: 784, ODCID: []byte{1, 2, 3, 4},
-		Encoding: "gzip", Format: "sqlog", RawSize: 100, Data: []byte{0x1f, 0x8b}, CreatedAt: now}}
+		Encoding: "gzip", Format: "sqlog", RawSize: 100, Data: []byte{0x1f, 0x8b}, CreatedAt: now, Truncated: true}}
 	f.measurements = []store.Measurement{{MeasurementID: key.ID(), CampaignID: f.campaignID, Address: addr, Protocol: "doq",
 		Port: 784, Mode: "fresh", KeyShare: "x25519", Phase: "measured", StartedAt: now,
 		HandshakeNS: ptr(int64(41_000_000)), ResolveNS: ptr(int64(40_500_000)), Status: "ok", Rcode: ptr(int16(0)),

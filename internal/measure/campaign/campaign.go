@@ -579,9 +579,11 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 			}
 			b.meas = append(b.meas, rows...)
 			if len(pr.res.Qlog) > 0 && len(rows) > 0 {
-				// Only completed handshakes are explained (a failed one has no time).
+				// Only completed handshakes are explained (a failed one has no time); one
+				// whose qlog was cut before it completed gets cause unknown, marked
+				// qlog_truncated.
 				a := pr.res.QlogAnalysis
-				if a != nil && a.HandshakeNS > 0 && rows[0].HandshakeNS != nil {
+				if a != nil && (a.HandshakeNS > 0 || a.Truncated) && rows[0].HandshakeNS != nil {
 					quicRows = append(quicRows, pending{m: rows[0], qa: a, trace: pr.res.QlogTrace, tk: rttKey{transportOf(u.ep.Protocol), u.ep.Port}, wall: pr.res.HandshakeWall})
 				}
 			}
@@ -688,7 +690,7 @@ func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]st
 		id := key.QlogID()
 		qlID = &id
 		ql = &store.Qlog{QlogID: id, CampaignID: r.cid, Address: t.Addr, Port: int32(u.ep.Port), Encoding: "gzip",
-			Format: "sqlog", RawSize: int32(len(res.Qlog)), Data: buf.Bytes(), CreatedAt: time.Now()}
+			Format: "sqlog", RawSize: int32(len(res.Qlog)), Data: buf.Bytes(), CreatedAt: time.Now(), Truncated: res.QlogTruncated}
 	}
 	queries := res.Queries
 	if len(queries) == 0 {
@@ -767,6 +769,7 @@ func analysisRow(m store.Measurement, a *qlogana.Analysis, rttNS int64, wall tim
 	detail, _ := json.Marshal(map[string]any{
 		"handshake_qlog_ns": a.HandshakeNS, "handshake_wall_ns": wall.Nanoseconds(), "analysis_rtt_ns": a.RTTNS, "flights": a.Flights,
 		"retransmissions": a.Retransmissions, "lost_packets": a.LostPackets, "token_received": a.TokenReceived,
+		"qlog_truncated": a.Truncated,
 	})
 	h.Detail = detail
 	return h

@@ -31,10 +31,30 @@ const (
 	Endless     Behavior = "endless"      // an endless stream of bytes
 	WrongLength Behavior = "wrong-length" // length prefix larger than the message, then FIN/close
 	Reset       Behavior = "reset"        // TCP RST / QUIC stream reset / HTTP/2 RST_STREAM
+	// Flood keeps the client busy until its deadline with what it must skip or wait
+	// through, never completing an answer: unknown HTTP/3 frames on the request stream as
+	// fast as flow control allows (DoH3); a 65,535-byte length prefix, then the message
+	// one byte per packet (DoQ, DoTCP, DoT) or a body one byte per DATA frame (DoH); a
+	// garbage datagram at each tick (DoUDP). Every byte is a packet in a QUIC client's qlog.
+	Flood Behavior = "flood"
 )
 
 // Behaviors lists the hostile behaviours.
-var Behaviors = []Behavior{Stall, Garbage, Endless, WrongLength, Reset}
+var Behaviors = []Behavior{Stall, Garbage, Endless, WrongLength, Reset, Flood}
+
+// dripInterval paces Flood's one-byte writes (one packet each) and datagrams.
+const dripInterval = 100 * time.Microsecond
+
+// floodDatagrams bounds a DoUDP Flood, which has no signal that the client left.
+const floodDatagrams = 1 << 15
+
+// h3FrameUnknown is a reserved HTTP/3 frame type (0x1f*N+0x21, RFC 9114 §7.2.8) that a
+// client must skip; h3FrameSettings and h3StreamControl open the control stream (§6.2.1).
+const (
+	h3FrameUnknown  = 0x21
+	h3FrameSettings = 0x04
+	h3StreamControl = 0x00
+)
 
 // DoQ ALPN the test server speaks (RFC 9250 §4.1.1).
 const alpnDoQ = "doq"
@@ -183,6 +203,15 @@ func (s *Servers) startUDP(tb testing.TB, ctx context.Context, cfg Config) {
 				for i := 0; i < 16; i++ {
 					_, _ = pc.WriteTo(garbage(1200), from)
 				}
+			case Flood:
+				go func() {
+					for i := 0; i < floodDatagrams && ctx.Err() == nil; i++ {
+						if _, err := pc.WriteTo(garbage(40), from); err != nil {
+							return
+						}
+						sleepCtx(ctx, dripInterval)
+					}
+				}()
 			case Reset: // nothing like a reset in UDP: answer with a truncated message
 				if a := s.answer(cfg, buf[:n]); a != nil {
 					_, _ = pc.WriteTo(a[:len(a)/2], from)
@@ -273,6 +302,23 @@ func (s *Servers) hostileStream(ctx context.Context, cfg Config, c io.ReadWriteC
 		_, _ = c.Write(append([]byte{0xff, 0xff}, a...))
 	case Reset:
 		reset()
+	case Flood:
+		drip(ctx, c, []byte{0xff, 0xff})
+	}
+}
+
+// drip writes head, then one byte per dripInterval until a write fails or ctx ends.
+func drip(ctx context.Context, w io.Writer, head []byte) {
+	if len(head) > 0 {
+		if _, err := w.Write(head); err != nil {
+			return
+		}
+	}
+	for b := []byte{0}; ctx.Err() == nil; b[0]++ {
+		if _, err := w.Write(b); err != nil {
+			return
+		}
+		sleepCtx(ctx, dripInterval)
 	}
 }
 
@@ -321,6 +367,16 @@ func (s *Servers) dohHandler(ctx context.Context, cfg Config) http.Handler {
 		case Reset:
 			s.count()
 			panic(http.ErrAbortHandler)
+		case Flood:
+			s.count()
+			w.Header().Set("Content-Type", "application/dns-message")
+			w.WriteHeader(http.StatusOK)
+			fctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			stop := context.AfterFunc(r.Context(), cancel)
+			defer stop()
+			drip(fctx, &flushWriter{w}, nil)
+			return
 		}
 		sleepCtx(ctx, cfg.Delay)
 		a := s.answer(cfg, raw)
@@ -429,6 +485,24 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 	}
 	tconf := &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{alpn}}
 	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT, MaxIdleTimeout: 10 * time.Second, Versions: cfg.QUICVersions}
+	if h3 && cfg.Behavior == Flood {
+		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
+		ln, err := tr.ListenEarly(tconf, qconf)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { ln.Close(); _ = tr.Close(); udp.Close() })
+		go func() {
+			for {
+				conn, err := ln.Accept(ctx)
+				if err != nil {
+					return
+				}
+				go s.floodH3(ctx, conn)
+			}
+		}()
+		return
+	}
 	if h3 {
 		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
 		srv := &http3.Server{Handler: s.dohHandler(ctx, cfg), TLSConfig: tconf, QUICConfig: qconf}
@@ -486,6 +560,45 @@ func (s *Servers) serveDoQ(ctx context.Context, cfg Config, conn *quic.Conn) {
 			_, _ = str.Write(out)
 		}()
 	}
+}
+
+// floodH3 is an HTTP/3 server that answers every request with an endless stream of
+// unknown frames (each 4 bytes), never a HEADERS frame. http3.Server cannot write before
+// the response header, so this one frames by hand.
+func (s *Servers) floodH3(ctx context.Context, conn *quic.Conn) {
+	if ctl, err := conn.OpenUniStream(); err == nil {
+		_, _ = ctl.Write([]byte{h3StreamControl, h3FrameSettings, 0})
+	}
+	chunk := make([]byte, 0, 4096)
+	for len(chunk)+4 <= cap(chunk) {
+		chunk = append(chunk, h3FrameUnknown, 2, 0, 0)
+	}
+	for {
+		str, err := conn.AcceptStream(ctx)
+		if err != nil {
+			return
+		}
+		s.count()
+		go func() {
+			go func() { _, _ = io.Copy(io.Discard, str) }() // the request, unread
+			for ctx.Err() == nil {
+				if _, err := str.Write(chunk); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// flushWriter flushes an HTTP response after every write: one DATA frame each.
+type flushWriter struct{ w http.ResponseWriter }
+
+func (f *flushWriter) Write(b []byte) (int, error) {
+	n, err := f.w.Write(b)
+	if err == nil {
+		err = http.NewResponseController(f.w).Flush()
+	}
+	return n, err
 }
 
 // doqStream closes only the send side on Close (the FIN), as a DoQ server does.

@@ -48,6 +48,25 @@ const (
 	CauseUnknown            = "unknown"
 )
 
+// TruncatedEvent names the last record of a qlog that its writer cut at a size bound
+// (doqscan's own event, in its own namespace as qlog allows): the events after it are
+// lost. Its data holds limit_bytes and dropped_events.
+const TruncatedEvent = "doqscan:qlog_truncated"
+
+// TruncatedRecord is the JSON-SEQ record that ends a truncated qlog: at is its time (ms,
+// relative to the last trace's reference time), limit the bound, dropped the events lost.
+func TruncatedRecord(at float64, limit int, dropped int64) []byte {
+	if math.IsNaN(at) || math.IsInf(at, 0) || at < 0 {
+		at = 0
+	}
+	b, _ := json.Marshal(struct {
+		Time float64 `json:"time"`
+		Name string  `json:"name"`
+		Data any     `json:"data"`
+	}{at, TruncatedEvent, map[string]int64{"limit_bytes": int64(limit), "dropped_events": dropped}})
+	return append(append([]byte{recordSeparator}, b...), '\n')
+}
+
 // ErrNoHandshake is returned when the qlog holds no packet exchange at all.
 var ErrNoHandshake = errors.New("qlog holds no QUIC packets")
 
@@ -77,6 +96,10 @@ type Analysis struct {
 	Retransmissions    int
 	Cause              string
 	Flights            []Flight
+	// Truncated: the qlog was cut at a size bound (TruncatedEvent). What it holds is
+	// analysed as usual; a handshake that does not complete within it is not explained
+	// (Cause unknown, HandshakeNS 0), as a lost end could hold any cause.
+	Truncated bool
 }
 
 // Flight is one server flight: packets received together.
@@ -126,7 +149,11 @@ type Trace struct {
 	minRTT     float64
 	haveMinRTT bool
 	lostAt     []int64
+	truncated  bool
 }
+
+// Truncated reports whether the qlog ended with a TruncatedEvent record.
+func (tr *Trace) Truncated() bool { return tr.truncated }
 
 // Analyze parses a client qlog and explains its handshake. It never panics on any input.
 func Analyze(qlog []byte, opts ...Options) (*Analysis, error) {
@@ -145,6 +172,7 @@ func Parse(qlog []byte) (*Trace, error) {
 		minRTT     float64
 		lostAt     []int64
 		haveMinRTT bool
+		truncated  bool
 		n          int
 		firstRef   time.Time
 		offset     int64
@@ -213,13 +241,15 @@ func Parse(qlog []byte) (*Trace, error) {
 			}
 		case "recovery:packet_lost":
 			lostAt = append(lostAt, t)
+		case TruncatedEvent:
+			truncated = true
 		}
 	}
 	if len(pkts) == 0 {
 		return nil, ErrNoHandshake
 	}
 	sort.SliceStable(pkts, func(i, j int) bool { return pkts[i].t < pkts[j].t })
-	return &Trace{pkts: pkts, completeNS: completeNS, minRTT: minRTT, haveMinRTT: haveMinRTT, lostAt: lostAt}, nil
+	return &Trace{pkts: pkts, completeNS: completeNS, minRTT: minRTT, haveMinRTT: haveMinRTT, lostAt: lostAt, truncated: truncated}, nil
 }
 
 // Analyze explains the trace's handshake (see Options).
@@ -229,7 +259,7 @@ func (tr *Trace) Analyze(opts ...Options) (*Analysis, error) {
 		opt = opts[0]
 	}
 	pkts, completeNS, minRTT, haveMinRTT, lostAt := tr.pkts, tr.completeNS, tr.minRTT, tr.haveMinRTT, tr.lostAt
-	a := &Analysis{}
+	a := &Analysis{Truncated: tr.truncated}
 	for _, t := range lostAt {
 		if completeNS < 0 || t <= completeNS { // loss after the handshake does not explain it
 			a.LostPackets++
@@ -252,6 +282,9 @@ func (tr *Trace) Analyze(opts ...Options) (*Analysis, error) {
 	}
 	a.scan(pkts, completeNS)
 	a.classify()
+	if a.Truncated && completeNS < 0 {
+		a.Cause, a.OneRTT = CauseUnknown, false
+	}
 	return a, nil
 }
 

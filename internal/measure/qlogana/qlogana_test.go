@@ -1,6 +1,7 @@
 package qlogana_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -168,6 +169,7 @@ func FuzzAnalyze(f *testing.F) {
 		"\x1e{\"time\":1.6,\"name\":\"recovery:metrics_updated\",\"data\":{\"min_rtt\":0.8}}\n"))
 	if b, err := os.ReadFile("testdata/normal.sqlog"); err == nil {
 		f.Add(b)
+		f.Add(append(cutRecords(b, 20), qlogana.TruncatedRecord(3.5, 4096, 10)...))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		a, err := qlogana.Analyze(b)
@@ -175,4 +177,66 @@ func FuzzAnalyze(f *testing.F) {
 			t.Fatal("analysis without a cause")
 		}
 	})
+}
+
+// cutRecords returns the first n records of a JSON-SEQ qlog.
+func cutRecords(b []byte, n int) []byte {
+	i, seen := 0, 0
+	for ; i < len(b); i++ {
+		if b[i] == 0x1e {
+			if seen == n {
+				break
+			}
+			seen++
+		}
+	}
+	return b[:i]
+}
+
+func TestAnalyzeTruncated(t *testing.T) {
+	full, err := os.ReadFile("testdata/normal.sqlog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := qlogana.Analyze(full)
+	if err != nil || whole.Truncated || whole.HandshakeNS <= 0 {
+		t.Fatalf("whole qlog: %+v, %v", whole, err)
+	}
+	records := bytes.Count(full, []byte{0x1e})
+	// Cut after the handshake (before the last record): the same explanation, and the
+	// mark; cut before it completed: no explanation (cause unknown), and the mark.
+	var completeAt int
+	for n := 1; n <= records; n++ {
+		if bytes.Contains(cutRecords(full, n), []byte(`"handshake_complete"`)) {
+			completeAt = n
+			break
+		}
+	}
+	if completeAt == 0 || completeAt == records {
+		t.Fatalf("handshake_complete at record %d of %d", completeAt, records)
+	}
+	mark := qlogana.TruncatedRecord(12.5, 4096, 7)
+	after, err := qlogana.Analyze(append(cutRecords(full, records-1), mark...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.Truncated || after.Cause != whole.Cause || after.HandshakeNS != whole.HandshakeNS || after.RoundTrips != whole.RoundTrips {
+		t.Errorf("cut after the handshake: %+v, want %+v and truncated", after, whole)
+	}
+	before, err := qlogana.Analyze(append(cutRecords(full, completeAt-1), mark...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !before.Truncated || before.Cause != qlogana.CauseUnknown || before.HandshakeNS != 0 || before.OneRTT {
+		t.Errorf("cut before the handshake completed: %+v, want cause unknown, truncated", before)
+	}
+	// Every cut, mid-record included, with or without the mark: no crash, no analysis
+	// without a cause.
+	for i := 0; i <= len(full); i += 97 {
+		for _, in := range [][]byte{full[:i], append(append([]byte(nil), full[:i]...), mark...)} {
+			if a, err := qlogana.Analyze(in); err == nil && a.Cause == "" {
+				t.Fatalf("cut at %d: analysis without a cause", i)
+			}
+		}
+	}
 }
