@@ -116,7 +116,7 @@ type Qlog struct {
 	RawSize    int32      `db:"raw_size"`
 	Data       []byte     `db:"data"`
 	CreatedAt  time.Time  `db:"created_at"`
-	Truncated  bool       `db:"truncated"` // cut at the in-memory bound (migration 0004)
+	Truncated  bool       `db:"truncated"` // cut at the in-memory bound (migration 0005)
 }
 
 // Measurement is one timed DNS exchange (warm-up or measured) over one protocol.
