@@ -82,7 +82,8 @@ func TestDNSProxyRetryFirstContact(t *testing.T) {
 // fresh, resumed and 0rtt modes with the support checks, over their delayed paths
 // (20 and 80 ms). The stored rows say what dnsproxy does: the resumed connection resumes
 // the warm-up's ticket and presents its token, the 0rtt one has its early data
-// accepted, NEW_TOKEN is issued, and no Retry is seen (the address was seen before: the
+// accepted, NEW_TOKEN is issued (on every connection but the 0-RTT one, which has its
+// answer before the server's NEW_TOKEN arrives), and no Retry is seen (the address was seen before: the
 // test primes it, as any earlier exchange of a round does); the support checks agree.
 func TestDNSProxyModesAndFeatures(t *testing.T) {
 	v := testbed.Require(t)
@@ -183,7 +184,9 @@ func TestDNSProxyModesAndFeatures(t *testing.T) {
 					if isTrue(g.retry) {
 						t.Errorf("%v: Retry to an address the server has seen", k)
 					}
-					if !isTrue(g.tokenReceived) {
+					// dnsproxy sends NEW_TOKEN after the handshake completes; a 0-RTT
+					// exchange has its answer (and closes) before that arrives.
+					if !isTrue(g.tokenReceived) && (mode != "0rtt" || phase != "measured") {
 						t.Errorf("%v: no NEW_TOKEN", k)
 					}
 					if phase == "measured" && !isTrue(g.tokenUsed) {
