@@ -6,6 +6,7 @@
 #   hickory-dns 0.26.3      -> var/peers/bin/hickory-dns      (crates.io; quinn, Rust)
 #   aioquic 1.7.2 examples  -> var/peers/aioquic-1.7.2/       (PyPI sdist; doq_server.py)
 #   ngtcp2 server/client    -> /usr/sbin/gtlsserver, /usr/bin/gtlsclient (Debian packages)
+#   AdGuard dnsproxy v0.78.0 -> var/peers/bin/dnsproxy        (Go module proxy, pinned in testbed/tools/dnsproxy)
 #
 # Idempotent and quiet when everything is installed at the right version: it rebuilds
 # only what is missing or at another version. Slow builds are cached where the machine
@@ -21,6 +22,7 @@ COREDNS_VERSION=v1.15.0
 HICKORY_VERSION=0.26.3
 HICKORY_FEATURES=quic-ring,resolver
 AIOQUIC_VERSION=1.7.2
+DNSPROXY_VERSION=v0.78.0
 
 PEERS="$ROOT/var/peers"
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/doqscan"
@@ -100,6 +102,27 @@ install_aioquic() {
 	fi
 }
 
+# --- AdGuard dnsproxy (quic-go; the server behind AdGuard Home) ---------------------
+# `go install ...@version` is refused (the proxy serves the module, not its version
+# list), so testbed/tools/dnsproxy pins it as a tool of a module of its own. The version
+# check reads the module version the binary was built from (`dnsproxy --version` prints
+# an empty version without the upstream's ldflags).
+install_dnsproxy() {
+	local bin="$PEERS/bin/dnsproxy" mod="$ROOT/testbed/tools/dnsproxy"
+	if [ -x "$bin" ] && reports "mod[[:space:]]*github.com/AdguardTeam/dnsproxy[[:space:]]*$DNSPROXY_VERSION[[:space:]]" go version -m "$bin"; then
+		return 0
+	fi
+	command -v go >/dev/null || fail "go not on PATH (needed for dnsproxy $DNSPROXY_VERSION)"
+	grep -q "github.com/AdguardTeam/dnsproxy $DNSPROXY_VERSION" "$mod/go.mod" ||
+		fail "$mod/go.mod does not pin dnsproxy $DNSPROXY_VERSION"
+	log "AdGuard dnsproxy $DNSPROXY_VERSION (go build in testbed/tools/dnsproxy; ~1 min the first time, then cached)"
+	mkdir -p "$PEERS/bin"
+	(cd "$mod" && GOFLAGS=-buildvcs=false go build -o "$bin" github.com/AdguardTeam/dnsproxy) ||
+		fail "go build github.com/AdguardTeam/dnsproxy@$DNSPROXY_VERSION"
+	reports "mod[[:space:]]*github.com/AdguardTeam/dnsproxy[[:space:]]*$DNSPROXY_VERSION[[:space:]]" go version -m "$bin" ||
+		fail "$bin was not built from dnsproxy $DNSPROXY_VERSION"
+}
+
 # --- ngtcp2 (Debian) --------------------------------------------------------------
 install_ngtcp2() {
 	if [ -x /usr/sbin/gtlsserver ] && [ -x /usr/bin/gtlsclient ]; then
@@ -117,14 +140,16 @@ all)
 	install_coredns
 	install_aioquic
 	install_hickory
+	install_dnsproxy
 	;;
+dnsproxy) install_dnsproxy ;;
 coredns) install_coredns ;;
 hickory) install_hickory ;;
 aioquic) install_aioquic ;;
 ngtcp2) install_ngtcp2 ;;
 *)
-	sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
-	echo "usage: $0 [all|coredns|hickory|aioquic|ngtcp2]" >&2
+	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+	echo "usage: $0 [all|coredns|hickory|aioquic|ngtcp2|dnsproxy]" >&2
 	exit 2
 	;;
 esac

@@ -429,7 +429,7 @@ func GetStatus(ctx context.Context, o Options) (*Status, error) {
 		st.Processes = append(st.Processes, ProcStatus{Name: p.name, Namespace: p.ns, Pid: pid, Alive: alive})
 		st.Healthy = st.Healthy && alive
 	}
-	// Third-party peers (CoreDNS, hickory, aioquic, ngtcp2) from their pid files.
+	// Third-party peers (CoreDNS, hickory, aioquic, ngtcp2, dnsproxy) from their pid files.
 	peersRun, err := peers.ListRunning(filepath.Join(state, "peers"))
 	if err != nil {
 		return nil, err

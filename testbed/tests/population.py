@@ -52,6 +52,7 @@ class Host:
     alpn: list[str] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)
     retry: bool = False
+    retry_first: bool = False  # retry=first: Retry only to an address not seen for 30 min (dnsproxy)
     token: str = ""
     cert: str = ""
     sni: str = ""
@@ -195,6 +196,7 @@ def _host(head: str, kv: dict[str, str], n: int) -> Host:
             setattr(h, k, int(v))
         elif k == "retry":
             h.retry = v == "always"
+            h.retry_first = v == "first"
         elif hasattr(h, k):
             setattr(h, k, v)
         else:

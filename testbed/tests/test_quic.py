@@ -97,7 +97,13 @@ def test_retry_and_token(results, cls):
     got = results[("hs", cls)]
     if not got["ok"]:
         pytest.skip(f"{cls}: no handshake to inspect ({got.get('error')}); see test_handshake_alpn")
-    assert got["retry"] == h.retry, f"{h.first} ({cls}): Retry seen={got['retry']}, population retry={h.retry}"
+    if h.retry_first:
+        # retry=first (dnsproxy): Retry depends on whether this vantage's address was seen
+        # within 30 minutes, which the earlier checks of this run decide; Go's e2e tests
+        # assert it from a vantage the server has not seen. Only NEW_TOKEN is checked here.
+        pass
+    else:
+        assert got["retry"] == h.retry, f"{h.first} ({cls}): Retry seen={got['retry']}, population retry={h.retry}"
     assert got["token"] == (h.token in ("honour", "ignore")), \
         f"{h.first} ({cls}): NEW_TOKEN seen={got['token']}, population token={h.token}"
 

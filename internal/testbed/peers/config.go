@@ -18,6 +18,8 @@ func command(cfg Config, s Spec, zoneFile string) ([]string, error) {
 		return aioquicCommand(cfg, s)
 	case Ngtcp2:
 		return ngtcp2Command(cfg, s)
+	case DNSProxy:
+		return dnsproxyCommand(cfg, s)
 	}
 	return nil, fmt.Errorf("unknown kind %q", s.Kind)
 }

@@ -1,6 +1,6 @@
 // Package peers runs the testbed's third-party DNS/DoQ/QUIC servers: CoreDNS (quic-go),
 // hickory-dns (quinn, Rust), aioquic's DoQ example server (Python) and ngtcp2's example
-// server (C, non-DoQ QUIC). Each one serves exactly the population address(es) it is
+// server (C, non-DoQ QUIC) and AdGuard dnsproxy (quic-go; the server of AdGuard Home). Each one serves exactly the population address(es) it is
 // given, with a generated configuration answering test.com from a local zone and never
 // forwarding anywhere outside the testbed.
 //
@@ -39,18 +39,21 @@ const (
 	Hickory Kind = "hickory" // hickory-dns 0.26.3: DoUDP/DoTCP/DoT/DoQ on quinn
 	Aioquic Kind = "aioquic" // aioquic 1.7.2 examples/doq_server.py: DoQ (optionally always Retry)
 	Ngtcp2  Kind = "ngtcp2"  // ngtcp2 0.12 gtlsserver: HTTP/3 QUIC, not DoQ
+	// DNSProxy is AdGuard dnsproxy v0.78.0: DoUDP/DoTCP/DoT/DoH/DoH3/DoQ on quic-go.
+	DNSProxy Kind = "dnsproxy"
 )
 
-// Kinds lists every stack, in start order (aioquic forwards to a DNS server, so the
-// DNS-serving stacks start first).
-var Kinds = []Kind{CoreDNS, Hickory, Ngtcp2, Aioquic}
+// Kinds lists every stack, in start order (aioquic and dnsproxy forward to a DNS
+// server, so the stacks that answer from a zone start first).
+var Kinds = []Kind{CoreDNS, Hickory, Ngtcp2, DNSProxy, Aioquic}
 
 // Versions are the versions scripts/install-peers.sh installs.
 var Versions = map[Kind]string{
-	CoreDNS: "1.15.0",
-	Hickory: "0.26.3",
-	Aioquic: "1.7.2",
-	Ngtcp2:  "0.12.1 (Debian bookworm)",
+	CoreDNS:  "1.15.0",
+	Hickory:  "0.26.3",
+	Aioquic:  "1.7.2",
+	Ngtcp2:   "0.12.1 (Debian bookworm)",
+	DNSProxy: "0.78.0",
 }
 
 // Spec is one third-party server at one address. A zero port means "not served".
@@ -61,8 +64,10 @@ type Spec struct {
 	DNSPort uint16 // DoUDP and DoTCP (RFC 1035)
 	DoTPort uint16 // DNS over TLS (RFC 7858)
 	DoHPort uint16 // DNS over HTTPS (RFC 8484), path /dns-query
-	// QUICPorts: DoQ (RFC 9250) for CoreDNS/hickory/aioquic; HTTP/3 for ngtcp2. Only
-	// CoreDNS serves more than one.
+	// DoH3Port: DoH over HTTP/3 (RFC 9114), UDP; dnsproxy only, on its DoHPort.
+	DoH3Port uint16
+	// QUICPorts: DoQ (RFC 9250) for CoreDNS/hickory/aioquic/dnsproxy; HTTP/3 for ngtcp2.
+	// Only CoreDNS and dnsproxy serve more than one.
 	QUICPorts []uint16
 
 	Retry bool // always send Retry (aioquic --retry, ngtcp2 -V)
@@ -70,8 +75,8 @@ type Spec struct {
 	// CertFile is a PEM certificate chain (leaf first), KeyFile its PEM private key.
 	CertFile, KeyFile string
 
-	// Upstream is where aioquic's doq_server forwards queries (UDP). It must be a
-	// testbed or loopback address: the example's default is a public resolver.
+	// Upstream is where aioquic's doq_server and dnsproxy forward queries (UDP). It must
+	// be a testbed or loopback address: both default to public resolvers.
 	Upstream netip.AddrPort
 }
 
@@ -90,12 +95,16 @@ func (s Spec) validate() error {
 		return fmt.Errorf("peers: %s at %v: TLS/QUIC service needs CertFile and KeyFile", s.Kind, s.Addr)
 	case (s.Kind == Aioquic || s.Kind == Ngtcp2) && len(s.QUICPorts) == 0:
 		return fmt.Errorf("peers: %s at %v: a QUIC port is required", s.Kind, s.Addr)
-	case s.Kind != CoreDNS && len(s.QUICPorts) > 1:
+	case s.Kind != CoreDNS && s.Kind != DNSProxy && len(s.QUICPorts) > 1:
 		return fmt.Errorf("peers: %s at %v serves one QUIC port, not %v", s.Kind, s.Addr, s.QUICPorts)
 	case slices.Contains(s.QUICPorts, 0):
 		return fmt.Errorf("peers: %s at %v: QUIC port 0", s.Kind, s.Addr)
-	case s.Kind == Aioquic && (!s.Upstream.IsValid() || !testbedOrLoopback(s.Upstream.Addr())):
-		return fmt.Errorf("peers: aioquic at %v: Upstream %v must be a testbed or loopback address", s.Addr, s.Upstream)
+	case (s.Kind == Aioquic || s.Kind == DNSProxy) && (!s.Upstream.IsValid() || !testbedOrLoopback(s.Upstream.Addr())):
+		return fmt.Errorf("peers: %s at %v: Upstream %v must be a testbed or loopback address", s.Kind, s.Addr, s.Upstream)
+	case s.DoH3Port != 0 && (s.Kind != DNSProxy || s.DoH3Port != s.DoHPort):
+		return fmt.Errorf("peers: %s at %v: DoH3 on %d: only dnsproxy serves it, on its DoH port (%d)", s.Kind, s.Addr, s.DoH3Port, s.DoHPort)
+	case s.Kind == DNSProxy && s.DNSPort == 0:
+		return fmt.Errorf("peers: dnsproxy at %v always serves plain DNS: set DNSPort", s.Addr)
 	case s.Kind == Hickory && s.DoHPort != 0:
 		return fmt.Errorf("peers: hickory at %v: DoH is not compiled in (features quic-ring,resolver)", s.Addr)
 	case (s.Kind == Aioquic || s.Kind == Ngtcp2) && (s.DNSPort != 0 || s.DoTPort != 0 || s.DoHPort != 0):
@@ -106,7 +115,9 @@ func (s Spec) validate() error {
 	return nil
 }
 
-func (s Spec) needsTLS() bool { return s.DoTPort != 0 || s.DoHPort != 0 || len(s.QUICPorts) > 0 }
+func (s Spec) needsTLS() bool {
+	return s.DoTPort != 0 || s.DoHPort != 0 || s.DoH3Port != 0 || len(s.QUICPorts) > 0
+}
 
 // quicPort is the single QUIC port of a non-CoreDNS spec (0 if none).
 func (s Spec) quicPort() uint16 {
@@ -285,7 +296,7 @@ func (set *Set) startOne(ctx context.Context, s Spec, zone string) (*proc, error
 		return nil, fmt.Errorf("peers: %s did not become ready: %w (log: %s)", s.Name(), err, p.logPath)
 	}
 	set.cfg.Log.Info("peer ready", "peer", s.Name(), "pid", p.pid, "ready_ms", time.Since(t0).Milliseconds(),
-		"dns", s.DNSPort, "dot", s.DoTPort, "doh", s.DoHPort, "quic", s.QUICPorts, "retry", s.Retry, "log", p.logPath)
+		"dns", s.DNSPort, "dot", s.DoTPort, "doh", s.DoHPort, "doh3", s.DoH3Port, "quic", s.QUICPorts, "retry", s.Retry, "log", p.logPath)
 	return p, nil
 }
 
@@ -340,6 +351,8 @@ func Binary(root string, k Kind) string {
 		return filepath.Join(root, "var", "peers", "aioquic-"+Versions[Aioquic], "examples", "doq_server.py")
 	case Ngtcp2:
 		return ngtcp2Server
+	case DNSProxy:
+		return filepath.Join(root, "var", "peers", "bin", "dnsproxy")
 	}
 	return ""
 }

@@ -15,10 +15,11 @@ import (
 
 // peerKinds maps the population's peer= values to stacks.
 var peerKinds = map[string]Kind{
-	population.PeerCoreDNS: CoreDNS,
-	population.PeerHickory: Hickory,
-	population.PeerAioquic: Aioquic,
-	population.PeerNgtcp2:  Ngtcp2,
+	population.PeerCoreDNS:  CoreDNS,
+	population.PeerHickory:  Hickory,
+	population.PeerAioquic:  Aioquic,
+	population.PeerNgtcp2:   Ngtcp2,
+	population.PeerDNSProxy: DNSProxy,
 }
 
 // dnsPort is plain DNS (RFC 1035 §4.2).
@@ -26,7 +27,7 @@ const dnsPort = 53
 
 // FromPopulation returns one Spec per address whose record has a peer= key, with the
 // services the record lists. Certificates are <certDir>/<cert>.crt and .key, as
-// pki.WriteDir writes them. aioquic forwards to the first CoreDNS peer serving UDP/53,
+// pki.WriteDir writes them. aioquic and dnsproxy forward to the first CoreDNS peer serving UDP/53,
 // else to the first well-behaved NOERROR plain-DNS address of the population.
 func FromPopulation(pop *population.Population, certDir string) ([]Spec, error) {
 	upstream, err := upstreamFor(pop)
@@ -42,10 +43,10 @@ func FromPopulation(pop *population.Population, certDir string) ([]Spec, error) 
 		if !ok {
 			return nil, fmt.Errorf("peers: %v (line %d): unknown peer %q", addr, r.Line, r.Peer)
 		}
-		if r.DoH3 != 0 {
+		if r.DoH3 != 0 && kind != DNSProxy {
 			return nil, fmt.Errorf("peers: %v (line %d): %s does not serve DoH over HTTP/3 here", addr, r.Line, kind)
 		}
-		s := Spec{Kind: kind, Addr: addr, DoTPort: r.DoT, DoHPort: r.DoH,
+		s := Spec{Kind: kind, Addr: addr, DoTPort: r.DoT, DoHPort: r.DoH, DoH3Port: r.DoH3,
 			QUICPorts: slices.Clone(r.QUICPorts), Retry: r.Retry}
 		switch {
 		case r.HasDNS("udp") && r.HasDNS("tcp"):
@@ -57,7 +58,7 @@ func FromPopulation(pop *population.Population, certDir string) ([]Spec, error) 
 			s.CertFile = filepath.Join(certDir, r.Cert+".crt")
 			s.KeyFile = filepath.Join(certDir, r.Cert+".key")
 		}
-		if kind == Aioquic {
+		if kind == Aioquic || kind == DNSProxy {
 			s.Upstream = upstream
 		}
 		if err := s.validate(); err != nil {
@@ -85,8 +86,8 @@ func upstreamFor(pop *population.Population) (netip.AddrPort, error) {
 		return fallback, nil
 	}
 	for _, r := range pop.Records {
-		if r.Peer == population.PeerAioquic {
-			return netip.AddrPort{}, fmt.Errorf("peers: aioquic needs an upstream DNS server, and the population has none")
+		if r.Peer == population.PeerAioquic || r.Peer == population.PeerDNSProxy {
+			return netip.AddrPort{}, fmt.Errorf("peers: %s needs an upstream DNS server, and the population has none", r.Peer)
 		}
 	}
 	return netip.AddrPort{}, nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
 
 	"github.com/doqscan/doqscan/internal/doq"
 )
@@ -38,7 +39,7 @@ const (
 
 // Service is one (transport, port) a spec serves.
 type Service struct {
-	Proto string // "udp", "tcp", "dot", "doh", "doq", "quic"
+	Proto string // "udp", "tcp", "dot", "doh", "doh3", "doq", "quic"
 	Port  uint16
 }
 
@@ -54,6 +55,7 @@ func (s Spec) Services() []Service {
 	add("tcp", s.DNSPort)
 	add("dot", s.DoTPort)
 	add("doh", s.DoHPort)
+	add("doh3", s.DoH3Port)
 	for _, p := range s.QUICPorts {
 		if s.Kind == Ngtcp2 {
 			add("quic", p)
@@ -107,6 +109,8 @@ func Probe(ctx context.Context, ns string, addr netip.Addr, svc Service, answer 
 			resp, _, err = c.ExchangeContext(ctx, query(), target)
 		case "doh":
 			resp, err = probeDoH(ctx, target)
+		case "doh3":
+			resp, err = probeDoH3(ctx, target)
 		case "doq":
 			resp, err = probeDoQ(ctx, target)
 		case "quic":
@@ -227,6 +231,43 @@ func probeDoQ(ctx context.Context, target string) (*dns.Msg, error) {
 	}
 	m := new(dns.Msg)
 	return m, m.Unpack(buf)
+}
+
+// probeDoH3 posts one query over HTTP/3 on a QUIC connection dialled here (RFC 8484
+// §4.1 over RFC 9114).
+func probeDoH3(ctx context.Context, target string) (*dns.Msg, error) {
+	q := query()
+	q.Id = 0
+	wire, err := q.Pack()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := dialQUIC(ctx, target, alpnH3)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.CloseWithError(0, "")
+	cc := (&http3.Transport{}).NewClientConn(conn)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+target+"/dns-query", bytes.NewReader(wire))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/dns-message")
+	req.Header.Set("Accept", "application/dns-message")
+	res, err := cc.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, dns.MaxMsgSize))
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %s", res.Status)
+	}
+	m := new(dns.Msg)
+	return m, m.Unpack(body)
 }
 
 func probeQUIC(ctx context.Context, target, alpn string) error {

@@ -147,6 +147,23 @@ var peers = []special{
 	{"peer-ngtcp2", "ngtcp2 server: QUIC, not DoQ (h3)", "peer=ngtcp2 quic=784 alpn=h3 versions=v1 token=honour cert=provider-a", false, true},
 }
 
+// AdGuard dnsproxy (quic-go), the server behind AdGuard Home and AdGuard's public DNS,
+// after the peers above (198.19.3.7 on). Their site, AS and path are fixed rather than
+// drawn, so adding them left every drawn line of the file as it was. dnsproxy accepts the
+// ALPNs doq, doq-i02, doq-i00 and dq; sends Retry to every address it has not sent one to
+// within 30 minutes (retry=first), on its DoQ ports only; issues and honours NEW_TOKEN
+// (quic-go's defaults); accepts 0-RTT.
+var dnsproxyPeers = []struct {
+	class, comment, fields, geo string
+}{
+	{"peer-dnsproxy", "AdGuard dnsproxy 0.78 with AdGuard Home's defaults: DoQ on 853 and on 784 (older deployments), DoT, DoH, DoH3, plain DNS",
+		"peer=dnsproxy quic=784,853 alpn=doq,doq-i02,doq-i00,dq versions=v1,v2 retry=first token=honour cert=provider-a doh3=443 " + allDNS,
+		"path=eu-20ms asn=AS64501 site=fra"},
+	{"peer-dnsproxy-public", "AdGuard dnsproxy 0.78 as a public resolver: a 7-certificate chain (chain-big), DoQ on 853, DoT, DoH, DoH3, plain DNS",
+		"peer=dnsproxy quic=853 alpn=doq,doq-i02,doq-i00,dq versions=v1,v2 retry=first token=honour cert=chain-big doh3=443 " + allDNS,
+		"path=na-80ms asn=AS64496 site=iad"},
+}
+
 type gen struct {
 	rng *rand.Rand
 	buf bytes.Buffer
@@ -220,6 +237,10 @@ func Generate(seed uint64) []byte {
 	for i, s := range peers {
 		fmt.Fprintf(w, "# %s: %s\n", s.class, s.comment)
 		g.host(netip.PrefixFrom(addr(198, 19, 3, 1+i), 32), s.class, s.fields, g.geo(false, false))
+	}
+	for i, s := range dnsproxyPeers {
+		fmt.Fprintf(w, "# %s: %s\n", s.class, s.comment)
+		g.host(netip.PrefixFrom(addr(198, 19, 3, 1+len(peers)+i), 32), s.class, s.fields, s.geo)
 	}
 
 	fmt.Fprintf(w, "\n# Bulk: plain DNS resolvers, 198.19.16.0/20 in /26 blocks (some REFUSED, some UDP only).\n")

@@ -51,11 +51,26 @@ const (
 
 // Third-party peers (T4 starts them; simserver and simdns leave their addresses alone).
 const (
-	PeerCoreDNS = "coredns"
-	PeerHickory = "hickory"
-	PeerAioquic = "aioquic"
-	PeerNgtcp2  = "ngtcp2"
+	PeerCoreDNS  = "coredns"
+	PeerHickory  = "hickory"
+	PeerAioquic  = "aioquic"
+	PeerNgtcp2   = "ngtcp2"
+	PeerDNSProxy = "dnsproxy"
 )
+
+// Retry modes (key retry).
+const (
+	RetryNo     = "no"     // never sends Retry
+	RetryAlways = "always" // Retry to every client without a valid token
+	// RetryFirst: Retry to an Initial without a valid token from an IP address the server
+	// has not sent a Retry to within RetryFirstTTL, on the DoQ ports only (AdGuard
+	// dnsproxy's address validator: an LRU of 1,000 addresses per DoQ listener, keyed by
+	// IP without the port; its DoH3 listener has none). A valid NEW_TOKEN token skips it.
+	RetryFirst = "first"
+)
+
+// RetryFirstTTL is how long a retry=first server remembers an address it sent a Retry to.
+const RetryFirstTTL = 30 * time.Minute
 
 // Path is a path profile: what the delay line applies between the vantage and a host.
 type Path struct {
@@ -105,19 +120,21 @@ type Record struct {
 	ALPNs     []string // ALPNs the QUIC server accepts, in its preference order
 	Versions  []string // QUIC versions advertised in VN ("v1", "v2", "draft-29", ...)
 	Retry     bool     // always sends Retry to a client without a valid token
-	Token     string   // TokenHonour, TokenIgnore, TokenNone
-	Cert      string   // certificate profile name
-	SNI       string   // if set, a handshake without this SNI fails (TLS alert)
-	DNS       []string // plain DNS on port 53: "udp", "tcp"
-	DoT       uint16   // DoT TCP port (853), 0 if none
-	DoH       uint16   // DoH TCP port (443), 0 if none
-	DoH3      uint16   // DoH over HTTP/3 UDP port (443, ALPN h3), 0 if none; same QUIC behaviour as the DoQ ports
-	RCode     string   // DNS rcode answered: NOERROR, REFUSED, SERVFAIL
-	Hostile   string   // one of the Hostile* kinds, "" if well-behaved
-	Peer      string   // a third-party server runs here (Peer* names)
-	Path      string
-	ASN       uint32
-	Site      string
+	// RetryFirst: retry=first (see RetryFirst); Retry is false then.
+	RetryFirst bool
+	Token      string   // TokenHonour, TokenIgnore, TokenNone
+	Cert       string   // certificate profile name
+	SNI        string   // if set, a handshake without this SNI fails (TLS alert)
+	DNS        []string // plain DNS on port 53: "udp", "tcp"
+	DoT        uint16   // DoT TCP port (853), 0 if none
+	DoH        uint16   // DoH TCP port (443), 0 if none
+	DoH3       uint16   // DoH over HTTP/3 UDP port (443, ALPN h3), 0 if none; same QUIC behaviour as the DoQ ports
+	RCode      string   // DNS rcode answered: NOERROR, REFUSED, SERVFAIL
+	Hostile    string   // one of the Hostile* kinds, "" if well-behaved
+	Peer       string   // a third-party server runs here (Peer* names)
+	Path       string
+	ASN        uint32
+	Site       string
 }
 
 // Size is the number of addresses the record covers.
@@ -538,11 +555,13 @@ func parseHost(toks []string, line int) (Record, error) {
 		}
 	}
 	switch m["retry"] {
-	case "", "no":
-	case "always":
+	case "", RetryNo:
+	case RetryAlways:
 		r.Retry = true
+	case RetryFirst:
+		r.RetryFirst = true
 	default:
-		return r, fmt.Errorf("host %s: retry=%q (want always or no)", toks[0], m["retry"])
+		return r, fmt.Errorf("host %s: retry=%q (want always, first or no)", toks[0], m["retry"])
 	}
 	r.Token = m["token"]
 	switch r.Token {
@@ -592,9 +611,13 @@ func parseHost(toks []string, line int) (Record, error) {
 	}
 	r.Peer = m["peer"]
 	switch r.Peer {
-	case "", PeerCoreDNS, PeerHickory, PeerAioquic, PeerNgtcp2:
+	case "", PeerCoreDNS, PeerHickory, PeerAioquic, PeerNgtcp2, PeerDNSProxy:
 	default:
 		return r, fmt.Errorf("host %s: peer=%q", toks[0], r.Peer)
+	}
+	if r.RetryFirst && r.Peer != PeerDNSProxy {
+		// simserver has no per-address memory; only the stack that behaves so serves it.
+		return r, fmt.Errorf("host %s: retry=first needs peer=dnsproxy", toks[0])
 	}
 	r.Path, r.Site = m["path"], m["site"]
 	if v, ok := m["asn"]; ok {

@@ -16,6 +16,11 @@ const (
 
 	PhaseWarmup   = "warmup"   // a fresh session: no token, no known version
 	PhaseMeasured = "measured" // reuses the warm-up's negotiated version and NEW_TOKEN token
+	// PhaseFirstContact is a warm-up from a source address a retry=first server has not
+	// sent a Retry to within RetryFirstTTL. PhaseWarmup assumes it has (the steady state
+	// of a round: the first DoQ exchange with a resolver leaves the address remembered);
+	// for every other server the two phases are the same.
+	PhaseFirstContact = "first-contact"
 )
 
 // ClientHello describes the client's first flight, which sets the server's
@@ -108,11 +113,11 @@ func (p *Population) HandshakeRTTs(addr netip.Addr, port uint16, proto, phase st
 	v := p.ExpectVerify(addr, port) // version and VN do not depend on the ALPN
 	tokenValid := phase == PhaseMeasured && r.Token == TokenHonour
 	n := 1
-	if phase == PhaseWarmup && v.NeedsVN {
+	if phase != PhaseMeasured && v.NeedsVN {
 		n++
 	}
 	validated := tokenValid
-	if r.Retry && !tokenValid {
+	if r.Retries(proto, phase) && !tokenValid {
 		n++
 		validated = true // the Retry token validates the address
 	}
@@ -203,7 +208,13 @@ func (p *Population) Stalls(addr netip.Addr, port uint16, proto, phase string, c
 	}
 	r := p.Lookup(addr)
 	tokenValid := phase == PhaseMeasured && r.Token == TokenHonour
-	return !(r.Retry || tokenValid) && p.Certs[r.Cert].ExceedsAmplification(client)
+	return !(r.Retries(proto, phase) || tokenValid) && p.Certs[r.Cert].ExceedsAmplification(client)
+}
+
+// Retries reports whether the server sends Retry to a client without a valid token in
+// phase: retry=always always; retry=first on its DoQ ports at first contact only.
+func (r *Record) Retries(proto, phase string) bool {
+	return r.Retry || (r.RetryFirst && proto == ProtoDoQ && phase == PhaseFirstContact)
 }
 
 // ResolveRTTs is the round trips from the query's first packet to the answer: 1 for every
