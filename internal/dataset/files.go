@@ -180,14 +180,10 @@ func parseCertCSV(r io.Reader) ([]certRecord, *lineError) {
 		if err == io.EOF {
 			return out, nil
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return out, &lineError{pe.StartLine, malformed("%v", pe.Err)}
-			}
-			return out, &lineError{line, malformed("%v", err)}
+			return out, csvError(err)
 		}
+		line, _ := cr.FieldPos(0) // only valid after a successful Read
 		if len(rec) != 4 {
 			return out, &lineError{line, malformed("want 4 columns (ip, protocol, port, info), found %d", len(rec))}
 		}
@@ -229,6 +225,15 @@ func parseCertCSV(r io.Reader) ([]certRecord, *lineError) {
 		}
 		out = append(out, c)
 	}
+}
+
+// csvError turns encoding/csv's error into a line error.
+func csvError(err error) *lineError {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return &lineError{pe.StartLine, malformed("%v", pe.Err)}
+	}
+	return &lineError{0, malformed("%v", err)}
 }
 
 func b64(s string) ([]byte, error) {
@@ -281,14 +286,10 @@ func parseLocationCSV(r io.Reader) ([]locationRecord, *lineError) {
 		if err == io.EOF {
 			return out, nil
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return out, &lineError{pe.StartLine, malformed("%v", pe.Err)}
-			}
-			return out, &lineError{line, malformed("%v", err)}
+			return out, csvError(err)
 		}
+		line, _ := cr.FieldPos(0) // only valid after a successful Read
 		var l locationRecord
 		if l.Addr, err = netip.ParseAddr(strings.TrimSpace(rec[col["ip"]])); err != nil || l.Addr.Zone() != "" {
 			return out, &lineError{line, malformed("ip: not an IP address: %q", clip(rec[col["ip"]]))}
