@@ -156,7 +156,10 @@ def round_trip_shares(classes: pd.DataFrame) -> pd.DataFrame:
 
 def round_trip_shares_from(rt: pd.DataFrame, by=("vantage_id", "protocol", "phase", "mode")) -> pd.DataFrame:
     """Shares of handshakes per whole number of round trips from load.response_times'
-    round_trips_k columns, summed over the other group columns (rows: `by`, columns: k)."""
+    round_trips_k columns, summed over the other group columns (rows: `by`, columns: k).
+    Empty when there are no measurements (a source without a performance database)."""
+    if rt.empty or not set(by) <= set(rt.columns):
+        return pd.DataFrame()
     cols = [c for c in rt.columns if c.startswith("round_trips_")]
     p = rt.groupby(list(by))[cols].sum()
     p.columns = [int(c.rsplit("_", 1)[1]) for c in cols]

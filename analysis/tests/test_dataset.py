@@ -178,6 +178,20 @@ def test_pre_study_locations(pre_study_db):
     assert load.geo_points(conn, week=wk)["resolvers"].sum() == known
 
 
+def test_pre_study_report(pre_study_db, tmp_path):
+    """Both notebooks run on the pre-study alone (scans, lists, certificates, locations,
+    no measurements) and say that the port was not recorded."""
+    conn, _ = pre_study_db
+    url = conn.info.dsn
+    s = report.run(url, str(tmp_path))
+    assert not {k: v["error"] for k, v in s["notebooks"].items() if v["error"]}
+    for name in ("fig1_doq_quic_versions_per_week", "port_shares", "top_providers", "fig2_world_map"):
+        assert f"{name}.png" in set(s["figures"]), name
+    with open(os.path.join(s["folder"], "adoption.html")) as f:
+        html = f.read()
+    assert "Port not recorded" in html and "dns-analysis-2021" in html
+
+
 # ----------------------------------------------------------------------------------
 # A performance database in the study's schema, written from doqscan's own rows.
 
