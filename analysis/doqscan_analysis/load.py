@@ -27,6 +27,11 @@ from . import names
 # several ports: the RFC 9250 port first, then the experimental port, then draft-02's.
 PORT_PREFERENCE = [853, 784, 8853]
 
+# verification_results.port of a resolver whose source did not record the port it
+# answered on (imported lists: the pre-study's verifier tried 784 then 8853 and kept only
+# the address; migration 0004). Port figures leave these out and say how many they are.
+PORT_UNKNOWN = 0
+
 # Outcomes of verification_results that count as a DoQ-verified resolver (the study's
 # "DoQ-verified": DoQ ALPN negotiated and a DNS answer received).
 VERIFIED = "doq-verified"
@@ -109,11 +114,50 @@ def vantage_points(conn) -> pd.DataFrame:
                              FROM vantage_points ORDER BY vantage_id""")
 
 
+def _has(conn, table: str) -> bool:
+    return bool(conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0])
+
+
 def datasets(conn) -> pd.DataFrame:
-    """External datasets (GeoIP) with build date and hash, for the report's provenance."""
-    return _frame(conn, """SELECT dataset_id, kind, database_type, build_time,
-                                  encode(sha256, 'hex') AS sha256, path
+    """External datasets (GeoIP builds, imported study files) with build date and hash,
+    for the report's provenance; imports also name their vantage point, label and source
+    directory (migration 0004)."""
+    extra = (", vantage_id, label, source" if _has(conn, "dataset_files") else "")
+    return _frame(conn, f"""SELECT dataset_id, kind, database_type, build_time,
+                                  encode(sha256, 'hex') AS sha256, path{extra}
                              FROM datasets ORDER BY kind, build_time""")
+
+
+def sources(conn, vantages=None) -> pd.DataFrame:
+    """Where the data comes from, one row per vantage point and label: scan and
+    verification weeks, verified resolvers per week (mean), measurement rounds and
+    measurements, and the imported dataset behind the label if any. Columns vantage_id,
+    label, weeks, first_week, last_week, verified_per_week, campaigns, measurements,
+    imported_from."""
+    imp = ("""LEFT JOIN (SELECT DISTINCT ON (vantage_id, label) vantage_id, label, source
+                          FROM datasets WHERE kind = 'import' ORDER BY vantage_id, label, dataset_id DESC) d
+                   USING (vantage_id, label)""" if _has(conn, "dataset_files") else
+           "LEFT JOIN (SELECT NULL::text AS vantage_id, NULL::text AS label, NULL::text AS source) d USING (vantage_id, label)")
+    return _frame(conn, """
+        WITH v AS (SELECT vr.vantage_id, vr.label, vr.iso_week,
+                          (SELECT count(DISTINCT r.address) FROM verification_results r
+                            WHERE r.run_id = vr.run_id AND r.outcome = 'doq-verified') AS verified
+                     FROM verification_runs vr
+                    WHERE %(vantages)s::text[] IS NULL OR vr.vantage_id = ANY(%(vantages)s::text[])),
+             vv AS (SELECT vantage_id, label, count(*) AS weeks, min(iso_week) AS first_week,
+                           max(iso_week) AS last_week, avg(verified) AS verified_per_week
+                      FROM v GROUP BY 1, 2),
+             cc AS (SELECT c.vantage_id, c.label, count(*) AS campaigns,
+                           sum((SELECT count(*) FROM measurements m WHERE m.campaign_id = c.campaign_id)) AS measurements
+                      FROM campaigns c
+                     WHERE %(vantages)s::text[] IS NULL OR c.vantage_id = ANY(%(vantages)s::text[])
+                     GROUP BY 1, 2)
+        SELECT vantage_id, label, COALESCE(vv.weeks, 0) AS weeks, vv.first_week, vv.last_week,
+               round(vv.verified_per_week, 1)::float8 AS verified_per_week,
+               COALESCE(cc.campaigns, 0) AS campaigns, COALESCE(cc.measurements, 0)::bigint AS measurements,
+               d.source AS imported_from
+          FROM vv FULL JOIN cc USING (vantage_id, label) """ + imp + """
+         ORDER BY 1, 2""", _params(None, vantages))
 
 
 def verified_by_pair(conn, weeks=None, vantages=None) -> pd.DataFrame:
@@ -135,13 +179,36 @@ def port_shares(conn, weeks=None, vantages=None) -> pd.DataFrame:
     on several ports). Columns iso_week, port, resolvers, total, share."""
     df = _frame(conn, "WITH " + _VERIFIED_CTE + """,
         per_port AS (SELECT iso_week, port, count(DISTINCT address) AS resolvers
-                       FROM verified GROUP BY 1, 2),
+                       FROM verified WHERE port <> %(unknown)s GROUP BY 1, 2),
         total AS (SELECT iso_week, count(*) AS total FROM rep GROUP BY 1)
         SELECT p.iso_week, p.port, p.resolvers, t.total
           FROM per_port p JOIN total t USING (iso_week) ORDER BY 1, 2""",
-                _params(weeks, vantages))
+                _params(weeks, vantages, unknown=PORT_UNKNOWN))
     df["share"] = df["resolvers"] / df["total"]
     return df
+
+
+def ports_not_recorded(conn, weeks=None, vantages=None) -> pd.DataFrame:
+    """Per week with verified resolvers whose port the source did not record (port
+    PORT_UNKNOWN and no row with a known port): how many they are of all verified, and on
+    which of the verifier's ports (784, 8853) the week's scan saw them. A fact, not a
+    guess at the port they verified on. Columns iso_week, total, not_recorded,
+    scan_784_only, scan_8853_only, scan_both, scan_neither."""
+    return _frame(conn, "WITH " + _VERIFIED_CTE + """,
+        total AS (SELECT iso_week, count(*) AS total FROM rep GROUP BY 1),
+        unk AS (SELECT iso_week, address, array_agg(DISTINCT scan_id) AS scans FROM verified
+                 GROUP BY 1, 2 HAVING bool_and(port = %(unknown)s)),
+        sp AS (SELECT u.iso_week, u.address,
+                      bool_or(s.port = 784) AS a, bool_or(s.port = 8853) AS b
+                 FROM unk u LEFT JOIN scan_replies s ON s.scan_id = ANY(u.scans) AND s.address = u.address
+                GROUP BY 1, 2)
+        SELECT sp.iso_week, t.total, count(*) AS not_recorded,
+               count(*) FILTER (WHERE a AND NOT b) AS scan_784_only,
+               count(*) FILTER (WHERE b AND NOT a) AS scan_8853_only,
+               count(*) FILTER (WHERE a AND b) AS scan_both,
+               count(*) FILTER (WHERE a IS NOT TRUE AND b IS NOT TRUE) AS scan_neither
+          FROM sp JOIN total t USING (iso_week) GROUP BY 1, 2 ORDER BY 1""",
+                  _params(weeks, vantages, unknown=PORT_UNKNOWN))
 
 
 _FINGERPRINT_SQL = """(SELECT string_agg(CASE WHEN (v & 252645135) = 168430090 THEN 'grease'
@@ -150,7 +217,7 @@ _FINGERPRINT_SQL = """(SELECT string_agg(CASE WHEN (v & 252645135) = 168430090 T
 
 
 def _fp_label(fp: str | None) -> str:
-    if fp is None:
+    if names.missing(fp):
         return "no VN list"
     out = []
     for tok in fp.split(","):
@@ -209,13 +276,34 @@ def stack_fingerprints(conn, weeks=None, vantages=None, verified_only=True) -> p
     return df
 
 
+def _leaf_sql(conn, src: str) -> str:
+    """Each row of `src` (verified or rep) with its leaf certificate's subject CN and
+    identity: the verified chain's leaf (certificates), else, for rows without a chain
+    (imported lists), the QUIC leaf the same source recorded for the address in the same
+    week (observed_certificates, migration 0004; on the row's port, or when the port was
+    not recorded on 853, 784, 8853 in that order). Identity: 'sha256:<hex>' or 'md5:<hex>'."""
+    if not _has(conn, "observed_certificates"):
+        return f"""SELECT {src}.*, c.subject_cn, 'sha256:' || encode({src}.cert_chain[1], 'hex') AS leaf
+                     FROM {src} LEFT JOIN certificates c ON c.sha256 = {src}.cert_chain[1]"""
+    return f"""SELECT {src}.*, COALESCE(c.subject_cn, o.subject_cn) AS subject_cn,
+                      COALESCE('sha256:' || encode({src}.cert_chain[1], 'hex'),
+                               'sha256:' || encode(o.sha256, 'hex'), 'md5:' || encode(o.md5, 'hex')) AS leaf
+                 FROM {src} LEFT JOIN certificates c ON c.sha256 = {src}.cert_chain[1]
+                 LEFT JOIN LATERAL (
+                      SELECT o.subject_cn, o.sha256, o.md5 FROM observed_certificates o
+                       WHERE {src}.cert_chain IS NULL AND o.address = {src}.address
+                         AND o.iso_week = {src}.iso_week AND o.vantage_id = {src}.vantage_id
+                         AND o.protocol = 'quic' AND ({src}.port = {PORT_UNKNOWN} OR o.port = {src}.port)
+                       ORDER BY array_position(ARRAY[853, 784, 8853], o.port) NULLS LAST, o.port LIMIT 1) o ON true"""
+
+
 def top_providers(conn, weeks=None, vantages=None, top: int = 10) -> pd.DataFrame:
-    """Resolvers per week by the subject CN of their leaf certificate; the `top` CNs over
-    all selected weeks by total, the rest as 'other'. Columns iso_week, subject_cn,
-    resolvers."""
+    """Resolvers per week by the subject CN of their leaf certificate (_leaf_sql: the
+    verified chain's, or the one an imported source recorded); the `top` CNs over all
+    selected weeks by total, the rest as 'other'. Columns iso_week, subject_cn, resolvers."""
     df = _frame(conn, "WITH " + _VERIFIED_CTE + """,
-        cn AS (SELECT rep.iso_week, COALESCE(NULLIF(c.subject_cn, ''), '(no CN)') AS subject_cn
-                 FROM rep LEFT JOIN certificates c ON c.sha256 = rep.cert_chain[1])
+        cn AS (SELECT iso_week, COALESCE(NULLIF(subject_cn, ''), '(no CN)') AS subject_cn
+                 FROM (""" + _leaf_sql(conn, "rep") + """) l)
         SELECT iso_week, subject_cn, count(*) AS resolvers FROM cn GROUP BY 1, 2 ORDER BY 1, 3 DESC""",
                 _params(weeks, vantages))
     if df.empty:
@@ -227,11 +315,13 @@ def top_providers(conn, weeks=None, vantages=None, top: int = 10) -> pd.DataFram
 
 
 def certificate_counts(conn, weeks=None, vantages=None) -> pd.DataFrame:
-    """Unique leaf certificates per week and over the whole selection (iso_week 'all')."""
+    """Unique leaf certificates per week and over the whole selection (iso_week 'all'),
+    identified as _leaf_sql says (an imported source's certificates by their MD5)."""
     return _frame(conn, "WITH " + _VERIFIED_CTE + """
-        SELECT COALESCE(iso_week, 'all') AS iso_week, count(DISTINCT cert_chain[1]) AS certificates,
+        SELECT COALESCE(iso_week, 'all') AS iso_week, count(DISTINCT leaf) AS certificates,
                count(DISTINCT address) AS resolvers
-          FROM verified GROUP BY GROUPING SETS ((iso_week), ()) ORDER BY 1""", _params(weeks, vantages))
+          FROM (""" + _leaf_sql(conn, "verified") + """) l
+         GROUP BY GROUPING SETS ((iso_week), ()) ORDER BY 1""", _params(weeks, vantages))
 
 
 _CHURN_SQL = """,

@@ -38,9 +38,16 @@ def is_grease(version: int) -> bool:
     return (int(version) & GREASE_MASK) == GREASE_VALUE
 
 
+def missing(x) -> bool:
+    """None, or the NaN pandas puts in a numeric column for SQL NULL (imported lists
+    record neither ALPN nor version)."""
+    return x is None or (isinstance(x, float) and x != x)
+
+
 def quic_version_name(version) -> str:
-    """'QUIC v1', 'QUIC v2', 'QUIC draft-29', 'grease', 'gQUIC Q050' or the hex value."""
-    if version is None:
+    """'QUIC v1', 'QUIC v2', 'QUIC draft-29', 'grease', 'gQUIC Q050' or the hex value;
+    'unknown' when not recorded."""
+    if missing(version):
         return "unknown"
     v = int(version) & 0xFFFFFFFF
     if v == QUIC_V1:
@@ -61,7 +68,7 @@ def quic_version_name(version) -> str:
 
 def doq_version_name(alpn) -> str:
     """'DoQ RFC 9250' for 'doq', 'DoQ draft-02' for 'doq-i02', 'DoQ dq' for 'dq'."""
-    if alpn is None or alpn == "":
+    if missing(alpn) or alpn == "":
         return "unknown"
     if alpn == "doq":
         return "DoQ RFC 9250"

@@ -156,7 +156,10 @@ def round_trip_shares(classes: pd.DataFrame) -> pd.DataFrame:
 
 def round_trip_shares_from(rt: pd.DataFrame, by=("vantage_id", "protocol", "phase", "mode")) -> pd.DataFrame:
     """Shares of handshakes per whole number of round trips from load.response_times'
-    round_trips_k columns, summed over the other group columns (rows: `by`, columns: k)."""
+    round_trips_k columns, summed over the other group columns (rows: `by`, columns: k).
+    Empty when there are no measurements (a source without a performance database)."""
+    if rt.empty or not set(by) <= set(rt.columns):
+        return pd.DataFrame()
     cols = [c for c in rt.columns if c.startswith("round_trips_")]
     p = rt.groupby(list(by))[cols].sum()
     p.columns = [int(c.rsplit("_", 1)[1]) for c in cols]
@@ -220,3 +223,41 @@ def vantage_comparison(per: pd.DataFrame, reference: str | None = None) -> pd.Da
                                                       if len(w) else np.nan)
             rows.append(row)
     return pd.DataFrame(rows, columns=cols)
+
+
+def ports_not_recorded_note(unk: pd.DataFrame) -> str:
+    """A sentence for load.ports_not_recorded: how many verified resolvers have no
+    recorded port, in which weeks, and that the port shares leave them out."""
+    if unk.empty:
+        return ""
+    weeks = list(unk["iso_week"])
+    span = weeks[0] if len(weeks) == 1 else f"{weeks[0]} to {weeks[-1]}"
+    n, tot = int(unk["not_recorded"].sum()), int(unk["total"].sum())
+    return (f"**Port not recorded**: the source did not record on which port {n} of the {tot} "
+            f"verified resolver-weeks of {span} ({len(weeks)} weeks) answered DoQ (its verifier tried 784, "
+            f"then 8853, and kept only the address). The port shares above leave them out; the table "
+            f"below says on which ports the same week's scan saw them, not where they verified.")
+
+
+def side_by_side(rt: pd.DataFrame, metrics=("resolve_ns", "handshake_ns", "rtt_ns", "ratio")) -> pd.DataFrame:
+    """Every vantage point's medians (figure_rows: DoX, measured, fresh) next to each
+    other: one row per protocol, columns (metric, vantage_id); durations in ms. Puts an
+    imported source beside a testbed or production vantage point."""
+    parts = []
+    for vp in sorted(rt["vantage_id"].unique()) if len(rt) else []:
+        rows = figure_rows(rt, vantage=vp)
+        if rows.empty:
+            continue
+        t = summary_table(rows, metrics=metrics)
+        keep = {"protocol": "protocol"}
+        for m in metrics:
+            label = m.replace("_ns", "")
+            unit = "" if m == "ratio" else " [ms]"
+            keep[f"{label} median{unit}"] = f"{label} median{unit}"
+        t = t[list(keep)].set_index("protocol")
+        t.columns = pd.MultiIndex.from_tuples([(c, vp) for c in t.columns])
+        parts.append(t)
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, axis=1)
+    return out[sorted(out.columns, key=lambda c: ([m.replace("_ns", "") for m in metrics].index(c[0].split(" ")[0]), c[1]))]

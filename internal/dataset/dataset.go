@@ -1,0 +1,529 @@
+// Package dataset imports measurement data another study published — the PAM 2022 DoQ
+// study's (Kosek et al.) and its pre-study's files — into doqscan's tables, under a
+// vantage point and label naming the source, so the notebooks read it like a testbed or
+// production round. One import is one transaction: a malformed file (named with its line,
+// or SQLite table and row) leaves nothing behind, and importing the same files again adds
+// nothing (every row has its natural key).
+package dataset
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// DefaultVantage names the study's measurement host (TUM, Munich).
+const DefaultVantage = "pam2022-tum"
+
+// PortUnknown is the port of a fact whose source did not record the port (the pre-study's
+// verifier lists; the misc edns-tcp-keepalive table). Migration 0004 documents it.
+const PortUnknown = 0
+
+// ErrBadName says a vantage point or label is not a valid name.
+var ErrBadName = errors.New("bad name")
+
+// ErrNoDirectory says the directory to import does not exist or is not a directory.
+var ErrNoDirectory = errors.New("no such directory")
+
+// Config is what one import needs.
+type Config struct {
+	Dir         string // the directory to import
+	Vantage     string // vantage_id the rows are stored under (DefaultVantage if empty)
+	Label       string // label of scans, runs and campaigns (the directory's name if empty)
+	Description string // the vantage point's description (a default naming the study if empty)
+	DryRun      bool   // read and check every file, write nothing
+	Log         *slog.Logger
+}
+
+// Summary counts what an import read and wrote.
+type Summary struct {
+	DatasetID int64            `json:"dataset_id"`
+	Existed   bool             `json:"existed"` // the same files were imported before
+	Vantage   string           `json:"vantage"`
+	Label     string           `json:"label"`
+	Files     map[string]int   `json:"files"`    // per format
+	Weeks     []string         `json:"weeks"`    // ISO weeks with scans or verification runs
+	New       map[string]int64 `json:"new_rows"` // per table: rows added by this import
+}
+
+var reLabel = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// DefaultLabel derives a label from a directory name ("dns-analysis-2021").
+func DefaultLabel(dir string) string {
+	b := strings.ToLower(filepath.Base(filepath.Clean(dir)))
+	b = regexp.MustCompile(`[^a-z0-9._-]+`).ReplaceAllString(b, "-")
+	b = strings.TrimLeft(b, "-._")
+	if len(b) > 55 {
+		b = b[:55]
+	}
+	if b == "" {
+		b = "import"
+	}
+	return b
+}
+
+// CheckName says whether s is a valid vantage_id or label.
+func CheckName(s string) error {
+	if !reLabel.MatchString(s) {
+		return fmt.Errorf("%w %q: want lower-case letters, digits, '.', '_' or '-' (at most 63, first a letter or digit)", ErrBadName, s)
+	}
+	return nil
+}
+
+// Run imports cfg.Dir, or with cfg.DryRun only reads and checks it (open is then not
+// called).
+func Run(ctx context.Context, cfg Config, open func(context.Context) (*store.Store, error)) (*Summary, error) {
+	if cfg.DryRun {
+		return Check(ctx, cfg)
+	}
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	st, err := open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	cfg.Log.Info("importing", "dir", cfg.Dir, "vantage", cfg.Vantage, "label", cfg.Label)
+	return Import(ctx, st, cfg)
+}
+
+// Check reads and checks every file of cfg.Dir without writing: the summary counts files
+// per format and weeks; no rows.
+func Check(ctx context.Context, cfg Config) (*Summary, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	p, err := readDir(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.mergeMisc()
+	sum := &Summary{Vantage: cfg.Vantage, Label: cfg.Label, Files: map[string]int{}, Weeks: p.weekList()}
+	for _, f := range p.files {
+		sum.Files[f.Format]++
+	}
+	return sum, nil
+}
+
+// Import reads cfg.Dir and writes it into st in one transaction.
+func Import(ctx context.Context, st *store.Store, cfg Config) (*Summary, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	p, err := readDir(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return p.write(ctx, st, cfg)
+}
+
+func (cfg *Config) defaults() error {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Vantage == "" {
+		cfg.Vantage = DefaultVantage
+	}
+	if cfg.Label == "" {
+		cfg.Label = DefaultLabel(cfg.Dir)
+	}
+	if cfg.Description == "" {
+		cfg.Description = "imported: Kosek et al., PAM 2022 (DoQ study), measured from TUM, Munich"
+	}
+	for _, n := range []string{cfg.Vantage, cfg.Label} {
+		if err := CheckName(n); err != nil {
+			return fmt.Errorf("vantage or label: %w", err)
+		}
+	}
+	if fi, err := os.Stat(cfg.Dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%w: %s", ErrNoDirectory, cfg.Dir)
+	}
+	return nil
+}
+
+// fileRec is one file of the directory, as dataset_files records it.
+type fileRec struct {
+	Path    string
+	Format  string
+	SHA256  []byte
+	Size    int64
+	Records int64
+	Detail  string
+}
+
+// weekData is what the files say about one ISO week.
+type weekData struct {
+	Week      string
+	Date      time.Time                  // the scan's day (from the file names)
+	Scan      map[int32][]netip.Addr     // port -> addresses that answered
+	ScanFiles map[int32]string           // port -> file
+	Verified  map[verKey]*verifiedRecord // (address, port) -> result
+	Files     []string                   // list files of the week
+}
+
+type verKey struct {
+	Addr netip.Addr
+	Port int32
+}
+
+type verifiedRecord struct {
+	Source  string // file
+	ALPN    *string
+	Version *int64
+	Cert    []byte // SHA-256 of the leaf (misc)
+}
+
+// plan is everything read from the directory before anything is written.
+type plan struct {
+	files    []fileRec
+	weeks    map[string]*weekData
+	certCSVs []certFile
+	location []locationRecord
+	locFile  string
+	misc     []miscFile
+	perf     []perfFile
+	latest   time.Time
+}
+
+type certFile struct {
+	Path string
+	Week string // "" until resolved
+	Rule string // how the week was chosen
+	Recs []certRecord
+}
+
+type miscFile struct {
+	Path string
+	Week string
+	DB   *miscDB
+}
+
+type perfFile struct {
+	Path string
+	DB   *perfDB
+}
+
+func (p *plan) week(path string, d time.Time) (*weekData, error) {
+	w := isoWeek(d)
+	wd := p.weeks[w]
+	if wd == nil {
+		wd = &weekData{Week: w, Date: d, Scan: map[int32][]netip.Addr{}, ScanFiles: map[int32]string{},
+			Verified: map[verKey]*verifiedRecord{}}
+		p.weeks[w] = wd
+	}
+	if !wd.Date.Equal(d) {
+		return nil, &FileError{Path: path, Err: malformed("date %s is in ISO week %s, which %s already dates %s",
+			d.Format("02-01-2006"), w, wd.Files[0], wd.Date.Format("02-01-2006"))}
+	}
+	wd.Files = append(wd.Files, path)
+	if d.After(p.latest) {
+		p.latest = d
+	}
+	return wd, nil
+}
+
+// readDir walks the directory and parses every file it knows; the rest is listed as
+// not imported.
+func readDir(ctx context.Context, cfg Config) (*plan, error) {
+	p := &plan{weeks: map[string]*weekData{}}
+	var paths []string
+	err := filepath.WalkDir(cfg.Dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			paths = append(paths, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", cfg.Dir, err)
+	}
+	sort.Strings(paths)
+	for _, path := range paths {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		rel, _ := filepath.Rel(cfg.Dir, path)
+		rel = filepath.ToSlash(rel)
+		rec, err := p.readFile(ctx, path, rel)
+		if err != nil {
+			return nil, err
+		}
+		p.files = append(p.files, rec)
+		cfg.Log.Debug("read", "file", rel, "format", rec.Format, "records", rec.Records)
+	}
+	// Certificate CSVs without a date in their name: certs.csv was collected in the first
+	// scan week, certs-last.csv in the last (the pre-study's repository; see docs/dataset.md).
+	wks := p.weekList()
+	for i := range p.certCSVs {
+		c := &p.certCSVs[i]
+		if c.Week != "" {
+			continue
+		}
+		name := filepath.Base(c.Path)
+		switch {
+		case len(wks) == 0:
+			return nil, &FileError{Path: c.Path, Err: fmt.Errorf("cannot tell which week the certificates were collected in: no dated scan or verifier file beside it (name it certs-DD-MM-YYYY.csv)")}
+		case name == "certs.csv":
+			c.Week, c.Rule = wks[0], "first scan week of the directory"
+		case name == "certs-last.csv":
+			c.Week, c.Rule = wks[len(wks)-1], "last scan week of the directory"
+		default:
+			return nil, &FileError{Path: c.Path, Err: fmt.Errorf("cannot tell which week the certificates were collected in (name it certs-DD-MM-YYYY.csv)")}
+		}
+	}
+	for i := range p.files {
+		for _, c := range p.certCSVs {
+			if c.Path == p.files[i].Path && c.Rule != "" {
+				p.files[i].Detail = "week " + c.Week + ": " + c.Rule
+			}
+		}
+	}
+	return p, nil
+}
+
+func (p *plan) weekList() []string {
+	var w []string
+	for k := range p.weeks {
+		w = append(w, k)
+	}
+	sort.Strings(w)
+	return w
+}
+
+// readFile classifies one file by its name and parses it.
+func (p *plan) readFile(ctx context.Context, path, rel string) (fileRec, error) {
+	rec := fileRec{Path: rel, Format: "not-imported"}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return rec, fmt.Errorf("read %s: %w", rel, err)
+	}
+	h := sha256.Sum256(data)
+	rec.SHA256, rec.Size = h[:], int64(len(data))
+	name := filepath.Base(rel)
+	fileErr := func(le *lineError) error { return &FileError{Path: rel, Line: le.Line, Err: le.Err} }
+
+	switch {
+	case reUnion.MatchString(name):
+		rec.Format = "zmap-union"
+		l, le := parseAddrList(strings.NewReader(string(data)))
+		if le != nil {
+			return rec, fileErr(le)
+		}
+		rec.Records = int64(l.Lines)
+		rec.Detail = "the union of the port lists of the same day; not stored twice"
+	case reVerified.MatchString(name):
+		m := reVerified.FindStringSubmatch(name)
+		d, err := fileDate(m[1])
+		if err != nil {
+			return rec, &FileError{Path: rel, Err: err}
+		}
+		port := int32(PortUnknown)
+		if m[2] != "" {
+			n, _ := strconv.Atoi(m[2])
+			if n > 65535 {
+				return rec, &FileError{Path: rel, Err: malformed("port %d in the file name", n)}
+			}
+			port = int32(n)
+		}
+		l, le := parseAddrList(strings.NewReader(string(data)))
+		if le != nil {
+			return rec, fileErr(le)
+		}
+		wd, err := p.week(rel, d)
+		if err != nil {
+			return rec, err
+		}
+		for _, a := range l.Addrs {
+			k := verKey{a, port}
+			if wd.Verified[k] == nil {
+				wd.Verified[k] = &verifiedRecord{Source: rel}
+			}
+		}
+		rec.Format, rec.Records = "verified-list", int64(l.Lines)
+		if port == PortUnknown {
+			rec.Detail = "port not recorded by the verifier (stored as port 0)"
+		}
+		rec.Detail = joinDetail(rec.Detail, listDetail(l))
+	case reZmapList.MatchString(name):
+		m := reZmapList.FindStringSubmatch(name)
+		d, err := fileDate(m[1])
+		if err != nil {
+			return rec, &FileError{Path: rel, Err: err}
+		}
+		n, _ := strconv.Atoi(m[2])
+		if n > 65535 {
+			return rec, &FileError{Path: rel, Err: malformed("port %d in the file name", n)}
+		}
+		l, le := parseAddrList(strings.NewReader(string(data)))
+		if le != nil {
+			return rec, fileErr(le)
+		}
+		wd, err := p.week(rel, d)
+		if err != nil {
+			return rec, err
+		}
+		wd.Scan[int32(n)] = l.Addrs
+		wd.ScanFiles[int32(n)] = rel
+		rec.Format, rec.Records, rec.Detail = "zmap-list", int64(l.Lines), listDetail(l)
+	case reCertCSV.MatchString(name):
+		recs, le := parseCertCSV(strings.NewReader(string(data)))
+		if le != nil {
+			return rec, fileErr(le)
+		}
+		c := certFile{Path: rel, Recs: recs}
+		if m := reDate.FindStringSubmatch(name); m != nil {
+			d, err := fileDate(m[1])
+			if err != nil {
+				return rec, &FileError{Path: rel, Err: err}
+			}
+			c.Week = isoWeek(d)
+		}
+		p.certCSVs = append(p.certCSVs, c)
+		rec.Format, rec.Records = "cert-csv", int64(len(recs))
+	case reLocationCSV.MatchString(name):
+		if p.locFile != "" {
+			return rec, &FileError{Path: rel, Err: fmt.Errorf("a second location file (the first is %s): import them separately", p.locFile)}
+		}
+		locs, le := parseLocationCSV(strings.NewReader(string(data)))
+		if le != nil {
+			return rec, fileErr(le)
+		}
+		p.location, p.locFile = locs, rel
+		rec.Format, rec.Records = "location-csv", int64(len(locs))
+	case reSQLite.MatchString(name):
+		return p.readSQLite(ctx, path, rel, rec)
+	case reSQLiteSidecar.MatchString(name):
+		rec.Detail = "SQLite sidecar file (the database is opened immutable)"
+	default:
+		rec.Detail = notImportedReason(rel)
+	}
+	return rec, nil
+}
+
+func listDetail(l addrList) string {
+	var parts []string
+	if l.Dropped > 0 {
+		parts = append(parts, fmt.Sprintf("%d 0.0.0.0 line(s) dropped", l.Dropped))
+	}
+	if l.Dups > 0 {
+		parts = append(parts, fmt.Sprintf("%d repeated address(es) dropped", l.Dups))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func joinDetail(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
+}
+
+// notImportedReason says why a file the directory holds has no table.
+func notImportedReason(rel string) string {
+	switch {
+	case strings.HasPrefix(filepath.Base(rel), "53-count"):
+		return "meaning not documented by its authors"
+	case strings.Contains(rel, "lab_results/"):
+		return "lab handshake durations (no resolver, no time): not a measurement of the population"
+	case strings.HasSuffix(rel, ".qlog") || strings.Contains(rel, "qlog-sample"):
+		return "qlog sample outside a measurement database (no measurement to attach it to)"
+	}
+	return "format not known to the importer"
+}
+
+// readSQLite reads a misc or performance database (told apart by their tables).
+func (p *plan) readSQLite(ctx context.Context, path, rel string, rec fileRec) (fileRec, error) {
+	if rec.Size == 0 {
+		rec.Detail = "empty file"
+		return rec, nil
+	}
+	db, err := openSQLite(path)
+	if err != nil {
+		return rec, &FileError{Path: rel, Err: err}
+	}
+	defer db.Close()
+	tables, err := sqliteTables(ctx, db)
+	if err != nil {
+		return rec, &FileError{Path: rel, Err: err}
+	}
+	wrap := func(err error) error {
+		var re *rowError
+		if errors.As(err, &re) {
+			return &FileError{Path: rel, Where: "table " + re.table + ", id " + re.id, Err: re.err}
+		}
+		return &FileError{Path: rel, Err: err}
+	}
+	switch {
+	case len(tables) == 0:
+		rec.Format, rec.Detail = "misc-sqlite", "no tables"
+		return rec, nil
+	case tables["dns_measurements"]:
+		for _, t := range []string{"traceroutes", "q_log_outputs"} {
+			if !tables[t] {
+				return rec, &FileError{Path: rel, Err: malformed("performance database without table %s", t)}
+			}
+		}
+		db2, n, err := readPerf(ctx, db)
+		if err != nil {
+			return rec, wrap(err)
+		}
+		p.perf = append(p.perf, perfFile{Path: rel, DB: db2})
+		for _, m := range db2.Measurements {
+			if m.Created.After(p.latest) {
+				p.latest = m.Created
+			}
+		}
+		rec.Format, rec.Records = "perf-sqlite", n
+		if db2.OtherHops > 0 {
+			rec.Detail = fmt.Sprintf("%d traceroute hops before the destination not stored (only the destination's RTT)", db2.OtherHops)
+		}
+		return rec, nil
+	case tables["q_versions"]:
+		for _, t := range miscTables {
+			if !tables[t] {
+				return rec, &FileError{Path: rel, Err: malformed("misc database without table %s", t)}
+			}
+		}
+		m, n, err := readMisc(ctx, db)
+		if err != nil {
+			return rec, wrap(err)
+		}
+		mf := miscFile{Path: rel, DB: m}
+		if dm := reDate.FindStringSubmatch(filepath.Base(rel)); dm != nil {
+			d, err := fileDate(dm[1])
+			if err != nil {
+				return rec, &FileError{Path: rel, Err: err}
+			}
+			mf.Week = isoWeek(d)
+		} else if m.First != nil {
+			mf.Week = isoWeek(*m.First)
+		}
+		if mf.Week == "" && n > 0 {
+			return rec, &FileError{Path: rel, Err: malformed("no date in the name and no created_at: cannot tell the week")}
+		}
+		if m.First != nil && m.First.After(p.latest) {
+			p.latest = *m.First
+		}
+		p.misc = append(p.misc, mf)
+		rec.Format, rec.Records = "misc-sqlite", n
+		return rec, nil
+	}
+	return rec, &FileError{Path: rel, Err: malformed("SQLite database with neither the misc tables (q_versions, ...) nor the performance tables (dns_measurements, ...)")}
+}

@@ -1,0 +1,77 @@
+package dataset
+
+import (
+	"bytes"
+	"testing"
+)
+
+// The importer's byte parsers never panic; what they accept satisfies their promises.
+
+func FuzzParseAddrList(f *testing.F) {
+	f.Add([]byte("0.0.0.0\n192.0.2.1\n192.0.2.1\n\n2001:db8::1\n"))
+	f.Add([]byte("1.2.3.999\n"))
+	f.Add([]byte("::ffff:192.0.2.1\r\n fe80::1%eth0 \n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		l, le := parseAddrList(bytes.NewReader(b))
+		if le != nil {
+			if le.Line < 1 || le.Err == nil {
+				t.Fatalf("error without a line: %+v", le)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, a := range l.Addrs {
+			if !a.IsValid() || a == unspecified || a.Is4In6() || seen[a.String()] {
+				t.Fatalf("accepted %v", a)
+			}
+			seen[a.String()] = true
+		}
+		if len(l.Addrs)+l.Dropped+l.Dups != l.Lines {
+			t.Fatalf("lines %d != %d kept + %d dropped + %d repeated", l.Lines, len(l.Addrs), l.Dropped, l.Dups)
+		}
+	})
+}
+
+func FuzzParseCertCSV(f *testing.F) {
+	f.Add([]byte(`94.140.14.141,tls,853,"{""Version"":3,""CommonName"":""dns.adguard.com"",""Organization"":[""Adguard""],""DNSNames"":[""dns.adguard.com""],""AuthorityID"":""CrwIKReMpTlteg7OM8cus+37w3o="",""SubjectID"":""ngZs4oW7UtJn7ZY3bSQ5N+jA1z8="",""Size"":1345,""PublicKeyAlgorithm"":""ECDSA"",""SignatureAlgorithm"":""ECDSA-SHA384"",""CertHash"":""5d9f301af2e461a008d58b3303d5181c""}"` + "\n"))
+	f.Add([]byte("1.2.3.4,quic,784,\"{}\"\n1.2.3.4,quic,70000,\"{}\"\n"))
+	f.Add([]byte("1.2.3.4,ftp,21,\"{\"\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		recs, le := parseCertCSV(bytes.NewReader(b))
+		if le != nil {
+			if le.Line < 0 || le.Err == nil {
+				t.Fatalf("bad error %+v", le)
+			}
+			return
+		}
+		for _, r := range recs {
+			if !certProtocols[r.Protocol] || !r.Addr.IsValid() || r.Port < 0 || r.Port > 65535 ||
+				(r.MD5 != nil && len(r.MD5) != 16) || r.Info.Size < 0 {
+				t.Fatalf("accepted %+v", r)
+			}
+		}
+	})
+}
+
+func FuzzParseLocationCSV(f *testing.F) {
+	h := "country,countryCode,region,regionName,city,zip,lat,lon,org,as,ip\n"
+	f.Add([]byte(h + `Hong Kong,HK,HCW,Central,Hong Kong,999077,22.273,114.1498,Hong Kong,"AS45102 Alibaba (US) Technology Co., Ltd.",8.210.110.44` + "\n"))
+	f.Add([]byte(h + ",,,,,,,,,,192.0.2.1\n"))
+	f.Add([]byte("ip\n1.2.3.4\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		locs, le := parseLocationCSV(bytes.NewReader(b))
+		if le != nil {
+			if le.Line < 0 || le.Err == nil {
+				t.Fatalf("bad error %+v", le)
+			}
+			return
+		}
+		for _, l := range locs {
+			if !l.Addr.IsValid() || (l.Country != "" && !reCountry.MatchString(l.Country)) ||
+				(l.Lat != nil && (*l.Lat < -90 || *l.Lat > 90)) || (l.Lon != nil && (*l.Lon < -180 || *l.Lon > 180)) ||
+				(l.ASN != nil && (*l.ASN < 0 || *l.ASN > 1<<32-1)) {
+				t.Fatalf("accepted %+v", l)
+			}
+		}
+	})
+}

@@ -1,0 +1,654 @@
+package dataset
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/doqscan/doqscan/internal/certs"
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// The study's verifier (quic-go 0.21): what every imported verification run tried.
+var studyVerifier = map[string]any{
+	"source":   "imported",
+	"alpns":    []string{"doq-i06", "doq-i05", "doq-i04", "doq-i03", "doq-i02", "doq-i01", "doq-i00"},
+	"versions": []string{"v1", "draft-34", "draft-32", "draft-29"},
+	"ports":    []int{784, 8853},
+	"sni":      "none",
+	"timeout":  "2s",
+	"note":     "a listed address completed a QUIC handshake with a DoQ ALPN; no DNS query was recorded",
+}
+
+// studyProbeVersion is the QUIC version of the study's ZMap probe (a quic-go Initial
+// with the version overwritten to force Version Negotiation).
+const studyProbeVersion = 0xffffffff
+
+// ObservedCertificate is a leaf certificate seen on (address, protocol, port) in a week
+// (table observed_certificates, migration 0004).
+type ObservedCertificate struct {
+	VantageID      string     `db:"vantage_id"`
+	Label          string     `db:"label"`
+	ISOWeek        string     `db:"iso_week"`
+	Address        netip.Addr `db:"address"`
+	Protocol       string     `db:"protocol"`
+	Port           int32      `db:"port"`
+	DatasetID      *int64     `db:"dataset_id"`
+	SHA256         []byte     `db:"sha256"`
+	MD5            []byte     `db:"md5"`
+	SubjectCN      string     `db:"subject_cn"`
+	Organization   []string   `db:"organization"`
+	DNSNames       []string   `db:"dns_names"`
+	AuthorityKeyID []byte     `db:"authority_key_id"`
+	SubjectKeyID   []byte     `db:"subject_key_id"`
+	DERSize        *int32     `db:"der_size"`
+	KeyType        string     `db:"key_type"`
+	SignatureAlg   string     `db:"signature_alg"`
+	X509Version    *int16     `db:"x509_version"`
+}
+
+// datasetFile is a row of dataset_files.
+type datasetFile struct {
+	DatasetID int64  `db:"dataset_id"`
+	Path      string `db:"path"`
+	Format    string `db:"format"`
+	SHA256    []byte `db:"sha256"`
+	Size      int64  `db:"size"`
+	Records   int64  `db:"records"`
+	Detail    string `db:"detail"`
+}
+
+// manifest is the hash that identifies an import: the imported files (path and
+// content), the vantage point and the label.
+func (p *plan) manifest(cfg Config) []byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "doqscan import\x00%s\x00%s\n", cfg.Vantage, cfg.Label)
+	for _, f := range p.files {
+		if f.Format == "not-imported" {
+			continue
+		}
+		fmt.Fprintf(h, "%s\x00%x\n", f.Path, f.SHA256)
+	}
+	return h.Sum(nil)
+}
+
+// tx helpers: rows written with store.InsertTx count as new only when they were not
+// there already.
+type writer struct {
+	ctx context.Context
+	tx  pgx.Tx
+	new map[string]int64
+}
+
+func insert[T any](w *writer, table string, rows []T) error {
+	n, err := store.InsertTx(w.ctx, w.tx, table, rows)
+	if err != nil {
+		return err
+	}
+	w.new[table] += n
+	return nil
+}
+
+// upsertID runs an INSERT ... ON CONFLICT DO UPDATE (a no-op update) RETURNING id,
+// (xmax = 0) and counts a new row under table.
+func (w *writer) upsertID(table, sql string, args ...any) (int64, error) {
+	var id int64
+	var inserted bool
+	if err := w.tx.QueryRow(w.ctx, sql, args...).Scan(&id, &inserted); err != nil {
+		return 0, fmt.Errorf("%s: %w", table, err)
+	}
+	if inserted {
+		w.new[table]++
+	}
+	return id, nil
+}
+
+func (p *plan) write(ctx context.Context, st *store.Store, cfg Config) (*Summary, error) {
+	p.mergeMisc()
+	sum := &Summary{Vantage: cfg.Vantage, Label: cfg.Label, Files: map[string]int{}, New: map[string]int64{}}
+	for _, f := range p.files {
+		sum.Files[f.Format]++
+	}
+	sum.Weeks = p.weekList()
+	build := p.latest
+	if build.IsZero() {
+		build = time.Unix(0, 0).UTC()
+	}
+
+	tx, err := st.Pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	w := &writer{ctx: ctx, tx: tx, new: sum.New}
+
+	if _, err := tx.Exec(ctx, `INSERT INTO vantage_points (vantage_id, description) VALUES ($1, $2)
+		ON CONFLICT (vantage_id) DO NOTHING`, cfg.Vantage, cfg.Description); err != nil {
+		return nil, fmt.Errorf("vantage %s: %w", cfg.Vantage, err)
+	}
+	var existed bool
+	err = tx.QueryRow(ctx, `INSERT INTO datasets (kind, database_type, build_time, sha256, path, vantage_id, label, source)
+		VALUES ('import', 'pam2022-study-files', $1, $2, $3, $4, $5, $3)
+		ON CONFLICT (sha256) DO UPDATE SET path = datasets.path
+		RETURNING dataset_id, (xmax <> 0)`, build, p.manifest(cfg), cfg.Dir, cfg.Vantage, cfg.Label).Scan(&sum.DatasetID, &existed)
+	if err != nil {
+		return nil, fmt.Errorf("datasets: %w", err)
+	}
+	sum.Existed = existed
+	if !existed {
+		sum.New["datasets"]++
+	}
+	ds := sum.DatasetID
+	var files []datasetFile
+	for _, f := range p.files {
+		files = append(files, datasetFile{ds, f.Path, f.Format, f.SHA256, f.Size, f.Records, f.Detail})
+	}
+	if err := insert(w, "dataset_files", files); err != nil {
+		return nil, err
+	}
+	var geoDS *int64
+	if p.locFile != "" {
+		geoDS = &ds
+	}
+
+	// Certificates with their DER (misc): parsed once, deduplicated by SHA-256.
+	var dedup certs.Dedup
+	var observed []ObservedCertificate
+	for _, m := range p.misc {
+		for _, c := range m.DB.Certs {
+			parsed, err := x509.ParseCertificate(c.DER)
+			if err != nil {
+				return nil, &FileError{Path: m.Path, Where: "table certificates, ip " + c.Addr.String(), Err: malformed("raw is not a DER certificate: %v", err)}
+			}
+			seen := build
+			if m.DB.First != nil {
+				seen = *m.DB.First
+			}
+			row := certs.Row(parsed, seen)
+			dedup.Add(row)
+			sum5 := md5.Sum(c.DER)
+			size := int32(len(c.DER))
+			ver := int16(parsed.Version)
+			observed = append(observed, ObservedCertificate{VantageID: cfg.Vantage, Label: cfg.Label, ISOWeek: m.Week,
+				Address: c.Addr, Protocol: c.Protocol, Port: c.Port, DatasetID: &ds, SHA256: row.SHA256, MD5: sum5[:],
+				SubjectCN: parsed.Subject.CommonName, Organization: nonNil(parsed.Subject.Organization),
+				DNSNames: nonNil(parsed.DNSNames), AuthorityKeyID: parsed.AuthorityKeyId, SubjectKeyID: parsed.SubjectKeyId,
+				DERSize: &size, KeyType: row.KeyType, SignatureAlg: parsed.SignatureAlgorithm.String(), X509Version: &ver})
+		}
+	}
+	if err := insert(w, store.TableCertificates, dedup.Take()); err != nil {
+		return nil, err
+	}
+	for _, c := range p.certCSVs {
+		for _, r := range c.Recs {
+			size := int32(r.Info.Size)
+			ver := int16(r.Info.Version)
+			observed = append(observed, ObservedCertificate{VantageID: cfg.Vantage, Label: cfg.Label, ISOWeek: c.Week,
+				Address: r.Addr, Protocol: r.Protocol, Port: r.Port, DatasetID: &ds, MD5: r.MD5,
+				SubjectCN: r.Info.CommonName, Organization: nonNil(r.Info.Organization), DNSNames: nonNil(r.Info.DNSNames),
+				AuthorityKeyID: r.AuthorityKey, SubjectKeyID: r.SubjectKey, DERSize: &size,
+				KeyType: r.Info.PublicKeyAlgorithm, SignatureAlg: r.Info.SignatureAlgorithm, X509Version: &ver})
+		}
+	}
+	if err := insert(w, "observed_certificates", observed); err != nil {
+		return nil, err
+	}
+
+	// Scans and verification runs, week by week.
+	firstSeen, lastSeen := map[netip.Addr]time.Time{}, map[netip.Addr]time.Time{}
+	for _, wk := range sum.Weeks {
+		wd := p.weeks[wk]
+		var scanID *int64
+		if len(wd.Scan) > 0 {
+			id, err := w.writeScan(cfg, ds, wd)
+			if err != nil {
+				return nil, err
+			}
+			scanID = &id
+		}
+		if len(wd.Verified) == 0 {
+			continue
+		}
+		src := "scan"
+		if scanID == nil {
+			src = "file"
+		}
+		conf, _ := json.Marshal(map[string]any{"verifier": studyVerifier, "dataset_id": ds, "files": wd.Files})
+		summary, _ := json.Marshal(map[string]any{"verified": len(wd.Verified), "dataset_id": ds})
+		runID, err := w.upsertID("verification_runs", `INSERT INTO verification_runs (iso_week, vantage_id, label, scan_id,
+			    source, config, city_dataset, asn_dataset, started_at, finished_at, status, summary)
+			VALUES ($1,$2,$3,$4,$5,$6,$7,$7,$8,$8,'ok',$9)
+			ON CONFLICT (iso_week, vantage_id, label) DO UPDATE SET label = verification_runs.label
+			RETURNING run_id, (xmax = 0)`, wk, cfg.Vantage, cfg.Label, scanID, src, conf, geoDS, wd.Date, summary)
+		if err != nil {
+			return nil, err
+		}
+		var rows []store.VerificationResult
+		for k, v := range wd.Verified {
+			detail := "imported from " + v.Source
+			if k.Port == PortUnknown {
+				detail += "; port not recorded (784 or 8853)"
+			}
+			r := store.VerificationResult{RunID: runID, Address: k.Addr, Port: k.Port, Outcome: "doq-verified",
+				Detail: detail, ALPN: v.ALPN, QUICVersion: v.Version, Attempts: 1, VerifiedAt: wd.Date}
+			if v.Cert != nil {
+				r.CertChain = [][]byte{v.Cert}
+			}
+			rows = append(rows, r)
+			if t, ok := firstSeen[k.Addr]; !ok || wd.Date.Before(t) {
+				firstSeen[k.Addr] = wd.Date
+			}
+			if wd.Date.After(lastSeen[k.Addr]) {
+				lastSeen[k.Addr] = wd.Date
+			}
+		}
+		sort.Slice(rows, func(i, j int) bool { return lessKey(rows[i].Address, rows[i].Port, rows[j].Address, rows[j].Port) })
+		if err := insert(w, store.TableVerificationResults, rows); err != nil {
+			return nil, err
+		}
+	}
+
+	// Resolvers and their locations.
+	for _, l := range p.location {
+		if _, ok := firstSeen[l.Addr]; !ok {
+			firstSeen[l.Addr], lastSeen[l.Addr] = build, build
+		}
+	}
+	var resolvers []store.Resolver
+	for a, t := range firstSeen {
+		resolvers = append(resolvers, store.Resolver{Address: a, FirstSeen: t, LastSeen: lastSeen[a]})
+	}
+	sort.Slice(resolvers, func(i, j int) bool { return resolvers[i].Address.Less(resolvers[j].Address) })
+	if err := insert(w, store.TableResolvers, resolvers); err != nil {
+		return nil, err
+	}
+	var geo []store.ResolverGeo
+	for _, l := range p.location {
+		g := store.ResolverGeo{Address: l.Addr, CityDataset: ds, ASNDataset: ds, ASN: l.ASN,
+			Country: strPtr(l.Country), City: strPtr(l.City), Latitude: l.Lat, Longitude: l.Lon}
+		if l.ASN != nil {
+			g.ASOrg = strPtr(l.ASOrg)
+		}
+		if c := continentOf(l.Country); c != "" {
+			g.Continent = &c
+		}
+		geo = append(geo, g)
+	}
+	if err := insert(w, store.TableResolverGeo, geo); err != nil {
+		return nil, err
+	}
+
+	for _, m := range p.misc {
+		if err := w.writeMisc(cfg, ds, m); err != nil {
+			return nil, err
+		}
+	}
+	for _, pf := range p.perf {
+		if err := w.writePerf(cfg, ds, pf); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return sum, nil
+}
+
+func (w *writer) writeScan(cfg Config, ds int64, wd *weekData) (int64, error) {
+	var ports []int32
+	for p := range wd.Scan {
+		ports = append(ports, p)
+	}
+	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
+	pv := int64(studyProbeVersion)
+	summary, _ := json.Marshal(map[string]any{"dataset_id": ds, "note": "imported: ZMap udp module lists, any UDP answer counted"})
+	scanID, err := w.upsertID("scans", `INSERT INTO scans (iso_week, vantage_id, label, ports, probe_version, sender,
+		    targets, started_at, finished_at, status, summary)
+		VALUES ($1,$2,$3,$4,$5,'zmap','IPv4 internet (imported)',$6,$6,'ok',$7)
+		ON CONFLICT (iso_week, vantage_id, label, shard) DO UPDATE SET label = scans.label
+		RETURNING scan_id, (xmax = 0)`, wd.Week, cfg.Vantage, cfg.Label, ports, pv, wd.Date, summary)
+	if err != nil {
+		return 0, err
+	}
+	for _, port := range ports {
+		addrs := wd.Scan[port]
+		tag, err := w.tx.Exec(w.ctx, `INSERT INTO scan_runs (scan_id, port, probe_kind, raw_output, started_at,
+			    finished_at, status, replies)
+			VALUES ($1,$2,'quic-vn',$3,$4,$4,'ok',$5) ON CONFLICT (scan_id, port) DO NOTHING`,
+			scanID, port, wd.ScanFiles[port], wd.Date, int64(len(addrs)))
+		if err != nil {
+			return 0, fmt.Errorf("scan_runs: %w", err)
+		}
+		w.new["scan_runs"] += tag.RowsAffected()
+		rows := make([]store.ScanReply, len(addrs))
+		for i, a := range addrs {
+			rows[i] = store.ScanReply{ScanID: scanID, Port: port, Address: a, ReplyKind: "udp-reply", ReceivedAt: wd.Date}
+		}
+		if err := insert(w, store.TableScanReplies, rows); err != nil {
+			return 0, err
+		}
+	}
+	return scanID, nil
+}
+
+// mergeMisc puts the misc databases' DoQ versions and QUIC certificates on the week's
+// verification results (a q_versions row is a DoQ handshake with the ALPN it names).
+func (p *plan) mergeMisc() {
+	for _, m := range p.misc {
+		if m.Week == "" {
+			continue
+		}
+		wd := p.weeks[m.Week]
+		if wd == nil {
+			d := time.Time{}
+			if m.DB.First != nil {
+				d = m.DB.First.Truncate(24 * time.Hour)
+			}
+			if dm := reDate.FindStringSubmatch(m.Path); dm != nil {
+				if t, err := fileDate(dm[1]); err == nil {
+					d = t
+				}
+			}
+			wd = &weekData{Week: m.Week, Date: d, Scan: map[int32][]netip.Addr{}, ScanFiles: map[int32]string{},
+				Verified: map[verKey]*verifiedRecord{}}
+			p.weeks[m.Week] = wd
+		}
+		wd.Files = append(wd.Files, m.Path)
+		for _, v := range m.DB.Versions {
+			k := verKey{v.Addr, v.Port}
+			r := wd.Verified[k]
+			if r == nil {
+				r = &verifiedRecord{Source: m.Path}
+				wd.Verified[k] = r
+			}
+			ver := v.Version
+			r.Version = ver
+			if v.ALPN != "" {
+				a := v.ALPN
+				r.ALPN = &a
+			}
+		}
+		for _, c := range m.DB.Certs {
+			if c.Protocol != "quic" {
+				continue
+			}
+			if r := wd.Verified[verKey{c.Addr, c.Port}]; r != nil {
+				r.Cert = certs.Fingerprint(c.DER)
+			}
+		}
+	}
+}
+
+// writeMisc stores a misc database's support checks as resolver_features of a campaign
+// at the hour the checks ran.
+func (w *writer) writeMisc(cfg Config, ds int64, m miscFile) error {
+	if m.DB.First == nil {
+		return nil
+	}
+	var feats []store.ResolverFeature
+	campaign, err := w.campaign(cfg, cfg.Label+"-misc", m.DB.First.Truncate(time.Hour), *m.DB.First, *m.DB.First, ds, m.Path)
+	if err != nil {
+		return err
+	}
+	add := func(proto, feature string, s miscSupport) {
+		feats = append(feats, store.ResolverFeature{CampaignID: campaign, Address: s.Addr, Protocol: proto, Port: s.Port,
+			Feature: feature, Supported: s.Supported, Detail: joinDetail("imported from "+m.Path, s.Detail)})
+	}
+	for _, s := range m.DB.TFO {
+		proto := "dot"
+		switch s.Port {
+		case 443:
+			proto = "doh"
+		case 53:
+			proto = "dotcp"
+		}
+		add(proto, "tfo", s)
+	}
+	for _, s := range m.DB.ZeroRTT {
+		add("doq", "0rtt", s)
+	}
+	for _, s := range m.DB.EDNS {
+		s.Port = PortUnknown
+		add("dotcp", "edns-tcp-keepalive", s)
+	}
+	return insert(w, store.TableResolverFeatures, dedupFeatures(feats))
+}
+
+func dedupFeatures(in []store.ResolverFeature) []store.ResolverFeature {
+	type key struct {
+		a    netip.Addr
+		p, f string
+		port int32
+	}
+	seen := map[key]bool{}
+	var out []store.ResolverFeature
+	for _, f := range in {
+		k := key{f.Address, f.Protocol, f.Feature, f.Port}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (w *writer) campaign(cfg Config, label string, hour, start, end time.Time, ds int64, file string) (int64, error) {
+	conf, _ := json.Marshal(map[string]any{"source": "imported", "dataset_id": ds, "file": file})
+	return w.upsertID("campaigns", `INSERT INTO campaigns (vantage_id, label, round_hour, config, started_at,
+		    finished_at, status)
+		VALUES ($1,$2,$3,$4,$5,$6,'ok')
+		ON CONFLICT (vantage_id, label, round_hour) DO UPDATE SET label = campaigns.label
+		RETURNING campaign_id, (xmax = 0)`, cfg.Vantage, label, hour.UTC(), conf, start, end)
+}
+
+// writePerf stores the performance database: one campaign per hour of measurements, the
+// measurements (warm-up and measured), the destination hop of each traceroute as an RTT
+// sample, and the qlogs of measured DoQ queries.
+func (w *writer) writePerf(cfg Config, ds int64, pf perfFile) error {
+	db := pf.DB
+	type hourSpan struct{ start, end time.Time }
+	hours := map[time.Time]*hourSpan{}
+	for _, m := range db.Measurements {
+		h := m.Created.Truncate(time.Hour)
+		s := hours[h]
+		if s == nil {
+			s = &hourSpan{m.Created, m.Created}
+			hours[h] = s
+		}
+		if m.Created.Before(s.start) {
+			s.start = m.Created
+		}
+		if m.Created.After(s.end) {
+			s.end = m.Created
+		}
+	}
+	campaigns := map[time.Time]int64{}
+	var hs []time.Time
+	for h := range hours {
+		hs = append(hs, h)
+	}
+	sort.Slice(hs, func(i, j int) bool { return hs[i].Before(hs[j]) })
+	for _, h := range hs {
+		id, err := w.campaign(cfg, cfg.Label, h, hours[h].start, hours[h].end, ds, pf.Path)
+		if err != nil {
+			return err
+		}
+		campaigns[h] = id
+	}
+
+	// Measurements in (created, id) order; several of one natural key in one hour get
+	// seq 0, 1, 2, ...
+	ms := append([]perfMeasurement(nil), db.Measurements...)
+	sort.SliceStable(ms, func(i, j int) bool {
+		if !ms[i].Created.Equal(ms[j].Created) {
+			return ms[i].Created.Before(ms[j].Created)
+		}
+		return ms[i].ID < ms[j].ID
+	})
+	seqs := map[store.MeasurementKey]int16{}
+	byID := map[string]store.MeasurementKey{} // dns_measurement_id -> the measured row's key
+	var rows []store.Measurement
+	var qlogs []store.Qlog
+	for _, m := range ms {
+		proto := perfProtocols[m.Protocol]
+		phase := "measured"
+		if m.Warmup {
+			phase = "warmup"
+		}
+		k := store.MeasurementKey{CampaignID: campaigns[m.Created.Truncate(time.Hour)], Address: m.Addr,
+			Protocol: proto, Port: m.Port, Mode: "fresh", Phase: phase}
+		base := k
+		k.Seq = seqs[base]
+		seqs[base]++
+		if !m.Warmup {
+			byID[m.ID] = k
+		} else if _, ok := byID[m.ID]; !ok {
+			byID[m.ID] = k
+		}
+		row := store.Measurement{MeasurementID: k.ID(), CampaignID: k.CampaignID, Address: m.Addr, Protocol: proto,
+			Port: m.Port, Mode: "fresh", Phase: phase, Seq: k.Seq, StartedAt: m.Created,
+			HandshakeNS: perfHandshake(proto, m), ResolveNS: m.QueryTime, TLSVersion: int32Ptr(m.TLSVersion)}
+		if m.Error == "" {
+			row.Status = "ok"
+			row.Rcode = int16Ptr(m.RCode)
+			if m.ResponseIP != "" {
+				row.Answers = []string{m.ResponseIP}
+			}
+		} else {
+			row.Status, row.Error = "error", m.Error
+		}
+		if proto == "doq" {
+			row.QUICVersion = m.QUICVersion
+			row.ALPN = strPtr(m.ALPN)
+			if nd, ok := db.Qlogs[m.ID]; ok && !m.Warmup {
+				q, err := gzipQlog(k, m, nd)
+				if err != nil {
+					return err
+				}
+				qlogs = append(qlogs, q)
+				id := q.QlogID
+				row.QlogID = &id
+			}
+		}
+		rows = append(rows, row)
+	}
+	if err := insert(w, store.TableQlogs, qlogs); err != nil {
+		return err
+	}
+	if err := insert(w, store.TableMeasurements, rows); err != nil {
+		return err
+	}
+
+	// The RTT of a measurement: its traceroute's destination hop, over the transport the
+	// measurement's protocol uses.
+	type rttKey struct {
+		c int64
+		a netip.Addr
+		t string
+		p int32
+	}
+	rseq := map[rttKey]int16{}
+	var samples []store.RTTSample
+	hops := append([]perfHop(nil), db.Traceroutes...)
+	sort.SliceStable(hops, func(i, j int) bool { return hops[i].MeasurementID < hops[j].MeasurementID })
+	for _, h := range hops {
+		k, ok := byID[h.MeasurementID]
+		if !ok {
+			continue
+		}
+		t := transportOf[k.Protocol]
+		rk := rttKey{k.CampaignID, h.Dest, t, h.Port}
+		seq := rseq[rk]
+		rseq[rk]++
+		at := time.Time{}
+		if h.At != nil {
+			at = *h.At
+		}
+		s := store.RTTSample{CampaignID: k.CampaignID, Address: h.Dest, Transport: t, Port: h.Port, Seq: seq,
+			SentAt: at, RTTNS: h.RTT, Status: "ok", Detail: "traceroute destination hop"}
+		if h.RTT == nil || *h.RTT <= 0 {
+			s.Status, s.RTTNS = "timeout", nil
+		}
+		samples = append(samples, s)
+	}
+	return insert(w, store.TableRTTSamples, samples)
+}
+
+// transportOf is the transport of each protocol's RTT (as the analysis pairs them).
+var transportOf = map[string]string{"doudp": "udp", "dotcp": "tcp", "dot": "tcp", "doh": "tcp", "doq": "quic", "doh3": "quic"}
+
+// perfHandshake applies the study's definitions: DoTCP the TCP handshake, DoT/DoH TCP +
+// TLS, DoQ the QUIC dial (VN and Retry included); DoUDP has none.
+func perfHandshake(proto string, m perfMeasurement) *int64 {
+	switch proto {
+	case "dotcp":
+		return m.TCPHandshake
+	case "dot", "doh":
+		if m.TCPHandshake == nil || m.TLSHandshake == nil {
+			return nil
+		}
+		v := *m.TCPHandshake + *m.TLSHandshake
+		return &v
+	case "doq":
+		return m.QUICHandshake
+	}
+	return nil
+}
+
+func gzipQlog(k store.MeasurementKey, m perfMeasurement, nd []byte) (store.Qlog, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(nd) //nolint:errcheck // a bytes.Buffer does not fail
+	if err := zw.Close(); err != nil {
+		return store.Qlog{}, err
+	}
+	return store.Qlog{QlogID: k.QlogID(), CampaignID: k.CampaignID, Address: m.Addr, Port: m.Port,
+		Encoding: "gzip", Format: "qlog-ndjson", RawSize: int32(len(nd)), Data: buf.Bytes(), CreatedAt: m.Created}, nil
+}
+
+func lessKey(a netip.Addr, p int32, b netip.Addr, q int32) bool {
+	if c := a.Compare(b); c != 0 {
+		return c < 0
+	}
+	return p < q
+}
+
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func int32Ptr(v *int64) *int32 {
+	if v == nil {
+		return nil
+	}
+	n := int32(*v)
+	return &n
+}
+
+func int16Ptr(v *int64) *int16 {
+	if v == nil {
+		return nil
+	}
+	n := int16(*v)
+	return &n
+}
