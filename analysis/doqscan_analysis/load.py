@@ -29,7 +29,7 @@ PORT_PREFERENCE = [853, 784, 8853]
 
 # verification_results.port of a resolver whose source did not record the port it
 # answered on (imported lists: the pre-study's verifier tried 784 then 8853 and kept only
-# the address; migration 0004). Port figures leave these out and say how many they are.
+# the address; migration 0006). Port figures leave these out and say how many they are.
 PORT_UNKNOWN = 0
 
 # Outcomes of verification_results that count as a DoQ-verified resolver (the study's
@@ -121,7 +121,7 @@ def _has(conn, table: str) -> bool:
 def datasets(conn) -> pd.DataFrame:
     """External datasets (GeoIP builds, imported study files) with build date and hash,
     for the report's provenance; imports also name their vantage point, label and source
-    directory (migration 0004)."""
+    directory (migration 0006)."""
     extra = (", vantage_id, label, source" if _has(conn, "dataset_files") else "")
     return _frame(conn, f"""SELECT dataset_id, kind, database_type, build_time,
                                   encode(sha256, 'hex') AS sha256, path{extra}
@@ -280,7 +280,7 @@ def _leaf_sql(conn, src: str) -> str:
     """Each row of `src` (verified or rep) with its leaf certificate's subject CN and
     identity: the verified chain's leaf (certificates), else, for rows without a chain
     (imported lists), the QUIC leaf the same source recorded for the address in the same
-    week (observed_certificates, migration 0004; on the row's port, or when the port was
+    week (observed_certificates, migration 0006; on the row's port, or when the port was
     not recorded on 853, 784, 8853 in that order). Identity: 'sha256:<hex>' or 'md5:<hex>'."""
     if not _has(conn, "observed_certificates"):
         return f"""SELECT {src}.*, c.subject_cn, 'sha256:' || encode({src}.cert_chain[1], 'hex') AS leaf

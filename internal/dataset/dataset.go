@@ -30,7 +30,7 @@ import (
 const DefaultVantage = "pam2022-tum"
 
 // PortUnknown is the port of a fact whose source did not record the port (the pre-study's
-// verifier lists; the misc edns-tcp-keepalive table). Migration 0004 documents it.
+// verifier lists; the misc edns-tcp-keepalive table). Migration 0006 documents it.
 const PortUnknown = 0
 
 // ErrBadName says a vantage point or label is not a valid name.

@@ -35,7 +35,7 @@ var studyVerifier = map[string]any{
 const studyProbeVersion = 0xffffffff
 
 // ObservedCertificate is a leaf certificate seen on (address, protocol, port) in a week
-// (table observed_certificates, migration 0004).
+// (table observed_certificates, migration 0006).
 type ObservedCertificate struct {
 	VantageID      string     `db:"vantage_id"`
 	Label          string     `db:"label"`
