@@ -197,6 +197,10 @@ type Result struct {
 	TFO           *bool
 	// Qlog is the client's qlog (JSON-SEQ) of a QUIC connection, uncompressed.
 	Qlog []byte
+	// ODCID is the original destination connection ID of the dial's first connection
+	// attempt (quic-go starts another, with its own, after Version Negotiation): the
+	// group_id of Qlog's first trace.
+	ODCID []byte
 	// QlogTrace is Qlog parsed and QlogAnalysis its analysis without an RTT sample (nil
 	// when the qlog could not be parsed): callers re-analyse the trace, not the bytes.
 	QlogTrace    *qlogana.Trace

@@ -28,6 +28,7 @@ const maxTraces = 4
 type qlogBuffer struct {
 	mu     sync.Mutex
 	traces []*traceBuf
+	odcid  []byte // the first trace's original destination connection ID
 }
 
 type traceBuf struct {
@@ -56,6 +57,9 @@ func (b *qlogBuffer) tracer(_ context.Context, isClient bool, odcid quic.Connect
 	defer b.mu.Unlock()
 	if len(b.traces) >= maxTraces {
 		return nil
+	}
+	if len(b.traces) == 0 {
+		b.odcid = odcid.Bytes()
 	}
 	t := &traceBuf{closed: make(chan struct{})}
 	b.traces = append(b.traces, t)
@@ -197,6 +201,9 @@ func finishQUIC(conn *quicConn, res *Result, ql *qlogBuffer) {
 		conn.close()
 	}
 	res.Qlog = ql.bytes()
+	ql.mu.Lock()
+	res.ODCID = ql.odcid
+	ql.mu.Unlock()
 	if len(res.Qlog) == 0 {
 		if res.HasHandshake && !res.handshakeStamped {
 			res.Handshake = res.HandshakeWall
