@@ -26,7 +26,25 @@ type label struct {
 // the file name (<ip>-<port>-<odcid>.qlog).
 func TestSampleAgreesWithLabels(t *testing.T) {
 	dir := datasets.Require(t, "dns-analysis-2021/qlog-sample")
-	lb, err := os.ReadFile(filepath.Join(dir, "..", "qlog-sample-labels.json"))
+	if n := agreeWithLabels(t, dir, filepath.Join(dir, "..", "qlog-sample-labels.json")); n != 174 {
+		t.Errorf("%d files analysed, the sample has 174", n)
+	}
+}
+
+// TestFixturesAgreeWithLabels: the same on the four sample files committed as fixtures
+// (runs without the datasets).
+func TestFixturesAgreeWithLabels(t *testing.T) {
+	dir := "../qlogana/testdata/dns-analysis-2021"
+	if n := agreeWithLabels(t, filepath.Join(dir, "qlogs"), filepath.Join(dir, "labels.json")); n != 4 {
+		t.Errorf("%d files analysed, want 4", n)
+	}
+}
+
+// agreeWithLabels runs Analyze on dir and compares every line with the labels file;
+// it returns the number of files analysed.
+func agreeWithLabels(t *testing.T, dir, labelsFile string) int {
+	t.Helper()
+	lb, err := os.ReadFile(labelsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,8 +85,6 @@ func TestSampleAgreesWithLabels(t *testing.T) {
 		}
 		agree++
 	}
-	t.Logf("%d of %d files agree with qlog-sample-labels.json", agree, n)
-	if n != 174 {
-		t.Errorf("%d files analysed, the sample has 174", n)
-	}
+	t.Logf("%d of %d files agree with %s", agree, n, filepath.Base(labelsFile))
+	return n
 }
