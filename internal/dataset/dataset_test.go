@@ -14,35 +14,20 @@ import (
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/dataset"
+	"github.com/doqscan/doqscan/internal/datasets"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
 const excerpt = "testdata/pam2022-excerpt"
 
-// datasetsDir is the study's datasets directory: $DOQSCAN_DATASETS, else ../shared/datasets
-// beside the repository (where CI puts it). Tests that need it skip when it is absent.
+// datasetsDir is the study's datasets directory (internal/datasets: $DOQSCAN_DATASETS,
+// else ../shared/datasets beside the checkout, where CI puts it). Tests that need it skip
+// when it is absent.
 func datasetsDir(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("DOQSCAN_DATASETS")
-	if dir == "" {
-		root, err := filepath.Abs("../..")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir = filepath.Join(filepath.Dir(root), "shared", "datasets")
-		// a git worktree may sit deeper than the main checkout: look upwards too
-		for d := root; !dirExists(dir) && filepath.Dir(d) != d; d = filepath.Dir(d) {
-			dir = filepath.Join(filepath.Dir(d), "shared", "datasets")
-		}
-	}
-	if !dirExists(filepath.Join(dir, "dns-analysis-2021")) {
-		t.Skipf("the study's datasets are not here (%s; set DOQSCAN_DATASETS): the whole-dataset figures are not checked", dir)
-	}
-	return dir
+	return filepath.Dir(datasets.Require(t, "dns-analysis-2021"))
 }
-
-func dirExists(p string) bool { fi, err := os.Stat(p); return err == nil && fi.IsDir() }
 
 // addrs reads a one-address-per-line file the simple way (the test's own oracle).
 func addrs(t *testing.T, path string) map[string]bool {

@@ -200,6 +200,10 @@ type Result struct {
 	// complete record (a qlogana.TruncatedEvent record says so in the qlog too).
 	Qlog          []byte
 	QlogTruncated bool
+	// ODCID is the original destination connection ID of the dial's first connection
+	// attempt (quic-go starts another, with its own, after Version Negotiation): the
+	// group_id of Qlog's first trace.
+	ODCID []byte
 	// QlogTrace is Qlog parsed and QlogAnalysis its analysis without an RTT sample (nil
 	// when the qlog could not be parsed): callers re-analyse the trace, not the bytes.
 	QlogTrace    *qlogana.Trace

@@ -56,6 +56,7 @@ type qlogBuffer struct {
 	dropped int64     // records encoded but cut
 	full    atomic.Bool
 	skipped atomic.Int64 // events dropped before encoding
+	odcid   []byte       // the first trace's original destination connection ID
 }
 
 type traceBuf struct {
@@ -116,6 +117,9 @@ func (b *qlogBuffer) tracer(_ context.Context, isClient bool, odcid quic.Connect
 	if len(b.traces) >= maxTraces {
 		b.mu.Unlock()
 		return nil
+	}
+	if len(b.traces) == 0 {
+		b.odcid = odcid.Bytes()
 	}
 	b.traces = append(b.traces, t)
 	b.mu.Unlock()
@@ -306,6 +310,9 @@ func finishQUIC(conn *quicConn, res *Result, ql *qlogBuffer) {
 		conn.close()
 	}
 	res.Qlog, res.QlogTruncated = ql.bytes()
+	ql.mu.Lock()
+	res.ODCID = ql.odcid
+	ql.mu.Unlock()
 	if len(res.Qlog) == 0 {
 		if res.HasHandshake && !res.handshakeStamped {
 			res.Handshake = res.HandshakeWall

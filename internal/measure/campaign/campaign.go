@@ -689,7 +689,7 @@ func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]st
 		gzipPool.Put(zw)
 		id := key.QlogID()
 		qlID = &id
-		ql = &store.Qlog{QlogID: id, CampaignID: r.cid, Address: t.Addr, Port: int32(u.ep.Port), Encoding: "gzip",
+		ql = &store.Qlog{QlogID: id, CampaignID: r.cid, Address: t.Addr, Port: int32(u.ep.Port), ODCID: res.ODCID, Encoding: "gzip",
 			Format: "sqlog", RawSize: int32(len(res.Qlog)), Data: buf.Bytes(), CreatedAt: time.Now(), Truncated: res.QlogTruncated}
 	}
 	queries := res.Queries

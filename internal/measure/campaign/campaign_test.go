@@ -1,9 +1,14 @@
 package campaign_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -257,5 +262,60 @@ func TestSpreadRoundReportsLateStarts(t *testing.T) {
 	}
 	if !strings.Contains(js, `"late_starts"`) {
 		t.Errorf("stored summary lacks late_starts: %s", js)
+	}
+}
+
+// TestQlogRowsCarryTheODCID: every stored qlog has the original destination connection
+// ID of its dial (the first trace's, which quic-go also writes as the trace's group_id).
+func TestQlogRowsCarryTheODCID(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	targets := targetsFor(t, []string{"127.0.0.14"}, measuretest.Config{})
+	cfg := campaign.Config{VantageID: "test", Label: "odcid", Hour: hour, Timeout: 2 * time.Second, Concurrency: 1,
+		Protocols: []measure.Protocol{measure.DoQ, measure.DoH3}, RTTSamples: 1, RTTTimeout: 300 * time.Millisecond}
+	sum, err := campaign.Run(ctx, s, cfg, targets, logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT odcid, data FROM qlogs WHERE campaign_id = $1`, sum.CampaignID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var odcid, data []byte
+		if err := rows.Scan(&odcid, &data); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hdr struct {
+			Trace struct {
+				CommonFields struct {
+					GroupID string `json:"group_id"`
+				} `json:"common_fields"`
+			} `json:"trace"`
+		}
+		first := bytes.Split(raw, []byte{0x1e})[1]
+		if err := json.Unmarshal(first, &hdr); err != nil {
+			t.Fatalf("qlog header %q: %v", first, err)
+		}
+		if len(odcid) < 8 || hex.EncodeToString(odcid) != hdr.Trace.CommonFields.GroupID {
+			t.Errorf("qlogs.odcid %x, the qlog's group_id %s", odcid, hdr.Trace.CommonFields.GroupID)
+		}
+	}
+	if n < 4 { // DoQ and DoH3, warm-up and measured
+		t.Errorf("%d qlog rows, want 4", n)
 	}
 }

@@ -3,17 +3,23 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
+	"github.com/doqscan/doqscan/internal/measure/qlogs"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
@@ -590,8 +596,96 @@ func TestCampaignOnTheTestbed(t *testing.T) {
 	if offRatio > max(1, n/10) {
 		t.Errorf("%d of %d stored DoQ ratios are off the prediction (see the log)", offRatio, n)
 	}
+	checkExportedQlogs(t, s, sum.CampaignID, pop)
 	again, err := campaign.Run(ctx, s, cfg, targets, nil)
 	if err != nil || again.Rows != 0 || again.Skipped != len(targets) {
 		t.Errorf("rerun: %+v %v", again, err)
 	}
 }
+
+// checkExportedQlogs: `qlogs export` writes every stored DoQ qlog of the round as a file,
+// and `qlogs analyze` on each agrees with the population's truth: the handshake completed,
+// Retry, Version Negotiation and an amplification stall exactly where predicted, and the
+// round trips of HandshakeRTTs.
+func checkExportedQlogs(t *testing.T, s *store.Store, campaignID int64, pop *population.Population) {
+	t.Helper()
+	dir := t.TempDir()
+	files, err := qlogs.Export(context.Background(), s, qlogs.ExportConfig{CampaignID: campaignID, Out: dir}, discardLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored int
+	_ = s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM qlogs WHERE campaign_id = $1`, campaignID).Scan(&stored)
+	if len(files) != stored || stored == 0 {
+		t.Fatalf("exported %d files of %d stored qlogs", len(files), stored)
+	}
+	// The measurement's status, by the qlog's ODCID: an endpoint the campaign could not
+	// handshake with (e.g. one that requires an SNI the target does not carry) has no
+	// analysis row, and its qlog must not show a completed handshake either.
+	status := map[string]string{}
+	rows, err := s.Pool.Query(context.Background(), `SELECT encode(q.odcid, 'hex'), m.status FROM measurements m
+		JOIN qlogs q USING (qlog_id) WHERE m.campaign_id = $1 AND m.seq = 0`, campaignID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var odcid, st string
+		if err := rows.Scan(&odcid, &st); err != nil {
+			t.Fatal(err)
+		}
+		status[odcid] = st
+	}
+	rows.Close()
+	n, agree, failed := 0, 0, 0
+	for _, f := range files {
+		// <address>-<port>-<protocol>-<mode>-<key share>-<phase>-<odcid>.sqlog|.qlog
+		parts := strings.Split(strings.TrimSuffix(strings.TrimSuffix(filepath.Base(f), ".sqlog"), ".qlog"), "-")
+		if len(parts) < 6 || parts[2] != "doq" {
+			continue
+		}
+		addr, _ := netip.ParseAddr(parts[0])
+		port, _ := strconv.Atoi(parts[1])
+		phase := parts[len(parts)-2]
+		wantTrips, ok := pop.HandshakeRTTs(addr, uint16(port), population.ProtoDoQ, phase, population.ClientX25519)
+		if !ok {
+			continue
+		}
+		n++
+		r := qlogs.AnalyzeFile(f)
+		if r.Error != nil || r.Findings == nil {
+			t.Errorf("%s: %+v", filepath.Base(f), r.Error)
+			continue
+		}
+		if st := status[parts[len(parts)-1]]; st != string(measure.StatusOK) {
+			failed++
+			if r.HandshakeComplete {
+				t.Errorf("%s: measurement status %q, but the qlog shows a completed handshake", filepath.Base(f), st)
+			}
+			continue
+		}
+		rec := pop.Lookup(addr)
+		tokenValid := phase == population.PhaseMeasured && rec.Token == population.TokenHonour
+		wantRetry := rec.Retry && !tokenValid
+		wantVN := phase == population.PhaseWarmup && pop.ExpectVerify(addr, uint16(port)).NeedsVN
+		wantStall := pop.Stalls(addr, uint16(port), population.ProtoDoQ, phase, population.ClientX25519)
+		if !r.HandshakeComplete || r.Retry != wantRetry || r.VersionNegotiation != wantVN || r.AmplificationStall != wantStall ||
+			r.RoundTrips != wantTrips || r.ODCID != parts[len(parts)-1] {
+			t.Errorf("%s: complete %v retry %v vn %v stall %v trips %d (%s) odcid %s; population: retry %v vn %v stall %v trips %d",
+				filepath.Base(f), r.HandshakeComplete, r.Retry, r.VersionNegotiation, r.AmplificationStall, r.RoundTrips, r.Cause, r.ODCID,
+				wantRetry, wantVN, wantStall, wantTrips)
+			if d := os.Getenv("QLOG_DIR"); d != "" {
+				b, _ := os.ReadFile(f)
+				_ = os.WriteFile(filepath.Join(d, filepath.Base(f)), b, 0o644)
+			}
+			continue
+		}
+		agree++
+	}
+	t.Logf("qlogs analyze on %d exported DoQ qlogs: %d of %d with a completed exchange agree with the population; %d failed exchanges show no completed handshake",
+		n, agree, n-failed, failed)
+	if n == 0 {
+		t.Error("no exported DoQ qlog to compare")
+	}
+}
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

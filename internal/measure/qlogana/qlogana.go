@@ -1,5 +1,6 @@
 // Package qlogana explains a QUIC handshake from the client's qlog (JSON-SEQ, as
-// written by quic-go's qlogwriter): how many round trips it took and why — Version
+// written by quic-go's qlogwriter, or the draft-02 NDJSON/JSON of older quic-go, gzip
+// or not: read.go normalises them into one event stream): how many round trips it took and why — Version
 // Negotiation (RFC 9000 §6), Retry (RFC 9000 §8.1.2), an anti-amplification stall (the
 // server stopped at 3x the client's bytes, RFC 9000 §8.1, and waited for more from the
 // client before sending the rest of its flight), or loss and retransmission.
@@ -11,12 +12,13 @@
 package qlogana
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -80,6 +82,7 @@ type Options struct {
 // Analysis is what the qlog says about the handshake.
 type Analysis struct {
 	HandshakeNS        int64 // first packet sent -> handshake complete (0: never completed)
+	HandshakeComplete  bool  // the qlog shows the handshake completing
 	RTTNS              int64 // the RTT the analysis used (Options.RTTNS or the qlog's min_rtt)
 	RoundTrips         int   // server flights until the handshake completed
 	OneRTT             bool
@@ -119,6 +122,7 @@ type record struct {
 type packetData struct {
 	Header struct {
 		PacketType string          `json:"packet_type"`
+		Version    string          `json:"version"`
 		Token      json.RawMessage `json:"token"`
 	} `json:"header"`
 	Raw struct {
@@ -144,15 +148,22 @@ type packet struct {
 // Trace is a parsed client qlog: what Analyze needs of it, to explain the same
 // handshake again (e.g. against an RTT sample taken later) without parsing the JSON again.
 type Trace struct {
-	pkts       []packet // by time
-	completeNS int64
-	minRTT     float64
-	haveMinRTT bool
-	lostAt     []int64
-	truncated  bool
+	// Source says what the input was (serialisation, ODCID, truncation).
+	Source Source
+	// QUICVersion is the version of the server's last long-header packet, else the
+	// version_information's chosen one, else the one our Initials carried (no reply);
+	// 0 if the qlog names none.
+	QUICVersion uint32
+	pkts        []packet // by time
+	completeNS  int64
+	minRTT      float64
+	haveMinRTT  bool
+	lostAt      []int64
+	truncated   bool // cut: a TruncatedEvent record, or the input ended inside a record
 }
 
-// Truncated reports whether the qlog ended with a TruncatedEvent record.
+// Truncated reports whether the qlog was cut: it ends with a TruncatedEvent record
+// (its writer reached its bound) or inside a record (cut by a crash or a copy).
 func (tr *Trace) Truncated() bool { return tr.truncated }
 
 // Analyze parses a client qlog and explains its handshake. It never panics on any input.
@@ -164,7 +175,8 @@ func Analyze(qlog []byte, opts ...Options) (*Analysis, error) {
 	return t.Analyze(opts...)
 }
 
-// Parse reads a client qlog (JSON-SEQ, one or more traces). It never panics on any input.
+// Parse reads a client qlog in any serialisation readEvents knows (JSON-SEQ, draft-02
+// NDJSON, JSON, gzip of any), one or more traces. It never panics on any input.
 func Parse(qlog []byte) (*Trace, error) {
 	var (
 		pkts       []packet
@@ -173,48 +185,35 @@ func Parse(qlog []byte) (*Trace, error) {
 		lostAt     []int64
 		haveMinRTT bool
 		truncated  bool
-		n          int
 		firstRef   time.Time
 		offset     int64
+		version    string // the last long-header version the server used
+		chosen     string // version_information's chosen_version
+		offered    string // the version of our last long-header packet
 	)
-	for _, rec := range bytes.Split(qlog, []byte{recordSeparator}) {
-		rec = bytes.TrimSpace(rec)
-		if len(rec) == 0 {
-			continue
-		}
-		if n++; n > maxRecords {
-			return nil, fmt.Errorf("qlog has more than %d records", maxRecords)
-		}
-		var r record
-		if err := json.Unmarshal(rec, &r); err != nil {
-			continue // a record cut short by a crash: skip it
-		}
-		if r.Time == nil || r.Name == "" {
-			// A trace header. quic-go starts a new trace per connection attempt (after
-			// Version Negotiation); each trace's times are relative to its own wall-clock
+	src, err := readEvents(qlog, func(e *event) error {
+		if e.header {
+			// quic-go starts a new trace per connection attempt (after Version
+			// Negotiation); each trace's times are relative to its own wall-clock
 			// reference, so later traces are shifted onto the first one's time line.
-			if ref, ok := referenceTime(rec); ok {
+			if !e.ref.IsZero() {
 				if firstRef.IsZero() {
-					firstRef = ref
+					firstRef = e.ref
 				}
-				if d := ref.Sub(firstRef); d >= 0 && d < time.Hour {
+				if d := e.ref.Sub(firstRef); d >= 0 && d < time.Hour {
 					offset = d.Nanoseconds()
 				}
 			}
-			continue
+			return nil
 		}
-		ms := *r.Time
-		if math.IsNaN(ms) || math.IsInf(ms, 0) || math.Abs(ms) > 1e12 {
-			continue
-		}
-		t := int64(ms*1e6) + offset
-		switch r.Name {
+		t := int64(e.ms*1e6) + offset
+		switch e.name {
 		case "transport:packet_sent", "transport:packet_received":
 			var d packetData
-			if err := json.Unmarshal(r.Data, &d); err != nil {
-				continue
+			if err := json.Unmarshal(e.data, &d); err != nil {
+				return nil
 			}
-			p := packet{t: t, sent: r.Name == "transport:packet_sent", ptype: d.Header.PacketType, length: d.Raw.Length}
+			p := packet{t: t, sent: e.name == "transport:packet_sent", ptype: d.Header.PacketType, length: d.Raw.Length}
 			p.token = len(d.Header.Token) > 0 && string(d.Header.Token) != "null"
 			for _, f := range d.Frames {
 				p.frames = append(p.frames, f.FrameType)
@@ -222,19 +221,33 @@ func Parse(qlog []byte) (*Trace, error) {
 					p.crypto = append(p.crypto, [2]int64{f.Offset, f.Length})
 				}
 			}
+			switch {
+			case d.Header.Version == "" || p.ptype == "version_negotiation" || p.ptype == "retry":
+			case p.sent:
+				offered = d.Header.Version
+			default:
+				version = d.Header.Version
+			}
 			pkts = append(pkts, p)
+		case "transport:version_information":
+			var d struct {
+				Chosen string `json:"chosen_version"`
+			}
+			if json.Unmarshal(e.data, &d) == nil && d.Chosen != "" {
+				chosen = d.Chosen
+			}
 		case "quic:connection_state_updated":
 			var d struct {
 				New string `json:"new"`
 			}
-			if json.Unmarshal(r.Data, &d) == nil && d.New == "handshake_complete" && completeNS < 0 {
+			if json.Unmarshal(e.data, &d) == nil && d.New == "handshake_complete" && completeNS < 0 {
 				completeNS = t
 			}
 		case "recovery:metrics_updated":
 			var d struct {
 				MinRTT *float64 `json:"min_rtt"`
 			}
-			if json.Unmarshal(r.Data, &d) == nil && d.MinRTT != nil && *d.MinRTT > 0 && !math.IsInf(*d.MinRTT, 0) {
+			if json.Unmarshal(e.data, &d) == nil && d.MinRTT != nil && *d.MinRTT > 0 && !math.IsInf(*d.MinRTT, 0) {
 				if !haveMinRTT || *d.MinRTT < minRTT {
 					minRTT, haveMinRTT = *d.MinRTT, true
 				}
@@ -244,12 +257,29 @@ func Parse(qlog []byte) (*Trace, error) {
 		case TruncatedEvent:
 			truncated = true
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(pkts) == 0 {
+		if src.Traces == 0 && src.BadRecords > 0 {
+			return nil, ErrNotQlog
+		}
 		return nil, ErrNoHandshake
 	}
 	sort.SliceStable(pkts, func(i, j int) bool { return pkts[i].t < pkts[j].t })
-	return &Trace{pkts: pkts, completeNS: completeNS, minRTT: minRTT, haveMinRTT: haveMinRTT, lostAt: lostAt, truncated: truncated}, nil
+	for _, v := range []string{chosen, offered} {
+		if version == "" {
+			version = v
+		}
+	}
+	tr := &Trace{pkts: pkts, completeNS: completeNS, minRTT: minRTT, haveMinRTT: haveMinRTT, lostAt: lostAt, Source: src,
+		truncated: truncated || src.Truncated}
+	if v, err := strconv.ParseUint(strings.TrimPrefix(version, "0x"), 16, 32); err == nil && v != 0 {
+		tr.QUICVersion = uint32(v)
+	}
+	return tr, nil
 }
 
 // Analyze explains the trace's handshake (see Options).
@@ -277,6 +307,7 @@ func (tr *Trace) Analyze(opts ...Options) (*Analysis, error) {
 			break
 		}
 	}
+	a.HandshakeComplete = completeNS >= 0
 	if start >= 0 && completeNS >= start {
 		a.HandshakeNS = completeNS - start
 	}
@@ -456,22 +487,4 @@ func appendUnique(s []string, v string) []string {
 		}
 	}
 	return append(s, v)
-}
-
-// referenceTime reads a trace header's wall-clock reference time.
-func referenceTime(rec []byte) (time.Time, bool) {
-	var h struct {
-		Trace struct {
-			CommonFields struct {
-				ReferenceTime struct {
-					WallClockTime string `json:"wall_clock_time"`
-				} `json:"reference_time"`
-			} `json:"common_fields"`
-		} `json:"trace"`
-	}
-	if json.Unmarshal(rec, &h) != nil || h.Trace.CommonFields.ReferenceTime.WallClockTime == "" {
-		return time.Time{}, false
-	}
-	t, err := time.Parse(time.RFC3339Nano, h.Trace.CommonFields.ReferenceTime.WallClockTime)
-	return t, err == nil
 }

@@ -1,0 +1,40 @@
+// Command qlogs explains QUIC handshakes from qlog files of any vintage and exports a
+// campaign's stored qlogs for qvis. The logic lives in internal/measure/qlogs.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"os"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/measure/qlogs"
+)
+
+func main() {
+	var common cli.Common
+	var cfg qlogs.Config
+	fs := cli.NewFlagSet(qlogs.Command, &common)
+	fs.Int64Var(&cfg.Export.CampaignID, "campaign", 0, "export: the campaign id")
+	fs.StringVar(&cfg.Hour, "hour", "", "export: the hourly round (2026-11-22T04, or RFC 3339) whose campaign to export")
+	fs.StringVar(&cfg.Export.Vantage, "vantage", "local", "export with --hour: vantage point id")
+	fs.StringVar(&cfg.Export.Label, "label", "hourly", "export with --hour: campaign label")
+	fs.StringVar(&cfg.Export.Out, "out", "", "export: directory to write the files into")
+	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
+		if len(args) > 0 {
+			// Flags may also follow the command: "qlogs export --campaign 3 --out d".
+			cfg.Command = args[0]
+			if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(os.Stdout)
+				fs.Usage()
+				return nil
+			} else if err != nil {
+				return cli.Usagef("%v (see --help)", err)
+			}
+			cfg.Paths = fs.Args()
+		}
+		return qlogs.Run(ctx, cfg, os.Stdout, log)
+	})
+}

@@ -1,0 +1,104 @@
+package qlogs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/measure/campaign"
+)
+
+// Command describes `qlogs` for --help.
+var Command = cli.Command{
+	Name:    "qlogs",
+	Summary: "explain QUIC handshakes from qlog files of any vintage; export a campaign's stored qlogs for qvis",
+	Usage:   "qlogs [flags] analyze FILE|DIR...\n  qlogs [flags] export (--campaign ID | --hour HOUR [--vantage V] [--label L]) --out DIR",
+	Examples: []string{
+		"qlogs analyze ../shared/datasets/dns-analysis-2021/qlog-sample/      # one JSON line per file (quic-go v0.21 draft-02 NDJSON)",
+		"qlogs analyze client.sqlog old.qlog.gz | jq -c 'select(.cause != \"1rtt\")'",
+		"qlogs export --campaign 42 --out /tmp/qlogs                          # .sqlog/.qlog files to open in qvis",
+		"qlogs export --vantage local --hour 2026-11-22T04 --out /tmp/qlogs   # the campaign of that hourly round",
+	},
+	Notes: `analyze reads quic-go's JSON-SEQ (.sqlog, today), the qlog draft-02 NDJSON that quic-go
+v0.21 to v0.2x wrote, qlog JSON documents ({"traces":[...]}) and a JSON array of NDJSON
+records, each gzip-compressed or not (detected from the bytes, not the name). A directory
+means every regular file under it. Each line has file, format, odcid, quic_version,
+handshake_complete, retry, version_negotiation, amplification_stall, loss, round_trips,
+cause (as in handshake_analyses); a file cut short is analysed up to the cut and marked
+"truncated"; a file that cannot be analysed has "error": {"class", "message"} with class
+unreadable, not-qlog, too-large or no-packets. Exit code 5 if a file could not be read,
+else 1 if one could not be analysed, else 0.
+
+export writes one file per stored qlog of the campaign into --out: a single trace as
+quic-go wrote it (JSON-SEQ, .sqlog); the traces of a dial with Version Negotiation as one
+qlog JSON document (.qlog). Both open in qvis. Exporting again rewrites the same files.
+Exit code 2 if the campaign does not exist. See docs/qlogs.md.`,
+}
+
+// Config is what the flags and arguments of `qlogs` ask for.
+type Config struct {
+	Command string   // "analyze" or "export"
+	Paths   []string // analyze: files and directories
+	Export  ExportConfig
+	Hour    string // export: the round's hour (an hour key or RFC 3339), instead of Export.CampaignID
+}
+
+// Run runs one `qlogs` command; results go to stdout, logs to log.
+func Run(ctx context.Context, cfg Config, stdout io.Writer, log *slog.Logger) error {
+	switch cfg.Command {
+	case "analyze":
+		if len(cfg.Paths) == 0 {
+			return cli.Usagef("analyze: want at least one FILE or DIR")
+		}
+		err := Analyze(ctx, cfg.Paths, stdout, log)
+		if errors.Is(err, ErrUnreadable) {
+			return &cli.ExitError{Code: cli.ExitEnvironment, Err: err}
+		}
+		return err
+	case "export":
+		return runExport(ctx, cfg, stdout, log)
+	case "":
+		return cli.Usagef("want a command: analyze or export (see --help)")
+	}
+	return cli.Usagef("unknown command %q: want analyze or export", cfg.Command)
+}
+
+func runExport(ctx context.Context, cfg Config, stdout io.Writer, log *slog.Logger) error {
+	ec := cfg.Export
+	if len(cfg.Paths) > 0 {
+		return cli.Usagef("export: unexpected arguments %v", cfg.Paths)
+	}
+	if ec.Out == "" {
+		return cli.Usagef("export: --out DIR is required")
+	}
+	switch {
+	case ec.CampaignID != 0 && cfg.Hour != "":
+		return cli.Usagef("export: --campaign and --hour both name a campaign: give one")
+	case ec.CampaignID == 0 && cfg.Hour == "":
+		return cli.Usagef("export: name the campaign: --campaign ID or --hour HOUR")
+	case ec.CampaignID < 0:
+		return cli.Usagef("export: --campaign %d is not an id", ec.CampaignID)
+	case cfg.Hour != "":
+		h, err := campaign.ParseRoundHour(cfg.Hour, "")
+		if err != nil {
+			return cli.Usagef("--hour: %v", err)
+		}
+		ec.Hour = h
+	}
+	s, err := cli.OpenStore(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	files, err := Export(ctx, s, ec, log)
+	if errors.Is(err, ErrNoCampaign) {
+		return &cli.ExitError{Code: cli.ExitUsage, Err: err}
+	}
+	for _, f := range files {
+		fmt.Fprintln(stdout, f)
+	}
+	return err
+}
