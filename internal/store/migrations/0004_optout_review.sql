@@ -8,8 +8,8 @@
 ALTER TABLE optout_requests DROP CONSTRAINT IF EXISTS optout_requests_status_check;
 ALTER TABLE optout_requests ADD CONSTRAINT optout_requests_status_check
     CHECK (status IN ('pending', 'accepted', 'rejected', 'withdrawn'));
--- A row inserted without a status waits for review rather than being honoured.
-ALTER TABLE optout_requests ALTER COLUMN status SET DEFAULT 'pending';
+-- The column's default stays 'accepted' (an operator's hand-written INSERT, as before);
+-- the page always sets the status its policy decided.
 -- When the status last changed.
 ALTER TABLE optout_requests ADD COLUMN IF NOT EXISTS updated_at timestamptz;
 UPDATE optout_requests SET updated_at = created_at WHERE updated_at IS NULL;
