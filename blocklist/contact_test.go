@@ -17,6 +17,10 @@ func TestForContact(t *testing.T) {
 	if _, err := s.Pool.Exec(ctx, `INSERT INTO optout_requests (prefix, email) VALUES ($1, 'noc@example.net')`, opt); err != nil {
 		t.Fatal(err)
 	}
+	pending := netip.MustParsePrefix("198.19.10.0/24")
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO optout_requests (prefix, email, status) VALUES ($1, 'x@example.net', 'pending')`, pending); err != nil {
+		t.Fatal(err)
+	}
 	withdrawn := netip.MustParsePrefix("198.19.9.0/24")
 	if _, err := s.Pool.Exec(ctx, `INSERT INTO optout_requests (prefix, email, status) VALUES ($1, 'x@example.net', 'withdrawn')`, withdrawn); err != nil {
 		t.Fatal(err)
@@ -39,6 +43,7 @@ func TestForContact(t *testing.T) {
 		{"198.19.7.16", false, ""},                    // just past the opt-out
 		{"198.19.8.200", true, SourceFile},            // a file entry inside the lab space
 		{withdrawn.Addr().Next().String(), false, ""}, // a withdrawn opt-out no longer excludes
+		{pending.Addr().Next().String(), false, ""},   // a pending one does not exclude yet
 		{"198.19.0.5", false, ""},                     // lab space re-opened in the reserved list
 		{"10.1.2.3", true, SourceReserved},            // private space stays excluded
 		{"224.0.0.1", true, SourceReserved},

@@ -4,7 +4,9 @@
 #   1. testnet up      namespaces, the delay line, simserver and the third-party peers
 #   2. optout          the opt-out page on the scanner's address; an operator inside the
 #                      simulated internet opts a range out through the form (curl, with
-#                      the page's CSRF cookie and token), which every later stage honours
+#                      the page's CSRF cookie and token) from an address inside it, so the
+#                      page honours it at once (a larger range is accepted with `optout
+#                      accept`); every later stage honours it
 #   3. zprobe scan     the whole 198.19.0.0/16 on UDP/784, 853, 8853 (QUIC VN) and 53 (DNS)
 #   4. verify          DoQ verification of every QUIC-capable host the scan found
 #   5. measure         one measurement round over DoUDP, DoTCP, DoT, DoH, DoQ (and DoH3)
@@ -62,8 +64,17 @@ CSRF=${CSRF%%$'\n'*}
 DONE=$(operator --data-urlencode "csrf=$CSRF" --data-urlencode "range=$OPTOUT_RANGE" \
   --data-urlencode "email=noc@operator.example" --data-urlencode "note=doqscan demo" \
   "http://$VANTAGE_ADDR/optout")
-grep -qF -- "$OPTOUT_RANGE" <<<"$DONE" ||
-  { echo "demo: the opt-out page did not confirm $OPTOUT_RANGE" >&2; exit 1; }
+# The operator's address is inside the range, so the default policy (own-range) honours a
+# range up to a /24 at once. A larger DEMO_OPTOUT waits for review: the demo's scanner
+# operator accepts it with the CLI, as a real one would after checking it.
+if grep -qF 'id="pending"' <<<"$DONE"; then
+  REQ=$(sed -n 's/.*recorded (request \([0-9]*\)).*/\1/p' <<<"$DONE" | head -n1)
+  [ -n "$REQ" ] || { echo "demo: pending opt-out without a request id" >&2; exit 1; }
+  echo "opt-out request $REQ for $OPTOUT_RANGE is pending review; the scanner's operator accepts it" >&2
+  bin/optout accept "$REQ" --reason "demo: accepted by the scanner's operator" --blocklist-dir "$STATE/optout" --log-level warn
+elif ! grep -qF 'id="confirmation"' <<<"$DONE" || ! grep -qF -- "$OPTOUT_RANGE" <<<"$DONE"; then
+  echo "demo: the opt-out page did not confirm $OPTOUT_RANGE" >&2; exit 1
+fi
 kill "$OPTOUT_PID"; wait "$OPTOUT_PID" 2>/dev/null || true; OPTOUT_PID=
 OPTED_AT=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
 echo "opted out through the page: $OPTOUT_RANGE (blocklist file: $STATE/optout/optout.conf)" >&2

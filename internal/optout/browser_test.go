@@ -147,6 +147,7 @@ func startBrowser(t *testing.T) *webDriver {
 
 func TestBrowserOptOut(t *testing.T) {
 	srv, hs, dir := newTestServer(t)
+	srv.Policy = PolicyOwnRange // the default; the browser connects from 127.0.0.1
 	d := startBrowser(t)
 
 	// Bad inputs are refused with a clear message and nothing is stored.
@@ -169,25 +170,37 @@ func TestBrowserOptOut(t *testing.T) {
 		t.Fatalf("refused inputs were stored: %v", reqs)
 	}
 
-	// A good request: confirmation, database row, blocklist line.
+	// A request for a range the browser is not in: recorded, pending, not excluded.
+	d.open(hs.URL + "/")
+	if got := d.text("#source"); got != "127.0.0.1" {
+		t.Errorf("the page says the visitor's address is %q, want 127.0.0.1", got)
+	}
+	d.typeInto("#range", "198.19.43.0/24")
+	d.typeInto("#email", "noc@example.net")
+	d.submit()
+	if got := d.text("#pending"); !strings.Contains(got, "198.19.43.0/24 is recorded") || !strings.Contains(got, "waits for review") {
+		t.Fatalf("pending page %q", got)
+	}
+
+	// A good request from inside its range: confirmation, database row, blocklist line.
 	d.open(hs.URL + "/")
 	if !strings.Contains(d.text("#excluded"), "0") {
 		t.Errorf("excluded count before: %q", d.text("#excluded"))
 	}
-	d.typeInto("#range", "198.19.42.0/24")
+	d.typeInto("#range", "127.0.0.0/24")
 	d.typeInto("#email", "noc@example.net")
 	d.typeInto("#note", "our lab network")
 	d.submit()
-	if got := d.text("#confirmation"); !strings.Contains(got, "198.19.42.0/24 is excluded") {
+	if got := d.text("#confirmation"); !strings.Contains(got, "127.0.0.0/24 is excluded") {
 		t.Fatalf("confirmation %q", got)
 	}
 	reqs, err := Accepted(context.Background(), srv.Store)
-	if err != nil || len(reqs) != 1 || reqs[0].Prefix.String() != "198.19.42.0/24" || reqs[0].Note != "our lab network" {
+	if err != nil || len(reqs) != 1 || reqs[0].Prefix.String() != "127.0.0.0/24" || reqs[0].Note != "our lab network" {
 		t.Fatalf("stored %+v, %v", reqs, err)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, OptOutFile))
-	if !strings.Contains(string(b), "\n198.19.42.0/24 # ") {
-		t.Fatalf("blocklist file lacks the range:\n%s", b)
+	if !strings.Contains(string(b), "\n127.0.0.0/24 # ") || strings.Contains(string(b), "198.19.43.0") {
+		t.Fatalf("blocklist file lacks the accepted range or has the pending one:\n%s", b)
 	}
 	d.open(hs.URL + "/")
 	if got := d.text("#excluded"); got != "1" {

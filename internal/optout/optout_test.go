@@ -160,7 +160,9 @@ func (c *client) post(form url.Values) (int, string) {
 func newTestServer(t *testing.T) (*Server, *httptest.Server, string) {
 	st := storetest.Open(t)
 	dir := t.TempDir()
-	srv := &Server{Store: st, BlocklistDir: dir, Info: DefaultInfo, PostsPerMinute: 600, Burst: 50,
+	// PolicyAll: these tests are about the form and its limits; policy_test.go covers the
+	// policies (the browser test runs the default, own-range).
+	srv := &Server{Store: st, BlocklistDir: dir, Info: DefaultInfo, PostsPerMinute: 600, Burst: 50, Policy: PolicyAll,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

@@ -8,6 +8,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"html/template"
 	"log/slog"
 	"math"
@@ -19,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/optout/pace"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -27,12 +29,12 @@ var templatesFS embed.FS
 
 var pages = template.Must(template.ParseFS(templatesFS, "templates/*.html"))
 
-// Info is what the page tells operators about the scans.
+// Info is what the page tells operators about the scans. What the tools send (ports,
+// protocols, packets) is not here: the page lists Contacts, made from the code's tables.
 type Info struct {
 	Operator     string // who scans
 	Contact      string // contact email
 	Purpose      string // why
-	Ports        string // which ports and protocols
 	Rate         string // probe rate
 	Frequency    string // how often
 	Stored       string // what is stored
@@ -41,16 +43,19 @@ type Info struct {
 	ScannerAddrs []string // the scanner's addresses, shown on the page
 }
 
-// DefaultInfo describes doqscan's own scans.
+// DefaultInfo describes doqscan's own scans. Every sentence is either enforced by the
+// code (the per-/16 rate: pace.CheckScanPace, pace.CheckSendPace; opt-outs: blocklist.OptOuts in
+// every tool) or a description of what the code does; page_test.go holds the page to it.
 var DefaultInfo = Info{
-	Operator:  "a DNS-over-QUIC measurement study (doqscan)",
-	Contact:   "scan-abuse@example.org",
-	Purpose:   "We measure how many DNS resolvers support DNS over QUIC (RFC 9250) and how fast they answer compared with DNS over UDP, TCP, TLS and HTTPS.",
-	Ports:     "UDP 784, 853 and 8853 (one QUIC Initial that only triggers Version Negotiation, no connection state), UDP 53 (one DNS query for an A record). Hosts that answer with QUIC are then contacted once a week with a DoQ handshake and one DNS query; verified DNS-over-QUIC resolvers are queried once an hour over UDP/53, TCP/53, TCP/853, TCP/443 and their DoQ port.",
-	Rate:      "at most a few hundred probes per second towards any /16, one probe per address and port per week",
-	Frequency: "a scan every week, measurements every hour",
+	Operator: "a DNS-over-QUIC measurement study (doqscan)",
+	Contact:  "scan-abuse@example.org",
+	Purpose:  "We measure how many DNS resolvers support DNS over QUIC (RFC 9250) and how fast they answer compared with DNS over UDP, TCP, TLS and HTTPS.",
+	Rate: fmt.Sprintf("The scan visits the scanned addresses in a random order (zmap's random permutation), so its packets spread over the whole scanned space; "+
+		"the scanner refuses to start a scan that would send more than %d probes per second on average towards any /16.", pace.MaxPerSlash16),
+	Frequency: "a scan every week, verification of the hosts that answered once a week, measurements of verified DNS-over-QUIC resolvers every hour",
 	Stored:    "for each address that answers: the reply's classification, advertised QUIC versions, the server certificate chain, timing of the DNS exchanges, AS number and coarse location from GeoIP databases",
-	Published: "aggregate statistics and figures; per-address data only for public resolvers, never for addresses that opt out",
+	Published: "aggregate statistics and figures. Nothing is published automatically: the tools keep their data in the study's database. " +
+		"An address whose opt-out has been honoured is not contacted, so no data about it is collected from then on; data collected before stays unless you ask us to delete it.",
 }
 
 // Server serves the opt-out page.
@@ -72,6 +77,10 @@ type Server struct {
 	Sources           int
 	// SecureCookies marks the CSRF cookie Secure (when served over TLS only).
 	SecureCookies bool
+	// Policy decides which requests are honoured at once (default PolicyOwnRange); under
+	// own-range, OwnRange (default DefaultOwnRange) is the largest range honoured at once.
+	Policy   Policy
+	OwnRange Limits
 
 	key     []byte
 	reqs    *sourceLimiter
@@ -104,6 +113,12 @@ func (s *Server) init() {
 		s.posts = newSourceLimiter(s.PostsPerMinute/60, s.Burst, s.Sources)
 		if s.Limits == (Limits{}) {
 			s.Limits = DefaultLimits
+		}
+		if s.Policy == "" {
+			s.Policy = PolicyOwnRange
+		}
+		if s.OwnRange == (Limits{}) {
+			s.OwnRange = DefaultOwnRange
 		}
 		if s.Log == nil {
 			s.Log = slog.Default()
@@ -146,6 +161,16 @@ type page struct {
 	Count  count
 	Prefix string
 	Limits Limits
+	// Policy and OwnRange say what happens to a request; Source is the visitor's address as
+	// the page sees it (the one own-range compares); Status and ID are a submission's.
+	Policy   Policy
+	OwnRange Limits
+	Source   string
+	Status   string
+	ID       int64
+	// Contacts and Ports are what the tools send (Contacts(), Ports()).
+	Contacts []Contact
+	Ports    string
 }
 
 // count is the number of excluded ranges as the page shows it: known, unavailable (the
@@ -218,6 +243,7 @@ func (s *Server) excluded(ctx context.Context) count {
 }
 
 func (s *Server) render(w http.ResponseWriter, status int, name string, p page) {
+	p.Contacts, p.Ports = Contacts(), Ports()
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	if err := pages.ExecuteTemplate(w, name, p); err != nil {
@@ -227,7 +253,7 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, p page) 
 
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	s.render(w, http.StatusOK, "index.html", page{Info: s.Info, Token: s.token(w, r), Count: s.excluded(r.Context()),
-		Limits: s.Limits})
+		Limits: s.Limits, Policy: s.Policy, OwnRange: s.OwnRange, Source: peerOf(r)})
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
@@ -262,24 +288,28 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var source *netip.Addr
+	var peer netip.Addr
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		a := ap.Addr().Unmap()
-		source = &a
+		peer = ap.Addr().Unmap()
+		source = &peer
 	}
-	row := store.OptOutRequest{Prefix: req.Prefix, Email: req.Email, Note: req.Note, SourceAddr: source,
-		Status: "accepted", CreatedAt: s.Now().UTC()}
-	if _, err := store.Insert(r.Context(), s.Store, store.TableOptOutRequests, []store.OptOutRequest{row}); err != nil {
+	d := s.Policy.Decide(req.Prefix, peer, s.OwnRange)
+	e, err := Submit(r.Context(), s.Store, req, source, d, "web "+addrOrUnknown(peer), s.Now().UTC())
+	if err != nil {
 		s.Log.Error("store opt-out", "prefix", req.Prefix, "err", err)
 		s.fail(w, r, http.StatusServiceUnavailable, "", "your request could not be stored right now; please try again later or write to the contact address")
 		return
 	}
-	if _, err := s.Rewrite(r.Context()); err != nil {
-		s.Log.Error("rewrite blocklist", "err", err)
-		s.fail(w, r, http.StatusServiceUnavailable, "", "your request was stored but the blocklist could not be updated; it will be applied at the latest before the next scan")
-		return
+	if e.Status == StatusAccepted {
+		if _, err := s.Rewrite(r.Context()); err != nil {
+			s.Log.Error("rewrite blocklist", "err", err)
+			s.fail(w, r, http.StatusServiceUnavailable, "", "your request was stored but the blocklist could not be updated; it will be applied at the latest before the next scan")
+			return
+		}
 	}
-	s.Log.Info("opt-out accepted", "prefix", req.Prefix, "source", r.RemoteAddr)
+	s.Log.Info("opt-out submitted", "id", e.ID, "prefix", req.Prefix, "status", e.Status, "source", r.RemoteAddr, "reason", d.Reason)
 	s.render(w, http.StatusOK, "done.html", page{Info: s.Info, Prefix: req.Prefix.String(), Email: req.Email,
+		Status: e.Status, ID: e.ID, Source: addrOrUnknown(peer), Policy: s.Policy, OwnRange: s.OwnRange,
 		Count: s.excluded(r.Context())})
 }
 
@@ -301,7 +331,17 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, field,
 	s.Log.Info("opt-out refused", "status", status, "field", field, "reason", msg, "source", r.RemoteAddr)
 	s.render(w, status, "index.html", page{Info: s.Info, Token: s.token(w, r), Error: msg, Field: field,
 		Range: trunc(r.PostFormValue("range"), MaxRangeLen), Email: trunc(r.PostFormValue("email"), MaxEmailLen),
-		Note: trunc(r.PostFormValue("note"), MaxNoteLen), Limits: s.Limits})
+		Note: trunc(r.PostFormValue("note"), MaxNoteLen), Limits: s.Limits, Policy: s.Policy, OwnRange: s.OwnRange,
+		Source: peerOf(r)})
+}
+
+// peerOf returns the TCP peer's address of r, as the policy sees it.
+func peerOf(r *http.Request) string {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return addrOrUnknown(netip.Addr{})
+	}
+	return ap.Addr().Unmap().String()
 }
 
 // trunc cuts s to at most n characters, at a character boundary.

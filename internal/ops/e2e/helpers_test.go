@@ -63,7 +63,7 @@ func bins(t *testing.T) string {
 		if binErr != nil {
 			return
 		}
-		for _, c := range []string{"zprobe", "verify", "measure", "jobrun"} {
+		for _, c := range []string{"zprobe", "verify", "measure", "jobrun", "optout"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, c), "./cmd/"+c)
 			cmd.Dir = repoRoot(t)
 			if out, err := cmd.CombinedOutput(); err != nil {

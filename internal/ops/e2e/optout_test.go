@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,8 +49,10 @@ func submitOptOut(t *testing.T, base, prefix, email string) string {
 }
 
 // TestOptOutHonouredOnTargetSide: an opt-out submitted through the page for a range of
-// the testbed population is honoured by the next scan, by verify and by measure: in the
-// internet namespace, not one packet reaches the range, while its neighbours are probed.
+// the testbed population from outside that range (the test's 127.0.0.1) is left pending
+// by the default policy (own-range), not honoured; accepted with "optout accept ID", it
+// is honoured by the next scan, by verify and by measure: in the internet namespace, not
+// one packet reaches the range, while its neighbours are probed.
 func TestOptOutHonouredOnTargetSide(t *testing.T) {
 	e := setup(t)
 	const port = 853
@@ -70,9 +73,35 @@ func TestOptOutHonouredOnTargetSide(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	submitOptOut(t, hs.URL, opted.String(), "noc@example.net")
+	page := submitOptOut(t, hs.URL, opted.String(), "noc@example.net")
+	if !strings.Contains(page, `id="pending"`) {
+		t.Fatalf("a request from outside %s was not left pending:\n%s", opted, page)
+	}
+	var id int64
+	if err := e.s.Pool.QueryRow(context.Background(), `SELECT request_id FROM optout_requests WHERE prefix = $1 AND status = 'pending'`,
+		opted).Scan(&id); err != nil {
+		t.Fatalf("the pending request for %s: %v", opted, err)
+	}
+	if conf, _ := os.ReadFile(filepath.Join(dir, optout.OptOutFile)); strings.Contains(string(conf), opted.String()) {
+		t.Fatalf("a pending request is in optout.conf:\n%s", conf)
+	}
+	if out := e.run(t, 0, "zprobe", "blocklist", "--why", optedSpeaker.String(), "--testbed", "198.19.0.0/16",
+		"--blocklist-dir", dir); !strings.Contains(out, "is not excluded") {
+		t.Fatalf("a pending request already excludes %s:\n%s", optedSpeaker, out)
+	}
+
+	// The operator accepts it with the CLI: one audit row, optout.conf regenerated.
+	out := e.run(t, 0, "optout", "accept", fmt.Sprint(id), "--reason", "confirmed with the network's abuse contact",
+		"--actor", "e2e", "--blocklist-dir", dir)
+	t.Logf("optout accept %d: %s", id, strings.TrimSpace(out))
 	if n := e.count(t, `SELECT count(*) FROM optout_requests WHERE prefix = $1 AND status = 'accepted'`, opted); n != 1 {
-		t.Fatalf("opt-out stored %d times", n)
+		t.Fatalf("opt-out accepted %d times", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM optout_audit WHERE request_id = $1 AND action = 'accepted' AND actor = 'cli e2e'`, id); n != 1 {
+		t.Errorf("%d audit rows for the CLI's accept", n)
+	}
+	if conf, _ := os.ReadFile(filepath.Join(dir, optout.OptOutFile)); !strings.Contains(string(conf), "\n"+opted.String()+" # ") {
+		t.Errorf("optout.conf after accept lacks %s:\n%s", opted, conf)
 	}
 
 	// The next scan (the opt-out page's blocklist directory and the database).

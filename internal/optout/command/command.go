@@ -1,0 +1,333 @@
+// Package command is cmd/optout's flag handling: one function per subcommand (serve,
+// list, accept, reject, withdraw) that parses its flags and calls internal/optout.
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/optout"
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/pgcluster"
+)
+
+// IO is where a subcommand writes: its output and its log/errors.
+type IO struct {
+	Out, Err io.Writer
+}
+
+var subcommands = []struct {
+	name, summary string
+	run           func(io IO, args []string) int
+}{
+	{"serve", "serve the opt-out page (the default when the first argument is a flag or absent)", runServe},
+	{"list", "list opt-out requests (--status pending: those waiting for review)", runList},
+	{"accept", "accept request ID: it is honoured from the next scan and measurement on", decider(optout.ActionAccept)},
+	{"reject", "reject pending request ID, with --reason", decider(optout.ActionReject)},
+	{"withdraw", "withdraw accepted (or pending) request ID: the range is scanned again", decider(optout.ActionWithdraw)},
+}
+
+const notes = `Subcommands:
+  serve      serve the page (default: "optout --listen :80" is "optout serve --listen :80")
+  list       list requests: optout list [--status pending|accepted|rejected|withdrawn] [--json] [--audit]
+  accept     optout accept ID [--reason TEXT]
+  reject     optout reject ID --reason TEXT
+  withdraw   optout withdraw ID [--reason TEXT]
+
+Policy (--policy): own-range (default) honours at once a request for a range that contains
+the requester's own address (the TCP peer; no proxy header is read), up to
+--own-range-max-v4-prefix / --own-range-max-v6-prefix; any other request is stored as
+pending until "optout accept ID". all honours every request at once; review-all none.
+accept, reject and withdraw each write one optout_audit row (--actor, default the user
+and host) and regenerate optout.conf in --blocklist-dir. Only accepted requests are
+excluded from scans and measurements.
+Use "optout <subcommand> --help" for each subcommand's flags.`
+
+// Main runs optout with args (os.Args[1:]) and returns its exit code.
+func Main(args []string, io IO) int {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		for _, s := range subcommands {
+			if s.name == args[0] {
+				return s.run(io, args[1:])
+			}
+		}
+		fmt.Fprintf(io.Err, "optout: unknown subcommand %q: want serve, list, accept, reject or withdraw\n", args[0])
+		return cli.ExitUsage
+	}
+	return runServe(io, args) // `optout --listen :80`: what the systemd unit runs
+}
+
+func newFlagSet(name, usage string, common *cli.Common, examples ...string) *flag.FlagSet {
+	c := cli.Command{Name: strings.TrimSpace("optout " + name), Usage: usage, Examples: examples, Notes: notes,
+		Summary: "the opt-out page and the review of its requests (optout_requests, blocklist/optout.conf)"}
+	return cli.NewFlagSet(c, common)
+}
+
+func blocklistDirFlag(fs *flag.FlagSet) *string {
+	return fs.String("blocklist-dir", filepath.Join(pgcluster.ProjectHome(), "blocklist"),
+		"directory of the blocklist files; accepted opt-outs go to optout.conf there")
+}
+
+func runServe(io IO, args []string) int {
+	var common cli.Common
+	fs := newFlagSet("", "optout [serve] [flags]", &common,
+		"optout --listen :80 --contact noc@example.org                       # plain HTTP on the scanner's address",
+		"optout --listen :80 --tls-listen :443 --tls-cert c.pem --tls-key k.pem   # and HTTPS",
+		"optout --listen 127.0.0.1:8080 --max-v4-prefix 24                    # local test, at most a /24 per request",
+		"optout serve --policy review-all                                     # every request waits for optout accept",
+		"optout --rewrite-only                                                # regenerate blocklist/optout.conf and exit")
+	listen := fs.String("listen", ":80", "HTTP listen address (the scanner's own address, port 80)")
+	tlsListen := fs.String("tls-listen", "", "HTTPS listen address (e.g. :443); needs --tls-cert and --tls-key")
+	tlsCert := fs.String("tls-cert", "", "certificate chain (PEM) for HTTPS")
+	tlsKey := fs.String("tls-key", "", "private key (PEM) for HTTPS")
+	dir := blocklistDirFlag(fs)
+	contact := fs.String("contact", optout.DefaultInfo.Contact, "contact email shown on the page")
+	operator := fs.String("operator", optout.DefaultInfo.Operator, "who runs the scans")
+	project := fs.String("project-url", "", "link to the project page (optional)")
+	maxV4 := fs.Int("max-v4-prefix", optout.DefaultLimits.MinBitsV4, "shortest IPv4 prefix one request may exclude")
+	maxV6 := fs.Int("max-v6-prefix", optout.DefaultLimits.MinBitsV6, "shortest IPv6 prefix one request may exclude")
+	policy := fs.String("policy", string(optout.PolicyOwnRange), "which requests are honoured at once: own-range, all or review-all")
+	ownV4 := fs.Int("own-range-max-v4-prefix", optout.DefaultOwnRange.MinBitsV4, "own-range: shortest IPv4 prefix honoured at once (larger ones wait for review)")
+	ownV6 := fs.Int("own-range-max-v6-prefix", optout.DefaultOwnRange.MinBitsV6, "own-range: shortest IPv6 prefix honoured at once")
+	perMin := fs.Float64("posts-per-minute", 6, "form submissions accepted per source and minute (a source is an IPv4 address or an IPv6 /56), 0.001..10000")
+	rewrite := fs.Bool("rewrite-only", false, "regenerate optout.conf from the database and exit")
+	return cli.RunMain(fs, &common, args, io.Err, func(ctx context.Context, log *slog.Logger, args []string) error {
+		if len(args) > 0 {
+			return cli.Usagef("unexpected arguments: %s", strings.Join(args, " "))
+		}
+		if err := cli.FirstError(
+			cli.InRange("max-v4-prefix", *maxV4, 0, 32),
+			cli.InRange("max-v6-prefix", *maxV6, 0, 128),
+			cli.InRange("own-range-max-v4-prefix", *ownV4, 0, 32),
+			cli.InRange("own-range-max-v6-prefix", *ownV6, 0, 128),
+			cli.InRange("posts-per-minute", *perMin, 0.001, 10000),
+		); err != nil {
+			return err
+		}
+		pol, err := optout.ParsePolicy(*policy)
+		if err != nil {
+			return cli.Usagef("--policy: %v", err)
+		}
+		if *tlsListen != "" && (*tlsCert == "" || *tlsKey == "") {
+			return cli.Usagef("--tls-listen needs --tls-cert and --tls-key")
+		}
+		st, err := cli.OpenStore(ctx, log)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		info := optout.DefaultInfo
+		info.Contact, info.Operator, info.ProjectURL = *contact, *operator, *project
+		srv := &optout.Server{Store: st, BlocklistDir: *dir, Info: info, Log: log, PostsPerMinute: *perMin,
+			Limits: optout.Limits{MinBitsV4: *maxV4, MinBitsV6: *maxV6}, SecureCookies: *tlsListen != "" && *listen == "",
+			Policy: pol, OwnRange: optout.Limits{MinBitsV4: *ownV4, MinBitsV6: *ownV6}}
+		path, err := srv.Rewrite(ctx)
+		if err != nil {
+			return err
+		}
+		log.Info("blocklist file written", "path", path)
+		if *rewrite {
+			return nil
+		}
+		g, ctx := errgroup.WithContext(ctx)
+		if *listen != "" {
+			log.Info("serving the opt-out page", "addr", *listen, "policy", pol)
+			g.Go(func() error { return srv.ListenAndServe(ctx, *listen, "", "") })
+		}
+		if *tlsListen != "" {
+			log.Info("serving the opt-out page over TLS", "addr", *tlsListen, "policy", pol)
+			g.Go(func() error { return srv.ListenAndServe(ctx, *tlsListen, *tlsCert, *tlsKey) })
+		}
+		return g.Wait()
+	})
+}
+
+func runList(io IO, args []string) int {
+	var common cli.Common
+	fs := newFlagSet("list", "optout list [--status STATUS] [--json] [--audit]", &common,
+		"optout list --status pending          # what waits for review",
+		"optout list --json                    # every request, one JSON object a line",
+		"optout list --audit                   # every submission and decision, oldest first")
+	status := fs.String("status", "", "only requests with this status: pending, accepted, rejected or withdrawn")
+	asJSON := fs.Bool("json", false, "one JSON object a line")
+	audit := fs.Bool("audit", false, "list the audit rows (optout_audit) instead of the requests")
+	return cli.RunMain(fs, &common, args, io.Err, func(ctx context.Context, log *slog.Logger, args []string) error {
+		if len(args) > 0 {
+			return cli.Usagef("unexpected arguments: %s", strings.Join(args, " "))
+		}
+		switch *status {
+		case "", optout.StatusPending, optout.StatusAccepted, optout.StatusRejected, optout.StatusWithdrawn:
+		default:
+			return cli.Usagef("--status %q: want pending, accepted, rejected or withdrawn", *status)
+		}
+		st, err := cli.OpenStore(ctx, log)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		if *audit {
+			rows, err := optout.Audit(ctx, st, 0)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(io.Out, rows)
+			}
+			tw := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "AUDIT\tREQUEST\tACTION\tFROM\tTO\tACTOR\tAT\tREASON")
+			for _, r := range rows {
+				from := "-"
+				if r.FromStatus != nil {
+					from = *r.FromStatus
+				}
+				fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.RequestID, r.Action, from, r.ToStatus, r.Actor,
+					r.At.UTC().Format(time.RFC3339), oneLine(r.Reason))
+			}
+			return tw.Flush()
+		}
+		rows, err := optout.List(ctx, st, *status)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(io.Out, rows)
+		}
+		tw := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSTATUS\tPREFIX\tEMAIL\tSOURCE\tCREATED\tUPDATED\tREASON")
+		for _, r := range rows {
+			src := "-"
+			if r.SourceAddr != nil {
+				src = r.SourceAddr.String()
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, r.Prefix, oneLine(r.Email), src,
+				r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339), oneLine(r.Reason))
+		}
+		return tw.Flush()
+	})
+}
+
+func writeJSON[T any](w io.Writer, rows []T) error {
+	enc := json.NewEncoder(w)
+	for _, r := range rows {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// oneLine keeps a stored text on one table row.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// decider returns the subcommand for an operator action on one request.
+func decider(action string) func(IO, []string) int {
+	verb := map[string]string{optout.ActionAccept: "accept", optout.ActionReject: "reject", optout.ActionWithdraw: "withdraw"}[action]
+	return func(io IO, args []string) int {
+		var common cli.Common
+		usage := "optout " + verb + " ID [--reason TEXT] [flags]"
+		if action == optout.ActionReject {
+			usage = "optout reject ID --reason TEXT [flags]"
+		}
+		fs := newFlagSet(verb, usage, &common,
+			"optout "+verb+" 42 --reason 'confirmed by phone with the AS contact'",
+			"optout "+verb+" 42 --actor alice --blocklist-dir /srv/doqscan/blocklist")
+		reason := fs.String("reason", "", "why, for the audit row (required for reject)")
+		actor := fs.String("actor", defaultActor(), "who decides, for the audit row")
+		dir := blocklistDirFlag(fs)
+		return cli.RunMain(fs, &common, reorder(args), io.Err, func(ctx context.Context, log *slog.Logger, args []string) error {
+			if len(args) != 1 {
+				return cli.Usagef("want exactly one request ID (see optout list)")
+			}
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return cli.Usagef("request ID %q: want a positive number (see optout list)", args[0])
+			}
+			*reason = strings.TrimSpace(*reason)
+			if action == optout.ActionReject && *reason == "" {
+				return cli.Usagef("reject needs --reason")
+			}
+			if *actor == "" {
+				return cli.Usagef("--actor must not be empty")
+			}
+			st, err := cli.OpenStore(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			e, err := Decide(ctx, st, *dir, id, action, "cli "+*actor, *reason, log)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(io.Out, "%d\t%s\t%s\n", e.ID, e.Status, e.Prefix)
+			return nil
+		})
+	}
+}
+
+// Decide applies an operator's action to request id, with its audit row, then regenerates
+// optout.conf in dir. An unknown id or a status that does not allow the action is a usage
+// error (exit code 2) and changes nothing.
+func Decide(ctx context.Context, st *store.Store, dir string, id int64, action, actor, reason string, log *slog.Logger) (optout.Entry, error) {
+	e, err := optout.Decide(ctx, st, id, action, actor, reason, time.Now().UTC())
+	var te *optout.TransitionError
+	switch {
+	case errors.Is(err, optout.ErrNoSuchRequest), errors.As(err, &te):
+		return e, &cli.ExitError{Code: cli.ExitUsage, Err: err}
+	case err != nil:
+		return e, err
+	}
+	log.Info("opt-out "+action, "id", e.ID, "prefix", e.Prefix, "status", e.Status, "actor", actor, "reason", reason)
+	srv := &optout.Server{Store: st, BlocklistDir: dir, Log: log}
+	path, err := srv.Rewrite(ctx)
+	if err != nil {
+		return e, fmt.Errorf("request %d is %s, but %s could not be regenerated (run optout --rewrite-only): %w",
+			e.ID, e.Status, filepath.Join(dir, optout.OptOutFile), err)
+	}
+	log.Info("blocklist file written", "path", path)
+	return e, nil
+}
+
+// reorder moves the positional ID after the flags, so "accept 42 --reason x" parses as
+// "accept --reason x 42" (Go's flag package stops at the first positional argument).
+func reorder(args []string) []string {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return append(append([]string(nil), args[1:]...), args[0])
+	}
+	return args
+}
+
+func defaultActor() string {
+	name := os.Getenv("SUDO_USER")
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+	}
+	host, _ := os.Hostname()
+	if host != "" {
+		return name + "@" + host
+	}
+	return name
+}
