@@ -17,6 +17,7 @@ import (
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/labnet"
+	"github.com/doqscan/doqscan/internal/optout/pace"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -248,6 +249,9 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 		return nil, err
 	}
 	quicPkt, dnsPkt, ports, order, cl := pl.quicPkt, pl.dnsPkt, pl.kinds, pl.order, pl.cl
+	if err := checkPace(c.Zmap, safety, min(len(quicPkt), len(dnsPkt))); err != nil {
+		return nil, err
+	}
 	dir := RunDir(c.OutDir, c.Week, c.VantageID, c.Label, c.Shard)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("run directory: %w", err)
@@ -729,4 +733,28 @@ func (pl *plan) ports32() []int32 {
 		out[i] = int32(p)
 	}
 	return out
+}
+
+// checkPace refuses a scan that would send more than the opt-out page promises
+// (pace.MaxPerSlash16 probes per second on average) towards some /16: zmap runs once
+// per port at z's rate, spread by its random permutation over the targets (all of IPv4
+// for an internet-wide scan) minus the blocklist. smallest is the shortest probe
+// payload, the fastest a --bandwidth turns into packets.
+func checkPace(z ZmapRun, safety *Safety, smallest int) error {
+	if smallest <= 0 {
+		smallest = 1
+	}
+	rate, err := z.PacketsPerSecond(smallest)
+	if err != nil {
+		return err
+	}
+	var targets []netip.Prefix
+	if !safety.InternetWide {
+		targets = safety.Targets
+	}
+	var excluded []netip.Prefix
+	for _, e := range safety.List.Effective() {
+		excluded = append(excluded, e.Prefix)
+	}
+	return pace.CheckScanPace(rate, targets, excluded)
 }

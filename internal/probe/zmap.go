@@ -283,3 +283,33 @@ func StartZmap(ctx context.Context, binary string, args []string, log *slog.Logg
 	}()
 	return cmd, stdout, status, nil
 }
+
+// EthernetOverhead is what zmap adds to a probe's frame length when it turns --bandwidth
+// into a packet rate: 7 bytes preamble, 1 start-of-frame, 4 CRC, 12 inter-frame gap.
+const EthernetOverhead = 24
+
+// udpFrameHeaders are the Ethernet, IPv4 and UDP headers in front of a UDP probe's payload.
+const udpFrameHeaders = 14 + 20 + 8
+
+// PacketsPerSecond is the send rate of z for a probe payload of payloadLen bytes: Rate,
+// or Bandwidth (bits/s with an optional K, M or G) divided by the frame's bits as zmap
+// divides them; negative for RateUnlimited.
+func (z ZmapRun) PacketsPerSecond(payloadLen int) (float64, error) {
+	if z.Bandwidth == "" {
+		return float64(z.Rate), nil
+	}
+	s, mult := z.Bandwidth, 1.0
+	switch s[len(s)-1] {
+	case 'K':
+		s, mult = s[:len(s)-1], 1e3
+	case 'M':
+		s, mult = s[:len(s)-1], 1e6
+	case 'G':
+		s, mult = s[:len(s)-1], 1e9
+	}
+	bits, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: bandwidth %q: want a number with an optional G, M or K", ErrBadRate, z.Bandwidth)
+	}
+	return float64(bits) * mult / float64(8*(payloadLen+udpFrameHeaders+EthernetOverhead)), nil
+}

@@ -30,7 +30,7 @@ var Cmd = cli.Command{
 		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000      # the testbed's whole /16, all four ports",
 		"zprobe scan --vantage fra1 --allowlist targets.conf --rate 40000 --seed 42 --shards 4 --shard 0",
 		"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42   # the real weekly scan (deliberate)",
-		"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 500  # built-in sender, IPv6 too",
+		"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 200  # built-in sender, IPv6 too",
 		"zprobe ingest var/scans/2026-W47/fra1/weekly-shard0/853.csv   # replay a raw zmap output (idempotent)",
 		"zprobe probes --write probes                                  # regenerate probes/",
 		"zprobe blocklist --why 198.19.5.1 --testbed 198.19.0.0/16       # is an address excluded, and why",

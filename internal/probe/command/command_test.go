@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/optout/pace"
 )
 
 // TestRefusals: the scan refuses to start without targets, with a testbed prefix
@@ -70,4 +72,20 @@ func TestFlagErrors(t *testing.T) {
 			t.Logf("%v: exit %d: %v", c.args[:1], code, err)
 		}
 	}
+}
+
+// TestSendPaceRefused: the built-in sender probes a hitlist in its order, so a rate above
+// the page's per-/16 promise is refused (exit 2) for internet addresses before anything
+// is opened or sent; the same rate inside the lab is allowed past that check.
+func TestSendPaceRefused(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	hitlist := filepath.Join(t.TempDir(), "hitlist.txt")
+	os.WriteFile(hitlist, []byte("# one internet address\n44.0.0.1\n"), 0o644)
+	allow := filepath.Join(t.TempDir(), "allow.conf")
+	os.WriteFile(allow, []byte("44.0.0.0/16\n"), 0o644)
+	err := Run(context.Background(), log, []string{"send", "--vantage", "x", "--allowlist", allow, "--hitlist", hitlist, "--rate", "1000"})
+	if !errors.Is(err, pace.ErrPace) || cli.ExitCode(err) != cli.ExitUsage {
+		t.Fatalf("send at 1000/s to an internet /16: %v (exit %d), want a pace error, exit 2", err, cli.ExitCode(err))
+	}
+	t.Log(err)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/optout/pace"
 	"github.com/doqscan/doqscan/internal/probe"
 )
 
@@ -160,7 +161,8 @@ func classify(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, probe.ErrNoTargets), errors.Is(err, probe.ErrBadTargets), errors.Is(err, probe.ErrOutsideAllowlist),
-		errors.Is(err, probe.ErrSeedShards), errors.Is(err, probe.ErrBadShard), errors.Is(err, probe.ErrBadRate):
+		errors.Is(err, probe.ErrSeedShards), errors.Is(err, probe.ErrBadShard), errors.Is(err, probe.ErrBadRate),
+		errors.Is(err, pace.ErrPace):
 		return &cli.ExitError{Code: cli.ExitUsage, Err: err}
 	case errors.Is(err, probe.ErrNoZmap):
 		return &cli.ExitError{Code: cli.ExitEnvironment, Err: err}

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/optout/pace"
 	"github.com/doqscan/doqscan/internal/probe"
 )
 
 func runSend(ctx context.Context, log *slog.Logger, args []string) error {
 	fs := sub("send", "zprobe send --hitlist FILE [flags]",
-		"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 500",
+		"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 200",
 		"zprobe send --vantage dq --testbed 198.19.0.0/16 --hitlist known.txt --rate 2000 --json")
 	var tf targetFlags
 	var pf probeFlags
@@ -49,6 +50,9 @@ func runSend(ctx context.Context, log *slog.Logger, args []string) error {
 		return cli.Environmentf("--hitlist: %v", err)
 	case err != nil:
 		return cli.Usagef("%v", err)
+	}
+	if err := pace.CheckSendPace(rate, hl); err != nil {
+		return classify(err)
 	}
 	q, d, err := pf.build()
 	if err != nil {
