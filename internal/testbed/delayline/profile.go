@@ -38,7 +38,7 @@ type Table struct {
 	Default Profile
 	exact   map[netip.Addr]Profile
 	byLen   [129]map[netip.Prefix]Profile // prefixes by length (either family; a family's host length unused)
-	lens    []int                        // lengths present, longest first
+	lens    []int                         // lengths present, longest first
 	// Vantage[i] is the extra one-way delay for vantage i (the vantage at 198.18.i.2).
 	Vantage map[int]time.Duration
 }
