@@ -447,7 +447,11 @@ func GetStatus(ctx context.Context, o Options) (*Status, error) {
 	}
 	st.RouteCheck = "ok"
 	if st.Healthy {
-		if err := r.VerifyNoRouteOut(ctx, in); err != nil {
+		err := r.VerifyNoRouteOut(ctx, in)
+		if err == nil {
+			err = r.VerifyHostNoLabRoute(ctx)
+		}
+		if err != nil {
 			st.RouteCheck = err.Error()
 			st.Healthy = false
 		}
