@@ -2,7 +2,9 @@ package measure_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,6 +118,26 @@ func checkStamps(t *testing.T, p measure.Protocol, res *measure.Result) {
 	case measure.DoQ, measure.DoH3:
 		if crypto <= 0 || crypto != res.Handshake || res.CryptoFrom.Before(res.StartedAt) {
 			t.Errorf("%s: quic stamps %v..%v (%v), handshake %v, started %v", p, res.CryptoFrom, res.CryptoTo, crypto, res.Handshake, res.StartedAt)
+		}
+	}
+}
+
+// TestClassifyUnreachable: every ICMP and ICMPv6 destination-unreachable the kernel
+// reports (as the errno Linux maps it to, also when no net.OpError wraps it, as quic-go
+// returns a socket error) is a classified network outcome or a refusal, never "error".
+func TestClassifyUnreachable(t *testing.T) {
+	for _, c := range []struct {
+		errno syscall.Errno
+		want  measure.Status
+	}{
+		{syscall.ECONNREFUSED, measure.StatusConnRefused}, // port unreachable (ICMP code 3, ICMPv6 code 4)
+		{syscall.EHOSTUNREACH, measure.StatusNetwork},     // host/address unreachable, ICMP filtered
+		{syscall.ENETUNREACH, measure.StatusNetwork},      // net unreachable, ICMPv6 no route
+		{syscall.EACCES, measure.StatusNetwork},           // ICMPv6 administratively prohibited
+	} {
+		err := fmt.Errorf("handshake: %w", os.NewSyscallError("recvmsg", c.errno))
+		if got := measure.Classify(err); got != c.want {
+			t.Errorf("%v: %s, want %s", c.errno, got, c.want)
 		}
 	}
 }

@@ -229,14 +229,13 @@ func (tb *Testbed) PathTable() *delayline.Table {
 }
 
 // TableFromPopulation turns the population's path profiles into a delay-line table:
-// one prefix entry per host record, the default path for everything else.
+// one prefix entry per host record of either family, the default path for everything else.
 func TableFromPopulation(p *population.Population) *delayline.Table {
 	prof := func(pa population.Path) delayline.Profile {
 		return delayline.Profile{OneWay: pa.OneWay(), Jitter: pa.Jitter, Loss: pa.Loss}
 	}
 	t := delayline.NewTable(prof(p.Paths[p.DefaultPath]))
-	for i := range p.Records {
-		r := &p.Records[i]
+	for _, r := range p.AllRecords() {
 		if r.Path != "" && r.Path != p.DefaultPath {
 			t.Set(r.Prefix, prof(p.Paths[r.Path]))
 		}
@@ -447,7 +446,11 @@ func GetStatus(ctx context.Context, o Options) (*Status, error) {
 	}
 	st.RouteCheck = "ok"
 	if st.Healthy {
-		if err := r.VerifyNoRouteOut(ctx, in); err != nil {
+		err := r.VerifyNoRouteOut(ctx, in)
+		if err == nil {
+			err = r.VerifyHostNoLabRoute(ctx)
+		}
+		if err != nil {
 			st.RouteCheck = err.Error()
 			st.Healthy = false
 		}

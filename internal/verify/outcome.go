@@ -95,7 +95,9 @@ func classifyHandshake(err error) (string, string) {
 		return OutcomeVersionMismatch, fmt.Sprintf("server offers %s, we speak %s", fmtVersions(vn.Theirs), fmtVersions(vn.Ours))
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return OutcomeUnreachable, "connection refused (ICMP port unreachable)"
-	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EACCES):
+		// EACCES: Linux's mapping of an ICMPv6 "administratively prohibited" unreachable
+		// (ICMP's "filtered" arrives as EHOSTUNREACH).
 		return OutcomeUnreachable, err.Error()
 	case errors.As(err, &hto), errors.As(err, &ito), errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return OutcomeTimeout, "handshake: " + err.Error()

@@ -14,6 +14,7 @@ import (
 	"github.com/doqscan/doqscan/internal/kstamp"
 	"net"
 	"net/netip"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -57,21 +58,27 @@ func (s Sample) Answered() bool {
 }
 
 // Prober takes RTT samples. One Prober serves many concurrent probes (its TCP raw
-// socket is shared).
+// sockets, one per address family, are shared).
 type Prober struct {
-	tcp *tcpProber
+	mu         sync.Mutex
+	tcp4, tcp6 *tcpProber
 }
 
 // New returns a Prober. TCP probes need a raw socket (root or CAP_NET_RAW); without one
 // they fail with a classified error and the other transports still work.
 func New() *Prober { return &Prober{} }
 
-// Close releases the raw socket.
+// Close releases the raw sockets.
 func (p *Prober) Close() error {
-	if p.tcp != nil {
-		return p.tcp.close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, t := range []*tcpProber{p.tcp4, p.tcp6} {
+		if t != nil {
+			errs = append(errs, t.close())
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Probe takes n samples one after another (each its own socket and source port).

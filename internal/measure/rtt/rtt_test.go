@@ -11,10 +11,18 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/rtt"
 )
 
+// TestProbes takes every kind of sample over IPv4 and IPv6 loopback, with one Prober
+// for both families (as measure uses it).
 func TestProbes(t *testing.T) {
-	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.6"})
 	p := rtt.New()
 	defer p.Close()
+	for _, host := range []string{"127.0.0.6", "::1"} {
+		t.Run(host, func(t *testing.T) { testProbes(t, p, host) })
+	}
+}
+
+func testProbes(t *testing.T, p *rtt.Prober, host string) {
+	s := measuretest.Start(t, measuretest.Config{Host: host})
 	ctx := context.Background()
 	check := func(name string, got []rtt.Sample, want string, n int) {
 		t.Helper()
@@ -38,9 +46,9 @@ func TestProbes(t *testing.T) {
 		}
 	}
 	// UDP to a closed port: ICMP port unreachable ends the probe.
-	check("udp-closed", p.Probe(ctx, rtt.UDP, measuretest.UnusedPort(t, "udp", "127.0.0.6"), 2, time.Second), rtt.StatusICMP, 2)
+	check("udp-closed", p.Probe(ctx, rtt.UDP, measuretest.UnusedPort(t, "udp", host), 2, time.Second), rtt.StatusICMP, 2)
 	// A UDP echo answers.
-	echo, err := net.ListenPacket("udp", "127.0.0.6:0")
+	echo, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,5 +68,5 @@ func TestProbes(t *testing.T) {
 		t.Skip("TCP SYN probes need a raw socket (root): skipping the TCP half")
 	}
 	check("tcp-open", p.Probe(ctx, rtt.TCP, s.TCP, 3, time.Second), rtt.StatusOK, 3)
-	check("tcp-closed", p.Probe(ctx, rtt.TCP, measuretest.UnusedPort(t, "tcp", "127.0.0.6"), 2, time.Second), rtt.StatusRST, 2)
+	check("tcp-closed", p.Probe(ctx, rtt.TCP, measuretest.UnusedPort(t, "tcp", host), 2, time.Second), rtt.StatusRST, 2)
 }

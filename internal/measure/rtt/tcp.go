@@ -41,18 +41,31 @@ type probeKey struct {
 	lport  uint16
 }
 
+// tcpProber owns the raw TCP socket of one address family and the probes waiting on it.
 type tcpProber struct {
 	conn    *net.IPConn
 	rc      syscall.RawConn
+	v6      bool
 	mu      sync.Mutex
 	waiters map[probeKey]chan reply
 }
 
-func (p *Prober) ensureTCP() (*tcpProber, error) {
-	if p.tcp != nil {
-		return p.tcp, nil
+// ensureTCP returns the raw TCP socket of dst's family, opening it on first use: an
+// IPv4 raw socket cannot send to an IPv6 address, so each family has its own.
+func (p *Prober) ensureTCP(dst netip.Addr) (*tcpProber, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v6 := dst.Is6() && !dst.Is4In6()
+	slot := &p.tcp4
+	network, unspec := "ip4:tcp", net.IPv4zero
+	if v6 {
+		slot = &p.tcp6
+		network, unspec = "ip6:tcp", net.IPv6unspecified
 	}
-	c, err := net.ListenIP("ip4:tcp", &net.IPAddr{IP: net.IPv4zero})
+	if *slot != nil {
+		return *slot, nil
+	}
+	c, err := net.ListenIP(network, &net.IPAddr{IP: unspec})
 	if err != nil {
 		return nil, fmt.Errorf("raw TCP socket (needs root or CAP_NET_RAW): %w", err)
 	}
@@ -64,9 +77,9 @@ func (p *Prober) ensureTCP() (*tcpProber, error) {
 		c.Close()
 		return nil, fmt.Errorf("raw TCP socket: receive timestamps: %w", err)
 	}
-	t := &tcpProber{conn: c, rc: rc, waiters: map[probeKey]chan reply{}}
+	t := &tcpProber{conn: c, rc: rc, v6: v6, waiters: map[probeKey]chan reply{}}
 	go t.readLoop()
-	p.tcp = t
+	*slot = t
 	return t, nil
 }
 
@@ -85,12 +98,7 @@ func (t *tcpProber) readLoop() {
 		if at.IsZero() {
 			at = time.Now()
 		}
-		sa, ok := from.(*unix.SockaddrInet4)
-		if !ok {
-			continue
-		}
-		src := netip.AddrFrom4(sa.Addr)
-		seg, ok := stripIPv4(buf[:n])
+		src, seg, ok := t.segment(from, buf[:n])
 		if !ok || len(seg) < tcpHeaderLen {
 			continue
 		}
@@ -108,6 +116,26 @@ func (t *tcpProber) readLoop() {
 	}
 }
 
+// segment returns the sender and the TCP segment of one read from the raw socket. An
+// IPv4 raw socket delivers the IP header too (RFC 791 §3.1); an IPv6 one delivers the
+// payload only (RFC 3542 §3: no IPv6 header on input), with the sender in from.
+func (t *tcpProber) segment(from unix.Sockaddr, b []byte) (netip.Addr, []byte, bool) {
+	switch sa := from.(type) {
+	case *unix.SockaddrInet4:
+		if t.v6 {
+			return netip.Addr{}, nil, false
+		}
+		seg, ok := stripIPv4(b)
+		return netip.AddrFrom4(sa.Addr), seg, ok
+	case *unix.SockaddrInet6:
+		if !t.v6 {
+			return netip.Addr{}, nil, false
+		}
+		return netip.AddrFrom16(sa.Addr), b, true
+	}
+	return netip.Addr{}, nil, false
+}
+
 // stripIPv4 returns the payload of an IPv4 packet as a raw socket delivers it (header
 // included, RFC 791 §3.1), or false when the header is malformed.
 func stripIPv4(b []byte) ([]byte, bool) {
@@ -119,13 +147,17 @@ func stripIPv4(b []byte) ([]byte, bool) {
 }
 
 func (p *Prober) probeTCP(ctx context.Context, addr netip.AddrPort, timeout time.Duration) Sample {
-	t, err := p.ensureTCP()
+	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	t, err := p.ensureTCP(addr.Addr())
 	if err != nil {
 		return Sample{SentAt: time.Now(), Status: StatusError, Detail: err.Error()}
 	}
 	src, err := SourceFor(addr)
 	if err != nil {
 		return Sample{SentAt: time.Now(), Status: StatusError, Detail: err.Error()}
+	}
+	if src.Is4() != addr.Addr().Is4() {
+		return Sample{SentAt: time.Now(), Status: StatusError, Detail: fmt.Sprintf("source %s for %s: address families differ", src, addr)}
 	}
 	fd, lport, err := reservePort(src)
 	if err != nil {
@@ -175,13 +207,21 @@ func SourceFor(addr netip.AddrPort) (netip.Addr, error) {
 	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
 }
 
-// reservePort binds a TCP socket to an ephemeral port on src and returns it (open).
+// reservePort binds a TCP socket of src's family to an ephemeral port on src and
+// returns it (open).
 func reservePort(src netip.Addr) (int, uint16, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	family, bind := unix.AF_INET, unix.Sockaddr(nil)
+	if src.Is4() {
+		bind = &unix.SockaddrInet4{Addr: src.As4()}
+	} else {
+		family = unix.AF_INET6
+		bind = &unix.SockaddrInet6{Addr: src.As16()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
 	if err != nil {
 		return -1, 0, fmt.Errorf("reserve port: %w", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: src.As4()}); err != nil {
+	if err := unix.Bind(fd, bind); err != nil {
 		unix.Close(fd)
 		return -1, 0, fmt.Errorf("reserve port: %w", err)
 	}
@@ -190,7 +230,14 @@ func reservePort(src netip.Addr) (int, uint16, error) {
 		unix.Close(fd)
 		return -1, 0, fmt.Errorf("reserve port: %w", err)
 	}
-	return fd, uint16(sa.(*unix.SockaddrInet4).Port), nil
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return fd, uint16(sa.Port), nil
+	case *unix.SockaddrInet6:
+		return fd, uint16(sa.Port), nil
+	}
+	unix.Close(fd)
+	return -1, 0, fmt.Errorf("reserve port: unexpected socket address %T", sa)
 }
 
 // synSegment builds a SYN with an MSS option and a valid checksum (RFC 9293 §3.1).
@@ -208,9 +255,12 @@ func synSegment(src netip.Addr, dst netip.AddrPort, sport uint16, seq uint32) []
 	return seg
 }
 
+// tcpChecksum covers the segment and the pseudo-header of its family: addresses, protocol
+// and length (RFC 9293 §3.1 for IPv4; RFC 8200 §8.1 for IPv6, where the length is 32
+// bits, which the one's complement sum treats the same for a segment this small).
 func tcpChecksum(src, dst netip.Addr, seg []byte) uint16 {
 	var sum uint32
-	s, d := src.As4(), dst.As4()
+	s, d := src.AsSlice(), dst.AsSlice()
 	add := func(b []byte) {
 		for i := 0; i+1 < len(b); i += 2 {
 			sum += uint32(b[i])<<8 | uint32(b[i+1])
@@ -219,8 +269,8 @@ func tcpChecksum(src, dst netip.Addr, seg []byte) uint16 {
 			sum += uint32(b[len(b)-1]) << 8
 		}
 	}
-	add(s[:])
-	add(d[:])
+	add(s)
+	add(d)
 	sum += unix.IPPROTO_TCP
 	sum += uint32(len(seg))
 	add(seg)

@@ -1,6 +1,6 @@
-// Package delayline is the testbed's user-space delay line: it reads every IPv4 packet
+// Package delayline is the testbed's user-space delay line: it reads every IPv4 and IPv6 packet
 // the router namespace routes into a TUN device, holds it for the one-way delay of its
-// path (per internet-side address, plus a per-vantage extra), drops it with the path's
+// path (per internet-side address of either family, plus a per-vantage extra), drops it with the path's
 // loss probability (seeded RNG) and writes it back into the TUN device, from where the
 // kernel forwards it on. The kernel of the testbed machines has no netem, hence this.
 //
@@ -55,6 +55,11 @@ var (
 	InternetPrefix = netip.MustParsePrefix("198.19.0.0/16")
 	// VantagePrefix holds the vantage links: vantage i is 198.18.i.2/24.
 	VantagePrefix = netip.MustParsePrefix("198.18.0.0/16")
+	// InternetPrefix6 is the simulated internet's IPv6 half (AnyIP too).
+	InternetPrefix6 = netip.MustParsePrefix("2001:2:0:8000::/49")
+	// VantagePrefix6 holds the vantage links' IPv6 side: vantage i is 2001:2:0:i::2/64,
+	// so byte 7 of the address is the vantage index.
+	VantagePrefix6 = netip.MustParsePrefix("2001:2::/56")
 )
 
 const (
@@ -159,7 +164,7 @@ type Stats struct {
 	Received  uint64 `json:"received"`
 	Forwarded uint64 `json:"forwarded"`
 	Lost      uint64 `json:"lost"`      // emulated loss
-	Dropped   uint64 `json:"dropped"`   // not IPv4, truncated, or over MaxInFlight
+	Dropped   uint64 `json:"dropped"`   // not IPv4 or IPv6, malformed, truncated, or over MaxInFlight
 	Overflow  uint64 `json:"overflow"`  // part of Dropped: over MaxInFlight
 	InFlight  int    `json:"in_flight"` // held now
 	MaxHeld   int    `json:"max_held"`  // most held at once
@@ -184,7 +189,7 @@ type entry struct {
 }
 
 type flowKey struct {
-	src, dst [4]byte
+	src, dst [16]byte // IPv4 addresses as IPv4-mapped IPv6 (As16)
 	proto    uint8
 }
 
@@ -346,7 +351,7 @@ func (l *Line) work(w *worker) error {
 			// long, but releasing it early would be worse than late.
 			arrival := r - min((r-lastEmpty)/2, quantum)
 			w.c.received.Add(1)
-			h, perr := ParseIPv4(buf[:n])
+			h, perr := ParsePacket(buf[:n])
 			if perr != nil || n >= SlotSize {
 				w.c.dropped.Add(1)
 				continue // reuse the slot
@@ -456,16 +461,16 @@ func (l *Line) readErr(err error) error {
 // decide returns the release deadline of a packet that arrived at arrival, or lost.
 func (w *worker) decide(pb *pathsBox, h Header, arrival, lead int64) (due int64, lost bool) {
 	inet, vant := h.Dst, h.Src
-	if !InternetPrefix.Contains(inet) {
+	if !isInternet(inet) {
 		inet, vant = h.Src, h.Dst
 	}
 	var prof Profile
-	if InternetPrefix.Contains(inet) {
+	if isInternet(inet) {
 		prof = pb.p.Lookup(inet)
 	}
 	delay := prof.OneWay
-	if VantagePrefix.Contains(vant) {
-		delay += pb.vantage[int(vant.As4()[2])]
+	if v, ok := vantageIndex(vant); ok {
+		delay += pb.vantage[v]
 	}
 	if prof.Loss > 0 && w.rng.Float64() < prof.Loss {
 		return 0, true
@@ -479,7 +484,7 @@ func (w *worker) decide(pb *pathsBox, h Header, arrival, lead int64) (due int64,
 	due = arrival + int64(delay) - lead
 	if prof.Jitter > 0 || len(w.flows) > 0 {
 		// Per-flow FIFO: never release before the previous packet of the flow.
-		k := flowKey{src: h.Src.As4(), dst: h.Dst.As4(), proto: h.Proto}
+		k := flowKey{src: h.Src.As16(), dst: h.Dst.As16(), proto: h.Proto}
 		if last, ok := w.flows[k]; ok && due <= last {
 			due = last + 1
 		}
@@ -495,6 +500,22 @@ func (w *worker) decide(pb *pathsBox, h Header, arrival, lead int64) (due int64,
 		}
 	}
 	return due, false
+}
+
+// isInternet reports whether a is in the simulated internet (either family).
+func isInternet(a netip.Addr) bool {
+	return InternetPrefix.Contains(a) || InternetPrefix6.Contains(a)
+}
+
+// vantageIndex returns the vantage whose link holds a (198.18.i.0/24, 2001:2:0:i::/64).
+func vantageIndex(a netip.Addr) (int, bool) {
+	switch {
+	case VantagePrefix.Contains(a):
+		return int(a.As4()[2]), true
+	case VantagePrefix6.Contains(a):
+		return int(a.As16()[7]), true
+	}
+	return 0, false
 }
 
 func (w *worker) buf(slot int32) []byte {

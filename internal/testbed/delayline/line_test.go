@@ -92,7 +92,33 @@ func pkt(src, dst string, seq uint32) []byte {
 	return b
 }
 
-func seqOf(b []byte) uint32 { return binary.BigEndian.Uint32(b[28:]) }
+func seqOf(b []byte) uint32 {
+	if b[0]>>4 == 6 {
+		return binary.BigEndian.Uint32(b[48:])
+	}
+	return binary.BigEndian.Uint32(b[28:])
+}
+
+// pkt6 builds an IPv6/UDP packet whose payload carries a sequence number.
+func pkt6(src, dst string, seq uint32) []byte {
+	b := make([]byte, 52)
+	b[0] = 0x60
+	binary.BigEndian.PutUint16(b[4:], uint16(len(b)-40))
+	b[6], b[7] = 17, 64
+	s, d := netip.MustParseAddr(src).As16(), netip.MustParseAddr(dst).As16()
+	copy(b[8:], s[:])
+	copy(b[24:], d[:])
+	binary.BigEndian.PutUint32(b[48:], seq)
+	return b
+}
+
+// packet builds an IPv4 or IPv6 packet, by the family of its addresses.
+func packet(src, dst string, seq uint32) []byte {
+	if netip.MustParseAddr(src).Is6() {
+		return pkt6(src, dst, seq)
+	}
+	return pkt(src, dst, seq)
+}
 
 func runLine(t *testing.T, cfg Config) (*chanDev, *Line, func()) {
 	t.Helper()
@@ -113,10 +139,11 @@ func runLine(t *testing.T, cfg Config) (*chanDev, *Line, func()) {
 }
 
 // Every packet is held at least its path's one-way delay (plus the vantage extra), in
-// both directions, looked up on the internet-side address.
+// both directions, looked up on the internet-side address, in both address families.
 func TestDelayBothDirections(t *testing.T) {
 	tbl := NewTable(Profile{OneWay: 3 * time.Millisecond})
 	tbl.Set(netip.MustParsePrefix("198.19.5.0/24"), Profile{OneWay: 10 * time.Millisecond})
+	tbl.Set(netip.MustParsePrefix("2001:2:0:8005::/64"), Profile{OneWay: 10 * time.Millisecond})
 	d, _, stop := runLine(t, Config{Paths: tbl, Vantage: map[int]time.Duration{1: 4 * time.Millisecond}})
 	defer stop()
 	cases := []struct {
@@ -128,10 +155,15 @@ func TestDelayBothDirections(t *testing.T) {
 		{"198.18.0.2", "198.19.6.1", 3 * time.Millisecond},
 		{"198.18.1.2", "198.19.5.9", 14 * time.Millisecond},
 		{"198.19.6.1", "198.18.1.2", 7 * time.Millisecond},
+		{"2001:2::2", "2001:2:0:8005::9", 10 * time.Millisecond},
+		{"2001:2:0:8005::9", "2001:2::2", 10 * time.Millisecond},
+		{"2001:2::2", "2001:2:0:8006::1", 3 * time.Millisecond},
+		{"2001:2:0:1::2", "2001:2:0:8005::9", 14 * time.Millisecond},
+		{"2001:2:0:8006::1", "2001:2:0:1::2", 7 * time.Millisecond},
 	}
 	for i, c := range cases {
 		t0 := time.Now()
-		d.in <- pkt(c.src, c.dst, uint32(i))
+		d.in <- packet(c.src, c.dst, uint32(i))
 		w := <-d.out
 		if seqOf(w.b) != uint32(i) {
 			t.Fatalf("case %d: got packet %d", i, seqOf(w.b))
@@ -205,12 +237,18 @@ func TestDropsGarbage(t *testing.T) {
 	d, l, stop := runLine(t, Config{Paths: NewTable(Profile{})})
 	d.in <- []byte{0x60, 0, 0, 0}          // IPv6-ish, short
 	d.in <- bytes.Repeat([]byte{0x45}, 40) // total length 0x4545 > 40
+	d.in <- bytes.Repeat([]byte{0x60}, 48) // IPv6, payload length 0x6060 > 8
+	d.in <- []byte{0x20, 0, 0, 0}          // version 2
 	d.in <- pkt("198.18.0.2", "198.19.0.1", 7)
+	d.in <- pkt6("2001:2::2", "2001:2:0:8000::1", 8)
 	if got := seqOf((<-d.out).b); got != 7 {
 		t.Errorf("got %d", got)
 	}
+	if got := seqOf((<-d.out).b); got != 8 {
+		t.Errorf("got %d", got)
+	}
 	stop()
-	if st := l.Stats(); st.Dropped != 2 || st.Forwarded != 1 {
+	if st := l.Stats(); st.Dropped != 4 || st.Forwarded != 2 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -222,12 +260,15 @@ vantage 1 rtt=10ms
 198.19.5.0/24 rtt=5ms
 198.19.5.128/25 rtt=80ms
 198.19.5.200 rtt=300ms loss=0.5
+2001:2:0:8005::/64 rtt=40ms
+2001:2:0:8005::5 rtt=150ms
 `
 	tbl, err := ParseTable(strings.NewReader(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for a, want := range map[string]time.Duration{"198.19.5.1": 5, "198.19.5.129": 80, "198.19.5.200": 300, "198.19.9.9": 20} {
+	for a, want := range map[string]time.Duration{"198.19.5.1": 5, "198.19.5.129": 80, "198.19.5.200": 300, "198.19.9.9": 20,
+		"2001:2:0:8005::1": 40, "2001:2:0:8005::5": 150, "2001:2:0:8009::1": 20} {
 		if got := tbl.Lookup(netip.MustParseAddr(a)).RTT(); got != want*time.Millisecond {
 			t.Errorf("%s: rtt %v, want %v ms", a, got, want)
 		}
@@ -247,7 +288,7 @@ vantage 1 rtt=10ms
 		t.Errorf("round trip changed the table:\n%s", buf.String())
 	}
 	for _, bad := range []string{"default rtt=-1ms", "x rtt=1ms", "198.19.0.0/33 rtt=1ms", "default loss=2",
-		"default rtt", "vantage 999 rtt=1ms", "vantage 1 loss=0.1", "default speed=3", "::1 rtt=1ms"} {
+		"default rtt", "vantage 999 rtt=1ms", "vantage 1 loss=0.1", "default speed=3", "2001:2::/129 rtt=1ms", "::ffff:198.19.0.1 rtt=1ms", "fe80::1%eth0 rtt=1ms"} {
 		if _, err := ParseTable(strings.NewReader(bad)); err == nil {
 			t.Errorf("ParseTable(%q) accepted", bad)
 		}
@@ -261,6 +302,23 @@ func FuzzParseIPv4(f *testing.F) {
 		h, err := ParseIPv4(b)
 		if err == nil && (!h.Src.Is4() || !h.Dst.Is4()) {
 			t.Fatalf("accepted with bad addresses: %+v", h)
+		}
+	})
+}
+
+// FuzzParsePacket: any bytes give the addresses of the family the first nibble names,
+// or an error, never a panic.
+func FuzzParsePacket(f *testing.F) {
+	f.Add(pkt("198.18.0.2", "198.19.0.1", 1))
+	f.Add(pkt6("2001:2::2", "2001:2:0:8000::1", 1))
+	f.Add([]byte{0x60, 0, 0, 0, 0, 8, 0, 64})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := ParsePacket(b)
+		if err != nil {
+			return
+		}
+		if v4 := b[0]>>4 == 4; h.Src.Is4() != v4 || h.Dst.Is4() != v4 {
+			t.Fatalf("version %d packet gave %+v", b[0]>>4, h)
 		}
 	})
 }

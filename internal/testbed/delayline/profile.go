@@ -37,8 +37,8 @@ type Paths interface {
 type Table struct {
 	Default Profile
 	exact   map[netip.Addr]Profile
-	byLen   [33]map[netip.Prefix]Profile // prefixes by length; [32] unused
-	lens    []int                        // lengths present, longest first
+	byLen   [129]map[netip.Prefix]Profile // prefixes by length (either family; a family's host length unused)
+	lens    []int                         // lengths present, longest first
 	// Vantage[i] is the extra one-way delay for vantage i (the vantage at 198.18.i.2).
 	Vantage map[int]time.Duration
 }
@@ -95,6 +95,8 @@ func (t *Table) Len() int {
 //	default rtt=20ms jitter=0.2ms loss=0.001
 //	198.19.5.0/24 rtt=5ms
 //	198.19.0.7 rtt=150ms loss=0.05
+//	2001:2:0:8001::/64 rtt=80ms
+//	2001:2:0:8002::53 rtt=150ms
 //	vantage 1 rtt=10ms          # extra round trip for the vantage at 198.18.1.2
 //
 // rtt is the round trip (each direction gets half), jitter the per-packet, per-direction
@@ -158,19 +160,21 @@ func ParseTable(r io.Reader) (*Table, error) {
 	return t, nil
 }
 
+// parsePrefix reads an IPv4 or IPv6 address or prefix (no zone, no IPv4-mapped IPv6:
+// the delay line sees each family's own addresses).
 func parsePrefix(s string) (netip.Prefix, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
-		if err != nil || !p.Addr().Is4() {
-			return netip.Prefix{}, fmt.Errorf("bad IPv4 prefix %q", s)
+		if err != nil || p.Addr().Is4In6() {
+			return netip.Prefix{}, fmt.Errorf("bad IP prefix %q", s)
 		}
 		return p.Masked(), nil
 	}
 	a, err := netip.ParseAddr(s)
-	if err != nil || !a.Is4() {
-		return netip.Prefix{}, fmt.Errorf("bad IPv4 address %q", s)
+	if err != nil || a.Is4In6() || a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("bad IP address %q", s)
 	}
-	return netip.PrefixFrom(a, 32), nil
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // MaxDelay bounds every configured delay: a larger value is a typo, and would hold

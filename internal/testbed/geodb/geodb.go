@@ -140,9 +140,8 @@ func Build(pop *population.Population, buildTime time.Time) (city, asn []byte, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("geodb: %w", err)
 	}
-	for i := range pop.Records {
-		r := &pop.Records[i]
-		n := &net.IPNet{IP: r.Prefix.Addr().AsSlice(), Mask: net.CIDRMask(r.Prefix.Bits(), 32)}
+	for _, r := range pop.AllRecords() {
+		n := &net.IPNet{IP: r.Prefix.Addr().AsSlice(), Mask: net.CIDRMask(r.Prefix.Bits(), r.Prefix.Addr().BitLen())}
 		if r.Site != "" {
 			site, ok := pop.Sites[r.Site]
 			if !ok {

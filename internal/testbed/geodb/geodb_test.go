@@ -38,8 +38,21 @@ func TestPopulationRoundTrip(t *testing.T) {
 	if got := r.asn.Metadata().DatabaseType; got != ASNType {
 		t.Errorf("asn database_type %q", got)
 	}
-	n := 0
-	for a, rec := range pop.Hosts {
+	n, n6 := 0, 0
+	hosts := func(yield func(netip.Addr, *population.Record) bool) {
+		for a, rec := range pop.Hosts {
+			if !yield(a, rec) {
+				return
+			}
+		}
+		for a, rec := range pop.IPv6().Hosts {
+			n6++
+			if !yield(a, rec) {
+				return
+			}
+		}
+	}
+	for a, rec := range hosts {
 		n++
 		g, err := r.Lookup(a)
 		if err != nil {
@@ -80,6 +93,18 @@ func TestPopulationRoundTrip(t *testing.T) {
 			t.Fatalf("unlisted %s found: %+v", a, g)
 		}
 		absent++
+	}
+	if n6 == 0 {
+		t.Fatal("population lists no IPv6 host")
+	}
+	for _, s := range []string{"2001:2:0:8001::ff", "2001:2:0:8002::14", "2001:2:0:8000::1"} {
+		a := netip.MustParseAddr(s)
+		if pop.Lookup(a) != nil {
+			t.Fatalf("%s is listed: pick another unlisted IPv6 address", a)
+		}
+		if g, _ := r.Lookup(a); g.HasCity || g.HasASN {
+			t.Fatalf("unlisted %s found: %+v", a, g)
+		}
 	}
 	// And so is an address outside the prefix.
 	if g, _ := r.Lookup(netip.MustParseAddr("198.18.0.2")); g.HasCity || g.HasASN {

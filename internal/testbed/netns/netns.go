@@ -4,9 +4,16 @@
 //	<inst>-vantage2 (198.18.1.2/24) ┼─ <inst>-router ─┤   (198.18.255.1/31)
 //	...                             ┘  tun0 delay line └─ router side 198.18.255.0/31
 //
-// Every address is inside 198.18.0.0/15 (RFC 2544 benchmarking space). No namespace has a
-// default route, and no interface of these namespaces connects to the host: nothing routes
-// outside. In the router, packets arriving on any veth are steered (ip rule iif ... lookup
+// The testbed is dual-stack: beside each IPv4 address the same link carries one of
+// 2001:2::/48 (RFC 5180 IPv6 benchmarking space): vantage i 2001:2:0:i::2/64 (gateway
+// ::1), router<->internet 2001:2:0:100::1/64 and ::2, and the internet namespace owns
+// 2001:2:0:8000::/49 by AnyIP. Router advertisements and address autoconfiguration are
+// off on every link (accept_ra=0, autoconf=0), addresses skip duplicate address detection
+// (nodad: ready at once), and link-local addresses stay on their link.
+//
+// Every address is inside 198.18.0.0/15 or 2001:2::/48. No namespace has a default
+// route in either family, and no interface of these namespaces connects to the host:
+// nothing routes outside. In the router, packets arriving on any veth are steered (ip rule iif ... lookup
 // 100) into tun0, where the user-space delay line holds them and writes them back; the
 // main table then forwards them. Every link carries the alias "doqscan-testbed:<inst>"
 // (labnet.Alias), the mark the tools' lab guard looks for. Setup is idempotent; Down
@@ -34,6 +41,15 @@ var (
 	// The router<->internet link, a /31 (RFC 3021).
 	RouterInetAddr = netip.MustParseAddr("198.18.255.0")
 	InetLinkAddr   = netip.MustParseAddr("198.18.255.1")
+
+	// IPv6 (RFC 5180 benchmarking space).
+	TestbedPrefix6  = netip.MustParsePrefix("2001:2::/48")
+	InternetPrefix6 = netip.MustParsePrefix("2001:2:0:8000::/49")
+	// VantagePrefix6 holds the vantage links, 2001:2:0:i::/64.
+	VantagePrefix6 = netip.MustParsePrefix("2001:2::/56")
+	// The router<->internet link, a /64.
+	RouterInetAddr6 = netip.MustParseAddr("2001:2:0:100::1")
+	InetLinkAddr6   = netip.MustParseAddr("2001:2:0:100::2")
 )
 
 const (
@@ -113,6 +129,16 @@ func (in Instance) InetIf() string         { return in.Name + "-i" }
 // VantageAddr is 198.18.i.2; GatewayAddr 198.18.i.1 (the router side).
 func VantageAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i), 2}) }
 func GatewayAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i), 1}) }
+
+// VantageAddr6 is 2001:2:0:i::2; GatewayAddr6 2001:2:0:i::1 (the router side).
+func VantageAddr6(i int) netip.Addr { return link6(i, 2) }
+func GatewayAddr6(i int) netip.Addr { return link6(i, 1) }
+
+func link6(i int, host byte) netip.Addr {
+	a := TestbedPrefix6.Addr().As16()
+	a[6], a[7], a[15] = byte(i>>8), byte(i), host
+	return netip.AddrFrom16(a)
+}
 
 // GatewayMAC is the fixed MAC of the router side of vantage i's link (what zmap -G needs);
 // VantageMAC the vantage side. Locally administered (02:...).
@@ -238,13 +264,18 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 		if err := r.sysctl(ctx, ns, "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"); err != nil {
 			return err
 		}
-		// The testbed is IPv4 only: no IPv6 address (not even link-local) on any link.
-		if err := r.sysctl(ctx, ns, "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"); err != nil {
+		// IPv6 without router advertisements, autoconfiguration or redirects: every
+		// IPv6 address and route is one Up sets (the defaults apply to links created
+		// later; veth sets them per link too).
+		if err := r.sysctl(ctx, ns, ipv6Quiet("all", "default")...); err != nil {
+			return err
+		}
+		if err := r.sysctl(ctx, ns, "net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf.default.disable_ipv6=0"); err != nil {
 			return err
 		}
 	}
 	R, I := in.Router(), in.Inet()
-	if err := r.sysctl(ctx, R, "net.ipv4.ip_forward=1"); err != nil {
+	if err := r.sysctl(ctx, R, "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
 		return err
 	}
 	// Links are created inside the namespaces: no interface ever appears on the host.
@@ -263,6 +294,9 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 		add("-n", R, "addr", "replace", GatewayAddr(i).String()+"/24", "dev", in.RouterIf(i))
 		add("-n", V, "addr", "replace", VantageAddr(i).String()+"/24", "dev", in.VantageIf(i))
 		add("-n", V, "route", "replace", InternetPrefix.String(), "via", GatewayAddr(i).String(), "dev", in.VantageIf(i))
+		add("-n", R, "-6", "addr", "replace", GatewayAddr6(i).String()+"/64", "dev", in.RouterIf(i), "nodad")
+		add("-n", V, "-6", "addr", "replace", VantageAddr6(i).String()+"/64", "dev", in.VantageIf(i), "nodad")
+		add("-n", V, "-6", "route", "replace", InternetPrefix6.String(), "via", GatewayAddr6(i).String(), "dev", in.VantageIf(i))
 	}
 	add("-n", R, "addr", "replace", RouterInetAddr.String()+"/31", "dev", in.RouterInetIf())
 	add("-n", I, "addr", "replace", InetLinkAddr.String()+"/31", "dev", in.InetIf())
@@ -270,6 +304,11 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 	add("-n", I, "route", "replace", "local", InternetPrefix.String(), "dev", "lo", "table", "local")
 	add("-n", I, "route", "replace", "198.18.0.0/16", "via", RouterInetAddr.String(), "dev", in.InetIf())
 	add("-n", R, "route", "replace", InternetPrefix.String(), "via", InetLinkAddr.String(), "dev", in.RouterInetIf())
+	add("-n", R, "-6", "addr", "replace", RouterInetAddr6.String()+"/64", "dev", in.RouterInetIf(), "nodad")
+	add("-n", I, "-6", "addr", "replace", InetLinkAddr6.String()+"/64", "dev", in.InetIf(), "nodad")
+	add("-n", I, "-6", "route", "replace", "local", InternetPrefix6.String(), "dev", "lo", "table", "local")
+	add("-n", I, "-6", "route", "replace", VantagePrefix6.String(), "via", RouterInetAddr6.String(), "dev", in.InetIf())
+	add("-n", R, "-6", "route", "replace", InternetPrefix6.String(), "via", InetLinkAddr6.String(), "dev", in.RouterInetIf())
 	for _, s := range steps {
 		if _, err := r.ip(ctx, s...); err != nil {
 			return err
@@ -297,10 +336,22 @@ func (r Runner) veth(ctx context.Context, alias, nsA, a, macA, nsB, b, macB stri
 	if _, err := r.ip(ctx, "-n", nsB, "link", "set", b, "up", "alias", alias); err != nil {
 		return err
 	}
-	if err := r.sysctl(ctx, nsA, "net.ipv4.conf."+a+".rp_filter=0"); err != nil {
+	if err := r.sysctl(ctx, nsA, append(ipv6Quiet(a), "net.ipv4.conf."+a+".rp_filter=0")...); err != nil {
 		return err
 	}
-	return r.sysctl(ctx, nsB, "net.ipv4.conf."+b+".rp_filter=0")
+	return r.sysctl(ctx, nsB, append(ipv6Quiet(b), "net.ipv4.conf."+b+".rp_filter=0")...)
+}
+
+// ipv6Quiet are the sysctls that keep IPv6 on the given conf entries (interfaces, "all",
+// "default") from configuring itself: no router advertisements, no autoconfigured
+// addresses, no redirects.
+func ipv6Quiet(confs ...string) []string {
+	var kv []string
+	for _, c := range confs {
+		p := "net.ipv6.conf." + c + "."
+		kv = append(kv, p+"accept_ra=0", p+"autoconf=0", p+"accept_redirects=0")
+	}
+	return kv
 }
 
 // delaySteering creates the persistent TUN device and the rules that send every packet
@@ -321,11 +372,26 @@ func (r Runner) delaySteering(ctx context.Context, in Instance) error {
 	if err := r.sysctl(ctx, R, "net.ipv4.conf."+TUN+".rp_filter=0"); err != nil {
 		return err
 	}
+	if err := r.sysctl(ctx, R, ipv6Quiet(TUN)...); err != nil {
+		return err
+	}
 	// Only testbed destinations enter the delay line; anything else finds no route.
 	if _, err := r.ip(ctx, "-n", R, "route", "replace", TestbedPrefix.String(), "dev", TUN, "table", DelayTable); err != nil {
 		return err
 	}
-	rules, err := r.ip(ctx, "-n", R, "rule", "show")
+	if _, err := r.ip(ctx, "-n", R, "-6", "route", "replace", TestbedPrefix6.String(), "dev", TUN, "table", DelayTable); err != nil {
+		return err
+	}
+	if err := r.steer(ctx, in, "-4"); err != nil {
+		return err
+	}
+	return r.steer(ctx, in, "-6")
+}
+
+// steer adds the rules of one family that send what arrives on a veth to the delay table.
+func (r Runner) steer(ctx context.Context, in Instance, family string) error {
+	R := in.Router()
+	rules, err := r.ip(ctx, "-n", R, family, "rule", "show")
 	if err != nil {
 		return err
 	}
@@ -337,7 +403,7 @@ func (r Runner) delaySteering(ctx context.Context, in Instance) error {
 		if strings.Contains(rules, "iif "+ifn+" lookup "+DelayTable) {
 			continue
 		}
-		if _, err := r.ip(ctx, "-n", R, "rule", "add", "pref", delayRulePref, "iif", ifn, "lookup", DelayTable); err != nil {
+		if _, err := r.ip(ctx, "-n", R, family, "rule", "add", "pref", delayRulePref, "iif", ifn, "lookup", DelayTable); err != nil {
 			return err
 		}
 	}
@@ -346,14 +412,88 @@ func (r Runner) delaySteering(ctx context.Context, in Instance) error {
 
 // VerifyNoRouteOut checks that no namespace of the instance (every "<inst>-*" namespace,
 // the peers namespace included) has a route to anything outside 198.18.0.0/15 or
-// 127.0.0.0/8 in any table: no default route, nothing else.
+// 127.0.0.0/8, nor an IPv6 route outside 2001:2::/48, ::1 and the link-local and
+// multicast routes every IPv6 link has (fe80::/64, ff00::/8, which never leave the
+// link), in any table: no default route in either family, nothing else.
 func (r Runner) VerifyNoRouteOut(ctx context.Context, in Instance) error {
 	all, err := r.Leftovers(ctx, in.Name)
 	if err != nil {
 		return err
 	}
 	for _, ns := range all {
-		out, err := r.ip(ctx, "-n", ns, "-4", "route", "show", "table", "all")
+		for _, family := range []string{"-4", "-6"} {
+			out, err := r.ip(ctx, "-n", ns, family, "route", "show", "table", "all")
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if err := checkRoute(family, line); err != nil {
+					return fmt.Errorf("namespace %s: %w", ns, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// routeTypes are the route types iproute2 prints before the destination.
+var routeTypes = map[string]bool{"local": true, "broadcast": true, "unreachable": true, "prohibit": true,
+	"blackhole": true, "anycast": true, "multicast": true, "throw": true, "unicast": true}
+
+var (
+	loopback4  = netip.MustParsePrefix("127.0.0.0/8")
+	loopback6  = netip.MustParsePrefix("::1/128")
+	linkLocal6 = netip.MustParsePrefix("fe80::/64")
+	multicast6 = netip.MustParsePrefix("ff00::/8")
+)
+
+// checkRoute says why one line of `ip -4|-6 route show table all` leads outside the
+// testbed, or nil.
+func checkRoute(family, line string) error {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return nil
+	}
+	dst := f[0]
+	if routeTypes[dst] {
+		if len(f) < 2 {
+			return nil
+		}
+		dst = f[1]
+	}
+	if dst == "default" {
+		return fmt.Errorf("a default route: %q", line)
+	}
+	p, err := netip.ParsePrefix(dst)
+	if err != nil {
+		a, aerr := netip.ParseAddr(dst)
+		if aerr != nil {
+			return fmt.Errorf("cannot read route %q", line)
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	inside := func(outer netip.Prefix) bool { return outer.Contains(p.Addr()) && p.Bits() >= outer.Bits() }
+	if family == "-4" {
+		if !p.Addr().Is4() || !(inside(TestbedPrefix) || inside(loopback4)) {
+			return fmt.Errorf("a route outside %v: %q", TestbedPrefix, line)
+		}
+		return nil
+	}
+	if !p.Addr().Is6() || !(inside(TestbedPrefix6) || inside(loopback6) || inside(linkLocal6) || inside(multicast6)) {
+		return fmt.Errorf("an IPv6 route outside %v: %q", TestbedPrefix6, line)
+	}
+	return nil
+}
+
+// VerifyHostNoLabRoute checks that the host namespace (the caller's) has no route of its
+// own into the lab prefixes: lab traffic belongs in the testbed's namespaces only. A
+// default route is the host's business (the tools' lab guard refuses to use it).
+func (r Runner) VerifyHostNoLabRoute(ctx context.Context) error {
+	for _, c := range []struct {
+		family string
+		lab    netip.Prefix
+	}{{"-4", TestbedPrefix}, {"-6", TestbedPrefix6}} {
+		out, err := r.ip(ctx, c.family, "route", "show", "table", "all")
 		if err != nil {
 			return err
 		}
@@ -363,44 +503,23 @@ func (r Runner) VerifyNoRouteOut(ctx context.Context, in Instance) error {
 				continue
 			}
 			dst := f[0]
-			if dst == "local" || dst == "broadcast" || dst == "unreachable" || dst == "prohibit" || dst == "blackhole" {
-				if len(f) < 2 {
-					continue
-				}
+			if routeTypes[dst] && len(f) > 1 {
 				dst = f[1]
-			}
-			if dst == "default" {
-				return fmt.Errorf("namespace %s has a default route: %q", ns, line)
 			}
 			p, err := netip.ParsePrefix(dst)
 			if err != nil {
 				a, aerr := netip.ParseAddr(dst)
 				if aerr != nil {
-					return fmt.Errorf("namespace %s: cannot read route %q", ns, line)
+					continue // "default" and the like
 				}
-				p = netip.PrefixFrom(a, 32)
+				p = netip.PrefixFrom(a, a.BitLen())
 			}
-			if !(TestbedPrefix.Contains(p.Addr()) && p.Bits() >= TestbedPrefix.Bits()) && !isLoopback(p) {
-				return fmt.Errorf("namespace %s has a route outside %v: %q", ns, TestbedPrefix, line)
-			}
-		}
-		if ns == in.Router() || ns == in.Inet() || strings.HasPrefix(ns, in.Name+"-vantage") {
-			out6, err := r.ip(ctx, "-n", ns, "-6", "route", "show", "table", "all")
-			if err != nil {
-				return err
-			}
-			for _, line := range strings.Split(out6, "\n") {
-				if f := strings.Fields(line); len(f) > 0 && f[0] != "local" && f[0] != "multicast" && !strings.HasPrefix(f[0], "::1") {
-					return fmt.Errorf("namespace %s has an IPv6 route: %q", ns, line)
-				}
+			if p.Bits() > 0 && p.Overlaps(c.lab) {
+				return fmt.Errorf("the host namespace has a route into %v: %q", c.lab, line)
 			}
 		}
 	}
 	return nil
-}
-
-func isLoopback(p netip.Prefix) bool {
-	return netip.MustParsePrefix("127.0.0.0/8").Contains(p.Addr()) && p.Bits() >= 8
 }
 
 // Down deletes the instance's namespaces (and with them every veth and tun0). Processes

@@ -132,9 +132,12 @@ type Record struct {
 	RCode      string   // DNS rcode answered: NOERROR, REFUSED, SERVFAIL
 	Hostile    string   // one of the Hostile* kinds, "" if well-behaved
 	Peer       string   // a third-party server runs here (Peer* names)
-	Path       string
-	ASN        uint32
-	Site       string
+	// Twin (IPv6 records only) is the IPv4 address of the same server: a dual-stack
+	// resolver, one host with two addresses and one certificate. Zero for IPv6-only hosts.
+	Twin netip.Addr
+	Path string
+	ASN  uint32
+	Site string
 }
 
 // Size is the number of addresses the record covers.
@@ -173,14 +176,40 @@ type Population struct {
 	Format      int
 	Seed        uint64
 	Prefix      netip.Prefix
-	Answer      netip.Addr // the A record every NOERROR resolver returns for any name
+	Prefix6     netip.Prefix // the IPv6 half of the simulated internet (prefix6 directive; optional)
+	Answer      netip.Addr   // the A record every NOERROR resolver returns for any name
 	AnswerTTL   uint32
 	DefaultPath string // path of unlisted (silent) addresses
 	Paths       map[string]Path
 	Sites       map[string]Site
 	ASNs        map[uint32]ASN
 	Certs       map[string]Cert
-	Records     []Record // sorted by address, non-overlapping
+	Records     []Record // IPv4 hosts, sorted by address, non-overlapping
+	// Records6 are the IPv6 hosts (inside Prefix6), kept apart so that everything reading
+	// Records keeps meaning the IPv4 internet; IPv6 answers the same questions on them.
+	Records6 []Record
+}
+
+// IPv6 returns the IPv6 half of the population as a population of its own: Records are
+// the IPv6 hosts and Prefix is Prefix6, so every ground-truth question (QUICSpeakers,
+// DNSServers, ExpectVerify, HandshakeRTTs, ...) has its IPv6 answer. It shares p's
+// tables (paths, sites, ASNs, certificates).
+func (p *Population) IPv6() *Population {
+	v := *p
+	v.Prefix, v.Records, v.Records6 = p.Prefix6, p.Records6, nil
+	return &v
+}
+
+// AllRecords returns the IPv4 records, then the IPv6 ones.
+func (p *Population) AllRecords() []*Record {
+	out := make([]*Record, 0, len(p.Records)+len(p.Records6))
+	for i := range p.Records {
+		out = append(out, &p.Records[i])
+	}
+	for i := range p.Records6 {
+		out = append(out, &p.Records6[i])
+	}
+	return out
 }
 
 // Load reads and parses a population file.
@@ -450,7 +479,11 @@ func (p *Population) parseLine(section string, toks []string, n int) error {
 		if err != nil {
 			return err
 		}
-		p.Records = append(p.Records, rec)
+		if rec.Prefix.Addr().Is6() {
+			p.Records6 = append(p.Records6, rec)
+		} else {
+			p.Records = append(p.Records, rec)
+		}
 	}
 	return nil
 }
@@ -489,6 +522,12 @@ func (p *Population) parseDirective(toks []string) error {
 			return fmt.Errorf("prefix %q: want a masked IPv4 prefix", toks[1])
 		}
 		p.Prefix = pf
+	case "prefix6":
+		pf, err := netip.ParsePrefix(toks[1])
+		if err != nil || !pf.Addr().Is6() || pf.Addr().Is4In6() || pf != pf.Masked() {
+			return fmt.Errorf("prefix6 %q: want a masked IPv6 prefix", toks[1])
+		}
+		p.Prefix6 = pf
 	case "answer":
 		a, err := netip.ParseAddr(toks[1])
 		if err != nil || !a.Is4() {
@@ -516,23 +555,27 @@ func (p *Population) parseDirective(toks []string) error {
 }
 
 var hostKeys = []string{"class", "quic", "alpn", "versions", "retry", "token", "cert", "sni", "dns", "dot", "doh", "doh3",
-	"rcode", "hostile", "peer", "path", "asn", "site"}
+	"rcode", "hostile", "peer", "path", "asn", "site", "twin"}
+
+// MinPrefix6Bits bounds an IPv6 host prefix: every address of a record is a host, so a
+// record covers at most 2^(128-MinPrefix6Bits) addresses.
+const MinPrefix6Bits = 120
 
 func parseHost(toks []string, line int) (Record, error) {
 	var r Record
 	r.Line = line
 	if strings.Contains(toks[0], "/") {
 		pf, err := netip.ParsePrefix(toks[0])
-		if err != nil || pf != pf.Masked() || !pf.Addr().Is4() {
-			return r, fmt.Errorf("host %q: want an IPv4 address or masked prefix", toks[0])
+		if err != nil || pf != pf.Masked() || pf.Addr().Is4In6() || (pf.Addr().Is6() && pf.Bits() < MinPrefix6Bits) {
+			return r, fmt.Errorf("host %q: want an IPv4 or IPv6 address or masked prefix (IPv6: /%d or longer)", toks[0], MinPrefix6Bits)
 		}
 		r.Prefix = pf
 	} else {
 		a, err := netip.ParseAddr(toks[0])
-		if err != nil || !a.Is4() {
-			return r, fmt.Errorf("host %q: want an IPv4 address or masked prefix", toks[0])
+		if err != nil || a.Is4In6() || a.Zone() != "" {
+			return r, fmt.Errorf("host %q: want an IPv4 or IPv6 address or masked prefix", toks[0])
 		}
-		r.Prefix = netip.PrefixFrom(a, 32)
+		r.Prefix = netip.PrefixFrom(a, a.BitLen())
 	}
 	m, err := kv(toks[1:], hostKeys...)
 	if err != nil {
@@ -620,6 +663,13 @@ func parseHost(toks []string, line int) (Record, error) {
 		return r, fmt.Errorf("host %s: retry=first needs peer=dnsproxy", toks[0])
 	}
 	r.Path, r.Site = m["path"], m["site"]
+	if v, ok := m["twin"]; ok {
+		a, err := netip.ParseAddr(v)
+		if err != nil || !a.Is4() || !r.Prefix.Addr().Is6() || !r.Prefix.IsSingleIP() {
+			return r, fmt.Errorf("host %s: twin %q: an IPv6 address's IPv4 twin address", toks[0], v)
+		}
+		r.Twin = a
+	}
 	if v, ok := m["asn"]; ok {
 		if r.ASN, err = parseASN(v); err != nil {
 			return r, fmt.Errorf("host %s: %w", toks[0], err)
@@ -647,16 +697,44 @@ func (p *Population) validate() error {
 	if _, ok := p.Paths[p.DefaultPath]; !ok {
 		return fmt.Errorf("default-path %q is not a defined path", p.DefaultPath)
 	}
-	sort.SliceStable(p.Records, func(i, j int) bool {
-		return p.Records[i].Prefix.Addr().Less(p.Records[j].Prefix.Addr())
+	if len(p.Records6) > 0 && !p.Prefix6.IsValid() {
+		return fmt.Errorf("line %d: an IPv6 host without a prefix6 directive", p.Records6[0].Line)
+	}
+	if err := p.validateRecords(p.Records, p.Prefix); err != nil {
+		return err
+	}
+	if err := p.validateRecords(p.Records6, p.Prefix6); err != nil {
+		return err
+	}
+	for i := range p.Records6 {
+		r := &p.Records6[i]
+		if !r.Twin.IsValid() {
+			continue
+		}
+		t := p.Lookup(r.Twin)
+		switch {
+		case t == nil:
+			return fmt.Errorf("line %d: twin %s is not a listed host", r.Line, r.Twin)
+		case t.Cert != r.Cert:
+			return fmt.Errorf("line %d: twin %s has certificate %q, not %q: one server has one certificate", r.Line, r.Twin, t.Cert, r.Cert)
+		}
+	}
+	return nil
+}
+
+// validateRecords sorts the records of one family and checks them against its prefix
+// and the tables.
+func (p *Population) validateRecords(recs []Record, prefix netip.Prefix) error {
+	sort.SliceStable(recs, func(i, j int) bool {
+		return recs[i].Prefix.Addr().Less(recs[j].Prefix.Addr())
 	})
-	for i := range p.Records {
-		r := &p.Records[i]
-		if !p.Prefix.Contains(r.Prefix.Addr()) || r.Prefix.Bits() < p.Prefix.Bits() {
-			return fmt.Errorf("line %d: %s is outside %s", r.Line, r.Prefix, p.Prefix)
+	for i := range recs {
+		r := &recs[i]
+		if !prefix.Contains(r.Prefix.Addr()) || r.Prefix.Bits() < prefix.Bits() {
+			return fmt.Errorf("line %d: %s is outside %s", r.Line, r.Prefix, prefix)
 		}
 		if i > 0 {
-			prev := &p.Records[i-1]
+			prev := &recs[i-1]
 			if prev.Prefix.Overlaps(r.Prefix) {
 				return fmt.Errorf("line %d: %s overlaps %s (line %d)", r.Line, r.Prefix, prev.Prefix, prev.Line)
 			}
@@ -679,16 +757,25 @@ func (p *Population) validate() error {
 	return nil
 }
 
-// Lookup returns the record covering addr, or nil for a silent (unlisted) address.
+// Lookup returns the record covering addr (of either family), or nil for a silent
+// (unlisted) address.
 func (p *Population) Lookup(addr netip.Addr) *Record {
 	addr = addr.Unmap()
-	i := sort.Search(len(p.Records), func(i int) bool {
-		return addr.Less(p.Records[i].Prefix.Addr())
+	if r := lookupIn(p.Records, addr); r != nil {
+		return r
+	}
+	return lookupIn(p.Records6, addr)
+}
+
+// lookupIn finds addr in records sorted by address.
+func lookupIn(recs []Record, addr netip.Addr) *Record {
+	i := sort.Search(len(recs), func(i int) bool {
+		return addr.Less(recs[i].Prefix.Addr())
 	})
 	if i == 0 {
 		return nil
 	}
-	r := &p.Records[i-1]
+	r := &recs[i-1]
 	if r.Prefix.Contains(addr) {
 		return r
 	}

@@ -260,3 +260,78 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The committed population is dual-stack: IPv6 records stay out of the IPv4 answers,
+// and the IPv6 view answers the same questions for them.
+func TestIPv6Half(t *testing.T) {
+	p, err := LoadDefault()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Records6) == 0 || p.Prefix6 != netip.MustParsePrefix("2001:2:0:8000::/49") {
+		t.Fatalf("no IPv6 half: %d records, prefix6 %v", len(p.Records6), p.Prefix6)
+	}
+	for _, a := range append(p.QUICSpeakers(853), p.DNSServers("udp")...) {
+		if !a.Is4() {
+			t.Fatalf("IPv4 ground truth lists %s", a)
+		}
+	}
+	v6 := p.IPv6()
+	q, d := v6.QUICSpeakers(853), v6.DNSServers("udp")
+	if len(q) == 0 || len(d) == 0 {
+		t.Fatalf("IPv6 view: %d QUIC speakers on 853, %d DNS servers", len(q), len(d))
+	}
+	for _, a := range append(q, d...) {
+		if !a.Is6() || !p.Prefix6.Contains(a) {
+			t.Fatalf("IPv6 ground truth lists %s", a)
+		}
+	}
+	twins, only := 0, 0
+	for i := range p.Records6 {
+		r := &p.Records6[i]
+		if p.Lookup(r.Prefix.Addr()) != r {
+			t.Errorf("Lookup(%s) does not find its record", r.Prefix.Addr())
+		}
+		if !r.Twin.IsValid() {
+			only++
+			continue
+		}
+		twins++
+		tw := p.Lookup(r.Twin)
+		if tw == nil || tw.Cert != r.Cert || tw.Class != r.Class || !slices.Equal(tw.QUICPorts, r.QUICPorts) {
+			t.Errorf("%s: twin %s differs: %+v", r.Prefix, r.Twin, tw)
+		}
+	}
+	if twins == 0 || only == 0 {
+		t.Errorf("%d dual-stack and %d IPv6-only records, want both", twins, only)
+	}
+}
+
+func TestIPv6Grammar(t *testing.T) {
+	head := "format 1\nprefix 198.19.0.0/16\nprefix6 2001:2:0:8000::/49\nanswer 192.0.2.1\ndefault-path d\n[paths]\nd rtt=1ms jitter=0ms loss=0%\n[sites]\ns cc=DE continent=EU city=x lat=1 lon=1\n[asns]\nAS1 org=x\n[certs]\nc1 cn=a.test issuer=self intermediates=0 pad=0\nc2 cn=b.test issuer=self intermediates=0 pad=0\n[hosts]\n198.19.1.1 class=a quic=853 alpn=doq versions=v1 token=honour cert=c1 path=d asn=AS1 site=s\n"
+	ok := "2001:2:0:8001::1 class=a quic=853 alpn=doq versions=v1 token=honour cert=c1 twin=198.19.1.1 path=d asn=AS1 site=s\n2001:2:0:8001::10/126 class=b dns=udp path=d asn=AS1 site=s\n"
+	p, err := Parse(strings.NewReader(head + ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Records) != 1 || len(p.Records6) != 2 || p.Records6[1].Size() != 4 {
+		t.Fatalf("records %d/%d", len(p.Records), len(p.Records6))
+	}
+	for name, bad := range map[string]string{
+		"twin with another certificate": "2001:2:0:8001::1 class=a quic=853 alpn=doq versions=v1 token=honour cert=c2 twin=198.19.1.1 path=d asn=AS1 site=s\n",
+		"twin not listed":               "2001:2:0:8001::1 class=a dns=udp twin=198.19.1.2 path=d asn=AS1 site=s\n",
+		"twin on an IPv4 host":          "198.19.1.2 class=a dns=udp twin=198.19.1.1 path=d asn=AS1 site=s\n",
+		"a /64 of hosts":                "2001:2:0:8001::/64 class=a dns=udp path=d asn=AS1 site=s\n",
+		"outside prefix6":               "2001:2::1 class=a dns=udp path=d asn=AS1 site=s\n",
+		"IPv4-mapped":                   "::ffff:198.19.1.2 class=a dns=udp path=d asn=AS1 site=s\n",
+		"overlap":                       "2001:2:0:8001::10/126 class=b dns=udp path=d asn=AS1 site=s\n2001:2:0:8001::11 class=b dns=udp path=d asn=AS1 site=s\n",
+	} {
+		if _, err := Parse(strings.NewReader(head + bad)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	noPrefix6 := strings.Replace(head, "prefix6 2001:2:0:8000::/49\n", "", 1)
+	if _, err := Parse(strings.NewReader(noPrefix6 + ok)); err == nil {
+		t.Error("IPv6 hosts without prefix6: accepted")
+	}
+}
