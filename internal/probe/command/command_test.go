@@ -22,7 +22,7 @@ func TestRefusals(t *testing.T) {
 		{"scan", "--vantage", "x", "--targets", "198.19.0.0/16", "--version", "v1"},
 		{"scan", "--vantage", "x", "--targets", "198.19.0.0/16", "--shards", "2"},
 		{"scan", "--vantage", "x", "--targets", "198.19.0.0/16", "--dcid", "short"},
-		{"scan", "--targets", "198.19.0.0/16"},
+		{"scan", "--vantage", "", "--targets", "198.19.0.0/16"},
 		{"send", "--vantage", "x"},
 		{"nonsense"},
 		{},
