@@ -4,24 +4,20 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/pgcluster"
 )
 
-// DefaultDir is the blocklist directory of the installation: $DOQSCAN_HOME/blocklist, or
-// ./blocklist; "" when that directory does not exist.
+// DefaultDir is the blocklist directory of the installation: the blocklist/ of the
+// project home (pgcluster.ProjectHome: $DOQSCAN_HOME, else the checkout the working
+// directory or the binary is in, else /var/lib/doqscan). It is returned whether or not
+// it exists: a missing directory is the caller's error to report (Dir fails on it), never
+// a reason to run without the operator's exclusions.
 func DefaultDir() string {
-	d := "blocklist"
-	if h := os.Getenv("DOQSCAN_HOME"); h != "" {
-		d = filepath.Join(h, "blocklist")
-	}
-	if st, err := os.Stat(d); err != nil || !st.IsDir() {
-		return ""
-	}
-	return d
+	return filepath.Join(pgcluster.ProjectHome(), "blocklist")
 }
 
 // OptOuts returns the accepted opt-outs in the database as entries.

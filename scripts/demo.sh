@@ -16,8 +16,9 @@
 # testbed is taken down at the end unless KEEP_TESTNET=1.
 # Environment: DOQSCAN_TESTNET (instance, default "demo"), DOQSCAN_VANTAGE (default
 # "testbed"), DEMO_RATE (zmap packets/s, default 10000), DEMO_OPTOUT (the range opted
-# out, default 198.19.35.224/27: 32 DoQ resolvers), DATABASE_URL (default: the private
-# cluster).
+# out, default 198.19.35.224/27: 32 DoQ resolvers), DOQSCAN_VANTAGE_LOCATION and
+# DOQSCAN_VANTAGE_CONTACT (the vantage point's location and contact, recorded with every
+# run), DATABASE_URL (default: the private cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -27,6 +28,8 @@ VANTAGE=${DOQSCAN_VANTAGE:-testbed}
 RATE=${DEMO_RATE:-10000}
 OPTOUT_RANGE=${DEMO_OPTOUT:-198.19.35.224/27}
 STATE="var/testnet/$INST"
+export DOQSCAN_VANTAGE_LOCATION=${DOQSCAN_VANTAGE_LOCATION:-"simulated internet, namespace $INST-vantage (198.18.0.2)"}
+export DOQSCAN_VANTAGE_CONTACT=${DOQSCAN_VANTAGE_CONTACT:-"root@$(hostname)"}
 say() { printf '\n== %s\n' "$*" >&2; }
 in_vantage() { bin/testnet --name "$INST" exec -- "$@"; }
 
@@ -116,6 +119,21 @@ if grep -qv ': 0$' <<<"$HONOURED"; then
   echo "demo: FAILED: the opted-out range $OPTOUT_RANGE was contacted" >&2
   exit 1
 fi
+say "provenance: what produced the demo's scan, verification run and round"
+psql "$URL" -P pager=off -c "
+  WITH runs AS (
+    SELECT 'scan' AS stage, iso_week AS key, vantage_id, provenance, started_at FROM scans WHERE label = 'demo' AND vantage_id = '$VANTAGE'
+    UNION ALL SELECT 'verify', iso_week, vantage_id, provenance, started_at FROM verification_runs WHERE label = 'demo' AND vantage_id = '$VANTAGE'
+    UNION ALL SELECT 'measure', to_char(round_hour AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24\"Z\"'), vantage_id, provenance, started_at
+                FROM campaigns WHERE label = 'demo' AND vantage_id = '$VANTAGE')
+  SELECT DISTINCT ON (stage) stage, key, p->>'tool' AS tool, p->'build'->>'version' AS version,
+         left(p->'build'->>'revision', 12) || CASE WHEN (p->'build'->>'modified')::boolean THEN '+' ELSE '' END AS revision,
+         p->'zmap'->>'version' AS zmap,
+         (SELECT string_agg((e->>'kind') || ' ' || left(e->>'sha256', 12), ', ') FROM jsonb_array_elements(p->'probes') e) AS probes,
+         (SELECT string_agg((e->>'kind') || ' ' || left(e->>'build_time', 10), ', ') FROM jsonb_array_elements(p->'geoip') e) AS geoip,
+         p->'vantage'->>'location' AS location, p->'vantage'->>'contact' AS contact
+    FROM (SELECT *, provenance->-1 AS p FROM runs) r ORDER BY stage, started_at DESC" >&2
+
 cat <<EOF
 
 == doqscan demo: done

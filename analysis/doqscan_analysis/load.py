@@ -128,6 +128,54 @@ def datasets(conn) -> pd.DataFrame:
                              FROM datasets ORDER BY kind, build_time""")
 
 
+PROVENANCE_COLUMNS = ["stage", "run", "key", "vantage_id", "label", "tool", "version", "revision",
+                      "modified", "host", "location", "contact", "zmap", "probes", "geoip", "records"]
+
+
+def provenance(conn, weeks=None, vantages=None) -> pd.DataFrame:
+    """What produced each scan, verification run and measurement round (migration 0008):
+    one row per run, from the newest of its provenance records (`records` says how many
+    builds wrote the row; more than one: a run resumed by another build). Columns:
+    stage (scan | verify | measure), run (its id), key (ISO week or round hour),
+    vantage_id, label, tool, version, revision (12 hex digits, or "unknown"), modified,
+    host, location, contact (the vantage point's), zmap (its version), probes ("kind
+    sha256[:12]" per probe), geoip ("kind build-date" per database), records. Rows
+    written before provenance was recorded have records 0 and empty fields."""
+    cols = conn.execute("""SELECT count(*) FROM information_schema.columns
+                            WHERE table_name = 'scans' AND column_name = 'provenance'""").fetchone()[0]
+    if not cols:
+        return pd.DataFrame(columns=PROVENANCE_COLUMNS)
+    df = _frame(conn, """
+        WITH runs AS (
+          SELECT 'scan' AS stage, scan_id AS run, iso_week || CASE WHEN shards > 1 THEN ' shard ' || shard ELSE '' END AS key,
+                 iso_week AS week, vantage_id, label, provenance FROM scans
+          UNION ALL
+          SELECT 'verify', run_id, iso_week, iso_week, vantage_id, label, provenance FROM verification_runs
+          UNION ALL
+          SELECT 'measure', campaign_id, to_char(round_hour AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24"Z"'),
+                 to_char(round_hour, 'IYYY-"W"IW'), vantage_id, label, provenance FROM campaigns)
+        SELECT stage, run, key, vantage_id, label,
+               coalesce(p->>'tool', '') AS tool,
+               coalesce(p->'build'->>'version', '') AS version,
+               left(coalesce(p->'build'->>'revision', ''), 12) AS revision,
+               coalesce((p->'build'->>'modified')::boolean, false) AS modified,
+               coalesce(p->>'host', '') AS host,
+               coalesce(p->'vantage'->>'location', '') AS location,
+               coalesce(p->'vantage'->>'contact', '') AS contact,
+               coalesce(p->'zmap'->>'version', '') AS zmap,
+               coalesce((SELECT string_agg((e->>'kind') || ' ' || left(e->>'sha256', 12), ', ')
+                           FROM jsonb_array_elements(coalesce(p->'probes', '[]')) e), '') AS probes,
+               coalesce((SELECT string_agg((e->>'kind') || ' ' || left(e->>'build_time', 10), ', ')
+                           FROM jsonb_array_elements(coalesce(p->'geoip', '[]')) e), '') AS geoip,
+               records
+          FROM (SELECT *, provenance->-1 AS p, jsonb_array_length(provenance) AS records FROM runs) r
+         WHERE (%(weeks)s::text[] IS NULL OR week = ANY(%(weeks)s::text[]))
+           AND (%(vantages)s::text[] IS NULL OR vantage_id = ANY(%(vantages)s::text[]))
+         ORDER BY key, CASE stage WHEN 'scan' THEN 0 WHEN 'verify' THEN 1 ELSE 2 END, vantage_id, label, run""",
+        _params(weeks, vantages))
+    return df[PROVENANCE_COLUMNS] if len(df) else pd.DataFrame(columns=PROVENANCE_COLUMNS)
+
+
 def sources(conn, vantages=None) -> pd.DataFrame:
     """Where the data comes from, one row per vantage point and label: scan and
     verification weeks, verified resolvers per week (mean), measurement rounds and

@@ -17,10 +17,13 @@ var cmd = cli.Command{
 	Summary: "run a scheduled job under an advisory lock, recording it (and missed periods) in job_runs",
 	Usage:   "jobrun --job scan|verify|measure|report|blocklist [--vantage ID] -- COMMAND [ARGS...]",
 	Examples: []string{
-		"jobrun --job scan --vantage vp1 -- bin/zprobe --vantage vp1 ...",
-		"jobrun --job measure --vantage vp1 -- bin/measure --vantage vp1",
+		"jobrun --job scan --vantage fra1 -- zprobe scan --testbed 198.19.0.0/16 --rate 10000   # this week's scan from fra1",
+		"jobrun --job verify --vantage fra1 -- verify                                           # verifies this week's scans",
+		"jobrun --job measure --vantage fra1 -- measure                                         # this hour's round",
 	},
-	Notes: `The command gets DOQSCAN_JOB and DOQSCAN_RUN_KEY (ISO week or hour) in its environment.
+	Notes: `The command gets DOQSCAN_JOB, DOQSCAN_RUN_KEY (ISO week or hour) and DOQSCAN_VANTAGE (the
+--vantage of the lock: the doqscan tools run as that vantage point unless given --vantage)
+in its environment.
 SIGINT, SIGTERM and SIGHUP are forwarded to the command and waited for; if jobrun is
 killed, the command gets SIGTERM. The lock lives on a database connection of its own;
 if that connection drops, the command is stopped with SIGTERM and the run recorded as
@@ -33,7 +36,7 @@ func main() {
 	var common cli.Common
 	fs := cli.NewFlagSet(cmd, &common)
 	job := fs.String("job", "", "job name: scan, verify, measure, report or blocklist")
-	vantage := fs.String("vantage", envOr("DOQSCAN_VANTAGE", "vp1"), "vantage point id (one lock per job and vantage point)")
+	vantage := fs.String("vantage", cli.DefaultVantage(), "vantage point id: one lock per job and vantage point; passed to the command as DOQSCAN_VANTAGE (env "+cli.EnvVantage+"; default "+cli.DefaultVantageID+")")
 	nowFlag := fs.String("now", os.Getenv("DOQSCAN_NOW"), "run as if the time were this (RFC 3339; tests with a compressed clock; env DOQSCAN_NOW)")
 	fs.DurationVar(&jobs.LockCheck, "lock-check", jobs.LockCheck, "ping the lock's database connection this often while the command runs")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
@@ -58,11 +61,4 @@ func main() {
 		defer s.Close()
 		return jobs.RunCommand(ctx, s, log, *job, *vantage, now, args)
 	})
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 )
@@ -43,8 +42,9 @@ func main() {
 func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, []string) error) {
 	var common cli.Common
 	var o campaign.Options
+	var vf cli.VantageFlags
 	fs := cli.NewFlagSet(cmd, &common)
-	fs.StringVar(&o.VantageID, "vantage", "local", "vantage point id")
+	vf.Register(fs)
 	fs.StringVar(&o.Label, "label", "hourly", "campaign label")
 	fs.Int64Var(&o.RunID, "run-id", 0, "verification run whose DoQ-verified resolvers to measure (0: latest)")
 	fs.StringVar(&o.TargetsFile, "targets", "", "read targets from this file instead of a verification run (- = stdin)")
@@ -53,14 +53,15 @@ func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, 
 	fs.StringVar(&o.Modes, "modes", "fresh", "session modes: fresh, resumed, 0rtt, persistent")
 	fs.StringVar(&o.KeyShares, "key-shares", "x25519", "ClientHello key shares: x25519, x25519mlkem768")
 	fs.StringVar(&o.Variants, "doh-variants", "GET,POST", "DoH request methods")
-	fs.StringVar(&o.Name, "name", "test.com", "query name (A record, RD set)")
+	fs.StringVar(&o.Name, "query-name", campaign.DefaultQueryName, "query name (A record, RD set)")
+	cli.Deprecate(fs, "name", "query-name")
 	fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "timeout per exchange (1ms..1m)")
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "resolvers measured at once, 1..1024 (bounded so timestamps stay honest)")
 	fs.IntVar(&o.RTTSamples, "rtt-samples", 3, "RTT samples per (transport, port), 1..100")
 	fs.IntVar(&o.Persistent, "persistent", 5, "queries per session in persistent mode, 2..100")
 	fs.BoolVar(&o.Features, "features", false, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
 	fs.DurationVar(&o.Spread, "spread", 0, "one round: spread resolver starts over this long (0..1h)")
-	fs.StringVar(&o.BlocklistDir, "blocklist-dir", blocklist.DefaultDir(), "blocklist *.conf files; their ranges, opt-outs and reserved ranges are never contacted")
+	fs.StringVar(&o.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
 	fs.DurationVar(&o.DBDeadline, "db-deadline", campaign.DefaultDBDeadline, "how long a round waits for an unavailable database (results wait in memory, then in var/spill/) before it stops: status interrupted, exit 3; the next round stores the spilled results")
 	roundHour := fs.String("hour", "", "one round: the hour it is for, to run or resume (2026-11-22T04, or RFC 3339); default $DOQSCAN_RUN_KEY (set by jobrun), else now")
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
@@ -70,7 +71,11 @@ func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, 
 		if *roundHour != "" && o.Every != 0 {
 			return cli.Usagef("--hour names one round: it does not combine with --every")
 		}
+		o.VantageID, o.VantageLocation, o.VantageContact = vf.ID, vf.Location, vf.Contact
 		if err := o.Parse(); err != nil {
+			return err
+		}
+		if err := cli.CheckBlocklistDir("blocklist-dir", o.BlocklistDir); err != nil {
 			return err
 		}
 		h, err := campaign.ParseRoundHour(*roundHour, os.Getenv("DOQSCAN_RUN_KEY"))

@@ -48,7 +48,7 @@ func TestBadFlagsExitUsage(t *testing.T) {
 		{[]string{"--every", "90m"}, "--every"},
 		{[]string{"--every", "1000h"}, "--every"},
 		{[]string{"--run-id", "-1"}, "--run-id"},
-		{[]string{"--name", "a..b"}, "--name"},
+		{[]string{"--query-name", "a..b"}, "--query-name"},
 		{[]string{"--vantage", ""}, "--vantage"},
 		{[]string{"--protocols", "smtp"}, "--protocols"},
 		{[]string{"--concurrency", "x"}, "-concurrency"},

@@ -14,7 +14,6 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/certs"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/doq"
@@ -56,13 +55,14 @@ func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, 
 		ports, alpns, versions, names string
 		roots                         string
 		jsonOut                       bool
+		vf                            cli.VantageFlags
 	)
 	fs := cli.NewFlagSet(cmd, &common)
 	fs.Int64Var(&scanID, "scan-id", 0, "verify this scan's QUIC hosts (default: the latest scan)")
 	fs.StringVar(&cfg.Scan.Week, "week", "", "verify the QUIC hosts of this ISO week's scans (YYYY-Www, all shards); also names the run (default: $DOQSCAN_RUN_KEY under jobrun, else the latest scan)")
 	fs.StringVar(&cfg.Scan.Label, "scan-label", "weekly", "label of the scans to take with --week")
 	fs.StringVar(&cfg.TargetsFile, "targets", "", "verify the targets in this file instead of a scan (- = stdin)")
-	fs.StringVar(&cfg.Vantage, "vantage", envOr("DOQSCAN_VANTAGE", "local"), "vantage point id of this run (env DOQSCAN_VANTAGE)")
+	vf.Register(fs)
 	fs.StringVar(&cfg.Label, "label", "weekly", "run label (run identity: ISO week + vantage + label)")
 	fs.StringVar(&ports, "ports", "784,853,8853", "ports whose QUIC replies are verified (scan targets)")
 	fs.StringVar(&alpns, "alpns", strings.Join(doq.ALPNs(), ","), "DoQ ALPNs offered, highest first")
@@ -82,11 +82,12 @@ func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, 
 	fs.DurationVar(&cfg.Progress, "progress", verify.DefaultProgress, "progress log interval, 100ms..1h")
 	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
 	fs.BoolVar(&jsonOut, "json", false, "print the summary as JSON on stdout")
-	fs.StringVar(&cfg.BlocklistDir, "blocklist-dir", blocklist.DefaultDir(), "blocklist *.conf files; their ranges, opt-outs and reserved ranges are never contacted")
+	fs.StringVar(&cfg.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {
 			return cli.Usagef("unexpected arguments %q", args)
 		}
+		cfg.Vantage, cfg.VantageLocation, cfg.VantageContact = vf.ID, vf.Location, vf.Contact
 		if err := parse(fs, &cfg, scanID, ports, alpns, versions, names, roots); err != nil {
 			return err
 		}
@@ -107,13 +108,6 @@ func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, 
 		}
 		return err
 	}
-}
-
-func envOr(k, d string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return d
 }
 
 func splitList(s string) []string {
@@ -168,6 +162,9 @@ func parse(fs *flag.FlagSet, cfg *verify.RunConfig, scanID int64, ports, alpns, 
 	}
 	cfg.Verify.SNINames = splitList(names)
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := cli.CheckBlocklistDir("blocklist-dir", cfg.BlocklistDir); err != nil {
 		return err
 	}
 	for _, p := range []string{cfg.CityDB, cfg.ASNDB, roots} {

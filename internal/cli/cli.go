@@ -15,7 +15,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/doqscan/doqscan"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/store"
@@ -146,6 +145,13 @@ func PrintHelp(w io.Writer, c Command, fs *flag.FlagSet) {
 		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(c.Notes))
 	}
 	fmt.Fprintf(w, "\nEnvironment:\n  DATABASE_URL  PostgreSQL URL; unset: a private cluster under <project>/var/postgres is started or reused\n")
+	if fs.Lookup("vantage") != nil && fs.Lookup("vantage-location") != nil {
+		fmt.Fprintf(w, "  %-14s default --vantage (else %q); %s, %s: default --vantage-location, --vantage-contact\n",
+			EnvVantage, DefaultVantageID, EnvVantageLocation, EnvVantageContact)
+	}
+	if fs.Lookup("blocklist-dir") != nil {
+		fmt.Fprintf(w, "  DOQSCAN_HOME  the installation; --blocklist-dir defaults to its blocklist/\n")
+	}
 	fmt.Fprintf(w, "\nExit codes:\n  0 ok, 1 run failed, 2 bad usage, 3 database unavailable, 4 database schema newer than binary,\n  5 missing prerequisite, 130 interrupted (measured rows are kept)\n")
 }
 
@@ -201,7 +207,7 @@ func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer,
 		return ExitCode(err)
 	}
 	if common.Version {
-		fmt.Printf("%s %s\n", fs.Name(), doqscan.Version)
+		fmt.Println(VersionLine(fs.Name()))
 		return ExitOK
 	}
 	log, err := NewLogger(stderr, common.LogLevel, common.LogFormat)
@@ -209,6 +215,7 @@ func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer,
 		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
 		return ExitCode(err)
 	}
+	WarnDeprecated(log, fs)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	sigs := make(chan os.Signal, 1)

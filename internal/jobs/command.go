@@ -16,8 +16,9 @@ import (
 // holds the lock; units treat it as success (SuccessExitStatus=75).
 const ExitLocked = 75
 
-// RunCommand runs argv as the job's run (see Run), with DOQSCAN_JOB and DOQSCAN_RUN_KEY
-// in its environment, through cli.RunChild: SIGINT, SIGTERM and SIGHUP are forwarded to
+// RunCommand runs argv as the job's run (see Run), with DOQSCAN_JOB, DOQSCAN_RUN_KEY and
+// DOQSCAN_VANTAGE (the vantage point of the lock, so the command runs as it unless
+// given --vantage) in its environment, through cli.RunChild: SIGINT, SIGTERM and SIGHUP are forwarded to
 // it and waited for (a doqscan tool stores what it has and exits 130), it gets SIGTERM
 // if jobrun dies, and SIGTERM when the lock's connection drops. The error carries the
 // exit code: the command's own, ExitLocked when another run holds the lock, or
@@ -26,7 +27,7 @@ func RunCommand(ctx context.Context, s *store.Store, log *slog.Logger, job, vant
 	err := Run(ctx, s, log, job, vantage, now, func(ctx context.Context, key string) error {
 		c := exec.Command(argv[0], argv[1:]...)
 		c.Stdin, c.Stdout, c.Stderr = nil, os.Stdout, os.Stderr
-		c.Env = append(os.Environ(), "DOQSCAN_JOB="+job, "DOQSCAN_RUN_KEY="+key)
+		c.Env = append(os.Environ(), "DOQSCAN_JOB="+job, "DOQSCAN_RUN_KEY="+key, cli.EnvVantage+"="+vantage)
 		return cli.RunChild(ctx, c)
 	})
 	switch {

@@ -32,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/doqscan/doqscan/internal/store/storetest"
@@ -265,11 +266,13 @@ func TestScanTestbed(t *testing.T) {
 	outDir := keepOnFailure(t)
 	sum, err := Scan(ctx, ScanConfig{Store: s, VantageID: "e2e", Week: "2026-W47", Seed: &seed, QUICPorts: qp, DNSPorts: dp,
 		Testbed: &testbedPrefix, BlocklistDir: blDir, OutDir: outDir,
+		VantageLocation: "testbed vantage namespace", VantageContact: "e2e@example.org",
 		Zmap: ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr,
 			Cooldown: e2eCooldown, ProbesPerHost: e2eProbes()}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkScanProvenance(t, s, sum.ScanID)
 	// zmap's own accounting: every packet its capture passed is a success or a failure
 	// (ICMP); one that is neither was discarded by zmap (validation).
 	metas, _ := filepath.Glob(filepath.Join(outDir, "*", "*", "*", "*.meta.json"))
@@ -788,4 +791,56 @@ func delayLineStats(t testing.TB, inst string) delayline.Stats {
 		t.Logf("delay line counters: %v", err)
 	}
 	return st
+}
+
+// checkScanProvenance: the scan row names this build, the vantage point with its
+// location and contact, the zmap that ran (its --version) and the SHA-256 of every probe
+// as scan_runs recorded it per port.
+func checkScanProvenance(t *testing.T, s *store.Store, scanID int64) {
+	t.Helper()
+	ctx := context.Background()
+	var raw []byte
+	var loc, contact string
+	if err := s.Pool.QueryRow(ctx, `SELECT sc.provenance, v.location, v.contact FROM scans sc
+		JOIN vantage_points v USING (vantage_id) WHERE scan_id = $1`, scanID).Scan(&raw, &loc, &contact); err != nil {
+		t.Fatal(err)
+	}
+	var recs []provenance.Record
+	if err := json.Unmarshal(raw, &recs); err != nil || len(recs) != 1 {
+		t.Fatalf("scan provenance %s (%v): want one record", raw, err)
+	}
+	r := recs[0]
+	zv, err := ZmapVersion(ctx, DefaultZmap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Tool != "zprobe" || r.Build != provenance.ReadBuild() || r.Zmap == nil || r.Zmap.Version != zv || r.Zmap.Path == "" ||
+		r.Vantage != (provenance.Vantage{ID: "e2e", Location: loc, Contact: contact}) || loc != "testbed vantage namespace" {
+		t.Fatalf("scan provenance %+v (zmap %+v), vantage %q/%q", r, r.Zmap, loc, contact)
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT port, probe_kind, encode(probe_sha256, 'hex') FROM scan_runs WHERE scan_id = $1`, scanID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var port int
+		var kind, sha string
+		if err := rows.Scan(&port, &kind, &sha); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, p := range r.Probes {
+			found = found || (p.Kind == kind && p.SHA256 == sha && slices.Contains(p.Ports, port))
+		}
+		if !found {
+			t.Errorf("port %d (%s, probe %s) is not in the provenance's probes %+v", port, kind, sha, r.Probes)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Error("no scan_runs rows")
+	}
+	t.Logf("scan %d provenance: %s", scanID, raw)
 }

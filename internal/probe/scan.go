@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/optout/pace"
+	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -51,6 +53,9 @@ type ScanConfig struct {
 	Zmap         ZmapRun // template: binary, rate, bandwidth, interface, gateway, cooldown...
 	FlushEvery   time.Duration
 	DBWait       time.Duration // how long to wait for an unavailable database (default DefaultDBWait)
+	// VantageLocation and VantageContact describe the vantage point (vantage_points and
+	// the scan's provenance); "" keeps what the database has.
+	VantageLocation, VantageContact string
 }
 
 // DefaultDBWait is how long a scan waits for an unavailable database before it stops
@@ -301,10 +306,22 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 	}
 	log.Info("blocklist ready", "file", blFile, "ipv4_lines", nBlock, "testbed_carve_out", c.Testbed, "targets", len(safety.Targets))
 
+	zbin := c.Zmap.Binary
+	if zbin == "" {
+		zbin = DefaultZmap
+	}
+	zv, err := ZmapVersion(ctx, zbin)
+	if err != nil {
+		return nil, err
+	}
+	zpath, _ := exec.LookPath(zbin)
+	prov := pl.provenance(c.VantageID, c.VantageLocation, c.VantageContact, &provenance.Zmap{Binary: zbin, Path: zpath, Version: zv})
+	log.Info("provenance", "build", prov.Build.String(), "zmap", zpath, "zmap_version", zv)
+
 	var scanID int64
 	var prior store.ScanState
 	if c.Store != nil {
-		if err := c.Store.EnsureVantage(ctx, store.Vantage{ID: c.VantageID}); err != nil {
+		if err := c.Store.EnsureVantage(ctx, store.Vantage{ID: c.VantageID, Location: c.VantageLocation, Contact: c.VantageContact}); err != nil {
 			return nil, store.Unavailable(err)
 		}
 		var found bool
@@ -338,7 +355,7 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 		}
 		scanID, _, err = c.Store.StartScan(ctx, store.Scan{ISOWeek: c.Week, VantageID: c.VantageID, Label: c.Label,
 			Shard: c.Shard, Shards: c.Shards, Seed: seed, Ports: pl.ports32(), ProbeVersion: &pv, Sender: "zmap",
-			Targets: strings.Join(man.Targets, " "), RatePPS: rate, Bandwidth: bw})
+			Targets: strings.Join(man.Targets, " "), RatePPS: rate, Bandwidth: bw, Provenance: prov.JSON()})
 		if err != nil {
 			return nil, store.Unavailable(err)
 		}
@@ -757,4 +774,34 @@ func checkPace(z ZmapRun, safety *Safety, smallest int) error {
 		excluded = append(excluded, e.Prefix)
 	}
 	return pace.CheckScanPace(rate, targets, excluded)
+}
+
+// probes describes the plan's payloads for a provenance record (kind, ports, SHA-256).
+func (pl *plan) probes() []provenance.Probe {
+	var out []provenance.Probe
+	for _, k := range []ProbeKind{ProbeQUIC, ProbeDNS} {
+		pkt := pl.quicPkt
+		if k == ProbeDNS {
+			pkt = pl.dnsPkt
+		}
+		var ports []int
+		for _, p := range pl.order {
+			if pl.kinds[p] == k {
+				ports = append(ports, int(p))
+			}
+		}
+		if len(ports) > 0 {
+			h := sha256.Sum256(pkt)
+			out = append(out, provenance.NewProbe(string(k), ports, h[:]))
+		}
+	}
+	return out
+}
+
+// provenance is the record of a scan from this vantage point with this plan; z is the
+// zmap that sends it (nil: the built-in sender).
+func (pl *plan) provenance(vantage, location, contact string, z *provenance.Zmap) provenance.Record {
+	r := provenance.New("zprobe", provenance.Vantage{ID: vantage, Location: location, Contact: contact})
+	r.Zmap, r.Probes = z, pl.probes()
+	return r
 }

@@ -35,6 +35,9 @@ type SendConfig struct {
 	Safety    *Safety       // allowlist + blocklist; every address must be inside the allowlist
 	Rate      float64       // probes per second (token bucket, burst 1)
 	Cooldown  time.Duration // wait for replies after the last probe
+	// VantageLocation and VantageContact describe the vantage point (vantage_points and
+	// the scan's provenance); "" keeps what the database has.
+	VantageLocation, VantageContact string
 }
 
 // ErrOutsideAllowlist refuses a hitlist with an address outside the allowlist.
@@ -103,7 +106,7 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 	quicPkt, dnsPkt, ports, order, cl := pl.quicPkt, pl.dnsPkt, pl.kinds, pl.order, pl.cl
 	var scanID int64
 	if c.Store != nil {
-		if err := c.Store.EnsureVantage(ctx, store.Vantage{ID: c.VantageID}); err != nil {
+		if err := c.Store.EnsureVantage(ctx, store.Vantage{ID: c.VantageID, Location: c.VantageLocation, Contact: c.VantageContact}); err != nil {
 			return nil, err
 		}
 		pv := int64(c.QUIC.Version)
@@ -113,7 +116,8 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 			tg = append(tg, t.String())
 		}
 		scanID, _, err = c.Store.StartScan(ctx, store.Scan{ISOWeek: c.Week, VantageID: c.VantageID, Label: c.Label,
-			Shards: 1, Ports: pl.ports32(), ProbeVersion: &pv, Sender: "builtin", Targets: strings.Join(tg, " "), RatePPS: &r})
+			Shards: 1, Ports: pl.ports32(), ProbeVersion: &pv, Sender: "builtin", Targets: strings.Join(tg, " "), RatePPS: &r,
+			Provenance: pl.provenance(c.VantageID, c.VantageLocation, c.VantageContact, nil).JSON()})
 		if err != nil {
 			return nil, err
 		}

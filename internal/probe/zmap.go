@@ -234,6 +234,25 @@ func ReadZmapMeta(path string) (*ZmapMeta, error) {
 	return &m, nil
 }
 
+// ZmapVersion returns the first line of "binary --version" (Debian's zmap 2.1.1:
+// "zmap 2.1.1"). A binary that is not found is an error wrapping ErrNoZmap.
+func ZmapVersion(ctx context.Context, binary string) (string, error) {
+	if _, err := exec.LookPath(binary); err != nil {
+		return "", fmt.Errorf("%w (%s): %v", ErrNoZmap, binary, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", binary, err)
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if line == "" {
+		return "", fmt.Errorf("%s --version printed nothing", binary)
+	}
+	return strings.TrimSpace(line), nil
+}
+
 // StartZmap starts zmap with args; stdout is returned for streaming, stderr status
 // lines are relayed through log (progress at info every interval, the rest at debug).
 func StartZmap(ctx context.Context, binary string, args []string, log *slog.Logger) (*exec.Cmd, io.ReadCloser, <-chan ZmapStatus, error) {

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -314,4 +316,23 @@ func TestStreamCSVDeferred(t *testing.T) {
 		t.Fatalf("replies %d + deferred %d != 5000 (bad %d)", in.Replies, in.Deferred, in.Bad)
 	}
 	t.Logf("replies %d, deferred %d", in.Replies, in.Deferred)
+}
+
+// TestZmapVersion: the installed zmap names its version; a binary that is not there is
+// ErrNoZmap (exit code 5 in zprobe).
+func TestZmapVersion(t *testing.T) {
+	if _, err := exec.LookPath(DefaultZmap); err != nil {
+		t.Skipf("zmap is not installed at %s (apt-get install zmap)", DefaultZmap)
+	}
+	v, err := ZmapVersion(context.Background(), DefaultZmap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^zmap [0-9]+\.[0-9]+\.[0-9]+`).MatchString(v) {
+		t.Fatalf("ZmapVersion = %q, want \"zmap X.Y.Z...\"", v)
+	}
+	t.Logf("zmap --version: %q", v)
+	if _, err := ZmapVersion(context.Background(), filepath.Join(t.TempDir(), "zmap")); !errors.Is(err, ErrNoZmap) {
+		t.Fatalf("missing binary: %v, want ErrNoZmap", err)
+	}
 }

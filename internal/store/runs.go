@@ -20,16 +20,21 @@ type Vantage struct {
 	ID          string
 	Description string
 	Address     *netip.Addr
+	Location    string // where it is (free text); "" keeps the stored one
+	Contact     string // who answers for it; "" keeps the stored one
 }
 
-// EnsureVantage creates the vantage point if it is new and updates its description.
+// EnsureVantage creates the vantage point if it is new and updates its description,
+// address, location and contact with those given (empty ones keep what is stored).
 func (s *Store) EnsureVantage(ctx context.Context, v Vantage) error {
-	_, err := s.Pool.Exec(ctx, `INSERT INTO vantage_points (vantage_id, description, address)
-		VALUES ($1, $2, $3)
+	_, err := s.Pool.Exec(ctx, `INSERT INTO vantage_points (vantage_id, description, address, location, contact)
+		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (vantage_id) DO UPDATE SET
 		  description = CASE WHEN EXCLUDED.description = '' THEN vantage_points.description ELSE EXCLUDED.description END,
-		  address = coalesce(EXCLUDED.address, vantage_points.address)`,
-		v.ID, v.Description, v.Address)
+		  address = coalesce(EXCLUDED.address, vantage_points.address),
+		  location = CASE WHEN EXCLUDED.location = '' THEN vantage_points.location ELSE EXCLUDED.location END,
+		  contact = CASE WHEN EXCLUDED.contact = '' THEN vantage_points.contact ELSE EXCLUDED.contact END`,
+		v.ID, v.Description, v.Address, v.Location, v.Contact)
 	if err != nil {
 		return fmt.Errorf("vantage %q: %w", v.ID, err)
 	}
@@ -50,6 +55,7 @@ type Scan struct {
 	Targets      string
 	RatePPS      *int32
 	Bandwidth    *string
+	Provenance   []byte // one provenance.Record (JSON); appended to the row's provenance unless already there
 }
 
 // StartScan returns the id of the scan with s's natural key, creating it if needed, and
@@ -66,14 +72,15 @@ func (s *Store) StartScan(ctx context.Context, sc Scan) (id int64, existed bool,
 		sc.Sender = "zmap"
 	}
 	err = s.Pool.QueryRow(ctx, `INSERT INTO scans (iso_week, vantage_id, label, shard, shards, seed, ports,
-		    probe_version, sender, targets, rate_pps, bandwidth)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
+		    probe_version, sender, targets, rate_pps, bandwidth, provenance)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,`+provenanceArray(13)+`)
 		ON CONFLICT (iso_week, vantage_id, label, shard) DO UPDATE SET
 		    status = 'running', finished_at = NULL, targets = EXCLUDED.targets,
+		    provenance = `+provenanceAppend("scans")+`,
 		    ports = (SELECT array_agg(DISTINCT p ORDER BY p) FROM unnest(scans.ports || EXCLUDED.ports) p)
 		RETURNING scan_id, (xmax <> 0)`,
 		sc.ISOWeek, sc.VantageID, sc.Label, sc.Shard, sc.Shards, sc.Seed, sc.Ports,
-		sc.ProbeVersion, sc.Sender, sc.Targets, sc.RatePPS, sc.Bandwidth).Scan(&id, &existed)
+		sc.ProbeVersion, sc.Sender, sc.Targets, sc.RatePPS, sc.Bandwidth, sc.Provenance).Scan(&id, &existed)
 	if err != nil {
 		return 0, false, fmt.Errorf("start scan %s/%s/%s shard %d: %w", sc.ISOWeek, sc.VantageID, sc.Label, sc.Shard, err)
 	}
@@ -197,6 +204,7 @@ type VerificationRun struct {
 	Config      []byte // JSON
 	CityDataset *int64
 	ASNDataset  *int64
+	Provenance  []byte // one provenance.Record (JSON); appended to the row's provenance unless already there
 }
 
 // StartVerificationRun returns the id of the run with v's natural key, creating it if
@@ -212,14 +220,15 @@ func (s *Store) StartVerificationRun(ctx context.Context, v VerificationRun) (id
 		v.Config = []byte("{}")
 	}
 	err = s.Pool.QueryRow(ctx, `INSERT INTO verification_runs (iso_week, vantage_id, label, scan_id, source, config,
-		    city_dataset, asn_dataset)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8)
+		    city_dataset, asn_dataset, provenance)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,`+provenanceArray(9)+`)
 		ON CONFLICT (iso_week, vantage_id, label) DO UPDATE SET status = 'running', finished_at = NULL,
+		    provenance = `+provenanceAppend("verification_runs")+`,
 		    scan_id = coalesce(EXCLUDED.scan_id, verification_runs.scan_id), config = EXCLUDED.config,
 		    city_dataset = coalesce(EXCLUDED.city_dataset, verification_runs.city_dataset),
 		    asn_dataset = coalesce(EXCLUDED.asn_dataset, verification_runs.asn_dataset)
 		RETURNING run_id, (xmax <> 0)`,
-		v.ISOWeek, v.VantageID, v.Label, v.ScanID, v.Source, v.Config, v.CityDataset, v.ASNDataset).Scan(&id, &existed)
+		v.ISOWeek, v.VantageID, v.Label, v.ScanID, v.Source, v.Config, v.CityDataset, v.ASNDataset, v.Provenance).Scan(&id, &existed)
 	if err != nil {
 		return 0, false, fmt.Errorf("start verification run %s/%s/%s: %w", v.ISOWeek, v.VantageID, v.Label, err)
 	}
@@ -235,12 +244,13 @@ func (s *Store) FinishVerificationRun(ctx context.Context, runID int64, status s
 
 // Campaign is the natural key and parameters of one hourly measurement round.
 type Campaign struct {
-	VantageID string
-	Label     string
-	RoundHour time.Time // truncated to the hour (UTC)
-	RunID     *int64
-	Config    []byte // JSON
-	Planned   *int32
+	VantageID  string
+	Label      string
+	RoundHour  time.Time // truncated to the hour (UTC)
+	RunID      *int64
+	Config     []byte // JSON
+	Planned    *int32
+	Provenance []byte // one provenance.Record (JSON); appended to the row's provenance unless already there
 }
 
 // StartCampaign returns the id of the round with c's natural key, creating it if needed.
@@ -252,12 +262,13 @@ func (s *Store) StartCampaign(ctx context.Context, c Campaign) (id int64, existe
 		c.Config = []byte("{}")
 	}
 	hour := c.RoundHour.UTC().Truncate(time.Hour)
-	err = s.Pool.QueryRow(ctx, `INSERT INTO campaigns (vantage_id, label, round_hour, run_id, config, planned)
-		VALUES ($1,$2,$3,$4,$5,$6)
+	err = s.Pool.QueryRow(ctx, `INSERT INTO campaigns (vantage_id, label, round_hour, run_id, config, planned, provenance)
+		VALUES ($1,$2,$3,$4,$5,$6,`+provenanceArray(7)+`)
 		ON CONFLICT (vantage_id, label, round_hour) DO UPDATE SET status = 'running', finished_at = NULL,
+		    provenance = `+provenanceAppend("campaigns")+`,
 		    run_id = coalesce(EXCLUDED.run_id, campaigns.run_id), planned = coalesce(EXCLUDED.planned, campaigns.planned)
 		RETURNING campaign_id, (xmax <> 0)`,
-		c.VantageID, c.Label, hour, c.RunID, c.Config, c.Planned).Scan(&id, &existed)
+		c.VantageID, c.Label, hour, c.RunID, c.Config, c.Planned, c.Provenance).Scan(&id, &existed)
 	if err != nil {
 		return 0, false, fmt.Errorf("start campaign %s/%s/%s: %w", c.VantageID, c.Label, hour.Format(time.RFC3339), err)
 	}
@@ -291,4 +302,19 @@ func (s *Store) EnsureDataset(ctx context.Context, d Dataset) (int64, error) {
 		return 0, fmt.Errorf("dataset %s: %w", d.Path, err)
 	}
 	return id, nil
+}
+
+// provenanceArray is the SQL of a run row's first provenance array from parameter $n
+// (one record, or NULL: none).
+func provenanceArray(n int) string {
+	return fmt.Sprintf("CASE WHEN $%[1]d::jsonb IS NULL THEN '[]'::jsonb ELSE jsonb_build_array($%[1]d::jsonb) END", n)
+}
+
+// provenanceAppend is the SQL that appends the new row's record (EXCLUDED.provenance's
+// only element, if any) to table's provenance unless an equal record is there: the same
+// build resuming its run adds nothing.
+func provenanceAppend(table string) string {
+	return fmt.Sprintf(`CASE WHEN jsonb_array_length(EXCLUDED.provenance) = 0
+		    OR EXISTS (SELECT 1 FROM jsonb_array_elements(%[1]s.provenance) e WHERE e = EXCLUDED.provenance->0)
+		  THEN %[1]s.provenance ELSE %[1]s.provenance || EXCLUDED.provenance END`, table)
 }

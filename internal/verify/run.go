@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/geo"
 	"github.com/doqscan/doqscan/internal/labnet"
+	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -46,6 +48,9 @@ type RunConfig struct {
 	// them, in an accepted opt-out or in a reserved range outside the lab space are
 	// never contacted (see blocklist.ForContact).
 	BlocklistDir string
+	// VantageLocation and VantageContact describe the vantage point (vantage_points and
+	// the run's provenance); "" keeps what the database has.
+	VantageLocation, VantageContact string
 }
 
 // Defaults of a run.
@@ -208,8 +213,15 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		cityID, asnID = &c, &a
 		log.Info("GeoIP databases", "city", cfg.CityDB, "city_built", gdb.CityInfo.BuildTime, "asn", cfg.ASNDB, "asn_built", gdb.ASNInfo.BuildTime)
 	}
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: cfg.Vantage}); err != nil {
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: cfg.Vantage, Location: cfg.VantageLocation, Contact: cfg.VantageContact}); err != nil {
 		return nil, err
+	}
+	prov := provenance.New("verify", provenance.Vantage{ID: cfg.Vantage, Location: cfg.VantageLocation, Contact: cfg.VantageContact})
+	if gdb != nil {
+		for _, d := range []store.Dataset{gdb.CityInfo, gdb.ASNInfo} {
+			prov.GeoIP = append(prov.GeoIP, provenance.Dataset{Kind: d.Kind, DatabaseType: d.DatabaseType,
+				BuildTime: d.BuildTime.UTC(), SHA256: hex.EncodeToString(d.SHA256), Path: d.Path})
+		}
 	}
 	vc := v.Config()
 	conf, _ := json.Marshal(map[string]any{
@@ -220,7 +232,7 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		"targets_file": cfg.TargetsFile, "geoip_city": cfg.CityDB, "geoip_asn": cfg.ASNDB,
 	})
 	runID, existed, err := s.StartVerificationRun(ctx, store.VerificationRun{ISOWeek: sum.Week, VantageID: cfg.Vantage,
-		Label: cfg.Label, ScanID: scanID, Source: sum.Source, Config: conf, CityDataset: cityID, ASNDataset: asnID})
+		Label: cfg.Label, ScanID: scanID, Source: sum.Source, Config: conf, CityDataset: cityID, ASNDataset: asnID, Provenance: prov.JSON()})
 	if err != nil {
 		return nil, err
 	}

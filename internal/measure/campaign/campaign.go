@@ -26,6 +26,7 @@ import (
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
+	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/jackc/pgx/v5"
@@ -36,6 +37,9 @@ const (
 	PhaseWarmup   = "warmup"
 	PhaseMeasured = "measured"
 )
+
+// DefaultQueryName is the name a round asks every resolver for (A, RD set).
+const DefaultQueryName = "test.com"
 
 // Config is one campaign round.
 type Config struct {
@@ -57,6 +61,9 @@ type Config struct {
 	Spread      time.Duration // spread resolver starts over this long (0: as fast as possible)
 	BatchSize   int           // resolvers per write transaction
 	Progress    time.Duration // progress log interval
+	// VantageLocation and VantageContact describe the vantage point in the round's
+	// provenance (Command also stores them in vantage_points).
+	VantageLocation, VantageContact string
 	// OnFlush, if set, is called (from the writer's goroutine) after every batch
 	// written with the resolvers stored so far in this run (tests use it to interrupt
 	// a round mid-way).
@@ -94,7 +101,7 @@ func (c *Config) defaults() {
 		c.DoHVariants = []string{measure.VariantGET, measure.VariantPOST}
 	}
 	if c.Name == "" {
-		c.Name = "test.com"
+		c.Name = DefaultQueryName
 	}
 	if c.Timeout == 0 {
 		c.Timeout = measure.DefaultTimeout
@@ -193,6 +200,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		"name": cfg.Name, "timeout_ms": cfg.Timeout.Milliseconds(), "concurrency": cfg.Concurrency,
 		"rtt_samples": cfg.RTTSamples, "persistent_queries": cfg.Persistent, "features": cfg.Features,
 	})
+	prov := provenance.New("measure", provenance.Vantage{ID: cfg.VantageID, Location: cfg.VantageLocation, Contact: cfg.VantageContact}).JSON()
 	policy := store.RetryPolicy{Deadline: cfg.DBDeadline}
 	// Results an earlier round could not store (its database stayed away) first.
 	if _, err := ReplaySpill(ctx, s, cfg.SpillDir, policy, log); err != nil {
@@ -203,7 +211,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	var existed bool
 	err = store.Retry(ctx, policy, log, "start the round", func(ctx context.Context) (err error) {
 		cid, existed, err = s.StartCampaign(ctx, store.Campaign{VantageID: cfg.VantageID, Label: cfg.Label,
-			RoundHour: cfg.Hour, RunID: cfg.RunID, Config: confJSON, Planned: &planned})
+			RoundHour: cfg.Hour, RunID: cfg.RunID, Config: confJSON, Planned: &planned, Provenance: prov})
 		return err
 	})
 	if err != nil {

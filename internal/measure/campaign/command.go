@@ -96,7 +96,7 @@ func splitList(s string) []string {
 
 // Command runs one round, or rounds every o.Every until ctx is cancelled.
 func Command(ctx context.Context, s *store.Store, o Options, log *slog.Logger) error {
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: o.VantageID}); err != nil {
+	if err := s.EnsureVantage(ctx, store.Vantage{ID: o.VantageID, Location: o.VantageLocation, Contact: o.VantageContact}); err != nil {
 		return err
 	}
 	guard := labnet.NewGuard() // one verdict per lab prefix for the whole run

@@ -28,7 +28,7 @@ const (
 // Validate checks every setting against its range: --concurrency 1..MaxConcurrency,
 // --timeout MinTimeout..MaxTimeout, --rtt-samples 1..MaxRTTSamples, --persistent
 // MinPersistent..MaxPersistent, --db-deadline
-// MinDBDeadline..MaxDBDeadline, --name a domain name, --vantage not empty; the spread
+// MinDBDeadline..MaxDBDeadline, --query-name a domain name, --vantage not empty; the spread
 // and the internal settings must not be negative. Zero values are not accepted: Run
 // fills them with the defaults first, the command checks the flags as given. Errors are
 // usage errors naming the flag (exit code 2).
@@ -44,7 +44,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if _, ok := dns.IsDomainName(c.Name); !ok || c.Name == "" {
-		return cli.Usagef("--name %q is not a domain name", c.Name)
+		return cli.Usagef("--query-name %q is not a domain name", c.Name)
 	}
 	if c.VantageID == "" {
 		return cli.Usagef("--vantage must not be empty")

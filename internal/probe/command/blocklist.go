@@ -21,7 +21,7 @@ func runBlocklist(ctx context.Context, log *slog.Logger, args []string) error {
 	var noDB bool
 	fs.StringVar(&why, "why", "", "say whether ADDR is excluded and by which entries")
 	fs.BoolVar(&noDB, "no-db", false, "leave out the database's opt-outs")
-	if err := parse(fs, args); err != nil {
+	if err := parse(log, fs, args); err != nil {
 		return ignoreHelp(err)
 	}
 	_, tb, err := tf.prefixes(nil)

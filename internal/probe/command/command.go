@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -70,7 +69,7 @@ func Run(ctx context.Context, log *slog.Logger, args []string) error {
 	case "ingest":
 		return runIngest(ctx, log, args[1:])
 	case "probes":
-		return runProbes(args[1:])
+		return runProbes(log, args[1:])
 	case "blocklist":
 		return runBlocklist(ctx, log, args[1:])
 	}
@@ -86,9 +85,14 @@ func sub(name, usage string, examples ...string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses a subcommand's flags; --help prints the help and returns cli.ErrHelp.
-func parse(fs *flag.FlagSet, args []string) error {
-	return cli.Parse(fs, args)
+// parse parses a subcommand's flags; --help prints the help and returns cli.ErrHelp. A
+// deprecated flag name that was used is logged.
+func parse(log *slog.Logger, fs *flag.FlagSet, args []string) error {
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	cli.WarnDeprecated(log, fs)
+	return nil
 }
 
 // targetFlags are shared by scan, send and blocklist.
@@ -103,17 +107,15 @@ func (t *targetFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.allowlist, "allowlist", "", "file of prefixes to scan (zmap -w format)")
 	fs.StringVar(&t.testbed, "testbed", "", "testbed prefix inside 198.18.0.0/15 (e.g. 198.19.0.0/16): re-opened in the reserved list; default target")
 	fs.BoolVar(&t.internetWide, "internet-wide", false, "deliberately scan every address not blocklisted (zmap's default target)")
-	fs.StringVar(&t.blocklistDir, "blocklist-dir", defaultBlocklistDir(), "directory of blocklist *.conf files")
+	fs.StringVar(&t.blocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "directory of blocklist *.conf files (must exist)")
 }
 
-func defaultBlocklistDir() string {
-	if h := os.Getenv("DOQSCAN_HOME"); h != "" {
-		return filepath.Join(h, "blocklist")
-	}
-	return "blocklist"
-}
-
+// prefixes returns the targets and the testbed prefix, after checking that the
+// blocklist directory exists (a missing one is exit code 5, never a scan without it).
 func (t *targetFlags) prefixes(positional []string) ([]netip.Prefix, *netip.Prefix, error) {
+	if err := cli.CheckBlocklistDir("blocklist-dir", t.blocklistDir); err != nil {
+		return nil, nil, err
+	}
 	var out []netip.Prefix
 	for _, s := range append(strings.FieldsFunc(t.targets, func(r rune) bool { return r == ',' || r == ' ' }), positional...) {
 		p, err := blocklist.ParsePrefix(s)
@@ -161,7 +163,8 @@ func (p *probeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.dcid, "dcid", "", "probe DCID, 8..20 bytes, as text or hex:... (default \"doqscan-vn-dcid!\")")
 	fs.StringVar(&p.scid, "scid", "", "probe SCID, 0..20 bytes, as text or hex:... (default \"doqscan-scid\")")
 	fs.IntVar(&p.size, "size", probe.MinInitialDatagram, "QUIC probe datagram size (1200..1472)")
-	fs.StringVar(&p.qname, "qname", probe.DefaultQName, "name the DNS probe asks for (A, RD set)")
+	fs.StringVar(&p.qname, "query-name", probe.DefaultQName, "name the DNS probe asks for (A, RD set)")
+	cli.Deprecate(fs, "qname", "query-name")
 }
 
 func cid(s string) ([]byte, error) {
@@ -193,7 +196,7 @@ func (p *probeFlags) build() (probe.QUICProbe, probe.DNSProbe, error) {
 	}
 	d := probe.DNSProbe{ID: probe.DefaultDNSID, QName: p.qname}
 	if _, err := d.Build(); err != nil {
-		return q, d, cli.Usagef("--qname: %v", err)
+		return q, d, cli.Usagef("--query-name: %v", err)
 	}
 	return q, d, nil
 }

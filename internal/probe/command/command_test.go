@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -24,7 +25,7 @@ func TestRefusals(t *testing.T) {
 		{"scan", "--vantage", "x", "--targets", "198.19.0.0/16", "--version", "v1"},
 		{"scan", "--vantage", "x", "--targets", "198.19.0.0/16", "--shards", "2"},
 		{"scan", "--vantage", "x", "--targets", "198.19.0.0/16", "--dcid", "short"},
-		{"scan", "--targets", "198.19.0.0/16"},
+		{"scan", "--vantage", "", "--targets", "198.19.0.0/16"},
 		{"send", "--vantage", "x"},
 		{"nonsense"},
 		{},
@@ -88,4 +89,31 @@ func TestSendPaceRefused(t *testing.T) {
 		t.Fatalf("send at 1000/s to an internet /16: %v (exit %d), want a pace error, exit 2", err, cli.ExitCode(err))
 	}
 	t.Log(err)
+}
+
+// TestDeprecatedQnameAndBlocklistDir: --qname is a deprecated spelling of --query-name
+// (it sets the same value, and a warning is logged); a missing blocklist directory is
+// exit code 5, before the database or the network is touched.
+func TestDeprecatedQnameAndBlocklistDir(t *testing.T) {
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	scan := []string{"scan", "--testbed", "198.19.0.0/16"}
+	err := Run(context.Background(), log, append(scan, "--qname", "a..b"))
+	if cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(err.Error(), "--query-name") || !strings.Contains(logs.String(), "deprecated flag") {
+		t.Fatalf("--qname a..b: %v (exit %d), log %q; want exit 2 from --query-name and a deprecation warning", err, cli.ExitCode(err), logs.String())
+	}
+	missing := filepath.Join(t.TempDir(), "blocklist")
+	for _, args := range [][]string{
+		append(scan, "--blocklist-dir", missing),
+		{"send", "--testbed", "198.19.0.0/16", "--hitlist", "/dev/null", "--blocklist-dir", missing},
+		{"blocklist", "--no-db", "--blocklist-dir", missing},
+	} {
+		if err := Run(context.Background(), log, args); cli.ExitCode(err) != cli.ExitEnvironment || !strings.Contains(err.Error(), missing) {
+			t.Errorf("%v: %v (exit %d), want %d naming %s", args, err, cli.ExitCode(err), cli.ExitEnvironment, missing)
+		}
+	}
+	t.Setenv("DOQSCAN_HOME", t.TempDir())
+	if err := Run(context.Background(), log, scan); cli.ExitCode(err) != cli.ExitEnvironment {
+		t.Errorf("DOQSCAN_HOME without blocklist/: %v (exit %d), want %d", err, cli.ExitCode(err), cli.ExitEnvironment)
+	}
 }

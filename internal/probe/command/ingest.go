@@ -17,7 +17,7 @@ func runIngest(ctx context.Context, log *slog.Logger, args []string) error {
 		"zprobe ingest var/scans/2026-W47/fra1/weekly-shard0/*.csv")
 	var raw string
 	fs.StringVar(&raw, "raw", "", "a raw zmap CSV file kept by a scan (also positional)")
-	if err := parse(fs, args); err != nil {
+	if err := parse(log, fs, args); err != nil {
 		return ignoreHelp(err)
 	}
 	files := fs.Args()

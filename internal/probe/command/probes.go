@@ -2,16 +2,17 @@ package command
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/doqscan/doqscan/internal/probe"
 )
 
-func runProbes(args []string) error {
+func runProbes(log *slog.Logger, args []string) error {
 	fs := sub("probes", "zprobe probes [--write DIR]", "zprobe probes --write probes")
 	var dir string
 	fs.StringVar(&dir, "write", "", "write the standard probe files into DIR (the repository's probes/)")
-	if err := parse(fs, args); err != nil {
+	if err := parse(log, fs, args); err != nil {
 		return ignoreHelp(err)
 	}
 	if dir != "" {

@@ -18,13 +18,6 @@ import (
 	"github.com/doqscan/doqscan/internal/probe"
 )
 
-func defaultVantage() string {
-	if v := os.Getenv("DOQSCAN_VANTAGE"); v != "" {
-		return v
-	}
-	return ""
-}
-
 func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	fs := sub("scan", "zprobe scan [flags] [PREFIX...]",
 		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000",
@@ -34,13 +27,14 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	tf.register(fs)
 	pf.register(fs)
 	var (
-		vantage, label, week, out, bandwidth, iface, gw, src, zmapBin, seedS string
-		shard, shards, cooldown, probesPer, threads                          int
-		asJSON                                                               bool
-		dbWait                                                               time.Duration
+		vf                                                          cli.VantageFlags
+		label, week, out, bandwidth, iface, gw, src, zmapBin, seedS string
+		shard, shards, cooldown, probesPer, threads                 int
+		asJSON                                                      bool
+		dbWait                                                      time.Duration
 	)
 	rate := rateFlag{pps: probe.DefaultRate}
-	fs.StringVar(&vantage, "vantage", defaultVantage(), "vantage point id (env DOQSCAN_VANTAGE)")
+	vf.Register(fs)
 	fs.StringVar(&label, "label", "weekly", "scan label (part of the scan's key with week, vantage and shard)")
 	fs.StringVar(&week, "week", "", "ISO week of the scan, e.g. 2026-W47 (default: $DOQSCAN_RUN_KEY when jobrun runs a weekly job, else now)")
 	fs.StringVar(&out, "out", "var/scans", "directory for zmap's raw output (<week>/<vantage>/<label>-shard<N>/<port>.csv)")
@@ -58,7 +52,7 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.StringVar(&zmapBin, "zmap", probe.DefaultZmap, "zmap binary")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON on stdout")
 	fs.DurationVar(&dbWait, "db-wait", probe.DefaultDBWait, "how long to wait for an unavailable database before stopping with exit 3 (zmap's output meanwhile goes to the raw file)")
-	if err := parse(fs, args); err != nil {
+	if err := parse(log, fs, args); err != nil {
 		return ignoreHelp(err)
 	}
 	set := map[string]bool{}
@@ -78,8 +72,8 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	if dbWait <= 0 {
 		return cli.Usagef("--db-wait %s: want a positive duration", dbWait)
 	}
-	if vantage == "" {
-		return cli.Usagef("--vantage is required (or DOQSCAN_VANTAGE)")
+	if vf.ID == "" {
+		return cli.Usagef("--vantage is empty")
 	}
 	if week == "" {
 		week = weekFromRunKey()
@@ -145,7 +139,7 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 			z.SourceIP = r.SourceIP
 		}
 	}
-	sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, Log: log, VantageID: vantage, Label: label, Week: week,
+	sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, Log: log, VantageID: vf.ID, VantageLocation: vf.Location, VantageContact: vf.Contact, Label: label, Week: week,
 		Shard: shard, Shards: shards, Seed: seed, QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Targets: targets,
 		Testbed: tb, InternetWide: tf.internetWide, BlocklistDir: tf.blocklistDir, Safety: safety, OutDir: out, Zmap: z,
 		FlushEvery: time.Second, DBWait: dbWait})

@@ -20,22 +20,23 @@ func runSend(ctx context.Context, log *slog.Logger, args []string) error {
 	var pf probeFlags
 	tf.register(fs)
 	pf.register(fs)
-	var vantage, label, week, hitlist string
+	var vf cli.VantageFlags
+	var label, week, hitlist string
 	var rate float64
 	var cooldown time.Duration
 	var asJSON bool
-	fs.StringVar(&vantage, "vantage", defaultVantage(), "vantage point id (env DOQSCAN_VANTAGE)")
+	vf.Register(fs)
 	fs.StringVar(&label, "label", "hitlist", "scan label")
 	fs.StringVar(&week, "week", "", "ISO week (default: now)")
 	fs.StringVar(&hitlist, "hitlist", "", "file of addresses (IPv4 or IPv6, one a line); each must be inside the allowlist")
 	fs.Float64Var(&rate, "rate", 1000, "probes per second")
 	fs.DurationVar(&cooldown, "cooldown", 3*time.Second, "wait for replies after the last probe")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON")
-	if err := parse(fs, args); err != nil {
+	if err := parse(log, fs, args); err != nil {
 		return ignoreHelp(err)
 	}
-	if vantage == "" || hitlist == "" {
-		return cli.Usagef("--vantage and --hitlist are required")
+	if vf.ID == "" || hitlist == "" {
+		return cli.Usagef("--vantage (default %s) and --hitlist are required", cli.DefaultVantageID)
 	}
 	targets, tb, err := tf.prefixes(fs.Args())
 	if err != nil {
@@ -71,7 +72,7 @@ func runSend(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		return classify(err)
 	}
-	sum, err := probe.Send(ctx, probe.SendConfig{Store: s, Log: log, VantageID: vantage, Label: label, Week: week,
+	sum, err := probe.Send(ctx, probe.SendConfig{Store: s, Log: log, VantageID: vf.ID, VantageLocation: vf.Location, VantageContact: vf.Contact, Label: label, Week: week,
 		QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Hitlist: hl, Safety: safety, Rate: rate, Cooldown: cooldown})
 	if sum != nil {
 		printSummary(sum, asJSON)
