@@ -22,6 +22,7 @@ func main() {
 	fs.StringVar(&cfg.Export.Vantage, "vantage", "local", "export with --hour: vantage point id")
 	fs.StringVar(&cfg.Export.Label, "label", "hourly", "export with --hour: campaign label")
 	fs.StringVar(&cfg.Export.Out, "out", "", "export: directory to write the files into")
+	fs.DurationVar(&cfg.RTT, "rtt", 0, "analyze: the path RTT that groups packets into flights (0: each qlog's own min_rtt)")
 	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {
 			// Flags may also follow the command: "qlogs export --campaign 3 --out d".

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 const (
 	EnvInVantage  = "DOQSCAN_TESTBED_IN_VANTAGE" // "<inst>:<vantage index>"
 	EnvPopulation = "DOQSCAN_TESTBED_POPULATION" // population file of the instance
+	// EnvNoSimserver says why bin/simserver does not run in the instance (unset when it does).
+	EnvNoSimserver = "DOQSCAN_TESTBED_NO_SIMSERVER"
 )
 
 var skipReason string // set in the parent when the testbed cannot run
@@ -68,6 +71,9 @@ func RunInVantage(m *testing.M, o Options) int {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), EnvInVantage+"="+tb.Name+":0", EnvPopulation+"="+tb.Opts.Population,
 		netns.EnvInstance+"="+tb.Name)
+	if why := tb.noSimserver(); why != "" {
+		cmd.Env = append(cmd.Env, EnvNoSimserver+"="+why)
+	}
 	err = cmd.Run()
 	var ee *exec.ExitError
 	switch {
@@ -88,6 +94,35 @@ type Vantage struct {
 	GatewayMAC string
 	Iface      string
 	Population *population.Population // nil without a population file
+	// NoSimserver says why bin/simserver does not answer in the internet namespace
+	// ("" when it runs); see RequireSimserver.
+	NoSimserver string
+}
+
+// RequireSimserver skips the test, with the reason, when bin/simserver does not run in
+// the instance (not built, or the instance was brought up without servers): its
+// addresses would refuse every connection.
+func (v *Vantage) RequireSimserver(t testing.TB) {
+	t.Helper()
+	if v.NoSimserver != "" {
+		t.Skipf("SKIP: %s", v.NoSimserver)
+	}
+}
+
+// noSimserver says why bin/simserver does not run in the instance, or "".
+func (tb *Testbed) noSimserver() string {
+	if _, alive := readPid(tb.State, simserverName, tb.Inet()); alive {
+		return ""
+	}
+	bin := filepath.Join(tb.Opts.Home, "bin", "simserver")
+	switch _, err := os.Stat(bin); {
+	case err != nil:
+		return fmt.Sprintf("%s is not built (./dev build): the testbed has no simulated servers", bin)
+	case !tb.Opts.Servers || tb.Population == nil:
+		return "the testbed runs without simulated servers (no population file, or Servers not set)"
+	default:
+		return "bin/simserver is not running in " + tb.Inet()
+	}
 }
 
 // Require returns the vantage the test runs in, or skips the test with the reason the
@@ -112,7 +147,7 @@ func Require(t testing.TB) *Vantage {
 	}
 	in := netns.Instance{Name: name, Vantages: idx + 1}
 	vt := &Vantage{Instance: name, Index: idx, Addr: netns.VantageAddr(idx).String(),
-		GatewayMAC: netns.GatewayMAC(idx), Iface: in.VantageIf(idx)}
+		GatewayMAC: netns.GatewayMAC(idx), Iface: in.VantageIf(idx), NoSimserver: os.Getenv(EnvNoSimserver)}
 	if p := os.Getenv(EnvPopulation); p != "" {
 		pop, err := population.Load(p)
 		if err != nil {

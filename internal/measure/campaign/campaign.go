@@ -82,11 +82,44 @@ type Config struct {
 	// every exchange's result before it is stored (the testbed benchmarks check the
 	// results' stamps against a packet capture).
 	OnResult func(t Target, ep Endpoint, phase string, res *measure.Result)
+	// Clock, if set, replaces the wall clock in Spread's schedule (slot times, the wait
+	// for a slot, late starts): tests use it to make the schedule deterministic.
+	Clock Clock
+}
+
+// Clock is the time source of a spread round's schedule.
+type Clock interface {
+	Now() time.Time
+	// WaitUntil returns at t (at once if t is past) or with ctx's error.
+	WaitUntil(ctx context.Context, t time.Time) error
+}
+
+// wallClock is the real time.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+func (wallClock) WaitUntil(ctx context.Context, t time.Time) error {
+	w := time.Until(t)
+	if w <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(w)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (c *Config) defaults() {
 	if c.Label == "" {
 		c.Label = "hourly"
+	}
+	if c.Clock == nil {
+		c.Clock = wallClock{}
 	}
 	if len(c.Protocols) == 0 {
 		c.Protocols = measure.Protocols
@@ -275,14 +308,22 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	out := newSink(ctx, s, &cfg, spillCampaign{CampaignID: cid, VantageID: cfg.VantageID, Label: cfg.Label,
 		RoundHour: cfg.Hour.UTC().Truncate(time.Hour)}, log, stored, gaveUp)
 
+	// A worker puts a token into idle before it takes a job, so the dispatcher knows
+	// when a worker is free, before it hands the resolver over.
 	jobs := make(chan Target)
+	idle := make(chan struct{}, cfg.Concurrency)
 	results := make(chan *resolverResult, cfg.Concurrency)
 	var wg sync.WaitGroup
 	for i := 0; i < cfg.Concurrency; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for t := range jobs {
+			for {
+				idle <- struct{}{}
+				t, ok := <-jobs
+				if !ok {
+					return
+				}
 				results <- r.resolver(mctx, t)
 			}
 		}()
@@ -294,18 +335,30 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		if cfg.Spread > 0 && len(todo) > 0 {
 			step = cfg.Spread / time.Duration(len(todo))
 		}
+		// The slots begin now, not at the round's start: replaying spill files and the
+		// database's set-up queries are no worker's fault.
+		slots := cfg.Clock.Now()
 		for i, t := range todo {
 			var at time.Time
 			if step > 0 {
 				// Spread over the round with jitter: resolver i starts in its slot.
-				at = start.Add(step*time.Duration(i) + time.Duration(rand.Int64N(int64(step)+1)))
-				if w := time.Until(at); w > 0 {
-					tm := time.NewTimer(w)
-					select {
-					case <-tm.C:
-					case <-mctx.Done():
-						tm.Stop()
-						return
+				at = slots.Add(step*time.Duration(i) + time.Duration(rand.Int64N(int64(step)+1)))
+				if cfg.Clock.WaitUntil(mctx, at) != nil {
+					return
+				}
+			}
+			select {
+			case <-idle:
+			case <-mctx.Done():
+				return
+			}
+			if step > 0 {
+				// Started a whole slot late: every worker was busy until now (read
+				// when a worker is free, before it takes the resolver).
+				if lag := cfg.Clock.Now().Sub(at); lag > step {
+					lateStarts.Add(1)
+					if lag.Nanoseconds() > maxLagNS.Load() {
+						maxLagNS.Store(lag.Nanoseconds())
 					}
 				}
 			}
@@ -313,15 +366,6 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 			case jobs <- t:
 			case <-mctx.Done():
 				return
-			}
-			if step > 0 {
-				// Started a whole slot late: every worker was busy.
-				if lag := time.Since(at); lag > step {
-					lateStarts.Add(1)
-					if lag.Nanoseconds() > maxLagNS.Load() {
-						maxLagNS.Store(lag.Nanoseconds())
-					}
-				}
 			}
 		}
 	}()

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -212,9 +213,41 @@ func TestParseTargets(t *testing.T) {
 	}
 }
 
+// stepClock is a campaign.Clock that moves only when told: WaitUntil jumps to the slot
+// at once, Advance adds what an exchange costs. A spread round's schedule then depends
+// on the order of events, not on how fast the machine runs them.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) WaitUntil(ctx context.Context, t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.now) {
+		c.now = t
+	}
+	return ctx.Err()
+}
+
+func (c *stepClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
 // TestSpreadRoundReportsLateStarts: a spread round whose resolvers take longer than their
 // slots with one worker falls behind its schedule, and says so (Summary.LateStarts,
-// MaxStartLagSecs); with a worker per resolver, the same round keeps its schedule.
+// MaxStartLagSecs); with a worker per resolver, the same round keeps its schedule. The
+// schedule runs on a stepClock: each exchange costs exchangeCost of it (OnResult), and
+// nothing else moves it, so neither the machine's load nor the database's set-up time
+// changes the counts.
 func TestSpreadRoundReportsLateStarts(t *testing.T) {
 	s := storetest.Open(t)
 	ctx := context.Background()
@@ -222,34 +255,41 @@ func TestSpreadRoundReportsLateStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	hosts := []string{"127.0.0.20", "127.0.0.21", "127.0.0.22", "127.0.0.23", "127.0.0.24"}
-	// Each resolver: DoUDP warm-up + measured, each answered after 40 ms: >= 80 ms.
-	const delay = 40 * time.Millisecond
 	var targets []campaign.Target
-	for _, tg := range targetsFor(t, hosts, measuretest.Config{Delay: delay}) {
+	for _, tg := range targetsFor(t, hosts, measuretest.Config{}) {
 		tg.Endpoints = tg.Endpoints[:1] // DoUDP only
 		targets = append(targets, tg)
 	}
-	run := func(label string, conc int, spread time.Duration) *campaign.Summary {
-		sum, err := campaign.Run(ctx, s, campaign.Config{VantageID: "test", Label: label, Hour: hour,
+	// Each resolver: DoUDP warm-up + measured, each costing 40 ms of the clock: 80 ms.
+	const exchangeCost = 40 * time.Millisecond
+	run := func(label string, conc int, spread time.Duration, costs bool) *campaign.Summary {
+		clock := &stepClock{now: hour}
+		cfg := campaign.Config{VantageID: "test", Label: label, Hour: hour,
 			Timeout: 2 * time.Second, Concurrency: conc, RTTSamples: 1, RTTTimeout: 300 * time.Millisecond,
-			Protocols: []measure.Protocol{measure.DoUDP}, Spread: spread}, targets, logger())
+			Protocols: []measure.Protocol{measure.DoUDP}, Spread: spread, Clock: clock}
+		if costs {
+			cfg.OnResult = func(campaign.Target, campaign.Endpoint, string, *measure.Result) { clock.Advance(exchangeCost) }
+		}
+		sum, err := campaign.Run(ctx, s, cfg, targets, logger())
 		if err != nil {
 			t.Fatal(err)
 		}
 		return sum
 	}
-	// One worker, 20 ms slots, >= 80 ms per resolver: resolver i can start no earlier
-	// than i x 80 ms, its slot ends at (i+1) x 20 ms, so every resolver after the second
-	// is more than a slot late.
+	// One worker, 20 ms slots, 80 ms per resolver: the worker takes resolver i (i >= 1)
+	// once resolvers 0..i-1 are done, at >= i x 80 ms; its slot ends by (i+1) x 20 ms,
+	// so it starts more than a slot late, the last one >= 4 x 80 - 5 x 20 = 220 ms.
+	// Resolver 0 is taken in its slot.
 	step := 20 * time.Millisecond
-	behind := run("behind", 1, time.Duration(len(hosts))*step)
-	if behind.LateStarts < int64(len(hosts)-2) || behind.MaxStartLagSecs <= step.Seconds() {
-		t.Errorf("one worker: %d late starts, max lag %.3f s; want >= %d and > %v", behind.LateStarts,
-			behind.MaxStartLagSecs, len(hosts)-2, step)
+	behind := run("behind", 1, time.Duration(len(hosts))*step, true)
+	if want := int64(len(hosts) - 1); behind.LateStarts != want || behind.MaxStartLagSecs < 0.220 {
+		t.Errorf("one worker: %d late starts, max lag %.3f s; want %d and >= 0.220 s", behind.LateStarts,
+			behind.MaxStartLagSecs, want)
 	}
-	// A worker per resolver, 300 ms slots: nobody waits for a worker.
+	// A worker per resolver, 300 ms slots: every resolver finds a free worker in its slot
+	// (the clock stands still between a slot's wait and the worker taking the resolver).
 	step = 300 * time.Millisecond
-	onTime := run("on-time", len(hosts), time.Duration(len(hosts))*step)
+	onTime := run("on-time", len(hosts), time.Duration(len(hosts))*step, false)
 	if onTime.LateStarts != 0 {
 		t.Errorf("a worker per resolver: %d late starts (max lag %.3f s), want 0", onTime.LateStarts, onTime.MaxStartLagSecs)
 	}

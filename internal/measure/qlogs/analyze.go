@@ -71,15 +71,18 @@ type FileError struct {
 	Message string `json:"message"`
 }
 
-// AnalyzeBytes analyses one qlog's bytes (any serialisation qlogana reads).
-func AnalyzeBytes(name string, b []byte) Report {
+// AnalyzeBytes analyses one qlog's bytes (any serialisation qlogana reads). rtt is the
+// path RTT that groups packets into flights, measured apart from the qlog (the measure
+// stage's RTT probe, stored as handshake_analyses.rtt_ns); 0 takes the qlog's own
+// min_rtt, which CPU load can inflate on a short path.
+func AnalyzeBytes(name string, b []byte, rtt time.Duration) Report {
 	r := Report{File: name}
 	tr, err := qlogana.Parse(b)
 	if err != nil {
 		r.Error = &FileError{Class: classOf(err), Message: err.Error()}
 		return r
 	}
-	a, err := tr.Analyze()
+	a, err := tr.Analyze(qlogana.Options{RTTNS: rtt.Nanoseconds()})
 	if err != nil {
 		r.Error = &FileError{Class: classOf(err), Message: err.Error()}
 		return r
@@ -112,8 +115,8 @@ func classOf(err error) string {
 	return ClassNotQlog
 }
 
-// AnalyzeFile reads and analyses one file.
-func AnalyzeFile(path string) Report {
+// AnalyzeFile reads and analyses one file (rtt: see AnalyzeBytes).
+func AnalyzeFile(path string, rtt time.Duration) Report {
 	b, err := readBounded(path)
 	if err != nil {
 		class := ClassUnreadable
@@ -122,7 +125,7 @@ func AnalyzeFile(path string) Report {
 		}
 		return Report{File: path, Error: &FileError{Class: class, Message: err.Error()}}
 	}
-	return AnalyzeBytes(path, b)
+	return AnalyzeBytes(path, b, rtt)
 }
 
 func readBounded(path string) ([]byte, error) {
@@ -169,7 +172,8 @@ func ExpandPaths(paths []string) []string {
 // Analyze prints one JSON line per file of paths to w, in order. It returns
 // ErrUnreadable (wrapped) if a file could not be read, else ErrUnanalysable if a file
 // is not an analysable qlog, else nil; every file has its line either way.
-func Analyze(ctx context.Context, paths []string, w io.Writer, log *slog.Logger) error {
+// rtt: see AnalyzeBytes (one path RTT for every file; 0: each qlog's own).
+func Analyze(ctx context.Context, paths []string, rtt time.Duration, w io.Writer, log *slog.Logger) error {
 	files := ExpandPaths(paths)
 	enc := json.NewEncoder(w)
 	var unreadable, unanalysable int
@@ -178,7 +182,7 @@ func Analyze(ctx context.Context, paths []string, w io.Writer, log *slog.Logger)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r := AnalyzeFile(f)
+		r := AnalyzeFile(f, rtt)
 		if r.Error != nil {
 			if r.Error.Class == ClassUnreadable {
 				unreadable++

@@ -112,7 +112,7 @@ func TestExportWritesWhatQvisOpens(t *testing.T) {
 		if !reflect.DeepEqual(a, want) {
 			t.Errorf("%s: analysis %+v, the stored qlog's %+v", base, a, want)
 		}
-		r := qlogs.AnalyzeFile(f)
+		r := qlogs.AnalyzeFile(f, 0)
 		t.Logf("%s: format %s traces %d cause %s trips %d vn %v", base, r.Format, r.Traces, r.Cause, r.RoundTrips, r.VersionNegotiation)
 		if phase == "warmup" && (!r.VersionNegotiation || r.Traces != 2 || r.Format != qlogana.FormatJSON || r.ODCID != odcid) {
 			t.Errorf("%s: %+v %+v", base, r, r.Findings)

@@ -53,7 +53,7 @@ func agreeWithLabels(t *testing.T, dir, labelsFile string) int {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := qlogs.Analyze(context.Background(), []string{dir}, &out, discard()); err != nil {
+	if err := qlogs.Analyze(context.Background(), []string{dir}, 0, &out, discard()); err != nil {
 		t.Fatalf("analyze: %v\n%s", err, out.String())
 	}
 	n, agree := 0, 0

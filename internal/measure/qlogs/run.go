@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
@@ -19,6 +20,7 @@ var Command = cli.Command{
 	Examples: []string{
 		"qlogs analyze ../shared/datasets/dns-analysis-2021/qlog-sample/      # one JSON line per file (quic-go v0.21 draft-02 NDJSON)",
 		"qlogs analyze client.sqlog old.qlog.gz | jq -c 'select(.cause != \"1rtt\")'",
+		"qlogs analyze --rtt 5ms client.sqlog                                # flights grouped by a path RTT measured apart",
 		"qlogs export --campaign 42 --out /tmp/qlogs                          # .sqlog/.qlog files to open in qvis",
 		"qlogs export --vantage local --hour 2026-11-22T04 --out /tmp/qlogs   # the campaign of that hourly round",
 	},
@@ -29,7 +31,9 @@ means every regular file under it. Each line has file, format, odcid, quic_versi
 handshake_complete, retry, version_negotiation, amplification_stall, loss, round_trips,
 cause (as in handshake_analyses); a file cut short is analysed up to the cut and marked
 "truncated"; a file that cannot be analysed has "error": {"class", "message"} with class
-unreadable, not-qlog, too-large or no-packets. Exit code 5 if a file could not be read,
+unreadable, not-qlog, too-large or no-packets. --rtt gives the path RTT that groups
+packets into flights (as the measure stage does with its RTT probe); without it each
+qlog's own min_rtt is used, which CPU load can inflate on a short path. Exit code 5 if a file could not be read,
 else 1 if one could not be analysed, else 0.
 
 export writes one file per stored qlog of the campaign into --out: a single trace as
@@ -42,8 +46,11 @@ Exit code 2 if the campaign does not exist. See docs/qlogs.md.`,
 type Config struct {
 	Command string   // "analyze" or "export"
 	Paths   []string // analyze: files and directories
-	Export  ExportConfig
-	Hour    string // export: the round's hour (an hour key or RFC 3339), instead of Export.CampaignID
+	// RTT, for analyze: the path RTT measured apart from the qlogs (0: each qlog's own
+	// min_rtt).
+	RTT    time.Duration
+	Export ExportConfig
+	Hour   string // export: the round's hour (an hour key or RFC 3339), instead of Export.CampaignID
 }
 
 // Run runs one `qlogs` command; results go to stdout, logs to log.
@@ -53,7 +60,10 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer, log *slog.Logger) er
 		if len(cfg.Paths) == 0 {
 			return cli.Usagef("analyze: want at least one FILE or DIR")
 		}
-		err := Analyze(ctx, cfg.Paths, stdout, log)
+		if cfg.RTT < 0 {
+			return cli.Usagef("analyze: --rtt %v is negative", cfg.RTT)
+		}
+		err := Analyze(ctx, cfg.Paths, cfg.RTT, stdout, log)
 		if errors.Is(err, ErrUnreadable) {
 			return &cli.ExitError{Code: cli.ExitEnvironment, Err: err}
 		}

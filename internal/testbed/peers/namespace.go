@@ -82,8 +82,14 @@ func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peer
 			}
 		}
 	}
+	// proxy_delay=0: the kernel answers a broadcast ARP request for a proxied address
+	// after a random 0..proxy_delay (0.8 s by default), and the peers namespace resolves
+	// each vantage address separately (its route has no gateway), so a peer's first
+	// reply to every new vantage address would wait up to 0.8 s: a QUIC client meets a
+	// PTO there. Without the delay the reply comes at once.
 	sysctls := map[string][]string{
 		inet: {"net.ipv4.ip_forward=1", "net.ipv4.conf." + inetSideIf + ".proxy_arp=1",
+			"net.ipv4.neigh." + inetSideIf + ".proxy_delay=0",
 			"net.ipv4.conf." + inetSideIf + ".rp_filter=0", "net.ipv4.conf.all.rp_filter=0"},
 		ns: {"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf." + peerSideIf + ".rp_filter=0"},
 	}

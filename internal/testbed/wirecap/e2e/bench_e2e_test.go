@@ -33,6 +33,7 @@ import (
 // DOQSCAN_BENCH_CONCURRENCY the concurrencies (default "1,64").
 func BenchmarkWireSpans(b *testing.B) {
 	v := testbed.Require(b)
+	v.RequireSimserver(b)
 	if v.Population == nil {
 		b.Skip("SKIP: the testbed runs without a population file")
 	}

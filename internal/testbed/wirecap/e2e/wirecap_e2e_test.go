@@ -153,6 +153,7 @@ func tcpConnect(t *testing.T, tg target) tcpSample {
 // spanCheck for the bounds.
 func TestWireSpans(t *testing.T) {
 	v := testbed.Require(t)
+	v.RequireSimserver(t)
 	if v.Population == nil {
 		t.Skip("SKIP: the testbed runs without a population file")
 	}
@@ -318,6 +319,7 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // millisecond.
 func TestTLSSetup(t *testing.T) {
 	v := testbed.Require(t)
+	v.RequireSimserver(t)
 	pop := v.Population
 	if pop == nil {
 		t.Skip("SKIP: the testbed runs without a population file")
