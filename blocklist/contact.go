@@ -5,19 +5,19 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
-// DefaultDir is the blocklist directory of the installation: $DOQSCAN_HOME/blocklist, or
-// ./blocklist; "" when that directory does not exist.
+// HomeDir is the blocklist directory of the installation: <project home>/blocklist (see
+// internal/home), whether or not it exists.
+func HomeDir() string { return home.Path("blocklist") }
+
+// DefaultDir is HomeDir when that directory exists, else "".
 func DefaultDir() string {
-	d := "blocklist"
-	if h := os.Getenv("DOQSCAN_HOME"); h != "" {
-		d = filepath.Join(h, "blocklist")
-	}
+	d := HomeDir()
 	if st, err := os.Stat(d); err != nil || !st.IsDir() {
 		return ""
 	}

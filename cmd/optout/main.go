@@ -5,14 +5,13 @@ package main
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/optout"
-	"github.com/doqscan/doqscan/internal/store/pgcluster"
 )
 
 var cmd = cli.Command{
@@ -34,7 +33,7 @@ func main() {
 	tlsListen := fs.String("tls-listen", "", "HTTPS listen address (e.g. :443); needs --tls-cert and --tls-key")
 	tlsCert := fs.String("tls-cert", "", "certificate chain (PEM) for HTTPS")
 	tlsKey := fs.String("tls-key", "", "private key (PEM) for HTTPS")
-	dir := fs.String("blocklist-dir", filepath.Join(pgcluster.ProjectHome(), "blocklist"), "directory of the blocklist files; opt-outs go to optout.conf there")
+	dir := fs.String("blocklist-dir", blocklist.HomeDir(), "directory of the blocklist files; opt-outs go to optout.conf there")
 	contact := fs.String("contact", optout.DefaultInfo.Contact, "contact email shown on the page")
 	operator := fs.String("operator", optout.DefaultInfo.Operator, "who runs the scans")
 	project := fs.String("project-url", "", "link to the project page (optional)")

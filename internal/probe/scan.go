@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/blocklist"
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/store"
 )
@@ -157,7 +158,7 @@ func (c *ScanConfig) defaults() {
 		c.DNS = DefaultDNSProbe()
 	}
 	if c.OutDir == "" {
-		c.OutDir = filepath.Join("var", "scans")
+		c.OutDir = home.Path("var", "scans")
 	}
 	if c.DBWait <= 0 {
 		c.DBWait = DefaultDBWait

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -103,14 +102,7 @@ func (t *targetFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.allowlist, "allowlist", "", "file of prefixes to scan (zmap -w format)")
 	fs.StringVar(&t.testbed, "testbed", "", "testbed prefix inside 198.18.0.0/15 (e.g. 198.19.0.0/16): re-opened in the reserved list; default target")
 	fs.BoolVar(&t.internetWide, "internet-wide", false, "deliberately scan every address not blocklisted (zmap's default target)")
-	fs.StringVar(&t.blocklistDir, "blocklist-dir", defaultBlocklistDir(), "directory of blocklist *.conf files")
-}
-
-func defaultBlocklistDir() string {
-	if h := os.Getenv("DOQSCAN_HOME"); h != "" {
-		return filepath.Join(h, "blocklist")
-	}
-	return "blocklist"
+	fs.StringVar(&t.blocklistDir, "blocklist-dir", blocklist.HomeDir(), "directory of blocklist *.conf files")
 }
 
 func (t *targetFlags) prefixes(positional []string) ([]netip.Prefix, *netip.Prefix, error) {
