@@ -548,3 +548,34 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(k)
 	return k
 }
+
+// TestDefaultPathsAbsolute: every default path a scheduled tool prints in --help is
+// absolute (derived from the project home), whatever the working directory: a run
+// started by systemd or cron in / must not write var/scans there.
+func TestDefaultPathsAbsolute(t *testing.T) {
+	bin := buildTools(t)
+	def := regexp.MustCompile(`\(default "([^"]*)"\)`)
+	for _, argv := range [][]string{{"zprobe", "scan"}, {"zprobe", "send"}, {"zprobe", "blocklist"}, {"verify"},
+		{"measure"}, {"optout"}, {"jobrun"}} {
+		cmd := exec.Command(filepath.Join(bin, argv[0]), append(argv[1:], "--help")...)
+		cmd.Dir = t.TempDir()
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Errorf("%s --help: %v", argv, err)
+			continue
+		}
+		n := 0
+		for _, m := range def.FindAllStringSubmatch(string(out), -1) {
+			v := m[1]
+			if !strings.Contains(v, "/") || strings.Contains(v, "://") || regexp.MustCompile(`^[0-9a-f.:]+/\d+$`).MatchString(v) {
+				continue
+			}
+			n++
+			if !filepath.IsAbs(v) {
+				t.Errorf("%s: default path %q is relative to the working directory", strings.Join(argv, " "), v)
+			}
+		}
+		t.Logf("%s: %d default paths", strings.Join(argv, " "), n)
+	}
+}
