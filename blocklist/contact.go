@@ -4,20 +4,21 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/store"
-	"github.com/doqscan/doqscan/internal/store/pgcluster"
 )
 
-// DefaultDir is the blocklist directory of the installation: the blocklist/ of the
-// project home (pgcluster.ProjectHome: $DOQSCAN_HOME, else the checkout the working
-// directory or the binary is in, else /var/lib/doqscan). It is returned whether or not
-// it exists: a missing directory is the caller's error to report (Dir fails on it), never
-// a reason to run without the operator's exclusions.
+// HomeDir is the blocklist directory of the installation: <project home>/blocklist (see
+// internal/home). It is returned whether or not it exists: a missing directory is the
+// caller's error to report (Dir fails on it), never a reason to run without the
+// operator's exclusions.
+func HomeDir() string { return home.Path("blocklist") }
+
+// DefaultDir is HomeDir, the default of every tool's --blocklist-dir.
 func DefaultDir() string {
-	return filepath.Join(pgcluster.ProjectHome(), "blocklist")
+	return HomeDir()
 }
 
 // OptOuts returns the accepted opt-outs in the database as entries.

@@ -103,7 +103,7 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("docker-compose config: %v\n%s", err, out)
 	}
 	cfg := string(out)
-	for _, want := range []string{"  db:", "  scanner:", "  measure:", "  optout:", "  jupyter:", "pgdata:", "network_mode: host",
+	for _, want := range []string{"  db:", "  scanner:", "  measure:", "  optout:", "  report:", "  jupyter:", "pgdata:", "network_mode: host",
 		"NET_RAW", "NET_ADMIN", "127.0.0.1:5432", "pg_isready"} {
 		if !strings.Contains(cfg, want) {
 			t.Errorf("compose config lacks %q", want)

@@ -32,9 +32,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
-	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
@@ -144,7 +144,7 @@ func requireTestbed(t *testing.T) *e2eSetup {
 	if v.Population == nil {
 		t.Skip("SKIP: the testbed runs without a population file")
 	}
-	if _, err := os.Stat(filepath.Join(pgcluster.ProjectHome(), "bin", "simserver")); err != nil {
+	if _, err := os.Stat(filepath.Join(home.Dir(), "bin", "simserver")); err != nil {
 		t.Fatalf("the testbed has no simulated servers: %v (./dev build)", err)
 	}
 	e := &e2eSetup{v: v, pop: v.Population, skip: map[netip.Addr]string{}}
@@ -156,7 +156,7 @@ func requireTestbed(t *testing.T) *e2eSetup {
 	}
 	var why error
 	for _, sp := range specs {
-		if err := peers.Installed(pgcluster.ProjectHome(), sp.Kind); err != nil && why == nil {
+		if err := peers.Installed(home.Dir(), sp.Kind); err != nil && why == nil {
 			why = err
 		}
 	}
@@ -464,7 +464,7 @@ func probesForLoss(losses []float64, budget float64) (p int, oneProbe float64) {
 // file, sends SIGHUP, and waits until the delay line logs the reload.
 func setPaths(t *testing.T, inst string, table *delayline.Table) {
 	t.Helper()
-	state := testbed.StateDir(pgcluster.ProjectHome(), inst)
+	state := testbed.StateDir(home.Dir(), inst)
 	logFile := filepath.Join(state, "delayline.log")
 	reloads := func() int {
 		b, _ := os.ReadFile(logFile)
@@ -783,7 +783,7 @@ func linkDrops(ns string) string {
 // delayLineStats reads the counters the testbed's delay line writes every second.
 func delayLineStats(t testing.TB, inst string) delayline.Stats {
 	var st delayline.Stats
-	b, err := os.ReadFile(filepath.Join(testbed.StateDir(pgcluster.ProjectHome(), inst), "delayline.stats.json"))
+	b, err := os.ReadFile(filepath.Join(testbed.StateDir(home.Dir(), inst), "delayline.stats.json"))
 	if err == nil {
 		err = json.Unmarshal(b, &st)
 	}

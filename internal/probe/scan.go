@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/blocklist"
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/optout/pace"
 	"github.com/doqscan/doqscan/internal/provenance"
@@ -163,7 +164,7 @@ func (c *ScanConfig) defaults() {
 		c.DNS = DefaultDNSProbe()
 	}
 	if c.OutDir == "" {
-		c.OutDir = filepath.Join("var", "scans")
+		c.OutDir = home.Path("var", "scans")
 	}
 	if c.DBWait <= 0 {
 		c.DBWait = DefaultDBWait

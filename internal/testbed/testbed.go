@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/store/pgcluster"
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
 	"github.com/doqscan/doqscan/internal/testbed/geodb"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
@@ -46,7 +46,7 @@ type Options struct {
 	// (0: the delay line's defaults).
 	Queues  int
 	Quantum time.Duration
-	Home    string // project home; default pgcluster.ProjectHome()
+	Home    string // project home; default home.Dir()
 	Log     *slog.Logger
 	// ReadyTimeout bounds each process's start; default 60 s.
 	ReadyTimeout time.Duration
@@ -75,7 +75,7 @@ func (o *Options) fill() error {
 		o.Lead = 0
 	}
 	if o.Home == "" {
-		o.Home = pgcluster.ProjectHome()
+		o.Home = home.Dir()
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)

@@ -31,7 +31,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/doqscan/doqscan/internal/store/pgcluster"
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/geodb"
@@ -70,7 +70,7 @@ func loadGroundTruth(t *testing.T) groundTruth {
 	g := groundTruth{pop: pop, pki: k, want: map[netip.AddrPort]population.Verdict{}, rec: map[netip.AddrPort]*population.Record{}}
 	// testnet up starts the peers all or none (peers.StartPopulation): when one kind is
 	// not installed, every peer address stays silent and is left out here.
-	home := pgcluster.ProjectHome()
+	home := home.Dir()
 	var peerErr error
 	for _, r := range pop.Records {
 		if r.Peer != "" && peerErr == nil {

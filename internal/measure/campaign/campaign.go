@@ -23,12 +23,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
 	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
-	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -76,7 +76,7 @@ type Config struct {
 	// database; more go to a spill file in SpillDir.
 	BufferResolvers int
 	// SpillDir holds spill files (default var/spill of the project home,
-	// pgcluster.ProjectHome). Every round first writes the spill files it finds there.
+	// home.Dir). Every round first writes the spill files it finds there.
 	SpillDir string
 	// OnResult, if set, is called (from the resolver's goroutine: concurrently) with
 	// every exchange's result before it is stored (the testbed benchmarks check the
@@ -164,7 +164,7 @@ func (c *Config) defaults() {
 		c.BufferResolvers = 256
 	}
 	if c.SpillDir == "" {
-		c.SpillDir = filepath.Join(pgcluster.ProjectHome(), "var", "spill")
+		c.SpillDir = filepath.Join(home.Dir(), "var", "spill")
 	}
 }
 

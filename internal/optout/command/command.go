@@ -20,10 +20,10 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/optout"
 	"github.com/doqscan/doqscan/internal/store"
-	"github.com/doqscan/doqscan/internal/store/pgcluster"
 )
 
 // IO is where a subcommand writes: its output and its log/errors.
@@ -79,7 +79,7 @@ func newFlagSet(name, usage string, common *cli.Common, examples ...string) *fla
 }
 
 func blocklistDirFlag(fs *flag.FlagSet) *string {
-	return fs.String("blocklist-dir", filepath.Join(pgcluster.ProjectHome(), "blocklist"),
+	return fs.String("blocklist-dir", blocklist.HomeDir(),
 		"directory of the blocklist files; accepted opt-outs go to optout.conf there")
 }
 

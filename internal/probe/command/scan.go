@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/optout/pace"
 	"github.com/doqscan/doqscan/internal/probe"
 )
@@ -37,7 +38,7 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	vf.Register(fs)
 	fs.StringVar(&label, "label", "weekly", "scan label (part of the scan's key with week, vantage and shard)")
 	fs.StringVar(&week, "week", "", "ISO week of the scan, e.g. 2026-W47 (default: $DOQSCAN_RUN_KEY when jobrun runs a weekly job, else now)")
-	fs.StringVar(&out, "out", "var/scans", "directory for zmap's raw output (<week>/<vantage>/<label>-shard<N>/<port>.csv)")
+	fs.StringVar(&out, "out", home.Path("var", "scans"), "directory for zmap's raw output (<week>/<vantage>/<label>-shard<N>/<port>.csv)")
 	fs.Var(&rate, "rate", "zmap -r: packets per second, always passed to zmap; \"max\": as fast as zmap can (zmap -r 0, benchmarks only); 0 is refused")
 	fs.StringVar(&bandwidth, "bandwidth", "", "zmap -B: bits per second with G/M/K suffix, instead of --rate (zmap derives its rate from it)")
 	fs.StringVar(&seedS, "seed", "", "zmap --seed, shared by every shard of a scan (required with --shards > 1)")

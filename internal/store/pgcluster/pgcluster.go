@@ -20,6 +20,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/home"
 )
 
 // Database and role the private cluster holds.
@@ -49,49 +51,13 @@ func (c *Cluster) URL() string {
 	return fmt.Sprintf("host=%s dbname=%s user=%s sslmode=disable", c.SocketDir(), DBName, DBUser)
 }
 
-// ProjectHome returns the directory doqscan keeps its data under: $DOQSCAN_HOME, else the
-// source tree the working directory or the executable is in (found by its schema.sql and
-// go.mod), else /var/lib/doqscan.
-func ProjectHome() string {
-	if h := os.Getenv("DOQSCAN_HOME"); h != "" {
-		return h
-	}
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if exe, err := os.Executable(); err == nil {
-		starts = append(starts, filepath.Dir(exe))
-	}
-	for _, s := range starts {
-		for d := s; ; d = filepath.Dir(d) {
-			if isProjectRoot(d) {
-				return d
-			}
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	return "/var/lib/doqscan"
-}
-
-func isProjectRoot(d string) bool {
-	mod, err := os.ReadFile(filepath.Join(d, "go.mod"))
-	if err != nil {
-		return false
-	}
-	_, err = os.Stat(filepath.Join(d, "schema.sql"))
-	return err == nil && bytes.Contains(mod, []byte("module github.com/doqscan/doqscan"))
-}
-
 // Default returns the cluster of the project home, with the newest installed server.
 func Default() (*Cluster, error) {
 	bin, err := findBinDir()
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: filepath.Join(ProjectHome(), "var", "postgres"), BinDir: bin}
+	c := &Cluster{Dir: filepath.Join(home.Dir(), "var", "postgres"), BinDir: bin}
 	if os.Geteuid() == 0 {
 		if _, err := user.Lookup("postgres"); err != nil {
 			return nil, errors.New("running as root and there is no unprivileged 'postgres' account to run the private " +
@@ -101,8 +67,8 @@ func Default() (*Cluster, error) {
 		// A checkout under a directory the postgres account cannot enter (e.g. /root,
 		// mode 700) cannot hold its data: use a directory of its own under /var/lib,
 		// one per project home, and say so in the log line that names the data directory.
-		if !reachableBy(c.OSUser, ProjectHome()) {
-			sum := sha256.Sum256([]byte(ProjectHome()))
+		if !reachableBy(c.OSUser, home.Dir()) {
+			sum := sha256.Sum256([]byte(home.Dir()))
 			c.Dir = filepath.Join("/var/lib/doqscan", "postgres-"+hex.EncodeToString(sum[:4]))
 		}
 	}

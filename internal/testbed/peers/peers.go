@@ -28,6 +28,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/home"
 )
 
 // Kind names a third-party server implementation.
@@ -141,8 +143,8 @@ type Config struct {
 	// Inst is the testbed instance: peers run in namespace `<Inst>-peers`, routed from
 	// `<Inst>-inet`. Empty: run in the caller's namespace (loopback addresses only).
 	Inst string
-	// Root is the repository root (bin/coredns, var/peers, .venv). Default: $DOQSCAN_HOME,
-	// else the nearest parent directory of the working directory holding go.mod.
+	// Root is the repository root (bin/coredns, var/peers, .venv). Default: the project
+	// home (internal/home).
 	Root string
 	// RunDir holds configs, logs and pid files. Default: <Root>/var/testnet/<Inst>/peers.
 	RunDir string
@@ -193,26 +195,9 @@ func (c *Config) fill() error {
 	return os.MkdirAll(c.RunDir, 0o755)
 }
 
-// RepoRoot returns $DOQSCAN_HOME or the nearest parent of the working directory that
-// holds go.mod.
+// RepoRoot returns the project home (see internal/home).
 func RepoRoot() (string, error) {
-	if h := os.Getenv("DOQSCAN_HOME"); h != "" {
-		return h, nil
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("peers: repository root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("peers: repository root not found (set DOQSCAN_HOME)")
-		}
-		dir = parent
-	}
+	return home.Dir(), nil
 }
 
 // ErrNotInstalled is returned (wrapped) when a peer's binary is missing.

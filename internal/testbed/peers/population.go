@@ -94,7 +94,7 @@ func upstreamFor(pop *population.Population) (netip.AddrPort, error) {
 }
 
 // StartAll starts every peer of the population for testbed instance inst, with the
-// repository root from $DOQSCAN_HOME (or the working directory). See StartPopulation.
+// repository root from the project home (internal/home). See StartPopulation.
 func StartAll(ctx context.Context, inst string, pop *population.Population, certDir string, log *slog.Logger) (stop func() error, err error) {
 	return StartPopulation(ctx, Config{Inst: inst, Log: log}, pop, certDir)
 }

@@ -18,12 +18,13 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/home"
 )
 
 // FormatVersion is the version of the population file grammar this package reads.
@@ -839,25 +840,15 @@ func (p *Population) Classes() []string {
 // DefaultFile is the population file's path relative to the repository root.
 const DefaultFile = "testbed/population.txt"
 
+// DefaultPath is DefaultFile in the project home (see internal/home).
+func DefaultPath() string { return home.Path(DefaultFile) }
+
 // LoadDefault loads the committed population: $DOQSCAN_POPULATION if set, else
-// DefaultFile found by walking up from the working directory to the directory holding
-// go.mod (so tests in any package find it).
+// DefaultPath (the project home is found from the working directory too, so tests in any
+// package find it).
 func LoadDefault() (*Population, error) {
 	if p := os.Getenv("DOQSCAN_POPULATION"); p != "" {
 		return Load(p)
 	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return nil, err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return Load(filepath.Join(dir, DefaultFile))
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return nil, errors.New("population: no go.mod above the working directory; set DOQSCAN_POPULATION")
-		}
-		dir = parent
-	}
+	return Load(DefaultPath())
 }

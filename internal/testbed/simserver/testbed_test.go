@@ -15,7 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/doqscan/doqscan/internal/doq"
-	"github.com/doqscan/doqscan/internal/store/pgcluster"
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
@@ -35,7 +35,7 @@ func requireSimserver(t *testing.T) *testbed.Vantage {
 	if v.Population == nil {
 		t.Skip("SKIP: the testbed has no population")
 	}
-	bin := filepath.Join(pgcluster.ProjectHome(), "bin", "simserver")
+	bin := filepath.Join(home.Dir(), "bin", "simserver")
 	st, err := os.Stat(bin)
 	if err != nil {
 		t.Skipf("SKIP: %s missing: run ./dev build", bin)

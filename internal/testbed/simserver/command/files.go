@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/testbed/geodb"
 	"github.com/doqscan/doqscan/internal/testbed/pki"
 	"github.com/doqscan/doqscan/internal/testbed/population"
@@ -22,8 +23,8 @@ func runPKI(args []string) int {
 	}
 	var common cli.Common
 	fs := cli.NewFlagSet(cmd, &common)
-	file := fs.String("population", population.DefaultFile, "population file")
-	out := fs.String("out", "var/pki", "output directory")
+	file := fs.String("population", population.DefaultPath(), "population file")
+	out := fs.String("out", home.Path("var", "pki"), "output directory")
 	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
 		p, err := population.Load(*file)
 		if err != nil {
@@ -56,8 +57,8 @@ func runGeoDB(args []string) int {
 	}
 	var common cli.Common
 	fs := cli.NewFlagSet(cmd, &common)
-	file := fs.String("population", population.DefaultFile, "population file")
-	out := fs.String("out", "var/geoip", "output directory")
+	file := fs.String("population", population.DefaultPath(), "population file")
+	out := fs.String("out", home.Path("var", "geoip"), "output directory")
 	bt := fs.String("build-time", "", "database build time, RFC 3339 (default: the population file's mtime)")
 	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
 		p, err := population.Load(*file)

@@ -52,7 +52,7 @@ func runCheck(args []string) int {
 	}
 	var common cli.Common
 	fs := cli.NewFlagSet(cmd, &common)
-	file := fs.String("population", population.DefaultFile, "population file")
+	file := fs.String("population", population.DefaultPath(), "population file")
 	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
 		p, err := population.Load(*file)
 		if err != nil {

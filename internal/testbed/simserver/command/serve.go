@@ -27,7 +27,7 @@ It runs until SIGINT/SIGTERM.`,
 	}
 	var common cli.Common
 	fs := cli.NewFlagSet(cmd, &common)
-	file := fs.String("population", population.DefaultFile, "population file")
+	file := fs.String("population", population.DefaultPath(), "population file")
 	listen := fs.String("listen", "0.0.0.0", "address to bind (0.0.0.0: every address of the namespace)")
 	ready := fs.String("ready-file", "", "create this file once every listener is bound")
 	noQUIC := fs.Bool("no-quic", false, "do not start the QUIC/DoQ side")
