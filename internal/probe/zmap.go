@@ -19,16 +19,18 @@ import (
 // DefaultZmap is Debian's zmap 2.1.1.
 const DefaultZmap = "/usr/sbin/zmap"
 
-// ZmapRun is one zmap invocation: one port, one probe payload.
+// ZmapRun is one zmap invocation: one probe payload, one port (several with zmap 4.x).
 type ZmapRun struct {
 	Binary        string
+	Dialect       *ZmapDialect // the detected zmap's (DetectZmap); nil: zmap 2.1.1
 	Port          uint16
-	ProbeFile     string // --probe-args=file:PATH
-	BlocklistFile string // -b, required
-	AllowlistFile string // -w; required unless InternetWide
-	InternetWide  bool   // deliberately scan everything not blocklisted
-	Rate          int    // -r packets/s, required unless Bandwidth is set; RateUnlimited: -r 0, as fast as zmap can
-	Bandwidth     string // -B, e.g. 1G, 500M (zmap derives its rate from it; excludes Rate)
+	Ports         []uint16 // several ports in one run (zmap 4.x); overrides Port
+	ProbeFile     string   // --probe-args=file:PATH
+	BlocklistFile string   // -b, required
+	AllowlistFile string   // -w; required unless InternetWide
+	InternetWide  bool     // deliberately scan everything not blocklisted
+	Rate          int      // -r packets/s, required unless Bandwidth is set; RateUnlimited: -r 0, as fast as zmap can
+	Bandwidth     string   // -B, e.g. 1G, 500M (zmap derives its rate from it; excludes Rate)
 	Seed          *uint64
 	Shards, Shard int
 	Interface     string // -i
@@ -67,8 +69,23 @@ func (z ZmapRun) Args() ([]string, error) {
 	if z.ProbeFile == "" {
 		return nil, errors.New("zmap: no probe file")
 	}
-	if z.Port == 0 {
-		return nil, errors.New("zmap: no target port")
+	d := z.Dialect
+	if d == nil {
+		d = Zmap21
+	}
+	ports := z.Ports
+	if len(ports) == 0 {
+		ports = []uint16{z.Port}
+	}
+	var portList []string
+	for _, p := range ports {
+		if p == 0 {
+			return nil, errors.New("zmap: no target port")
+		}
+		portList = append(portList, strconv.Itoa(int(p)))
+	}
+	if len(ports) > 1 && !d.MultiPort {
+		return nil, fmt.Errorf("zmap %s scans one port per run, not %d", d.Name, len(ports))
 	}
 	shards := max(z.Shards, 1)
 	if z.Shards < 0 || z.Shard < 0 || z.Shard >= shards {
@@ -90,17 +107,17 @@ func (z ZmapRun) Args() ([]string, error) {
 	}
 	a := []string{
 		"--probe-module=udp",
-		"--target-port=" + strconv.Itoa(int(z.Port)),
+		d.PortFlag + "=" + strings.Join(portList, ","),
 		"--probe-args=file:" + z.ProbeFile,
-		"--blacklist-file=" + z.BlocklistFile,
+		d.BlocklistFlag + "=" + z.BlocklistFile,
 		"--output-module=csv",
-		"--output-fields=" + strings.Join(ZmapFields, ","),
+		"--output-fields=" + strings.Join(d.Fields(), ","),
 		"--output-filter=" + ZmapOutputFilter,
 		"--output-file=-",
 		"--disable-syslog",
 	}
 	if z.AllowlistFile != "" {
-		a = append(a, "--whitelist-file="+z.AllowlistFile)
+		a = append(a, d.AllowlistFlag+"="+z.AllowlistFile)
 	}
 	switch {
 	case z.Rate > 0:
@@ -199,14 +216,15 @@ func ParseRate(s string) (float64, bool) {
 	return v, true
 }
 
-// ZmapMeta is what zprobe reads from zmap's metadata file (-m).
+// ZmapMeta is what zprobe reads from zmap's metadata file (-m). The keys 3.0 renamed
+// are read under either name (the file says which zmap wrote it).
 type ZmapMeta struct {
-	TotalSent       int64    `json:"total_sent"`
+	TotalSent       int64    `json:"total_sent"` // 2.1; packets_sent from 3.0
 	SuccessUnique   int64    `json:"success_unique"`
 	FailureTotal    int64    `json:"failure_total"`
 	HitRate         float64  `json:"hitrate"`
-	Allowed         int64    `json:"blacklist_total_allowed"`
-	NotAllowed      int64    `json:"blacklist_total_not_allowed"`
+	Allowed         int64    `json:"blacklist_total_allowed"`     // 2.1; blocklist_total_allowed from 3.0
+	NotAllowed      int64    `json:"blacklist_total_not_allowed"` // 2.1; blocklist_total_not_allowed from 3.0
 	SendToFailures  int64    `json:"send_to_failures"`
 	PcapDrop        int64    `json:"pcap_drop"`
 	PcapRecv        int64    `json:"pcap_recv"`     // packets the capture filter passed
@@ -217,8 +235,19 @@ type ZmapMeta struct {
 	Rate            int64    `json:"rate"`
 	Shard           int      `json:"shard_num"`
 	TotalShards     int      `json:"total_shards"`
-	BlacklistedNets []string `json:"blacklisted_networks"`
-	WhitelistedNets []string `json:"whitelisted_networks"`
+	BlacklistedNets []string `json:"blacklisted_networks"` // 2.1; blocklisted_networks from 3.0
+	WhitelistedNets []string `json:"whitelisted_networks"` // 2.1; allowlisted_networks from 3.0
+	TargetPorts     []uint16 `json:"target_ports"`         // 4.x (2.1: target_port)
+}
+
+// zmapMeta3 holds the keys 3.0 renamed.
+type zmapMeta3 struct {
+	PacketsSent    *int64   `json:"packets_sent"`
+	Allowed        *int64   `json:"blocklist_total_allowed"`
+	NotAllowed     *int64   `json:"blocklist_total_not_allowed"`
+	BlocklistedNet []string `json:"blocklisted_networks"`
+	AllowlistedNet []string `json:"allowlisted_networks"`
+	TargetPort     *uint16  `json:"target_port"`
 }
 
 // ReadZmapMeta reads a metadata file.
@@ -228,8 +257,30 @@ func ReadZmapMeta(path string) (*ZmapMeta, error) {
 		return nil, err
 	}
 	var m ZmapMeta
+	var m3 zmapMeta3
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("zmap metadata %s: %w", path, err)
+	}
+	if err := json.Unmarshal(b, &m3); err != nil {
+		return nil, fmt.Errorf("zmap metadata %s: %w", path, err)
+	}
+	if m3.PacketsSent != nil {
+		m.TotalSent = *m3.PacketsSent
+	}
+	if m3.Allowed != nil {
+		m.Allowed = *m3.Allowed
+	}
+	if m3.NotAllowed != nil {
+		m.NotAllowed = *m3.NotAllowed
+	}
+	if m3.BlocklistedNet != nil {
+		m.BlacklistedNets = m3.BlocklistedNet
+	}
+	if m3.AllowlistedNet != nil {
+		m.WhitelistedNets = m3.AllowlistedNet
+	}
+	if len(m.TargetPorts) == 0 && m3.TargetPort != nil {
+		m.TargetPorts = []uint16{*m3.TargetPort}
 	}
 	return &m, nil
 }
