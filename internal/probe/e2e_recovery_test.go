@@ -212,8 +212,13 @@ func TestScanKilled(t *testing.T) {
 		t.Errorf("after ingest: %d replies of port 53 stored, the raw file has %d lines", stored, len(onDisk))
 	}
 
-	// The next run: 784 is not sent again, 53 is, and everything ends 'ok'.
+	// The next run: 784 is not sent again, 53 is (into a new raw file: the cut one
+	// stays as it was), and everything ends 'ok'.
 	meta784, err := os.ReadFile(filepath.Join(dir, "784.meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut53, err := os.ReadFile(raw53)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +245,13 @@ func TestScanKilled(t *testing.T) {
 	if !slices.Contains(zargs, "--rate=10000") {
 		t.Errorf("zmap args %v lack --rate=10000", zargs)
 	}
-	m, err := ReadZmapMeta(filepath.Join(dir, "53.meta.json"))
+	if b, err := os.ReadFile(raw53); err != nil || !bytes.Equal(b, cut53) {
+		t.Errorf("the re-run changed the raw file of the killed run %s (%d bytes before, %d after, %v)", raw53, len(cut53), len(b), err)
+	}
+	if n := len(rawAddrs(t, filepath.Join(dir, "53.attempt2.csv"))); n == 0 {
+		t.Errorf("the re-run of port 53 wrote no 53.attempt2.csv")
+	}
+	m, err := ReadZmapMeta(filepath.Join(dir, "53.attempt2.meta.json"))
 	if err != nil || m.Rate != helpRate {
 		t.Errorf("zmap's metadata: %+v (%v), want rate %d", m, err, helpRate)
 	}

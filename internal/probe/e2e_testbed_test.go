@@ -810,11 +810,11 @@ func checkScanProvenance(t *testing.T, s *store.Store, scanID int64) {
 		t.Fatalf("scan provenance %s (%v): want one record", raw, err)
 	}
 	r := recs[0]
-	zv, err := ZmapVersion(ctx, DefaultZmap)
+	zv, err := DetectZmap(ctx, DefaultZmap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Tool != "zprobe" || r.Build != provenance.ReadBuild() || r.Zmap == nil || r.Zmap.Version != zv || r.Zmap.Path == "" ||
+	if r.Tool != "zprobe" || r.Build != provenance.ReadBuild() || r.Zmap == nil || r.Zmap.Version != zv.Raw || r.Zmap.Path == "" ||
 		r.Vantage != (provenance.Vantage{ID: "e2e", Location: loc, Contact: contact}) || loc != "testbed vantage namespace" {
 		t.Fatalf("scan provenance %+v (zmap %+v), vantage %q/%q", r, r.Zmap, loc, contact)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,6 +37,11 @@ type Ingest struct {
 	BadLines  []int64                   // line numbers (1 = the header) of the first maxBadLines bad lines
 	Truncated bool                      // the last line had no newline (a writer cut off): not parsed
 	Deferred  int64                     // lines only written to the raw file (database behind or away)
+	NoPort    int64                     // replies of a several-port run that name no port (ErrNoPort): not stored
+
+	// Ports are the ports of a several-port zmap run (4.x): each UDP reply is stored
+	// under its source port. Empty: one port, given to StreamCSV/IngestCSV.
+	Ports []uint16
 
 	// beforeFlush runs before a batch goes to the database: the raw file must hold
 	// every row of the batch first.
@@ -226,7 +232,7 @@ func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in 
 	}
 	tick := time.NewTicker(flushEvery)
 	defer tick.Stop()
-	cr := &CSVReader{Port: port}
+	cr := &CSVReader{Port: port, Ports: in.Ports}
 	var lineNo int64  // of the lines that reached the classifier (a replay numbers every line)
 	var stopErr error // a database error other than unavailability
 	dbAway := false   // the database went away: lines are deferred to the raw file
@@ -327,6 +333,10 @@ func (in *Ingest) addLine(ctx context.Context, cr *CSVReader, line []byte, lineN
 	}
 	in.Lines++
 	rep, err := cr.Parse(line)
+	if errors.Is(err, ErrNoPort) {
+		in.NoPort++
+		return nil
+	}
 	if err != nil {
 		in.bad(lineNo, err)
 		return nil
@@ -347,7 +357,7 @@ func (in *Ingest) bad(lineNo int64, err error) {
 // classify as something it is not), and in.Truncated says so.
 func IngestCSV(ctx context.Context, r io.Reader, port uint16, in *Ingest) error {
 	br := bufio.NewReaderSize(r, 1<<20)
-	cr := &CSVReader{Port: port}
+	cr := &CSVReader{Port: port, Ports: in.Ports}
 	var lineNo int64
 	for {
 		line, err := br.ReadBytes('\n')

@@ -65,15 +65,17 @@ func ParseDNSProbe(b []byte) (DNSProbe, error) {
 type ReplayResult struct {
 	ScanID     int64
 	Port       uint16
-	Lines      int64   // data lines read (the header not counted)
-	Replies    int64   // replies classified and stored
-	Inserted   int64   // rows new in the database
-	Bad        int64   // lines that did not parse
-	BadLines   []int64 // line numbers of the first bad lines (1 = the header)
-	Truncated  bool    // the last line was cut off (no newline) and not parsed
-	Complete   bool    // zmap finished the port (its metadata file is next to the CSV)
-	Status     string  // the port's scan_runs status after the replay
-	ScanStatus string  // the scan's status after the replay
+	Ports      []uint16 // the ports of the raw file (several: a zmap 4.x run); Port is the first
+	NoPort     int64    // replies of a several-port run that name no port (not stored)
+	Lines      int64    // data lines read (the header not counted)
+	Replies    int64    // replies classified and stored
+	Inserted   int64    // rows new in the database
+	Bad        int64    // lines that did not parse
+	BadLines   []int64  // line numbers of the first bad lines (1 = the header)
+	Truncated  bool     // the last line was cut off (no newline) and not parsed
+	Complete   bool     // zmap finished the port (its metadata file is next to the CSV)
+	Status     string   // the port's scan_runs status after the replay
+	ScanStatus string   // the scan's status after the replay
 	ByKind     map[Kind]int64
 }
 
@@ -104,12 +106,11 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 	if err := json.Unmarshal(mb, &man); err != nil {
 		return nil, fmt.Errorf("replay: manifest: %w", err)
 	}
-	base := strings.TrimSuffix(filepath.Base(csvPath), ".csv")
-	pn, err := strconv.Atoi(base)
-	if err != nil || pn < 1 || pn > 65535 {
-		return nil, fmt.Errorf("replay %s: file name must be <port>.csv", csvPath)
+	filePorts, _, err := ParseRawName(csvPath)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
 	}
-	port := uint16(pn)
+	port := filePorts[0]
 	ports := map[uint16]ProbeKind{}
 	for p, k := range man.Ports {
 		n, err := strconv.Atoi(p)
@@ -118,8 +119,10 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 		}
 		ports[uint16(n)] = ProbeKind(k)
 	}
-	if _, ok := ports[port]; !ok {
-		return nil, fmt.Errorf("replay: port %d is not in the scan's manifest", port)
+	for _, p := range filePorts {
+		if _, ok := ports[p]; !ok {
+			return nil, fmt.Errorf("replay: port %d is not in the scan's manifest", p)
+		}
 	}
 	qb, err := os.ReadFile(filepath.Join(dir, man.QUICProbe))
 	if err != nil {
@@ -141,8 +144,8 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	meta, metaErr := ReadZmapMeta(filepath.Join(dir, base+".meta.json"))
-	res := &ReplayResult{Port: port, Complete: metaErr == nil}
+	meta, metaErr := ReadZmapMeta(metaFor(csvPath))
+	res := &ReplayResult{Port: port, Ports: filePorts, Complete: metaErr == nil}
 	if err := s.EnsureVantage(ctx, store.Vantage{ID: man.Vantage}); err != nil {
 		return nil, store.Unavailable(err)
 	}
@@ -172,19 +175,23 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 			return nil, store.Unavailable(err)
 		}
 	}
-	run, hasRun := st.Runs[int32(port)]
-	if !hasRun {
-		pkt := qb
-		if ports[port] == ProbeDNS {
-			pkt = db
+	runs := map[uint16]store.ScanRunState{}
+	for _, p := range filePorts {
+		run, hasRun := st.Runs[int32(p)]
+		if !hasRun {
+			pkt := qb
+			if ports[p] == ProbeDNS {
+				pkt = db
+			}
+			h := sha256.Sum256(pkt)
+			abs, _ := filepath.Abs(csvPath)
+			if err := s.StartScanRun(ctx, store.ScanRun{ScanID: res.ScanID, Port: int32(p), ProbeKind: string(ports[p]),
+				ProbeSHA256: h[:], RawOutput: abs}); err != nil {
+				return nil, store.Unavailable(err)
+			}
+			run = store.ScanRunState{Port: int32(p), Status: "running"}
 		}
-		h := sha256.Sum256(pkt)
-		abs, _ := filepath.Abs(csvPath)
-		if err := s.StartScanRun(ctx, store.ScanRun{ScanID: res.ScanID, Port: int32(port), ProbeKind: string(ports[port]),
-			ProbeSHA256: h[:], RawOutput: abs}); err != nil {
-			return nil, store.Unavailable(err)
-		}
-		run = store.ScanRunState{Port: int32(port), Status: "running"}
+		runs[p] = run
 	}
 	f, err := os.Open(csvPath)
 	if err != nil {
@@ -192,28 +199,44 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 	}
 	defer f.Close()
 	in := NewIngest(s, res.ScanID, cl, log)
+	if len(filePorts) > 1 {
+		in.Ports = filePorts
+	}
 	if err := IngestCSV(ctx, f, port, in); err != nil {
 		return nil, err
 	}
 	res.Lines, res.Replies, res.Inserted, res.Bad, res.BadLines, res.Truncated = in.Lines, in.Replies, in.Inserted, in.Bad, in.BadLines, in.Truncated
 	res.ByKind = in.Counts[port]
-	res.Status = "interrupted"
-	if run.Status == "ok" || (res.Complete && !res.Truncated) {
-		res.Status = "ok"
-	}
-	sent := run.ProbesSent
-	if meta != nil {
-		sent = &meta.TotalSent
-	}
-	if err := s.FinishScanRun(ctx, res.ScanID, int32(port), res.Status, sent, &res.Replies, run.Blocklisted); err != nil {
-		return nil, store.Unavailable(err)
+	res.NoPort = in.NoPort
+	for i, p := range filePorts {
+		run := runs[p]
+		status := "interrupted"
+		if run.Status == "ok" || (res.Complete && !res.Truncated) {
+			status = "ok"
+		}
+		if i == 0 {
+			res.Status = status
+		}
+		sent := run.ProbesSent
+		if meta != nil {
+			share := meta.TotalSent / int64(len(filePorts))
+			sent = &share
+		}
+		replies := res.Replies
+		if len(filePorts) > 1 {
+			replies = countOf(in.Counts[p])
+		}
+		if err := s.FinishScanRun(ctx, res.ScanID, int32(p), status, sent, &replies, run.Blocklisted); err != nil {
+			return nil, store.Unavailable(err)
+		}
 	}
 	if res.ScanStatus, err = s.SettleScan(ctx, res.ScanID); err != nil {
 		return nil, store.Unavailable(err)
 	}
 	if res.Lines == 0 && !res.Complete {
-		return res, fmt.Errorf("%w: %s has no data line and zmap did not finish the port (no %s.meta.json): its output was lost "+
-			"or zmap never ran; port %d is marked %s, re-run the scan to send it again", ErrNothingRecovered, csvPath, base, port, res.Status)
+		return res, fmt.Errorf("%w: %s has no data line and zmap did not finish the port (no %s): its output was lost "+
+			"or zmap never ran; port %d is marked %s, re-run the scan to send it again", ErrNothingRecovered, csvPath,
+			filepath.Base(metaFor(csvPath)), port, res.Status)
 	}
 	return res, nil
 }

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -10,8 +11,9 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +59,19 @@ type ScanConfig struct {
 	// VantageLocation and VantageContact describe the vantage point (vantage_points and
 	// the scan's provenance); "" keeps what the database has.
 	VantageLocation, VantageContact string
+
+	// ZmapVersion is the zmap Zmap.Binary is (DetectZmap); nil: Scan detects it.
+	ZmapVersion *ZmapVersion
+	// Rescan sends every port again, also those an earlier run of the scan finished
+	// (each into a new raw file; the earlier files stay).
+	Rescan bool
+	// Confirmed allows an internet-wide scan estimated to take longer than
+	// ConfirmAbove (default DefaultConfirmAbove); without it Scan refuses
+	// (ErrNeedsConfirmation) before anything is sent.
+	Confirmed    bool
+	ConfirmAbove time.Duration
+	// OnEstimate, if set, is called with the scan's estimate before anything is sent.
+	OnEstimate func(ScanEstimate)
 }
 
 // DefaultDBWait is how long a scan waits for an unavailable database before it stops
@@ -87,7 +102,8 @@ type PortSummary struct {
 	PcapDrop    int64          `json:"zmap_pcap_drop"`       // replies zmap's capture dropped
 	SendFails   int64          `json:"zmap_sendto_failures"` // probes zmap failed to send
 	RawOutput   string         `json:"raw_output,omitempty"`
-	Resumed     bool           `json:"resumed,omitempty"` // done by an earlier run of the scan: not sent again
+	NoPort      int64          `json:"replies_without_port,omitempty"` // ICMP replies of a several-port run: not stored
+	Resumed     bool           `json:"resumed,omitempty"`              // done by an earlier run of the scan: not sent again
 }
 
 // Summary is the scan summary printed at the end and stored in scans.summary.
@@ -99,6 +115,7 @@ type Summary struct {
 	Shard      int            `json:"shard"`
 	Shards     int            `json:"shards"`
 	Sender     string         `json:"sender"`
+	Zmap       string         `json:"zmap_version,omitempty"` // as `zmap --version` said it
 	Version    string         `json:"probe_version"`
 	Ports      []PortSummary  `json:"ports"`
 	ProbesSent int64          `json:"probes_sent"`
@@ -168,6 +185,9 @@ func (c *ScanConfig) defaults() {
 	}
 	if c.DBWait <= 0 {
 		c.DBWait = DefaultDBWait
+	}
+	if c.ConfirmAbove <= 0 {
+		c.ConfirmAbove = DefaultConfirmAbove
 	}
 	if c.Zmap.Rate == 0 && c.Zmap.Bandwidth == "" {
 		c.Zmap.Rate = DefaultRate
@@ -254,6 +274,16 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	ver := c.ZmapVersion
+	if ver == nil {
+		v, err := DetectZmap(ctx, c.Zmap.Binary)
+		if err != nil {
+			return nil, err
+		}
+		ver = &v
+	}
+	c.Zmap.Dialect = ver.Dialect
+	log.Info("zmap", "binary", ver.Binary, "version", ver.Raw, "dialect", ver.Dialect.Name, "several_ports_per_run", ver.Dialect.MultiPort)
 	quicPkt, dnsPkt, ports, order, cl := pl.quicPkt, pl.dnsPkt, pl.kinds, pl.order, pl.cl
 	if err := checkPace(c.Zmap, safety, min(len(quicPkt), len(dnsPkt))); err != nil {
 		return nil, err
@@ -307,19 +337,10 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 	}
 	log.Info("blocklist ready", "file", blFile, "ipv4_lines", nBlock, "testbed_carve_out", c.Testbed, "targets", len(safety.Targets))
 
-	zbin := c.Zmap.Binary
-	if zbin == "" {
-		zbin = DefaultZmap
-	}
-	zv, err := ZmapVersion(ctx, zbin)
-	if err != nil {
-		return nil, err
-	}
-	zpath, _ := exec.LookPath(zbin)
-	prov := pl.provenance(c.VantageID, c.VantageLocation, c.VantageContact, &provenance.Zmap{Binary: zbin, Path: zpath, Version: zv})
-	log.Info("provenance", "build", prov.Build.String(), "zmap", zpath, "zmap_version", zv)
+	prov := pl.provenance(c.VantageID, c.VantageLocation, c.VantageContact,
+		&provenance.Zmap{Binary: c.Zmap.Binary, Path: ver.Binary, Version: ver.Raw})
+	log.Info("provenance", "build", prov.Build.String(), "zmap", ver.Binary, "zmap_version", ver.Raw)
 
-	var scanID int64
 	var prior store.ScanState
 	if c.Store != nil {
 		if err := c.Store.EnsureVantage(ctx, store.Vantage{ID: c.VantageID, Location: c.VantageLocation, Contact: c.VantageContact}); err != nil {
@@ -335,10 +356,59 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 				"scan_id", prior.ID, "earlier", prior.Targets, "now", strings.Join(man.Targets, " "))
 			prior.Runs = nil
 		}
+		if found && c.Rescan && len(prior.Runs) > 0 {
+			log.Warn("--rescan: every port is sent again, also those an earlier run finished (into new raw files)", "scan_id", prior.ID)
+			prior.Runs = nil
+		}
 		if found && prior.Status == "running" {
 			log.Warn("an earlier run of this scan ended without closing it (killed, or the database went away): "+
 				"its ports are settled from their raw files", "scan_id", prior.ID)
 		}
+	}
+	probeOf := func(port uint16) []byte {
+		if ports[port] == ProbeDNS {
+			return dnsPkt
+		}
+		return quicPkt
+	}
+	// What each port needs: done by an earlier run (not sent), settled from an earlier
+	// run's raw file (and sent if that run did not finish), or sent.
+	var done, settle, send []uint16
+	for _, port := range order {
+		r, ok := prior.Runs[int32(port)]
+		if !ok {
+			send = append(send, port)
+			continue
+		}
+		h := sha256.Sum256(probeOf(port))
+		switch {
+		case !bytes.Equal(r.ProbeSHA256, h[:]):
+			// Another probe: the earlier run's raw file cannot be classified with this
+			// one, and the port is sent again.
+			log.Warn("the earlier run of this port sent another probe: sending it again", "port", port, "status", r.Status)
+			send = append(send, port)
+		case r.Status == "ok":
+			done = append(done, port)
+		default:
+			settle = append(settle, port)
+		}
+	}
+	est, err := Estimate(safety, c.Zmap, c.Shards, groupPorts(append(slices.Clone(settle), send...), ports, ver.Dialect.MultiPort),
+		max(len(quicPkt), len(dnsPkt)))
+	if err != nil {
+		return nil, err
+	}
+	if c.OnEstimate != nil {
+		c.OnEstimate(est)
+	}
+	log.Info("scan estimate", "estimate", est.String(), "ports_done_earlier", len(done))
+	if c.InternetWide && !c.Confirmed && (est.Duration > c.ConfirmAbove || est.RatePPS <= 0) {
+		return nil, fmt.Errorf("%w: this internet-wide scan takes %s, more than %s: pass --yes to run it",
+			ErrNeedsConfirmation, est, FormatDuration(c.ConfirmAbove))
+	}
+
+	var scanID int64
+	if c.Store != nil {
 		seed := (*int64)(nil)
 		if c.Seed != nil {
 			v := int64(*c.Seed)
@@ -362,51 +432,49 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 		}
 	}
 	sum := &Summary{ScanID: scanID, Week: c.Week, Vantage: c.VantageID, Label: c.Label, Shard: c.Shard, Shards: c.Shards,
-		Sender: "zmap", Version: fmt.Sprintf("0x%08x", c.QUIC.Version), Status: "ok"}
+		Sender: "zmap", Zmap: ver.Raw, Version: fmt.Sprintf("0x%08x", c.QUIC.Version), Status: "ok"}
 	start := time.Now()
 	var runErr error
-	for _, port := range order {
-		kind := ports[port]
-		z := c.Zmap
-		z.Port = port
-		z.ProbeFile = quicFile
-		pkt := quicPkt
-		if kind == ProbeDNS {
-			z.ProbeFile, pkt = dnsFile, dnsPkt
-		}
-		if r, ok := prior.Runs[int32(port)]; ok {
-			h := sha256.Sum256(pkt)
-			if !bytes.Equal(r.ProbeSHA256, h[:]) {
-				// Another probe: the earlier run's raw file cannot be classified with
-				// this one, and the port is sent again.
-				log.Warn("the earlier run of this port sent another probe: sending it again", "port", port, "status", r.Status)
-			} else if r.Status == "ok" {
-				log.Info("port done by an earlier run of this scan: not sent again", "port", port, "replies", r.Replies)
-				sum.add(resumedPort(r, kind))
-				continue
-			} else {
-				// The earlier run of this port did not end cleanly: store what its raw
-				// file holds; if zmap had finished the port, it is done, else it is sent
-				// again (the new run replaces the file).
-				ps, done, err := settlePort(ctx, c, scanID, port, kind, r, dir, cl, log)
-				if err != nil {
-					runErr = err
-					break
-				}
-				if done {
-					sum.add(ps)
-					continue
-				}
-			}
-		}
-		z.BlocklistFile, z.AllowlistFile, z.InternetWide = blFile, alFile, c.InternetWide
-		z.Seed, z.Shards, z.Shard = c.Seed, c.Shards, c.Shard
-		z.MetadataFile = metaPath(dir, port) + partSuffix
-		ps, err := runPort(ctx, c, z, kind, pkt, dir, scanID, cl, log)
-		sum.add(ps)
+	for _, port := range done {
+		r := prior.Runs[int32(port)]
+		log.Info("port done by an earlier run of this scan: not sent again (--rescan sends it)", "port", port, "replies", r.Replies)
+		sum.add(resumedPort(r, ports[port]))
+	}
+	for _, port := range settle {
+		// The earlier run of this port did not end cleanly: store what its raw file
+		// holds; if zmap had finished the port, it is done, else it is sent again
+		// (into a new raw file: the earlier one stays).
+		ps, finished, err := settlePort(ctx, c, scanID, port, ports[port], prior.Runs[int32(port)], dir, cl, log)
 		if err != nil {
 			runErr = err
 			break
+		}
+		if finished {
+			sum.add(ps)
+			continue
+		}
+		send = append(send, port)
+	}
+	if runErr == nil {
+		slices.SortStableFunc(send, func(a, b uint16) int { return cmp.Compare(slices.Index(order, a), slices.Index(order, b)) })
+		for _, g := range groupPorts(send, ports, ver.Dialect.MultiPort) {
+			kind := ports[g[0]]
+			z := c.Zmap
+			z.Port, z.Ports = g[0], g
+			z.ProbeFile = quicFile
+			if kind == ProbeDNS {
+				z.ProbeFile = dnsFile
+			}
+			z.BlocklistFile, z.AllowlistFile, z.InternetWide = blFile, alFile, c.InternetWide
+			z.Seed, z.Shards, z.Shard = c.Seed, c.Shards, c.Shard
+			pss, err := runPorts(ctx, c, z, kind, probeOf(g[0]), dir, scanID, cl, log)
+			for _, ps := range pss {
+				sum.add(ps)
+			}
+			if err != nil {
+				runErr = err
+				break
+			}
 		}
 	}
 	sum.DurationS = time.Since(start).Seconds()
@@ -458,15 +526,97 @@ func resumedPort(r store.ScanRunState, kind ProbeKind) PortSummary {
 	return ps
 }
 
-// metaPath is where a port's zmap metadata is kept once the port is complete: zmap
-// writes it (as metaPath+partSuffix) when it exits, and zprobe renames it after it has
-// copied all of zmap's output to the raw file, so its presence says the raw file is
-// whole (Replay and settlePort read it).
-func metaPath(dir string, port uint16) string {
-	return filepath.Join(dir, fmt.Sprintf("%d.meta.json", port))
+// metaFor is where the zmap metadata of a raw file is kept once its run is complete
+// (<ports>[.attemptN].meta.json next to <ports>[.attemptN].csv): zmap writes it (as
+// metaFor+partSuffix) when it exits, and zprobe renames it after it has copied all of
+// zmap's output to the raw file, so its presence says the raw file is whole (Replay
+// and settlePort read it).
+func metaFor(rawPath string) string {
+	return strings.TrimSuffix(rawPath, ".csv") + ".meta.json"
 }
 
 const partSuffix = ".part"
+
+// rawBase names the raw file of a zmap run: its ports joined by "_" (853, 784_853_8853).
+func rawBase(ports []uint16) string {
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, "_")
+}
+
+var rawNameRE = regexp.MustCompile(`^([0-9]+(?:_[0-9]+)*)(?:\.attempt([0-9]+))?\.csv$`)
+
+// ParseRawName reads the ports and the attempt (1 for the first) from a raw file's
+// name: <port>.csv, <port>_<port>....csv, <ports>.attempt<N>.csv.
+func ParseRawName(name string) (ports []uint16, attempt int, err error) {
+	m := rawNameRE.FindStringSubmatch(filepath.Base(name))
+	if m == nil {
+		return nil, 0, fmt.Errorf("raw file %s: name must be <port>[_<port>...][.attempt<N>].csv", name)
+	}
+	for _, f := range strings.Split(m[1], "_") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, 0, fmt.Errorf("raw file %s: bad port %q", name, f)
+		}
+		ports = append(ports, uint16(n))
+	}
+	attempt = 1
+	if m[2] != "" {
+		if attempt, err = strconv.Atoi(m[2]); err != nil || attempt < 2 {
+			return nil, 0, fmt.Errorf("raw file %s: bad attempt %q", name, m[2])
+		}
+	}
+	return ports, attempt, nil
+}
+
+// createAttempt creates the raw file of a new zmap run of ports in dir: <ports>.csv for
+// the first attempt, <ports>.attempt<N>.csv for the next ones. An existing file is never
+// opened for writing: the raw output of an earlier attempt stays as it was.
+func createAttempt(dir string, ports []uint16) (*os.File, string, error) {
+	base := rawBase(ports)
+	for n := 1; n < 10000; n++ {
+		name := base + ".csv"
+		if n > 1 {
+			name = fmt.Sprintf("%s.attempt%d.csv", base, n)
+		}
+		p, err := filepath.Abs(filepath.Join(dir, name))
+		if err != nil {
+			return nil, "", err
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("raw output: %w", err)
+		}
+		return f, p, nil
+	}
+	return nil, "", fmt.Errorf("raw output: too many attempts of %s in %s", base, dir)
+}
+
+// groupPorts splits the ports to send into zmap runs: one per port, or with zmap 4.x
+// (multi) one per probe for all the ports that carry it, in scan order.
+func groupPorts(send []uint16, kinds map[uint16]ProbeKind, multi bool) [][]uint16 {
+	var out [][]uint16
+	at := map[ProbeKind]int{}
+	for _, p := range send {
+		if !multi {
+			out = append(out, []uint16{p})
+			continue
+		}
+		i, ok := at[kinds[p]]
+		if !ok {
+			at[kinds[p]] = len(out)
+			out = append(out, []uint16{p})
+			continue
+		}
+		out[i] = append(out[i], p)
+	}
+	return out
+}
 
 // settlePort stores what the raw file of an earlier run of a port holds (idempotently)
 // when that run did not end 'ok'. If zmap had finished the port (metaPath exists) and
@@ -492,6 +642,9 @@ func settlePort(ctx context.Context, c ScanConfig, scanID int64, port uint16, ki
 		}
 		defer f.Close()
 		in = NewIngest(c.Store, scanID, cl, plog)
+		if fp, _, err := ParseRawName(r.RawOutput); err == nil && len(fp) > 1 {
+			in.Ports = fp
+		}
 		return IngestCSV(ctx, f, port, in)
 	})
 	if err != nil {
@@ -500,25 +653,28 @@ func settlePort(ctx context.Context, c ScanConfig, scanID int64, port uint16, ki
 	if in == nil {
 		return ps, false, nil
 	}
-	meta, merr := ReadZmapMeta(metaPath(dir, port))
+	meta, merr := ReadZmapMeta(metaFor(r.RawOutput))
 	done := merr == nil && !in.Truncated && filepath.Dir(r.RawOutput) == mustAbs(dir)
 	plog.Info("earlier run of the port recovered from its raw file", "status", r.Status, "zmap_finished", done,
 		"lines", in.Lines, "replies", in.Replies, "rows_new", in.Inserted, "bad_lines", in.Bad, "truncated_last_line", in.Truncated)
 	ps.Replies, ps.Inserted, ps.BadLines, ps.ByKind = in.Replies, in.Inserted, in.Bad, in.Counts[port]
+	if len(in.Ports) > 1 {
+		ps.Replies = countOf(in.Counts[port])
+	}
 	if ps.ByKind == nil {
 		ps.ByKind = map[Kind]int64{}
 	}
 	status, sent := "interrupted", r.ProbesSent
 	if done {
-		status, sent = "ok", &meta.TotalSent
-		ps.ProbesSent = meta.TotalSent
+		ps.ProbesSent = meta.TotalSent / int64(max(len(in.Ports), 1))
+		status, sent = "ok", &ps.ProbesSent
 		ps.PcapDrop, ps.SendFails = meta.PcapDrop, meta.SendToFailures
 	} else if r.Status != "running" {
 		return ps, false, nil
 	}
 	ps.Status = status
 	err = dbRetry(ctx, plog, c.DBWait, "recover port", func(ctx context.Context) error {
-		return store.Unavailable(c.Store.FinishScanRun(ctx, scanID, r.Port, status, sent, &in.Replies, r.Blocklisted))
+		return store.Unavailable(c.Store.FinishScanRun(ctx, scanID, r.Port, status, sent, &ps.Replies, r.Blocklisted))
 	})
 	return ps, done, err
 }
@@ -531,46 +687,82 @@ func mustAbs(p string) string {
 	return a
 }
 
-func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt []byte, dir string, scanID int64, cl *Classifier, log *slog.Logger) (PortSummary, error) {
-	ps := PortSummary{Port: z.Port, Probe: kind, Status: "failed"}
+// countOf is the number of replies of one port's counts.
+func countOf(byKind map[Kind]int64) int64 {
+	var n int64
+	for _, v := range byKind {
+		n += v
+	}
+	return n
+}
+
+// runPorts runs zmap once for z.Ports (one port, or several with zmap 4.x) into a new
+// raw file and returns a summary per port. Of a several-port run, zmap's metadata gives
+// the probes of the whole run: each port is given an equal share (zmap sends every
+// address to every port), and rows_inserted of the run is on its first port.
+func runPorts(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt []byte, dir string, scanID int64, cl *Classifier, log *slog.Logger) ([]PortSummary, error) {
+	ports := z.Ports
+	if len(ports) == 0 {
+		ports = []uint16{z.Port}
+	}
+	z.Ports = ports
+	pss := make([]PortSummary, len(ports))
+	for i, p := range ports {
+		pss[i] = PortSummary{Port: p, Probe: kind, Status: "failed"}
+	}
+	// The metadata name is the raw file's: zmap's command line is known once the raw
+	// file exists; a failing command line leaves an empty raw file (a failed attempt).
+	raw, rawPath, err := createAttempt(dir, ports)
+	if err != nil {
+		return pss, err
+	}
+	defer raw.Close()
+	z.MetadataFile = metaFor(rawPath) + partSuffix
 	args, err := z.Args()
 	if err != nil {
-		return ps, err
+		return pss, err
 	}
-	rawPath, err := filepath.Abs(filepath.Join(dir, fmt.Sprintf("%d.csv", z.Port)))
-	if err != nil {
-		return ps, err
+	for i := range pss {
+		pss[i].RawOutput = rawPath
 	}
-	ps.RawOutput = rawPath
-	plog := log.With("port", z.Port, "probe", kind)
+	plog := log.With("ports", rawBase(ports), "probe", kind, "raw", filepath.Base(rawPath))
 	h := sha256.Sum256(pkt)
 	if c.Store != nil {
 		err := dbRetry(ctx, plog, c.DBWait, "start port", func(ctx context.Context) error {
-			return store.Unavailable(c.Store.StartScanRun(ctx, store.ScanRun{ScanID: scanID, Port: int32(z.Port), ProbeKind: string(kind),
-				ProbeSHA256: h[:], ZmapArgs: args, RawOutput: rawPath}))
+			for _, p := range ports {
+				if err := c.Store.StartScanRun(ctx, store.ScanRun{ScanID: scanID, Port: int32(p), ProbeKind: string(kind),
+					ProbeSHA256: h[:], ZmapArgs: args, RawOutput: rawPath}); err != nil {
+					return store.Unavailable(err)
+				}
+			}
+			return nil
 		})
 		if err != nil {
-			return ps, err
+			return pss, err
 		}
 	}
-	// A metadata file left from an earlier run must not make this run look finished.
-	for _, f := range []string{metaPath(dir, z.Port), z.MetadataFile} {
+	// A metadata file left from an earlier run whose raw file is gone must not make this
+	// run look finished.
+	for _, f := range []string{metaFor(rawPath), z.MetadataFile} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return ps, err
+			return pss, err
 		}
 	}
-	raw, err := os.Create(rawPath)
-	if err != nil {
-		return ps, fmt.Errorf("raw output: %w", err)
-	}
-	defer raw.Close()
 	plog.Info("zmap starting", "args", strings.Join(args, " "))
 	start := time.Now()
 	cmd, stdout, status, err := StartZmap(ctx, z.Binary, args, plog)
 	if err != nil {
-		return ps, err
+		return pss, err
 	}
-	in := NewIngest(c.Store, scanID, cl, plog)
+	multi := len(ports) > 1
+	newIngest := func() *Ingest {
+		in := NewIngest(c.Store, scanID, cl, plog)
+		if multi {
+			in.Ports = ports
+		}
+		return in
+	}
+	in := newIngest()
 	// Relay progress: zmap prints a status line a second; log one every 5 s.
 	progDone := make(chan struct{})
 	var lastStatus ZmapStatus
@@ -586,15 +778,15 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 			}
 		}
 	}()
-	streamErr := StreamCSV(ctx, stdout, raw, z.Port, in, c.FlushEvery)
+	streamErr := StreamCSV(ctx, stdout, raw, ports[0], in, c.FlushEvery)
 	waitErr := cmd.Wait()
 	<-progDone
 	if streamErr == nil && waitErr == nil {
 		// zmap finished and the raw file holds all of its output (synced by StreamCSV).
-		if err := os.Rename(z.MetadataFile, metaPath(dir, z.Port)); err != nil {
+		if err := os.Rename(z.MetadataFile, metaFor(rawPath)); err != nil {
 			plog.Warn("no zmap metadata", "err", err)
 		} else {
-			z.MetadataFile = metaPath(dir, z.Port)
+			z.MetadataFile = metaFor(rawPath)
 		}
 	}
 	if in.Deferred > 0 && streamErr == nil && waitErr == nil {
@@ -608,79 +800,110 @@ func runPort(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt [
 				return err
 			}
 			defer f.Close()
-			again = NewIngest(c.Store, scanID, cl, plog)
-			return IngestCSV(ctx, f, z.Port, again)
+			again = newIngest()
+			return IngestCSV(ctx, f, ports[0], again)
 		})
 		if streamErr == nil {
 			again.Inserted += in.Inserted
 			in = again
 		}
 	}
-	ps.DurationS = time.Since(start).Seconds()
-	ps.Replies, ps.Inserted, ps.BadLines = in.Replies, in.Inserted, in.Bad
-	ps.ByKind = in.Counts[z.Port]
-	if ps.ByKind == nil {
-		ps.ByKind = map[Kind]int64{}
+	if in.NoPort > 0 {
+		plog.Warn("ICMP replies of a several-port zmap run name no port: counted, not stored", "replies_without_port", in.NoPort)
 	}
-	if m, err := ReadZmapMeta(z.MetadataFile); err == nil {
-		ps.ProbesSent = m.TotalSent
-		ps.PcapDrop, ps.SendFails = m.PcapDrop, m.SendToFailures
-		if m.SendToFailures > 0 {
-			plog.Warn("zmap failed to send probes", "sendto_failures", m.SendToFailures)
-		}
-		if m.PcapDrop > 0 {
-			plog.Warn("zmap's capture dropped replies", "pcap_drop", m.PcapDrop)
-		}
-		// Addresses of the targets zmap excluded through -b (zmap counts everything
-		// outside the allowlist as "not allowed" too).
-		ps.Blocklisted = max(0, targetSpace(c.Targets, c.InternetWide, c.Testbed)-m.Allowed)
+	dur := time.Since(start).Seconds()
+	meta, metaErr := ReadZmapMeta(z.MetadataFile)
+	if metaErr != nil {
+		plog.Warn("no zmap metadata", "err", metaErr)
 	} else {
-		plog.Warn("no zmap metadata", "err", err)
+		if meta.SendToFailures > 0 {
+			plog.Warn("zmap failed to send probes", "sendto_failures", meta.SendToFailures)
+		}
+		if meta.PcapDrop > 0 {
+			plog.Warn("zmap's capture dropped replies", "pcap_drop", meta.PcapDrop)
+		}
 	}
-	hits := ps.ByKind[KindQUICVN]
-	if kind == ProbeDNS {
-		hits = ps.ByKind[KindDNS]
-	}
-	if ps.ProbesSent > 0 {
-		ps.HitRate = float64(hits) / float64(ps.ProbesSent)
-	}
-	// zmap's own average send rate (its last status line) is the achieved rate; the
-	// wall-clock duration also holds start-up and the cooldown.
-	if r, ok := ParseRate(lastStatus.SendRate); ok {
-		ps.RatePPS = r
-	} else if ps.DurationS > 0 {
-		ps.RatePPS = float64(ps.ProbesSent) / ps.DurationS
+	for i := range pss {
+		ps := &pss[i]
+		ps.DurationS = dur
+		ps.Replies, ps.BadLines = in.Replies, in.Bad
+		ps.ByKind = in.Counts[ps.Port]
+		if ps.ByKind == nil {
+			ps.ByKind = map[Kind]int64{}
+		}
+		if multi {
+			ps.Replies = countOf(ps.ByKind)
+			if i == 0 {
+				ps.NoPort = in.NoPort
+			}
+		}
+		if i == 0 {
+			ps.Inserted = in.Inserted
+		}
+		if meta != nil {
+			ps.ProbesSent = meta.TotalSent / int64(len(ports))
+			ps.PcapDrop, ps.SendFails = meta.PcapDrop, meta.SendToFailures
+			// Addresses of the targets zmap excluded through -b (zmap counts everything
+			// outside the allowlist as "not allowed" too).
+			ps.Blocklisted = max(0, targetSpace(c.Targets, c.InternetWide, c.Testbed)-meta.Allowed)
+		}
+		hits := ps.ByKind[KindQUICVN]
+		if kind == ProbeDNS {
+			hits = ps.ByKind[KindDNS]
+		}
+		if ps.ProbesSent > 0 {
+			ps.HitRate = float64(hits) / float64(ps.ProbesSent)
+		}
+		// zmap's own average send rate (its last status line) is the achieved rate; the
+		// wall-clock duration also holds start-up and the cooldown.
+		if r, ok := ParseRate(lastStatus.SendRate); ok {
+			ps.RatePPS = r / float64(len(ports))
+		} else if ps.DurationS > 0 {
+			ps.RatePPS = float64(ps.ProbesSent) / ps.DurationS
+		}
 	}
 	err = errors.Join(streamErr, waitErr)
 	wait := c.DBWait
+	runStatus := "failed"
 	switch {
 	case err == nil:
-		ps.Status = "ok"
+		runStatus = "ok"
 	case ctx.Err() != nil:
-		ps.Status = "interrupted"
-		err = fmt.Errorf("port %d: %w", z.Port, context.Canceled)
+		runStatus = "interrupted"
+		err = fmt.Errorf("ports %s: %w", rawBase(ports), context.Canceled)
 		wait = 0
 	case store.IsUnavailable(err):
-		ps.Status = "interrupted"
-		err = fmt.Errorf("port %d: %w", z.Port, store.Unavailable(err))
+		runStatus = "interrupted"
+		err = fmt.Errorf("ports %s: %w", rawBase(ports), store.Unavailable(err))
 		wait = 0
 	default:
-		err = fmt.Errorf("port %d: %w", z.Port, err)
+		err = fmt.Errorf("ports %s: %w", rawBase(ports), err)
+	}
+	for i := range pss {
+		pss[i].Status = runStatus
 	}
 	if c.Store != nil {
-		sent, rep := ps.ProbesSent, ps.Replies
-		bl := ps.Blocklisted
 		ferr := dbRetry(context.WithoutCancel(ctx), plog, wait, "finish port", func(ctx context.Context) error {
-			return store.Unavailable(c.Store.FinishScanRun(ctx, scanID, int32(z.Port), ps.Status, &sent, &rep, &bl))
+			for _, ps := range pss {
+				sent, rep, bl := ps.ProbesSent, ps.Replies, ps.Blocklisted
+				if err := c.Store.FinishScanRun(ctx, scanID, int32(ps.Port), ps.Status, &sent, &rep, &bl); err != nil {
+					return store.Unavailable(err)
+				}
+			}
+			return nil
 		})
 		if ferr != nil && err == nil {
-			ps.Status = "interrupted"
+			for i := range pss {
+				pss[i].Status = "interrupted"
+			}
 			err = ferr
 		}
 	}
-	plog.Info("port done", "status", ps.Status, "sent", ps.ProbesSent, "replies", ps.Replies, "by_kind", ps.ByKind,
-		"rows_new", ps.Inserted, "duration_s", ps.DurationS)
-	return ps, err
+	for _, ps := range pss {
+		plog.Info("port done", "port", ps.Port, "status", ps.Status, "sent", ps.ProbesSent, "replies", ps.Replies, "by_kind", ps.ByKind,
+			"rows_new", ps.Inserted, "duration_s", ps.DurationS)
+	}
+	return pss, err
 }
 
 // targetSpace is the number of IPv4 addresses the targets cover (overlaps counted once

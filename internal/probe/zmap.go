@@ -19,16 +19,18 @@ import (
 // DefaultZmap is Debian's zmap 2.1.1.
 const DefaultZmap = "/usr/sbin/zmap"
 
-// ZmapRun is one zmap invocation: one port, one probe payload.
+// ZmapRun is one zmap invocation: one probe payload, one port (several with zmap 4.x).
 type ZmapRun struct {
 	Binary        string
+	Dialect       *ZmapDialect // the detected zmap's (DetectZmap); nil: zmap 2.1.1
 	Port          uint16
-	ProbeFile     string // --probe-args=file:PATH
-	BlocklistFile string // -b, required
-	AllowlistFile string // -w; required unless InternetWide
-	InternetWide  bool   // deliberately scan everything not blocklisted
-	Rate          int    // -r packets/s, required unless Bandwidth is set; RateUnlimited: -r 0, as fast as zmap can
-	Bandwidth     string // -B, e.g. 1G, 500M (zmap derives its rate from it; excludes Rate)
+	Ports         []uint16 // several ports in one run (zmap 4.x); overrides Port
+	ProbeFile     string   // --probe-args=file:PATH
+	BlocklistFile string   // -b, required
+	AllowlistFile string   // -w; required unless InternetWide
+	InternetWide  bool     // deliberately scan everything not blocklisted
+	Rate          int      // -r packets/s, required unless Bandwidth is set; RateUnlimited: -r 0, as fast as zmap can
+	Bandwidth     string   // -B, e.g. 1G, 500M (zmap derives its rate from it; excludes Rate)
 	Seed          *uint64
 	Shards, Shard int
 	Interface     string // -i
@@ -67,8 +69,23 @@ func (z ZmapRun) Args() ([]string, error) {
 	if z.ProbeFile == "" {
 		return nil, errors.New("zmap: no probe file")
 	}
-	if z.Port == 0 {
-		return nil, errors.New("zmap: no target port")
+	d := z.Dialect
+	if d == nil {
+		d = Zmap21
+	}
+	ports := z.Ports
+	if len(ports) == 0 {
+		ports = []uint16{z.Port}
+	}
+	var portList []string
+	for _, p := range ports {
+		if p == 0 {
+			return nil, errors.New("zmap: no target port")
+		}
+		portList = append(portList, strconv.Itoa(int(p)))
+	}
+	if len(ports) > 1 && !d.MultiPort {
+		return nil, fmt.Errorf("zmap %s scans one port per run, not %d", d.Name, len(ports))
 	}
 	shards := max(z.Shards, 1)
 	if z.Shards < 0 || z.Shard < 0 || z.Shard >= shards {
@@ -90,17 +107,17 @@ func (z ZmapRun) Args() ([]string, error) {
 	}
 	a := []string{
 		"--probe-module=udp",
-		"--target-port=" + strconv.Itoa(int(z.Port)),
+		d.PortFlag + "=" + strings.Join(portList, ","),
 		"--probe-args=file:" + z.ProbeFile,
-		"--blacklist-file=" + z.BlocklistFile,
+		d.BlocklistFlag + "=" + z.BlocklistFile,
 		"--output-module=csv",
-		"--output-fields=" + strings.Join(ZmapFields, ","),
+		"--output-fields=" + strings.Join(d.Fields(), ","),
 		"--output-filter=" + ZmapOutputFilter,
 		"--output-file=-",
 		"--disable-syslog",
 	}
 	if z.AllowlistFile != "" {
-		a = append(a, "--whitelist-file="+z.AllowlistFile)
+		a = append(a, d.AllowlistFlag+"="+z.AllowlistFile)
 	}
 	switch {
 	case z.Rate > 0:
@@ -199,14 +216,15 @@ func ParseRate(s string) (float64, bool) {
 	return v, true
 }
 
-// ZmapMeta is what zprobe reads from zmap's metadata file (-m).
+// ZmapMeta is what zprobe reads from zmap's metadata file (-m). The keys 3.0 renamed
+// are read under either name (the file says which zmap wrote it).
 type ZmapMeta struct {
-	TotalSent       int64    `json:"total_sent"`
+	TotalSent       int64    `json:"total_sent"` // 2.1; packets_sent from 3.0
 	SuccessUnique   int64    `json:"success_unique"`
 	FailureTotal    int64    `json:"failure_total"`
 	HitRate         float64  `json:"hitrate"`
-	Allowed         int64    `json:"blacklist_total_allowed"`
-	NotAllowed      int64    `json:"blacklist_total_not_allowed"`
+	Allowed         int64    `json:"blacklist_total_allowed"`     // 2.1; blocklist_total_allowed from 3.0
+	NotAllowed      int64    `json:"blacklist_total_not_allowed"` // 2.1; blocklist_total_not_allowed from 3.0
 	SendToFailures  int64    `json:"send_to_failures"`
 	PcapDrop        int64    `json:"pcap_drop"`
 	PcapRecv        int64    `json:"pcap_recv"`     // packets the capture filter passed
@@ -217,8 +235,19 @@ type ZmapMeta struct {
 	Rate            int64    `json:"rate"`
 	Shard           int      `json:"shard_num"`
 	TotalShards     int      `json:"total_shards"`
-	BlacklistedNets []string `json:"blacklisted_networks"`
-	WhitelistedNets []string `json:"whitelisted_networks"`
+	BlacklistedNets []string `json:"blacklisted_networks"` // 2.1; blocklisted_networks from 3.0
+	WhitelistedNets []string `json:"whitelisted_networks"` // 2.1; allowlisted_networks from 3.0
+	TargetPorts     []uint16 `json:"target_ports"`         // 4.x (2.1: target_port)
+}
+
+// zmapMeta3 holds the keys 3.0 renamed.
+type zmapMeta3 struct {
+	PacketsSent    *int64   `json:"packets_sent"`
+	Allowed        *int64   `json:"blocklist_total_allowed"`
+	NotAllowed     *int64   `json:"blocklist_total_not_allowed"`
+	BlocklistedNet []string `json:"blocklisted_networks"`
+	AllowlistedNet []string `json:"allowlisted_networks"`
+	TargetPort     *uint16  `json:"target_port"`
 }
 
 // ReadZmapMeta reads a metadata file.
@@ -228,29 +257,32 @@ func ReadZmapMeta(path string) (*ZmapMeta, error) {
 		return nil, err
 	}
 	var m ZmapMeta
+	var m3 zmapMeta3
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("zmap metadata %s: %w", path, err)
 	}
+	if err := json.Unmarshal(b, &m3); err != nil {
+		return nil, fmt.Errorf("zmap metadata %s: %w", path, err)
+	}
+	if m3.PacketsSent != nil {
+		m.TotalSent = *m3.PacketsSent
+	}
+	if m3.Allowed != nil {
+		m.Allowed = *m3.Allowed
+	}
+	if m3.NotAllowed != nil {
+		m.NotAllowed = *m3.NotAllowed
+	}
+	if m3.BlocklistedNet != nil {
+		m.BlacklistedNets = m3.BlocklistedNet
+	}
+	if m3.AllowlistedNet != nil {
+		m.WhitelistedNets = m3.AllowlistedNet
+	}
+	if len(m.TargetPorts) == 0 && m3.TargetPort != nil {
+		m.TargetPorts = []uint16{*m3.TargetPort}
+	}
 	return &m, nil
-}
-
-// ZmapVersion returns the first line of "binary --version" (Debian's zmap 2.1.1:
-// "zmap 2.1.1"). A binary that is not found is an error wrapping ErrNoZmap.
-func ZmapVersion(ctx context.Context, binary string) (string, error) {
-	if _, err := exec.LookPath(binary); err != nil {
-		return "", fmt.Errorf("%w (%s): %v", ErrNoZmap, binary, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, "--version").Output()
-	if err != nil {
-		return "", fmt.Errorf("%s --version: %w", binary, err)
-	}
-	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	if line == "" {
-		return "", fmt.Errorf("%s --version printed nothing", binary)
-	}
-	return strings.TrimSpace(line), nil
 }
 
 // StartZmap starts zmap with args; stdout is returned for streaming, stderr status
@@ -303,32 +335,12 @@ func StartZmap(ctx context.Context, binary string, args []string, log *slog.Logg
 	return cmd, stdout, status, nil
 }
 
-// EthernetOverhead is what zmap adds to a probe's frame length when it turns --bandwidth
-// into a packet rate: 7 bytes preamble, 1 start-of-frame, 4 CRC, 12 inter-frame gap.
-const EthernetOverhead = 24
-
-// udpFrameHeaders are the Ethernet, IPv4 and UDP headers in front of a UDP probe's payload.
-const udpFrameHeaders = 14 + 20 + 8
-
 // PacketsPerSecond is the send rate of z for a probe payload of payloadLen bytes: Rate,
-// or Bandwidth (bits/s with an optional K, M or G) divided by the frame's bits as zmap
-// divides them; negative for RateUnlimited.
+// or Bandwidth turned into packets per second as zmap does (rateFromBandwidth);
+// negative for RateUnlimited.
 func (z ZmapRun) PacketsPerSecond(payloadLen int) (float64, error) {
 	if z.Bandwidth == "" {
 		return float64(z.Rate), nil
 	}
-	s, mult := z.Bandwidth, 1.0
-	switch s[len(s)-1] {
-	case 'K':
-		s, mult = s[:len(s)-1], 1e3
-	case 'M':
-		s, mult = s[:len(s)-1], 1e6
-	case 'G':
-		s, mult = s[:len(s)-1], 1e9
-	}
-	bits, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: bandwidth %q: want a number with an optional G, M or K", ErrBadRate, z.Bandwidth)
-	}
-	return float64(bits) * mult / float64(8*(payloadLen+udpFrameHeaders+EthernetOverhead)), nil
+	return rateFromBandwidth(z.Bandwidth, payloadLen)
 }

@@ -318,21 +318,21 @@ func TestStreamCSVDeferred(t *testing.T) {
 	t.Logf("replies %d, deferred %d", in.Replies, in.Deferred)
 }
 
-// TestZmapVersion: the installed zmap names its version; a binary that is not there is
-// ErrNoZmap (exit code 5 in zprobe).
-func TestZmapVersion(t *testing.T) {
+// TestDetectZmap: the installed zmap names its version and gets its dialect; a binary
+// that is not there is ErrNoZmap (exit code 5 in zprobe).
+func TestDetectZmap(t *testing.T) {
 	if _, err := exec.LookPath(DefaultZmap); err != nil {
 		t.Skipf("zmap is not installed at %s (apt-get install zmap)", DefaultZmap)
 	}
-	v, err := ZmapVersion(context.Background(), DefaultZmap)
+	v, err := DetectZmap(context.Background(), DefaultZmap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`^zmap [0-9]+\.[0-9]+\.[0-9]+`).MatchString(v) {
-		t.Fatalf("ZmapVersion = %q, want \"zmap X.Y.Z...\"", v)
+	if !regexp.MustCompile(`^zmap [0-9]+\.[0-9]+\.[0-9]+`).MatchString(v.Raw) || v.Dialect == nil || v.Binary == "" {
+		t.Fatalf("DetectZmap = %+v, want \"zmap X.Y.Z...\" with a dialect", v)
 	}
-	t.Logf("zmap --version: %q", v)
-	if _, err := ZmapVersion(context.Background(), filepath.Join(t.TempDir(), "zmap")); !errors.Is(err, ErrNoZmap) {
+	t.Logf("zmap --version: %q (%s)", v.Raw, v.Dialect.Name)
+	if _, err := DetectZmap(context.Background(), filepath.Join(t.TempDir(), "zmap")); !errors.Is(err, ErrNoZmap) {
 		t.Fatalf("missing binary: %v, want ErrNoZmap", err)
 	}
 }

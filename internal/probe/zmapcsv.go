@@ -10,11 +10,45 @@ import (
 	"time"
 )
 
-// ZmapFields are the output fields zprobe asks zmap's udp module for (zmap 2.1.1:
-// `zmap --probe-module=udp --list-output-fields`). For an ICMP unreachable the module
-// rewrites saddr to the probed address and puts the ICMP sender in icmp_responder.
-var ZmapFields = []string{"saddr", "sport", "dport", "classification", "success", "repeat",
-	"icmp_type", "icmp_code", "icmp_responder", "udp_pkt_size", "data", "timestamp-ts", "timestamp-us"}
+// ZmapFields are the output fields zprobe asks zmap 2.1.1's udp module for (`zmap
+// --probe-module=udp --list-output-fields`); ZmapDialect.Fields gives them per version.
+// For an ICMP unreachable the module rewrites saddr to the probed address and puts the
+// ICMP sender in icmp_responder.
+var ZmapFields = Zmap21.Fields()
+
+// Fields are the output fields zprobe asks this zmap for: the same fields in every
+// version, under the version's names.
+func (d *ZmapDialect) Fields() []string {
+	return []string{"saddr", "sport", "dport", "classification", "success", "repeat",
+		"icmp_type", "icmp_code", "icmp_responder", "udp_pkt_size", "data", d.TimestampSec, d.TimestampUsec}
+}
+
+// icmpClasses are the udp module's classifications of an ICMP reply in every dialect.
+var icmpClasses = func() map[string]bool {
+	m := map[string]bool{}
+	for _, d := range zmapDialects {
+		m[d.ICMPClass] = true
+	}
+	return m
+}()
+
+// timestampFields are the (seconds, microseconds) field names of every dialect.
+var timestampFields = func() (out [][2]string) {
+	seen := map[string]bool{}
+	for _, v := range []int{2, 3, 4} {
+		d := zmapDialects[v]
+		if !seen[d.TimestampSec] {
+			seen[d.TimestampSec] = true
+			out = append(out, [2]string{d.TimestampSec, d.TimestampUsec})
+		}
+	}
+	return out
+}()
+
+// ErrNoPort is returned for a reply of a several-port run that names no port: zmap 4.x's
+// udp module gives an ICMP unreachable no port field, so it cannot be told which of the
+// run's ports it answers. Such lines are counted (Ingest.NoPort), not stored.
+var ErrNoPort = errors.New("zmap csv: reply of a several-port run without a port")
 
 // ZmapOutputFilter keeps every first response (UDP and ICMP), dropping repeats; zmap's
 // default filter ("success = 1 && repeat = 0") would drop the ICMP unreachables.
@@ -22,9 +56,10 @@ const ZmapOutputFilter = "repeat = 0"
 
 // CSVReader parses zmap's CSV output lines (header first) into Replies.
 type CSVReader struct {
-	Port uint16 // the run's target port (ICMP rows carry no dport)
-	col  map[string]int
-	cols [][]byte
+	Port  uint16   // the run's target port (ICMP rows carry no dport)
+	Ports []uint16 // the ports of a several-port run (zmap 4.x): a UDP reply's sport says which
+	col   map[string]int
+	cols  [][]byte
 }
 
 // ErrNoHeader is returned for a data line before the header.
@@ -89,8 +124,25 @@ func (r *CSVReader) Parse(line []byte) (Reply, error) {
 		}
 		rep.Sport = n
 	}
+	isICMP := icmpClasses[string(r.field("classification"))] || len(r.field("icmp_type")) > 0
+	if len(r.Ports) > 1 {
+		if isICMP || rep.Sport < 0 {
+			return rep, ErrNoPort
+		}
+		found := false
+		for _, p := range r.Ports {
+			if int(p) == rep.Sport {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return rep, fmt.Errorf("zmap csv: sport %d is none of the run's ports %v", rep.Sport, r.Ports)
+		}
+		rep.Port = uint16(rep.Sport)
+	}
 	rep.ICMPType = -1
-	if string(r.field("classification")) == "icmp-unreach" || len(r.field("icmp_type")) > 0 {
+	if isICMP {
 		t, err1 := strconv.Atoi(string(r.field("icmp_type")))
 		c, err2 := strconv.Atoi(string(r.field("icmp_code")))
 		if err1 != nil || err2 != nil || t < 0 || t > 255 || c < 0 || c > 255 {
@@ -105,13 +157,16 @@ func (r *CSVReader) Parse(line []byte) (Reply, error) {
 	} else {
 		rep.Payload = []byte{}
 	}
-	if ts := r.field("timestamp-ts"); len(ts) > 0 {
-		s, err := strconv.ParseInt(string(ts), 10, 64)
-		if err != nil {
-			return rep, fmt.Errorf("zmap csv: timestamp-ts %q", ts)
+	for _, tf := range timestampFields {
+		if ts := r.field(tf[0]); len(ts) > 0 {
+			s, err := strconv.ParseInt(string(ts), 10, 64)
+			if err != nil {
+				return rep, fmt.Errorf("zmap csv: %s %q", tf[0], ts)
+			}
+			us, _ := strconv.ParseInt(string(r.field(tf[1])), 10, 64)
+			rep.Received = time.Unix(s, us*1000).UTC()
+			break
 		}
-		us, _ := strconv.ParseInt(string(r.field("timestamp-us")), 10, 64)
-		rep.Received = time.Unix(s, us*1000).UTC()
 	}
 	return rep, nil
 }

@@ -46,6 +46,10 @@ func TestFlagErrors(t *testing.T) {
 	hitlist := filepath.Join(t.TempDir(), "hitlist.txt")
 	os.WriteFile(hitlist, []byte("198.19.0.1\n"), 0o644)
 	scan := []string{"scan", "--vantage", "x", "--testbed", "198.19.0.0/16", "--seed", "1"}
+	// A zmap whose --version names no release (a development build): refused before
+	// anything else.
+	devZmap := filepath.Join(t.TempDir(), "zmap")
+	os.WriteFile(devZmap, []byte("#!/bin/sh\necho 'zmap Development Build. Commit 8de8833 - Mon Oct 6'\n"), 0o755)
 	for _, c := range []struct {
 		args []string
 		code int
@@ -61,6 +65,8 @@ func TestFlagErrors(t *testing.T) {
 		{append(scan, "--db-wait", "0s"), cli.ExitUsage},
 		{append(scan, "--allowlist", empty), cli.ExitUsage},
 		{append(scan, "--allowlist", "/nonexistent/allow.conf"), cli.ExitEnvironment},
+		{append(scan, "--zmap", devZmap), cli.ExitEnvironment},
+		{append(scan, "--zmap", "/nonexistent/zmap"), cli.ExitEnvironment},
 		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--rate", "0"}, cli.ExitUsage},
 		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", "/nonexistent/hitlist.txt"}, cli.ExitEnvironment},
 		{[]string{"blocklist", "--no-db", "--testbed", "198.19.0.0/16", "--allowlist", empty}, cli.ExitUsage},

@@ -22,7 +22,8 @@ import (
 func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	fs := sub("scan", "zprobe scan [flags] [PREFIX...]",
 		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000",
-		"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42 --shards 2 --shard 1 --json")
+		"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42 --shards 2 --shard 1 --yes --json",
+		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rescan   # send this week's finished ports again (new raw files)")
 	var tf targetFlags
 	var pf probeFlags
 	tf.register(fs)
@@ -31,7 +32,7 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 		vf                                                          cli.VantageFlags
 		label, week, out, bandwidth, iface, gw, src, zmapBin, seedS string
 		shard, shards, cooldown, probesPer, threads                 int
-		asJSON                                                      bool
+		asJSON, rescan, yes                                         bool
 		dbWait                                                      time.Duration
 	)
 	rate := rateFlag{pps: probe.DefaultRate}
@@ -52,6 +53,8 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.StringVar(&src, "source-ip", "", "zmap -S (default: the route's source address)")
 	fs.StringVar(&zmapBin, "zmap", probe.DefaultZmap, "zmap binary")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON on stdout")
+	fs.BoolVar(&rescan, "rescan", false, "send every port again, also those an earlier run of this scan (week, vantage, label, shard) finished; each run writes a new raw file")
+	fs.BoolVar(&yes, "yes", false, "run an --internet-wide scan estimated to take longer than "+probe.FormatDuration(probe.DefaultConfirmAbove))
 	fs.DurationVar(&dbWait, "db-wait", probe.DefaultDBWait, "how long to wait for an unavailable database before stopping with exit 3 (zmap's output meanwhile goes to the raw file)")
 	if err := parse(log, fs, args); err != nil {
 		return ignoreHelp(err)
@@ -105,6 +108,11 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	if shards > 1 && seed == nil {
 		return cli.Usagef("--shards %d needs one --seed shared by every shard", shards)
 	}
+	// Which zmap, before anything else: an unknown version stops here (exit 5).
+	zv, err := probe.DetectZmap(ctx, zmapBin)
+	if err != nil {
+		return classify(err)
+	}
 	s, err := cli.OpenStore(ctx, log)
 	if err != nil {
 		return err
@@ -143,7 +151,8 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, Log: log, VantageID: vf.ID, VantageLocation: vf.Location, VantageContact: vf.Contact, Label: label, Week: week,
 		Shard: shard, Shards: shards, Seed: seed, QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Targets: targets,
 		Testbed: tb, InternetWide: tf.internetWide, BlocklistDir: tf.blocklistDir, Safety: safety, OutDir: out, Zmap: z,
-		FlushEvery: time.Second, DBWait: dbWait})
+		FlushEvery: time.Second, DBWait: dbWait, ZmapVersion: &zv, Rescan: rescan, Confirmed: yes,
+		OnEstimate: func(e probe.ScanEstimate) { fmt.Fprintf(os.Stderr, "zprobe: %s: %s\n", zv.Raw, e) }})
 	if sum != nil {
 		printSummary(sum, asJSON)
 	}
@@ -157,9 +166,9 @@ func classify(err error) error {
 		return nil
 	case errors.Is(err, probe.ErrNoTargets), errors.Is(err, probe.ErrBadTargets), errors.Is(err, probe.ErrOutsideAllowlist),
 		errors.Is(err, probe.ErrSeedShards), errors.Is(err, probe.ErrBadShard), errors.Is(err, probe.ErrBadRate),
-		errors.Is(err, pace.ErrPace):
+		errors.Is(err, pace.ErrPace), errors.Is(err, probe.ErrNeedsConfirmation):
 		return &cli.ExitError{Code: cli.ExitUsage, Err: err}
-	case errors.Is(err, probe.ErrNoZmap):
+	case errors.Is(err, probe.ErrNoZmap), errors.Is(err, probe.ErrZmapVersion):
 		return &cli.ExitError{Code: cli.ExitEnvironment, Err: err}
 	}
 	return err
