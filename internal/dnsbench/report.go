@@ -60,6 +60,7 @@ type RampResult struct {
 
 // Report is the outcome of one target's benchmark.
 type Report struct {
+	RunKey   string    `json:"run_key"` // random, one per target's run: bench_runs.run_key
 	Target   string    `json:"target"`
 	Protocol string    `json:"protocol"`
 	Variant  string    `json:"variant,omitempty"`
@@ -91,7 +92,7 @@ type Report struct {
 func (b *bench) report() *Report {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	r := &Report{Target: b.t.String(), Protocol: string(b.t.Protocol), Variant: b.t.Variant,
+	r := &Report{RunKey: b.runKey, Target: b.t.String(), Protocol: string(b.t.Protocol), Variant: b.t.Variant,
 		Address: b.t.Addr.String(), Policy: string(b.c.Policy), Load: b.c.Load, Workers: b.c.Workers,
 		Label: b.c.Label, Started: b.start.UTC(), Sent: b.sent, Answered: b.ok,
 		Latency: latencyOf(&b.lat), Total: latencyOf(&b.total), Rcodes: b.rcodes,

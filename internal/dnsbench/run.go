@@ -62,10 +62,11 @@ type second struct {
 }
 
 type bench struct {
-	c     Config
-	t     Target
-	m     measure.Measurer
-	start time.Time
+	runKey string
+	c      Config
+	t      Target
+	m      measure.Measurer
+	start  time.Time
 
 	stop     chan struct{} // closed when no more queries may be issued
 	stopOnce sync.Once
@@ -347,7 +348,7 @@ func (b *bench) evalRamp(next *int, final bool) bool {
 
 func runTarget(ctx context.Context, c Config, t Target, log *slog.Logger) *Report {
 	m, _ := measure.For(t.Protocol) // Validate/ParseTarget checked the protocol
-	b := &bench{c: c, t: t, m: m, stop: make(chan struct{}),
+	b := &bench{runKey: newRunKey(), c: c, t: t, m: m, stop: make(chan struct{}),
 		statuses: map[measure.Status]int64{}, errSample: map[measure.Status]string{}, rcodes: map[string]int64{}}
 	if c.Load == LoadRamp {
 		b.ramp = &RampResult{Max: c.RampMax, LossThreshold: c.RampLoss}
