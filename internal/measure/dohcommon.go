@@ -81,8 +81,12 @@ func dohResponse(resp *http.Response) ([]byte, error) {
 // connection), timed on clk (the Log of the socket under it), appending each to res
 // until one fails.
 func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk *kstamp.Log) {
-	for i := 0; i < req.queries(); i++ {
-		q := dnsmsg.Query{Name: req.name(), Type: req.QType, ID: 0}
+	for i := 0; ; i++ {
+		name, qtype, ok := req.next(ctx, i)
+		if !ok {
+			return
+		}
+		q := dnsmsg.Query{Name: name, Type: qtype, ID: 0}
 		out := Query{Seq: i, KeepaliveTimeout: -1}
 		hr, err := dohRequest(ctx, req, q)
 		if err != nil {

@@ -31,8 +31,12 @@ func (doqMeasurer) Measure(ctx context.Context, req *Request) *Result {
 		return res.fail(err)
 	}
 	defer func() { finishQUIC(conn, res, ql) }()
-	for i := 0; i < req.queries(); i++ {
-		q := doqExchange(ctx, conn, req, i)
+	for i := 0; ; i++ {
+		name, qtype, ok := req.next(ctx, i)
+		if !ok {
+			break
+		}
+		q := doqExchange(ctx, conn, req, dnsmsg.Query{Name: name, Type: qtype, ID: 0}, i)
 		res.Queries = append(res.Queries, q)
 		if q.Status != StatusOK {
 			break
@@ -50,10 +54,10 @@ func (doqMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	return res.finish()
 }
 
-func doqExchange(ctx context.Context, conn *quicConn, req *Request, seq int) Query {
+// doqExchange runs q (its ID 0: RFC 9250 §4.2.1, the DNS Message ID MUST be 0) on a new
+// stream of conn.
+func doqExchange(ctx context.Context, conn *quicConn, req *Request, q dnsmsg.Query, seq int) Query {
 	out := Query{Seq: seq, KeepaliveTimeout: -1}
-	// RFC 9250 §4.2.1: the DNS Message ID MUST be 0.
-	q := dnsmsg.Query{Name: req.name(), Type: req.QType, ID: 0}
 	alpn := conn.ConnectionState().TLS.NegotiatedProtocol
 	framing, err := doq.FramingFor(alpn)
 	if err != nil {

@@ -27,10 +27,14 @@ func (dotMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
 	tlsTimed := &timedConn{Conn: tc, log: c.log}
-	for i := 0; i < req.queries(); i++ {
+	for i := 0; ; i++ {
+		name, qtype, ok := req.next(ctx, i)
+		if !ok {
+			break
+		}
 		// The first write on the TLS conn is what puts the query's first packet on the
 		// wire (the TCP conn's writes carry the same bytes, encrypted).
-		q := tcpExchange(tlsTimed, dnsmsg.Query{Name: req.name(), Type: req.QType, ID: newID(), TCPKeepalive: req.TCPKeepalive}, i)
+		q := tcpExchange(tlsTimed, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive}, i)
 		res.Queries = append(res.Queries, q)
 		if q.Status != StatusOK {
 			break

@@ -28,8 +28,12 @@ func (tcpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	res.Local = AddrPortOf(c.LocalAddr())
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
-	for i := 0; i < req.queries(); i++ {
-		q := tcpExchange(c, dnsmsg.Query{Name: req.name(), Type: req.QType, ID: newID(), TCPKeepalive: req.TCPKeepalive}, i)
+	for i := 0; ; i++ {
+		name, qtype, ok := req.next(ctx, i)
+		if !ok {
+			break
+		}
+		q := tcpExchange(c, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive}, i)
 		res.Queries = append(res.Queries, q)
 		if q.Status != StatusOK {
 			break

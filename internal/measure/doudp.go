@@ -36,8 +36,12 @@ func (udpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
-	for i := 0; i < req.queries(); i++ {
-		q := udpExchange(ctx, conn, dnsmsg.Query{Name: req.name(), Type: req.QType, ID: newID()}, i)
+	for i := 0; ; i++ {
+		name, qtype, ok := req.next(ctx, i)
+		if !ok {
+			break
+		}
+		q := udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: newID()}, i)
 		res.Queries = append(res.Queries, q)
 		if q.Status != StatusOK {
 			break

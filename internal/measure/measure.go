@@ -134,6 +134,22 @@ type Request struct {
 	TCPKeepalive bool
 	// FastOpen asks for TCP Fast Open (RFC 7413) on TCP-based protocols.
 	FastOpen bool
+	// Next, when set, replaces Name, QType and Queries: it is called before each query of
+	// the session (seq from 0) and gives its name and type; ok false ends the session
+	// there (before the first query: a session without queries). It may block, as a load
+	// generator pacing its queries does, and must return promptly once ctx is done.
+	Next func(ctx context.Context, seq int) (name string, qtype uint16, ok bool)
+}
+
+// next returns query seq's name and type, and whether that query runs.
+func (r *Request) next(ctx context.Context, seq int) (string, uint16, bool) {
+	if r.Next != nil {
+		return r.Next(ctx, seq)
+	}
+	if seq >= r.queries() {
+		return "", 0, false
+	}
+	return r.name(), r.QType, true
 }
 
 func (r *Request) name() string {

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/doqscan/doqscan/internal/cli"
+)
+
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.txt")
+	if err := os.WriteFile(bad, []byte("ok.example A\nbad.example NOTATYPE\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"--help"}, cli.ExitOK},
+		{[]string{"--count", "1", "tcp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "doh-put://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"doudp://127.0.0.1"}, cli.ExitUsage}, // neither duration nor count
+		{[]string{"--count", "1", "--policy", "sometimes", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--rate", "5", "--ramp-max", "9", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--queries", bad, "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--queries", filepath.Join(dir, "absent"), "doudp://127.0.0.1"}, cli.ExitEnvironment},
+	} {
+		fs, common, run := command()
+		var stderr bytes.Buffer
+		if got := cli.RunMain(fs, common, c.args, &stderr, run); got != c.code {
+			t.Errorf("%v: exit %d, want %d (%s)", c.args, got, c.code, stderr.String())
+		}
+	}
+}

@@ -1,0 +1,210 @@
+// Package dnsbench is a load generator for DNS resolvers over DoUDP, DoTCP, DoT, DoH
+// (GET/POST), DoH3 and DoQ. It drives the measure package's clients (kernel-stamped
+// resolve times, classified statuses) from workers, each with a connection policy: a new
+// session per query, resumed sessions, 0-RTT, or persistent sessions. Load is either as
+// fast as the resolver answers (every worker keeps one query outstanding), a target
+// rate, or a resperf-style ramp that raises the rate linearly until the loss of a
+// second exceeds a threshold and reports the highest rate sustained under it.
+package dnsbench
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure"
+)
+
+// Target is one resolver endpoint over one protocol.
+type Target struct {
+	Protocol   measure.Protocol
+	Variant    string // DoH/DoH3: GET or POST
+	Addr       netip.AddrPort
+	ServerName string // SNI; empty: none
+}
+
+// String is the target in the form ParseTarget reads.
+func (t Target) String() string {
+	p := string(t.Protocol)
+	if t.Variant != "" {
+		p += "-" + strings.ToLower(t.Variant)
+	}
+	return p + "://" + t.Addr.String()
+}
+
+// DefaultPort is the port a protocol uses when a target names none.
+func DefaultPort(p measure.Protocol) uint16 {
+	switch p {
+	case measure.DoUDP, measure.DoTCP:
+		return measure.PortDNS
+	case measure.DoT:
+		return measure.PortDoT
+	case measure.DoQ:
+		return measure.PortDoQ
+	}
+	return measure.PortHTTPS
+}
+
+// ParseTarget reads "PROTOCOL://ADDRESS[:PORT]" where PROTOCOL is doudp, dotcp, dot,
+// doh, doh-get, doh-post, doh3, doh3-get, doh3-post or doq (DoH without a method: POST).
+func ParseTarget(s string) (Target, error) {
+	proto, hostport, ok := strings.Cut(s, "://")
+	if !ok {
+		return Target{}, fmt.Errorf("target %q: want PROTOCOL://ADDRESS[:PORT]", s)
+	}
+	var t Target
+	base, variant, _ := strings.Cut(strings.ToLower(proto), "-")
+	t.Protocol = measure.Protocol(base)
+	if _, err := measure.For(t.Protocol); err != nil {
+		return Target{}, fmt.Errorf("target %q: %v", s, err)
+	}
+	switch {
+	case t.Protocol == measure.DoH || t.Protocol == measure.DoH3:
+		switch variant {
+		case "", "post":
+			t.Variant = measure.VariantPOST
+		case "get":
+			t.Variant = measure.VariantGET
+		default:
+			return Target{}, fmt.Errorf("target %q: DoH method %q: want get or post", s, variant)
+		}
+	case variant != "":
+		return Target{}, fmt.Errorf("target %q: only DoH has a method", s)
+	}
+	if ap, err := netip.ParseAddrPort(hostport); err == nil {
+		t.Addr = ap
+	} else if a, err := netip.ParseAddr(strings.Trim(hostport, "[]")); err == nil {
+		t.Addr = netip.AddrPortFrom(a, DefaultPort(t.Protocol))
+	} else {
+		return Target{}, fmt.Errorf("target %q: address %q: want an IP address with an optional port", s, hostport)
+	}
+	if t.Addr.Port() == 0 {
+		return Target{}, fmt.Errorf("target %q: port 0", s)
+	}
+	return t, nil
+}
+
+// Load modes.
+const (
+	LoadMax  = "max"  // as fast as the resolver answers
+	LoadRate = "rate" // a target rate
+	LoadRamp = "ramp" // a rate rising linearly to RampMax
+)
+
+// Policies are the connection policies, named as measure's modes.
+var Policies = []measure.Mode{measure.ModeFresh, measure.ModePersistent, measure.ModeResumed, measure.Mode0RTT}
+
+// Config is one benchmark: every target in turn under the same load.
+type Config struct {
+	Targets []Target
+	Queries []Question // cycled through in order
+	Policy  measure.Mode
+	Workers int // concurrent workers, one query outstanding each (the outstanding limit)
+	// Duration and Count bound the load (either or both; at least one): queries are
+	// issued for Duration, or until Count were issued.
+	Duration time.Duration
+	Count    int64
+	Rate     float64 // LoadRate: queries per second over all workers
+	// LoadRamp: the rate rises linearly from 0 to RampMax over Duration; the run stops
+	// at the first second whose loss (1 - answered/sent) exceeds RampLoss once at
+	// least rampMinSent queries were sent in it.
+	RampMax  float64
+	RampLoss float64
+	Load     string
+	Timeout  time.Duration // per query (fresh policies: per session)
+	// SessionQueries: persistent policy, queries per session before a new one (>= 1).
+	SessionQueries int
+	KeyShare       measure.KeyShare
+	Label          string // free text stored with the run (e.g. "loss=5%")
+	// Progress, when > 0, is how often Run logs the queries so far.
+	Progress time.Duration
+}
+
+// Validation errors (cmd/dnsbench maps them to exit code 2).
+var ErrConfig = errors.New("bad configuration")
+
+func configErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
+}
+
+// Validate checks c and fills defaults; errors wrap ErrConfig.
+func (c *Config) Validate() error {
+	if len(c.Targets) == 0 {
+		return configErr("no targets")
+	}
+	if len(c.Queries) == 0 {
+		c.Queries = []Question{{Name: "test.com", QType: 1}}
+	}
+	if c.Policy == "" {
+		c.Policy = measure.ModePersistent
+	}
+	okPolicy := false
+	for _, p := range Policies {
+		okPolicy = okPolicy || p == c.Policy
+	}
+	if !okPolicy {
+		return configErr("policy %q: want fresh, persistent, resumed or 0rtt", c.Policy)
+	}
+	if c.Workers == 0 {
+		c.Workers = 1
+	}
+	if c.Workers < 1 || c.Workers > 10000 {
+		return configErr("workers %d: want 1..10000", c.Workers)
+	}
+	if c.Duration < 0 || c.Count < 0 {
+		return configErr("negative duration or count")
+	}
+	if c.Load == "" {
+		c.Load = LoadMax
+		if c.Rate > 0 {
+			c.Load = LoadRate
+		}
+	}
+	switch c.Load {
+	case LoadMax:
+	case LoadRate:
+		if !(c.Rate > 0 && c.Rate <= 1e7) {
+			return configErr("rate %v: want 0 < rate <= 1e7 queries/s", c.Rate)
+		}
+	case LoadRamp:
+		if !(c.RampMax > 0 && c.RampMax <= 1e7) {
+			return configErr("ramp maximum %v: want 0 < max <= 1e7 queries/s", c.RampMax)
+		}
+		if !(c.RampLoss >= 0 && c.RampLoss < 1) {
+			return configErr("ramp loss threshold %v: want 0 <= loss < 1", c.RampLoss)
+		}
+		if c.Duration <= 0 {
+			return configErr("a ramp needs a duration (the time to reach the maximum)")
+		}
+	default:
+		return configErr("load %q: want max, rate or ramp", c.Load)
+	}
+	if c.Duration == 0 && c.Count == 0 {
+		return configErr("neither a duration nor a count: the run would not end")
+	}
+	if c.Timeout == 0 {
+		c.Timeout = measure.DefaultTimeout
+	}
+	if c.Timeout < time.Millisecond || c.Timeout > time.Minute {
+		return configErr("timeout %v: want 1ms..1m", c.Timeout)
+	}
+	if c.SessionQueries == 0 {
+		c.SessionQueries = 1000
+	}
+	if c.SessionQueries < 1 {
+		return configErr("session queries %d: want >= 1", c.SessionQueries)
+	}
+	if c.KeyShare == "" {
+		c.KeyShare = measure.KeyShareX25519
+	}
+	if _, err := c.KeyShare.Curves(); err != nil {
+		return configErr("%v", err)
+	}
+	return nil
+}
+
+// formatRate prints a rate for logs.
+func formatRate(r float64) string { return strconv.FormatFloat(r, 'f', 1, 64) }

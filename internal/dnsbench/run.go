@@ -1,0 +1,409 @@
+package dnsbench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/labnet"
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/miekg/dns"
+)
+
+// rampMinSent is how many queries a second of a ramp needs before its loss counts.
+const rampMinSent = 20
+
+// maxLag bounds how far a paced run catches up after its workers were all busy: beyond
+// it, the missed sends are dropped rather than sent as a burst.
+const maxLag = 100 * time.Millisecond
+
+// Run benchmarks every target of c in turn and returns one report per target. guard
+// (nil: labnet.NewGuard()) must allow each address: a lab address from outside the
+// testbed's namespaces is a *labnet.RefusedError before any packet. When ctx ends, Run
+// returns the reports so far (the interrupted one included) with ctx's error.
+func Run(ctx context.Context, c Config, guard *labnet.Guard, log *slog.Logger) ([]*Report, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if guard == nil {
+		guard = labnet.NewGuard()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	for _, t := range c.Targets {
+		if err := guard.Check(t.Addr.Addr()); err != nil {
+			return nil, err
+		}
+	}
+	var out []*Report
+	for _, t := range c.Targets {
+		log.Info("benchmark", "target", t.String(), "policy", c.Policy, "load", c.Load, "workers", c.Workers)
+		r := runTarget(ctx, c, t, log)
+		out = append(out, r)
+		log.Info("done", "target", t.String(), "sent", r.Sent, "answered", r.Answered,
+			"qps", fmt.Sprintf("%.1f", r.QPS), "success", fmt.Sprintf("%.4f", r.SuccessRate),
+			"p50_ms", r.Latency.P50, "p99_ms", r.Latency.P99)
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+type second struct {
+	sent, done, ok int64
+	lat            Histogram
+	rate           float64 // the paced rate at the second's start (0: unpaced)
+}
+
+type bench struct {
+	runKey string
+	c      Config
+	t      Target
+	m      measure.Measurer
+	start  time.Time
+
+	stop     chan struct{} // closed when no more queries may be issued
+	stopOnce sync.Once
+	permits  chan struct{} // paced loads: one per query to issue
+	issued   atomic.Int64
+
+	mu        sync.Mutex
+	seconds   []*second
+	lat       Histogram // resolve time of answered queries (first packet -> answer)
+	total     Histogram // issue -> answer, including any session set-up
+	sent, ok  int64
+	statuses  map[measure.Status]int64
+	errSample map[measure.Status]string
+	rcodes    map[string]int64
+	lastDone  time.Time
+	ramp      *RampResult
+}
+
+func (b *bench) halt() { b.stopOnce.Do(func() { close(b.stop) }) }
+
+func (b *bench) stopped() bool {
+	select {
+	case <-b.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// rateAt is the paced rate at elapsed time e (0: unpaced).
+func (b *bench) rateAt(e time.Duration) float64 {
+	switch b.c.Load {
+	case LoadRate:
+		return b.c.Rate
+	case LoadRamp:
+		r := b.c.RampMax * float64(e) / float64(b.c.Duration)
+		return min(max(r, 1), b.c.RampMax)
+	}
+	return 0
+}
+
+func (b *bench) secondAt(t time.Time) *second {
+	i := max(int(t.Sub(b.start)/time.Second), 0)
+	for len(b.seconds) <= i {
+		b.seconds = append(b.seconds, &second{rate: b.rateAt(time.Duration(len(b.seconds)) * time.Second)})
+	}
+	return b.seconds[i]
+}
+
+// gate waits for the right to issue one more query and returns it with its issue time.
+func (b *bench) gate() (Question, time.Time, bool) {
+	if b.permits != nil {
+		select {
+		case <-b.permits:
+		case <-b.stop:
+			return Question{}, time.Time{}, false
+		}
+	}
+	if b.stopped() {
+		return Question{}, time.Time{}, false
+	}
+	n := b.issued.Add(1)
+	if b.c.Count > 0 && n >= b.c.Count {
+		b.halt()
+		if n > b.c.Count {
+			return Question{}, time.Time{}, false
+		}
+	}
+	now := time.Now()
+	b.mu.Lock()
+	b.sent++
+	b.secondAt(now).sent++
+	b.mu.Unlock()
+	return b.c.Queries[(n-1)%int64(len(b.c.Queries))], now, true
+}
+
+// pace hands out permits at the configured rate until stop.
+func (b *bench) pace() {
+	next := b.start
+	for {
+		r := b.rateAt(time.Since(b.start))
+		next = next.Add(time.Duration(float64(time.Second) / r))
+		now := time.Now()
+		if next.Before(now.Add(-maxLag)) {
+			next = now.Add(-maxLag)
+		}
+		if d := next.Sub(now); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-b.stop:
+				t.Stop()
+				return
+			}
+		}
+		select {
+		case b.permits <- struct{}{}:
+		case <-b.stop:
+			return
+		}
+	}
+}
+
+// record adds one query's outcome.
+func (b *bench) record(issued time.Time, q measure.Query) {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.secondAt(issued)
+	s.done++
+	b.statuses[q.Status]++
+	if now.After(b.lastDone) {
+		b.lastDone = now
+	}
+	if q.Status != measure.StatusOK {
+		if _, ok := b.errSample[q.Status]; !ok && q.Err != nil {
+			b.errSample[q.Status] = q.Err.Error()
+		}
+		return
+	}
+	b.ok++
+	s.ok++
+	s.lat.Record(q.Resolve)
+	b.lat.Record(q.Resolve)
+	b.total.Record(q.StartedAt.Add(q.Resolve).Sub(issued))
+	rc := dns.RcodeToString[q.Rcode]
+	if rc == "" {
+		rc = fmt.Sprint(q.Rcode)
+	}
+	b.rcodes[rc]++
+}
+
+func (b *bench) request(q Question) *measure.Request {
+	r := &measure.Request{
+		Addr: b.t.Addr, ServerName: b.t.ServerName, Name: q.Name, QType: q.QType,
+		Timeout: b.c.Timeout, Mode: b.c.Policy, KeyShare: b.c.KeyShare, Variant: b.t.Variant,
+	}
+	if b.t.Protocol == measure.DoQ {
+		// Named, so that 0-RTT frames its early query with the resumed session's ALPN.
+		r.ALPN = []string{doq.Versions[0].ALPN}
+	}
+	return r
+}
+
+// first is the outcome of an exchange's first query (the exchange's failure if none ran).
+func first(res *measure.Result) measure.Query {
+	if len(res.Queries) > 0 {
+		return res.Queries[0]
+	}
+	return measure.Query{Status: res.Status, Err: res.Err}
+}
+
+// sessionWorker issues one query per exchange (fresh, resumed, 0rtt); resumed and
+// 0-RTT workers warm their Peer with one uncounted exchange first.
+func (b *bench) sessionWorker(ctx context.Context) {
+	var peer *measure.Peer
+	if b.c.Policy == measure.ModeResumed || b.c.Policy == measure.Mode0RTT {
+		peer = measure.NewPeer()
+		warm := b.request(b.c.Queries[0])
+		warm.Peer = peer
+		b.m.Measure(ctx, warm)
+	}
+	for {
+		q, at, ok := b.gate()
+		if !ok {
+			return
+		}
+		req := b.request(q)
+		req.Peer = peer
+		b.record(at, first(b.m.Measure(ctx, req)))
+	}
+}
+
+// persistentWorker runs sessions of up to SessionQueries queries, a new one after a
+// failure. Each query (the first with the session set-up) has Timeout to complete:
+// when it runs out the session is cancelled and the query counts as a timeout.
+func (b *bench) persistentWorker(ctx context.Context) {
+	for {
+		q0, at0, ok := b.gate()
+		if !ok {
+			return
+		}
+		issued := []time.Time{at0}
+		sctx, cancel := context.WithCancel(ctx)
+		var timedOut atomic.Bool
+		arm := func() *time.Timer {
+			return time.AfterFunc(b.c.Timeout, func() { timedOut.Store(true); cancel() })
+		}
+		timer := arm()
+		req := b.request(q0)
+		req.Mode = measure.ModePersistent
+		// The session's own bound; each query is bounded by the timer above.
+		req.Timeout = b.c.Timeout * time.Duration(b.c.SessionQueries+1)
+		req.Next = func(_ context.Context, seq int) (string, uint16, bool) {
+			if seq == 0 {
+				return q0.Name, q0.QType, true
+			}
+			timer.Stop()
+			if seq >= b.c.SessionQueries {
+				return "", 0, false
+			}
+			q, at, ok := b.gate()
+			if !ok {
+				return "", 0, false
+			}
+			issued = append(issued, at)
+			timer = arm()
+			return q.Name, q.QType, true
+		}
+		res := b.m.Measure(sctx, req)
+		timer.Stop()
+		cancel()
+		for i, at := range issued {
+			var q measure.Query
+			if i < len(res.Queries) {
+				q = res.Queries[i]
+			} else {
+				q = measure.Query{Status: res.Status, Err: res.Err}
+				if q.Status == measure.StatusOK {
+					q.Status, q.Err = measure.StatusError, fmt.Errorf("query not sent")
+				}
+			}
+			if q.Status != measure.StatusOK && timedOut.Load() && i == len(issued)-1 {
+				q.Status, q.Err = measure.StatusTimeout, fmt.Errorf("no answer within %v: %v", b.c.Timeout, q.Err)
+			}
+			b.record(at, q)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// watchRamp stops a ramp at the first complete second whose loss exceeds the threshold
+// and keeps the highest answered rate of the seconds before it.
+func (b *bench) watchRamp(done <-chan struct{}) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	next := 0
+	for {
+		select {
+		case <-done:
+			b.evalRamp(&next, true)
+			return
+		case <-t.C:
+			if b.evalRamp(&next, false) {
+				b.halt()
+			}
+		}
+	}
+}
+
+// evalRamp judges the seconds that are over and fully answered (or timed out); final:
+// the run is over, judge all but a partial last second.
+func (b *bench) evalRamp(next *int, final bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cur := int(time.Since(b.start) / time.Second)
+	for *next < len(b.seconds) && (*next < cur || final) {
+		s := b.seconds[*next]
+		if s.done < s.sent || b.ramp.Stopped {
+			return false
+		}
+		*next++
+		if s.sent < rampMinSent {
+			continue
+		}
+		loss := 1 - float64(s.ok)/float64(s.sent)
+		if loss > b.c.RampLoss {
+			b.ramp.Stopped, b.ramp.StopSecond, b.ramp.StopRate, b.ramp.StopLoss = true, *next-1, s.rate, loss
+			return true
+		}
+		if float64(s.ok) > b.ramp.MaxQPS {
+			b.ramp.MaxQPS, b.ramp.MaxQPSRate = float64(s.ok), s.rate
+		}
+	}
+	return false
+}
+
+func runTarget(ctx context.Context, c Config, t Target, log *slog.Logger) *Report {
+	m, _ := measure.For(t.Protocol) // Validate/ParseTarget checked the protocol
+	b := &bench{runKey: newRunKey(), c: c, t: t, m: m, stop: make(chan struct{}),
+		statuses: map[measure.Status]int64{}, errSample: map[measure.Status]string{}, rcodes: map[string]int64{}}
+	if c.Load == LoadRamp {
+		b.ramp = &RampResult{Max: c.RampMax, LossThreshold: c.RampLoss}
+	}
+	b.start = time.Now()
+	if c.Duration > 0 {
+		tm := time.AfterFunc(c.Duration, b.halt)
+		defer tm.Stop()
+	}
+	stopCtx := context.AfterFunc(ctx, b.halt)
+	defer stopCtx()
+	if c.Load != LoadMax {
+		b.permits = make(chan struct{})
+		go b.pace()
+	}
+	workersDone := make(chan struct{})
+	rampDone := make(chan struct{})
+	if b.ramp != nil {
+		go func() { b.watchRamp(workersDone); close(rampDone) }()
+	} else {
+		close(rampDone)
+	}
+	if c.Progress > 0 {
+		go b.progress(log, workersDone)
+	}
+	var wg sync.WaitGroup
+	for range c.Workers {
+		wg.Go(func() {
+			if c.Policy == measure.ModePersistent {
+				b.persistentWorker(ctx)
+			} else {
+				b.sessionWorker(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	b.halt()
+	close(workersDone)
+	<-rampDone
+	return b.report()
+}
+
+func (b *bench) progress(log *slog.Logger, done <-chan struct{}) {
+	t := time.NewTicker(b.c.Progress)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			b.mu.Lock()
+			sent, ok := b.sent, b.ok
+			b.mu.Unlock()
+			log.Info("progress", "target", b.t.String(), "elapsed", time.Since(b.start).Round(time.Second),
+				"sent", sent, "answered", ok, "rate", formatRate(b.rateAt(time.Since(b.start))))
+		}
+	}
+}
