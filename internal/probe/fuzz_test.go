@@ -70,7 +70,7 @@ func FuzzClassify(f *testing.F) {
 			t.Fatal("quic-vn without a CID match")
 		}
 		row := Row(1, r, res)
-		if row.Payload != nil && len(row.Payload) > MaxStoredPayload {
+		if len(row.Payload) > MaxStoredPayload {
 			t.Fatal("payload not capped")
 		}
 	})

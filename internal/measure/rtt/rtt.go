@@ -11,11 +11,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/doqscan/doqscan/internal/kstamp"
 	"net"
 	"net/netip"
 	"syscall"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
 // Transport names, as in schema.sql rtt_samples.transport.

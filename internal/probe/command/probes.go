@@ -28,6 +28,6 @@ func runProbes(args []string) error {
 	if err != nil {
 		return err
 	}
-	os.Stdout.Write(probe.ProbesReadme(files)) //nolint:errcheck
+	os.Stdout.Write(probe.ProbesReadme(files))
 	return nil
 }

@@ -1,13 +1,15 @@
 package simquic
 
 import (
-	"github.com/doqscan/doqscan/internal/testbed/sockopt"
 	"net"
 	"net/netip"
 	"testing"
 
-	"golang.org/x/net/ipv4"
+	"github.com/doqscan/doqscan/internal/testbed/sockopt"
+
 	"time"
+
+	"golang.org/x/net/ipv4"
 
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
