@@ -2,7 +2,6 @@ package measure_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -75,9 +74,6 @@ func TestEveryProtocolAnswers(t *testing.T) {
 				if p == measure.DoQ || p == measure.DoH3 {
 					if res.QUICVersion != 1 || len(res.Qlog) == 0 {
 						t.Fatalf("quic version %x, qlog %d bytes", res.QUICVersion, len(res.Qlog))
-					}
-					if os.Getenv("QLOG_DUMP") != "" {
-						os.WriteFile(os.Getenv("QLOG_DUMP"), res.Qlog, 0o644)
 					}
 				}
 			})
