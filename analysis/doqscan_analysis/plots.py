@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd

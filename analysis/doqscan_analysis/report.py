@@ -44,7 +44,7 @@ def database_url(arg: str | None) -> str:
 
 def report_dir(base: str, now: dt.datetime | None = None) -> str:
     """base/YYYY-MM-DDTHHMM, with -2, -3 ... when that minute already has a report."""
-    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H%M")
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H%M")
     path = os.path.join(base, stamp)
     n = 2
     while os.path.exists(path):
@@ -63,9 +63,9 @@ def peak_rss_mb() -> tuple[float, float]:
 
 def _execute(name: str, out: str, params: dict, timeout: int) -> tuple[float, str | None]:
     """Execute notebooks/<name>.ipynb into out/<name>.ipynb and .html; (seconds, error)."""
+    import nbformat
     import papermill as pm
     from nbconvert import HTMLExporter
-    import nbformat
 
     src = os.path.join(REPO, "notebooks", f"{name}.ipynb")
     dst = os.path.join(out, f"{name}.ipynb")
@@ -135,7 +135,7 @@ def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
     os.environ["PYTHONPATH"] = ANALYSIS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     summary = {"folder": out, "database": _redact(db), "weeks": weeks, "vantages": vantages,
-               "started": dt.datetime.now(dt.timezone.utc).isoformat(), "notebooks": {}}
+               "started": dt.datetime.now(dt.UTC).isoformat(), "notebooks": {}}
     params = {"database_url": db, "weeks": weeks, "vantages": vantages, "output_dir": out}
     with TreeMemory() as mem:
         if parallel and len(notebooks) > 1:

@@ -137,7 +137,7 @@ def figure_rows(rt: pd.DataFrame, vantage=None, phase: str = "measured", mode: s
         d = d[d["dox"] == dox]
     if "key_share" in d:
         keep = []
-        for proto, g in d.groupby("protocol", sort=False):
+        for _proto, g in d.groupby("protocol", sort=False):
             if g["key_share"].nunique() > 1:
                 ks = key_share if key_share in set(g["key_share"]) else g.sort_values("n").iloc[-1]["key_share"]
                 g = g[g["key_share"] == ks]

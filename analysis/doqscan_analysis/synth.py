@@ -323,7 +323,7 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
     ex = conn.execute
     weeks = spec.weeks
     last = len(weeks) - 1
-    start = dt.datetime.combine(spec.first_monday + dt.timedelta(weeks=last), dt.time(0), dt.timezone.utc)
+    start = dt.datetime.combine(spec.first_monday + dt.timedelta(weeks=last), dt.time(0), dt.UTC)
     # Targets: last week's members (pair, i), ordered, first N.
     ex("""CREATE TEMP TABLE s_targets AS
           SELECT pi, i, '198.18.0.0'::inet + (8192 * pi + i) AS address,
@@ -381,7 +381,7 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
     ex("INSERT INTO s_class VALUES " + _values(crow))
     say("measurements")
     # u(n): a cheap multiplicative hash in [0, 1) for per-row jitter (0..5 %).
-    ex(f"""CREATE TEMP TABLE s_rows AS
+    ex("""CREATE TEMP TABLE s_rows AS
         SELECT md5(c.campaign_id || '|' || host(t.address) || '|' || p.protocol || '|' || p.mode || '|' ||
                    p.phase || '|' || p.seq || '|' || p.ks)::uuid AS measurement_id,
                c.campaign_id, c.cnum, c.t, t.pi, t.i, t.address, t.base_ns, t.qv, t.alpn, p.protocol, p.mode,

@@ -74,7 +74,7 @@ def run_import(binary: str, url: str, directory: str, *flags: str) -> dict:
 
 def _lines(path: str) -> set[str]:
     with open(path) as f:
-        return {s for s in (l.strip() for l in f) if s and s != "0.0.0.0"}
+        return {s for s in (line.strip() for line in f) if s and s != "0.0.0.0"}
 
 
 def _week(ddmmyyyy: str) -> str:

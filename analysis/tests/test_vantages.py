@@ -129,6 +129,6 @@ def test_vantage_figure_and_csv(tmp_path):
     assert back["rtt_median_ms"].equals(t["rtt_median_ms"]) or np.allclose(
         back["rtt_median_ms"].fillna(-1), t["rtt_median_ms"].fillna(-1))
     # one difference line per protocol for the one other vantage point
-    lines = [l for l in fig.axes[2].get_lines() if l.get_label().startswith(("DoUDP", "DoTCP", "DoQ"))]
+    lines = [ln for ln in fig.axes[2].get_lines() if ln.get_label().startswith(("DoUDP", "DoTCP", "DoQ"))]
     assert len(lines) == 3
     assert plots.save_table(t, None, "x") is None

@@ -76,7 +76,7 @@ func RunChild(ctx context.Context, c *exec.Cmd) error {
 			case <-ctxDone:
 				ctxDone = nil
 				if _, bySignal := errors.AsType[*Interrupted](context.Cause(ctx)); !bySignal {
-					c.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+					c.Process.Signal(syscall.SIGTERM) //nolint:errcheck // the child may be gone already
 				}
 			case <-done:
 				return

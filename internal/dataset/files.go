@@ -177,7 +177,7 @@ func parseCertCSV(r io.Reader) ([]certRecord, *lineError) {
 	var out []certRecord
 	for {
 		rec, err := cr.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
 		if err != nil {
@@ -266,7 +266,7 @@ func parseLocationCSV(r io.Reader) ([]locationRecord, *lineError) {
 	cr.FieldsPerRecord = 0
 	header, err := cr.Read()
 	if err != nil {
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil, &lineError{1, malformed("empty file, want a header")}
 		}
 		return nil, &lineError{1, malformed("header: %v", err)}
@@ -283,7 +283,7 @@ func parseLocationCSV(r io.Reader) ([]locationRecord, *lineError) {
 	var out []locationRecord
 	for {
 		rec, err := cr.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
 		if err != nil {

@@ -129,7 +129,7 @@ func (p *plan) write(ctx context.Context, st *store.Store, cfg Config) (*Summary
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", store.ErrUnavailable, err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit; on failure the first error is returned
 	w := &writer{ctx: ctx, tx: tx, new: sum.New}
 
 	if _, err := tx.Exec(ctx, `INSERT INTO vantage_points (vantage_id, description) VALUES ($1, $2)

@@ -7,9 +7,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/miekg/dns"
+
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/listfile"
-	"github.com/miekg/dns"
 )
 
 // Question is one line of a query file: a name and a type.

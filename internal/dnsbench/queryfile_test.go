@@ -5,9 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/miekg/dns"
+
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/listfile"
-	"github.com/miekg/dns"
 )
 
 func TestParseQueries(t *testing.T) {

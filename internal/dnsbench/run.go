@@ -8,10 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/doqscan/doqscan/internal/doq"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/measure"
-	"github.com/miekg/dns"
 )
 
 // rampMinSent is how many queries a second of a ramp needs before its loss counts.

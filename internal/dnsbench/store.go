@@ -48,7 +48,7 @@ func Save(ctx context.Context, s *store.Store, r *Report) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("store bench run: %w", err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op; on an earlier error that error is returned
 	var id int64
 	err = tx.QueryRow(ctx, `INSERT INTO bench_runs (run_key, started_at, label, protocol, variant, address, port,
 		policy, load, workers, rate, elapsed_s, sent, answered, qps, success_rate, latency_mean_ms,

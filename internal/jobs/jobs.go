@@ -106,7 +106,7 @@ func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage str
 	}
 	// Closing the connection (deferred above) releases the lock too; unlock first so a
 	// waiting run sees it free at once.
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockID(job, vantage)) //nolint:errcheck
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockID(job, vantage)) //nolint:errcheck // closing the connection releases the lock anyway
 
 	if err := recordMissed(ctx, s, log, job, vantage, now); err != nil {
 		return err
@@ -128,7 +128,7 @@ func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage str
 	select {
 	case runErr = <-fnDone:
 		cancel(nil)
-		<-watched // fn is done: a loss noticed now changes nothing
+		<-watched //nolint:errcheck // fn is done: a loss noticed now changes nothing
 	case lost = <-watched: // nil: ctx ended (interrupted) and fn is stopping
 		if lost != nil {
 			log.Error("job lock lost: the database connection holding it dropped; stopping the command",

@@ -201,7 +201,7 @@ func (l *Log) ArrivedBy(since, t time.Time) time.Time {
 // holds the socket.
 var (
 	keepOnce sync.Once
-	keeper   *net.UDPConn
+	keeper   *net.UDPConn //nolint:unused // never read: holding it keeps the socket (and stamping) alive
 )
 
 // keepWait bounds the first call's wait for stamping to take effect (the work item

@@ -1,6 +1,7 @@
 package kstamp
 
 import (
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -61,7 +62,7 @@ func TestPacketConnStamps(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now())
 	if _, _, err := c.ReadStamped(buf); err == nil {
 		t.Fatal("read past the deadline succeeded")
-	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+	} else if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("deadline error %v is not a timeout", err)
 	}
 }

@@ -104,7 +104,7 @@ func (g *Guard) Check(dst netip.Addr) error {
 	defer g.mu.Unlock()
 	if v, done := g.verdict[p]; done {
 		if v != nil {
-			r := *v.(*RefusedError)
+			r := *v.(*RefusedError) //nolint:errorlint // the verdict map holds only *RefusedError values, never wrapped
 			r.Dst = dst.Unmap()
 			return &r
 		}

@@ -20,8 +20,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/quic-go/quic-go"
+
+	"github.com/doqscan/doqscan/internal/measure/qlogana"
 )
 
 // Protocol names, as in schema.sql measurements.protocol.

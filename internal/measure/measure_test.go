@@ -78,9 +78,6 @@ func TestEveryProtocolAnswers(t *testing.T) {
 					if res.QUICVersion != 1 || len(res.Qlog) == 0 {
 						t.Fatalf("quic version %x, qlog %d bytes", res.QUICVersion, len(res.Qlog))
 					}
-					if os.Getenv("QLOG_DUMP") != "" {
-						os.WriteFile(os.Getenv("QLOG_DUMP"), res.Qlog, 0o644)
-					}
 				}
 			})
 		}

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlogwriter/jsontext"
+
+	"github.com/doqscan/doqscan/internal/measure/qlogana"
 )
 
 // textEvent is a qlog event carrying one string.

@@ -10,9 +10,10 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/quic-go/quic-go"
 	"golang.org/x/net/http2"
+
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 )
 
 // Status is the classification of an exchange, one of schema.sql measurements.status.

@@ -10,9 +10,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/kstamp"
-	"golang.org/x/sys/unix"
 )
 
 // tcpiOptSynData is TCPI_OPT_SYN_DATA of linux/tcp.h: our SYN carried data that the

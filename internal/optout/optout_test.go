@@ -2,6 +2,7 @@ package optout
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -58,8 +59,8 @@ func TestValidate(t *testing.T) {
 			}
 			continue
 		}
-		fe, ok := err.(*FieldError)
-		if !ok || fe.Field != c.want {
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != c.want {
 			t.Errorf("Validate(%q, %q, %q) = %v; want refusal of field %s", c.rng, c.email, c.note, err, c.want)
 		}
 	}

@@ -126,7 +126,7 @@ func (s *Server) init() {
 		s.mux = http.NewServeMux()
 		s.mux.HandleFunc("GET /{$}", s.index)
 		s.mux.HandleFunc("POST /optout", s.submit)
-		s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+		s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	})
 }
 
@@ -364,7 +364,7 @@ func (s *Server) ListenAndServe(ctx context.Context, addr, certFile, keyFile str
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(sctx) //nolint:errcheck
+		srv.Shutdown(sctx) //nolint:errcheck // shutting down: connections still open are cut
 	}()
 	var err error
 	if certFile != "" {

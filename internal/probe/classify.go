@@ -4,6 +4,7 @@
 package probe
 
 import (
+	"errors"
 	"net/netip"
 	"time"
 
@@ -110,9 +111,9 @@ func (c *Classifier) Classify(r Reply) Result {
 
 func (c *Classifier) classifyQUIC(b []byte) Result {
 	vn, err := ParseVN(b)
-	switch err {
-	case nil:
-	case ErrNotLongHeader, ErrNotVN:
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotLongHeader), errors.Is(err, ErrNotVN):
 		if looksQUIC(b) {
 			return Result{Kind: KindQUICOther}
 		}

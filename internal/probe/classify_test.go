@@ -281,13 +281,13 @@ func TestClassifyDNS(t *testing.T) {
 }
 
 // TestTestbedPeerVN classifies the VN packets the testbed team captured from the
-// third-party stacks in the testbed (../../testdata/vn: quic-go in CoreDNS, quinn in
+// third-party stacks in the testbed (testdata/peervn: quic-go in CoreDNS, quinn in
 // hickory-dns, aioquic, ngtcp2), with a classifier for the probe they were captured
 // with, and checks every version the capture's description lists.
 func TestTestbedPeerVN(t *testing.T) {
-	files, _ := filepath.Glob("../../testdata/vn/*.bin")
+	files, _ := filepath.Glob("testdata/peervn/*.bin")
 	if len(files) == 0 {
-		t.Fatal("no captures in ../../testdata/vn")
+		t.Fatal("no captures in testdata/peervn")
 	}
 	probe := QUICProbe{Version: 0x1a2a3a4a, DCID: []byte("doqscan-vnprobe!"), SCID: []byte("capturvn"), Size: MinInitialDatagram}
 	c, err := NewClassifier(probe, DefaultDNSProbe(), nil)

@@ -164,8 +164,8 @@ func TestScanKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := waitRows(t, s, "killed", 53)
-	syscall.Kill(-first.Process.Pid, syscall.SIGKILL) //nolint:errcheck
-	first.Wait()                                      //nolint:errcheck
+	syscall.Kill(-first.Process.Pid, syscall.SIGKILL)
+	first.Wait()
 	t.Logf("killed zprobe and zmap with %d replies of port 53 in the database", n)
 	dir := RunDir(out, "2026-W47", "killed", "killed", 0)
 	raw53 := filepath.Join(dir, "53.csv")
@@ -206,7 +206,7 @@ func TestScanKilled(t *testing.T) {
 		t.Errorf("after ingest: scan %s, runs %v; want interrupted, 53 interrupted, 784 ok", st, runs)
 	}
 	var stored int
-	s.Pool.QueryRow(context.Background(), "SELECT count(*) FROM scan_replies WHERE port = 53").Scan(&stored) //nolint:errcheck
+	s.Pool.QueryRow(context.Background(), "SELECT count(*) FROM scan_replies WHERE port = 53").Scan(&stored)
 	// The last line may have been cut by the kill (rawAddrs skips it only if it does not parse).
 	if stored < len(onDisk)-1 {
 		t.Errorf("after ingest: %d replies of port 53 stored, the raw file has %d lines", stored, len(onDisk))
@@ -277,7 +277,7 @@ func privateCluster(t *testing.T) (*pgcluster.Cluster, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		c.Stop(context.Background()) //nolint:errcheck
+		c.Stop(context.Background())
 		os.RemoveAll(dir)
 	})
 	return c, url

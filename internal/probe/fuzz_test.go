@@ -24,7 +24,7 @@ func fuzzSeeds(f *testing.F) [][]byte {
 		{0x44, 0x51, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0, 0xc0, 0x0c},
 	}
 	files, _ := filepath.Glob("testdata/vn/*.bin")
-	peers, _ := filepath.Glob("../../testdata/vn/*.bin") // the testbed's peers (quinn, aioquic, ...)
+	peers, _ := filepath.Glob("testdata/peervn/*.bin") // the testbed's peers (quinn, aioquic, ...)
 	for _, fn := range append(files, peers...) {
 		if b, err := os.ReadFile(fn); err == nil {
 			seeds = append(seeds, b)
@@ -73,7 +73,7 @@ func FuzzClassify(f *testing.F) {
 			t.Fatal("quic-vn without a CID match")
 		}
 		row := Row(1, r, res)
-		if row.Payload != nil && len(row.Payload) > MaxStoredPayload {
+		if len(row.Payload) > MaxStoredPayload {
 			t.Fatal("payload not capped")
 		}
 	})

@@ -198,7 +198,7 @@ func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in 
 				if rl != nil {
 					rl.write(line)
 					if br.Buffered() == 0 { // the next read may block: put what we have on disk
-						rl.flush() //nolint:errcheck // kept in rl.err, returned below
+						rl.flush() // its error is kept in rl.err, returned below
 					}
 				}
 				if first { // the header must reach the parser
@@ -299,7 +299,7 @@ func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in 
 			// Keep what was read; zmap got SIGINT, and its remaining output still
 			// reaches the raw file through the reader.
 			if !dbAway && stopErr == nil {
-				in.Flush(context.WithoutCancel(ctx)) //nolint:errcheck // the raw file holds the rows
+				in.Flush(context.WithoutCancel(ctx)) // on failure the raw file still holds the rows
 			}
 			limit := time.NewTimer(StreamDrainLimit)
 			defer limit.Stop()

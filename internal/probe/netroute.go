@@ -60,7 +60,7 @@ func DiscoverRoute(ctx context.Context, dst netip.Addr) (Route, error) {
 		if !poked && r.Gateway != "" {
 			// Resolving the next hop's MAC: the kernel ARPs for it on the first datagram.
 			if c, err := net.Dial("udp", net.JoinHostPort(hop, "9")); err == nil {
-				c.Write([]byte{0}) //nolint:errcheck
+				c.Write([]byte{0}) //nolint:errcheck // only makes the kernel pick a route; nothing is expected back
 				c.Close()
 			}
 			poked = true

@@ -276,7 +276,7 @@ send:
 				st = sum.Status
 			}
 			s, r, b := ps.ProbesSent, ps.Replies, ps.Blocklisted
-			c.Store.FinishScanRun(context.WithoutCancel(ctx), scanID, int32(ps.Port), st, &s, &r, &b) //nolint:errcheck
+			c.Store.FinishScanRun(context.WithoutCancel(ctx), scanID, int32(ps.Port), st, &s, &r, &b) //nolint:errcheck // best effort on the way out: the run is already failing with its own error
 		}
 		js, _ := json.Marshal(sum)
 		if ferr := c.Store.FinishScan(context.WithoutCancel(ctx), scanID, sum.Status, js); ferr != nil && err == nil {

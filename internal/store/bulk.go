@@ -79,7 +79,7 @@ func Insert[T any](ctx context.Context, s *Store, table string, rows []T) (int64
 	if err != nil {
 		return 0, fmt.Errorf("insert %s: %w", table, err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after Commit; on failure the first error is returned
 	n, err := InsertTx(ctx, tx, table, rows)
 	if err != nil {
 		return 0, err

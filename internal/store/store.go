@@ -192,7 +192,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", schemaLockID); err != nil {
 		return fmt.Errorf("schema lock: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", schemaLockID) //nolint:errcheck
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", schemaLockID) //nolint:errcheck // closing the connection releases the lock anyway
 
 	current, err := currentVersion(ctx, conn.Conn())
 	if err != nil {
@@ -215,16 +215,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 		// A migration may rewrite a large table: no statement timeout for it.
 		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
-			tx.Rollback(ctx) //nolint:errcheck
+			tx.Rollback(ctx) //nolint:errcheck // the error being returned says why
 			return err
 		}
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			tx.Rollback(ctx) //nolint:errcheck
+			tx.Rollback(ctx) //nolint:errcheck // the error being returned says why
 			return fmt.Errorf("apply schema version %d (%s): %w", m.version, m.name, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)
 			ON CONFLICT (version) DO NOTHING`, m.version, m.name); err != nil {
-			tx.Rollback(ctx) //nolint:errcheck
+			tx.Rollback(ctx) //nolint:errcheck // the error being returned says why
 			return err
 		}
 		if err := tx.Commit(ctx); err != nil {

@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -14,9 +15,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
+
+	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
 
 // Measurement helpers shared by the tests and the benchmark.
@@ -87,7 +89,7 @@ func tcpConnect(tb *Testbed, dst string, port, n int) ([]time.Duration, error) {
 			_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{Sec: 5})
 			t0 := monoNow()
 			err = unix.Connect(fd, sa)
-			if err == unix.EINTR {
+			if errors.Is(err, unix.EINTR) {
 				// A signal (Go's preemption SIGURG) interrupted it: the connection
 				// goes on asynchronously (connect(2)); wait for it to finish.
 				err = waitConnected(fd)

@@ -382,7 +382,7 @@ func (v *Verifier) try(ctx context.Context, t Target, sni string) *attempt {
 	}
 	a.hsDone = true
 	a.res.Handshake = time.Since(t0)
-	defer conn.CloseWithError(doq.CodeNoError, "")
+	defer conn.CloseWithError(doq.CodeNoError, "") //nolint:errcheck // the answer is in hand; a failed close changes nothing
 	st := conn.ConnectionState()
 	a.res.QUICVersion = uint32(st.Version)
 	a.res.ALPN = st.TLS.NegotiatedProtocol

@@ -4,10 +4,9 @@ hostile) serves."""
 
 from __future__ import annotations
 
-import pytest
-
 import expect
 import population
+import pytest
 
 POP = population.load()
 REPS = expect.representatives(POP)

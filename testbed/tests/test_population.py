@@ -3,14 +3,11 @@ same classes and address counts as `simserver check` prints."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 
-import pytest
-
 import population
+import pytest
 from conftest import REPO
 
 

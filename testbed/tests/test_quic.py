@@ -4,10 +4,9 @@ reserved-version Initial (Version Negotiation lists)."""
 
 from __future__ import annotations
 
-import pytest
-
 import expect
 import population
+import pytest
 
 POP = population.load()
 REPS = {c: h for c, h in expect.representatives(POP).items() if h.quic}

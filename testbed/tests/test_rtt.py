@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import statistics
 
-import pytest
-
 import population
+import pytest
 
 POP = population.load()
 PING_COUNT = 10

@@ -93,10 +93,10 @@ func start(t *testing.T, env []string, argv ...string) *wrapped {
 	}
 	t.Cleanup(func() {
 		if w.c.ProcessState == nil {
-			w.c.Process.Kill() //nolint:errcheck
+			w.c.Process.Kill()
 		}
 		if w.helper > 0 {
-			syscall.Kill(w.helper, syscall.SIGKILL) //nolint:errcheck // only if a failed test left it
+			syscall.Kill(w.helper, syscall.SIGKILL) // only if a failed test left it
 		}
 	})
 	ready := make(chan string, 1)
@@ -108,7 +108,7 @@ func start(t *testing.T, env []string, argv ...string) *wrapped {
 				break
 			}
 		}
-		io.Copy(io.Discard, out) //nolint:errcheck
+		io.Copy(io.Discard, out)
 		close(ready)
 		w.done <- w.c.Wait()
 	}()
@@ -168,7 +168,7 @@ func testnetInstance(t *testing.T) (bin, name string) {
 	if out, err := exec.Command("ip", "netns", "add", name+"-vantage").CombinedOutput(); err != nil {
 		t.Skipf("cannot create a network namespace: %v %s", err, out)
 	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name+"-vantage").Run() }) //nolint:errcheck
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name+"-vantage").Run() })
 	return build(t, "testnet"), name
 }
 
@@ -270,7 +270,7 @@ func TestJobrunLockConnectionLost(t *testing.T) {
 	}
 	for rows.Next() {
 		var pid int32
-		rows.Scan(&pid) //nolint:errcheck
+		rows.Scan(&pid)
 		holders = append(holders, pid)
 	}
 	if rows.Err() != nil || len(holders) != 1 {

@@ -37,7 +37,7 @@ func Throwaway(t testing.TB) *Namespace {
 	rand.Read(b)
 	n := &Namespace{Name: "dqguard" + hex.EncodeToString(b)}
 	run(t, "netns", "add", n.Name)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", n.Name).Run() }) //nolint:errcheck
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", n.Name).Run() }) //nolint:errcheck // cleanup: the namespace may be gone already
 	for _, s := range [][]string{
 		{"link", "set", "lo", "up"},
 		// Both ends are created inside the namespace: nothing ever appears on the host.

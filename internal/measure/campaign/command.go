@@ -143,6 +143,7 @@ func Command(ctx context.Context, s *store.Store, o Options, log *slog.Logger) e
 	}
 }
 
+//nolint:unparam // the Summary is the round's result; today's callers log their own
 func round(ctx context.Context, s *store.Store, o Options, hour time.Time, spread time.Duration, guard *labnet.Guard, log *slog.Logger) (*Summary, error) {
 	cfg := o.Config
 	cfg.Hour, cfg.Spread = hour, spread

@@ -16,8 +16,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/doqscan/doqscan/internal/store"
 )
 
 // A spill file holds measured results that could not be stored yet (the database was

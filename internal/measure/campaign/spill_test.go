@@ -97,13 +97,13 @@ func FuzzReadSpill(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	w.add(b) //nolint:errcheck
+	w.add(b)
 	w.close()
 	data, _ := os.ReadFile(w.path)
 	f.Add(data)
 	f.Add([]byte("{\"campaign\":{\"campaign_id\":1}}\n{\"batch\":{\"resolvers\":-1}}\n"))
 	f.Add([]byte("\n\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		readSpill(bytes.NewReader(in), func(spillCampaign, *batch) error { return nil }) //nolint:errcheck
+		readSpill(bytes.NewReader(in), func(spillCampaign, *batch) error { return nil })
 	})
 }

@@ -15,10 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/miekg/dns"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/doqscan/doqscan/internal/measure"
 )
 
 // Behavior is how a server answers.

@@ -113,12 +113,6 @@ type Flight struct {
 	Types          []string
 }
 
-type record struct {
-	Time *float64        `json:"time"`
-	Name string          `json:"name"`
-	Data json.RawMessage `json:"data"`
-}
-
 type packetData struct {
 	Header struct {
 		PacketType string          `json:"packet_type"`

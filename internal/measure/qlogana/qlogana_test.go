@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
+
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
-	"github.com/quic-go/quic-go"
 )
 
 // delay is the emulated one-way delay the QUIC test servers add to what they send: it

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
+
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
@@ -24,7 +26,6 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/qlogs"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
-	"github.com/quic-go/quic-go"
 )
 
 // TestExportWritesWhatQvisOpens: a round against a v2-only DoQ server (its warm-up gets

@@ -11,12 +11,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/doqscan/doqscan/internal/kstamp"
 	"net"
 	"net/netip"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
 // Transport names, as in schema.sql rtt_samples.transport.

@@ -11,9 +11,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/doqscan/doqscan/internal/ipv4hdr"
 	"github.com/doqscan/doqscan/internal/kstamp"
-	"golang.org/x/sys/unix"
 )
 
 // TCP SYN probe on a raw socket (RFC 9293 §3.1, §3.5). The source port comes from a

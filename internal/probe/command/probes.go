@@ -29,6 +29,6 @@ func runProbes(log *slog.Logger, args []string) error {
 	if err != nil {
 		return err
 	}
-	os.Stdout.Write(probe.ProbesReadme(files)) //nolint:errcheck
+	os.Stdout.Write(probe.ProbesReadme(files))
 	return nil
 }

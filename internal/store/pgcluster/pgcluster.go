@@ -113,7 +113,7 @@ func (c *Cluster) Ensure(ctx context.Context) (url string, started bool, err err
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return "", false, fmt.Errorf("private database: lock: %w", err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing the file releases the lock anyway
 
 	if err := c.prepareDirs(); err != nil {
 		return "", false, err

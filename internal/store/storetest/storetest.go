@@ -60,7 +60,7 @@ func NewDatabase(t testing.TB) string {
 			return
 		}
 		defer c.Close(context.Background())
-		c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") //nolint:errcheck
+		c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") //nolint:errcheck // cleanup of a throwaway database
 	})
 	return WithDatabase(admin, name)
 }

@@ -113,7 +113,7 @@ func sdistFiles(t *testing.T, path string, names ...string) map[string][]byte {
 	tr := tar.NewReader(zr)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

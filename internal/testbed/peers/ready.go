@@ -145,7 +145,7 @@ func checkAnswer(m *dns.Msg, want netip.Addr) error {
 			if got, _ := netip.AddrFromSlice(a.A.To4()); got == want {
 				return nil
 			}
-			return fmt.Errorf("A %v, want %v", a.A, want)
+			return fmt.Errorf("answer A %v, want %v", a.A, want)
 		}
 	}
 	return fmt.Errorf("no A record in %d answers", len(m.Answer))

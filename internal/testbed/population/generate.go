@@ -200,7 +200,7 @@ func (g *gen) host(p netip.Prefix, class, fields, geo string) {
 	fmt.Fprintf(&g.buf, "%-18s class=%s %s %s\n", h, class, fields, geo)
 }
 
-func addr(a, b, c, d int) netip.Addr {
+func addr(a, b, c, d int) netip.Addr { //nolint:unparam // four octets read as the address they make
 	return netip.AddrFrom4([4]byte{byte(a), byte(b), byte(c), byte(d)})
 }
 

@@ -343,16 +343,6 @@ func (s *Server) closeAll() {
 	}
 }
 
-func (s *Server) fail(err error) {
-	if err == nil || s.ctx.Err() != nil {
-		return
-	}
-	s.log.Error("simdns: listener failed", "err", err)
-	s.mu.Lock()
-	s.errs = append(s.errs, err)
-	s.mu.Unlock()
-}
-
 // guard runs f, turning a panic into a logged, counted event: a hostile peer must never
 // take the process down.
 func (s *Server) guard(what string, f func()) {

@@ -3,9 +3,10 @@ package simdns
 import (
 	"errors"
 	"fmt"
-	"github.com/doqscan/doqscan/internal/testbed/sockopt"
 	"net"
 	"net/netip"
+
+	"github.com/doqscan/doqscan/internal/testbed/sockopt"
 
 	"golang.org/x/net/ipv4"
 )

@@ -11,7 +11,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/doqscan/doqscan/internal/testbed/sockopt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -20,6 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/testbed/sockopt"
 
 	"github.com/quic-go/quic-go"
 	"golang.org/x/net/ipv4"

@@ -48,7 +48,7 @@ var (
 	fixErr  error
 )
 
-func setup(t *testing.T) *fixture {
+func setup(t testing.TB) *fixture {
 	t.Helper()
 	fixOnce.Do(func() {
 		fix.pop, fixErr = population.LoadDefault()

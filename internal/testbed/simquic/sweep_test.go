@@ -1,13 +1,15 @@
 package simquic
 
 import (
-	"github.com/doqscan/doqscan/internal/testbed/sockopt"
 	"net"
 	"net/netip"
 	"testing"
 
-	"golang.org/x/net/ipv4"
+	"github.com/doqscan/doqscan/internal/testbed/sockopt"
+
 	"time"
+
+	"golang.org/x/net/ipv4"
 
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
@@ -99,7 +101,7 @@ func testSweep(t *testing.T, prefix netip.Prefix) {
 // BenchmarkVNSweep prints the probe rate the server keeps up with: one iteration sweeps
 // a /20 (4,096 probes) and counts replies against the population.
 func BenchmarkVNSweep(b *testing.B) {
-	f := setup(&testing.T{})
+	f := setup(b)
 	prefix := netip.MustParsePrefix("198.19.32.0/20")
 	want := 0
 	for _, a := range f.pop.UDPResponders(784) {

@@ -18,9 +18,10 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/doqscan/doqscan/internal/ipv4hdr"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
-	"golang.org/x/sys/unix"
 )
 
 // tcpdump settings of a capture.

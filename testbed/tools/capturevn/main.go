@@ -7,7 +7,7 @@
 // with an 8..20-byte DCID, and writes the first UDP datagram that comes back to
 // <out>/<stack>.bin, byte for byte, plus <out>/<stack>.txt (hex and parsed fields).
 //
-//	go run ./testbed/tools/capturevn -out testdata/vn
+//	go run ./testbed/tools/capturevn -out internal/probe/testdata/peervn
 //
 // Needs the peers installed (scripts/install-peers.sh). Only loopback addresses are used.
 package main
@@ -55,7 +55,7 @@ var (
 )
 
 func main() {
-	out := flag.String("out", "testdata/vn", "directory for <stack>.bin and <stack>.txt")
+	out := flag.String("out", "internal/probe/testdata/peervn", "directory for <stack>.bin and <stack>.txt")
 	timeout := flag.Duration("timeout", 3*time.Second, "wait this long for each reply")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))

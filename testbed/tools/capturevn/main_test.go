@@ -10,9 +10,9 @@ import (
 // TestCapturedFiles parses every committed capture: each is a VN packet echoing the
 // probe's connection IDs and listing QUIC v1.
 func TestCapturedFiles(t *testing.T) {
-	files, err := filepath.Glob("../../../testdata/vn/*.bin")
+	files, err := filepath.Glob("../../../internal/probe/testdata/peervn/*.bin")
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no captures in testdata/vn (%v)", err)
+		t.Fatalf("no captures in internal/probe/testdata/peervn (%v)", err)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -44,7 +44,7 @@ func TestProbeShape(t *testing.T) {
 
 // FuzzDescribe: any datagram gets a description or an error, never a panic.
 func FuzzDescribe(f *testing.F) {
-	files, _ := filepath.Glob("../../../testdata/vn/*.bin")
+	files, _ := filepath.Glob("../../../internal/probe/testdata/peervn/*.bin")
 	for _, fn := range files {
 		if b, err := os.ReadFile(fn); err == nil {
 			f.Add(b)
