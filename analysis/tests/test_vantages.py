@@ -1,4 +1,4 @@
-"""Vantage points compared on the same resolvers (response_times.ipynb, issue 8):
+"""Vantage points compared on the same resolvers (response_times.ipynb):
 load.per_resolver_medians against raw rows, stats.vantage_comparison on frames whose
 answer follows from their construction, and the figure and CSV it writes."""
 

@@ -17,7 +17,7 @@ import (
 )
 
 // IngestGoal is the ingest rate the scan needs so that ingest never limits zmap
-// (issue 4): replies per second through CSV parser and classifier.
+// replies per second through CSV parser and classifier.
 const IngestGoal = 200_000
 
 // syntheticCSV returns n zmap CSV lines (header first) built from the recorded VN and

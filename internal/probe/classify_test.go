@@ -280,7 +280,7 @@ func TestClassifyDNS(t *testing.T) {
 	}
 }
 
-// TestTestbedPeerVN classifies the VN packets the testbed team captured from the
+// TestTestbedPeerVN classifies the VN packets testbed/tools/capturevn captured from the
 // third-party stacks in the testbed (testdata/peervn: quic-go in CoreDNS, quinn in
 // hickory-dns, aioquic, ngtcp2), with a classifier for the probe they were captured
 // with, and checks every version the capture's description lists.

@@ -297,7 +297,7 @@ func (tb *Testbed) ensureDelayLine(ctx context.Context) error {
 	return nil
 }
 
-// Servers: bin/simserver (T2) in the internet namespace, then the third-party peers.
+// Servers: bin/simserver in the internet namespace, then the third-party peers.
 const simserverName = "simserver"
 
 func (tb *Testbed) ensureServers(ctx context.Context) error {

@@ -1,7 +1,7 @@
 """Session fixtures: the testbed instance the checks run against, and the population.
 
 The suite brings up its own instance (name $DOQSCAN_PYTEST_TESTNET, default "pyt", so it
-never collides with a developer's "dq") with T1's command `bin/testnet --name pyt up`,
+never collides with a developer's "dq") with `bin/testnet --name pyt up`,
 runs every client inside `pyt-vantage`, and tears the instance down at the end.
 """
 

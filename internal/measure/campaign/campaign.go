@@ -1,4 +1,4 @@
-// Package campaign runs one hourly measurement round (issue 6): for every resolver and
+// Package campaign runs one hourly measurement round: for every resolver and
 // every (protocol, port, variant, mode, key share) a cache-warming exchange and the
 // measured exchange, each on a new session; then per-transport RTT samples, a handshake
 // analysis of every QUIC connection and per-resolver support checks. Rows are written in

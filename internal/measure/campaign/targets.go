@@ -32,7 +32,7 @@ type Target struct {
 	Endpoints  []Endpoint
 }
 
-// defaultEndpoints are the optimistic endpoints of every resolver (issue 6): DoUDP and
+// defaultEndpoints are the optimistic endpoints of every resolver: DoUDP and
 // DoTCP on 53, DoT on 853, DoH on 443, DoH3 on 443; DoQ comes from verification.
 func defaultEndpoints(p measure.Protocol) []Endpoint {
 	switch p {

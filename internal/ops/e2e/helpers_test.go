@@ -1,8 +1,8 @@
-// Package e2e holds the operations end-to-end tests on the simulated internet (issue 8):
+// Package e2e holds the operations end-to-end tests on the simulated internet:
 // one scan sharded over two vantage namespaces, one measurement round from both, the
 // weekly chain and hourly rounds under jobrun with a compressed clock, and an opt-out
 // submitted through the page and honoured by the next scan (observed on the target side);
-// and the report (issue 7) on pipeline data, checked against the population (report_test.go).
+// and the report on pipeline data, checked against the population (report_test.go).
 // They run as root inside the testbed (testbed.RunInVantage) and skip with the reason
 // otherwise.
 package e2e

@@ -115,7 +115,7 @@ func TestShardedScanTwoVantages(t *testing.T) {
 }
 
 // TestMeasureFromTwoVantages: one measurement round, same hour, the same resolvers,
-// from both vantage namespaces into one database (issue 8); vantage 1's round
+// from both vantage namespaces into one database; vantage 1's round
 // trips exceed vantage 0's by the configured extra distance. Then the response-time
 // notebook, executed headless as the report command runs it with both vantage points as
 // parameters, shows both: its per-vantage comparison (figures/vantage_comparison.csv)

@@ -9,7 +9,7 @@ import (
 	"github.com/oschwald/geoip2-golang/v2"
 )
 
-// Geo is what enrichment records about one address (issue 5: AS number and name,
+// Geo is what enrichment records about one address (AS number and name,
 // country, continent, coordinates).
 type Geo struct {
 	ASN       uint32

@@ -136,7 +136,7 @@ var specials = []special{
 	{"dns-full", "plain DNS, DoT and DoH, no DoQ", allDNS, false, false},
 }
 
-// Third-party peers, one address each in 198.19.3.0/24. T4's installer starts them; the
+// Third-party peers, one address each in 198.19.3.0/24. the peers package starts them; the
 // versions listed are what each stack's VN advertises (FIELD-NOTES).
 var peers = []special{
 	{"peer-coredns", "CoreDNS 1.15 (quic-go): DoUDP, DoTCP, DoT, DoH, DoQ", "peer=coredns quic=784,853 alpn=doq versions=v1,v2 token=honour cert=provider-b " + allDNS, false, true},

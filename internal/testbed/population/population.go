@@ -50,7 +50,7 @@ const (
 	HostileDraftOnly   = "draft-only"   // a well-formed VN listing only draft versions, no handshake
 )
 
-// Third-party peers (T4 starts them; simserver and simdns leave their addresses alone).
+// Third-party peers (internal/testbed/peers starts them; simserver and simdns leave their addresses alone).
 const (
 	PeerCoreDNS  = "coredns"
 	PeerHickory  = "hickory"

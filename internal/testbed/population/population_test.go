@@ -48,7 +48,7 @@ func TestGenerateIsDeterministicAndSeeded(t *testing.T) {
 	}
 }
 
-// Every behaviour class issue 3 asks for exists, each with its defining attribute.
+// Every behaviour class the testbed promises (docs/population.md) exists, each with its defining attribute.
 func TestEveryBehaviourClassExists(t *testing.T) {
 	p := loadCommitted(t)
 	has := func(name string, f func(r *Record) bool) {

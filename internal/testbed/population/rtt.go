@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Protocols and phases of a measurement (issue 6).
+// Protocols and phases of a measurement.
 const (
 	ProtoDoUDP = "doudp" // DNS over UDP/53
 	ProtoDoTCP = "dotcp" // DNS over TCP/53

@@ -28,7 +28,7 @@ func VersionNumber(name string) (uint32, bool) {
 // ClientVersions are the QUIC versions doqscan's clients (quic-go) speak, in offer order.
 var ClientVersions = []string{"v1", "v2"}
 
-// Verify outcome classes (issue 5); the verifier's classification must equal these.
+// Verify outcome classes; the verifier's classification must equal these.
 const (
 	OutcomeDoQVerified     = "doq-verified"     // handshake with a DoQ ALPN, DNS answer NOERROR
 	OutcomeDoQRefused      = "doq-refused"      // handshake ok, DNS REFUSED

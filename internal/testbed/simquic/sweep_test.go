@@ -75,7 +75,7 @@ func testSweep(t *testing.T, prefix netip.Prefix) {
 	f := setup(t)
 	var want []netip.Addr
 	for _, a := range f.pop.UDPResponders(784) {
-		if prefix.Contains(a) && f.pop.Lookup(a).Peer == "" { // peers are T4's processes, not running here
+		if prefix.Contains(a) && f.pop.Lookup(a).Peer == "" { // peers are the peers package's processes, not running here
 			want = append(want, a)
 		}
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
-// The tests of this package run inside a testbed vantage namespace (T1's testbed with
+// The tests of this package run inside a testbed vantage namespace (the testbed with
 // bin/simserver serving the population behind the delay line); where the testbed cannot
 // run they are skipped with the reason, except the pure ones (directory_test.go).
 func TestMain(m *testing.M) {
@@ -140,7 +140,7 @@ func TestDoQRoundTripsThroughDelayLine(t *testing.T) {
 					version := conn.ConnectionState().Version
 					conn.CloseWithError(0, "")
 					w := int(math.Round(float64(took) / float64(path.RTT)))
-					// The measured connection reuses the warm-up's token and version (issue 6).
+					// The measured connection reuses the warm-up's token and version.
 					conn, took2, err := dialDoQ(ctx, a, port, tokens, x, []quic.Version{version})
 					cancel()
 					if err != nil {

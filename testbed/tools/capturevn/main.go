@@ -1,6 +1,6 @@
 // Command capturevn captures real QUIC Version Negotiation packets from the
 // third-party stacks the testbed runs (quic-go via CoreDNS, quinn via hickory-dns,
-// aioquic, ngtcp2), for the probe team's parser tests.
+// aioquic, ngtcp2), for the probe package's parser tests.
 //
 // It starts each stack on a loopback address with internal/testbed/peers, sends one
 // 1200-byte long-header Initial carrying a reserved version (RFC 9000 §15: 0x?a?a?a?a)
