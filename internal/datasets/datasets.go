@@ -1,6 +1,7 @@
 // Package datasets locates the external datasets of the original study (real
 // measurements, README.md there) that tests read: $DOQSCAN_DATASETS, else
-// ../shared/datasets beside the checkout (where CI puts them).
+// ../shared/datasets beside the project home (internal/home: the checkout, where CI puts
+// them).
 package datasets
 
 import (
@@ -9,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/doqscan/doqscan/internal/home"
 )
 
 // EnvVar overrides where the datasets are.
@@ -21,11 +24,7 @@ var ErrAbsent = errors.New("datasets not found")
 func Path(rel string) (string, error) {
 	dir := os.Getenv(EnvVar)
 	if dir == "" {
-		root, err := repoRoot()
-		if err != nil {
-			return "", fmt.Errorf("%w: %v (set %s)", ErrAbsent, err, EnvVar)
-		}
-		dir = filepath.Join(root, "..", "shared", "datasets")
+		dir = filepath.Join(home.Dir(), "..", "shared", "datasets")
 	}
 	p := filepath.Join(dir, rel)
 	if _, err := os.Stat(p); err != nil {
@@ -42,22 +41,4 @@ func Require(tb testing.TB, rel string) string {
 		tb.Skipf("SKIP: needs the study's datasets: %v", err)
 	}
 	return p
-}
-
-// repoRoot is the nearest directory above the working directory holding go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/home"
 )
 
 // MaxMind's own small test databases ship inside the PyPI sdist of maxminddb (their
@@ -32,24 +34,6 @@ const (
 	pipTimeout      = 3 * time.Minute
 )
 
-// moduleRoot walks up to the directory holding go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // sdistPath finds the sdist: $DOQSCAN_MAXMIND_SDIST, else <module>/var/cache/, where it is
 // fetched with `pip download` (PyPI through pip's ordinary client) when missing. It skips
 // the test, saying why, when neither works (no pip, no registry).
@@ -61,11 +45,7 @@ func sdistPath(t *testing.T) string {
 		}
 		return p
 	}
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(root, "var", "cache")
+	dir := home.Path("var", "cache")
 	p := filepath.Join(dir, maxmindSdist)
 	if _, err := os.Stat(p); err == nil {
 		return p
