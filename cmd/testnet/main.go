@@ -1,141 +1,31 @@
 // Command testnet brings the simulated internet up and down, shows its status and runs
-// commands inside its vantage namespaces. Its logic lives in internal/testbed.
+// commands inside its vantage namespaces. The flags live in internal/testbed/command,
+// the testbed in internal/testbed.
 package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
+	"flag"
 	"log/slog"
 	"os"
 
 	"github.com/doqscan/doqscan/internal/cli"
-	"github.com/doqscan/doqscan/internal/testbed"
-	"github.com/doqscan/doqscan/internal/testbed/netns"
+	"github.com/doqscan/doqscan/internal/testbed/command"
 )
 
-var cmd = cli.Command{
-	Name:    "testnet",
-	Summary: "the simulated internet: network namespaces, delay line, simulated and third-party servers",
-	Usage:   "testnet [flags] up|down|status|exec [-- CMD...]",
-	Examples: []string{
-		"testnet up                          # instance dq with testbed/population.txt",
-		"testnet --name t1 --vantages 2 up   # a second instance with two vantage points",
-		"testnet status",
-		"testnet exec -- ping -c3 198.19.0.1",
-		"testnet --vantage 1 exec -- ip route",
-		"testnet down",
-	},
-	Notes: `Namespaces: <name>-vantage (198.18.0.2), <name>-vantage2 (198.18.1.2), ..., <name>-router
-(the delay line on tun0), <name>-inet (all of 198.19.0.0/16). Nothing routes outside
-198.18.0.0/15. State, pid files and logs: <project>/var/testnet/<name>/. Needs root.
-DOQSCAN_TESTNET sets the default instance name. See docs/testbed.md.
-
-"testnet delayline --table FILE" runs the delay line itself (up starts it in the router).
-
-exec: SIGINT, SIGTERM and SIGHUP are forwarded to the command, testnet waits for it and
-exits with its exit code (130 when a doqscan tool was interrupted); if testnet itself is
-killed, the command gets SIGTERM.`,
-}
-
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "delayline" {
-		os.Exit(testbed.DelayLineMain(os.Args[2:]))
-	}
-	var common cli.Common
-	var o testbed.Options
-	var noServers, asJSON bool
-	var vantage int
-	fs := cli.NewFlagSet(cmd, &common)
-	fs.StringVar(&o.Name, "name", "", "instance name (default $DOQSCAN_TESTNET, else dq)")
-	fs.IntVar(&o.Vantages, "vantages", 1, "number of vantage namespaces (up)")
-	fs.StringVar(&o.Population, "population", "", "population file (default testbed/population.txt)")
-	fs.BoolVar(&noServers, "no-servers", false, "up: start only namespaces and the delay line")
-	fs.BoolVar(&o.NoPeers, "no-peers", false, "up: start bin/simserver but not the third-party peers")
-	fs.Uint64Var(&o.Seed, "seed", 1, "delay-line loss/jitter RNG seed (up)")
-	fs.DurationVar(&o.Lead, "lead", 0, "delay-line release lead (up; 0: the default 100us, negative: none)")
-	fs.IntVar(&vantage, "vantage", 0, "exec: vantage index (0 = <name>-vantage)")
-	fs.BoolVar(&asJSON, "json", false, "status: print JSON")
-	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
-		if len(args) == 0 {
-			return cli.Usagef("want a subcommand: up, down, status or exec (see --help)")
-		}
-		if err := cli.FirstError(
-			cli.InRange("vantages", o.Vantages, 1, netns.MaxVantages),
-			cli.InRange("vantage", vantage, 0, netns.MaxVantages-1),
-		); err != nil {
-			return err
-		}
-		o.Log = log
-		o.Servers = !noServers
-		if err := testbed.Preflight(); err != nil {
-			return cli.Environmentf("%v", err)
-		}
-		switch args[0] {
-		case "up":
-			tb, err := testbed.Ensure(ctx, o)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("testbed %s up (state %s)\n", tb.Name, tb.State)
-			return nil
-		case "down":
-			return testbed.Down(ctx, o)
-		case "status":
-			st, err := testbed.GetStatus(ctx, o)
-			if err != nil {
-				return err
-			}
-			printStatus(st, asJSON)
-			if !st.Healthy {
-				return errors.New("testbed " + st.Name + " is not healthy")
-			}
-			return nil
-		case "exec":
-			argv := args[1:]
-			if len(argv) > 0 && argv[0] == "--" {
-				argv = argv[1:]
-			}
-			if len(argv) == 0 {
-				return cli.Usagef("exec needs a command after --")
-			}
-			name := o.Name
-			if name == "" {
-				name = os.Getenv(netns.EnvInstance)
-			}
-			if name == "" {
-				name = netns.DefaultInstance
-			}
-			in := netns.Instance{Name: name, Vantages: vantage + 1}
-			c := netns.Command(in.Vantage(vantage), argv...)
-			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
-			c.Env = append(os.Environ(), netns.EnvInstance+"="+name)
-			return cli.RunChild(ctx, c) // signals forwarded; exits with the command's code
-		}
-		return cli.Usagef("unknown subcommand %q (up, down, status, exec)", args[0])
-	})
+	fs, common, run := cmd()
+	cli.Main(fs, common, run)
 }
 
-func printStatus(st *testbed.Status, asJSON bool) {
-	if asJSON {
-		b, _ := json.MarshalIndent(st, "", "  ")
-		fmt.Println(string(b))
-		return
-	}
-	fmt.Printf("testbed %s: healthy=%v routes=%s\n", st.Name, st.Healthy, st.RouteCheck)
-	for ns, ok := range st.Namespaces {
-		fmt.Printf("  namespace %-24s %s\n", ns, map[bool]string{true: "present", false: "MISSING"}[ok])
-	}
-	for _, p := range st.Processes {
-		name := p.Name
-		if p.Binary != "" {
-			name += " (" + p.Binary + ")"
-		}
-		fmt.Printf("  %-10s pid %-7d in %-20s %s\n", name, p.Pid, p.Namespace, map[bool]string{true: "running", false: "NOT RUNNING"}[p.Alive])
-	}
-	if d := st.DelayLine; d != nil {
-		fmt.Printf("  delay line: received %d forwarded %d lost %d dropped %d in-flight %d; late mean %.1f µs max %.1f µs, >100 µs %d; %d queue(s), %d wake-ups\n",
-			d.Received, d.Forwarded, d.Lost, d.Dropped, d.InFlight, float64(d.LateMeanNS)/1e3, float64(d.LateMaxNS)/1e3, d.LateOver, d.Queues, d.Wakeups)
+// cmd binds the flags to command.Flags and returns the run function (tests call it
+// through cli.RunMain).
+func cmd() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, []string) error) {
+	var common cli.Common
+	var f command.Flags
+	fs := cli.NewFlagSet(command.Cmd, &common)
+	f.Register(fs)
+	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
+		return command.Run(ctx, log, f, args, os.Stdout)
 	}
 }

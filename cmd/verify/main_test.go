@@ -97,3 +97,18 @@ func TestTargetsFileErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestHelp: --help exits 0; the help names the flags, examples and exit codes.
+func TestHelp(t *testing.T) {
+	if code, out := run(t, "--help"); code != cli.ExitOK {
+		t.Fatalf("--help: exit %d, stderr %q", code, out)
+	}
+	fs, _, _ := command()
+	var b bytes.Buffer
+	cli.PrintHelp(&b, cmd, fs)
+	for _, want := range []string{"verify [flags]", "-quic-versions string", "-scan-id int", "verify --targets hosts.txt", "Exit codes"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, b.String())
+		}
+	}
+}

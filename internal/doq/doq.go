@@ -111,6 +111,9 @@ func FramingFor(alpn string) (Framing, error) {
 // ErrMessageTooLarge is returned for messages that do not fit the framing.
 var ErrMessageTooLarge = errors.New("DNS message larger than 65535 bytes")
 
+// ErrStreamTooLong is returned when a stream carries more than the reader's limit.
+var ErrStreamTooLong = errors.New("DoQ stream longer than the limit")
+
 // ErrBadLength is returned when a length-prefixed stream's length disagrees with its data.
 var ErrBadLength = errors.New("DoQ length prefix does not match the stream")
 
@@ -141,7 +144,7 @@ func ReadMessage(r io.Reader, f Framing, limit int) ([]byte, error) {
 		return nil, err
 	}
 	if len(data) > limit {
-		return nil, fmt.Errorf("stream longer than %d bytes", limit)
+		return nil, fmt.Errorf("%w: more than %d bytes", ErrStreamTooLong, limit)
 	}
 	if f == Raw {
 		return data, nil

@@ -27,7 +27,7 @@ func TestReadMessageRejectsBadLengthAndEndlessStreams(t *testing.T) {
 	if _, err := ReadMessage(bytes.NewReader([]byte{0, 1, 1, 2}), LengthPrefixed, 0); !errors.Is(err, ErrBadLength) {
 		t.Errorf("long stream: %v", err)
 	}
-	if _, err := ReadMessage(bytes.NewReader(make([]byte, 5000)), Raw, 4096); err == nil {
+	if _, err := ReadMessage(bytes.NewReader(make([]byte, 5000)), Raw, 4096); !errors.Is(err, ErrStreamTooLong) {
 		t.Error("stream over the limit accepted")
 	}
 }

@@ -73,38 +73,23 @@ func doqExchange(ctx context.Context, conn *quicConn, req *Request, q dnsmsg.Que
 		out.Status, out.Err = StatusError, err
 		return out
 	}
-	framed, err := doq.Frame(framing, msg)
-	if err != nil {
-		out.Status, out.Err = StatusError, err
-		return out
-	}
 	out.StartedAt = time.Now()
-	str, err := conn.OpenStreamSync(ctx)
-	if err != nil {
-		out.Status, out.Err = Classify(err), fmt.Errorf("open stream: %w", err)
+	var before time.Time
+	raw, err := doq.Exchange(ctx, conn.Conn, framing, msg, doq.ExchangeOptions{OnSend: func() {
+		before = time.Now()
+		conn.pc.Log.Arm()
+		out.StartedAt = before
+	}})
+	step := doq.StepOf(err)
+	if err != nil && step != doq.StepRead {
+		out.Status, out.Err = Classify(err), err
 		return out
 	}
-	stop := context.AfterFunc(ctx, func() { _ = str.SetDeadline(time.Now()) })
-	defer stop()
-	before := time.Now()
-	conn.pc.Log.Arm()
-	out.StartedAt = before
-	if _, err := str.Write(framed); err != nil {
-		out.Status, out.Err = Classify(err), fmt.Errorf("write query: %w", err)
-		return out
-	}
-	// RFC 9250 §4.2: the client MUST send the STREAM FIN after the query.
-	if err := str.Close(); err != nil {
-		out.Status, out.Err = Classify(err), fmt.Errorf("close stream: %w", err)
-		return out
-	}
-	raw, err := doq.ReadMessage(str, framing, doq.MaxMessageSize+2)
 	// From the query's first datagram (quic-go's send loop writes it after Write
 	// returns) to the arrival of the datagram that completed the answer.
 	out.StartedAt = conn.pc.Log.SentAt(before)
 	done := conn.pc.Log.ArrivedBy(out.StartedAt, time.Now())
 	if err != nil {
-		str.CancelRead(doq.CodeProtocolError)
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
 		} else if !isQUICErr(err) {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -424,27 +425,17 @@ func (v *Verifier) exchange(ctx context.Context, conn *quic.Conn, f doq.Framing)
 	}
 	qctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	str, err := conn.OpenStreamSync(qctx)
-	if err != nil {
-		return queryFailure(err), "open stream: " + classifyQuery(err), nil, 0, err
-	}
-	defer str.CancelRead(doq.CodeNoError)
-	_ = str.SetDeadline(deadline)
-	wire, err := doq.Frame(f, v.wire)
-	if err != nil {
-		return OutcomeProtocolError, err.Error(), nil, 0, err
-	}
-	if _, err := str.Write(wire); err != nil {
-		return queryFailure(err), "write query: " + classifyQuery(err), nil, 0, err
-	}
-	// RFC 9250 §4.2: the client MUST indicate with STREAM FIN that no further data
-	// will be sent on that stream (drafts: the same).
-	if err := str.Close(); err != nil {
-		return queryFailure(err), "close send side: " + classifyQuery(err), nil, 0, err
-	}
-	msg, err := doq.ReadMessage(str, f, MaxReply)
-	if err != nil {
-		return queryFailure(err), fmt.Sprintf("read reply (%s): %s", f, classifyQuery(err)), nil, 0, err
+	msg, err := doq.Exchange(qctx, conn, f, v.wire, doq.ExchangeOptions{Limit: MaxReply})
+	var xe *doq.ExchangeError
+	if errors.As(err, &xe) {
+		if errors.Is(err, doq.ErrMessageTooLarge) {
+			return OutcomeProtocolError, xe.Err.Error(), nil, 0, xe.Err
+		}
+		step := string(xe.Step)
+		if xe.Step == doq.StepRead {
+			step = fmt.Sprintf("read reply (%s)", f)
+		}
+		return queryFailure(xe.Err), step + ": " + classifyQuery(xe.Err), nil, 0, xe.Err
 	}
 	resp, cerr := dnsmsg.Validate(v.query, msg)
 	if cerr != nil {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -196,41 +195,30 @@ func probeDoH(ctx context.Context, target string) (*dns.Msg, error) {
 }
 
 // probeDoQ opens a QUIC connection with ALPN doq and sends one query on one stream
-// (RFC 9250 §4.2: 2-octet length prefix, message ID 0, FIN after the query).
+// with the DoQ exchange verify and measure use (RFC 9250 §4.2: 2-octet length prefix,
+// message ID 0, FIN after the query).
 func probeDoQ(ctx context.Context, target string) (*dns.Msg, error) {
 	conn, err := dialQUIC(ctx, target, alpnDoQ)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.CloseWithError(quic.ApplicationErrorCode(doq.CodeNoError), "")
-	str, err := conn.OpenStreamSync(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		str.SetDeadline(dl)
-	}
 	q := query()
 	q.Id = 0
 	wire, err := q.Pack()
 	if err != nil {
 		return nil, err
 	}
-	framed := binary.BigEndian.AppendUint16(nil, uint16(len(wire)))
-	if _, err := str.Write(append(framed, wire...)); err != nil {
+	framing, err := doq.FramingFor(conn.ConnectionState().TLS.NegotiatedProtocol)
+	if err != nil {
 		return nil, err
 	}
-	str.Close()
-	var n uint16
-	if err := binary.Read(str, binary.BigEndian, &n); err != nil {
-		return nil, fmt.Errorf("reading length: %w", err)
-	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(str, buf); err != nil {
-		return nil, fmt.Errorf("reading %d-byte response: %w", n, err)
+	reply, err := doq.Exchange(ctx, conn, framing, wire, doq.ExchangeOptions{})
+	if err != nil {
+		return nil, err
 	}
 	m := new(dns.Msg)
-	return m, m.Unpack(buf)
+	return m, m.Unpack(reply)
 }
 
 // probeDoH3 posts one query over HTTP/3 on a QUIC connection dialled here (RFC 8484

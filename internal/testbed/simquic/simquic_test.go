@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -218,19 +217,9 @@ func query(conn *quic.Conn, timeout time.Duration) (*dns.Msg, error) {
 	q.SetQuestion("test.com.", dns.TypeA)
 	q.Id = 0 // RFC 9250 §4.2.1
 	wire, _ := q.Pack()
-	framed, _ := doq.Frame(framing, wire)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	str, err := conn.OpenStreamSync(ctx)
-	if err != nil {
-		return nil, err
-	}
-	_ = str.SetDeadline(time.Now().Add(timeout))
-	if _, err := str.Write(framed); err != nil {
-		return nil, err
-	}
-	str.Close()
-	b, err := doq.ReadMessage(str, framing, doq.MaxMessageSize+2)
+	b, err := doq.Exchange(ctx, conn, framing, wire, doq.ExchangeOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -274,12 +263,10 @@ func classify(conn *quic.Conn, err error, f *fixture) string {
 	case err == nil:
 	case errors.As(err, &ne) && ne.Timeout():
 		return population.OutcomeTimeout
-	case errors.As(err, &se), errors.Is(err, doq.ErrBadLength), errors.As(err, &de), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.As(err, &se), errors.Is(err, doq.ErrBadLength), errors.Is(err, doq.ErrStreamTooLong),
+		errors.As(err, &de), errors.Is(err, io.ErrUnexpectedEOF):
 		return population.OutcomeProtocolError
 	default:
-		if err.Error() != "" && slices.Contains([]string{"stream longer than 65537 bytes"}, err.Error()) {
-			return population.OutcomeProtocolError
-		}
 		return "unclassified query: " + err.Error()
 	}
 	switch m.Rcode {

@@ -75,19 +75,9 @@ func doqQuery(conn *quic.Conn) (*dns.Msg, error) {
 	q.SetQuestion("test.com.", dns.TypeA)
 	q.Id = 0
 	b, _ := q.Pack()
-	framed, _ := doq.Frame(f, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	str, err := conn.OpenStreamSync(ctx)
-	if err != nil {
-		return nil, err
-	}
-	str.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := str.Write(framed); err != nil {
-		return nil, err
-	}
-	str.Close()
-	resp, err := doq.ReadMessage(str, f, doq.MaxMessageSize+2)
+	resp, err := doq.Exchange(ctx, conn, f, b, doq.ExchangeOptions{})
 	if err != nil {
 		return nil, err
 	}

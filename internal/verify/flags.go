@@ -1,0 +1,172 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/doqscan/doqscan/internal/certs"
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/doq"
+)
+
+// Flags binds the verify command's flags to a RunConfig (the flags' defaults are the
+// run's) and keeps the ones that need parsing as given; Resolve turns them into the
+// RunConfig, Command runs it.
+type Flags struct {
+	Config  RunConfig
+	Vantage cli.VantageFlags
+	JSON    bool // print the summary as JSON
+
+	fs                            *flag.FlagSet
+	scanID                        int64
+	ports, alpns, versions, names string
+	roots                         string
+}
+
+var weekRE = regexp.MustCompile(`^[0-9]{4}-W(0[1-9]|[1-4][0-9]|5[0-3])$`)
+
+// Register binds f to fs.
+func (f *Flags) Register(fs *flag.FlagSet) {
+	f.fs = fs
+	cfg := &f.Config
+	fs.Int64Var(&f.scanID, "scan-id", 0, "verify this scan's QUIC hosts (default: the latest scan)")
+	fs.StringVar(&cfg.Scan.Week, "week", "", "verify the QUIC hosts of this ISO week's scans (YYYY-Www, all shards); also names the run (default: $DOQSCAN_RUN_KEY under jobrun, else the latest scan)")
+	fs.StringVar(&cfg.Scan.Label, "scan-label", "weekly", "label of the scans to take with --week")
+	fs.StringVar(&cfg.TargetsFile, "targets", "", "verify the targets in this file instead of a scan (- = stdin)")
+	f.Vantage.Register(fs)
+	fs.StringVar(&cfg.Label, "label", "weekly", "run label (run identity: ISO week + vantage + label)")
+	fs.StringVar(&f.ports, "ports", "784,853,8853", "ports whose QUIC replies are verified (scan targets)")
+	fs.StringVar(&f.alpns, "alpns", strings.Join(doq.ALPNs(), ","), "DoQ ALPNs offered, highest first")
+	fs.StringVar(&f.versions, "quic-versions", "v1,v2", "QUIC versions offered (quic-go supports v1 and v2)")
+	fs.StringVar(&f.names, "sni-names", "", "server names to retry with when a host seems to require SNI (comma-separated)")
+	fs.IntVar(&cfg.Verify.MaxSNIAttempts, "max-sni-attempts", DefaultMaxSNIAttempts, "retries with server names per target, 1..16")
+	fs.StringVar(&cfg.Verify.QueryName, "query-name", DefaultQueryName, "name of the A query (RD set) sent over DoQ")
+	fs.DurationVar(&cfg.Verify.HandshakeTimeout, "handshake-timeout", DefaultHandshakeTimeout, "QUIC+TLS handshake timeout per attempt, 1ms..5m (the study: 2s)")
+	fs.DurationVar(&cfg.Verify.QueryTimeout, "query-timeout", DefaultQueryTimeout, "DNS exchange timeout after the handshake, 1ms..5m")
+	fs.DurationVar(&cfg.Verify.TargetTimeout, "target-timeout", DefaultTargetTimeout, "overall deadline per target, retries included, 1ms..5m")
+	fs.StringVar(&f.roots, "roots", "", "PEM root certificates for cert_valid_for_sni (default: the system pool)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", DefaultConcurrency, "targets verified in parallel, 1..10000")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "new targets per second, 0..1e6 (0 = no limit)")
+	fs.StringVar(&cfg.CityDB, "geoip-city", "", "MaxMind City mmdb (with --geoip-asn) for resolver_geo")
+	fs.StringVar(&cfg.ASNDB, "geoip-asn", "", "MaxMind ASN mmdb (with --geoip-city)")
+	fs.IntVar(&cfg.BatchSize, "batch", DefaultBatchSize, "results per database write, 1..100000")
+	fs.DurationVar(&cfg.Progress, "progress", DefaultProgress, "progress log interval, 100ms..1h")
+	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
+	fs.BoolVar(&f.JSON, "json", false, "print the summary as JSON on stdout")
+	fs.StringVar(&cfg.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
+}
+
+// Resolve checks the parsed flags and returns the run they ask for: usage errors (exit
+// code 2) name the flag, a missing file a flag names is a missing prerequisite (5).
+// Under jobrun's weekly job ($DOQSCAN_RUN_KEY a week, no --week, --scan-id or
+// --targets), the run verifies the scans of that week (every shard).
+func (f *Flags) Resolve() (RunConfig, error) {
+	cfg := f.Config
+	cfg.Ports, cfg.Verify.Versions = nil, nil
+	cfg.Vantage, cfg.VantageLocation, cfg.VantageContact = f.Vantage.ID, f.Vantage.Location, f.Vantage.Contact
+	set := map[string]bool{}
+	if f.fs != nil {
+		f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	}
+	if set["scan-id"] {
+		if f.scanID <= 0 {
+			return cfg, cli.Usagef("--scan-id must be positive")
+		}
+		id := f.scanID
+		cfg.Scan.ScanID = &id
+	}
+	if k := os.Getenv("DOQSCAN_RUN_KEY"); !set["week"] && !set["scan-id"] && cfg.TargetsFile == "" && weekRE.MatchString(k) {
+		cfg.Scan.Week = k
+	}
+	if cfg.Scan.Week != "" {
+		if !weekRE.MatchString(cfg.Scan.Week) {
+			return cfg, cli.Usagef("--week %q: want YYYY-Www", cfg.Scan.Week)
+		}
+		cfg.Week = cfg.Scan.Week
+	}
+	if set["scan-id"] && (cfg.Scan.Week != "" || cfg.TargetsFile != "") {
+		return cfg, cli.Usagef("--scan-id excludes --week and --targets (with --targets, --week only names the run)")
+	}
+	for _, p := range splitList(f.ports) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return cfg, cli.Usagef("--ports: bad port %q", p)
+		}
+		cfg.Ports = append(cfg.Ports, int32(n))
+	}
+	cfg.Verify.ALPNs = splitList(f.alpns)
+	for _, v := range splitList(f.versions) {
+		switch strings.ToLower(v) {
+		case "v1", "1", "0x1", "0x00000001":
+			cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version1)
+		case "v2", "0x6b3343cf":
+			cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version2)
+		default:
+			return cfg, cli.Usagef("--quic-versions: %q unsupported (quic-go speaks v1 and v2)", v)
+		}
+	}
+	cfg.Verify.SNINames = splitList(f.names)
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	if err := cli.CheckBlocklistDir("blocklist-dir", cfg.BlocklistDir); err != nil {
+		return cfg, err
+	}
+	for _, p := range []string{cfg.CityDB, cfg.ASNDB, f.roots} {
+		if p != "" {
+			if _, err := os.Stat(p); err != nil {
+				return cfg, cli.Environmentf("%v", err)
+			}
+		}
+	}
+	pool, err := certs.LoadPool(f.roots)
+	if err != nil {
+		return cfg, cli.Environmentf("%v", err)
+	}
+	cfg.Verify.Roots = pool
+	return cfg, nil
+}
+
+// Command is the verify command: it resolves the flags, opens the store, runs the
+// verification and writes its summary (text, or JSON with --json) to stdout.
+func Command(ctx context.Context, log *slog.Logger, f *Flags, stdout io.Writer) error {
+	cfg, err := f.Resolve()
+	if err != nil {
+		return err
+	}
+	s, err := cli.OpenStore(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	sum, err := Run(ctx, s, cfg, log)
+	if sum != nil {
+		if f.JSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(sum)
+		} else {
+			sum.WriteText(stdout)
+		}
+	}
+	return err
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
