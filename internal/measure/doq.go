@@ -87,7 +87,7 @@ func doqExchange(ctx context.Context, conn *quicConn, req *Request, q dnsmsg.Que
 	stop := context.AfterFunc(ctx, func() { _ = str.SetDeadline(time.Now()) })
 	defer stop()
 	before := time.Now()
-	conn.pc.Log.Arm()
+	conn.log.Arm()
 	out.StartedAt = before
 	if _, err := str.Write(framed); err != nil {
 		out.Status, out.Err = Classify(err), fmt.Errorf("write query: %w", err)
@@ -101,8 +101,8 @@ func doqExchange(ctx context.Context, conn *quicConn, req *Request, q dnsmsg.Que
 	raw, err := doq.ReadMessage(str, framing, doq.MaxMessageSize+2)
 	// From the query's first datagram (quic-go's send loop writes it after Write
 	// returns) to the arrival of the datagram that completed the answer.
-	out.StartedAt = conn.pc.Log.SentAt(before)
-	done := conn.pc.Log.ArrivedBy(out.StartedAt, time.Now())
+	out.StartedAt = conn.log.SentAt(before)
+	done := conn.log.ArrivedBy(out.StartedAt, time.Now())
 	if err != nil {
 		str.CancelRead(doq.CodeProtocolError)
 		if ctx.Err() != nil {
