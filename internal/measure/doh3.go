@@ -29,7 +29,7 @@ func (doh3Measurer) Measure(ctx context.Context, req *Request) *Result {
 	defer func() { finishQUIC(conn, res, ql) }()
 	tr := &http3.Transport{MaxResponseHeaderBytes: dohMaxHeaderBytes}
 	cc := tr.NewClientConn(conn.Conn)
-	dohQueries(ctx, req, res, cc, &conn.pc.Log)
+	dohQueries(ctx, req, res, cc, conn.log)
 	if req.Mode == Mode0RTT {
 		select {
 		case <-conn.HandshakeComplete():

@@ -77,7 +77,7 @@ func doqExchange(ctx context.Context, conn *quicConn, req *Request, q dnsmsg.Que
 	var before time.Time
 	raw, err := doq.Exchange(ctx, conn.Conn, framing, msg, doq.ExchangeOptions{OnSend: func() {
 		before = time.Now()
-		conn.pc.Log.Arm()
+		conn.log.Arm()
 		out.StartedAt = before
 	}})
 	step := doq.StepOf(err)
@@ -87,8 +87,8 @@ func doqExchange(ctx context.Context, conn *quicConn, req *Request, q dnsmsg.Que
 	}
 	// From the query's first datagram (quic-go's send loop writes it after Write
 	// returns) to the arrival of the datagram that completed the answer.
-	out.StartedAt = conn.pc.Log.SentAt(before)
-	done := conn.pc.Log.ArrivedBy(out.StartedAt, time.Now())
+	out.StartedAt = conn.log.SentAt(before)
+	done := conn.log.ArrivedBy(out.StartedAt, time.Now())
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/doqscan/doqscan/internal/kstamp"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 )
 
@@ -140,6 +141,10 @@ type Request struct {
 	// there (before the first query: a session without queries). It may block, as a load
 	// generator pacing its queries does, and must return promptly once ctx is done.
 	Next func(ctx context.Context, seq int) (name string, qtype uint16, ok bool)
+	// listenPacket, when set, opens a DoQ/DoH3 connection's socket in place of a
+	// kernel-timestamped UDP socket (tests: an in-process link); the Log it returns stays
+	// empty when the socket has no kernel timestamps, and the qlog's times are taken.
+	listenPacket func(netip.AddrPort) (net.PacketConn, *kstamp.Log, error)
 }
 
 // next returns query seq's name and type, and whether that query runs.

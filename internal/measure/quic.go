@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -190,12 +191,14 @@ func (b *qlogBuffer) bytes() ([]byte, bool) {
 	return append(out, qlogana.TruncatedRecord(at, b.limit+qlogMarkReserve, b.dropped+b.skipped.Load())...), true
 }
 
-// quicConn is a dialled QUIC connection with the transport and the kernel-timestamped
-// socket under it (internal/kstamp), which close with it.
+// quicConn is a dialled QUIC connection with the transport and the socket under it,
+// which close with it, and the socket's kernel timestamps (internal/kstamp; empty on a
+// socket without them, where the qlog's times are taken instead).
 type quicConn struct {
 	*quic.Conn
-	tr *quic.Transport
-	pc *kstamp.PacketConn
+	tr  *quic.Transport
+	pc  net.PacketConn
+	log *kstamp.Log
 }
 
 func (c *quicConn) close() {
@@ -240,29 +243,18 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		// quic-go's qlog does not log the token of sent packets: ask the store.
 		res.TokenUsed = boolp(tokens != nil && tokens.popped())
 	}()
-	network := "udp4"
-	if req.Addr.Addr().Is6() && !req.Addr.Addr().Is4In6() {
-		network = "udp6"
+	listen := req.listenPacket
+	if listen == nil {
+		listen = listenStamped
 	}
-	// Bound to the route's source address, so that the socket (and res.Local) names the
-	// address the packets carry, not the wildcard.
-	src, err := rtt.SourceFor(req.Addr)
+	pc, log, err := listen(req.Addr)
 	if err != nil {
 		return nil, err
 	}
-	uc, err := net.ListenUDP(network, &net.UDPAddr{IP: src.AsSlice()})
-	if err != nil {
-		return nil, err
-	}
-	pc, err := kstamp.NewPacketConn(uc)
-	if err != nil {
-		uc.Close()
-		return nil, err
-	}
-	res.Local = AddrPortOf(uc.LocalAddr())
+	res.Local = AddrPortOf(pc.LocalAddr())
 	tr := &quic.Transport{Conn: pc}
-	qc := &quicConn{tr: tr, pc: pc}
-	pc.Log.Arm()
+	qc := &quicConn{tr: tr, pc: pc, log: log}
+	log.Arm()
 	udpAddr := net.UDPAddrFromAddrPort(req.Addr)
 	var conn *quic.Conn
 	if req.Mode == Mode0RTT {
@@ -279,8 +271,8 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 	if req.Mode != Mode0RTT {
 		done := time.Now()
 		res.HandshakeWall, res.HasHandshake = done.Sub(res.StartedAt), true
-		if first, ok := pc.Log.Sent(); ok {
-			if k, ok := pc.Log.Arrival(first, done); ok {
+		if first, ok := log.Sent(); ok {
+			if k, ok := log.Arrival(first, done); ok {
 				res.Handshake, res.handshakeStamped = k.Sub(first), true
 				res.CryptoFrom, res.CryptoTo = first, k
 			}
@@ -288,6 +280,30 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		recordQUICState(req, res, conn)
 	}
 	return qc, nil
+}
+
+// listenStamped opens the UDP socket of a connection to addr, bound to the route's
+// source address (so that the socket, and Result.Local, names the address the packets
+// carry, not the wildcard), with kernel receive timestamps.
+func listenStamped(addr netip.AddrPort) (net.PacketConn, *kstamp.Log, error) {
+	network := "udp4"
+	if addr.Addr().Is6() && !addr.Addr().Is4In6() {
+		network = "udp6"
+	}
+	src, err := rtt.SourceFor(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	uc, err := net.ListenUDP(network, &net.UDPAddr{IP: src.AsSlice()})
+	if err != nil {
+		return nil, nil, err
+	}
+	pc, err := kstamp.NewPacketConn(uc)
+	if err != nil {
+		uc.Close()
+		return nil, nil, err
+	}
+	return pc, &pc.Log, nil
 }
 
 // recordQUICState copies what the connection negotiated into res.

@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -20,14 +21,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/testbed/sockopt"
-
 	"github.com/quic-go/quic-go"
 	"golang.org/x/net/ipv4"
 
 	"github.com/doqscan/doqscan/internal/doq"
 	"github.com/doqscan/doqscan/internal/testbed/pki"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testbed/sockopt"
 )
 
 // PortDoH3 is DNS over HTTPS over HTTP/3 (RFC 8484 on RFC 9114; HTTPS's port 443).
@@ -105,11 +105,12 @@ func (p profile) key() string {
 }
 
 type tport struct {
-	prof profile
-	wire []uint32 // QUIC versions accepted, as on the wire (for Version Negotiation)
-	vc   *vconn
-	tr   *quic.Transport
-	ln   *quic.EarlyListener
+	prof   profile
+	wire   []uint32  // QUIC versions accepted, as on the wire (for Version Negotiation)
+	vc     *vconn    // the demultiplexer's queue into tr (nil for ServeConn)
+	closer io.Closer // tr's connection
+	tr     *quic.Transport
+	ln     *quic.EarlyListener
 }
 
 // rawHostile reports whether a hostile kind is answered without QUIC (raw.go).
@@ -215,9 +216,11 @@ func (s *Server) setup() error {
 			}
 			t, ok := ts[prof.key()]
 			if !ok {
-				if t, err = s.newTransport(port, prof); err != nil {
+				vc := newVconn(s.sockets[port])
+				if t, err = s.newTransport(prof, vc, vc); err != nil {
 					return err
 				}
+				t.vc = vc
 				ts[prof.key()] = t
 			}
 			s.routes[port][r] = t
@@ -226,14 +229,16 @@ func (s *Server) setup() error {
 	return nil
 }
 
-func (s *Server) newTransport(port uint16, prof profile) (*tport, error) {
-	t := &tport{prof: prof, vc: newVconn(s.sockets[port])}
+// newTransport serves prof with a quic-go Transport reading and writing conn; closer
+// closes conn with the server. Version Negotiation is not quic-go's: the demultiplexer
+// (or ServeConn's vnConn) answers it, since quic-go queues at most 4 pending VN packets
+// and drops the rest, which a ZMap sweep would notice.
+func (s *Server) newTransport(prof profile, conn net.PacketConn, closer io.Closer) (*tport, error) {
+	t := &tport{prof: prof, closer: closer}
 	for _, v := range prof.versions {
 		t.wire = append(t.wire, uint32(v))
 	}
-	// The demultiplexer answers Version Negotiation itself: quic-go queues at most 4
-	// pending VN packets and drops the rest, which a ZMap sweep would notice.
-	t.tr = &quic.Transport{Conn: t.vc, DisableVersionNegotiationPackets: true}
+	t.tr = &quic.Transport{Conn: conn, DisableVersionNegotiationPackets: true}
 	if prof.retry {
 		t.tr.VerifySourceAddress = func(net.Addr) bool { return true }
 	}
@@ -326,7 +331,7 @@ func (s *Server) doClose() {
 				t.ln.Close()
 			}
 			t.tr.Close()
-			t.vc.Close()
+			t.closer.Close()
 		}
 	}
 	for _, sock := range s.sockets {
