@@ -71,6 +71,7 @@ func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, 
 	fs.DurationVar(&c.Progress, "progress", 10*time.Second, "log progress this often (0: never)")
 	asJSON := fs.Bool("json", false, "print the reports as JSON instead of text")
 	doStore := fs.Bool("store", false, "store the runs and their per-second samples in PostgreSQL")
+	comparePolicies := fs.String("compare-policies", "", "run the targets once per policy (e.g. fresh,persistent,0rtt) and print the connection-reuse table")
 	sweep := fs.String("loss-sweep", "", "testbed loss sweep: comma-separated loss levels in % (e.g. 0,1,5,10,15,20), set on every target's path before each level; prints the sweep tables")
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		for _, a := range args {
@@ -109,6 +110,15 @@ func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, 
 			if errors.As(runErr, &ce) {
 				runErr = cli.Environmentf("%v (run inside the testbed: bin/testnet exec -- bin/dnsbench --loss-sweep ...)", runErr)
 			}
+		} else if *comparePolicies != "" {
+			var ps []measure.Mode
+			for _, p := range strings.Split(*comparePolicies, ",") {
+				ps = append(ps, measure.Mode(strings.TrimSpace(p)))
+			}
+			rs, runErr = dnsbench.ComparePolicies(ctx, c, ps, nil, log)
+			if errors.Is(runErr, dnsbench.ErrConfig) {
+				return cli.Usagef("--compare-policies: %v", runErr)
+			}
 		} else {
 			rs, runErr = dnsbench.Run(ctx, c, nil, log)
 		}
@@ -136,6 +146,10 @@ func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, 
 		if err == nil && *sweep != "" && !*asJSON {
 			fmt.Println()
 			err = dnsbench.WriteSweepTables(os.Stdout, rs)
+		}
+		if err == nil && *comparePolicies != "" && !*asJSON {
+			fmt.Println()
+			err = dnsbench.WritePolicyTable(os.Stdout, rs)
 		}
 		return errors.Join(runErr, err)
 	}

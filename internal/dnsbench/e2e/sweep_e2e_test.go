@@ -12,6 +12,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/dnsbench"
 	"github.com/doqscan/doqscan/internal/home"
+	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
@@ -146,5 +147,76 @@ func TestLossSweep(t *testing.T) {
 			t.Errorf("%s: mean latency %.2f ms at 20%% loss, not above %.2f ms without (retransmissions cost time)",
 				m[0].Target, m[0.20].Latency.Mean, m[0].Latency.Mean)
 		}
+	}
+}
+
+// TestConnectionReuse: the connection-reuse table on dnsproxy's 20 ms path. A fresh
+// session costs its handshake round trips before the query's (DoT: TCP + TLS 1.3 + the
+// query, 3 RTT; DoQ: QUIC's 1-RTT handshake + the query, 2 RTT), a persistent one only
+// the query's round trip, and DoQ with 0-RTT saves the handshake's.
+func TestConnectionReuse(t *testing.T) {
+	v := testbed.Require(t)
+	if v.Population == nil {
+		t.Skip("SKIP: the testbed runs without a population file")
+	}
+	addr := peerAddr(t, v.Population, "dnsproxy")
+	var rec *population.Record
+	for i := range v.Population.Records {
+		if r := &v.Population.Records[i]; r.Prefix.Addr() == addr {
+			rec = r
+		}
+	}
+	rtt := v.Population.Paths[rec.Path].RTT
+	var c dnsbench.Config
+	for _, s := range []string{"dot://", "doq://"} {
+		tg, err := dnsbench.ParseTarget(s + addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Targets = append(c.Targets, tg)
+	}
+	c.Workers, c.Count, c.Timeout, c.SessionQueries = 2, 40, 5*time.Second, 1000
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rs, err := dnsbench.ComparePolicies(ctx, c, []measure.Mode{measure.ModeFresh, measure.ModePersistent, measure.Mode0RTT}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tbl bytes.Buffer
+	if err := dnsbench.WritePolicyTable(&tbl, rs); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("path RTT %v\n%s", rtt, tbl.String())
+	if len(rs) != 6 || strings.Count(tbl.String(), "\n| do") != 2 {
+		t.Fatalf("%d reports; table:\n%s", len(rs), tbl.String())
+	}
+	ms := func(n float64) float64 { return n * float64(rtt) / float64(time.Millisecond) }
+	get := func(target, policy string) *dnsbench.Report {
+		for _, r := range rs {
+			if strings.HasPrefix(r.Target, target) && r.Policy == policy {
+				return r
+			}
+		}
+		t.Fatalf("no report for %s %s", target, policy)
+		return nil
+	}
+	for _, tc := range []struct {
+		target    string
+		freshRTTs float64
+	}{{"dot://", 3}, {"doq://", 2}} {
+		fresh, pers := get(tc.target, "fresh"), get(tc.target, "persistent")
+		if fresh.SuccessRate < 1 || pers.SuccessRate < 1 {
+			t.Errorf("%s: success fresh %.3f persistent %.3f, want 1", tc.target, fresh.SuccessRate, pers.SuccessRate)
+		}
+		if f := fresh.Total.P50; f < ms(tc.freshRTTs) || f > ms(tc.freshRTTs+1) {
+			t.Errorf("%s fresh: p50 %.2f ms, want %v RTT (%.1f ms) up to one more", tc.target, f, tc.freshRTTs, ms(tc.freshRTTs))
+		}
+		if p := pers.Total.P50; p < ms(1) || p > ms(1.5) {
+			t.Errorf("%s persistent: p50 %.2f ms, want about one RTT (%.1f ms)", tc.target, p, ms(1))
+		}
+	}
+	// dnsproxy accepts QUIC 0-RTT: the query rides in the first flight.
+	if z, f := get("doq://", "0rtt").Total.P50, get("doq://", "fresh").Total.P50; z > f-ms(0.5) {
+		t.Errorf("doq 0rtt: p50 %.2f ms, not clearly below fresh %.2f ms", z, f)
 	}
 }
