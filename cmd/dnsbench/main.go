@@ -6,14 +6,22 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/dnsbench"
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/testbed"
+	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
 
 var cmd = cli.Command{
@@ -25,6 +33,7 @@ var cmd = cli.Command{
 		"dnsbench --duration 30s --rate 500 --policy fresh dot://127.0.0.1:8853 --json",
 		"dnsbench --ramp-max 20000 --ramp-loss 0.05 --duration 60s --workers 200 doudp://127.0.0.1",
 		"bin/testnet exec -- bin/dnsbench --duration 10s --queries q.txt doq://198.19.3.7 dot://198.19.3.7 --store --label loss=5%",
+		"bin/testnet exec -- bin/dnsbench --loss-sweep 0,1,5,10,15,20 --duration 10s --store doudp://198.19.3.7 dot://198.19.3.7 doq://198.19.3.7",
 	},
 	Notes: `PROTOCOL is doudp, dotcp, dot, doh (POST), doh-get, doh-post, doh3, doh3-get, doh3-post or
 doq; without a port the protocol's default (53, 853, 443, 853). Targets are run in turn.
@@ -62,6 +71,8 @@ func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, 
 	fs.DurationVar(&c.Progress, "progress", 10*time.Second, "log progress this often (0: never)")
 	asJSON := fs.Bool("json", false, "print the reports as JSON instead of text")
 	doStore := fs.Bool("store", false, "store the runs and their per-second samples in PostgreSQL")
+	comparePolicies := fs.String("compare-policies", "", "run the targets once per policy (e.g. fresh,persistent,0rtt) and print the connection-reuse table")
+	sweep := fs.String("loss-sweep", "", "testbed loss sweep: comma-separated loss levels in % (e.g. 0,1,5,10,15,20), set on every target's path before each level; prints the sweep tables")
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		for _, a := range args {
 			t, err := dnsbench.ParseTarget(a)
@@ -87,7 +98,30 @@ func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, 
 		if err := c.Validate(); err != nil {
 			return cli.Usagef("%v (see --help)", err)
 		}
-		rs, runErr := dnsbench.Run(ctx, c, nil, log)
+		var rs []*dnsbench.Report
+		var runErr error
+		if *sweep != "" {
+			levels, err := parseLevels(*sweep)
+			if err != nil {
+				return cli.Usagef("--loss-sweep: %v", err)
+			}
+			rs, runErr = dnsbench.Sweep(ctx, c, levels, setTestbedLoss, resetTestbedLoss, nil, log)
+			var ce *net.OpError
+			if errors.As(runErr, &ce) {
+				runErr = cli.Environmentf("%v (run inside the testbed: bin/testnet exec -- bin/dnsbench --loss-sweep ...)", runErr)
+			}
+		} else if *comparePolicies != "" {
+			var ps []measure.Mode
+			for _, p := range strings.Split(*comparePolicies, ",") {
+				ps = append(ps, measure.Mode(strings.TrimSpace(p)))
+			}
+			rs, runErr = dnsbench.ComparePolicies(ctx, c, ps, nil, log)
+			if errors.Is(runErr, dnsbench.ErrConfig) {
+				return cli.Usagef("--compare-policies: %v", runErr)
+			}
+		} else {
+			rs, runErr = dnsbench.Run(ctx, c, nil, log)
+		}
 		if *doStore && len(rs) > 0 {
 			// What was measured is kept, interrupted or not.
 			s, err := cli.OpenStore(context.WithoutCancel(ctx), log)
@@ -109,8 +143,46 @@ func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, 
 		} else {
 			err = dnsbench.WriteText(os.Stdout, rs)
 		}
+		if err == nil && *sweep != "" && !*asJSON {
+			fmt.Println()
+			err = dnsbench.WriteSweepTables(os.Stdout, rs)
+		}
+		if err == nil && *comparePolicies != "" && !*asJSON {
+			fmt.Println()
+			err = dnsbench.WritePolicyTable(os.Stdout, rs)
+		}
 		return errors.Join(runErr, err)
 	}
+}
+
+// parseLevels reads --loss-sweep's percentages.
+func parseLevels(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		x, err := testbed.ParseLoss(strings.TrimSpace(f) + "%")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// testbedName is the instance testnet exec runs us in.
+func testbedName() string {
+	if n := os.Getenv(netns.EnvInstance); n != "" {
+		return n
+	}
+	return netns.DefaultInstance
+}
+
+func setTestbedLoss(ctx context.Context, a netip.Addr, loss float64) error {
+	_, err := testbed.SetPath(ctx, home.Dir(), testbedName(), a.String(), "loss="+strconv.FormatFloat(loss, 'g', -1, 64))
+	return err
+}
+
+func resetTestbedLoss(ctx context.Context) error {
+	return testbed.ResetPaths(ctx, home.Dir(), testbedName(), "")
 }
 
 func readQueries(path string) ([]dnsbench.Question, error) {

@@ -60,16 +60,18 @@ type RampResult struct {
 
 // Report is the outcome of one target's benchmark.
 type Report struct {
-	RunKey   string    `json:"run_key"` // random, one per target's run: bench_runs.run_key
-	Target   string    `json:"target"`
-	Protocol string    `json:"protocol"`
-	Variant  string    `json:"variant,omitempty"`
-	Address  string    `json:"address"`
-	Policy   string    `json:"policy"`
-	Load     string    `json:"load"`
-	Workers  int       `json:"workers"`
-	Rate     float64   `json:"rate,omitempty"`
-	Label    string    `json:"label,omitempty"`
+	RunKey   string  `json:"run_key"` // random, one per target's run: bench_runs.run_key
+	Target   string  `json:"target"`
+	Protocol string  `json:"protocol"`
+	Variant  string  `json:"variant,omitempty"`
+	Address  string  `json:"address"`
+	Policy   string  `json:"policy"`
+	Load     string  `json:"load"`
+	Workers  int     `json:"workers"`
+	Rate     float64 `json:"rate,omitempty"`
+	Label    string  `json:"label,omitempty"`
+	// PathLoss is the emulated per-direction loss a sweep set on the path (nil: none set).
+	PathLoss *float64  `json:"path_loss,omitempty"`
 	Started  time.Time `json:"started"`
 	// Elapsed: from the first query issued to the last outcome (answer or timeout).
 	Elapsed     float64 `json:"elapsed_s"`

@@ -35,6 +35,7 @@ func DelayLineMain(args []string) int {
 	tun := fs.String("tun", "tun0", "TUN device to attach to (in the current network namespace)")
 	table := fs.String("table", "", "path table file (see docs/testbed.md); SIGHUP re-reads it")
 	stats := fs.String("stats", "", "write JSON counters here every second")
+	control := fs.String("control", "", "Unix socket for run-time path overrides (testnet path set/reset)")
 	seed := fs.Uint64("seed", 1, "seed of the loss/jitter RNG")
 	lead := fs.Duration("lead", 0, "release packets this much before their deadline (wake-up latency compensation)")
 	rt := fs.Bool("realtime", true, "run the reader and release threads SCHED_FIFO (root)")
@@ -52,7 +53,7 @@ func DelayLineMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := delayline.Serve(ctx, delayline.ServeConfig{
-		TUN: *tun, TableFile: *table, StatsFile: *stats, Seed: *seed, Lead: *lead, RealTime: *rt, Queues: *queues, Quantum: *quantum, HoldCPULatency: *qos,
+		TUN: *tun, TableFile: *table, StatsFile: *stats, ControlSocket: *control, Seed: *seed, Lead: *lead, RealTime: *rt, Queues: *queues, Quantum: *quantum, HoldCPULatency: *qos,
 		Ready: SignalReady, Log: log,
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/home"
@@ -209,6 +210,25 @@ func (tb *Testbed) writeGeoIP() error {
 	return nil
 }
 
+// ControlSocket is the delay line's control socket of instance name (run-time path
+// overrides: delayline.ControlRequest; `testnet path`).
+func ControlSocket(home, name string) string {
+	return filepath.Join(StateDir(home, name), "delayline.sock")
+}
+
+// SetPath overrides the emulated path of an address or prefix while the instance runs
+// (attrs as in the table file: "loss=0.05", "rtt=30ms"; unnamed attributes keep their
+// value) and returns the resulting profile line. The change is in effect on return.
+func SetPath(ctx context.Context, home, name, prefix string, attrs ...string) (string, error) {
+	return delayline.ControlRequest(ctx, ControlSocket(home, name), "set "+prefix+" "+strings.Join(attrs, " "))
+}
+
+// ResetPaths drops the run-time override of prefix, or every override when prefix is "".
+func ResetPaths(ctx context.Context, home, name, prefix string) error {
+	_, err := delayline.ControlRequest(ctx, ControlSocket(home, name), strings.TrimSpace("reset "+prefix))
+	return err
+}
+
 // TablePath is the delay line's path table file.
 func (tb *Testbed) TablePath() string { return filepath.Join(tb.State, "paths.txt") }
 
@@ -279,6 +299,7 @@ func (tb *Testbed) ensureDelayLine(ctx context.Context) error {
 			"--tun", netns.TUN,
 			"--table", tb.TablePath(),
 			"--stats", filepath.Join(tb.State, "delayline.stats.json"),
+			"--control", ControlSocket(tb.Opts.Home, tb.Name),
 			"--seed", strconv.FormatUint(tb.Opts.Seed, 10),
 			"--lead", tb.Opts.Lead.String()},
 		Env: []string{EnvChild + "=" + delaylineName},

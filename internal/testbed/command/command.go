@@ -13,7 +13,9 @@ import (
 	"os"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/testbed"
+	"github.com/doqscan/doqscan/internal/testbed/delayline"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
 
@@ -21,19 +23,27 @@ import (
 var Cmd = cli.Command{
 	Name:    "testnet",
 	Summary: "the simulated internet: network namespaces, delay line, simulated and third-party servers",
-	Usage:   "testnet [flags] up|down|status|exec [-- CMD...]",
+	Usage:   "testnet [flags] up|down|status|exec [-- CMD...]|path set ADDR --loss P|path show|path reset",
 	Examples: []string{
 		"testnet up                          # instance dq with testbed/population.txt",
 		"testnet --name t1 --vantages 2 up   # a second instance with two vantage points",
 		"testnet status",
 		"testnet exec -- ping -c3 198.19.0.1",
 		"testnet --vantage 1 exec -- ip route",
+		"testnet path set 198.19.3.7 --loss 5%   # 5 % loss each way on that path, now",
+		"testnet path set 198.19.3.0/24 --rtt 80ms --jitter 1ms",
+		"testnet path show",
+		"testnet path reset                  # back to the population's paths",
 		"testnet down",
 	},
 	Notes: `Namespaces: <name>-vantage (198.18.0.2), <name>-vantage2 (198.18.1.2), ..., <name>-router
 (the delay line on tun0), <name>-inet (all of 198.19.0.0/16). Nothing routes outside
 198.18.0.0/15. State, pid files and logs: <project>/var/testnet/<name>/. Needs root.
 DOQSCAN_TESTNET sets the default instance name. See docs/testbed.md.
+
+path: run-time overrides of the delay line's path profiles (per direction; attributes not
+given keep their value), in effect when the command returns, lost when the delay line
+restarts. Exit 2 for a refused request, 5 when the instance's delay line is not running.
 
 "testnet delayline --table FILE" runs the delay line itself (up starts it in the router).
 
@@ -75,7 +85,7 @@ func (f *Flags) Validate() error {
 // Run carries out the subcommand args[0] with the flags f; stdout takes what it prints.
 func Run(ctx context.Context, log *slog.Logger, f Flags, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return cli.Usagef("want a subcommand: up, down, status or exec (see --help)")
+		return cli.Usagef("want a subcommand: up, down, status, exec or path (see --help)")
 	}
 	if args[0] == "delayline" {
 		// The delay line has its own flags (testbed.DelayLineMain); up starts it this way
@@ -114,6 +124,21 @@ func Run(ctx context.Context, log *slog.Logger, f Flags, args []string, stdout i
 			return errors.New("testbed " + st.Name + " is not healthy")
 		}
 		return nil
+	case "path":
+		req, err := testbed.PathArgs(args[1:])
+		if err != nil {
+			return cli.Usagef("%v", err)
+		}
+		name := instanceName(o.Name)
+		ans, err := testbed.PathControl(ctx, home.Dir(), name, req)
+		switch {
+		case errors.Is(err, delayline.ErrControl):
+			return cli.Usagef("%v", err)
+		case err != nil:
+			return cli.Environmentf("testbed %s: %v (is it up? `testnet up`)", name, err)
+		}
+		fmt.Fprintln(stdout, ans)
+		return nil
 	case "exec":
 		argv := args[1:]
 		if len(argv) > 0 && argv[0] == "--" {
@@ -122,20 +147,26 @@ func Run(ctx context.Context, log *slog.Logger, f Flags, args []string, stdout i
 		if len(argv) == 0 {
 			return cli.Usagef("exec needs a command after --")
 		}
-		name := o.Name
-		if name == "" {
-			name = os.Getenv(netns.EnvInstance)
-		}
-		if name == "" {
-			name = netns.DefaultInstance
-		}
+		name := instanceName(o.Name)
 		in := netns.Instance{Name: name, Vantages: f.Vantage + 1}
 		c := netns.Command(in.Vantage(f.Vantage), argv...)
 		c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 		c.Env = append(os.Environ(), netns.EnvInstance+"="+name)
 		return cli.RunChild(ctx, c) // signals forwarded; exits with the command's code
 	}
-	return cli.Usagef("unknown subcommand %q (up, down, status, exec)", args[0])
+	return cli.Usagef("unknown subcommand %q (up, down, status, exec, path)", args[0])
+}
+
+// instanceName is the instance a subcommand acts on: --name, else $DOQSCAN_TESTNET, else
+// the default.
+func instanceName(flagName string) string {
+	if flagName != "" {
+		return flagName
+	}
+	if n := os.Getenv(netns.EnvInstance); n != "" {
+		return n
+	}
+	return netns.DefaultInstance
 }
 
 func printStatus(w io.Writer, st *testbed.Status, asJSON bool) {

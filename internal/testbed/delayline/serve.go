@@ -30,10 +30,12 @@ type ServeConfig struct {
 	TUN       string // TUN device, e.g. "tun0"
 	TableFile string // path table (ParseTable format); SIGHUP re-reads it
 	StatsFile string // JSON Stats, rewritten every second and at exit ("" = none)
-	Seed      uint64
-	Lead      time.Duration
-	Quantum   time.Duration // see Config.Quantum
-	RealTime  bool          // see Config.RealTime
+	// ControlSocket, if set, is the Unix socket of run-time path overrides (control.go).
+	ControlSocket string
+	Seed          uint64
+	Lead          time.Duration
+	Quantum       time.Duration // see Config.Quantum
+	RealTime      bool          // see Config.RealTime
 	// Queues is the number of TUN queues, one worker thread each (0: DefaultQueues).
 	Queues int
 	// HoldCPULatency asks the kernel for zero CPU wake-up latency (PM QoS,
@@ -114,6 +116,22 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		dev.Close()
 		return err
 	}
+	ctl := NewControl(tbl, func(t *Table) { l.SetPaths(t, t.Vantage) })
+	if cfg.ControlSocket != "" {
+		ln, err := ListenControl(cfg.ControlSocket)
+		if err != nil {
+			dev.Close()
+			return err
+		}
+		defer os.Remove(cfg.ControlSocket)
+		ctlCtx, stopCtl := context.WithCancel(ctx)
+		defer stopCtl()
+		go func() {
+			if err := ctl.ServeControl(ctlCtx, ln); err != nil {
+				log.Error("control socket failed", "err", err)
+			}
+		}()
+	}
 	log.Info("delay line running", "tun", cfg.TUN, "table", cfg.TableFile, "entries", tbl.Len(),
 		"default_rtt", tbl.Default.RTT(), "seed", cfg.Seed, "realtime", cfg.RealTime, "queues", cfg.Queues, "lead", cfg.Lead, "quantum", l.cfg.Quantum, "pid", os.Getpid())
 	if cfg.Ready != nil {
@@ -148,7 +166,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 				log.Error("reload failed; keeping the old table", "err", err)
 				continue
 			}
-			l.SetPaths(t, t.Vantage)
+			ctl.SetBase(t)
 			log.Info("path table reloaded", "entries", t.Len(), "default_rtt", t.Default.RTT())
 		case <-tick.C:
 			writeStats(cfg.StatsFile, l.Stats())
