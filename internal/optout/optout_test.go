@@ -162,7 +162,7 @@ func newTestServer(t *testing.T) (*Server, *httptest.Server, string) {
 	st := storetest.Open(t)
 	dir := t.TempDir()
 	// PolicyAll: these tests are about the form and its limits; policy_test.go covers the
-	// policies (the browser test runs the default, own-range).
+	// policies (internal/optout/e2e's browser test runs the default, own-range).
 	srv := &Server{Store: st, BlocklistDir: dir, Info: DefaultInfo, PostsPerMinute: 600, Burst: 50, Policy: PolicyAll,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	hs := httptest.NewServer(srv)

@@ -1,4 +1,4 @@
-package verify
+package e2e_test
 
 import (
 	"context"
@@ -12,10 +12,12 @@ import (
 	"github.com/miekg/dns"
 	"github.com/quic-go/quic-go"
 
+	"github.com/doqscan/doqscan/internal/benchpool"
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/doq"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/verify"
 )
 
 // testbedBenchTargets returns the population's QUIC endpoints a verifier must verify
@@ -47,9 +49,9 @@ func testbedBenchTargets(b *testing.B) []netip.AddrPort {
 // framed for the negotiated ALPN, then a close. No classification, no certificate
 // work, no SNI logic.
 func bareTestbed(a netip.AddrPort, query []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultHandshakeTimeout+DefaultQueryTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), verify.DefaultHandshakeTimeout+verify.DefaultQueryTimeout)
 	defer cancel()
-	hctx, hcancel := context.WithTimeout(ctx, DefaultHandshakeTimeout)
+	hctx, hcancel := context.WithTimeout(ctx, verify.DefaultHandshakeTimeout)
 	defer hcancel()
 	c, err := quic.DialAddr(hctx, a.String(), &tls.Config{InsecureSkipVerify: true, NextProtos: doq.ALPNs()},
 		&quic.Config{Versions: []quic.Version{quic.Version1, quic.Version2}})
@@ -79,7 +81,7 @@ func bareTestbed(a netip.AddrPort, query []byte) error {
 		return err
 	}
 	_ = s.Close()
-	msg, err := doq.ReadMessage(s, f, MaxReply)
+	msg, err := doq.ReadMessage(s, f, verify.MaxReply)
 	if err != nil {
 		return err
 	}
@@ -96,18 +98,18 @@ func bareTestbed(a netip.AddrPort, query []byte) error {
 // run. verify does what the bare+query loop does (one more round trip than a handshake)
 // plus classification and certificate work, so "ratio q" is the like-for-like figure.
 //
-//	go test ./internal/verify -run XXX -bench TestbedThroughput -benchtime 1x   # as root
+//	go test ./internal/verify/e2e -run XXX -bench TestbedThroughput -benchtime 1x   # as root
 func BenchmarkTestbedThroughput(b *testing.B) {
 	targets := testbedBenchTargets(b)
-	v, err := New(Config{})
+	v, err := verify.New(verify.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	query, err := dnsmsg.Build(dnsmsg.Query{Name: DefaultQueryName, Type: dns.TypeA, ID: 0})
+	query, err := dnsmsg.Build(dnsmsg.Query{Name: verify.DefaultQueryName, Type: dns.TypeA, ID: 0})
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := envInt("DOQSCAN_BENCH_TARGETS", len(targets))
+	n := benchpool.EnvInt("DOQSCAN_BENCH_TARGETS", len(targets))
 	fmt.Printf("\ntestbed: verification throughput vs bare quic-go (%d targets per level from %d endpoints, GOMAXPROCS=%d)\n",
 		n, len(targets), runtime.GOMAXPROCS(0))
 	fmt.Printf("%-12s %12s %12s %12s %8s %8s %9s %9s %9s %12s %12s %10s\n", "concurrency", "verify t/s", "bare hs t/s",
@@ -116,28 +118,28 @@ func BenchmarkTestbedThroughput(b *testing.B) {
 		// Beyond 256 the 2-core machine (servers, delay line and client together) collapses:
 		// every handshake misses 2 s (measured: 512 -> 1 of 1,940 verified, bare 23).
 		for li, conc := range []int{16, 32, 64, 128, 256} {
-			fs := []func() poolResult{
-				func() poolResult {
-					return runPool(n, conc, func(k int) bool {
-						return v.Verify(context.Background(), Target{Addr: targets[k%len(targets)]}).Outcome == OutcomeVerified
+			fs := []func() benchpool.Result{
+				func() benchpool.Result {
+					return benchpool.Run(n, conc, func(k int) bool {
+						return v.Verify(context.Background(), verify.Target{Addr: targets[k%len(targets)]}).Outcome == verify.OutcomeVerified
 					})
 				},
-				func() poolResult {
-					return runPool(n, conc, func(k int) bool { return bareTestbed(targets[k%len(targets)], nil) == nil })
+				func() benchpool.Result {
+					return benchpool.Run(n, conc, func(k int) bool { return bareTestbed(targets[k%len(targets)], nil) == nil })
 				},
-				func() poolResult {
-					return runPool(n, conc, func(k int) bool { return bareTestbed(targets[k%len(targets)], query) == nil })
+				func() benchpool.Result {
+					return benchpool.Run(n, conc, func(k int) bool { return bareTestbed(targets[k%len(targets)], query) == nil })
 				},
 			}
-			res := make([]poolResult, len(fs))
+			res := make([]benchpool.Result, len(fs))
 			for j := range fs { // rotate the order per level: none always runs on a warmer machine
 				k := (j + li) % len(fs)
 				res[k] = fs[k]()
 			}
 			ver, bare, bareQ := res[0], res[1], res[2]
-			fmt.Printf("%-12d %12.0f %12.0f %12.0f %8.2f %8.2f %9d %9d %9d %9.2f ms %9.2f ms %10.2f\n", conc, ver.rate, bare.rate,
-				bareQ.rate, ver.rate/bare.rate, ver.rate/bareQ.rate, ver.ok, bare.ok, bareQ.ok, ver.cpuMS, bareQ.cpuMS, bareQ.cpuMS/ver.cpuMS)
-			b.ReportMetric(ver.rate/bareQ.rate, fmt.Sprintf("ratio-q@%d", conc))
+			fmt.Printf("%-12d %12.0f %12.0f %12.0f %8.2f %8.2f %9d %9d %9d %9.2f ms %9.2f ms %10.2f\n", conc, ver.Rate, bare.Rate,
+				bareQ.Rate, ver.Rate/bare.Rate, ver.Rate/bareQ.Rate, ver.OK, bare.OK, bareQ.OK, ver.CPUMS, bareQ.CPUMS, bareQ.CPUMS/ver.CPUMS)
+			b.ReportMetric(ver.Rate/bareQ.Rate, fmt.Sprintf("ratio-q@%d", conc))
 		}
 	}
 }
@@ -147,24 +149,24 @@ func BenchmarkTestbedThroughput(b *testing.B) {
 // heap in use and VmHWM. The servers run in other processes: the figures are the
 // verifier's alone.
 //
-//	go test ./internal/verify -run XXX -bench TestbedMemoryPer10k -benchtime 1x   # as root
+//	go test ./internal/verify/e2e -run XXX -bench TestbedMemoryPer10k -benchtime 1x   # as root
 func BenchmarkTestbedMemoryPer10k(b *testing.B) {
 	targets := testbedBenchTargets(b)
-	v, err := New(Config{})
+	v, err := verify.New(verify.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	const n = 10000
 	for i := 0; i < b.N; i++ {
-		peakHeap := samplePeakHeap()
-		r := runPool(n, DefaultConcurrency, func(k int) bool {
-			return v.Verify(context.Background(), Target{Addr: targets[k%len(targets)]}).Outcome == OutcomeVerified
+		peakHeap := benchpool.SamplePeakHeap()
+		r := benchpool.Run(n, verify.DefaultConcurrency, func(k int) bool {
+			return v.Verify(context.Background(), verify.Target{Addr: targets[k%len(targets)]}).Outcome == verify.OutcomeVerified
 		})
 		peak, base := peakHeap()
 		fmt.Printf("\ntestbed: %d targets (%d endpoints cycled) at concurrency %d: %.0f targets/s, %d verified\n",
-			n, len(targets), DefaultConcurrency, r.rate, r.ok)
+			n, len(targets), verify.DefaultConcurrency, r.Rate, r.OK)
 		fmt.Printf("peak HeapInuse %.1f MiB (%.1f MiB above the idle baseline), VmHWM %s (verifier process only)\n",
-			float64(peak)/(1<<20), float64(peak-min(peak, base))/(1<<20), vmHWM())
+			float64(peak)/(1<<20), float64(peak-min(peak, base))/(1<<20), benchpool.VmHWM())
 		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB/10k")
 	}
 }

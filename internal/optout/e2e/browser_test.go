@@ -1,7 +1,7 @@
-package optout
-
 // End-to-end test of the opt-out page in a real headless Chromium, driven through
 // chromedriver's W3C WebDriver API (a few JSON calls; no browser download, no library).
+// Without chromium and chromedriver installed the test skips with the reason.
+package e2e_test
 
 import (
 	"bufio"
@@ -10,14 +10,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/optout"
+	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
 const (
@@ -146,9 +151,13 @@ func startBrowser(t *testing.T) *webDriver {
 }
 
 func TestBrowserOptOut(t *testing.T) {
-	srv, hs, dir := newTestServer(t)
-	srv.Policy = PolicyOwnRange // the default; the browser connects from 127.0.0.1
 	d := startBrowser(t)
+	dir := t.TempDir()
+	// The default policy (own range): the browser connects from 127.0.0.1.
+	srv := &optout.Server{Store: storetest.Open(t), BlocklistDir: dir, Info: optout.DefaultInfo, PostsPerMinute: 600,
+		Burst: 50, Policy: optout.PolicyOwnRange, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
 
 	// Bad inputs are refused with a clear message and nothing is stored.
 	bad := []struct{ rng, note, msg string }{
@@ -166,7 +175,7 @@ func TestBrowserOptOut(t *testing.T) {
 			t.Errorf("range %q note %q: error %q, want %q", b.rng, b.note, got, b.msg)
 		}
 	}
-	if reqs, _ := Accepted(context.Background(), srv.Store); len(reqs) != 0 {
+	if reqs, _ := optout.Accepted(context.Background(), srv.Store); len(reqs) != 0 {
 		t.Fatalf("refused inputs were stored: %v", reqs)
 	}
 
@@ -194,11 +203,11 @@ func TestBrowserOptOut(t *testing.T) {
 	if got := d.text("#confirmation"); !strings.Contains(got, "127.0.0.0/24 is excluded") {
 		t.Fatalf("confirmation %q", got)
 	}
-	reqs, err := Accepted(context.Background(), srv.Store)
+	reqs, err := optout.Accepted(context.Background(), srv.Store)
 	if err != nil || len(reqs) != 1 || reqs[0].Prefix.String() != "127.0.0.0/24" || reqs[0].Note != "our lab network" {
 		t.Fatalf("stored %+v, %v", reqs, err)
 	}
-	b, _ := os.ReadFile(filepath.Join(dir, OptOutFile))
+	b, _ := os.ReadFile(filepath.Join(dir, optout.OptOutFile))
 	if !strings.Contains(string(b), "\n127.0.0.0/24 # ") || strings.Contains(string(b), "198.19.43.0") {
 		t.Fatalf("blocklist file lacks the accepted range or has the pending one:\n%s", b)
 	}

@@ -6,11 +6,11 @@
 // (leaf name, CA-issued vs self-signed against the testbed PKI's roots) and, through the
 // whole pipeline, the GeoIP rows of the resolvers.
 //
-//	go test ./internal/verify -run Testbed -v     # as root; skips with the reason otherwise
+//	go test ./internal/verify/e2e -v     # as root; skips with the reason otherwise
 //
-// Without root (or iproute2, /dev/net/tun) the testbed tests skip and the package's
-// other tests run in place.
-package verify
+// Without root (or iproute2, /dev/net/tun) every test here skips with the reason; the
+// unit tests live in internal/verify and need neither.
+package e2e_test
 
 import (
 	"context"
@@ -38,6 +38,7 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/pki"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/verify"
 )
 
 func TestMain(m *testing.M) { os.Exit(testbed.RunInVantage(m, testbed.Options{Servers: true})) }
@@ -120,7 +121,7 @@ func (g groundTruth) caIssued(chain []*x509.Certificate) bool {
 	return err == nil
 }
 
-// fields is what a verification recorded, from a Result or a database row.
+// fields is what a verification recorded, from a verify.Result or a database row.
 type fields struct {
 	outcome, detail, alpn, sni, sniSource string
 	quicVersion                           uint32
@@ -149,15 +150,15 @@ func (g groundTruth) check(a netip.AddrPort, f fields) []string {
 		return bad // no handshake: nothing more was recorded
 	}
 	// The SNI retry: a host that needs a name is found with the one from the list.
-	if w.SNI != "" && (f.sni != w.SNI || f.sniSource != SNIList) {
+	if w.SNI != "" && (f.sni != w.SNI || f.sniSource != verify.SNIList) {
 		bad = append(bad, fmt.Sprintf("SNI %q (source %s), population says %q from the list (without it: %s)", f.sni, f.sniSource, w.SNI, w.NoSNIClass))
 	}
 	// Without a name the host must have refused as the population says (unrecognized_name,
 	// RFC 6066 §3): the retry was needed, not a lucky second attempt.
-	if w.NoSNIClass == OutcomeSNIRequired && !strings.Contains(f.detail, "without SNI: server sent tls: unrecognized name") {
+	if w.NoSNIClass == verify.OutcomeSNIRequired && !strings.Contains(f.detail, "without SNI: server sent tls: unrecognized name") {
 		bad = append(bad, fmt.Sprintf("detail %q does not show the no-SNI attempt failing with unrecognized_name", f.detail))
 	}
-	if w.SNI == "" && f.sniSource != SNINone {
+	if w.SNI == "" && f.sniSource != verify.SNINone {
 		bad = append(bad, fmt.Sprintf("SNI %q (source %s) although the host needs none", f.sni, f.sniSource))
 	}
 	if c, ok := g.pop.Certs[w.Cert]; ok {
@@ -181,7 +182,7 @@ func (g groundTruth) check(a netip.AddrPort, f fields) []string {
 	return bad
 }
 
-func resultFields(g groundTruth, r Result) fields {
+func resultFields(g groundTruth, r verify.Result) fields {
 	f := fields{outcome: r.Outcome, detail: r.Detail, alpn: r.ALPN, sni: r.SNI, sniSource: r.SNISource,
 		quicVersion: r.QUICVersion, certValid: r.CertValid, chainLen: len(r.Chain), caIssued: g.caIssued(r.Chain)}
 	if len(r.Chain) > 0 {
@@ -192,7 +193,7 @@ func resultFields(g groundTruth, r Result) fields {
 
 // TestTestbedEveryQUICHostClassified verifies every endpoint of the population's special
 // classes (all behaviours, hostile ones and third-party peers included) one by one with
-// the Verifier, checks every recorded field against the population and that no target
+// the verify.Verifier, checks every recorded field against the population and that no target
 // outlives its deadline. Timeouts the population does not expect get the second pass
 // the command gives them (--retry-timeouts): lossy paths drop handshakes.
 func TestTestbedEveryQUICHostClassified(t *testing.T) {
@@ -203,12 +204,12 @@ func TestTestbedEveryQUICHostClassified(t *testing.T) {
 			targets = append(targets, a)
 		}
 	}
-	v, err := New(Config{SNINames: g.sniNames, Roots: g.pki.Roots()})
+	v, err := verify.New(verify.Config{SNINames: g.sniNames, Roots: g.pki.Roots()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := v.Config()
-	results := make([]Result, len(targets))
+	results := make([]verify.Result, len(targets))
 	verifyAll := func(idx []int, conc int) {
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, conc)
@@ -219,7 +220,7 @@ func TestTestbedEveryQUICHostClassified(t *testing.T) {
 				defer func() { <-sem; wg.Done() }()
 				a := targets[i]
 				t0 := time.Now()
-				results[i] = v.Verify(context.Background(), Target{Addr: a})
+				results[i] = v.Verify(context.Background(), verify.Target{Addr: a})
 				// The deadline is the target timeout; a second for scheduling on a loaded machine.
 				if d := time.Since(t0); d > cfg.TargetTimeout+time.Second {
 					t.Errorf("%s (%s): took %v, past the %v deadline", a, g.rec[a].Class, d, cfg.TargetTimeout)
@@ -235,7 +236,7 @@ func TestTestbedEveryQUICHostClassified(t *testing.T) {
 	verifyAll(all, e2eConcurrency)
 	var again []int
 	for i, a := range targets {
-		if results[i].Outcome == OutcomeTimeout && g.want[a].Class != OutcomeTimeout {
+		if results[i].Outcome == verify.OutcomeTimeout && g.want[a].Class != verify.OutcomeTimeout {
 			again = append(again, i)
 		}
 	}
@@ -264,7 +265,7 @@ func peerTag(r *population.Record) string {
 	return ", peer " + r.Peer
 }
 
-// TestTestbedRunMatchesPopulation runs the whole pipeline (targets file -> Run ->
+// TestTestbedRunMatchesPopulation runs the whole pipeline (targets file -> verify.Run ->
 // database, with the testbed's GeoIP databases and PKI roots) over every QUIC endpoint
 // of the population, then compares every stored result and every resolver_geo row with
 // the population.
@@ -286,7 +287,7 @@ func TestTestbedRunMatchesPopulation(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	sum, err := Run(ctx, s, RunConfig{Verify: Config{SNINames: g.sniNames, Roots: g.pki.Roots()},
+	sum, err := verify.Run(ctx, s, verify.RunConfig{Verify: verify.Config{SNINames: g.sniNames, Roots: g.pki.Roots()},
 		Vantage: "testbed", Label: "e2e", TargetsFile: p, Concurrency: e2eConcurrency, RetryTimeouts: true,
 		CityDB: geo.City, ASNDB: geo.ASN}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -297,7 +298,7 @@ func TestTestbedRunMatchesPopulation(t *testing.T) {
 	for _, a := range g.targets {
 		want[g.want[a].Class]++
 	}
-	for _, o := range Outcomes {
+	for _, o := range verify.Outcomes {
 		if sum.Outcomes[o] != want[o] {
 			t.Errorf("summary: %s %d, population says %d", o, sum.Outcomes[o], want[o])
 		}
@@ -358,7 +359,7 @@ func TestTestbedRunMatchesPopulation(t *testing.T) {
 	wantRes := map[netip.Addr]bool{}
 	for _, a := range g.targets {
 		switch g.want[a].Class {
-		case OutcomeVerified, OutcomeRefused, OutcomeDNSError:
+		case verify.OutcomeVerified, verify.OutcomeRefused, verify.OutcomeDNSError:
 			wantRes[a.Addr()] = true
 		}
 	}

@@ -1,7 +1,7 @@
 // End-to-end tests on the simulated internet (internal/testbed). TestMain re-runs the
 // package inside the vantage namespace of a testbed of its own (testbed.RunInVantage), so
-// every test of this package runs there. Without root, ip or /dev/net/tun the tests run
-// in place and the testbed tests skip with the reason (testbed.Require).
+// every test of this package runs there. Without root, ip or /dev/net/tun every test
+// skips with the reason (testbed.Require); the unit tests live in internal/probe.
 //
 // Loss: the testbed runs with the population's delays and jitter but loss-free paths
 // (lossFreeTable), so TestScanTestbed can demand an exact result: a miss is a bug in the
@@ -10,11 +10,10 @@
 // and checks that the hosts behind them are found with retries (zmap -P), with a
 // number of probes derived from the population's loss rates.
 
-package probe
+package e2e_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,6 +32,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/home"
+	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
@@ -121,14 +121,14 @@ func (c *targetCapture) stop(t *testing.T) int {
 }
 
 // expectedDNS says what the scan must classify a UDP/53 server as, from its behaviour.
-func expectedDNS(r *population.Record) (Kind, bool) {
+func expectedDNS(r *population.Record) (probe.Kind, bool) {
 	switch r.Hostile {
 	case population.HostileGarbage, population.HostileTruncated:
-		return KindDNSMalformed, true
+		return probe.KindDNSMalformed, true
 	case population.HostileStall:
 		return "", false // accepts and never answers
 	}
-	return KindDNS, true
+	return probe.KindDNS, true
 }
 
 // e2eSetup is what every scan test of the testbed needs.
@@ -176,17 +176,17 @@ func requireTestbed(t *testing.T) *e2eSetup {
 	return e
 }
 
-// expected lists, per QUIC port, the addresses that must answer with a valid VN and
+// expected lists, per QUIC port, the addresses that must answer with a valid probe.VN and
 // those that must answer at all, and per DNS server the class it must get; addresses in
 // any of the excluded prefixes (opted out, blocklisted) or skipped are left out.
-func (e *e2eSetup) expected(qp []uint16, excluded []netip.Prefix) (vn, any map[uint16][]netip.Addr, dns map[netip.Addr]Kind) {
+func (e *e2eSetup) expected(qp []uint16, excluded []netip.Prefix) (vn, any map[uint16][]netip.Addr, dns map[netip.Addr]probe.Kind) {
 	out := func(a netip.Addr) bool {
 		if _, ok := e.skip[a]; ok {
 			return true
 		}
 		return slices.ContainsFunc(excluded, func(p netip.Prefix) bool { return p.Contains(a) })
 	}
-	vn, any, dns = map[uint16][]netip.Addr{}, map[uint16][]netip.Addr{}, map[netip.Addr]Kind{}
+	vn, any, dns = map[uint16][]netip.Addr{}, map[uint16][]netip.Addr{}, map[netip.Addr]probe.Kind{}
 	for _, port := range qp {
 		for _, a := range e.pop.QUICSpeakers(port) {
 			if !out(a) {
@@ -210,7 +210,7 @@ func (e *e2eSetup) expected(qp []uint16, excluded []netip.Prefix) (vn, any map[u
 // scanPorts are the ports of the end-to-end scan: all four, or $DOQSCAN_E2E_PORTS
 // (diagnostics, e.g. "53" or "784,853").
 func scanPorts() (qp, dp []uint16) {
-	qp, dp = DefaultQUICPorts, DefaultDNSPorts
+	qp, dp = probe.DefaultQUICPorts, probe.DefaultDNSPorts
 	if p := os.Getenv("DOQSCAN_E2E_PORTS"); p != "" {
 		qp, dp = []uint16{}, []uint16{}
 		for _, f := range strings.Split(p, ",") {
@@ -264,10 +264,10 @@ func TestScanTestbed(t *testing.T) {
 	inetBefore := udpCounters(t, v.Instance+"-inet")
 	dlBefore := delayLineStats(t, v.Instance)
 	outDir := keepOnFailure(t)
-	sum, err := Scan(ctx, ScanConfig{Store: s, VantageID: "e2e", Week: "2026-W47", Seed: &seed, QUICPorts: qp, DNSPorts: dp,
+	sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, VantageID: "e2e", Week: "2026-W47", Seed: &seed, QUICPorts: qp, DNSPorts: dp,
 		Testbed: &testbedPrefix, BlocklistDir: blDir, OutDir: outDir,
 		VantageLocation: "testbed vantage namespace", VantageContact: "e2e@example.org",
-		Zmap: ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr,
+		Zmap: probe.ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr,
 			Cooldown: e2eCooldown, ProbesPerHost: e2eProbes()}})
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +277,7 @@ func TestScanTestbed(t *testing.T) {
 	// (ICMP); one that is neither was discarded by zmap (validation).
 	metas, _ := filepath.Glob(filepath.Join(outDir, "*", "*", "*", "*.meta.json"))
 	for _, f := range metas {
-		if m, err := ReadZmapMeta(f); err == nil {
+		if m, err := probe.ReadZmapMeta(f); err == nil {
 			t.Logf("zmap %s: pcap_recv %d = success %d + failure %d + discarded %d", filepath.Base(f),
 				m.PcapRecv, m.SuccessTotal, m.FailureTotal, m.PcapRecv-m.SuccessTotal-m.FailureTotal)
 		}
@@ -296,28 +296,28 @@ func TestScanTestbed(t *testing.T) {
 	for _, port := range qp {
 		var gotVN, gotAny []netip.Addr
 		for a, r := range got[port] {
-			if r.ReplyKind == string(KindICMPUnreach) {
+			if r.ReplyKind == string(probe.KindICMPUnreach) {
 				continue
 			}
 			gotAny = append(gotAny, a)
-			if r.ReplyKind == string(KindQUICVN) {
+			if r.ReplyKind == string(probe.KindQUICVN) {
 				gotVN = append(gotVN, a)
 				for _, v := range pop.AdvertisedVersions(a, port) {
 					if !slices.Contains(r.QUICVersions, int64(v)) {
-						t.Errorf("%s:%d: VN %v lacks advertised %#x", a, port, r.QUICVersions, v)
+						t.Errorf("%s:%d: probe.VN %v lacks advertised %#x", a, port, r.QUICVersions, v)
 					}
 				}
 			}
 			switch want := pop.VNReply(a, port); {
-			case want == population.VNMalformed && r.ReplyKind != string(KindQUICVNInvalid):
-				t.Errorf("%s:%d: malformed-VN host classified %s", a, port, r.ReplyKind)
-			case want == population.VNGarbage && r.ReplyKind != string(KindNotQUIC) && r.ReplyKind != string(KindQUICOther):
+			case want == population.VNMalformed && r.ReplyKind != string(probe.KindQUICVNInvalid):
+				t.Errorf("%s:%d: malformed-probe.VN host classified %s", a, port, r.ReplyKind)
+			case want == population.VNGarbage && r.ReplyKind != string(probe.KindNotQUIC) && r.ReplyKind != string(probe.KindQUICOther):
 				t.Errorf("%s:%d: garbage host classified %s", a, port, r.ReplyKind)
 			}
 		}
 		for _, a := range wantVN[port] {
-			if r, ok := got[port][a]; ok && r.ReplyKind != string(KindQUICVN) {
-				t.Errorf("%s:%d: VN speaker classified %s; payload %x", a, port, r.ReplyKind, r.Payload)
+			if r, ok := got[port][a]; ok && r.ReplyKind != string(probe.KindQUICVN) {
+				t.Errorf("%s:%d: probe.VN speaker classified %s; payload %x", a, port, r.ReplyKind, r.Payload)
 			}
 		}
 		diff(t, fmt.Sprintf("port %d quic-vn", port), wantVN[port], gotVN)
@@ -348,7 +348,7 @@ func keepOnFailure(t *testing.T) string {
 
 // checkDNS compares the replies on 53 with the DNS servers that must be found (only
 // those in scope, when scope is set).
-func checkDNS(t *testing.T, want map[netip.Addr]Kind, got map[netip.Addr]store.ScanReply, scope func(netip.Addr) bool) {
+func checkDNS(t *testing.T, want map[netip.Addr]probe.Kind, got map[netip.Addr]store.ScanReply, scope func(netip.Addr) bool) {
 	t.Helper()
 	var miss, wrong, extra []string
 	n := 0
@@ -366,7 +366,7 @@ func checkDNS(t *testing.T, want map[netip.Addr]Kind, got map[netip.Addr]store.S
 		}
 	}
 	for a, r := range got {
-		if _, ok := want[a]; !ok && r.ReplyKind != string(KindICMPUnreach) {
+		if _, ok := want[a]; !ok && r.ReplyKind != string(probe.KindICMPUnreach) {
 			extra = append(extra, fmt.Sprintf("%s %s", a, r.ReplyKind))
 		}
 	}
@@ -405,7 +405,7 @@ func scanReplies(t *testing.T, s *store.Store, excluded []netip.Prefix) map[uint
 // logCounters prints where datagrams could have been lost: the internet namespace's UDP
 // counters (a full socket buffer counts RcvbufErrors), the delay line (emulated loss,
 // overflow) and zmap's capture.
-func logCounters(t *testing.T, inst string, inetBefore map[string]int64, dlBefore delayline.Stats, sum *Summary) {
+func logCounters(t *testing.T, inst string, inetBefore map[string]int64, dlBefore delayline.Stats, sum *probe.Summary) {
 	t.Helper()
 	in := netns.Instance{Name: inst, Vantages: 1}
 	for _, ns := range []string{in.Vantage(0), in.Router(), in.Inet()} {
@@ -433,7 +433,7 @@ func logCounters(t *testing.T, inst string, inetBefore map[string]int64, dlBefor
 		t.Logf("port %d: zmap pcap drops %d, sendto failures %d", p.Port, p.PcapDrop, p.SendFails)
 	}
 	var sb strings.Builder
-	PrintSummary(&sb, sum)
+	probe.PrintSummary(&sb, sum)
 	t.Log("\n" + sb.String())
 }
 
@@ -531,10 +531,10 @@ func TestScanLossyPaths(t *testing.T) {
 	if len(targets) == 0 {
 		t.Skip("SKIP: the population has no lossy path")
 	}
-	wantVN, _, wantDNS := e.expected(DefaultQUICPorts, nil)
+	wantVN, _, wantDNS := e.expected(probe.DefaultQUICPorts, nil)
 	var qp, dp []uint16
 	var losses []float64
-	for _, port := range DefaultQUICPorts {
+	for _, port := range probe.DefaultQUICPorts {
 		n := 0
 		for _, a := range wantVN[port] {
 			if l, ok := lossOf[a]; ok {
@@ -564,9 +564,9 @@ func TestScanLossyPaths(t *testing.T) {
 	s := storetest.Open(t)
 	dlBefore := delayLineStats(t, v.Instance)
 	inetBefore := udpCounters(t, v.Instance+"-inet")
-	sum, err := Scan(ctx, ScanConfig{Store: s, VantageID: "e2e", Week: "2026-W47", Label: "lossy", Targets: targets,
+	sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, VantageID: "e2e", Week: "2026-W47", Label: "lossy", Targets: targets,
 		QUICPorts: qp, DNSPorts: dp, Testbed: &testbedPrefix, BlocklistDir: filepath.Join("..", "..", "blocklist"), OutDir: t.TempDir(),
-		Zmap: ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr,
+		Zmap: probe.ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr,
 			Cooldown: e2eCooldown, ProbesPerHost: probes}})
 	if err != nil {
 		t.Fatal(err)
@@ -585,7 +585,7 @@ func TestScanLossyPaths(t *testing.T) {
 			}
 		}
 		for a, r := range got[port] {
-			if r.ReplyKind == string(KindQUICVN) {
+			if r.ReplyKind == string(probe.KindQUICVN) {
 				found = append(found, a)
 			}
 		}
@@ -655,16 +655,16 @@ func e2eRate() int {
 // BenchmarkZprobeVsZmap sends the same payload over the whole /16 on one port with raw
 // zmap (-r 0 = as fast as it can, output discarded) and with zprobe's driver (same
 // zmap, plus blocklist, streaming parser and store), and prints both rates and their
-// ratio (goal >= 0.95).
+// ratio (goal >= 0.95). The ingest's own rate is internal/probe's BenchmarkIngestCSV.
 func BenchmarkZprobeVsZmap(b *testing.B) {
 	v := testbed.Require(b)
 	s := storetest.Open(b)
 	ctx := context.Background()
 	dir := b.TempDir()
-	pkt, _ := DefaultQUICProbe().Build()
+	pkt, _ := probe.DefaultQUICProbe().Build()
 	probeFile := filepath.Join(dir, "quic.pkt")
 	os.WriteFile(probeFile, pkt, 0o644)
-	safety, err := BuildSafety(nil, &testbedPrefix, false, nil, nil)
+	safety, err := probe.BuildSafety(nil, &testbedPrefix, false, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -675,26 +675,26 @@ func BenchmarkZprobeVsZmap(b *testing.B) {
 	os.WriteFile(filepath.Join(dir, "al.conf"), []byte(al.String()), 0o644)
 	var rawRate, zRate float64
 	for i := 0; i < b.N; i++ {
-		raw := exec.CommandContext(ctx, DefaultZmap, "-M", "udp", "-p", "853", "--probe-args=file:"+probeFile,
+		raw := exec.CommandContext(ctx, probe.DefaultZmap, "-M", "udp", "-p", "853", "--probe-args=file:"+probeFile,
 			"-b", filepath.Join(dir, "bl.conf"), "-w", filepath.Join(dir, "al.conf"), "-i", v.Iface, "-G", v.GatewayMAC,
 			"-S", v.Addr, "-r", "0", "-c", "1", "-o", "/dev/null", "--disable-syslog")
 		out, err := raw.CombinedOutput()
 		if err != nil {
 			b.Fatalf("raw zmap: %v\n%s", err, out)
 		}
-		var last ZmapStatus
+		var last probe.ZmapStatus
 		for _, l := range strings.Split(string(out), "\n") {
-			if st, ok := ParseZmapStatus(l); ok {
+			if st, ok := probe.ParseZmapStatus(l); ok {
 				last = st
 			}
 		}
-		r, ok := ParseRate(last.SendRate)
+		r, ok := probe.ParseRate(last.SendRate)
 		if !ok {
 			b.Fatalf("no rate in raw zmap's status lines:\n%s", out)
 		}
-		sum, err := Scan(ctx, ScanConfig{Store: s, VantageID: "bench", Week: "2026-W47", Label: fmt.Sprintf("b%d-%d", b.N, i),
+		sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, VantageID: "bench", Week: "2026-W47", Label: fmt.Sprintf("b%d-%d", b.N, i),
 			QUICPorts: []uint16{853}, DNSPorts: []uint16{}, Testbed: &testbedPrefix, OutDir: dir,
-			Zmap: ZmapRun{Rate: RateUnlimited, Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr, Cooldown: 1}})
+			Zmap: probe.ZmapRun{Rate: probe.RateUnlimited, Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr, Cooldown: 1}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -703,24 +703,9 @@ func BenchmarkZprobeVsZmap(b *testing.B) {
 		zRate += sum.Ports[0].RatePPS
 	}
 	b.StopTimer()
-	// The ingest side by side: zmap CSV lines -> replies -> classes, as fast as it goes.
-	const n = 65536
-	data := syntheticCSV(b, n)
-	c := testClassifier(b)
-	start, reps := time.Now(), 0
-	for time.Since(start) < 2*time.Second {
-		in := NewIngest(nil, 0, c, nil)
-		if err := IngestCSV(ctx, bytes.NewReader(data), 784, in); err != nil || in.Replies != n {
-			b.Fatal(err, in.Replies)
-		}
-		reps++
-	}
-	ingest := float64(reps*n) / time.Since(start).Seconds()
 	b.ReportMetric(rawRate/float64(b.N), "raw_zmap_pps")
 	b.ReportMetric(zRate/float64(b.N), "zprobe_pps")
 	b.ReportMetric(zRate/rawRate, "ratio")
-	b.ReportMetric(ingest, "ingest_replies/s")
-	b.ReportMetric(ingest/IngestGoal, "ingest_x_goal")
 	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
 		b.Logf("load average: %s", strings.TrimSpace(string(load)))
 	}
@@ -810,7 +795,7 @@ func checkScanProvenance(t *testing.T, s *store.Store, scanID int64) {
 		t.Fatalf("scan provenance %s (%v): want one record", raw, err)
 	}
 	r := recs[0]
-	zv, err := DetectZmap(ctx, DefaultZmap)
+	zv, err := probe.DetectZmap(ctx, probe.DefaultZmap)
 	if err != nil {
 		t.Fatal(err)
 	}

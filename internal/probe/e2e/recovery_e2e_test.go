@@ -1,13 +1,15 @@
 // End-to-end tests of a scan that does not end cleanly, on the simulated internet: the
 // zprobe process killed mid-scan, and PostgreSQL stopped mid-scan.
 
-package probe
+package e2e_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/home"
+	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/doqscan/doqscan/internal/store/storetest"
@@ -117,11 +121,31 @@ func compareSets(t *testing.T, what string, want, got []string) {
 	}
 }
 
+// rawAddrs returns the addresses (first CSV column) of the data lines of a raw file.
+func rawAddrs(t *testing.T, path string) map[netip.Addr]bool {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[netip.Addr]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		field, _, _ := strings.Cut(sc.Text(), ",")
+		if a, err := netip.ParseAddr(field); err == nil {
+			out[a] = true
+		}
+	}
+	return out
+}
+
 // buildZprobe builds cmd/zprobe from this tree into a temporary directory.
 func buildZprobe(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "zprobe")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/zprobe").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/doqscan/doqscan/cmd/zprobe").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build ./cmd/zprobe: %v\n%s", err, out)
 	}
@@ -149,7 +173,7 @@ func TestScanKilled(t *testing.T) {
 	defer s.Close()
 	out := keepOnFailure(t)
 	args := []string{"scan", "--vantage", "killed", "--week", "2026-W47", "--label", "killed", "--testbed", testbedPrefix.String(),
-		"--quic-ports", "784", "--dns-ports", "53", "--cooldown", "3", "--out", out, "--blocklist-dir", "../../blocklist",
+		"--quic-ports", "784", "--dns-ports", "53", "--cooldown", "3", "--out", out, "--blocklist-dir", filepath.Join(home.Dir(), "blocklist"),
 		"--interface", v.Iface, "--gateway-mac", v.GatewayMAC, "--source-ip", v.Addr, "--seed", "7"}
 	run := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(bin, args...)
@@ -167,7 +191,7 @@ func TestScanKilled(t *testing.T) {
 	syscall.Kill(-first.Process.Pid, syscall.SIGKILL)
 	first.Wait()
 	t.Logf("killed zprobe and zmap with %d replies of port 53 in the database", n)
-	dir := RunDir(out, "2026-W47", "killed", "killed", 0)
+	dir := probe.RunDir(out, "2026-W47", "killed", "killed", 0)
 	raw53 := filepath.Join(dir, "53.csv")
 	onDisk := rawAddrs(t, raw53)
 	if len(onDisk) == 0 {
@@ -251,7 +275,7 @@ func TestScanKilled(t *testing.T) {
 	if n := len(rawAddrs(t, filepath.Join(dir, "53.attempt2.csv"))); n == 0 {
 		t.Errorf("the re-run of port 53 wrote no 53.attempt2.csv")
 	}
-	m, err := ReadZmapMeta(filepath.Join(dir, "53.attempt2.meta.json"))
+	m, err := probe.ReadZmapMeta(filepath.Join(dir, "53.attempt2.meta.json"))
 	if err != nil || m.Rate != helpRate {
 		t.Errorf("zmap's metadata: %+v (%v), want rate %d", m, err, helpRate)
 	}
@@ -295,14 +319,14 @@ func TestScanDBOutage(t *testing.T) {
 	ctx := context.Background()
 	seed := uint64(11)
 	out := keepOnFailure(t)
-	cfg := func(s *store.Store, label string, wait time.Duration) ScanConfig {
-		return ScanConfig{Store: s, VantageID: "outage", Week: "2026-W47", Label: label, Seed: &seed,
-			QUICPorts: []uint16{784}, DNSPorts: []uint16{53}, Testbed: &testbedPrefix, BlocklistDir: "../../blocklist",
-			OutDir: out, DBWait: wait, Zmap: ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC,
+	cfg := func(s *store.Store, label string, wait time.Duration) probe.ScanConfig {
+		return probe.ScanConfig{Store: s, VantageID: "outage", Week: "2026-W47", Label: label, Seed: &seed,
+			QUICPorts: []uint16{784}, DNSPorts: []uint16{53}, Testbed: &testbedPrefix, BlocklistDir: filepath.Join(home.Dir(), "blocklist"),
+			OutDir: out, DBWait: wait, Zmap: probe.ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC,
 				SourceIP: v.Addr, Cooldown: e2eCooldown, ProbesPerHost: e2eProbes()}}
 	}
 	ref := storetest.Open(t)
-	if _, err := Scan(ctx, cfg(ref, "ref", time.Minute)); err != nil {
+	if _, err := probe.Scan(ctx, cfg(ref, "ref", time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	want := replySet(t, ref, "ref")
@@ -316,12 +340,12 @@ func TestScanDBOutage(t *testing.T) {
 
 	// 1. Away for 20 s, back before --db-wait ends.
 	type result struct {
-		sum *Summary
+		sum *probe.Summary
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		sum, err := Scan(ctx, cfg(s, "short", 2*time.Minute))
+		sum, err := probe.Scan(ctx, cfg(s, "short", 2*time.Minute))
 		done <- result{sum, err}
 	}()
 	waitRows(t, s, "short", 784)
@@ -346,7 +370,7 @@ func TestScanDBOutage(t *testing.T) {
 
 	// 2. Away for longer than --db-wait: exit 3, then the next run recovers.
 	go func() {
-		sum, err := Scan(ctx, cfg(s, "long", 5*time.Second))
+		sum, err := probe.Scan(ctx, cfg(s, "long", 5*time.Second))
 		done <- result{sum, err}
 	}()
 	waitRows(t, s, "long", 784)
@@ -361,18 +385,18 @@ func TestScanDBOutage(t *testing.T) {
 	if _, _, err := cluster.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	meta784, err := os.ReadFile(filepath.Join(RunDir(out, "2026-W47", "outage", "long", 0), "784.meta.json"))
+	meta784, err := os.ReadFile(filepath.Join(probe.RunDir(out, "2026-W47", "outage", "long", 0), "784.meta.json"))
 	if err != nil {
 		t.Fatalf("zmap finished port 784 during the outage, but its metadata is not in place: %v", err)
 	}
-	sum, err := Scan(ctx, cfg(s, "long", time.Minute))
+	sum, err := probe.Scan(ctx, cfg(s, "long", time.Minute))
 	if err != nil || sum.Status != "ok" {
 		t.Fatalf("re-run: %v %v", sum, err)
 	}
 	if len(sum.Ports) != 2 || !sum.Ports[0].Resumed || sum.Ports[0].Status != "ok" || sum.Ports[1].Resumed {
 		t.Errorf("re-run ports %+v: want 784 recovered from its raw file (not sent again) and 53 scanned", sum.Ports)
 	}
-	if m, _ := os.ReadFile(filepath.Join(RunDir(out, "2026-W47", "outage", "long", 0), "784.meta.json")); !bytes.Equal(m, meta784) {
+	if m, _ := os.ReadFile(filepath.Join(probe.RunDir(out, "2026-W47", "outage", "long", 0), "784.meta.json")); !bytes.Equal(m, meta784) {
 		t.Error("the re-run sent port 784 again")
 	}
 	compareSets(t, "outage past --db-wait, then a re-run", want, replySet(t, s, "long"))

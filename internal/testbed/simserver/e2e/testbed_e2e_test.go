@@ -1,4 +1,4 @@
-package simserver
+package e2e_test
 
 import (
 	"context"
@@ -20,9 +20,9 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
-// The tests of this package run inside a testbed vantage namespace (the testbed with
+// The tests of this package run inside a testbed vantage namespace (a testbed with
 // bin/simserver serving the population behind the delay line); where the testbed cannot
-// run they are skipped with the reason, except the pure ones (directory_test.go).
+// run they are skipped with the reason. The unit tests live in internal/testbed/simserver.
 func TestMain(m *testing.M) {
 	os.Exit(testbed.RunInVantage(m, testbed.Options{Servers: true}))
 }
