@@ -118,21 +118,21 @@ func (c *RunConfig) setDefaults() {
 
 // Summary is what a run found (the whole run, including earlier invocations).
 type Summary struct {
-	RunID    int64          `json:"run_id"`
-	Week     string         `json:"iso_week"`
-	Vantage  string         `json:"vantage"`
-	Label    string         `json:"label"`
-	Source   string         `json:"source"`
-	ScanIDs  []int64        `json:"scan_ids,omitempty"`
-	Targets  int            `json:"targets"`       // in this invocation's target list
-	Skipped  int            `json:"skipped"`       // already verified in this run
-	Excluded int            `json:"excluded"`      // blocklisted or opted out: never contacted
-	Verified int            `json:"verified_now"`  // verified by this invocation
-	Elapsed  float64        `json:"elapsed_s"`     // this invocation
-	Rate     float64        `json:"targets_per_s"` // this invocation
-	Outcomes map[string]int `json:"outcomes"`      // whole run
-	Versions []VersionCount `json:"versions"`      // whole run, completed handshakes
-	Status   string         `json:"status"`        // ok | interrupted | failed
+	RunID    int64           `json:"run_id"`
+	Week     string          `json:"iso_week"`
+	Vantage  string          `json:"vantage"`
+	Label    string          `json:"label"`
+	Source   string          `json:"source"`
+	ScanIDs  []int64         `json:"scan_ids,omitempty"`
+	Targets  int             `json:"targets"`       // in this invocation's target list
+	Skipped  int             `json:"skipped"`       // already verified in this run
+	Excluded int             `json:"excluded"`      // blocklisted or opted out: never contacted
+	Verified int             `json:"verified_now"`  // verified by this invocation
+	Elapsed  float64         `json:"elapsed_s"`     // this invocation
+	Rate     float64         `json:"targets_per_s"` // this invocation
+	Outcomes map[string]int  `json:"outcomes"`      // whole run
+	Versions []VersionCount  `json:"versions"`      // whole run, completed handshakes
+	Status   store.RunStatus `json:"status"`        // ok | interrupted | failed
 }
 
 // VersionCount counts completed handshakes per DoQ (ALPN) and QUIC version pair.
@@ -265,13 +265,7 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 	if sum.Elapsed > 0 {
 		sum.Rate = float64(n) / sum.Elapsed
 	}
-	sum.Status = "ok"
-	switch {
-	case runErr != nil && ctx.Err() != nil:
-		sum.Status = "interrupted"
-	case runErr != nil:
-		sum.Status = "failed"
-	}
+	sum.Status = store.RunStatusOf(ctx, runErr)
 	// The summary covers the whole run; write it with a context that survives SIGINT.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
