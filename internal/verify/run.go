@@ -130,7 +130,7 @@ type Summary struct {
 	Verified int             `json:"verified_now"`  // verified by this invocation
 	Elapsed  float64         `json:"elapsed_s"`     // this invocation
 	Rate     float64         `json:"targets_per_s"` // this invocation
-	Outcomes map[string]int  `json:"outcomes"`      // whole run
+	Outcomes map[Outcome]int `json:"outcomes"`      // whole run
 	Versions []VersionCount  `json:"versions"`      // whole run, completed handshakes
 	Status   store.RunStatus `json:"status"`        // ok | interrupted | failed
 }
@@ -571,7 +571,7 @@ func ptr[T any](v T) *T { return &v }
 // toRow converts a result into its verification_results row.
 func toRow(runID int64, r Result) store.VerificationResult {
 	row := store.VerificationResult{RunID: runID, Address: r.Addr.Addr(), Port: int32(r.Addr.Port()),
-		Outcome: r.Outcome, Detail: r.Detail, ScanVersions: r.ScanVersions, Attempts: int16(r.Attempts),
+		Outcome: string(r.Outcome), Detail: r.Detail, ScanVersions: r.ScanVersions, Attempts: int16(r.Attempts),
 		VerifiedAt: r.At, SNISource: ptr(r.SNISource), CertValidForSNI: r.CertValid, DNSAnswers: nil}
 	if r.QUICVersion != 0 {
 		row.QUICVersion = ptr(int64(r.QUICVersion))
@@ -598,7 +598,7 @@ func toRow(runID int64, r Result) store.VerificationResult {
 
 // runSummary fills the whole-run counts from the database.
 func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) error {
-	sum.Outcomes = map[string]int{}
+	sum.Outcomes = map[Outcome]int{}
 	rows, err := s.Pool.Query(ctx, `SELECT outcome, count(*) FROM verification_results WHERE run_id = $1 GROUP BY outcome`, runID)
 	if err != nil {
 		return fmt.Errorf("summary: %w", err)
@@ -610,7 +610,7 @@ func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) 
 			rows.Close()
 			return err
 		}
-		sum.Outcomes[o] = n
+		sum.Outcomes[Outcome(o)] = n
 	}
 	rows.Close()
 	rows, err = s.Pool.Query(ctx, `SELECT alpn, quic_version, count(*) FROM verification_results
@@ -655,7 +655,7 @@ func (s *Summary) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "this invocation: %d targets, %d already done, %d verified in %.1f s (%.1f/s), status %s\n",
 		s.Targets, s.Skipped, s.Verified, s.Elapsed, s.Rate, s.Status)
 	fmt.Fprintf(w, "\noutcome            count (whole run)\n")
-	for _, o := range Outcomes {
+	for _, o := range Outcomes.Values() {
 		if n := s.Outcomes[o]; n > 0 {
 			fmt.Fprintf(w, "%-18s %6d\n", o, n)
 		}
@@ -669,6 +669,6 @@ func (s *Summary) WriteText(w io.Writer) {
 }
 
 // isResolverOutcome reports whether an outcome with an rcode makes its address a resolver.
-func isResolverOutcome(o string) bool {
+func isResolverOutcome(o Outcome) bool {
 	return o == OutcomeVerified || o == OutcomeRefused || o == OutcomeDNSError
 }
