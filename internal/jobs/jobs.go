@@ -66,7 +66,9 @@ var LockCheck = 10 * time.Second
 // Run runs fn as the run of job for the period containing now, from vantage. If another
 // run of the job holds the lock, it records 'skipped-locked' and returns ErrLocked. Before
 // running, it records every period since the job's last run that has no row as 'missed'
-// (at most maxMissed of them) and logs it.
+// (at most maxMissed of them) and logs it. The run is recorded with the status
+// store.RunStatusOf gives (ok, interrupted when ctx ends or fn's error is a
+// cancellation or the database gone away, else failed).
 //
 // The lock is a session-level advisory lock on a connection of its own (not one of the
 // pool's, which the pool may close or hand out), watched while fn runs. If that
@@ -138,11 +140,13 @@ func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage str
 		runErr = <-fnDone
 	}
 	if lost != nil {
-		runErr = fmt.Errorf("%w (%v); the command was stopped: %w", ErrLockLost, lost, orDone(runErr))
+		// The command's own error (its stop) is detail: the run failed because the lock
+		// was lost, whatever the command did on the way out.
+		runErr = fmt.Errorf("%w (%v); the command was stopped: %v", ErrLockLost, lost, orDone(runErr))
 	}
-	status, detail := "ok", ""
+	status, detail := store.RunStatusOf(ctx, runErr), ""
 	if runErr != nil {
-		status, detail = "failed", runErr.Error()
+		detail = runErr.Error()
 	}
 	if _, err := s.Pool.Exec(context.WithoutCancel(ctx), `UPDATE job_runs SET status = $4, finished_at = now(), detail = $5
 		WHERE job = $1 AND run_key = $2 AND vantage_id = $3`, job, key, vantage, status, detail); err != nil && runErr == nil {
@@ -198,7 +202,7 @@ func recordMissed(ctx context.Context, s *store.Store, log *slog.Logger, job, va
 	// of the clock the job runs under, which tests compress with --now.
 	var lastKey string
 	err := s.Pool.QueryRow(ctx, `SELECT coalesce(max(run_key), '') FROM job_runs
-		WHERE job = $1 AND vantage_id = $2 AND status IN ('ok', 'failed', 'running')`, job, vantage).Scan(&lastKey)
+		WHERE job = $1 AND vantage_id = $2 AND status IN ('ok', 'failed', 'interrupted', 'running')`, job, vantage).Scan(&lastKey)
 	if err != nil {
 		return err
 	}

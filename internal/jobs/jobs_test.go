@@ -3,12 +3,14 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -104,6 +106,37 @@ func TestFailureIsRecorded(t *testing.T) {
 	s.Pool.QueryRow(ctx, `SELECT status, detail FROM job_runs`).Scan(&status, &detail)
 	if status != "failed" || detail != "zmap died" {
 		t.Errorf("recorded %q %q", status, detail)
+	}
+}
+
+// TestInterruptionIsRecorded: a job stopped from outside (its context cancelled, as a
+// signal to jobrun does) is recorded 'interrupted', by the rule scans, verification runs
+// and campaigns use (store.RunStatusOf), not 'failed'; and an interrupted period is not
+// counted as missed by the next run.
+func TestInterruptionIsRecorded(t *testing.T) {
+	s := storetest.Open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	now := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	err := Run(ctx, s, quiet, "measure", "vp1", now, func(ctx context.Context, _ string) error {
+		cancel()
+		<-ctx.Done()
+		return fmt.Errorf("measure: %w", ctx.Err())
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v, want the cancellation", err)
+	}
+	var status string
+	s.Pool.QueryRow(context.Background(), `SELECT status FROM job_runs WHERE run_key = '2026-11-22T04'`).Scan(&status)
+	if status != string(store.RunInterrupted) {
+		t.Errorf("recorded %q, want interrupted", status)
+	}
+	if err := Run(context.Background(), s, quiet, "measure", "vp1", now.Add(time.Hour), func(context.Context, string) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var missed int
+	s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM job_runs WHERE status = 'missed'`).Scan(&missed)
+	if missed != 0 {
+		t.Errorf("%d periods recorded missed after an interrupted one, want 0", missed)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"github.com/doqscan/doqscan/internal/outcome"
 )
 
 // Status is the classification of an exchange, one of schema.sql measurements.status.
@@ -33,6 +34,21 @@ const (
 	StatusError        Status = "error"         // anything else
 )
 
+// Statuses is the table of measurement statuses, in report order.
+var Statuses = outcome.Table[Status]{
+	{Status: StatusOK, Meaning: "a valid DNS response with an rcode (rcode says which)"},
+	{Status: StatusTimeout, Meaning: "no (complete) answer within the timeout"},
+	{Status: StatusConnRefused, Meaning: "the port is closed: TCP RST to the SYN, or ICMP port unreachable"},
+	{Status: StatusReset, Meaning: "the connection or stream was reset or closed mid-exchange"},
+	{Status: StatusTLSError, Meaning: "TLS alert, bad certificate or bad record"},
+	{Status: StatusQUICError, Meaning: "QUIC handshake or transport error, version negotiation failed, application close"},
+	{Status: StatusALPNMismatch, Meaning: "no common ALPN (TLS alert 120, or the server chose another)"},
+	{Status: StatusHTTPError, Meaning: "DoH answered with an HTTP status other than 200"},
+	{Status: StatusBadResponse, Meaning: "malformed reply: wrong length, wrong ID, not a DNS message"},
+	{Status: StatusNetwork, Meaning: "another socket error: host or network unreachable"},
+	{Status: StatusError, Meaning: "anything else (a panic of the measurer: the detail says so)"},
+}
+
 // Errors the measurers wrap to classify.
 var (
 	errHTTPStatus  = errors.New("HTTP status")
@@ -47,10 +63,14 @@ const tlsAlertNoApplicationProtocol = 120
 // quicCryptoErrorBase: TLS alerts are carried as QUIC CRYPTO_ERROR 0x0100+alert (RFC 9001 §4.8).
 const quicCryptoErrorBase = 0x100
 
-// Classify maps an error to a Status; nil is ok.
+// Classify maps an error to a Status; nil is ok. A status the error carries
+// (outcome.Error[Status]) wins; otherwise the error's type decides, never its text.
 func Classify(err error) Status {
 	if err == nil {
 		return StatusOK
+	}
+	if s, ok := outcome.TryGet[Status](err); ok {
+		return s
 	}
 	var (
 		hsTimeout   *quic.HandshakeTimeoutError

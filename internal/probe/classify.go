@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/outcome"
 	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/store"
 )
@@ -24,9 +25,25 @@ const (
 	KindDNS           Kind = "dns"             // a parseable DNS reply to our query
 	KindDNSMalformed  Kind = "dns-malformed"   // an answer on a DNS port that is not one
 	KindICMPUnreach   Kind = "icmp-unreach"    // ICMP destination unreachable
+	KindUDPReply      Kind = "udp-reply"       // imported from the study's scan: any UDP answer, address only (internal/dataset)
 )
 
-// Kinds lists every kind, in report order.
+// ReplyKinds is the table of reply kinds (scan_replies.reply_kind). The classifier gives
+// every kind but udp-reply, which only imported datasets carry. 'icmp-unreach' is any
+// ICMP destination unreachable (icmp_code says which); measure and rtt call a port
+// unreachable conn-refused, verify unreachable.
+var ReplyKinds = outcome.Table[Kind]{
+	{Status: KindQUICVN, Meaning: "a Version Negotiation packet that echoes our CIDs and lists versions, not ours"},
+	{Status: KindQUICVNInvalid, Meaning: "VN-shaped, but truncated, misaligned, without versions, with other CIDs, or listing our version"},
+	{Status: KindQUICOther, Meaning: "another QUIC packet (long header with valid invariants, or a short header)"},
+	{Status: KindNotQUIC, Meaning: "any other UDP answer on a QUIC port"},
+	{Status: KindDNS, Meaning: "a DNS response with our ID and question, every record within bounds"},
+	{Status: KindDNSMalformed, Meaning: "any other answer on a DNS port"},
+	{Status: KindICMPUnreach, Meaning: "ICMP destination unreachable (type and code stored)"},
+	{Status: KindUDPReply, Meaning: "imported from the original study's scan: it counted any UDP answer and kept only the address"},
+}
+
+// Kinds lists every kind the classifier gives, in report order.
 var Kinds = []Kind{KindQUICVN, KindQUICVNInvalid, KindQUICOther, KindNotQUIC, KindDNS, KindDNSMalformed, KindICMPUnreach}
 
 // ProbeKind says which probe a port's run sends (scan_runs.probe_kind).

@@ -115,7 +115,7 @@ func replayDir(t *testing.T) string {
 	return dir
 }
 
-func runStatus(t *testing.T, s *store.Store, port int32) (scan, run string) {
+func runStatus(t *testing.T, s *store.Store, port int32) (scan, run store.RunStatus) {
 	t.Helper()
 	st, found, err := s.FindScan(context.Background(), "2026-W47", "test", "weekly", 0)
 	if err != nil || !found {

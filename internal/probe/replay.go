@@ -65,17 +65,17 @@ func ParseDNSProbe(b []byte) (DNSProbe, error) {
 type ReplayResult struct {
 	ScanID     int64
 	Port       uint16
-	Ports      []uint16 // the ports of the raw file (several: a zmap 4.x run); Port is the first
-	NoPort     int64    // replies of a several-port run that name no port (not stored)
-	Lines      int64    // data lines read (the header not counted)
-	Replies    int64    // replies classified and stored
-	Inserted   int64    // rows new in the database
-	Bad        int64    // lines that did not parse
-	BadLines   []int64  // line numbers of the first bad lines (1 = the header)
-	Truncated  bool     // the last line was cut off (no newline) and not parsed
-	Complete   bool     // zmap finished the port (its metadata file is next to the CSV)
-	Status     string   // the port's scan_runs status after the replay
-	ScanStatus string   // the scan's status after the replay
+	Ports      []uint16        // the ports of the raw file (several: a zmap 4.x run); Port is the first
+	NoPort     int64           // replies of a several-port run that name no port (not stored)
+	Lines      int64           // data lines read (the header not counted)
+	Replies    int64           // replies classified and stored
+	Inserted   int64           // rows new in the database
+	Bad        int64           // lines that did not parse
+	BadLines   []int64         // line numbers of the first bad lines (1 = the header)
+	Truncated  bool            // the last line was cut off (no newline) and not parsed
+	Complete   bool            // zmap finished the port (its metadata file is next to the CSV)
+	Status     store.RunStatus // the port's scan_runs status after the replay
+	ScanStatus store.RunStatus // the scan's status after the replay
 	ByKind     map[Kind]int64
 }
 
@@ -189,7 +189,7 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 				ProbeSHA256: h[:], RawOutput: abs}); err != nil {
 				return nil, store.Unavailable(err)
 			}
-			run = store.ScanRunState{Port: int32(p), Status: "running"}
+			run = store.ScanRunState{Port: int32(p), Status: store.RunRunning}
 		}
 		runs[p] = run
 	}
@@ -210,9 +210,9 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 	res.NoPort = in.NoPort
 	for i, p := range filePorts {
 		run := runs[p]
-		status := "interrupted"
-		if run.Status == "ok" || (res.Complete && !res.Truncated) {
-			status = "ok"
+		status := store.RunInterrupted
+		if run.Status == store.RunOK || (res.Complete && !res.Truncated) {
+			status = store.RunOK
 		}
 		if i == 0 {
 			res.Status = status

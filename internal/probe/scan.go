@@ -87,43 +87,43 @@ func ISOWeek(t time.Time) string {
 
 // PortSummary is one port's part of a scan summary.
 type PortSummary struct {
-	Port        uint16         `json:"port"`
-	Probe       ProbeKind      `json:"probe"`
-	Status      string         `json:"status"`
-	ProbesSent  int64          `json:"probes_sent"`
-	Replies     int64          `json:"replies"`
-	ByKind      map[Kind]int64 `json:"replies_by_kind"`
-	HitRate     float64        `json:"hit_rate"` // quic-vn (or dns) replies / probes sent
-	DurationS   float64        `json:"duration_s"`
-	RatePPS     float64        `json:"achieved_rate_pps"`
-	Inserted    int64          `json:"rows_inserted"`
-	BadLines    int64          `json:"bad_lines"`
-	Blocklisted int64          `json:"blocklisted"`
-	PcapDrop    int64          `json:"zmap_pcap_drop"`       // replies zmap's capture dropped
-	SendFails   int64          `json:"zmap_sendto_failures"` // probes zmap failed to send
-	RawOutput   string         `json:"raw_output,omitempty"`
-	NoPort      int64          `json:"replies_without_port,omitempty"` // ICMP replies of a several-port run: not stored
-	Resumed     bool           `json:"resumed,omitempty"`              // done by an earlier run of the scan: not sent again
+	Port        uint16          `json:"port"`
+	Probe       ProbeKind       `json:"probe"`
+	Status      store.RunStatus `json:"status"`
+	ProbesSent  int64           `json:"probes_sent"`
+	Replies     int64           `json:"replies"`
+	ByKind      map[Kind]int64  `json:"replies_by_kind"`
+	HitRate     float64         `json:"hit_rate"` // quic-vn (or dns) replies / probes sent
+	DurationS   float64         `json:"duration_s"`
+	RatePPS     float64         `json:"achieved_rate_pps"`
+	Inserted    int64           `json:"rows_inserted"`
+	BadLines    int64           `json:"bad_lines"`
+	Blocklisted int64           `json:"blocklisted"`
+	PcapDrop    int64           `json:"zmap_pcap_drop"`       // replies zmap's capture dropped
+	SendFails   int64           `json:"zmap_sendto_failures"` // probes zmap failed to send
+	RawOutput   string          `json:"raw_output,omitempty"`
+	NoPort      int64           `json:"replies_without_port,omitempty"` // ICMP replies of a several-port run: not stored
+	Resumed     bool            `json:"resumed,omitempty"`              // done by an earlier run of the scan: not sent again
 }
 
 // Summary is the scan summary printed at the end and stored in scans.summary.
 type Summary struct {
-	ScanID     int64          `json:"scan_id"`
-	Week       string         `json:"iso_week"`
-	Vantage    string         `json:"vantage_id"`
-	Label      string         `json:"label"`
-	Shard      int            `json:"shard"`
-	Shards     int            `json:"shards"`
-	Sender     string         `json:"sender"`
-	Zmap       string         `json:"zmap_version,omitempty"` // as `zmap --version` said it
-	Version    string         `json:"probe_version"`
-	Ports      []PortSummary  `json:"ports"`
-	ProbesSent int64          `json:"probes_sent"`
-	Replies    int64          `json:"replies"`
-	ByKind     map[Kind]int64 `json:"replies_by_kind"`
-	DurationS  float64        `json:"duration_s"`
-	RatePPS    float64        `json:"achieved_rate_pps"`
-	Status     string         `json:"status"`
+	ScanID     int64           `json:"scan_id"`
+	Week       string          `json:"iso_week"`
+	Vantage    string          `json:"vantage_id"`
+	Label      string          `json:"label"`
+	Shard      int             `json:"shard"`
+	Shards     int             `json:"shards"`
+	Sender     string          `json:"sender"`
+	Zmap       string          `json:"zmap_version,omitempty"` // as `zmap --version` said it
+	Version    string          `json:"probe_version"`
+	Ports      []PortSummary   `json:"ports"`
+	ProbesSent int64           `json:"probes_sent"`
+	Replies    int64           `json:"replies"`
+	ByKind     map[Kind]int64  `json:"replies_by_kind"`
+	DurationS  float64         `json:"duration_s"`
+	RatePPS    float64         `json:"achieved_rate_pps"`
+	Status     store.RunStatus `json:"status"`
 }
 
 func (s *Summary) add(p PortSummary) {
@@ -360,7 +360,7 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 			log.Warn("--rescan: every port is sent again, also those an earlier run finished (into new raw files)", "scan_id", prior.ID)
 			prior.Runs = nil
 		}
-		if found && prior.Status == "running" {
+		if found && prior.Status == store.RunRunning {
 			log.Warn("an earlier run of this scan ended without closing it (killed, or the database went away): "+
 				"its ports are settled from their raw files", "scan_id", prior.ID)
 		}
@@ -387,7 +387,7 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 			// one, and the port is sent again.
 			log.Warn("the earlier run of this port sent another probe: sending it again", "port", port, "status", r.Status)
 			send = append(send, port)
-		case r.Status == "ok":
+		case r.Status == store.RunOK:
 			done = append(done, port)
 		default:
 			settle = append(settle, port)
@@ -432,7 +432,7 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 		}
 	}
 	sum := &Summary{ScanID: scanID, Week: c.Week, Vantage: c.VantageID, Label: c.Label, Shard: c.Shard, Shards: c.Shards,
-		Sender: "zmap", Zmap: ver.Raw, Version: fmt.Sprintf("0x%08x", c.QUIC.Version), Status: "ok"}
+		Sender: "zmap", Zmap: ver.Raw, Version: fmt.Sprintf("0x%08x", c.QUIC.Version), Status: store.RunOK}
 	start := time.Now()
 	var runErr error
 	for _, port := range done {
@@ -487,12 +487,8 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 	if sendS > 0 {
 		sum.RatePPS = float64(sum.ProbesSent) / sendS
 	}
-	switch {
-	case runErr == nil:
-	case ctx.Err() != nil, store.IsUnavailable(runErr):
-		sum.Status = "interrupted"
-	default:
-		sum.Status = "failed"
+	if runErr != nil {
+		sum.Status = store.RunStatusOf(ctx, runErr)
 	}
 	if c.Store != nil {
 		js, _ := json.Marshal(sum)
@@ -504,7 +500,7 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 			return store.Unavailable(c.Store.FinishScan(ctx, scanID, sum.Status, js))
 		})
 		if err != nil && runErr == nil {
-			sum.Status = "interrupted"
+			sum.Status = store.RunStatusOf(ctx, err) // the database went away: interrupted
 			runErr = err
 		}
 	}
@@ -664,12 +660,12 @@ func settlePort(ctx context.Context, c ScanConfig, scanID int64, port uint16, ki
 	if ps.ByKind == nil {
 		ps.ByKind = map[Kind]int64{}
 	}
-	status, sent := "interrupted", r.ProbesSent
+	status, sent := store.RunInterrupted, r.ProbesSent
 	if done {
 		ps.ProbesSent = meta.TotalSent / int64(max(len(in.Ports), 1))
-		status, sent = "ok", &ps.ProbesSent
+		status, sent = store.RunOK, &ps.ProbesSent
 		ps.PcapDrop, ps.SendFails = meta.PcapDrop, meta.SendToFailures
-	} else if r.Status != "running" {
+	} else if r.Status != store.RunRunning {
 		return ps, false, nil
 	}
 	ps.Status = status
@@ -708,7 +704,7 @@ func runPorts(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt 
 	z.Ports = ports
 	pss := make([]PortSummary, len(ports))
 	for i, p := range ports {
-		pss[i] = PortSummary{Port: p, Probe: kind, Status: "failed"}
+		pss[i] = PortSummary{Port: p, Probe: kind, Status: store.RunFailed}
 	}
 	// The metadata name is the raw file's: zmap's command line is known once the raw
 	// file exists; a failing command line leaves an empty raw file (a failed attempt).
@@ -864,21 +860,18 @@ func runPorts(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt 
 	}
 	err = errors.Join(streamErr, waitErr)
 	wait := c.DBWait
-	runStatus := "failed"
 	switch {
 	case err == nil:
-		runStatus = "ok"
 	case ctx.Err() != nil:
-		runStatus = "interrupted"
 		err = fmt.Errorf("ports %s: %w", rawBase(ports), context.Canceled)
 		wait = 0
 	case store.IsUnavailable(err):
-		runStatus = "interrupted"
 		err = fmt.Errorf("ports %s: %w", rawBase(ports), store.Unavailable(err))
 		wait = 0
 	default:
 		err = fmt.Errorf("ports %s: %w", rawBase(ports), err)
 	}
+	runStatus := store.RunStatusOf(ctx, err)
 	for i := range pss {
 		pss[i].Status = runStatus
 	}
@@ -894,7 +887,7 @@ func runPorts(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt 
 		})
 		if ferr != nil && err == nil {
 			for i := range pss {
-				pss[i].Status = "interrupted"
+				pss[i].Status = store.RunStatusOf(ctx, ferr) // the database went away: interrupted
 			}
 			err = ferr
 		}

@@ -264,10 +264,7 @@ send:
 	}
 	err = errors.Join(sendErr, ierr)
 	if err != nil {
-		sum.Status = "failed"
-		if ctx.Err() != nil {
-			sum.Status = "interrupted"
-		}
+		sum.Status = store.RunStatusOf(ctx, err)
 	}
 	if c.Store != nil {
 		for _, ps := range sum.Ports {

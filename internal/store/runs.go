@@ -115,7 +115,7 @@ func (s *Store) StartScanRun(ctx context.Context, r ScanRun) error {
 }
 
 // FinishScanRun closes a port's run with its status and counters.
-func (s *Store) FinishScanRun(ctx context.Context, scanID int64, port int32, status string, sent, replies, blocklisted *int64) error {
+func (s *Store) FinishScanRun(ctx context.Context, scanID int64, port int32, status RunStatus, sent, replies, blocklisted *int64) error {
 	_, err := s.Pool.Exec(ctx, `UPDATE scan_runs SET status = $3, finished_at = now(),
 		    probes_sent = $4, replies = $5, blocklisted = $6 WHERE scan_id = $1 AND port = $2`,
 		scanID, port, status, sent, replies, blocklisted)
@@ -123,7 +123,7 @@ func (s *Store) FinishScanRun(ctx context.Context, scanID int64, port int32, sta
 }
 
 // FinishScan closes a scan with its status and JSON summary.
-func (s *Store) FinishScan(ctx context.Context, scanID int64, status string, summary []byte) error {
+func (s *Store) FinishScan(ctx context.Context, scanID int64, status RunStatus, summary []byte) error {
 	_, err := s.Pool.Exec(ctx, `UPDATE scans SET status = $2, finished_at = now(), summary = $3 WHERE scan_id = $1`,
 		scanID, status, summary)
 	return err
@@ -132,7 +132,7 @@ func (s *Store) FinishScan(ctx context.Context, scanID int64, status string, sum
 // ScanState is a scan row found by its natural key, with its per-port runs.
 type ScanState struct {
 	ID      int64
-	Status  string // running | ok | failed | interrupted
+	Status  RunStatus
 	Ports   []int32
 	Targets string
 	Runs    map[int32]ScanRunState
@@ -141,7 +141,7 @@ type ScanState struct {
 // ScanRunState is what a scan_runs row says about one port.
 type ScanRunState struct {
 	Port        int32
-	Status      string
+	Status      RunStatus
 	ProbeSHA256 []byte
 	RawOutput   string
 	ProbesSent  *int64
@@ -181,7 +181,7 @@ func (s *Store) FindScan(ctx context.Context, isoWeek, vantage, label string, sh
 // SettleScan closes a scan from its runs after a replay or a recovery: 'ok' when every
 // port of the scan has an 'ok' run, else a scan left 'running' (its process is gone)
 // becomes 'interrupted'; another status is kept.
-func (s *Store) SettleScan(ctx context.Context, scanID int64) (status string, err error) {
+func (s *Store) SettleScan(ctx context.Context, scanID int64) (status RunStatus, err error) {
 	err = s.Pool.QueryRow(ctx, `UPDATE scans SET
 		    status = CASE WHEN NOT EXISTS (SELECT 1 FROM unnest(scans.ports) p
 		                  WHERE NOT EXISTS (SELECT 1 FROM scan_runs r WHERE r.scan_id = scans.scan_id AND r.port = p AND r.status = 'ok'))
@@ -236,7 +236,7 @@ func (s *Store) StartVerificationRun(ctx context.Context, v VerificationRun) (id
 }
 
 // FinishVerificationRun closes a verification run.
-func (s *Store) FinishVerificationRun(ctx context.Context, runID int64, status string, summary []byte) error {
+func (s *Store) FinishVerificationRun(ctx context.Context, runID int64, status RunStatus, summary []byte) error {
 	_, err := s.Pool.Exec(ctx, `UPDATE verification_runs SET status = $2, finished_at = now(), summary = $3 WHERE run_id = $1`,
 		runID, status, summary)
 	return err
@@ -276,7 +276,7 @@ func (s *Store) StartCampaign(ctx context.Context, c Campaign) (id int64, existe
 }
 
 // FinishCampaign closes a round.
-func (s *Store) FinishCampaign(ctx context.Context, campaignID int64, status string, summary []byte) error {
+func (s *Store) FinishCampaign(ctx context.Context, campaignID int64, status RunStatus, summary []byte) error {
 	_, err := s.Pool.Exec(ctx, `UPDATE campaigns SET status = $2, finished_at = now(), summary = $3 WHERE campaign_id = $1`,
 		campaignID, status, summary)
 	return err

@@ -130,7 +130,7 @@ type Target struct {
 // Result is the verification of one target.
 type Result struct {
 	Target
-	Outcome     string
+	Outcome     Outcome
 	Detail      string
 	QUICVersion uint32 // 0: no handshake
 	ALPN        string
@@ -218,7 +218,7 @@ func (v *Verifier) Config() Config { return v.cfg }
 // attempt is one connection attempt with one server name.
 type attempt struct {
 	sni      string
-	outcome  string
+	outcome  Outcome
 	detail   string
 	err      error // handshake error, if the handshake failed
 	hsDone   bool
@@ -418,7 +418,7 @@ func (v *Verifier) try(ctx context.Context, t Target, sni string) *attempt {
 }
 
 // exchange sends the query on a new stream and classifies the reply.
-func (v *Verifier) exchange(ctx context.Context, conn *quic.Conn, f doq.Framing) (outcome, detail string, rcode *int, answers int, err error) {
+func (v *Verifier) exchange(ctx context.Context, conn *quic.Conn, f doq.Framing) (o Outcome, detail string, rcode *int, answers int, err error) {
 	deadline := time.Now().Add(v.cfg.QueryTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d

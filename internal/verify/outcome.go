@@ -12,27 +12,51 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/outcome"
 )
 
-// Outcome classes (verification_results.outcome). Every target gets exactly one.
+// Outcome is the class of one verified target (verification_results.outcome). Every
+// target gets exactly one.
+type Outcome string
+
+// Outcome classes. 'unreachable' is wider than measure's conn-refused: it also holds
+// host and network unreachable (measure: network-error).
 const (
-	OutcomeVerified        = "doq-verified"     // DoQ ALPN + a DNS answer (NOERROR/NXDOMAIN)
-	OutcomeRefused         = "doq-refused"      // DoQ handshake ok, DNS REFUSED
-	OutcomeDNSError        = "doq-dns-error"    // DoQ handshake ok, a well-formed reply with another rcode (SERVFAIL...)
-	OutcomeQUICNotDoQ      = "quic-not-doq"     // QUIC, but no DoQ ALPN accepted
-	OutcomeVersionMismatch = "version-mismatch" // no common QUIC version
-	OutcomeSNIRequired     = "sni-required"     // refused without a server name, no name we tried worked
-	OutcomeTimeout         = "timeout"          // no (complete) handshake within the timeout
-	OutcomeTLSError        = "tls-error"        // TLS alert or certificate/handshake failure
-	OutcomeProtocolError   = "protocol-error"   // QUIC transport error, stateless reset, DoQ stream/framing violated
-	OutcomeUnreachable     = "unreachable"      // ICMP unreachable / connection refused
-	OutcomeError           = "error"            // the verifier itself failed on this target (a panic; the stack is in the log)
+	OutcomeVerified        Outcome = "doq-verified"
+	OutcomeRefused         Outcome = "doq-refused"
+	OutcomeDNSError        Outcome = "doq-dns-error"
+	OutcomeQUICNotDoQ      Outcome = "quic-not-doq"
+	OutcomeVersionMismatch Outcome = "version-mismatch"
+	OutcomeSNIRequired     Outcome = "sni-required"
+	OutcomeTimeout         Outcome = "timeout"
+	OutcomeTLSError        Outcome = "tls-error"
+	OutcomeProtocolError   Outcome = "protocol-error"
+	OutcomeUnreachable     Outcome = "unreachable"
+	OutcomeError           Outcome = "error"
 )
 
-// Outcomes lists every class, in the order summaries print them.
-var Outcomes = []string{OutcomeVerified, OutcomeRefused, OutcomeDNSError, OutcomeQUICNotDoQ,
-	OutcomeVersionMismatch, OutcomeSNIRequired, OutcomeTimeout, OutcomeTLSError,
-	OutcomeProtocolError, OutcomeUnreachable, OutcomeError}
+// Outcomes is the table of classes, in the order summaries print them.
+var Outcomes = outcome.Table[Outcome]{
+	{Status: OutcomeVerified, Meaning: "DoQ ALPN negotiated and a valid DNS answer with NOERROR or NXDOMAIN"},
+	{Status: OutcomeRefused, Meaning: "DoQ handshake ok, the answer is REFUSED"},
+	{Status: OutcomeDNSError, Meaning: "DoQ handshake ok, a well-formed reply with another rcode (SERVFAIL, ...)"},
+	{Status: OutcomeQUICNotDoQ, Meaning: "QUIC, but none of our DoQ ALPNs accepted (no_application_protocol)"},
+	{Status: OutcomeVersionMismatch, Meaning: "no common QUIC version (the server's list is in the detail)"},
+	{Status: OutcomeSNIRequired, Meaning: "refused without a server name, and no name we tried worked"},
+	{Status: OutcomeTimeout, Meaning: "no complete handshake within the timeout, or no reply within the query timeout"},
+	{Status: OutcomeTLSError, Meaning: "another TLS alert or certificate/handshake failure"},
+	{Status: OutcomeProtocolError, Meaning: "QUIC transport error, stateless reset, application close, or RFC 9250 framing violated"},
+	{Status: OutcomeUnreachable, Meaning: "ICMP port, host or network unreachable (connection refused)"},
+	{Status: OutcomeError, Meaning: "the verifier itself failed on this target (a recovered panic; the stack is in the log)"},
+}
+
+// Classify maps an error of dialing (QUIC + TLS handshake) to its outcome: a class the
+// error carries (outcome.Error[Outcome]) wins, otherwise its type decides, never its
+// text. classifyHandshake also gives the detail.
+func Classify(err error) Outcome {
+	o, _ := classifyHandshake(err)
+	return o
+}
 
 // TLS alerts (RFC 8446 §6) that matter here; QUIC carries them as CRYPTO_ERROR
 // 0x100+alert (RFC 9001 §4.8).
@@ -80,7 +104,10 @@ func alertName(a uint8) string {
 
 // classifyHandshake maps an error from dialing (QUIC + TLS handshake) to an outcome and
 // a detail string.
-func classifyHandshake(err error) (string, string) {
+func classifyHandshake(err error) (Outcome, string) {
+	if o, ok := outcome.TryGet[Outcome](err); ok {
+		return o, err.Error()
+	}
 	var (
 		vn  *quic.VersionNegotiationError
 		hto *quic.HandshakeTimeoutError
@@ -132,7 +159,7 @@ func classifyHandshake(err error) (string, string) {
 // within the query timeout is a timeout (the host accepted and stalled); anything else
 // (stream reset, connection closed, a length prefix the stream disagrees with, a stream
 // longer than any DNS message) violates RFC 9250 §4.2/§4.3.3 and is a protocol error.
-func queryFailure(err error) string {
+func queryFailure(err error) Outcome {
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
 		return OutcomeTimeout

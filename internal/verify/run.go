@@ -118,21 +118,21 @@ func (c *RunConfig) setDefaults() {
 
 // Summary is what a run found (the whole run, including earlier invocations).
 type Summary struct {
-	RunID    int64          `json:"run_id"`
-	Week     string         `json:"iso_week"`
-	Vantage  string         `json:"vantage"`
-	Label    string         `json:"label"`
-	Source   string         `json:"source"`
-	ScanIDs  []int64        `json:"scan_ids,omitempty"`
-	Targets  int            `json:"targets"`       // in this invocation's target list
-	Skipped  int            `json:"skipped"`       // already verified in this run
-	Excluded int            `json:"excluded"`      // blocklisted or opted out: never contacted
-	Verified int            `json:"verified_now"`  // verified by this invocation
-	Elapsed  float64        `json:"elapsed_s"`     // this invocation
-	Rate     float64        `json:"targets_per_s"` // this invocation
-	Outcomes map[string]int `json:"outcomes"`      // whole run
-	Versions []VersionCount `json:"versions"`      // whole run, completed handshakes
-	Status   string         `json:"status"`        // ok | interrupted | failed
+	RunID    int64           `json:"run_id"`
+	Week     string          `json:"iso_week"`
+	Vantage  string          `json:"vantage"`
+	Label    string          `json:"label"`
+	Source   string          `json:"source"`
+	ScanIDs  []int64         `json:"scan_ids,omitempty"`
+	Targets  int             `json:"targets"`       // in this invocation's target list
+	Skipped  int             `json:"skipped"`       // already verified in this run
+	Excluded int             `json:"excluded"`      // blocklisted or opted out: never contacted
+	Verified int             `json:"verified_now"`  // verified by this invocation
+	Elapsed  float64         `json:"elapsed_s"`     // this invocation
+	Rate     float64         `json:"targets_per_s"` // this invocation
+	Outcomes map[Outcome]int `json:"outcomes"`      // whole run
+	Versions []VersionCount  `json:"versions"`      // whole run, completed handshakes
+	Status   store.RunStatus `json:"status"`        // ok | interrupted | failed
 }
 
 // VersionCount counts completed handshakes per DoQ (ALPN) and QUIC version pair.
@@ -265,13 +265,7 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 	if sum.Elapsed > 0 {
 		sum.Rate = float64(n) / sum.Elapsed
 	}
-	sum.Status = "ok"
-	switch {
-	case runErr != nil && ctx.Err() != nil:
-		sum.Status = "interrupted"
-	case runErr != nil:
-		sum.Status = "failed"
-	}
+	sum.Status = store.RunStatusOf(ctx, runErr)
 	// The summary covers the whole run; write it with a context that survives SIGINT.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -577,7 +571,7 @@ func ptr[T any](v T) *T { return &v }
 // toRow converts a result into its verification_results row.
 func toRow(runID int64, r Result) store.VerificationResult {
 	row := store.VerificationResult{RunID: runID, Address: r.Addr.Addr(), Port: int32(r.Addr.Port()),
-		Outcome: r.Outcome, Detail: r.Detail, ScanVersions: r.ScanVersions, Attempts: int16(r.Attempts),
+		Outcome: string(r.Outcome), Detail: r.Detail, ScanVersions: r.ScanVersions, Attempts: int16(r.Attempts),
 		VerifiedAt: r.At, SNISource: ptr(r.SNISource), CertValidForSNI: r.CertValid, DNSAnswers: nil}
 	if r.QUICVersion != 0 {
 		row.QUICVersion = ptr(int64(r.QUICVersion))
@@ -604,7 +598,7 @@ func toRow(runID int64, r Result) store.VerificationResult {
 
 // runSummary fills the whole-run counts from the database.
 func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) error {
-	sum.Outcomes = map[string]int{}
+	sum.Outcomes = map[Outcome]int{}
 	rows, err := s.Pool.Query(ctx, `SELECT outcome, count(*) FROM verification_results WHERE run_id = $1 GROUP BY outcome`, runID)
 	if err != nil {
 		return fmt.Errorf("summary: %w", err)
@@ -616,7 +610,7 @@ func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) 
 			rows.Close()
 			return err
 		}
-		sum.Outcomes[o] = n
+		sum.Outcomes[Outcome(o)] = n
 	}
 	rows.Close()
 	rows, err = s.Pool.Query(ctx, `SELECT alpn, quic_version, count(*) FROM verification_results
@@ -661,7 +655,7 @@ func (s *Summary) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "this invocation: %d targets, %d already done, %d verified in %.1f s (%.1f/s), status %s\n",
 		s.Targets, s.Skipped, s.Verified, s.Elapsed, s.Rate, s.Status)
 	fmt.Fprintf(w, "\noutcome            count (whole run)\n")
-	for _, o := range Outcomes {
+	for _, o := range Outcomes.Values() {
 		if n := s.Outcomes[o]; n > 0 {
 			fmt.Fprintf(w, "%-18s %6d\n", o, n)
 		}
@@ -675,6 +669,6 @@ func (s *Summary) WriteText(w io.Writer) {
 }
 
 // isResolverOutcome reports whether an outcome with an rcode makes its address a resolver.
-func isResolverOutcome(o string) bool {
+func isResolverOutcome(o Outcome) bool {
 	return o == OutcomeVerified || o == OutcomeRefused || o == OutcomeDNSError
 }

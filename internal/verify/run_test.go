@@ -92,11 +92,11 @@ func TestRunWritesAndRerunAddsNothing(t *testing.T) {
 	if sum.Week != "2026-W47" || sum.Targets != len(servers) || sum.Verified != len(servers) || sum.Status != "ok" {
 		t.Fatalf("summary %+v", sum)
 	}
-	wantOutcomes := map[string]int{}
+	wantOutcomes := map[Outcome]int{}
 	wantResolvers := 0
 	for _, b := range bs {
 		wantOutcomes[b.want]++
-		if strings.HasPrefix(b.want, "doq-") {
+		if strings.HasPrefix(string(b.want), "doq-") {
 			wantResolvers++
 		}
 	}

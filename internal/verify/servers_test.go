@@ -31,10 +31,10 @@ type behaviour struct {
 	dnsMode  string         // "" answer | stall | endless | bad-id | reset | close-app | garbage-dns
 	tlsMode  string         // "" | sni-list (needs sniName) | sni-san (cert shown, client cert demanded without SNI) | client-cert
 	sniName  string
-	refuse   bool   // QUIC CONNECTION_REFUSED for every connection
-	raw      string // "" quic-go | stall | garbage | vn-draft | closed
-	ipv6     bool   // listen on ::1 instead of a 127.0.x.y address
-	want     string // expected outcome (derived from the behaviour by its author)
+	refuse   bool    // QUIC CONNECTION_REFUSED for every connection
+	raw      string  // "" quic-go | stall | garbage | vn-draft | closed
+	ipv6     bool    // listen on ::1 instead of a 127.0.x.y address
+	want     Outcome // expected outcome (derived from the behaviour by its author)
 }
 
 type testServer struct {

@@ -51,7 +51,7 @@ func TestEveryOutcomeClass(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	covered := map[string]bool{}
+	covered := map[Outcome]bool{}
 	for i, s := range servers {
 		r, b := results[i], s.b
 		covered[r.Outcome] = true
@@ -66,7 +66,7 @@ func TestEveryOutcomeClass(t *testing.T) {
 		if r.Addr != s.addr || len(r.ScanVersions) != 1 {
 			t.Errorf("%s: target not carried through", b.name)
 		}
-		if !strings.HasPrefix(r.Outcome, "doq-") {
+		if !strings.HasPrefix(string(r.Outcome), "doq-") {
 			continue
 		}
 		// A DoQ outcome: the negotiated ALPN is the server's highest DoQ version, the
@@ -115,7 +115,7 @@ func TestEveryOutcomeClass(t *testing.T) {
 			}
 		}
 	}
-	for _, o := range Outcomes {
+	for _, o := range Outcomes.Values() {
 		// error is the verifier's own failure, no server's doing: a recovered panic
 		// (TestPanickingTargetRecordedAsError).
 		if !covered[o] && o != OutcomeError {

@@ -424,15 +424,9 @@ loop:
 			"campaign", cid, "late_starts", sum.LateStarts, "max_start_lag", time.Duration(maxLagNS.Load()).Round(time.Millisecond),
 			"concurrency", cfg.Concurrency)
 	}
-	status := "ok"
-	switch {
-	case errors.Is(writeErr, store.ErrUnavailable):
-		status = "interrupted" // the database stayed away: resume the round once it is back
-	case writeErr != nil:
-		status = "failed"
-	case ctx.Err() != nil:
-		status = "interrupted"
-	}
+	// A database that stayed away, or a stop: interrupted (the round resumes once it is
+	// back); another write error: failed.
+	status := store.RunStatusOf(ctx, errors.Join(writeErr, ctx.Err()))
 	status, sum.Spilled, writeErr = out.finish(status, func(spilled int) []byte {
 		sum.Spilled = spilled
 		js, _ := json.Marshal(sum)
@@ -648,7 +642,7 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 			var ok []int64
 			for _, s := range samples {
 				row := store.RTTSample{CampaignID: r.cid, Address: t.Addr, Transport: string(tk.t), Port: int32(u.ep.Port),
-					Seq: int16(s.Seq), SentAt: s.SentAt, Status: s.Status, Detail: s.Detail}
+					Seq: int16(s.Seq), SentAt: s.SentAt, Status: string(s.Status), Detail: s.Detail}
 				if s.Answered() {
 					ns := s.RTT.Nanoseconds()
 					row.RTTNS = &ns

@@ -189,7 +189,7 @@ func (k *sink) close() error {
 // record of the spill file, for the next round to write. It returns the status
 // recorded, the resolvers left in spill files and the error that kept it from the
 // database.
-func (k *sink) finish(status string, summary func(spilled int) []byte) (string, int, error) {
+func (k *sink) finish(status store.RunStatus, summary func(spilled int) []byte) (store.RunStatus, int, error) {
 	k.mu.Lock()
 	gaveUp := k.err
 	k.mu.Unlock()
@@ -204,7 +204,7 @@ func (k *sink) finish(status string, summary func(spilled int) []byte) (string, 
 			return status, 0, fmt.Errorf("finish campaign: %w", err)
 		}
 		gaveUp = err
-		status = "interrupted"
+		status = store.RunStatusOf(k.ctx, err) // the database went away: interrupted
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()

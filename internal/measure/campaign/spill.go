@@ -53,7 +53,7 @@ type spillBatch struct {
 }
 
 type spillFinish struct {
-	Status  string          `json:"status"`
+	Status  store.RunStatus `json:"status"`
 	Summary json.RawMessage `json:"summary"`
 }
 

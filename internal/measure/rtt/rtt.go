@@ -13,11 +13,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/kstamp"
+	"github.com/doqscan/doqscan/internal/outcome"
 )
 
 // Transport names, as in schema.sql rtt_samples.transport.
@@ -29,14 +31,45 @@ const (
 	QUIC Transport = "quic"
 )
 
-// Sample statuses, as in schema.sql rtt_samples.status.
+// Status is the outcome of one sample (rtt_samples.status).
+type Status string
+
+// Sample statuses. A closed port is conn-refused, as in measurements.status (migration
+// 0010 rewrote the earlier 'rst' and 'icmp'); the transport says how it refused.
 const (
-	StatusOK      = "ok"      // a reply (SYN-ACK, VN, any UDP datagram)
-	StatusTimeout = "timeout" // nothing within the timeout
-	StatusRST     = "rst"     // TCP RST: the port is closed, but the path answered
-	StatusICMP    = "icmp"    // ICMP port unreachable
-	StatusError   = "error"
+	StatusOK          Status = "ok"           // a reply (SYN-ACK, VN, any UDP datagram)
+	StatusTimeout     Status = "timeout"      // nothing within the timeout
+	StatusConnRefused Status = "conn-refused" // TCP RST or ICMP port unreachable: the port is closed, the path answered
+	StatusError       Status = "error"        // the probe could not be sent or read (detail says why)
 )
+
+// Statuses is the table of sample statuses.
+var Statuses = outcome.Table[Status]{
+	{Status: StatusOK, Meaning: "a reply: SYN-ACK (tcp), a Version Negotiation packet (quic), any datagram (udp)"},
+	{Status: StatusTimeout, Meaning: "nothing within the timeout"},
+	{Status: StatusConnRefused, Meaning: "the port is closed and the path answered: TCP RST (tcp), ICMP port unreachable (udp, quic); the RTT is valid"},
+	{Status: StatusError, Meaning: "the probe could not be sent or its reply read (no raw socket, bad source address); the detail says why"},
+}
+
+// Classify maps the error of sending or reading a probe to a status: a status the
+// error carries (outcome.Error[Status]), else ECONNREFUSED (ICMP port unreachable) is
+// conn-refused, a deadline is timeout, anything else error; nil is ok.
+func Classify(err error) Status {
+	if err == nil {
+		return StatusOK
+	}
+	if s, ok := outcome.TryGet[Status](err); ok {
+		return s
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return StatusConnRefused
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return StatusTimeout
+	}
+	return StatusError
+}
 
 // DefaultTimeout bounds one sample.
 const DefaultTimeout = 2 * time.Second
@@ -48,14 +81,14 @@ const udpProbeLen = 16
 type Sample struct {
 	Seq    int
 	SentAt time.Time
-	RTT    time.Duration // valid when Status is ok, rst or icmp
-	Status string
+	RTT    time.Duration // valid when Status is ok or conn-refused
+	Status Status
 	Detail string
 }
 
 // Answered reports whether the sample measured an RTT.
 func (s Sample) Answered() bool {
-	return s.Status == StatusOK || s.Status == StatusRST || s.Status == StatusICMP
+	return s.Status == StatusOK || s.Status == StatusConnRefused
 }
 
 // Prober takes RTT samples. One Prober serves many concurrent probes (its TCP raw
@@ -146,13 +179,13 @@ func probeDatagram(ctx context.Context, addr netip.AddrPort, timeout time.Durati
 		if !at.IsZero() && !at.Before(sent) && !at.After(got) {
 			got = at
 		}
-		switch {
-		case errors.Is(err, syscall.ECONNREFUSED):
-			return Sample{SentAt: sent, RTT: got.Sub(sent), Status: StatusICMP, Detail: "port unreachable"}
+		switch st := Classify(err); {
+		case st == StatusConnRefused:
+			return Sample{SentAt: sent, RTT: got.Sub(sent), Status: st, Detail: "port unreachable"}
 		case err != nil && ctx.Err() != nil:
 			return Sample{SentAt: sent, Status: StatusTimeout}
 		case err != nil:
-			return Sample{SentAt: sent, Status: StatusError, Detail: err.Error()}
+			return Sample{SentAt: sent, Status: st, Detail: err.Error()}
 		}
 		if check == nil {
 			return Sample{SentAt: sent, RTT: got.Sub(sent), Status: StatusOK}

@@ -2,13 +2,16 @@ package rtt_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
+	"github.com/doqscan/doqscan/internal/outcome"
 )
 
 // TestProbes takes every kind of sample over IPv4 and IPv6 loopback, with one Prober
@@ -24,7 +27,7 @@ func TestProbes(t *testing.T) {
 func testProbes(t *testing.T, p *rtt.Prober, host string) {
 	s := measuretest.Start(t, measuretest.Config{Host: host})
 	ctx := context.Background()
-	check := func(name string, got []rtt.Sample, want string, n int) {
+	check := func(name string, got []rtt.Sample, want rtt.Status, n int) {
 		t.Helper()
 		if len(got) != n {
 			t.Fatalf("%s: %d samples, want %d", name, len(got), n)
@@ -46,7 +49,7 @@ func testProbes(t *testing.T, p *rtt.Prober, host string) {
 		}
 	}
 	// UDP to a closed port: ICMP port unreachable ends the probe.
-	check("udp-closed", p.Probe(ctx, rtt.UDP, measuretest.UnusedPort(t, "udp", host), 2, time.Second), rtt.StatusICMP, 2)
+	check("udp-closed", p.Probe(ctx, rtt.UDP, measuretest.UnusedPort(t, "udp", host), 2, time.Second), rtt.StatusConnRefused, 2)
 	// A UDP echo answers.
 	echo, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
 	if err != nil {
@@ -68,5 +71,30 @@ func testProbes(t *testing.T, p *rtt.Prober, host string) {
 		t.Skip("TCP SYN probes need a raw socket (root): skipping the TCP half")
 	}
 	check("tcp-open", p.Probe(ctx, rtt.TCP, s.TCP, 3, time.Second), rtt.StatusOK, 3)
-	check("tcp-closed", p.Probe(ctx, rtt.TCP, measuretest.UnusedPort(t, "tcp", host), 2, time.Second), rtt.StatusRST, 2)
+	check("tcp-closed", p.Probe(ctx, rtt.TCP, measuretest.UnusedPort(t, "tcp", host), 2, time.Second), rtt.StatusConnRefused, 2)
+}
+
+// TestClassify: every status has a meaning, and the errors a probe meets map as the
+// probes record them (ICMP port unreachable and a TCP RST are both conn-refused).
+func TestClassify(t *testing.T) {
+	if err := rtt.Statuses.Check(); err != nil {
+		t.Fatal(err)
+	}
+	refused := &net.OpError{Op: "read", Net: "udp", Err: os.NewSyscallError("recvmsg", syscall.ECONNREFUSED)}
+	for _, c := range []struct {
+		err  error
+		want rtt.Status
+	}{
+		{nil, rtt.StatusOK},
+		{refused, rtt.StatusConnRefused},
+		{&net.OpError{Op: "read", Net: "udp", Err: os.ErrDeadlineExceeded}, rtt.StatusTimeout},
+		{context.DeadlineExceeded, rtt.StatusTimeout},
+		{outcome.Errorf(rtt.StatusConnRefused, "RST from %s", "198.19.0.1"), rtt.StatusConnRefused},
+		{&net.OpError{Op: "write", Net: "udp", Err: os.NewSyscallError("sendmsg", syscall.ENETUNREACH)}, rtt.StatusError},
+		{errors.New("connection refused"), rtt.StatusError}, // text is not a class
+	} {
+		if got := rtt.Classify(c.err); got != c.want || !rtt.Statuses.Has(got) {
+			t.Errorf("Classify(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
 }

@@ -191,7 +191,7 @@ func (p *Prober) probeTCP(ctx context.Context, addr netip.AddrPort, timeout time
 			case r.flags&(flagSYN|flagACK) == flagSYN|flagACK && r.ack == seq+1:
 				return Sample{SentAt: sent, RTT: r.at.Sub(sent), Status: StatusOK}
 			case r.flags&flagRST != 0 && (r.flags&flagACK == 0 || r.ack == seq+1):
-				return Sample{SentAt: sent, RTT: r.at.Sub(sent), Status: StatusRST}
+				return Sample{SentAt: sent, RTT: r.at.Sub(sent), Status: StatusConnRefused}
 			}
 		}
 	}

@@ -155,7 +155,7 @@ func (g groundTruth) check(a netip.AddrPort, f fields) []string {
 	}
 	// Without a name the host must have refused as the population says (unrecognized_name,
 	// RFC 6066 §3): the retry was needed, not a lucky second attempt.
-	if w.NoSNIClass == verify.OutcomeSNIRequired && !strings.Contains(f.detail, "without SNI: server sent tls: unrecognized name") {
+	if verify.Outcome(w.NoSNIClass) == verify.OutcomeSNIRequired && !strings.Contains(f.detail, "without SNI: server sent tls: unrecognized name") {
 		bad = append(bad, fmt.Sprintf("detail %q does not show the no-SNI attempt failing with unrecognized_name", f.detail))
 	}
 	if w.SNI == "" && f.sniSource != verify.SNINone {
@@ -183,7 +183,7 @@ func (g groundTruth) check(a netip.AddrPort, f fields) []string {
 }
 
 func resultFields(g groundTruth, r verify.Result) fields {
-	f := fields{outcome: r.Outcome, detail: r.Detail, alpn: r.ALPN, sni: r.SNI, sniSource: r.SNISource,
+	f := fields{outcome: string(r.Outcome), detail: r.Detail, alpn: r.ALPN, sni: r.SNI, sniSource: r.SNISource,
 		quicVersion: r.QUICVersion, certValid: r.CertValid, chainLen: len(r.Chain), caIssued: g.caIssued(r.Chain)}
 	if len(r.Chain) > 0 {
 		f.leafCN = r.Chain[0].Subject.CommonName
@@ -236,7 +236,7 @@ func TestTestbedEveryQUICHostClassified(t *testing.T) {
 	verifyAll(all, e2eConcurrency)
 	var again []int
 	for i, a := range targets {
-		if results[i].Outcome == verify.OutcomeTimeout && g.want[a].Class != verify.OutcomeTimeout {
+		if results[i].Outcome == verify.OutcomeTimeout && verify.Outcome(g.want[a].Class) != verify.OutcomeTimeout {
 			again = append(again, i)
 		}
 	}
@@ -247,7 +247,7 @@ func TestTestbedEveryQUICHostClassified(t *testing.T) {
 	byClass, peersSeen := map[string]int{}, map[string]int{}
 	for i, a := range targets {
 		r := results[i]
-		byClass[r.Outcome]++
+		byClass[string(r.Outcome)]++
 		if p := g.rec[a].Peer; p != "" {
 			peersSeen[p]++
 		}
@@ -298,9 +298,9 @@ func TestTestbedRunMatchesPopulation(t *testing.T) {
 	for _, a := range g.targets {
 		want[g.want[a].Class]++
 	}
-	for _, o := range verify.Outcomes {
-		if sum.Outcomes[o] != want[o] {
-			t.Errorf("summary: %s %d, population says %d", o, sum.Outcomes[o], want[o])
+	for _, o := range verify.Outcomes.Values() {
+		if sum.Outcomes[o] != want[string(o)] {
+			t.Errorf("summary: %s %d, population says %d", o, sum.Outcomes[o], want[string(o)])
 		}
 	}
 
@@ -358,7 +358,7 @@ func TestTestbedRunMatchesPopulation(t *testing.T) {
 	// located exactly where the population puts it.
 	wantRes := map[netip.Addr]bool{}
 	for _, a := range g.targets {
-		switch g.want[a].Class {
+		switch verify.Outcome(g.want[a].Class) {
 		case verify.OutcomeVerified, verify.OutcomeRefused, verify.OutcomeDNSError:
 			wantRes[a.Addr()] = true
 		}
