@@ -135,7 +135,7 @@ func TestExchangeRejectsBrokenFraming(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reply := tc.reply
-			if tc.want == ErrStreamTooLong {
+			if errors.Is(tc.want, ErrStreamTooLong) {
 				reply = append(reply, make([]byte, 64)...)
 			}
 			addr := loopbackServer(t, []string{"doq"}, func(str *quic.Stream) {
