@@ -10,9 +10,11 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,6 +88,15 @@ func BenchmarkHostileMemory(b *testing.B) {
 			m, _ := measure.For(p)
 			var peakHeap, peakRSS, qlogBytes, truncated, timeouts, exchanges int64
 			var maxTook time.Duration
+			var phases exchangePhases
+			var lastWave string
+			phaseOf := map[*measure.Result]finishPhase{}
+			restore := measure.SetFinishPhases(func(res *measure.Result, began time.Time, closing, qlogWait, analysis time.Duration) {
+				phaseMu.Lock()
+				phaseOf[res] = finishPhase{began, closing, qlogWait, analysis}
+				phaseMu.Unlock()
+			})
+			defer restore()
 			sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 			for i := 0; i < b.N; i++ {
 				runtime.GC()
@@ -110,6 +121,8 @@ func BenchmarkHostileMemory(b *testing.B) {
 						}
 					}
 				}()
+				schedBefore := schedLatencies()
+				cpuBefore, wallBefore := processCPU(), time.Now()
 				var wg sync.WaitGroup
 				var mu sync.Mutex
 				for j := 0; j < conc; j++ {
@@ -120,8 +133,13 @@ func BenchmarkHostileMemory(b *testing.B) {
 						begin := time.Now()
 						res := m.Measure(context.Background(), req)
 						took := time.Since(begin)
+						phaseMu.Lock()
+						ph := phaseOf[res]
+						delete(phaseOf, res)
+						phaseMu.Unlock()
 						mu.Lock()
 						maxTook = max(maxTook, took)
+						phases.add(begin.Add(req.Timeout), ph, took)
 						defer mu.Unlock()
 						exchanges++
 						qlogBytes += int64(len(res.Qlog))
@@ -134,6 +152,11 @@ func BenchmarkHostileMemory(b *testing.B) {
 					}()
 				}
 				wg.Wait()
+				cpu := processCPU() - cpuBefore
+				wall := time.Since(wallBefore)
+				lastWave = fmt.Sprintf("last wave: process CPU %v over %v wall (%.0f%% of %d cores); Go scheduling latency %s",
+					cpu.Round(time.Millisecond), wall.Round(time.Millisecond), 100*cpu.Seconds()/wall.Seconds()/float64(runtime.GOMAXPROCS(0)),
+					runtime.GOMAXPROCS(0), schedLatencies().since(schedBefore))
 				close(stop)
 				peakHeap = max(peakHeap, <-sampled-baseHeap)
 				peakRSS = max(peakRSS, procStatusKB("VmHWM")<<10-baseRSS)
@@ -145,7 +168,107 @@ func BenchmarkHostileMemory(b *testing.B) {
 			b.ReportMetric(float64(truncated)/float64(exchanges), "truncated-ratio")
 			b.ReportMetric(float64(timeouts)/float64(exchanges), "timeout-ratio")
 			b.ReportMetric(maxTook.Seconds()/floodBenchTimeout.Seconds(), "max-took/timeout")
+			fmt.Printf("%s N=%d %s\n", b.Name(), b.N, lastWave)
+			phases.print(b.Name())
 		})
+	}
+}
+
+// processCPU is the user and system CPU time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// schedHist is the runtime's histogram of how long goroutines waited runnable.
+type schedHist struct {
+	counts  []uint64
+	buckets []float64
+}
+
+func schedLatencies() schedHist {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	h := s[0].Value.Float64Histogram()
+	return schedHist{counts: slices.Clone(h.Counts), buckets: h.Buckets}
+}
+
+// since prints p50/p99/max of the waits after before (bucket upper bounds).
+func (h schedHist) since(before schedHist) string {
+	d := make([]uint64, len(h.counts))
+	var n uint64
+	for i := range d {
+		d[i] = h.counts[i] - before.counts[i]
+		n += d[i]
+	}
+	q := func(f float64) time.Duration {
+		var c uint64
+		for i, v := range d {
+			c += v
+			if float64(c) >= f*float64(n) {
+				return time.Duration(h.buckets[i+1] * 1e9)
+			}
+		}
+		return 0
+	}
+	maxAt := 0
+	for i, v := range d {
+		if v > 0 {
+			maxAt = i
+		}
+	}
+	return fmt.Sprintf("p50 < %v, p99 < %v, max < %v (n=%d)", q(0.5), q(0.99), time.Duration(h.buckets[maxAt+1]*1e9), n)
+}
+
+// phaseMu guards the finish hook's map (the hook is global to the package under test).
+var phaseMu sync.Mutex
+
+// finishPhase is what measure's finish hook reports of one QUIC exchange.
+type finishPhase struct {
+	began                       time.Time
+	closing, qlogWait, analysis time.Duration
+}
+
+// exchangePhases splits each exchange's time: from its deadline to the start of closing
+// (negative: it began before the deadline), closing the connection, waiting for the qlog
+// writer, analysing the qlog, and from the end of that to Measure's return; and the
+// whole, past the deadline.
+type exchangePhases struct {
+	toClose, closing, qlogWait, analysis, rest, overrun []time.Duration
+}
+
+func (e *exchangePhases) add(deadline time.Time, p finishPhase, took time.Duration) {
+	if p.began.IsZero() {
+		return
+	}
+	end := deadline.Add(took - floodBenchTimeout) // Measure's return
+	e.toClose = append(e.toClose, p.began.Sub(deadline))
+	e.closing = append(e.closing, p.closing)
+	e.qlogWait = append(e.qlogWait, p.qlogWait)
+	e.analysis = append(e.analysis, p.analysis)
+	e.rest = append(e.rest, end.Sub(p.began.Add(p.closing+p.qlogWait+p.analysis)))
+	e.overrun = append(e.overrun, end.Sub(deadline))
+}
+
+// print prints p50/p95/max of every phase (to stdout: a benchmark's log is cut at 10 lines).
+func (e *exchangePhases) print(name string) {
+	for _, ph := range []struct {
+		name string
+		d    []time.Duration
+	}{
+		{"deadline->close", e.toClose}, {"close", e.closing}, {"qlog wait", e.qlogWait},
+		{"qlog analysis", e.analysis}, {"rest", e.rest}, {"deadline->return", e.overrun},
+	} {
+		if len(ph.d) == 0 {
+			continue
+		}
+		slices.Sort(ph.d)
+		q := func(f float64) time.Duration { return ph.d[min(int(f*float64(len(ph.d))), len(ph.d)-1)] }
+		fmt.Printf("%s %-17s p50 %9v  p95 %9v  max %9v  (n=%d)\n", name, ph.name,
+			q(0.5).Round(time.Millisecond/10), q(0.95).Round(time.Millisecond/10), ph.d[len(ph.d)-1].Round(time.Millisecond/10), len(ph.d))
 	}
 }
 

@@ -18,8 +18,14 @@ import (
 )
 
 // qlogTraceWait bounds how long we wait for quic-go to flush a connection's qlog after
-// closing it (the writer drains a buffered channel; this is never reached in practice).
-const qlogTraceWait = time.Second
+// closing it (the writer drains a buffered channel); qlogTraceGrace bounds it further to
+// a little after the exchange's deadline, so that an exchange ends at its deadline even
+// when its writer is starved of CPU (then the qlog ends where the writer got to and is
+// marked truncated).
+const (
+	qlogTraceWait  = time.Second
+	qlogTraceGrace = 50 * time.Millisecond
+)
 
 // maxTraces bounds the traces of one dial: quic-go starts a new connection (and a new
 // trace) after Version Negotiation (RFC 9000 §6.2); a hostile server cannot make more.
@@ -59,6 +65,9 @@ type qlogBuffer struct {
 	full    atomic.Bool
 	skipped atomic.Int64 // events dropped before encoding
 	odcid   []byte       // the first trace's original destination connection ID
+	// deadline is the exchange's (zero: none): bytes waits for the writers until
+	// qlogTraceGrace after it.
+	deadline time.Time
 }
 
 type traceBuf struct {
@@ -158,17 +167,36 @@ func (r *boundedRecorder) RecordEvent(e qlogwriter.Event) {
 	r.Recorder.RecordEvent(e)
 }
 
-// bytes waits for every trace to be closed (its connection is closed) and returns them,
-// and whether the budget cut them (then a qlogana.TruncatedEvent record ends them).
+// bytes waits for every trace to be closed (its connection is closed), at most until
+// qlogTraceGrace after the exchange's deadline, and returns them, and whether they were
+// cut (then a qlogana.TruncatedEvent record ends them): by the budget, or because a
+// writer had not finished (its trace ends with its last complete record).
 func (b *qlogBuffer) bytes() ([]byte, bool) {
 	b.mu.Lock()
 	traces := append([]*traceBuf(nil), b.traces...)
 	b.mu.Unlock()
-	deadline := time.After(qlogTraceWait)
+	b.mu.Lock()
+	wait := qlogTraceWait
+	if !b.deadline.IsZero() {
+		wait = min(wait, max(time.Until(b.deadline.Add(qlogTraceGrace)), 0))
+	}
+	b.mu.Unlock()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	unfinished := false
 	for _, t := range traces {
 		select {
 		case <-t.closed:
-		case <-deadline:
+			continue
+		default:
+		}
+		select {
+		case <-t.closed:
+		case <-timer.C:
+			unfinished = true
+		}
+		if unfinished {
+			break
 		}
 	}
 	b.mu.Lock()
@@ -176,19 +204,40 @@ func (b *qlogBuffer) bytes() ([]byte, bool) {
 	var out []byte
 	var last *traceBuf
 	for _, t := range traces {
-		if t.buf.Len() > 0 {
-			out = append(out, t.buf.Bytes()...)
+		p := t.buf.Bytes()
+		if unfinished && !isClosed(t.closed) && len(p) > 0 && p[len(p)-1] != '\n' {
+			p = p[:t.recStart] // the writer is inside a record: keep the complete ones
+		}
+		if len(p) > 0 {
+			out = append(out, p...)
 			last = t
 		}
 	}
-	if !b.full.Load() {
+	if !b.full.Load() && !unfinished {
 		return out, false
 	}
+	cutAt := b.cutAt
+	if !b.full.Load() {
+		cutAt = time.Now()
+	}
 	at := 0.0
-	if last != nil && b.cutAt.After(last.created) {
-		at = float64(b.cutAt.Sub(last.created).Nanoseconds()) / 1e6
+	if last != nil && cutAt.After(last.created) {
+		at = float64(cutAt.Sub(last.created).Nanoseconds()) / 1e6
 	}
 	return append(out, qlogana.TruncatedRecord(at, b.limit+qlogMarkReserve, b.dropped+b.skipped.Load())...), true
+}
+
+// finishPhases, when set (by benchmarks), receives when finishQUIC began for res and how
+// long its steps took: closing the connection, collecting the qlog, analysing it.
+var finishPhases func(res *Result, began time.Time, closing, qlogWait, analysis time.Duration)
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // quicConn is a dialled QUIC connection with the transport and the socket under it,
@@ -237,6 +286,11 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		if v := req.Peer.version(); v != 0 {
 			qconf.Versions = []quic.Version{v}
 		}
+	}
+	if d, ok := ctx.Deadline(); ok {
+		ql.mu.Lock()
+		ql.deadline = d
+		ql.mu.Unlock()
 	}
 	res.StartedAt = time.Now()
 	defer func() {
@@ -323,10 +377,18 @@ func recordQUICState(req *Request, res *Result, conn *quic.Conn) {
 // goroutine right at the send/receive, closer to the wire than the wall clock around
 // DialAddr (kept in HandshakeWall).
 func finishQUIC(conn *quicConn, res *Result, ql *qlogBuffer) {
+	start := time.Now()
 	if conn != nil {
 		conn.close()
 	}
+	closed := time.Now()
 	res.Qlog, res.QlogTruncated = ql.bytes()
+	if finishPhases != nil {
+		collected := time.Now()
+		defer func() {
+			finishPhases(res, start, closed.Sub(start), collected.Sub(closed), time.Since(collected))
+		}()
+	}
 	ql.mu.Lock()
 	res.ODCID = ql.odcid
 	ql.mu.Unlock()

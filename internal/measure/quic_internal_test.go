@@ -136,3 +136,31 @@ func FuzzQlogBuffer(f *testing.F) {
 		checkRecords(t, out, events, truncated)
 	})
 }
+
+// TestQlogBufferEndsAtDeadline: a writer that has not finished (its connection not
+// closed, the writer inside a record, e.g. starved of CPU) does not hold the exchange
+// past its deadline: bytes returns within qlogTraceGrace of it with the complete records
+// and the truncation mark.
+func TestQlogBufferEndsAtDeadline(t *testing.T) {
+	b := newQlogBuffer()
+	b.deadline = time.Now()
+	tr := b.tracer(context.Background(), true, quic.ConnectionIDFromBytes([]byte{1, 2, 3, 4, 5, 6, 7, 8}))
+	r := tr.AddProducer() // not closed before bytes returns: the writer has not finished
+	defer r.Close()
+	// No event was recorded, so the writer goroutine writes nothing; a record begun:
+	tb := b.traces[0]
+	_, _ = tb.Write([]byte{0x1e})
+	_, _ = tb.Write([]byte(`{"time":1,"name":"test:te`))
+	begin := time.Now()
+	out, truncated := b.bytes()
+	if took := time.Since(begin); took >= qlogTraceWait {
+		t.Errorf("bytes took %v with the deadline passed (grace %v)", took, qlogTraceGrace)
+	}
+	if !truncated {
+		t.Error("a qlog whose writer had not finished is not marked truncated")
+	}
+	checkRecords(t, out, nil, truncated)
+	if bytes.Contains(out, []byte("test:te")) {
+		t.Errorf("the unfinished record is kept: %q", out)
+	}
+}
