@@ -17,6 +17,7 @@ import (
 	"github.com/doqscan/doqscan/internal/certs"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/verify"
 )
 
@@ -151,14 +152,11 @@ func parse(fs *flag.FlagSet, cfg *verify.RunConfig, scanID int64, ports, alpns, 
 	}
 	cfg.Verify.ALPNs = splitList(alpns)
 	for _, v := range splitList(versions) {
-		switch strings.ToLower(v) {
-		case "v1", "1", "0x1", "0x00000001":
-			cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version1)
-		case "v2", "0x6b3343cf":
-			cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version2)
-		default:
+		n, err := quicver.Parse(v)
+		if err != nil || (n != quicver.V1 && n != quicver.V2) {
 			return cli.Usagef("--quic-versions: %q unsupported (quic-go speaks v1 and v2)", v)
 		}
+		cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version(n))
 	}
 	cfg.Verify.SNINames = splitList(names)
 	if err := cfg.Validate(); err != nil {

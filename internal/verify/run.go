@@ -23,6 +23,7 @@ import (
 	"github.com/doqscan/doqscan/internal/geo"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/provenance"
+	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -632,7 +633,7 @@ func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) 
 		if err := rows.Scan(&vc.ALPN, &qv, &vc.Count); err != nil {
 			return err
 		}
-		vc.QUICVersion = QUICVersionName(uint32(qv))
+		vc.QUICVersion = quicver.Name(uint32(qv))
 		sum.Versions = append(sum.Versions, vc)
 	}
 	sort.Slice(sum.Versions, func(i, j int) bool {
@@ -642,17 +643,6 @@ func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) 
 		return sum.Versions[i].ALPN+sum.Versions[i].QUICVersion < sum.Versions[j].ALPN+sum.Versions[j].QUICVersion
 	})
 	return rows.Err()
-}
-
-// QUICVersionName names a QUIC version for summaries.
-func QUICVersionName(v uint32) string {
-	switch v {
-	case 0x00000001:
-		return "v1"
-	case 0x6b3343cf:
-		return "v2"
-	}
-	return fmt.Sprintf("%#08x", v)
 }
 
 // WriteText prints a summary as a small table.
