@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
+	"github.com/doqscan/doqscan/internal/measure/rtt"
 	"github.com/quic-go/quic-go"
 )
 
@@ -303,5 +304,17 @@ func For(p Protocol) (Measurer, error) {
 
 // Protocols lists every protocol in measuring order.
 var Protocols = []Protocol{DoUDP, DoTCP, DoT, DoH, DoQ, DoH3}
+
+// Transport returns the transport whose RTT pairs with p's handshake (the study's
+// Sect. 2; rtt_samples.transport): UDP for DoUDP, QUIC for DoQ and DoH3, TCP otherwise.
+func (p Protocol) Transport() rtt.Transport {
+	switch p {
+	case DoUDP:
+		return rtt.UDP
+	case DoQ, DoH3:
+		return rtt.QUIC
+	}
+	return rtt.TCP
+}
 
 func boolp(b bool) *bool { return &b }
