@@ -188,7 +188,7 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 	if sum.Week == "" {
 		sum.Week = ISOWeek(time.Now())
 	}
-	if targets, sum.Excluded, err = excludeBlocked(ctx, s, cfg.BlocklistDir, targets, log); err != nil {
+	if targets, sum.Excluded, err = blocklist.ExcludeForContact(ctx, s, cfg.BlocklistDir, targets, func(t Target) netip.Addr { return t.Addr.Addr() }, "target", log); err != nil {
 		return nil, err
 	}
 	// Lab addresses only from inside the testbed, checked before the run row exists.
@@ -284,24 +284,6 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		runErr = err
 	}
 	return sum, runErr
-}
-
-// excludeBlocked drops the targets the blocklist excludes (opt-outs above all: the
-// opt-out page promises that no later scan or measurement contacts them).
-func excludeBlocked(ctx context.Context, s *store.Store, dir string, targets []Target, log *slog.Logger) ([]Target, int, error) {
-	bl, err := blocklist.ForContact(ctx, s, dir)
-	if err != nil {
-		return nil, 0, err
-	}
-	kept := targets[:0]
-	for _, t := range targets {
-		if why := bl.Why(t.Addr.Addr()); len(why) > 0 {
-			log.Info("target excluded: not contacted", "target", t.Addr, "by", why[0].Source, "entry", why[0].Prefix, "origin", why[0].Origin)
-			continue
-		}
-		kept = append(kept, t)
-	}
-	return kept, len(targets) - len(kept), nil
 }
 
 // ISOWeek formats t's ISO 8601 week as YYYY-Www.
