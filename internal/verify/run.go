@@ -24,6 +24,7 @@ import (
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/quicver"
+	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -186,7 +187,7 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		}
 	}
 	if sum.Week == "" {
-		sum.Week = ISOWeek(time.Now())
+		sum.Week = runkey.Week(time.Now())
 	}
 	if targets, sum.Excluded, err = blocklist.ExcludeForContact(ctx, s, cfg.BlocklistDir, targets, func(t Target) netip.Addr { return t.Addr.Addr() }, "target", log); err != nil {
 		return nil, err
@@ -284,12 +285,6 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		runErr = err
 	}
 	return sum, runErr
-}
-
-// ISOWeek formats t's ISO 8601 week as YYYY-Www.
-func ISOWeek(t time.Time) string {
-	y, w := t.UTC().ISOWeek()
-	return fmt.Sprintf("%04d-W%02d", y, w)
 }
 
 func doneTargets(ctx context.Context, s *store.Store, runID int64) (map[netip.AddrPort]bool, error) {
