@@ -3,6 +3,7 @@ package blocklist
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -67,4 +68,29 @@ func ForContact(ctx context.Context, s *store.Store, dir string) (*List, error) 
 		entries = append(entries, opt...)
 	}
 	return Build(entries, LabPrefixes)
+}
+
+// ExcludeForContact drops the items whose address (addr) the ForContact list excludes,
+// before anything is sent to them, logging each one, and returns the kept items (in
+// items' backing array) and how many were dropped. what names an item in the logs
+// ("resolver", "target").
+func ExcludeForContact[T any](ctx context.Context, s *store.Store, dir string, items []T, addr func(T) netip.Addr, what string, log *slog.Logger) ([]T, int, error) {
+	bl, err := ForContact(ctx, s, dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	kept := items[:0]
+	for _, it := range items {
+		a := addr(it)
+		if why := bl.Why(a); len(why) > 0 {
+			log.Info(what+" excluded: not contacted", "addr", a, "by", why[0].Source, "entry", why[0].Prefix, "origin", why[0].Origin)
+			continue
+		}
+		kept = append(kept, it)
+	}
+	n := len(items) - len(kept)
+	if n > 0 {
+		log.Warn(what+"s excluded by the blocklist or an opt-out", "excluded", n, "kept", len(kept))
+	}
+	return kept, n, nil
 }

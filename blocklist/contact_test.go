@@ -2,9 +2,11 @@ package blocklist
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/store/storetest"
@@ -59,5 +61,37 @@ func TestForContact(t *testing.T) {
 	}
 	if l, err := ForContact(ctx, nil, ""); err != nil || l.Blocked(opt.Addr()) || !l.Blocked(netip.MustParseAddr("10.0.0.1")) {
 		t.Errorf("no store, no dir: %v", err)
+	}
+}
+
+func TestExcludeForContact(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "permanent.conf"), []byte("198.19.8.0/24\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type item struct {
+		addr netip.AddrPort
+		n    int
+	}
+	in := []item{
+		{netip.MustParseAddrPort("198.19.0.5:853"), 0},
+		{netip.MustParseAddrPort("198.19.8.7:853"), 1}, // file entry
+		{netip.MustParseAddrPort("10.1.2.3:853"), 2},   // reserved
+		{netip.MustParseAddrPort("198.19.9.1:784"), 3},
+	}
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	kept, n, err := ExcludeForContact(context.Background(), nil, dir, in, func(it item) netip.Addr { return it.addr.Addr() }, "target", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || len(kept) != 2 || kept[0].n != 0 || kept[1].n != 3 {
+		t.Fatalf("kept %v, excluded %d; want items 0 and 3, 2 excluded", kept, n)
+	}
+	if !strings.Contains(logs.String(), "target excluded: not contacted") || !strings.Contains(logs.String(), "addr=198.19.8.7") {
+		t.Errorf("exclusions not logged: %s", logs.String())
+	}
+	if _, _, err := ExcludeForContact(context.Background(), nil, filepath.Join(dir, "missing"), in, func(it item) netip.Addr { return it.addr.Addr() }, "target", log); err == nil {
+		t.Error("a missing blocklist directory was accepted")
 	}
 }

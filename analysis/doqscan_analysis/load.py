@@ -269,7 +269,7 @@ def _fp_label(fp: str | None) -> str:
         return "no VN list"
     out = []
     for tok in fp.split(","):
-        out.append("grease" if tok == "grease" else names.quic_version_name(int(tok)).replace("QUIC ", ""))
+        out.append("grease" if tok == "grease" else names.quic_version_short(int(tok)))
     return ", ".join(out)
 
 

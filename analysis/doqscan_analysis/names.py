@@ -8,8 +8,21 @@ DoQ ALPNs: RFC 9250 §4.1.1 ("doq"), drafts "doq-iNN", AdGuard's pre-draft "dq"
 
 from __future__ import annotations
 
-QUIC_V1 = 0x00000001  # RFC 9000 §15
-QUIC_V2 = 0x6B3343CF  # RFC 9369 §3.1
+import json
+from pathlib import Path
+
+# The version table is Go's (internal/quicver), generated into quic_versions.json; the
+# short names here equal quicver.Name on every value (analysis/tests/test_names.py).
+QUIC_VERSIONS_FILE = Path(__file__).with_name("quic_versions.json")
+_TABLE = json.loads(QUIC_VERSIONS_FILE.read_text())
+KNOWN_VERSIONS = {k["name"]: k["value"] for k in _TABLE["known"]}  # name -> wire value
+_KNOWN_NAMES = {v: n for n, v in KNOWN_VERSIONS.items()}
+_VENDORS = [(x["value"], x["mask"], x["name"]) for x in _TABLE["vendors"]]
+
+QUIC_V1 = KNOWN_VERSIONS["v1"]  # RFC 9000 §15
+QUIC_V2 = KNOWN_VERSIONS["v2"]  # RFC 9369 §3.1
+NEGOTIATION = 0x00000000  # the version field of a VN packet (RFC 9000 §17.2.1)
+ALL_ONES = 0xFFFFFFFF  # the original study's probe version: reserved family
 DRAFT_PREFIX = 0xFF000000  # 0xff0000NN = draft-NN (RFC 9000 §15 note)
 GREASE_MASK = 0x0F0F0F0F  # RFC 9000 §15: versions 0x?a?a?a?a are reserved
 GREASE_VALUE = 0x0A0A0A0A
@@ -44,26 +57,65 @@ def missing(x) -> bool:
     return x is None or (isinstance(x, float) and x != x)
 
 
-def quic_version_name(version) -> str:
-    """'QUIC v1', 'QUIC v2', 'QUIC draft-29', 'grease', 'gQUIC Q050' or the hex value;
-    'unknown' when not recorded."""
-    if missing(version):
-        return "unknown"
-    v = int(version) & 0xFFFFFFFF
-    if v == QUIC_V1:
-        return "QUIC v1"
-    if v == QUIC_V2:
-        return "QUIC v2"
-    if v & 0xFFFFFF00 == DRAFT_PREFIX:
-        return f"QUIC draft-{v & 0xFF:02d}"
-    if is_grease(v):
-        return "grease"
+def _google_tag(v: int):
     raw = v.to_bytes(4, "big")
     if raw[:1] in (b"Q", b"T") and all(0x30 <= b <= 0x39 for b in raw[1:]):
-        return f"gQUIC {raw.decode()}"
-    if v & 0xFFFFFFF0 == 0xFACEB000:
-        return f"mvfst 0x{v:08x}"
-    return f"0x{v:08x}"
+        return raw.decode()
+    return None
+
+
+def _vendor(v: int):
+    for value, mask, name in _VENDORS:
+        if v & mask == value:
+            return name
+    return None
+
+
+def quic_version_short(version: int) -> str:
+    """Go's quicver.Name: 'v1', 'v2', 'draft-29', 'grease', 'Q050', 'mvfst-d27',
+    'negotiation' or the hex value."""
+    v = int(version) & 0xFFFFFFFF
+    if v == NEGOTIATION:
+        return "negotiation"
+    if v in _KNOWN_NAMES:
+        return _KNOWN_NAMES[v]
+    if is_grease(v):
+        return "grease"
+    if v & 0xFFFFFF00 == DRAFT_PREFIX:
+        return f"draft-{v & 0xFF}"
+    return _google_tag(v) or _vendor(v) or f"0x{v:08x}"
+
+
+def quic_version_family(version: int) -> str:
+    """Go's quicver.FamilyOf: ietf, draft, grease, google, vendor, reserved, unknown."""
+    v = int(version) & 0xFFFFFFFF
+    if v in (QUIC_V1, QUIC_V2):
+        return "ietf"
+    if is_grease(v):
+        return "grease"
+    if v in (NEGOTIATION, ALL_ONES):
+        return "reserved"
+    if v & 0xFFFFFF00 == DRAFT_PREFIX:
+        return "draft"
+    if _google_tag(v):
+        return "google"
+    if _vendor(v):
+        return "vendor"
+    return "unknown"
+
+
+def quic_version_name(version) -> str:
+    """The figures' label: 'QUIC v1', 'QUIC draft-29', 'gQUIC Q050', otherwise the short
+    name ('grease', 'mvfst-d27', the hex value); 'unknown' when not recorded."""
+    if missing(version):
+        return "unknown"
+    short = quic_version_short(version)
+    family = quic_version_family(version)
+    if family in ("ietf", "draft"):
+        return f"QUIC {short}"
+    if family == "google":
+        return f"gQUIC {short}"
+    return short
 
 
 def doq_version_name(alpn) -> str:
@@ -89,5 +141,5 @@ def fingerprint_name(versions) -> str:
     as a token (where a stack puts its grease value is part of its fingerprint)."""
     if versions is None:
         return "no VN list"
-    names = [quic_version_name(v).replace("QUIC ", "") for v in versions]
+    names = [quic_version_short(v) for v in versions]
     return ", ".join(names) if names else "empty VN list"

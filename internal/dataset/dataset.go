@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -219,7 +220,7 @@ type perfFile struct {
 }
 
 func (p *plan) week(path string, d time.Time) (*weekData, error) {
-	w := isoWeek(d)
+	w := runkey.Week(d)
 	wd := p.weeks[w]
 	if wd == nil {
 		wd = &weekData{Week: w, Date: d, Scan: map[int32][]netip.Addr{}, ScanFiles: map[int32]string{},
@@ -393,7 +394,7 @@ func (p *plan) readFile(ctx context.Context, path, rel string) (fileRec, error) 
 			if err != nil {
 				return rec, &FileError{Path: rel, Err: err}
 			}
-			c.Week = isoWeek(d)
+			c.Week = runkey.Week(d)
 		}
 		p.certCSVs = append(p.certCSVs, c)
 		rec.Format, rec.Records = "cert-csv", int64(len(recs))
@@ -511,9 +512,9 @@ func (p *plan) readSQLite(ctx context.Context, path, rel string, rec fileRec) (f
 			if err != nil {
 				return rec, &FileError{Path: rel, Err: err}
 			}
-			mf.Week = isoWeek(d)
+			mf.Week = runkey.Week(d)
 		} else if m.First != nil {
-			mf.Week = isoWeek(*m.First)
+			mf.Week = runkey.Week(*m.First)
 		}
 		if mf.Week == "" && n > 0 {
 			return rec, &FileError{Path: rel, Err: malformed("no date in the name and no created_at: cannot tell the week")}

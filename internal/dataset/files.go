@@ -73,12 +73,6 @@ func fileDate(s string) (time.Time, error) {
 	return t.UTC(), nil
 }
 
-// isoWeek formats t's ISO week as scans.iso_week does ("2021-W27").
-func isoWeek(t time.Time) string {
-	y, w := t.ISOWeek()
-	return fmt.Sprintf("%04d-W%02d", y, w)
-}
-
 // unspecified is the spurious line every ZMap list of the study holds (0.0.0.0).
 var unspecified = netip.IPv4Unspecified()
 

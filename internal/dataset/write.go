@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/doqscan/doqscan/internal/certs"
+	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -566,7 +567,7 @@ func (w *writer) writePerf(cfg Config, ds int64, pf perfFile) error {
 		if !ok {
 			continue
 		}
-		t := transportOf[k.Protocol]
+		t := string(measure.Protocol(k.Protocol).Transport())
 		rk := rttKey{k.CampaignID, h.Dest, t, h.Port}
 		seq := rseq[rk]
 		rseq[rk]++
@@ -583,9 +584,6 @@ func (w *writer) writePerf(cfg Config, ds int64, pf perfFile) error {
 	}
 	return insert(w, store.TableRTTSamples, samples)
 }
-
-// transportOf is the transport of each protocol's RTT (as the analysis pairs them).
-var transportOf = map[string]string{"doudp": "udp", "dotcp": "tcp", "dot": "tcp", "doh": "tcp", "doq": "quic", "doh3": "quic"}
 
 // perfHandshake applies the study's definitions: DoTCP the TCP handshake, DoT/DoH TCP +
 // TLS, DoQ the QUIC dial (VN and Retry included); DoUDP has none.

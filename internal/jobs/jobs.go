@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -41,10 +42,9 @@ func Key(job string, t time.Time) (string, error) {
 	}
 	t = t.UTC()
 	if c >= 24*time.Hour {
-		y, w := t.ISOWeek()
-		return fmt.Sprintf("%04d-W%02d", y, w), nil
+		return runkey.Week(t), nil
 	}
-	return t.Truncate(time.Hour).Format("2006-01-02T15"), nil
+	return runkey.Hour(t), nil
 }
 
 // lockID is the advisory lock of (job, vantage).
@@ -245,18 +245,7 @@ func KeyStart(job, key string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("unknown job %q", job)
 	}
 	if c < 24*time.Hour {
-		t, err := time.Parse("2006-01-02T15", key)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("run key %q: %w", key, err)
-		}
-		return t, nil
+		return runkey.HourStart(key)
 	}
-	var y, w int
-	if _, err := fmt.Sscanf(key, "%04d-W%02d", &y, &w); err != nil || w < 1 || w > 53 {
-		return time.Time{}, fmt.Errorf("run key %q is not an ISO week", key)
-	}
-	// January 4th is always in week 1; go back to its Monday, then forward.
-	jan4 := time.Date(y, 1, 4, 0, 0, 0, 0, time.UTC)
-	monday := jan4.AddDate(0, 0, -((int(jan4.Weekday()) + 6) % 7))
-	return monday.AddDate(0, 0, 7*(w-1)), nil
+	return runkey.WeekStart(key)
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/kstamp"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
+	"github.com/doqscan/doqscan/internal/measure/rtt"
 )
 
 // Protocol names, as in schema.sql measurements.protocol.
@@ -309,5 +310,17 @@ func For(p Protocol) (Measurer, error) {
 
 // Protocols lists every protocol in measuring order.
 var Protocols = []Protocol{DoUDP, DoTCP, DoT, DoH, DoQ, DoH3}
+
+// Transport returns the transport whose RTT pairs with p's handshake (the study's
+// Sect. 2; rtt_samples.transport): UDP for DoUDP, QUIC for DoQ and DoH3, TCP otherwise.
+func (p Protocol) Transport() rtt.Transport {
+	switch p {
+	case DoUDP:
+		return rtt.UDP
+	case DoQ, DoH3:
+		return rtt.QUIC
+	}
+	return rtt.TCP
+}
 
 func boolp(b bool) *bool { return &b }

@@ -2,15 +2,10 @@ package probe
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -22,6 +17,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/doqscan/doqscan/internal/certs/certtest"
 	"github.com/doqscan/doqscan/internal/quicver"
 )
 
@@ -31,20 +27,7 @@ import (
 
 func selfSigned(t *testing.T) tls.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return certtest.TLS(certtest.SelfSignedLeaf(t, certtest.ECDSA, "localhost", "127.0.0.1"))
 }
 
 // exchange sends payload to addr and returns the first datagram back, or an error on

@@ -23,6 +23,7 @@ import (
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/optout/pace"
 	"github.com/doqscan/doqscan/internal/provenance"
+	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -78,12 +79,6 @@ type ScanConfig struct {
 // with store.ErrUnavailable (exit 3). zmap's output meanwhile goes to the raw file, and
 // what did not reach the database is ingested when it is back, or by the next run.
 const DefaultDBWait = 10 * time.Minute
-
-// ISOWeek returns t's ISO week as "2026-W47".
-func ISOWeek(t time.Time) string {
-	y, w := t.ISOWeek()
-	return fmt.Sprintf("%04d-W%02d", y, w)
-}
 
 // PortSummary is one port's part of a scan summary.
 type PortSummary struct {
@@ -166,7 +161,7 @@ func (c *ScanConfig) defaults() {
 		c.Label = "weekly"
 	}
 	if c.Week == "" {
-		c.Week = ISOWeek(time.Now().UTC())
+		c.Week = runkey.Week(time.Now())
 	}
 	if c.Shards == 0 {
 		c.Shards = 1

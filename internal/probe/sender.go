@@ -15,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/doqscan/doqscan/internal/labnet"
+	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -59,7 +60,7 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 		c.Label = "hitlist"
 	}
 	if c.Week == "" {
-		c.Week = ISOWeek(time.Now().UTC())
+		c.Week = runkey.Week(time.Now())
 	}
 	if c.QUICPorts == nil && c.DNSPorts == nil {
 		c.QUICPorts, c.DNSPorts = DefaultQUICPorts, DefaultDNSPorts

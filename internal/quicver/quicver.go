@@ -31,6 +31,30 @@ const (
 	ProbeAllOnes uint32 = 0xffffffff
 )
 
+// Known lists the versions doqscan names exactly, in order: the IETF versions and the
+// drafts that servers still advertise in Version Negotiation. Other drafts, grease values,
+// Google tags and vendor values are named by rule (Name). The testbed's population file
+// names its versions from this list; the Python analysis reads it from
+// analysis/doqscan_analysis/quic_versions.json, which a test keeps equal to this table.
+var Known = []struct {
+	Name  string
+	Value uint32
+}{
+	{"v1", V1}, {"v2", V2},
+	{"draft-29", Draft29}, {"draft-30", Draft30}, {"draft-31", Draft31},
+	{"draft-32", Draft32}, {"draft-33", Draft33}, {"draft-34", Draft34},
+}
+
+// Lookup returns the value of a name in Known.
+func Lookup(name string) (uint32, bool) {
+	for _, k := range Known {
+		if k.Name == name {
+			return k.Value, true
+		}
+	}
+	return 0, false
+}
+
 // IsGrease says whether v matches 0x?a?a?a?a, the versions RFC 9000 §15 reserves for
 // exercising version negotiation (servers list them in VN to keep clients honest).
 func IsGrease(v uint32) bool { return v&0x0f0f0f0f == 0x0a0a0a0a }

@@ -16,6 +16,7 @@ import (
 	"github.com/doqscan/doqscan/internal/certs"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/quicver"
 )
 
 // Flags binds the verify command's flags to a RunConfig (the flags' defaults are the
@@ -105,14 +106,11 @@ func (f *Flags) Resolve() (RunConfig, error) {
 	}
 	cfg.Verify.ALPNs = splitList(f.alpns)
 	for _, v := range splitList(f.versions) {
-		switch strings.ToLower(v) {
-		case "v1", "1", "0x1", "0x00000001":
-			cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version1)
-		case "v2", "0x6b3343cf":
-			cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version2)
-		default:
+		n, err := quicver.Parse(v)
+		if err != nil || (n != quicver.V1 && n != quicver.V2) {
 			return cfg, cli.Usagef("--quic-versions: %q unsupported (quic-go speaks v1 and v2)", v)
 		}
+		cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version(n))
 	}
 	cfg.Verify.SNINames = splitList(f.names)
 	if err := cfg.Validate(); err != nil {

@@ -23,6 +23,8 @@ import (
 	"github.com/doqscan/doqscan/internal/geo"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/provenance"
+	"github.com/doqscan/doqscan/internal/quicver"
+	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -185,9 +187,9 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		}
 	}
 	if sum.Week == "" {
-		sum.Week = ISOWeek(time.Now())
+		sum.Week = runkey.Week(time.Now())
 	}
-	if targets, sum.Excluded, err = excludeBlocked(ctx, s, cfg.BlocklistDir, targets, log); err != nil {
+	if targets, sum.Excluded, err = blocklist.ExcludeForContact(ctx, s, cfg.BlocklistDir, targets, func(t Target) netip.Addr { return t.Addr.Addr() }, "target", log); err != nil {
 		return nil, err
 	}
 	// Lab addresses only from inside the testbed, checked before the run row exists.
@@ -277,30 +279,6 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		runErr = err
 	}
 	return sum, runErr
-}
-
-// excludeBlocked drops the targets the blocklist excludes (opt-outs above all: the
-// opt-out page promises that no later scan or measurement contacts them).
-func excludeBlocked(ctx context.Context, s *store.Store, dir string, targets []Target, log *slog.Logger) ([]Target, int, error) {
-	bl, err := blocklist.ForContact(ctx, s, dir)
-	if err != nil {
-		return nil, 0, err
-	}
-	kept := targets[:0]
-	for _, t := range targets {
-		if why := bl.Why(t.Addr.Addr()); len(why) > 0 {
-			log.Info("target excluded: not contacted", "target", t.Addr, "by", why[0].Source, "entry", why[0].Prefix, "origin", why[0].Origin)
-			continue
-		}
-		kept = append(kept, t)
-	}
-	return kept, len(targets) - len(kept), nil
-}
-
-// ISOWeek formats t's ISO 8601 week as YYYY-Www.
-func ISOWeek(t time.Time) string {
-	y, w := t.UTC().ISOWeek()
-	return fmt.Sprintf("%04d-W%02d", y, w)
 }
 
 func doneTargets(ctx context.Context, s *store.Store, runID int64) (map[netip.AddrPort]bool, error) {
@@ -626,7 +604,7 @@ func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) 
 		if err := rows.Scan(&vc.ALPN, &qv, &vc.Count); err != nil {
 			return err
 		}
-		vc.QUICVersion = QUICVersionName(uint32(qv))
+		vc.QUICVersion = quicver.Name(uint32(qv))
 		sum.Versions = append(sum.Versions, vc)
 	}
 	sort.Slice(sum.Versions, func(i, j int) bool {
@@ -636,17 +614,6 @@ func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) 
 		return sum.Versions[i].ALPN+sum.Versions[i].QUICVersion < sum.Versions[j].ALPN+sum.Versions[j].QUICVersion
 	})
 	return rows.Err()
-}
-
-// QUICVersionName names a QUIC version for summaries.
-func QUICVersionName(v uint32) string {
-	switch v {
-	case 0x00000001:
-		return "v1"
-	case 0x6b3343cf:
-		return "v2"
-	}
-	return fmt.Sprintf("%#08x", v)
 }
 
 // WriteText prints a summary as a small table.

@@ -15,6 +15,7 @@ like ``shlex.split(line, comments=True)``.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -23,9 +24,10 @@ from pathlib import Path as FilePath
 FORMAT_VERSION = 1
 REPO = FilePath(__file__).resolve().parents[2]
 
-# QUIC version numbers (RFC 9000 §15, RFC 9369 §3.1, draft-ietf-quic-transport-NN).
-VERSIONS = {"v1": 0x00000001, "v2": 0x6B3343CF}
-VERSIONS.update({f"draft-{n}": 0xFF000000 + n for n in range(29, 35)})
+# QUIC version names the population file may use: Go's quicver.Known, generated into
+# the analysis package's quic_versions.json (the one table Go and Python share).
+VERSIONS = {k["name"]: k["value"] for k in json.loads(
+    (REPO / "analysis/doqscan_analysis/quic_versions.json").read_text())["known"]}
 
 
 def _duration_ms(s: str) -> float:

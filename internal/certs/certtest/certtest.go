@@ -12,8 +12,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -137,4 +140,22 @@ func Pool(cs ...*x509.Certificate) *x509.CertPool {
 		p.AddCert(c)
 	}
 	return p
+}
+
+// WritePEM writes leaf and key as PEM files cert.pem and key.pem (PKCS #8) in dir, for
+// servers that load their certificate from files, and returns the two paths.
+func WritePEM(t testing.TB, dir string, leaf *x509.Certificate, key crypto.Signer) (certFile, keyFile string) {
+	t.Helper()
+	kd, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }

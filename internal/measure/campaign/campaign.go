@@ -540,16 +540,6 @@ func (r *runner) units(t Target) []unit {
 	return out
 }
 
-func transportOf(p measure.Protocol) rtt.Transport {
-	switch p {
-	case measure.DoUDP:
-		return rtt.UDP
-	case measure.DoQ, measure.DoH3:
-		return rtt.QUIC
-	}
-	return rtt.TCP
-}
-
 type rttKey struct {
 	t    rtt.Transport
 	port uint16
@@ -631,12 +621,12 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 				// qlog_truncated.
 				a := pr.res.QlogAnalysis
 				if a != nil && (a.HandshakeNS > 0 || a.Truncated) && rows[0].HandshakeNS != nil {
-					quicRows = append(quicRows, pending{m: rows[0], qa: a, trace: pr.res.QlogTrace, tk: rttKey{transportOf(u.ep.Protocol), u.ep.Port}, wall: pr.res.HandshakeWall})
+					quicRows = append(quicRows, pending{m: rows[0], qa: a, trace: pr.res.QlogTrace, tk: rttKey{u.ep.Protocol.Transport(), u.ep.Port}, wall: pr.res.HandshakeWall})
 				}
 			}
 		}
 		// Per-protocol RTT after a successful measurement, once per (transport, port).
-		tk := rttKey{transportOf(u.ep.Protocol), u.ep.Port}
+		tk := rttKey{u.ep.Protocol.Transport(), u.ep.Port}
 		if _, ok := rtts[tk]; !ok && meas.Status == measure.StatusOK {
 			samples := r.prober.Probe(ctx, tk.t, netip.AddrPortFrom(t.Addr, u.ep.Port), r.cfg.RTTSamples, r.rttTimeout(meas))
 			var ok []int64

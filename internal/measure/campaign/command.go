@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -171,7 +172,9 @@ func round(ctx context.Context, s *store.Store, o Options, hour time.Time, sprea
 			return nil, err
 		}
 	}
-	if targets, err = excludeBlocked(ctx, s, o.BlocklistDir, targets, log); err != nil {
+	// The opt-out page promises that no later scan or measurement contacts an opted-out
+	// address: drop them before anything is sent.
+	if targets, _, err = blocklist.ExcludeForContact(ctx, s, o.BlocklistDir, targets, func(t Target) netip.Addr { return t.Addr }, "resolver", log); err != nil {
 		return nil, err
 	}
 	// Lab addresses only from inside the testbed, checked before anything is written.
@@ -188,26 +191,4 @@ func round(ctx context.Context, s *store.Store, o Options, hour time.Time, sprea
 		log.Info("summary", "campaign", sum.CampaignID, "status_by_protocol", fmt.Sprint(sum.Status), "doq_causes", fmt.Sprint(sum.Causes))
 	}
 	return sum, err
-}
-
-// excludeBlocked drops the resolvers the blocklist excludes, before anything is sent
-// to them: the opt-out page promises that no later scan or measurement contacts an
-// opted-out address.
-func excludeBlocked(ctx context.Context, s *store.Store, dir string, targets []Target, log *slog.Logger) ([]Target, error) {
-	bl, err := blocklist.ForContact(ctx, s, dir)
-	if err != nil {
-		return nil, err
-	}
-	kept := targets[:0]
-	for _, t := range targets {
-		if why := bl.Why(t.Addr); len(why) > 0 {
-			log.Info("resolver excluded: not contacted", "addr", t.Addr, "by", why[0].Source, "entry", why[0].Prefix, "origin", why[0].Origin)
-			continue
-		}
-		kept = append(kept, t)
-	}
-	if n := len(targets) - len(kept); n > 0 {
-		log.Warn("resolvers excluded by the blocklist or an opt-out", "excluded", n, "kept", len(kept))
-	}
-	return kept, nil
 }

@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
-)
 
-// runKeyHour is the layout of an hourly run key (internal/jobs.Key): "2026-11-22T04".
-const runKeyHour = "2006-01-02T15"
+	"github.com/doqscan/doqscan/internal/runkey"
+)
 
 // ParseRoundHour returns the hour a single round is for: flag (an hourly run key such as
 // "2026-11-22T04", or an RFC 3339 time, truncated to the hour) if set, else runKey (the
@@ -16,12 +15,12 @@ const runKeyHour = "2006-01-02T15"
 func ParseRoundHour(flag, runKey string) (time.Time, error) {
 	if flag == "" {
 		runKey = strings.TrimSpace(runKey)
-		if runKey == "" || strings.Contains(runKey, "W") { // empty, or a weekly key: not ours
+		if runKey == "" || runkey.IsWeek(runKey) { // empty, or a weekly key: not ours
 			return time.Time{}, nil
 		}
 		flag = runKey
 	}
-	if t, err := time.Parse(runKeyHour, flag); err == nil {
+	if t, err := runkey.HourStart(flag); err == nil {
 		return t.UTC(), nil
 	}
 	if t, err := time.Parse(time.RFC3339, flag); err == nil {

@@ -141,16 +141,6 @@ func clientHello(k measure.KeyShare) population.ClientHello {
 	return population.ClientX25519
 }
 
-func transportOf(p measure.Protocol) rtt.Transport {
-	switch p {
-	case measure.DoUDP:
-		return rtt.UDP
-	case measure.DoQ, measure.DoH3:
-		return rtt.QUIC
-	}
-	return rtt.TCP
-}
-
 // attempts bounds how often a (warm-up, measured) pair is repeated. Each phase keeps its
 // fastest handshake and fastest resolve: CPU starvation on a shared 2-core machine only
 // ever adds time (a descheduled client or server, a late timer), never removes round
@@ -406,7 +396,7 @@ func checkEndpoint(t *testing.T, ctx context.Context, v *testbed.Vantage, prober
 	var samples []rtt.Sample
 	var got []time.Duration
 	for try := 0; try < attempts; try++ {
-		round := prober.Probe(ctx, transportOf(ep.proto), req.Addr, 3, 2*time.Second)
+		round := prober.Probe(ctx, ep.proto.Transport(), req.Addr, 3, 2*time.Second)
 		samples = append(samples, round...)
 		for _, s := range round {
 			if s.Answered() {
@@ -419,7 +409,7 @@ func checkEndpoint(t *testing.T, ctx context.Context, v *testbed.Vantage, prober
 	}
 	switch {
 	case len(got) > 0 || ep.proto == measure.DoUDP:
-	case ep.rec.Peer != "" && transportOf(ep.proto) == rtt.QUIC:
+	case ep.rec.Peer != "" && ep.proto.Transport() == rtt.QUIC:
 		// aioquic's Retry and big-chain instances leave the reserved-version probe
 		// unanswered at times (3 of 3 in one run; its plain instance answers it): a real
 		// stack's behaviour the campaign records as timeout samples (docs/measure.md).

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
@@ -321,7 +322,7 @@ func expectReport(t *testing.T, pop *population.Population, addrs []netip.Addr) 
 			if !preferred {
 				preferred = true
 				w.total++
-				n, ok := population.VersionNumber(v.Version)
+				n, ok := quicver.Lookup(v.Version)
 				if !ok {
 					t.Fatalf("%s:%d: unknown QUIC version %q", a, port, v.Version)
 				}

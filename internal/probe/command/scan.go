@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/optout/pace"
 	"github.com/doqscan/doqscan/internal/probe"
+	"github.com/doqscan/doqscan/internal/runkey"
 )
 
 func runScan(ctx context.Context, log *slog.Logger, args []string) error {
@@ -218,7 +218,7 @@ func printSummary(sum *probe.Summary, asJSON bool) {
 
 func weekFromRunKey() string {
 	k := os.Getenv("DOQSCAN_RUN_KEY")
-	if regexp.MustCompile(`^[0-9]{4}-W(0[1-9]|[1-4][0-9]|5[0-3])$`).MatchString(k) {
+	if runkey.IsWeek(k) {
 		return k
 	}
 	return ""

@@ -8,12 +8,10 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/doqscan/doqscan/internal/labnet"
+	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
 
 // Interface names inside the namespaces (names are per namespace, so they are fixed).
@@ -127,36 +125,11 @@ func ip(ctx context.Context, args ...string) error {
 	return nil
 }
 
-// inNamespace runs fn on an OS thread switched into network namespace name (the
-// caller's namespace when name is empty). Sockets fn creates stay in that namespace
-// after it returns; goroutines fn starts run elsewhere and must not create sockets.
+// inNamespace runs fn in network namespace name through netns.Do (the caller's namespace
+// when name is empty).
 func inNamespace(name string, fn func() error) error {
 	if name == "" {
 		return fn()
 	}
-	runtime.LockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("peers: current netns: %w", err)
-	}
-	defer orig.Close()
-	target, err := os.Open("/run/netns/" + name)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("peers: netns %s: %w", name, err)
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("peers: setns %s: %w", name, err)
-	}
-	defer func() {
-		// Only a thread back in its own namespace may serve other goroutines; if the
-		// switch back fails the thread stays locked and exits with this goroutine.
-		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
-	return fn()
+	return netns.Do(name, fn)
 }

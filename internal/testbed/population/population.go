@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/home"
+	"github.com/doqscan/doqscan/internal/quicver"
 )
 
 // FormatVersion is the version of the population file grammar this package reads.
@@ -594,7 +595,7 @@ func parseHost(toks []string, line int) (Record, error) {
 	r.ALPNs = list(m["alpn"])
 	r.Versions = list(m["versions"])
 	for _, v := range r.Versions {
-		if _, ok := VersionNumber(v); !ok {
+		if _, ok := quicver.Lookup(v); !ok {
 			return r, fmt.Errorf("host %s: unknown QUIC version %q", toks[0], v)
 		}
 	}

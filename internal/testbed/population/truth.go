@@ -5,25 +5,8 @@ import (
 	"slices"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/quicver"
 )
-
-// QUIC version numbers (RFC 9000 §15, RFC 9369 §3.1, the drafts' 0xff0000NN).
-var versionNumbers = map[string]uint32{
-	"v1":       0x00000001, // RFC 9000
-	"v2":       0x6b3343cf, // RFC 9369 §3.1
-	"draft-29": 0xff00001d,
-	"draft-30": 0xff00001e,
-	"draft-31": 0xff00001f,
-	"draft-32": 0xff000020,
-	"draft-33": 0xff000021,
-	"draft-34": 0xff000022,
-}
-
-// VersionNumber returns the wire value of a QUIC version name ("v1", "v2", "draft-29"...).
-func VersionNumber(name string) (uint32, bool) {
-	v, ok := versionNumbers[name]
-	return v, ok
-}
 
 // ClientVersions are the QUIC versions doqscan's clients (quic-go) speak, in offer order.
 var ClientVersions = []string{"v1", "v2"}
@@ -81,7 +64,7 @@ func (p *Population) AdvertisedVersions(addr netip.Addr, port uint16) []uint32 {
 	r := p.Lookup(addr)
 	out := make([]uint32, 0, len(r.Versions))
 	for _, v := range r.Versions {
-		n, _ := VersionNumber(v)
+		n, _ := quicver.Lookup(v)
 		out = append(out, n)
 	}
 	return out

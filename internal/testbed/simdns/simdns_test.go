@@ -3,17 +3,13 @@ package simdns
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -25,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/certs/certtest"
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 )
@@ -43,31 +40,9 @@ type testCerts struct {
 
 func newTestCerts(t testing.TB) *testCerts {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: testServerName},
-		DNSNames:     []string{testServerName},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:         true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return &testCerts{cert: &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool: pool}
+	leaf, key := certtest.SelfSignedLeaf(t, certtest.ECDSA, testServerName)
+	cert := certtest.TLS(leaf, key)
+	return &testCerts{cert: &cert, pool: certtest.Pool(leaf)}
 }
 
 func (c *testCerts) Certificate(netip.Addr, Protocol, string) (*tls.Certificate, error) {

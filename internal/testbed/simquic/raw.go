@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
@@ -86,7 +87,7 @@ func rawReply(r *population.Record, b []byte) []byte {
 	}
 	var versions []uint32
 	for _, v := range r.Versions {
-		n, _ := population.VersionNumber(v)
+		n, _ := quicver.Lookup(v)
 		if n == version && r.Hostile == population.HostileDraftOnly {
 			return nil // a version we "speak": a real stack would start a handshake; we cannot
 		}

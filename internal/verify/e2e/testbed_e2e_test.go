@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/doqscan/doqscan/internal/home"
+	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/geodb"
@@ -142,7 +143,7 @@ func (g groundTruth) check(a netip.AddrPort, f fields) []string {
 		bad = append(bad, fmt.Sprintf("ALPN %q, population says %q", f.alpn, w.ALPN))
 	}
 	if w.Version != "" {
-		if n, _ := population.VersionNumber(w.Version); f.quicVersion != n {
+		if n, _ := quicver.Lookup(w.Version); f.quicVersion != n {
 			bad = append(bad, fmt.Sprintf("QUIC version %#x, population says %s (%#x)", f.quicVersion, w.Version, n))
 		}
 	}

@@ -34,6 +34,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/testbed/peers"
 )
 
@@ -196,16 +197,10 @@ func describe(p []byte) (string, error) {
 	return b.String(), nil
 }
 
+// versionName annotates a version that quicver names ("(v1)", "(grease)", "(draft-29)").
 func versionName(v uint32) string {
-	switch {
-	case v == 0x00000001:
-		return "(v1)"
-	case v == 0x6b3343cf:
-		return "(v2)"
-	case v&0x0f0f0f0f == 0x0a0a0a0a:
-		return "(reserved/grease)"
-	case v>>8 == 0xff0000:
-		return fmt.Sprintf("(draft-%d)", v&0xff)
+	if n := quicver.Name(v); n != fmt.Sprintf("0x%08x", v) {
+		return "(" + n + ")"
 	}
 	return ""
 }
