@@ -47,7 +47,7 @@ class PathProfile:
 
 @dataclass
 class Host:
-    prefix: ipaddress.IPv4Network
+    prefix: ipaddress.IPv4Network | ipaddress.IPv6Network
     line: int
     cls: str
     quic: list[int] = field(default_factory=list)
@@ -68,6 +68,7 @@ class Host:
     path: str = ""
     asn: str = ""
     site: str = ""
+    twin: str = ""  # IPv6 records: the IPv4 address of the same (dual-stack) server
 
     @property
     def first(self) -> str:
@@ -89,16 +90,18 @@ class Host:
 class Population:
     seed: int = 0
     prefix: ipaddress.IPv4Network | None = None
+    prefix6: ipaddress.IPv6Network | None = None  # the IPv6 half (prefix6 directive)
     answer: str = ""
     answer_ttl: int = 0
     default_path: str = ""
     paths: dict[str, PathProfile] = field(default_factory=dict)
     certs: dict[str, dict[str, str]] = field(default_factory=dict)
-    hosts: list[Host] = field(default_factory=list)
+    hosts: list[Host] = field(default_factory=list)  # IPv4 records
+    hosts6: list[Host] = field(default_factory=list)  # IPv6 records, kept apart as the Go reader does
 
     def lookup(self, addr: str) -> Host | None:
         a = ipaddress.ip_address(addr)
-        for h in self.hosts:
+        for h in self.hosts if a.version == 4 else self.hosts6:
             if a in h.prefix:
                 return h
         return None
@@ -155,11 +158,15 @@ def parse(text: str) -> Population:
         elif section == "[certs]":
             pop.certs[head] = kv
         elif section == "[hosts]":
-            pop.hosts.append(_host(head, kv, n))
+            h = _host(head, kv, n)
+            (pop.hosts if h.prefix.version == 4 else pop.hosts6).append(h)
         # [sites], [asns]: not needed by the checks; kept out on purpose.
     if not pop.prefix:
         raise ValueError("population has no prefix directive")
+    if pop.hosts6 and not pop.prefix6:
+        raise ValueError("IPv6 records without a prefix6 directive")
     pop.hosts.sort(key=lambda h: h.prefix.network_address)
+    pop.hosts6.sort(key=lambda h: h.prefix.network_address)
     return pop
 
 
@@ -172,6 +179,10 @@ def _directive(pop: Population, toks: list[str], n: int) -> None:
         pop.seed = int(toks[1])
     elif d == "prefix":
         pop.prefix = ipaddress.ip_network(toks[1])
+    elif d == "prefix6":
+        pop.prefix6 = ipaddress.ip_network(toks[1])
+        if pop.prefix6.version != 6:
+            raise ValueError(f"line {n}: prefix6 {toks[1]} is not an IPv6 prefix")
     elif d == "answer":
         pop.answer = toks[1]
         for t in toks[2:]:
@@ -184,7 +195,9 @@ def _directive(pop: Population, toks: list[str], n: int) -> None:
 
 
 def _host(head: str, kv: dict[str, str], n: int) -> Host:
-    h = Host(prefix=ipaddress.ip_network(head if "/" in head else head + "/32"), line=n, cls=kv.get("class", ""))
+    a = head.split("/")[0]
+    single = "/128" if ipaddress.ip_address(a).version == 6 else "/32"
+    h = Host(prefix=ipaddress.ip_network(head if "/" in head else head + single), line=n, cls=kv.get("class", ""))
     if not h.cls:
         raise ValueError(f"line {n}: host without class")
     for k, v in kv.items():

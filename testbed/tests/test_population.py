@@ -22,11 +22,21 @@ def test_parse_committed_file():
     prefixes = sorted(h.prefix for h in pop.hosts)
     for a, b in zip(prefixes, prefixes[1:]):
         assert not a.overlaps(b), f"{a} overlaps {b}"
+    # The IPv6 half: inside prefix6, dual-stack twins name a listed IPv4 host with the
+    # same certificate.
+    assert pop.hosts6 and pop.prefix6 is not None
+    for h in pop.hosts6:
+        assert h.prefix.subnet_of(pop.prefix6), f"line {h.line}: {h.prefix} outside {pop.prefix6}"
+        if h.twin:
+            t = pop.lookup(h.twin)
+            assert t is not None and t.cert == h.cert, f"line {h.line}: twin {h.twin} missing or with another certificate"
 
 
 def test_bad_input_is_an_error():
     for text in ("format 2\nprefix 198.19.0.0/16\n", "format 1\n", "format 1\nprefix 198.19.0.0/16\n[hosts]\n198.19.1.1 x\n",
-                 "format 1\nprefix 198.19.0.0/16\n[hosts]\n198.19.1.1 class=a bogus=1\n"):
+                 "format 1\nprefix 198.19.0.0/16\n[hosts]\n198.19.1.1 class=a bogus=1\n",
+                 "format 1\nprefix 198.19.0.0/16\n[hosts]\n2001:2:0:8001::1 class=a\n",
+                 "format 1\nprefix 198.19.0.0/16\nprefix6 198.18.0.0/15\n"):
         with pytest.raises(ValueError):
             population.parse(text)
 
