@@ -122,12 +122,28 @@ func TestRoundWritesEverythingOnceAndResumes(t *testing.T) {
 		t.Errorf("rerun changed the rows: %v, want %v", got, want)
 	}
 
-	// Interrupted after the first resolver is stored, then restarted: same rows.
+	// Interrupted after the first resolver is stored, then restarted: same rows. The
+	// measuring runs ahead of the writer, so every other resolver's results wait until
+	// the interrupt: without that, all four could be measured before the first batch is
+	// stored and the cancel arrives.
 	cctx, cancel := context.WithCancel(ctx)
 	cut := cfg
 	cut.OnFlush = func(stored int) {
 		if stored >= 1 {
 			cancel()
+		}
+	}
+	var firstMu sync.Mutex
+	var first netip.Addr
+	cut.OnResult = func(tg campaign.Target, _ campaign.Endpoint, _ string, _ *measure.Result) {
+		firstMu.Lock()
+		if !first.IsValid() {
+			first = tg.Addr
+		}
+		other := tg.Addr != first
+		firstMu.Unlock()
+		if other {
+			<-cctx.Done()
 		}
 	}
 	part, err := campaign.Run(cctx, s, cut, targets, logger())
