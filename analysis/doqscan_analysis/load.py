@@ -14,8 +14,12 @@ Filters common to all functions:
 
 from __future__ import annotations
 
+import importlib.util
+import ipaddress
 import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -665,6 +669,16 @@ def _facts_sql(cached: bool) -> str:
             + ")" + _FACTS_SELECT.format(rtt="rtt", rtt_on="", **fmt))
 
 
+def address_key(addr: str) -> tuple[int, int, int]:
+    """(IPv6, high 64 bits, low 64 bits) of an address as Facts.addresses holds it: the
+    IPv4 address in the low word, IPv6 words as signed 64-bit integers (the SQL's int8)."""
+    a = ipaddress.ip_address(addr)
+    if a.version == 4:
+        return 0, 0, int(a)
+    b = a.packed
+    return 1, int.from_bytes(b[:8], "big", signed=True), int.from_bytes(b[8:], "big", signed=True)
+
+
 class Facts:
     """Successful measurements (status ok with an rcode) of a selection, one entry per
     measurement, as numpy arrays of equal length:
@@ -1032,7 +1046,7 @@ def _pg_median(x: np.ndarray) -> float:
 def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
                    require_rtt: bool = True, points: int = DEFAULT_POINTS,
                    group_by: Sequence[str] = GROUP_COLUMNS, refresh: bool = True,
-                   facts: Facts | None = None) -> pd.DataFrame:
+                   facts: Facts | None = None, addresses: Sequence[str] | None = None) -> pd.DataFrame:
     """Distributions of resolve time, RTT, handshake time and handshake-to-RTT ratio.
 
     Same rows and values as response_times_sql (the reference, all in SQL), computed
@@ -1040,7 +1054,8 @@ def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
     vantages and refresh are then those of the facts): numpy sorts each group's values
     once. The order statistics, medians and counts are the same numbers exactly; means
     are exact for resolve and handshake times (integer sums) and within float rounding
-    for RTT and ratio."""
+    for RTT and ratio. `addresses` (strings) keeps only the measurements of those
+    resolvers."""
     allowed = set(GROUP_COLUMNS)
     bad = set(group_by) - allowed
     if bad:
@@ -1052,6 +1067,10 @@ def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
         keep = (f.protocol == names.PROTOCOLS.index("doudp")) | ~np.isnan(f.rtt)
     if dox_only:
         keep &= f.dox
+    if addresses is not None:
+        keys = [address_key(a) for a in addresses]
+        ids = f.address_ids([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys])
+        keep &= np.isin(f.aid, ids[ids >= 0])
     # mixed-radix group number
     code = np.zeros(int(keep.sum()), dtype=np.int64)
     radix, mult = [], 1
@@ -1308,3 +1327,61 @@ def per_resolver_medians(conn, weeks=None, vantages=None, phase: str = "measured
         df[col] = df[col].astype(float)
     df["queries"] = df["queries"].astype(int)
     return df
+
+
+# The dependency-free reader of the testbed population file (grammar: docs/population.md).
+_POPULATION_READER = Path(__file__).resolve().parents[2] / "testbed" / "tests" / "population.py"
+
+PEER_COLUMNS = ["address", "peer", "class"]
+
+
+def _population_reader():
+    """testbed/tests/population.py as a module (loaded once), None when it is not there."""
+    name = "doqscan_testbed_population"
+    if name in sys.modules:
+        return sys.modules[name]
+    if not _POPULATION_READER.exists():
+        return None
+    spec = importlib.util.spec_from_file_location(name, _POPULATION_READER)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # its dataclasses look their module up while being defined
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return mod
+
+
+def testbed_peers(path: str | os.PathLike | None = None) -> pd.DataFrame:
+    """The third-party DoQ servers of the simulated internet: every population record
+    with `peer=` (coredns, hickory, aioquic, ngtcp2, dnsproxy), from `path`, else
+    $DOQSCAN_POPULATION, else <repo>/testbed/population.txt (read with
+    testbed/tests/population.py). Columns address (a record's first address), peer,
+    class; address order, IPv4 first. Empty when neither the file nor the reader is
+    there (an installation without the testbed)."""
+    reader = _population_reader()
+    if reader is None:
+        return pd.DataFrame(columns=PEER_COLUMNS)
+    file = path or os.environ.get("DOQSCAN_POPULATION") or reader.REPO / "testbed" / "population.txt"
+    if not os.path.exists(file):
+        return pd.DataFrame(columns=PEER_COLUMNS)
+    pop = reader.load(file)
+    rows = [(h.first, h.peer, h.cls) for h in pop.hosts + pop.hosts6 if h.peer]
+    return pd.DataFrame(rows, columns=PEER_COLUMNS)
+
+
+def peer_response_times(conn, peers: pd.DataFrame, facts: Facts | None = None, weeks=None, vantages=None,
+                        refresh: bool = True) -> pd.DataFrame:
+    """response_times of each address of `peers` (testbed_peers) on its own, grouped by
+    vantage point, protocol, phase and mode, with an `address` column; every answering
+    peer, DoX or not. Empty when the data holds no measurement of any of them."""
+    if peers.empty:
+        return pd.DataFrame()
+    f = facts if facts is not None else measurement_facts(conn, weeks, vantages, refresh)
+    parts = []
+    for addr in peers["address"]:
+        rt = response_times(conn, facts=f, addresses=[addr], group_by=("vantage_id", "protocol", "phase", "mode"))
+        if len(rt):
+            parts.append(rt.assign(address=addr))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

@@ -64,6 +64,29 @@ def summary_table(rt: pd.DataFrame, metrics=("resolve_ns", "rtt_ns", "handshake_
     return out
 
 
+PEER_METRICS = ("handshake_ns", "resolve_ns", "ratio")
+
+
+def peer_table(prt: pd.DataFrame, peers: pd.DataFrame, phase: str = "measured", mode: str = "fresh") -> pd.DataFrame:
+    """Third-party DoQ servers of the testbed: per address (load.testbed_peers: peer
+    software, class), vantage point and protocol, the median handshake and resolve time
+    (ms) and handshake-to-RTT ratio of one phase and connection mode, from
+    load.peer_response_times (its ratios: load.response_times'). Addresses in the order
+    of `peers`, protocols in the study's order; empty when there are no rows."""
+    if prt.empty:
+        return pd.DataFrame()
+    d = prt[(prt["phase"] == phase) & (prt["mode"] == mode)]
+    if d.empty:
+        return pd.DataFrame()
+    t = summary_table(d, metrics=PEER_METRICS, by=("address", "vantage_id", "protocol"))
+    pos = {a: i for i, a in enumerate(peers["address"])}
+    t = t.assign(_pos=t["address"].map(pos)).sort_values(["_pos", "vantage_id"], kind="stable")
+    t = t.merge(peers, on="address", how="left", sort=False)
+    cols = ["address", "peer", "class", "vantage_id", "protocol", "resolve n", "handshake median [ms]",
+            "resolve median [ms]", "ratio median"]
+    return t[cols].rename(columns={"resolve n": "queries"}).reset_index(drop=True)
+
+
 def pair_ratio(handshakes: pd.DataFrame, rtts: pd.DataFrame) -> pd.DataFrame:
     """Handshake-to-RTT ratio for raw rows (small data; load.response_times does the same
     in SQL): each handshake is paired with the median of the answered RTT samples of the
