@@ -21,9 +21,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/certs/certtest"
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
+
+	"github.com/doqscan/doqscan/internal/certs/certtest"
 )
 
 const (
