@@ -250,8 +250,8 @@ func TestJobrunForwardsSIGTERM(t *testing.T) {
 		t.Errorf("the helper did not end gracefully:\n%s", w.stderr.String())
 	}
 	helperGone(t, w.helper)
-	if status, detail := jobRow(t, s); status != "failed" || !strings.Contains(detail, "exited with 130") {
-		t.Errorf("job_runs: %s %q, want failed with the command's exit 130", status, detail)
+	if status, detail := jobRow(t, s); status != "interrupted" || !strings.Contains(detail, "exited with 130") {
+		t.Errorf("job_runs: %s %q, want interrupted with the command's exit 130", status, detail)
 	}
 }
 

@@ -200,6 +200,10 @@ func TestConnectionReuse(t *testing.T) {
 		t.Fatalf("no report for %s %s", target, policy)
 		return nil
 	}
+	// The delay line releases a packet up to its lead (100 µs) early and holds every path
+	// within 0.5 ms of its setting (docs/testbed.md): a time of k RTT may read that much
+	// below k x RTT (a persistent DoT query read 19.95 ms on the 20 ms path).
+	const early = 0.5
 	for _, tc := range []struct {
 		target    string
 		freshRTTs float64
@@ -208,10 +212,10 @@ func TestConnectionReuse(t *testing.T) {
 		if fresh.SuccessRate < 1 || pers.SuccessRate < 1 {
 			t.Errorf("%s: success fresh %.3f persistent %.3f, want 1", tc.target, fresh.SuccessRate, pers.SuccessRate)
 		}
-		if f := fresh.Total.P50; f < ms(tc.freshRTTs) || f > ms(tc.freshRTTs+1) {
+		if f := fresh.Total.P50; f < ms(tc.freshRTTs)-early || f > ms(tc.freshRTTs+1) {
 			t.Errorf("%s fresh: p50 %.2f ms, want %v RTT (%.1f ms) up to one more", tc.target, f, tc.freshRTTs, ms(tc.freshRTTs))
 		}
-		if p := pers.Total.P50; p < ms(1) || p > ms(1.5) {
+		if p := pers.Total.P50; p < ms(1)-early || p > ms(1.5) {
 			t.Errorf("%s persistent: p50 %.2f ms, want about one RTT (%.1f ms)", tc.target, p, ms(1))
 		}
 	}
