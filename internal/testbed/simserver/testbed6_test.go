@@ -13,8 +13,38 @@ import (
 	"github.com/miekg/dns"
 	"github.com/quic-go/quic-go"
 
+	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
+
+// skipUninstalledPeer skips when r is a third-party peer that is not installed here
+// (scripts/install-peers.sh): the testbed then starts no peer at all.
+func skipUninstalledPeer(t *testing.T, r *population.Record) {
+	t.Helper()
+	if r.Peer == "" {
+		return
+	}
+	root, err := peers.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := peers.Installed(root, peers.Kind(r.Peer)); err != nil {
+		t.Skipf("SKIP: %s is a %s peer: %v", r.Prefix, r.Peer, err)
+	}
+}
+
+// The IPv6 half has a third-party server, and the tests below reach it like every
+// simserver address.
+func TestIPv6PopulationHasAPeer(t *testing.T) {
+	pop := requireSimserver(t).Population
+	for _, r := range pop.Records6 {
+		if r.Peer != "" {
+			t.Logf("IPv6 peer: %s %s (%s)", r.Prefix, r.Peer, r.Class)
+			return
+		}
+	}
+	t.Fatal("no third-party peer in the population's IPv6 half")
+}
 
 // Every IPv6 QUIC endpoint of the population answers a DoQ (or HTTP/3) handshake over
 // IPv6 through the delay line, from the address it was sent to (quic-go's client drops
@@ -34,6 +64,7 @@ func TestIPv6QUICEndpoints(t *testing.T) {
 		}
 		n++
 		t.Run(ep.Addr.String()+"/"+strconv.Itoa(int(ep.Port)), func(t *testing.T) {
+			skipUninstalledPeer(t, pop.Lookup(ep.Addr))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			conn, _, err := dialDoQ(ctx, ep.Addr, ep.Port, nil, false, nil)
@@ -81,6 +112,12 @@ func TestIPv6PlainDNSAndDoT(t *testing.T) {
 			if r.Hostile != "" {
 				continue
 			}
+			if r.Peer != "" {
+				if err := peers.Installed(mustRoot(t), peers.Kind(r.Peer)); err != nil {
+					t.Logf("SKIP %s: a %s peer: %v", a, r.Peer, err)
+					continue
+				}
+			}
 			c := &dns.Client{Net: transport, Timeout: 3 * time.Second}
 			q := new(dns.Msg)
 			q.SetQuestion("test.com.", dns.TypeA)
@@ -101,6 +138,12 @@ func TestIPv6PlainDNSAndDoT(t *testing.T) {
 	for _, r := range pop6.Records {
 		if r.DoT == 0 || r.Hostile != "" {
 			continue
+		}
+		if r.Peer != "" {
+			if err := peers.Installed(mustRoot(t), peers.Kind(r.Peer)); err != nil {
+				t.Logf("SKIP %s: a %s peer: %v", r.Prefix, r.Peer, err)
+				continue
+			}
 		}
 		a := r.Prefix.Addr()
 		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 3 * time.Second},
@@ -176,4 +219,13 @@ func TestIPv6DoQRoundTripsThroughDelayLine(t *testing.T) {
 			}
 		})
 	}
+}
+
+func mustRoot(t *testing.T) string {
+	t.Helper()
+	root, err := peers.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
 }
