@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/home"
@@ -171,6 +172,9 @@ func Ensure(ctx context.Context, o Options) (*Testbed, error) {
 	if err := tb.writeGeoIP(); err != nil {
 		return nil, err
 	}
+	if err := tb.writeSiblings(); err != nil {
+		return nil, err
+	}
 	if err := tb.ensureDelayLine(ctx); err != nil {
 		return nil, err
 	}
@@ -205,6 +209,28 @@ func (tb *Testbed) writeGeoIP() error {
 	}
 	if _, err := geodb.Write(tb.Population, tb.GeoIPDir(), st.ModTime().UTC().Truncate(time.Second)); err != nil {
 		return fmt.Errorf("testbed %s: %w", tb.Name, err)
+	}
+	return nil
+}
+
+// SiblingsPath is the CSV of the population's declared dual-stack pairs (address4,
+// address6; from twin=) that Ensure writes: the analysis's siblings file.
+func (tb *Testbed) SiblingsPath() string { return filepath.Join(tb.State, "siblings.csv") }
+
+// writeSiblings writes SiblingsPath from the population's twins.
+func (tb *Testbed) writeSiblings() error {
+	if tb.Population == nil {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("# dual-stack servers of the population (twin=): one server, two addresses\naddress4,address6\n")
+	for _, r := range tb.Population.Records6 {
+		if r.Twin.IsValid() {
+			fmt.Fprintf(&b, "%s,%s\n", r.Twin, r.Prefix.Addr())
+		}
+	}
+	if err := os.WriteFile(tb.SiblingsPath(), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("testbed %s: siblings: %w", tb.Name, err)
 	}
 	return nil
 }
