@@ -10,7 +10,9 @@
 #   3. zprobe scan     the whole 198.19.0.0/16 on UDP/784, 853, 8853 (QUIC VN) and 53 (DNS)
 #   4. verify          DoQ verification of every QUIC-capable host the scan found
 #   5. measure         one measurement round over DoUDP, DoTCP, DoT, DoH, DoQ (and DoH3)
-#   6. report          the notebooks, executed headless (when the analysis package is there)
+#      then IPv6: zprobe send over the IPv6 hitlist, verify and measure (label demo6)
+#   6. report          the notebooks, executed headless (when the analysis package is there),
+#                      results by address family, dual-stack twins counted once
 #
 # Re-running it adds no duplicate rows (same ISO week, hour and vantage point). The
 # testbed is taken down at the end unless KEEP_TESTNET=1.
@@ -101,9 +103,15 @@ in_vantage bin/verify "${VERIFY_ARGS[@]}"
 say "measure: one round over every protocol for the DoQ-verified resolvers"
 in_vantage bin/measure --vantage "$VANTAGE" --label demo
 
+say "IPv6: zprobe send over the IPv6 hitlist ($STATE/hitlist6.txt), verify, measure"
+in_vantage bin/zprobe send --vantage "$VANTAGE" --label demo6 --testbed 2001:2:0:8000::/49 \
+  --hitlist "$STATE/hitlist6.txt" --rate 200 --cooldown 3s --blocklist-dir blocklist
+in_vantage bin/verify "${VERIFY_ARGS[@]}" --label demo6 --scan-label demo6
+in_vantage bin/measure --vantage "$VANTAGE" --label demo6
+
 if [ -x .venv/bin/python ] && [ -d analysis ]; then
   say "report: notebooks executed headless"
-  ./dev report || echo "report failed (see above)" >&2
+  ./dev report --siblings "$STATE/siblings.csv" || echo "report failed (see above)" >&2
 fi
 
 URL=$(bin/dbctl url 2>/dev/null)
@@ -119,6 +127,21 @@ if grep -qv ': 0$' <<<"$HONOURED"; then
   echo "demo: FAILED: the opted-out range $OPTOUT_RANGE was contacted" >&2
   exit 1
 fi
+say "by address family (a dual-stack twin is one server with two addresses: $STATE/siblings.csv)"
+psql "$URL" -P pager=off -c "
+  SELECT 'scan replies' AS stage, CASE family(address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END AS family,
+         reply_kind AS kind, count(*) FROM scan_replies s JOIN scans USING (scan_id)
+   WHERE label IN ('demo', 'demo6') AND vantage_id = '$VANTAGE' GROUP BY 1, 2, 3
+  UNION ALL
+  SELECT 'verify', CASE family(address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END, outcome, count(*)
+    FROM verification_results JOIN verification_runs USING (run_id)
+   WHERE label IN ('demo', 'demo6') AND vantage_id = '$VANTAGE' GROUP BY 1, 2, 3
+  UNION ALL
+  SELECT 'measure ok', CASE family(address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END, protocol, count(*)
+    FROM measurements m JOIN campaigns USING (campaign_id)
+   WHERE label IN ('demo', 'demo6') AND vantage_id = '$VANTAGE' AND status = 'ok' GROUP BY 1, 2, 3
+  ORDER BY 1, 2, 3" >&2
+
 say "provenance: what produced the demo's scan, verification run and round"
 psql "$URL" -P pager=off -c "
   WITH runs AS (
