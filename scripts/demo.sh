@@ -111,7 +111,7 @@ in_vantage bin/measure --vantage "$VANTAGE" --label demo6
 
 if [ -x .venv/bin/python ] && [ -d analysis ]; then
   say "report: notebooks executed headless"
-  ./dev report --siblings "$STATE/siblings.csv" || echo "report failed (see above)" >&2
+  ./dev report --siblings "$ROOT/$STATE/siblings.csv" || echo "report failed (see above)" >&2
 fi
 
 URL=$(bin/dbctl url 2>/dev/null)
@@ -129,17 +129,17 @@ if grep -qv ': 0$' <<<"$HONOURED"; then
 fi
 say "by address family (a dual-stack twin is one server with two addresses: $STATE/siblings.csv)"
 psql "$URL" -P pager=off -c "
-  SELECT 'scan replies' AS stage, CASE family(address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END AS family,
-         reply_kind AS kind, count(*) FROM scan_replies s JOIN scans USING (scan_id)
-   WHERE label IN ('demo', 'demo6') AND vantage_id = '$VANTAGE' GROUP BY 1, 2, 3
+  SELECT 'scan replies' AS stage, CASE family(s.address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END AS family,
+         s.reply_kind AS kind, count(*) FROM scan_replies s JOIN scans c ON c.scan_id = s.scan_id
+   WHERE c.label IN ('demo', 'demo6') AND c.vantage_id = '$VANTAGE' GROUP BY 1, 2, 3
   UNION ALL
-  SELECT 'verify', CASE family(address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END, outcome, count(*)
-    FROM verification_results JOIN verification_runs USING (run_id)
-   WHERE label IN ('demo', 'demo6') AND vantage_id = '$VANTAGE' GROUP BY 1, 2, 3
+  SELECT 'verify', CASE family(v.address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END, v.outcome, count(*)
+    FROM verification_results v JOIN verification_runs r ON r.run_id = v.run_id
+   WHERE r.label IN ('demo', 'demo6') AND r.vantage_id = '$VANTAGE' GROUP BY 1, 2, 3
   UNION ALL
-  SELECT 'measure ok', CASE family(address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END, protocol, count(*)
-    FROM measurements m JOIN campaigns USING (campaign_id)
-   WHERE label IN ('demo', 'demo6') AND vantage_id = '$VANTAGE' AND status = 'ok' GROUP BY 1, 2, 3
+  SELECT 'measure ok', CASE family(m.address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END, m.protocol, count(*)
+    FROM measurements m JOIN campaigns c ON c.campaign_id = m.campaign_id
+   WHERE c.label IN ('demo', 'demo6') AND c.vantage_id = '$VANTAGE' AND m.status = 'ok' GROUP BY 1, 2, 3
   ORDER BY 1, 2, 3" >&2
 
 say "provenance: what produced the demo's scan, verification run and round"

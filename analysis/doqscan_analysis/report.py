@@ -136,8 +136,9 @@ def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     summary = {"folder": out, "database": _redact(db), "weeks": weeks, "vantages": vantages,
                "started": dt.datetime.now(dt.timezone.utc).isoformat(), "notebooks": {}}
+    # The notebooks run in notebooks/: a relative siblings path would be read from there.
     params = {"database_url": db, "weeks": weeks, "vantages": vantages, "output_dir": out,
-              "siblings_file": siblings}
+              "siblings_file": os.path.abspath(siblings) if siblings else ""}
     with TreeMemory() as mem:
         if parallel and len(notebooks) > 1:
             # spawn, not fork: a fork while TreeMemory's thread (or psycopg's, logging's)
@@ -222,7 +223,7 @@ def main(argv=None) -> int:
         return EXIT_DB
     t0 = time.monotonic()
     s = run(db, args.out, args.weeks or None, args.vantages or None, args.notebooks, args.timeout,
-            parallel=not args.sequential, siblings=args.siblings)
+            parallel=not args.sequential, siblings=os.path.abspath(args.siblings) if args.siblings else "")
     secs = time.monotonic() - t0
     print(f"report: {s['folder']}")
     print(f"report: {len(s['figures'])} figure files, notebooks: " +
