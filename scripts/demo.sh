@@ -104,13 +104,17 @@ if [ -n "$SNI" ]; then VERIFY_ARGS+=(--sni-names "$SNI"); fi
 in_vantage bin/verify "${VERIFY_ARGS[@]}"
 
 say "measure: one round over every protocol for the DoQ-verified resolvers"
-in_vantage bin/measure --vantage "$VANTAGE" --label demo
+# The run to measure by name: by default measure takes the latest run of any label,
+# which on a re-run of the demo would be the IPv6 one.
+run_id() { psql "$(bin/dbctl url 2>/dev/null)" -Atc "SELECT run_id FROM verification_runs
+  WHERE vantage_id = '$VANTAGE' AND label = '$1' AND iso_week = '$WEEK'"; }
+in_vantage bin/measure --vantage "$VANTAGE" --label demo --run-id "$(run_id demo)"
 
 say "IPv6: zprobe send over the IPv6 hitlist ($STATE/hitlist6.txt), verify, measure"
 in_vantage bin/zprobe send --vantage "$VANTAGE" --label demo6 --testbed 2001:2:0:8000::/49 \
   --hitlist "$STATE/hitlist6.txt" --rate 200 --cooldown 3s --blocklist-dir blocklist
 in_vantage bin/verify "${VERIFY_ARGS[@]}" --label demo6 --scan-label demo6
-in_vantage bin/measure --vantage "$VANTAGE" --label demo6
+in_vantage bin/measure --vantage "$VANTAGE" --label demo6 --run-id "$(run_id demo6)"
 
 if [ -x .venv/bin/python ] && [ -d analysis ]; then
   say "report: notebooks executed headless"
