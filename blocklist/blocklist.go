@@ -47,10 +47,12 @@ type Entry struct {
 	Note   string // the line's comment, or the requester and date
 }
 
-// LabPrefixes are the only ranges a carve-out may re-open: the RFC 2544 benchmarking
-// space the testbed uses, and loopback.
+// LabPrefixes are the only ranges a carve-out may re-open: the benchmarking spaces the
+// testbed uses (RFC 2544 for IPv4, RFC 5180 for IPv6), and loopback. The lab guard
+// (internal/labnet) still lets a lab address be contacted only over the testbed's links.
 var LabPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("2001:2::/48"),
 	netip.MustParsePrefix("127.0.0.0/8"),
 	netip.MustParsePrefix("::1/128"),
 }

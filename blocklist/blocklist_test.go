@@ -2,6 +2,7 @@ package blocklist
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -144,6 +145,21 @@ func TestEffectiveMatchesBlocked(t *testing.T) {
 				check(e.Prefix.Addr())
 				check(lastAddr(e.Prefix))
 			}
+		}
+	}
+}
+
+// The testbed's IPv6 space (RFC 5180, inside the reserved 2001::/23) is re-opened for
+// contact like 198.18.0.0/15; the rest of 2001::/23 stays blocked.
+func TestForContactReopensIPv6Lab(t *testing.T) {
+	l, err := ForContact(context.Background(), nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for a, want := range map[string]bool{"2001:2:0:8001::1": false, "2001:2:0:8002::60": false,
+		"2001:3::1": true, "2001:1::1": true, "198.19.1.0": false, "2001:db8::1": true} {
+		if got := l.Blocked(netip.MustParseAddr(a)); got != want {
+			t.Errorf("Blocked(%s) = %v, want %v", a, got, want)
 		}
 	}
 }

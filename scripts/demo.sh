@@ -10,7 +10,9 @@
 #   3. zprobe scan     the whole 198.19.0.0/16 on UDP/784, 853, 8853 (QUIC VN) and 53 (DNS)
 #   4. verify          DoQ verification of every QUIC-capable host the scan found
 #   5. measure         one measurement round over DoUDP, DoTCP, DoT, DoH, DoQ (and DoH3)
-#   6. report          the notebooks, executed headless (when the analysis package is there)
+#      then IPv6: zprobe send over the IPv6 hitlist, verify and measure (label demo6)
+#   6. report          the notebooks, executed headless (when the analysis package is there),
+#                      results by address family, dual-stack twins counted once
 #
 # Re-running it adds no duplicate rows (same ISO week, hour and vantage point). The
 # testbed is taken down at the end unless KEEP_TESTNET=1.
@@ -89,7 +91,10 @@ in_vantage bin/zprobe scan --vantage "$VANTAGE" --label demo --testbed 198.19.0.
 
 say "verify: DoQ verification of the QUIC-capable hosts of that scan"
 bin/simserver pki --out "$STATE/pki" --population testbed/population.txt >/dev/null
-VERIFY_ARGS=(--vantage "$VANTAGE" --label demo --scan-label demo --roots "$STATE/pki/roots.crt")
+# --week: --scan-label selects scans only with a week (without one, verify takes the
+# latest scan of any label, which after the IPv6 send below would be that one).
+WEEK=$(date -u +%G-W%V)
+VERIFY_ARGS=(--vantage "$VANTAGE" --label demo --scan-label demo --week "$WEEK" --roots "$STATE/pki/roots.crt")
 if [ -f "$STATE/geoip/GeoLite2-City.mmdb" ]; then
   VERIFY_ARGS+=(--geoip-city "$STATE/geoip/GeoLite2-City.mmdb" --geoip-asn "$STATE/geoip/GeoLite2-ASN.mmdb")
 fi
@@ -99,11 +104,21 @@ if [ -n "$SNI" ]; then VERIFY_ARGS+=(--sni-names "$SNI"); fi
 in_vantage bin/verify "${VERIFY_ARGS[@]}"
 
 say "measure: one round over every protocol for the DoQ-verified resolvers"
-in_vantage bin/measure --vantage "$VANTAGE" --label demo
+# The run to measure by name: by default measure takes the latest run of any label,
+# which on a re-run of the demo would be the IPv6 one.
+run_id() { psql "$(bin/dbctl url 2>/dev/null)" -Atc "SELECT run_id FROM verification_runs
+  WHERE vantage_id = '$VANTAGE' AND label = '$1' AND iso_week = '$WEEK'"; }
+in_vantage bin/measure --vantage "$VANTAGE" --label demo --run-id "$(run_id demo)"
+
+say "IPv6: zprobe send over the IPv6 hitlist ($STATE/hitlist6.txt), verify, measure"
+in_vantage bin/zprobe send --vantage "$VANTAGE" --label demo6 --testbed 2001:2:0:8000::/49 \
+  --hitlist "$STATE/hitlist6.txt" --rate 200 --cooldown 3s --blocklist-dir blocklist
+in_vantage bin/verify "${VERIFY_ARGS[@]}" --label demo6 --scan-label demo6
+in_vantage bin/measure --vantage "$VANTAGE" --label demo6 --run-id "$(run_id demo6)"
 
 if [ -x .venv/bin/python ] && [ -d analysis ]; then
   say "report: notebooks executed headless"
-  ./dev report || echo "report failed (see above)" >&2
+  ./dev report --siblings "$ROOT/$STATE/siblings.csv" || echo "report failed (see above)" >&2
 fi
 
 URL=$(bin/dbctl url 2>/dev/null)
@@ -119,6 +134,21 @@ if grep -qv ': 0$' <<<"$HONOURED"; then
   echo "demo: FAILED: the opted-out range $OPTOUT_RANGE was contacted" >&2
   exit 1
 fi
+say "by address family (a dual-stack twin is one server with two addresses: $STATE/siblings.csv)"
+psql "$URL" -P pager=off -c "
+  SELECT 'scan replies' AS stage, CASE family(s.address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END AS family,
+         s.reply_kind AS kind, count(*) FROM scan_replies s JOIN scans c ON c.scan_id = s.scan_id
+   WHERE c.label IN ('demo', 'demo6') AND c.vantage_id = '$VANTAGE' GROUP BY 1, 2, 3
+  UNION ALL
+  SELECT 'verify', CASE family(v.address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END, v.outcome, count(*)
+    FROM verification_results v JOIN verification_runs r ON r.run_id = v.run_id
+   WHERE r.label IN ('demo', 'demo6') AND r.vantage_id = '$VANTAGE' GROUP BY 1, 2, 3
+  UNION ALL
+  SELECT 'measure ok', CASE family(m.address) WHEN 4 THEN 'IPv4' ELSE 'IPv6' END, m.protocol, count(*)
+    FROM measurements m JOIN campaigns c ON c.campaign_id = m.campaign_id
+   WHERE c.label IN ('demo', 'demo6') AND c.vantage_id = '$VANTAGE' AND m.status = 'ok' GROUP BY 1, 2, 3
+  ORDER BY 1, 2, 3" >&2
+
 say "provenance: what produced the demo's scan, verification run and round"
 psql "$URL" -P pager=off -c "
   WITH runs AS (

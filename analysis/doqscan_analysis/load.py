@@ -225,6 +225,79 @@ def verified_by_pair(conn, weeks=None, vantages=None) -> pd.DataFrame:
     return df
 
 
+def verified_by_family(conn, weeks=None, vantages=None, siblings=None) -> pd.DataFrame:
+    """DoQ-verified resolvers per week and address family, and the resolvers counted
+    across both families without counting a dual-stack server twice.
+
+    siblings: declared dual-stack pairs, a DataFrame (or iterable of pairs) with columns
+    address4, address6 (e.g. the operator's list, or the testbed population's twin=). A
+    pair merges into one resolver in a week only when both addresses are DoQ-verified
+    that week AND present the same leaf certificate (one server, one certificate): a
+    stale or wrong declaration never merges two servers.
+
+    Columns iso_week, ipv4, ipv6 (verified addresses of each family), dual_stack (pairs
+    merged), resolvers (= ipv4 + ipv6 - dual_stack), shared_cert_unpaired (IPv6
+    addresses not merged whose leaf certificate some verified IPv4 address of the week
+    also presents: possibly the same server, counted twice unless declared; shared
+    certificates alone do not decide it, as one provider's certificate covers many
+    servers)."""
+    pairs = _sibling_pairs(siblings)
+    return _frame(conn, "WITH " + _VERIFIED_CTE + """,
+        leaf AS (SELECT DISTINCT iso_week, address, cert_chain[1] AS leaf FROM verified),
+        fam AS (SELECT iso_week, count(DISTINCT address) FILTER (WHERE family(address) = 4) AS ipv4,
+                       count(DISTINCT address) FILTER (WHERE family(address) = 6) AS ipv6
+                  FROM verified GROUP BY 1),
+        declared AS (SELECT a4::inet AS address4, a6::inet AS address6
+                       FROM unnest(%(sib4)s::text[], %(sib6)s::text[]) AS d(a4, a6)),
+        merged AS (SELECT DISTINCT l4.iso_week, d.address4, d.address6
+                     FROM declared d
+                     JOIN leaf l4 ON l4.address = d.address4
+                     JOIN leaf l6 ON l6.address = d.address6 AND l6.iso_week = l4.iso_week
+                    WHERE l4.leaf = l6.leaf),
+        dual AS (SELECT iso_week, count(*) AS dual_stack FROM merged GROUP BY 1),
+        unpaired AS (SELECT l6.iso_week, count(DISTINCT l6.address) AS shared_cert_unpaired
+                       FROM leaf l6 JOIN leaf l4 ON l4.iso_week = l6.iso_week AND l4.leaf = l6.leaf
+                      WHERE family(l6.address) = 6 AND family(l4.address) = 4
+                        AND NOT EXISTS (SELECT 1 FROM merged m
+                                         WHERE m.iso_week = l6.iso_week AND m.address6 = l6.address)
+                      GROUP BY 1)
+        SELECT f.iso_week, f.ipv4, f.ipv6, COALESCE(d.dual_stack, 0) AS dual_stack,
+               f.ipv4 + f.ipv6 - COALESCE(d.dual_stack, 0) AS resolvers,
+               COALESCE(u.shared_cert_unpaired, 0) AS shared_cert_unpaired
+          FROM fam f LEFT JOIN dual d USING (iso_week) LEFT JOIN unpaired u USING (iso_week)
+         ORDER BY 1""", _params(weeks, vantages, sib4=[a for a, _ in pairs], sib6=[b for _, b in pairs]))
+
+
+def read_siblings(path: str) -> pd.DataFrame:
+    """Declared dual-stack pairs from a CSV file: columns address4,address6 (header
+    line), '#' comments allowed. Empty path: no pairs (an empty frame)."""
+    if not path:
+        return pd.DataFrame(columns=["address4", "address6"])
+    df = pd.read_csv(path, comment="#", dtype=str, skipinitialspace=True)
+    missing = {"address4", "address6"} - set(df.columns)
+    if missing:
+        raise ValueError(f"{path}: missing columns {sorted(missing)} (want address4,address6)")
+    _sibling_pairs(df)  # refuses a pair of the wrong families
+    return df[["address4", "address6"]]
+
+
+def _sibling_pairs(siblings) -> list[tuple[str, str]]:
+    """(IPv4, IPv6) address pairs from a DataFrame with address4/address6 or an iterable
+    of pairs; a pair whose families are not IPv4 then IPv6 is refused (ValueError)."""
+    import ipaddress
+    if siblings is None:
+        return []
+    if isinstance(siblings, pd.DataFrame):
+        siblings = zip(siblings["address4"], siblings["address6"])
+    out = []
+    for a4, a6 in siblings:
+        v4, v6 = ipaddress.ip_address(str(a4)), ipaddress.ip_address(str(a6))
+        if v4.version != 4 or v6.version != 6:
+            raise ValueError(f"dual-stack pair ({a4}, {a6}): want an IPv4 then an IPv6 address")
+        out.append((str(v4), str(v6)))
+    return out
+
+
 def port_shares(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """Per week and port: resolvers verified on that port, and their share of all
     verified resolvers of the week (shares add up to more than 1 when resolvers answer

@@ -125,7 +125,7 @@ class TreeMemory:
 
 
 def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
-        timeout: int = 1800, parallel: bool = True) -> dict:
+        timeout: int = 1800, parallel: bool = True, siblings: str = "") -> dict:
     """Execute the notebooks into a new dated folder; return a summary dict.
 
     With `parallel` (the default) every notebook runs at once, each in its own process
@@ -136,7 +136,9 @@ def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     summary = {"folder": out, "database": _redact(db), "weeks": weeks, "vantages": vantages,
                "started": dt.datetime.now(dt.UTC).isoformat(), "notebooks": {}}
-    params = {"database_url": db, "weeks": weeks, "vantages": vantages, "output_dir": out}
+    # The notebooks run in notebooks/: a relative siblings path would be read from there.
+    params = {"database_url": db, "weeks": weeks, "vantages": vantages, "output_dir": out,
+              "siblings_file": os.path.abspath(siblings) if siblings else ""}
     with TreeMemory() as mem:
         if parallel and len(notebooks) > 1:
             # spawn, not fork: a fork while TreeMemory's thread (or psycopg's, logging's)
@@ -203,6 +205,9 @@ def main(argv=None) -> int:
     ap.add_argument("--weeks", nargs="*", help="ISO weeks to include (default: all)")
     ap.add_argument("--vantages", nargs="*", help="vantage points to include (default: all)")
     ap.add_argument("--notebooks", nargs="*", default=NOTEBOOKS, choices=NOTEBOOKS)
+    ap.add_argument("--siblings", default="",
+                    help="CSV address4,address6 of declared dual-stack pairs: each counts as one resolver "
+                         "where both addresses present the same certificate (testbed: var/testnet/INST/siblings.csv)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per notebook cell (default 1800)")
     ap.add_argument("--sequential", action="store_true",
                     help="execute the notebooks one after the other (default: at once, each in its own kernel)")
@@ -218,7 +223,7 @@ def main(argv=None) -> int:
         return EXIT_DB
     t0 = time.monotonic()
     s = run(db, args.out, args.weeks or None, args.vantages or None, args.notebooks, args.timeout,
-            parallel=not args.sequential)
+            parallel=not args.sequential, siblings=os.path.abspath(args.siblings) if args.siblings else "")
     secs = time.monotonic() - t0
     print(f"report: {s['folder']}")
     print(f"report: {len(s['figures'])} figure files, notebooks: " +

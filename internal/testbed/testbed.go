@@ -172,6 +172,9 @@ func Ensure(ctx context.Context, o Options) (*Testbed, error) {
 	if err := tb.writeGeoIP(); err != nil {
 		return nil, err
 	}
+	if err := tb.writeSiblings(); err != nil {
+		return nil, err
+	}
 	if err := tb.ensureDelayLine(ctx); err != nil {
 		return nil, err
 	}
@@ -227,6 +230,41 @@ func SetPath(ctx context.Context, home, name, prefix string, attrs ...string) (s
 func ResetPaths(ctx context.Context, home, name, prefix string) error {
 	_, err := delayline.ControlRequest(ctx, ControlSocket(home, name), strings.TrimSpace("reset "+prefix))
 	return err
+}
+
+// SiblingsPath is the CSV of the population's declared dual-stack pairs (address4,
+// address6; from twin=) that Ensure writes: the analysis's siblings file.
+func (tb *Testbed) SiblingsPath() string { return filepath.Join(tb.State, "siblings.csv") }
+
+// Hitlist6Path is the IPv6 hitlist Ensure writes (every listed address of the
+// population's IPv6 half, one a line): what `zprobe send --hitlist` reads, as an IPv6
+// hitlist service's list would be for the real internet.
+func (tb *Testbed) Hitlist6Path() string { return filepath.Join(tb.State, "hitlist6.txt") }
+
+// writeSiblings writes SiblingsPath from the population's twins and Hitlist6Path.
+func (tb *Testbed) writeSiblings() error {
+	if tb.Population == nil {
+		return nil
+	}
+	var h strings.Builder
+	h.WriteString("# every listed address of the population's IPv6 half\n")
+	for a := range tb.Population.IPv6().Hosts {
+		fmt.Fprintf(&h, "%s\n", a)
+	}
+	if err := os.WriteFile(tb.Hitlist6Path(), []byte(h.String()), 0o644); err != nil {
+		return fmt.Errorf("testbed %s: IPv6 hitlist: %w", tb.Name, err)
+	}
+	var b strings.Builder
+	b.WriteString("# dual-stack servers of the population (twin=): one server, two addresses\naddress4,address6\n")
+	for _, r := range tb.Population.Records6 {
+		if r.Twin.IsValid() {
+			fmt.Fprintf(&b, "%s,%s\n", r.Twin, r.Prefix.Addr())
+		}
+	}
+	if err := os.WriteFile(tb.SiblingsPath(), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("testbed %s: siblings: %w", tb.Name, err)
+	}
+	return nil
 }
 
 // TablePath is the delay line's path table file.

@@ -82,57 +82,64 @@ func BenchmarkTestbedTimingError(b *testing.B) {
 		}
 		for _, conc := range []int{1, fullConcurrency} {
 			b.Run(fmt.Sprintf("%s/conc=%d", p, conc), func(b *testing.B) {
-				m, _ := measure.For(p)
-				var mu sync.Mutex
-				var hsErr, resErr []time.Duration
-				failed := 0
-				wire := &wireSpans{}
-				stopWire := startWire(b, v)
-				sem := make(chan struct{}, conc)
-				var wg sync.WaitGroup
-				n := max(b.N, conc)
-				b.ResetTimer()
-				for i := 0; i < n; i++ {
-					ep := eps[i%len(eps)]
-					sem <- struct{}{}
-					wg.Add(1)
-					go func() {
-						defer func() { <-sem; wg.Done() }()
-						req := measure.Request{Addr: netip.AddrPortFrom(ep.addr, ep.port), ServerName: ep.sni,
-							KeyShare: measure.KeyShareX25519, Peer: measure.NewPeer(), Timeout: 5 * time.Second}
-						if ep.alpn != "" {
-							req.ALPN = []string{ep.alpn}
-						}
-						res := m.Measure(context.Background(), &req)
-						path := pop.PathOf(ep.addr)
-						wantHS, _ := pop.HandshakeTime(ep.addr, ep.port, string(p), population.PhaseWarmup, population.ClientX25519)
-						wire.add(req.Addr, res, wantHS, population.ResolveRTTs*path.RTT)
-						mu.Lock()
-						defer mu.Unlock()
-						if res.Status != measure.StatusOK {
-							failed++
-							return
-						}
-						resErr = append(resErr, res.First().Resolve-population.ResolveRTTs*path.RTT)
-						if p != measure.DoUDP {
-							hsErr = append(hsErr, res.Handshake-wantHS)
-						}
-					}()
-				}
-				wg.Wait()
-				b.StopTimer()
-				reportWire(b, wire.figures(stopWire()), false)
-				us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-				b.ReportMetric(us(pct(resErr, 0.5)), "res-p50-err-µs")
-				b.ReportMetric(us(pct(resErr, 0.95)), "res-p95-err-µs")
-				if len(hsErr) > 0 {
-					b.ReportMetric(us(pct(hsErr, 0.5)), "hs-p50-err-µs")
-					b.ReportMetric(us(pct(hsErr, 0.95)), "hs-p95-err-µs")
-				}
-				b.ReportMetric(float64(failed), "failed")
+				timingError(b, v, pop, p, eps, conc)
 			})
 		}
 	}
+}
+
+// timingError measures b.N fresh exchanges (at least conc) of protocol p over eps, conc
+// at a time, with wire captures, and reports the error against the population's
+// prediction (res-/hs-p50/p95-err-µs) and its split (reportWire).
+func timingError(b *testing.B, v *testbed.Vantage, pop *population.Population, p measure.Protocol, eps []endpoint, conc int) {
+	m, _ := measure.For(p)
+	var mu sync.Mutex
+	var hsErr, resErr []time.Duration
+	failed := 0
+	wire := &wireSpans{}
+	stopWire := startWire(b, v)
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	n := max(b.N, conc)
+	b.ResetTimer()
+	for i := 0; i < n; i++ {
+		ep := eps[i%len(eps)]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			req := measure.Request{Addr: netip.AddrPortFrom(ep.addr, ep.port), ServerName: ep.sni,
+				KeyShare: measure.KeyShareX25519, Peer: measure.NewPeer(), Timeout: 5 * time.Second}
+			if ep.alpn != "" {
+				req.ALPN = []string{ep.alpn}
+			}
+			res := m.Measure(context.Background(), &req)
+			path := pop.PathOf(ep.addr)
+			wantHS, _ := pop.HandshakeTime(ep.addr, ep.port, string(p), population.PhaseWarmup, population.ClientX25519)
+			wire.add(req.Addr, res, wantHS, population.ResolveRTTs*path.RTT)
+			mu.Lock()
+			defer mu.Unlock()
+			if res.Status != measure.StatusOK {
+				failed++
+				return
+			}
+			resErr = append(resErr, res.First().Resolve-population.ResolveRTTs*path.RTT)
+			if p != measure.DoUDP {
+				hsErr = append(hsErr, res.Handshake-wantHS)
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	reportWire(b, wire.figures(stopWire()), false)
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	b.ReportMetric(us(pct(resErr, 0.5)), "res-p50-err-µs")
+	b.ReportMetric(us(pct(resErr, 0.95)), "res-p95-err-µs")
+	if len(hsErr) > 0 {
+		b.ReportMetric(us(pct(hsErr, 0.5)), "hs-p50-err-µs")
+		b.ReportMetric(us(pct(hsErr, 0.95)), "hs-p95-err-µs")
+	}
+	b.ReportMetric(float64(failed), "failed")
 }
 
 // cpuTime is the process's user+system CPU time so far.

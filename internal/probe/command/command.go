@@ -105,7 +105,7 @@ type targetFlags struct {
 func (t *targetFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.targets, "targets", "", "comma-separated prefixes or addresses to scan (also positional)")
 	fs.StringVar(&t.allowlist, "allowlist", "", "file of prefixes to scan (zmap -w format)")
-	fs.StringVar(&t.testbed, "testbed", "", "testbed prefix inside 198.18.0.0/15 (e.g. 198.19.0.0/16): re-opened in the reserved list; default target")
+	fs.StringVar(&t.testbed, "testbed", "", "testbed prefix inside 198.18.0.0/15 or 2001:2::/48 (e.g. 198.19.0.0/16, 2001:2:0:8000::/49): re-opened in the reserved list; default target")
 	fs.BoolVar(&t.internetWide, "internet-wide", false, "deliberately scan every address not blocklisted (zmap's default target)")
 	fs.StringVar(&t.blocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "directory of blocklist *.conf files (must exist)")
 }

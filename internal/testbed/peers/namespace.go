@@ -25,6 +25,14 @@ const (
 // (docs/population.md), and local in the internet namespace through its AnyIP route.
 var probeSource = netip.MustParseAddr("198.19.0.254")
 
+// The veth's fixed link-local addresses: IPv6 peers are routed through them in both
+// directions (no neighbour proxying: the kernel answers neighbour solicitations only for
+// addresses of the receiving interface, and a peer's address is on lo).
+var (
+	inetSideLL = netip.MustParseAddr("fe80::1")
+	peerSideLL = netip.MustParseAddr("fe80::2")
+)
+
 // peerNamespace is `<inst>-peers`: the peer addresses on its loopback, a veth to
 // `<inst>-inet`, and a /32 route per address in the internet namespace's local table.
 type peerNamespace struct {
@@ -57,10 +65,25 @@ func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peer
 		// forwards it on.
 		{"-n", ns, "route", "add", testbedPrefix.String(), "dev", peerSideIf},
 	}
+	v6 := false
 	for _, a := range addrs {
+		if a.Is6() {
+			cmds = append(cmds, []string{"-n", ns, "addr", "add", a.String() + "/128", "dev", "lo", "nodad"})
+			v6 = true
+			continue
+		}
 		cmds = append(cmds,
 			[]string{"-n", ns, "addr", "add", a.String() + "/32", "dev", "lo"},
 		)
+	}
+	if v6 {
+		// IPv6: the testbed's 2001:2::/48 (and nothing else) via the internet side's
+		// fixed link-local address; the internet namespace routes each peer address to
+		// the peer side's (below).
+		cmds = append(cmds,
+			[]string{"-n", inet, "addr", "add", inetSideLL.String() + "/64", "dev", inetSideIf, "nodad"},
+			[]string{"-n", ns, "addr", "add", peerSideLL.String() + "/64", "dev", peerSideIf, "nodad"},
+			[]string{"-n", ns, "-6", "route", "add", testbedPrefix6.String(), "via", inetSideLL.String(), "dev", peerSideIf})
 	}
 	for _, c := range cmds {
 		if err := ip(ctx, c...); err != nil {
@@ -69,6 +92,15 @@ func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peer
 		}
 	}
 	for _, a := range addrs {
+		if a.Is6() {
+			// In the local table, longest prefix wins over `local 2001:2:0:8000::/49 dev lo`.
+			if err := ip(ctx, "-n", inet, "-6", "route", "add", "table", "local", a.String()+"/128",
+				"via", peerSideLL.String(), "dev", inetSideIf); err != nil {
+				n.teardown()
+				return nil, err
+			}
+			continue
+		}
 		// In the local table, longest prefix wins over `local 198.19.0.0/16 dev lo`.
 		// src: packets the internet namespace itself sends to a peer (readiness probes)
 		// need a source the peer can answer; the AnyIP range provides one.
@@ -86,10 +118,12 @@ func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peer
 	// reply to every new vantage address would wait up to 0.8 s: a QUIC client meets a
 	// PTO there. Without the delay the reply comes at once.
 	sysctls := map[string][]string{
-		inet: {"net.ipv4.ip_forward=1", "net.ipv4.conf." + inetSideIf + ".proxy_arp=1",
+		inet: {"net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1", "net.ipv4.conf." + inetSideIf + ".proxy_arp=1",
 			"net.ipv4.neigh." + inetSideIf + ".proxy_delay=0",
 			"net.ipv4.conf." + inetSideIf + ".rp_filter=0", "net.ipv4.conf.all.rp_filter=0"},
-		ns: {"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf." + peerSideIf + ".rp_filter=0"},
+		ns: {"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf." + peerSideIf + ".rp_filter=0",
+			"net.ipv6.conf.all.accept_ra=0", "net.ipv6.conf.default.accept_ra=0", "net.ipv6.conf.all.autoconf=0",
+			"net.ipv6.conf.default.autoconf=0", "net.ipv6.conf.all.accept_redirects=0"},
 	}
 	for nsName, kv := range sysctls {
 		args := append([]string{"netns", "exec", nsName, "sysctl", "-q", "-w"}, kv...)

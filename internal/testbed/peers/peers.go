@@ -89,10 +89,10 @@ func (s Spec) validate() error {
 	switch {
 	case !slices.Contains(Kinds, s.Kind):
 		return fmt.Errorf("peers: unknown kind %q", s.Kind)
-	case !s.Addr.Is4() || s.Addr.IsUnspecified():
-		return fmt.Errorf("peers: %s: need a specific IPv4 address, got %v", s.Kind, s.Addr)
+	case !s.Addr.IsValid() || s.Addr.IsUnspecified() || s.Addr.Is4In6():
+		return fmt.Errorf("peers: %s: need a specific IPv4 or IPv6 address, got %v", s.Kind, s.Addr)
 	case !testbedOrLoopback(s.Addr):
-		return fmt.Errorf("peers: %s: address %v is outside 198.18.0.0/15 and 127.0.0.0/8", s.Kind, s.Addr)
+		return fmt.Errorf("peers: %s: address %v is outside 198.18.0.0/15, 2001:2::/48, 127.0.0.0/8 and ::1", s.Kind, s.Addr)
 	case s.needsTLS() && (s.CertFile == "" || s.KeyFile == ""):
 		return fmt.Errorf("peers: %s at %v: TLS/QUIC service needs CertFile and KeyFile", s.Kind, s.Addr)
 	case (s.Kind == Aioquic || s.Kind == Ngtcp2) && len(s.QUICPorts) == 0:
@@ -131,11 +131,12 @@ func (s Spec) quicPort() uint16 {
 
 var (
 	testbedPrefix  = netip.MustParsePrefix("198.18.0.0/15")
+	testbedPrefix6 = netip.MustParsePrefix("2001:2::/48")
 	loopbackPrefix = netip.MustParsePrefix("127.0.0.0/8")
 )
 
 func testbedOrLoopback(a netip.Addr) bool {
-	return testbedPrefix.Contains(a) || loopbackPrefix.Contains(a)
+	return testbedPrefix.Contains(a) || testbedPrefix6.Contains(a) || loopbackPrefix.Contains(a) || a == netip.IPv6Loopback()
 }
 
 // Config says where and how to run the peers.

@@ -200,7 +200,14 @@ func TestSpecValidate(t *testing.T) {
 	if err := good.validate(); err != nil {
 		t.Fatalf("valid spec rejected: %v", err)
 	}
+	good6 := Spec{Kind: CoreDNS, Addr: netip.MustParseAddr("2001:2:0:8002::60"), DNSPort: 53}
+	if err := good6.validate(); err != nil {
+		t.Fatalf("valid IPv6 spec rejected: %v", err)
+	}
 	bad := map[string]Spec{
+		"unspecified6":  {Kind: CoreDNS, Addr: netip.IPv6Unspecified(), DNSPort: 53},
+		"outside6":      {Kind: CoreDNS, Addr: netip.MustParseAddr("2001:4860::8888"), DNSPort: 53},
+		"mapped":        {Kind: CoreDNS, Addr: netip.MustParseAddr("::ffff:198.19.1.1"), DNSPort: 53},
 		"unspecified":   {Kind: CoreDNS, Addr: netip.IPv4Unspecified(), DNSPort: 53},
 		"outside":       {Kind: CoreDNS, Addr: netip.MustParseAddr("8.8.8.8"), DNSPort: 53},
 		"tls-no-cert":   {Kind: CoreDNS, Addr: netip.MustParseAddr("198.19.1.1"), DoTPort: 853},
@@ -299,14 +306,22 @@ func TestFromPopulation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := 0
-	for _, r := range pop.Records {
+	want, want6, got6 := 0, 0, 0
+	for _, r := range pop.AllRecords() {
 		if r.Peer != "" {
 			want += r.Size()
+			if r.Prefix.Addr().Is6() {
+				want6 += r.Size()
+			}
 		}
 	}
-	if len(specs) != want || want == 0 {
-		t.Fatalf("%d specs for %d peer addresses", len(specs), want)
+	for _, s := range specs {
+		if s.Addr.Is6() {
+			got6++
+		}
+	}
+	if len(specs) != want || want == 0 || got6 != want6 || want6 == 0 {
+		t.Fatalf("%d specs (%d IPv6) for %d peer addresses (%d IPv6)", len(specs), got6, want, want6)
 	}
 	for _, s := range specs {
 		r := pop.Lookup(s.Addr)

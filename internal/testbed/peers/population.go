@@ -35,10 +35,23 @@ func FromPopulation(pop *population.Population, certDir string) ([]Spec, error) 
 		return nil, err
 	}
 	var specs []Spec
-	for addr, r := range pop.Hosts {
-		if r.Peer == "" {
+	for _, rec := range pop.AllRecords() {
+		if rec.Peer == "" {
 			continue
 		}
+		more, err := specsOf(rec, upstream, certDir)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, more...)
+	}
+	return specs, nil
+}
+
+// specsOf is the spec of every address of a peer record (either family).
+func specsOf(r *population.Record, upstream netip.AddrPort, certDir string) ([]Spec, error) {
+	var specs []Spec
+	for addr := range r.Addrs {
 		kind, ok := peerKinds[r.Peer]
 		if !ok {
 			return nil, fmt.Errorf("peers: %v (line %d): unknown peer %q", addr, r.Line, r.Peer)

@@ -35,20 +35,31 @@ const (
 func (s *Server) bindTCP(p Protocol, port int) error {
 	tfo := s.cfg.Directory.FastOpen(p)
 	lc := net.ListenConfig{Control: sockopts(false)}
-	ln, err := lc.Listen(s.ctx, "tcp4", netip.AddrPortFrom(s.cfg.Listen, uint16(port)).String())
-	if err != nil {
-		return fmt.Errorf("simdns: listen %s tcp port %d: %w", p, port, err)
+	bound := map[bool]int{} // family (IPv6?) -> the port its wildcard listener bound
+	for _, listen := range s.listens() {
+		network := "tcp4"
+		if listen.Is6() {
+			network = "tcp6" // an IPv6 wildcard listener is IPv6-only (IPV6_V6ONLY)
+		}
+		ln, err := lc.Listen(s.ctx, network, netip.AddrPortFrom(listen, uint16(port)).String())
+		if err != nil {
+			return fmt.Errorf("simdns: listen %s tcp [%s]:%d: %w", p, listen, port, err)
+		}
+		s.listeners = append(s.listeners, ln)
+		s.setAddr(p, ln.Addr())
+		bound[listen.Is6()] = ln.Addr().(*net.TCPAddr).Port
+		s.wg.Go(func() { s.acceptLoop(p, ln) })
 	}
-	s.listeners = append(s.listeners, ln)
-	s.addrs[p] = ln.Addr()
-	bound := ln.Addr().(*net.TCPAddr).Port
-	s.wg.Go(func() { s.acceptLoop(p, ln) })
 	for _, a := range tfo {
 		a = s.cfg.LocalAddr(a)
+		port, ok := bound[a.Is6()]
+		if !ok {
+			return fmt.Errorf("simdns: TCP Fast Open on %s: no listener of its address family", a)
+		}
 		lc := net.ListenConfig{Control: sockopts(true)}
-		l, err := lc.Listen(s.ctx, "tcp4", netip.AddrPortFrom(a, uint16(bound)).String())
+		l, err := lc.Listen(s.ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
 		if err != nil {
-			return fmt.Errorf("simdns: listen %s with TCP Fast Open on %s:%d: %w", p, a, bound, err)
+			return fmt.Errorf("simdns: listen %s with TCP Fast Open on [%s]:%d: %w", p, a, port, err)
 		}
 		s.listeners = append(s.listeners, l)
 		s.wg.Go(func() { s.acceptLoop(p, l) })

@@ -190,8 +190,11 @@ type Config struct {
 	Certs     CertSource // required when any address offers DoT or DoH
 	// Listen is the wildcard (or single) address to bind; default 0.0.0.0.
 	Listen netip.Addr
-	Ports  Ports
-	Limits Limits
+	// Listen6, when set, is bound too: the IPv6 wildcard [::] (IPv6-only sockets, replies
+	// from the address each datagram was sent to via IPV6_PKTINFO) or one IPv6 address.
+	Listen6 netip.Addr
+	Ports   Ports
+	Limits  Limits
 	// MapAddr maps the local address a query arrived on to the directory address whose
 	// behaviour answers it; LocalAddr is its inverse (used to bind TCP Fast Open
 	// listeners). Nil: identity. Tests on loopback map 127.19.x.y <-> 198.19.x.y.
@@ -212,9 +215,10 @@ type Server struct {
 	wg     sync.WaitGroup
 	conns  chan struct{} // semaphore of open TCP connections
 
-	udp       *net.UDPConn
+	udp       []*net.UDPConn
 	listeners []net.Listener
-	addrs     map[Protocol]net.Addr
+	addrs     map[Protocol]net.Addr // IPv4 listener of each protocol
+	addrs6    map[Protocol]net.Addr // IPv6 listener of each protocol (Listen6)
 
 	mu                             sync.Mutex
 	errs                           []error
@@ -250,7 +254,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.Limits.defaults()
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		conns: make(chan struct{}, cfg.Limits.MaxConns), addrs: map[Protocol]net.Addr{},
+		conns: make(chan struct{}, cfg.Limits.MaxConns), addrs: map[Protocol]net.Addr{}, addrs6: map[Protocol]net.Addr{},
 		tlsCfg: map[tlsKey]*tls.Config{}}
 	if cfg.EnableFastOpenSysctl {
 		if err := enableFastOpenSysctl(); err != nil {
@@ -302,6 +306,33 @@ func (s *Server) Close() error {
 // Addr is the bound address of p's wildcard listener (to learn ephemeral ports in tests).
 func (s *Server) Addr(p Protocol) net.Addr { return s.addrs[p] }
 
+// Addr6 is the bound address of p's IPv6 listener; nil without Listen6.
+func (s *Server) Addr6(p Protocol) net.Addr { return s.addrs6[p] }
+
+// listens are the addresses every protocol binds: Listen, then Listen6 if set.
+func (s *Server) listens() []netip.Addr {
+	if s.cfg.Listen6.IsValid() {
+		return []netip.Addr{s.cfg.Listen, s.cfg.Listen6}
+	}
+	return []netip.Addr{s.cfg.Listen}
+}
+
+// setAddr records a bound listener's address under its family.
+func (s *Server) setAddr(p Protocol, a net.Addr) {
+	var ip net.IP
+	switch a := a.(type) {
+	case *net.UDPAddr:
+		ip = a.IP
+	case *net.TCPAddr:
+		ip = a.IP
+	}
+	if ip.To4() == nil {
+		s.addrs6[p] = a
+		return
+	}
+	s.addrs[p] = a
+}
+
 // Stats returns a snapshot of the counters.
 func (s *Server) Stats() Stats {
 	return Stats{UDPQueries: s.nUDP.Load(), TCPConns: s.nTCP.Load(), Rejected: s.nRejected.Load(),
@@ -335,8 +366,8 @@ func (s *Server) bind() error {
 }
 
 func (s *Server) closeAll() {
-	if s.udp != nil {
-		s.udp.Close()
+	for _, c := range s.udp {
+		c.Close()
 	}
 	for _, l := range s.listeners {
 		l.Close()

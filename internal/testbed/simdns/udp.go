@@ -7,8 +7,6 @@ import (
 	"net/netip"
 
 	"github.com/doqscan/doqscan/internal/testbed/sockopt"
-
-	"golang.org/x/net/ipv4"
 )
 
 // maxUDPQuery is the largest UDP datagram read (RFC 6891 §6.2.5 lets a requestor advertise
@@ -22,35 +20,36 @@ const maxUDPQuery = 65535
 // holds a whole sweep of small queries waiting in the kernel.
 const udpBuffer = 128 << 20
 
-// bindUDP opens the wildcard UDP socket with IP_PKTINFO, so each reply leaves from the
-// address the query was sent to (the wildcard socket would otherwise pick the route's
-// source address, and the client would drop the reply).
+// oobSize is room for one packet-info control message of either family.
+const oobSize = 128
+
+// bindUDP opens the wildcard UDP socket of each listen address with packet info
+// (IP_PKTINFO / IPV6_PKTINFO), so each reply leaves from the address the query was sent to
+// (the wildcard socket would otherwise pick the route's source address, and the client
+// would drop the reply).
 func (s *Server) bindUDP(port int) error {
-	lc := net.ListenConfig{Control: sockopts(false)}
-	pconn, err := lc.ListenPacket(s.ctx, "udp4", netip.AddrPortFrom(s.cfg.Listen, uint16(port)).String())
-	if err != nil {
-		return fmt.Errorf("simdns: listen udp port %d: %w", port, err)
-	}
-	c := pconn.(*net.UDPConn)
-	s.udp = c
-	if err := sockopt.SetBuffers(c, udpBuffer); err != nil {
-		return fmt.Errorf("simdns: udp port %d buffers: %w", port, err)
-	}
-	s.addrs[DoUDP] = c.LocalAddr()
-	pc := ipv4.NewPacketConn(c)
-	if err := pc.SetControlMessage(ipv4.FlagDst, true); err != nil {
-		return fmt.Errorf("simdns: IP_PKTINFO on udp port %d: %w", port, err)
-	}
-	for range s.cfg.Limits.UDPWorkers {
-		s.wg.Go(func() { s.serveUDP(pc) })
+	for _, listen := range s.listens() {
+		c, err := sockopt.ListenUDP(netip.AddrPortFrom(listen, uint16(port)))
+		if err != nil {
+			return fmt.Errorf("simdns: listen udp [%s]:%d with packet info: %w", listen, port, err)
+		}
+		s.udp = append(s.udp, c)
+		s.setAddr(DoUDP, c.LocalAddr())
+		if err := sockopt.SetBuffers(c, udpBuffer); err != nil {
+			return fmt.Errorf("simdns: udp port %d buffers: %w", port, err)
+		}
+		for range s.cfg.Limits.UDPWorkers {
+			s.wg.Go(func() { s.serveUDP(c) })
+		}
 	}
 	return nil
 }
 
-func (s *Server) serveUDP(pc *ipv4.PacketConn) {
+func (s *Server) serveUDP(c *net.UDPConn) {
 	buf := make([]byte, maxUDPQuery)
+	oob := make([]byte, oobSize)
 	for {
-		n, cm, src, err := pc.ReadFrom(buf)
+		n, oobn, _, src, err := c.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -62,32 +61,28 @@ func (s *Server) serveUDP(pc *ipv4.PacketConn) {
 			}
 			continue
 		}
-		if cm == nil || cm.Dst == nil {
-			continue
-		}
-		dst, ok := netip.AddrFromSlice(cm.Dst)
+		dst, ok := sockopt.PktinfoDst(oob[:oobn])
 		if !ok {
 			continue
 		}
-		dst = dst.Unmap()
 		s.nUDP.Add(1)
-		s.guard("udp", func() { s.handleUDP(pc, buf[:n], dst, src) })
+		s.guard("udp", func() { s.handleUDP(c, buf[:n], dst, src) })
 	}
 }
 
-func (s *Server) handleUDP(pc *ipv4.PacketConn, query []byte, dst netip.Addr, src net.Addr) {
+func (s *Server) handleUDP(c *net.UDPConn, query []byte, dst netip.Addr, src netip.AddrPort) {
 	b, ok := s.cfg.Directory.Behaviour(s.cfg.MapAddr(dst), DoUDP)
 	if !ok {
 		return
 	}
-	out := &ipv4.ControlMessage{Src: dst.AsSlice()}
+	out := sockopt.PktinfoSrc(dst)
 	if b.Class == ClassEndless {
 		// No stream to keep open on UDP: a bounded burst of replies with wrong IDs.
 		wb := b
 		wb.Class = ClassWrongID
 		for range wrongIDBurst {
 			if wire, ok := respond(query, wb, DoUDP, 0); ok {
-				pc.WriteTo(wire, out, src)
+				c.WriteMsgUDPAddrPort(wire, out, src)
 			}
 		}
 		return
@@ -96,5 +91,5 @@ func (s *Server) handleUDP(pc *ipv4.PacketConn, query []byte, dst netip.Addr, sr
 	if !ok {
 		return
 	}
-	pc.WriteTo(wire, out, src)
+	c.WriteMsgUDPAddrPort(wire, out, src)
 }

@@ -35,7 +35,7 @@ func ServeConn(ctx context.Context, cfg Config, pc net.PacketConn, addr netip.Ad
 		return nil, fmt.Errorf("simquic: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, transports: map[uint16]map[string]*tport{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, transports: map[sockKey]map[string]*tport{}}
 	vc := &vnConn{PacketConn: pc}
 	t, err := s.newTransport(prof, vc, pc)
 	if err != nil {
@@ -44,7 +44,7 @@ func ServeConn(ctx context.Context, cfg Config, pc net.PacketConn, addr netip.Ad
 		return nil, err
 	}
 	vc.wire = t.wire
-	s.transports[port] = map[string]*tport{prof.key(): t}
+	s.transports[sockKey{port: port, v6: addr.Is6()}] = map[string]*tport{prof.key(): t}
 	go func() {
 		<-ctx.Done()
 		s.closeAll()

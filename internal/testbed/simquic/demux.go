@@ -2,14 +2,12 @@ package simquic
 
 import (
 	"net"
-	"net/netip"
 	"os"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/net/ipv4"
-	"golang.org/x/sys/unix"
 )
 
 // The demultiplexer: one wildcard UDP socket per port receives the datagrams for every
@@ -156,39 +154,3 @@ func (c *vconn) SyscallConn() (syscall.RawConn, error) { return c.real.SyscallCo
 
 func (c *vconn) SetReadBuffer(n int) error  { return c.real.SetReadBuffer(n) }
 func (c *vconn) SetWriteBuffer(n int) error { return c.real.SetWriteBuffer(n) }
-
-// enablePktinfo asks the kernel for IP_PKTINFO on every datagram of conn.
-func enablePktinfo(conn *net.UDPConn) error {
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
-	}); err != nil {
-		return err
-	}
-	return serr
-}
-
-// dstAddr returns the destination address of a datagram from its IP_PKTINFO control
-// message.
-func dstAddr(oob []byte) (netip.Addr, bool) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	for _, m := range msgs {
-		if m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_PKTINFO && len(m.Data) >= 12 {
-			// struct in_pktinfo { int ipi_ifindex; struct in_addr ipi_spec_dst; struct in_addr ipi_addr; }
-			return netip.AddrFrom4([4]byte(m.Data[8:12])), true
-		}
-	}
-	return netip.Addr{}, false
-}
-
-// srcOOB is the control message that makes a reply leave from src.
-func srcOOB(src netip.Addr) []byte {
-	return (&ipv4.ControlMessage{Src: src.AsSlice()}).Marshal()
-}

@@ -2,7 +2,6 @@ package simquic
 
 import (
 	"encoding/binary"
-	"net/netip"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -39,13 +38,6 @@ func FuzzRawReply(f *testing.F) {
 	})
 }
 
-// FuzzDstAddr: arbitrary control-message bytes never panic the IP_PKTINFO parser.
-func FuzzDstAddr(f *testing.F) {
-	f.Add(srcOOB(netipMust("198.19.1.2")))
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, b []byte) { dstAddr(b) })
-}
-
 // FuzzAnswer: any query bytes give an error or a response that parses, echoes the ID and
 // carries the rcode asked for.
 func FuzzAnswer(f *testing.F) {
@@ -74,5 +66,3 @@ func FuzzAnswer(f *testing.F) {
 		}
 	})
 }
-
-func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testbed/sockopt"
 )
 
 // Responders that are not QUIC servers: they answer on QUIC ports with garbage, with a
@@ -104,7 +105,7 @@ func (s *Server) raw(sock *net.UDPConn, r *population.Record, dst netip.Addr, sr
 	if reply == nil {
 		return
 	}
-	if _, _, err := sock.WriteMsgUDP(reply, srcOOB(dst), src); err != nil {
+	if _, _, err := sock.WriteMsgUDP(reply, sockopt.PktinfoSrc(dst), src); err != nil {
 		s.log.Debug("simquic: raw reply", "to", src, "err", err)
 	}
 }

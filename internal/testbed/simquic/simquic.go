@@ -54,6 +54,12 @@ type Config struct {
 	// Listen is the address the sockets bind; default 0.0.0.0 (every address, replies
 	// from the address each datagram was sent to via IP_PKTINFO).
 	Listen netip.Addr
+	// Listen6 is the address the IPv6 sockets bind when the population has an IPv6 half;
+	// default [::] (IPv6-only wildcard sockets, replies from the address each datagram was
+	// sent to via IPV6_PKTINFO) when Listen is the IPv4 wildcard, none otherwise.
+	Listen6 netip.Addr
+	// NoIPv6 binds no IPv6 socket (the IPv6 records stay unserved).
+	NoIPv6 bool
 	// Ports maps each population port to the local port to bind; nil binds DefaultPorts
 	// as themselves. A local port 0 takes any free port (tests; see Addr).
 	Ports map[uint16]uint16
@@ -80,10 +86,17 @@ type Server struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 
-	sockets    map[uint16]*net.UDPConn      // population port -> socket
-	transports map[uint16]map[string]*tport // population port -> profile key -> transport
+	sockets    map[sockKey]*net.UDPConn      // (population port, family) -> socket
+	transports map[sockKey]map[string]*tport // (population port, family) -> profile key -> transport
 	routes     map[uint16]map[*population.Record]*tport
 	Stats      Stats
+}
+
+// sockKey names one socket: a population port in one address family. quic-go's
+// Transport writes to one socket, so each family has its own Transports.
+type sockKey struct {
+	port uint16
+	v6   bool
 }
 
 // profile is everything that makes two addresses' QUIC behaviour differ.
@@ -146,6 +159,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if !cfg.Listen.IsValid() {
 		cfg.Listen = netip.IPv4Unspecified()
 	}
+	switch {
+	case cfg.NoIPv6 || len(cfg.Population.Records6) == 0:
+		cfg.Listen6 = netip.Addr{}
+	case !cfg.Listen6.IsValid() && cfg.Listen == netip.IPv4Unspecified():
+		cfg.Listen6 = netip.IPv6Unspecified()
+	}
 	if cfg.Ports == nil {
 		cfg.Ports = map[uint16]uint16{}
 		for _, p := range DefaultPorts {
@@ -163,18 +182,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		sockets: map[uint16]*net.UDPConn{}, transports: map[uint16]map[string]*tport{},
+		sockets: map[sockKey]*net.UDPConn{}, transports: map[sockKey]map[string]*tport{},
 		routes: map[uint16]map[*population.Record]*tport{}}
 	if err := s.setup(); err != nil {
 		cancel()
 		s.closeAll()
 		return nil, err
 	}
-	for port, sock := range s.sockets {
+	for k, sock := range s.sockets {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.demux(port, sock)
+			s.demux(k.port, sock)
 		}()
 	}
 	go func() {
@@ -185,30 +204,34 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 func (s *Server) setup() error {
+	listens := []netip.Addr{s.cfg.Listen}
+	if s.cfg.Listen6.IsValid() {
+		listens = append(listens, s.cfg.Listen6)
+	}
 	for popPort, localPort := range s.cfg.Ports {
-		sock, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(s.cfg.Listen, localPort)))
-		if err != nil {
-			return fmt.Errorf("simquic: bind UDP %d: %w", localPort, err)
+		for _, listen := range listens {
+			sock, err := sockopt.ListenUDP(netip.AddrPortFrom(listen, localPort))
+			if err != nil {
+				return fmt.Errorf("simquic: bind UDP [%s]:%d with packet info: %w", listen, localPort, err)
+			}
+			k := sockKey{popPort, listen.Is6()}
+			s.sockets[k] = sock
+			if err := sockopt.SetBuffers(sock, socketBuffer); err != nil {
+				s.log.Warn("simquic: socket buffers", "err", err)
+			}
+			s.transports[k] = map[string]*tport{}
 		}
-		s.sockets[popPort] = sock
-		if err := enablePktinfo(sock); err != nil {
-			return fmt.Errorf("simquic: IP_PKTINFO: %w", err)
-		}
-		if err := sockopt.SetBuffers(sock, socketBuffer); err != nil {
-			s.log.Warn("simquic: socket buffers", "err", err)
-		}
-		s.transports[popPort] = map[string]*tport{}
 		s.routes[popPort] = map[*population.Record]*tport{}
 	}
-	for i := range s.cfg.Population.Records {
-		r := &s.cfg.Population.Records[i]
+	for _, r := range s.cfg.Population.AllRecords() {
 		if r.Peer != "" || rawHostile(r.Hostile) || len(r.QUICPorts) == 0 {
 			continue
 		}
 		for _, port := range r.AllQUICPorts() {
-			ts, ok := s.transports[port]
+			k := sockKey{port, r.Prefix.Addr().Is6()}
+			ts, ok := s.transports[k]
 			if !ok {
-				continue // a port this server does not listen on
+				continue // a port (or family) this server does not listen on
 			}
 			prof, err := profileOf(r, port)
 			if err != nil {
@@ -216,7 +239,7 @@ func (s *Server) setup() error {
 			}
 			t, ok := ts[prof.key()]
 			if !ok {
-				vc := newVconn(s.sockets[port])
+				vc := newVconn(s.sockets[k])
 				if t, err = s.newTransport(prof, vc, vc); err != nil {
 					return err
 				}
@@ -287,10 +310,19 @@ func (s *Server) tlsConfig(prof profile) (*tls.Config, error) {
 	return conf, nil
 }
 
-// Addr returns the local address serving a population port (the bound port when Ports
-// asked for any free port).
+// Addr returns the local IPv4 address serving a population port (the bound port when
+// Ports asked for any free port).
 func (s *Server) Addr(popPort uint16) net.Addr {
-	if sock, ok := s.sockets[popPort]; ok {
+	if sock, ok := s.sockets[sockKey{popPort, false}]; ok {
+		return sock.LocalAddr()
+	}
+	return nil
+}
+
+// Addr6 returns the local IPv6 address serving a population port; nil when the server
+// does not listen on IPv6.
+func (s *Server) Addr6(popPort uint16) net.Addr {
+	if sock, ok := s.sockets[sockKey{popPort, true}]; ok {
 		return sock.LocalAddr()
 	}
 	return nil
@@ -385,7 +417,7 @@ func (s *Server) demux(port uint16, sock *net.UDPConn) {
 
 func (s *Server) handle(port uint16, sock *net.UDPConn, b, oob []byte, src *net.UDPAddr) {
 	s.Stats.Datagrams.Add(1)
-	dst, ok := dstAddr(oob)
+	dst, ok := sockopt.PktinfoDst(oob)
 	if !ok || len(b) > maxDatagram {
 		s.Stats.Dropped.Add(1)
 		return
@@ -409,7 +441,7 @@ func (s *Server) handle(port uint16, sock *net.UDPConn, b, oob []byte, src *net.
 		if len(b) >= minProbeSize { // RFC 9000 §6.1: VN only for datagrams a client could have sent as its first
 			s.Stats.Raw.Add(1)
 			vn := versionNegotiation(dcid, scid, append(slices.Clone(t.wire), greaseVersion()), false)
-			if _, _, err := sock.WriteMsgUDP(vn, srcOOB(dst), src); err != nil {
+			if _, _, err := sock.WriteMsgUDP(vn, sockopt.PktinfoSrc(dst), src); err != nil {
 				s.log.Debug("simquic: VN", "to", src, "err", err)
 			}
 		}

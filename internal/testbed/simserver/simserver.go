@@ -26,6 +26,11 @@ type Config struct {
 	Population *population.Population
 	// Listen is the address to bind (default 0.0.0.0: every address of the namespace).
 	Listen netip.Addr
+	// Listen6 is the IPv6 address to bind when the population has an IPv6 half; default
+	// [::] (every IPv6 address of the namespace) when Listen is the IPv4 wildcard.
+	// NoIPv6 serves IPv4 only.
+	Listen6 netip.Addr
+	NoIPv6  bool
 	// NoQUIC / NoDNS leave one side out (debugging).
 	NoQUIC, NoDNS bool
 	// QUICPorts and DNSPorts override the ports (tests); nil/zero: the standard ones.
@@ -55,8 +60,18 @@ func Start(ctx context.Context, cfg Config) (*Servers, error) {
 		return nil, err
 	}
 	s := &Servers{PKI: p}
+	if !cfg.Listen.IsValid() {
+		cfg.Listen = netip.IPv4Unspecified()
+	}
+	switch {
+	case cfg.NoIPv6 || len(cfg.Population.Records6) == 0:
+		cfg.Listen6 = netip.Addr{}
+	case !cfg.Listen6.IsValid() && cfg.Listen == netip.IPv4Unspecified():
+		cfg.Listen6 = netip.IPv6Unspecified()
+	}
 	if !cfg.NoQUIC {
 		s.QUIC, err = simquic.Start(ctx, simquic.Config{Population: cfg.Population, PKI: p, Listen: cfg.Listen,
+			Listen6: cfg.Listen6, NoIPv6: !cfg.Listen6.IsValid(),
 			Ports: cfg.QUICPorts, Logger: cfg.Logger.With("server", "simquic")})
 		if err != nil {
 			return nil, err
@@ -64,7 +79,7 @@ func Start(ctx context.Context, cfg Config) (*Servers, error) {
 	}
 	if !cfg.NoDNS {
 		s.DNS, err = simdns.Start(ctx, simdns.Config{Directory: Directory{cfg.Population},
-			Certs: Certs{cfg.Population, p}, Listen: cfg.Listen, Ports: cfg.DNSPorts,
+			Certs: Certs{cfg.Population, p}, Listen: cfg.Listen, Listen6: cfg.Listen6, Ports: cfg.DNSPorts,
 			Logger: cfg.Logger.With("server", "simdns")})
 		if err != nil {
 			if s.QUIC != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/ipv4hdr"
+	"github.com/doqscan/doqscan/internal/ipv6hdr"
 )
 
 // Classic pcap file layout (draft-ietf-opsawg-pcap, "PCAP Capture File Format":
@@ -40,6 +41,7 @@ const (
 	ethTypeOffset   = 12     // EtherType / length field
 	vlanTagLen      = 4      // IEEE 802.1Q §9.6: TPID + TCI
 	etherTypeIPv4   = 0x0800 // RFC 894
+	etherTypeIPv6   = 0x86dd // RFC 2464
 	etherTypeVLAN   = 0x8100 // IEEE 802.1Q C-tag
 	etherTypeQinQ   = 0x88a8 // IEEE 802.1ad S-tag
 	maxVLANTags     = 2
@@ -71,10 +73,10 @@ const (
 	TCPAck = 0x10
 )
 
-// Packet is one IPv4 TCP or UDP packet of a capture.
+// Packet is one IPv4 or IPv6 TCP or UDP packet of a capture.
 type Packet struct {
 	At       time.Time      // capture timestamp (CLOCK_REALTIME of the capturing host)
-	Src, Dst netip.AddrPort // IPv4 addresses and transport ports
+	Src, Dst netip.AddrPort // IP addresses and transport ports
 	Proto    uint8          // ProtoTCP or ProtoUDP
 	TCPFlags uint8          // TCP control bits (TCPSyn...); 0 for UDP
 	Seq, Ack uint32         // TCP sequence and acknowledgment numbers; 0 for UDP
@@ -91,10 +93,10 @@ var (
 	ErrBadRecord    = errors.New("bad pcap record header")
 	ErrBadLinkType  = errors.New("unsupported pcap link type")
 	ErrBadPacket    = errors.New("malformed packet")
-	errNotTransport = errors.New("not an IPv4 TCP/UDP packet") // skipped, never returned
+	errNotTransport = errors.New("not an IP TCP/UDP packet") // skipped, never returned
 )
 
-// Reader decodes a classic pcap stream packet by packet. Records that are not IPv4 TCP
+// Reader decodes a classic pcap stream packet by packet. Records that are not IPv4/IPv6 TCP
 // or UDP (ARP, IPv6, ICMP, later fragments...) are skipped and counted in Skipped.
 type Reader struct {
 	r        io.Reader
@@ -105,7 +107,7 @@ type Reader struct {
 	offset   int64 // bytes consumed so far
 	hdr      [recordHeaderLen]byte
 	buf      []byte
-	Skipped  int // records skipped as not IPv4 TCP/UDP
+	Skipped  int // records skipped as not IPv4/IPv6 TCP/UDP
 }
 
 // NewReader reads the file header of a classic pcap stream.
@@ -139,7 +141,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 	return rd, nil
 }
 
-// Next returns the next IPv4 TCP/UDP packet, io.EOF at the clean end of the stream, or
+// Next returns the next IPv4/IPv6 TCP/UDP packet, io.EOF at the clean end of the stream, or
 // an error for truncated or malformed input.
 func (rd *Reader) Next() (Packet, error) {
 	for {
@@ -198,7 +200,7 @@ func (rd *Reader) errorf(kind error, format string, a ...any) error {
 	return fmt.Errorf("pcap record %d (at byte %d): %w: %s", rd.record+1, rd.offset, kind, fmt.Sprintf(format, a...))
 }
 
-// decode strips the link header and decodes the IPv4 and transport headers.
+// decode strips the link header and decodes the IP and transport headers.
 func (rd *Reader) decode(b []byte) (Packet, error) {
 	switch rd.linkType {
 	case LinkEthernet:
@@ -214,14 +216,14 @@ func (rd *Reader) decode(b []byte) (Packet, error) {
 			et = binary.BigEndian.Uint16(b[2:])
 			b = b[vlanTagLen:]
 		}
-		if et != etherTypeIPv4 {
+		if et != etherTypeIPv4 && et != etherTypeIPv6 {
 			return Packet{}, errNotTransport
 		}
 	case LinkLinuxSLL:
 		if len(b) < sllHeaderLen {
 			return Packet{}, fmt.Errorf("%w: %d-byte Linux cooked header", ErrBadPacket, len(b))
 		}
-		if binary.BigEndian.Uint16(b[sllProtoOffset:]) != etherTypeIPv4 {
+		if et := binary.BigEndian.Uint16(b[sllProtoOffset:]); et != etherTypeIPv4 && et != etherTypeIPv6 {
 			return Packet{}, errNotTransport
 		}
 		b = b[sllHeaderLen:]
@@ -229,33 +231,57 @@ func (rd *Reader) decode(b []byte) (Packet, error) {
 		if len(b) < sll2HeaderLen {
 			return Packet{}, fmt.Errorf("%w: %d-byte Linux cooked v2 header", ErrBadPacket, len(b))
 		}
-		if binary.BigEndian.Uint16(b[sll2ProtoOffset:]) != etherTypeIPv4 {
+		if et := binary.BigEndian.Uint16(b[sll2ProtoOffset:]); et != etherTypeIPv4 && et != etherTypeIPv6 {
 			return Packet{}, errNotTransport
 		}
 		b = b[sll2HeaderLen:]
 	case LinkRaw:
+		if len(b) > 0 && b[0]>>4 != ipv4hdr.Version && b[0]>>4 != ipv6hdr.Version {
+			return Packet{}, errNotTransport // garbage we cannot tell from anything
+		}
+	case LinkIPv4:
 		if len(b) > 0 && b[0]>>4 != ipv4hdr.Version {
-			return Packet{}, errNotTransport // IPv6 (or garbage we cannot tell from it)
+			return Packet{}, fmt.Errorf("%w: IP version %d on an IPv4 link", ErrBadPacket, b[0]>>4)
 		}
 	}
-	return decodeIPv4(b)
+	return decodeIP(b)
 }
 
-// decodeIPv4 decodes an IPv4 packet (possibly cut by the snaplen after the transport
-// header; package ipv4hdr reads the IP header).
-func decodeIPv4(b []byte) (Packet, error) {
-	h, err := ipv4hdr.Parse(b)
-	if err != nil {
-		return Packet{}, fmt.Errorf("%w: %v (captured %d bytes)", ErrBadPacket, err, len(b))
+// decodeIP decodes an IPv4 or IPv6 packet (by its version nibble; possibly cut by the
+// snaplen after the transport header; packages ipv4hdr and ipv6hdr read the IP header).
+func decodeIP(b []byte) (Packet, error) {
+	var src, dst netip.Addr
+	var proto uint8
+	var ihl, total, frag int
+	switch {
+	case len(b) > 0 && b[0]>>4 == ipv6hdr.Version:
+		h, err := ipv6hdr.Parse(b)
+		if err != nil {
+			return Packet{}, fmt.Errorf("%w: %v (captured %d bytes)", ErrBadPacket, err, len(b))
+		}
+		src, dst, proto, ihl, total, frag = h.Src, h.Dst, h.Proto, h.HeaderLen, h.TotalLen, h.Fragment
+		if ihl > total {
+			return Packet{}, fmt.Errorf("%w: IPv6 extension headers (%d bytes) beyond the payload length %d", ErrBadPacket, ihl, total)
+		}
+	default:
+		h, err := ipv4hdr.Parse(b)
+		if err != nil {
+			return Packet{}, fmt.Errorf("%w: %v (captured %d bytes)", ErrBadPacket, err, len(b))
+		}
+		src, dst, proto, ihl, total, frag = h.Src, h.Dst, h.Proto, h.HeaderLen, h.TotalLen, h.Fragment
 	}
-	proto, ihl, total := h.Proto, h.HeaderLen, h.TotalLen
+	return decodeTransport(b, src, dst, proto, ihl, total, frag)
+}
+
+// decodeTransport decodes the TCP or UDP header at b[ihl:] of an IP datagram of total
+// bytes.
+func decodeTransport(b []byte, src, dst netip.Addr, proto uint8, ihl, total, frag int) (Packet, error) {
 	if proto != ProtoTCP && proto != ProtoUDP {
 		return Packet{}, errNotTransport
 	}
-	if h.Fragment != 0 {
+	if frag != 0 {
 		return Packet{}, errNotTransport // a later fragment: no transport header
 	}
-	src, dst := h.Src, h.Dst
 	t := b[ihl:]
 	p := Packet{Proto: proto}
 	switch proto {

@@ -198,9 +198,9 @@ func TestParseFormats(t *testing.T) {
 						case LinkEthernet, LinkLinuxSLL, LinkSLL2:
 							recs = append(recs, record{at: t0, data: frame(link, 0x0806, make([]byte, 28), 0)}) // ARP
 							wantSkipped++
-						case LinkRaw:
+						case LinkRaw: // an ICMPv6 packet
 							v6 := make([]byte, 48)
-							v6[0] = 6 << 4
+							v6[0], v6[5], v6[6] = 6<<4, 8, 58
 							recs = append(recs, record{at: t0, data: v6})
 							wantSkipped++
 						}
@@ -315,7 +315,7 @@ func TestParseLinkTypeFlags(t *testing.T) {
 
 func TestMarkerPacket(t *testing.T) {
 	b := markerPacket(4711)
-	p, err := decodeIPv4(b)
+	p, err := decodeIP(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,6 +351,12 @@ func FuzzParse(f *testing.F) {
 		f.Add(pcapFile(binary.LittleEndian, true, link, SnapLen, recs))
 		f.Add(pcapFile(binary.BigEndian, false, link, 0, recs[:2]))
 	}
+	c6, s6 := netip.MustParseAddrPort("[2001:2::2]:1"), netip.MustParseAddrPort("[2001:2:0:8001::1]:853")
+	for _, link := range []uint32{LinkEthernet, LinkRaw, LinkSLL2} {
+		f.Add(pcapFile(binary.LittleEndian, true, link, SnapLen, []record{
+			{at: t0, data: frame(link, etherTypeIPv6, ipv6Packet(c6, s6, ProtoUDP, 0, 40), 0)},
+			{at: t0, data: frame(link, etherTypeIPv6, ipv6Packet(s6, c6, ProtoTCP, TCPSyn|TCPAck, 3), 0)}}))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		pkts, err := Parse(bytes.NewReader(data))
 		for _, p := range pkts {
@@ -360,8 +366,8 @@ func FuzzParse(f *testing.F) {
 			if p.Payload < 0 || p.Payload > 65535 {
 				t.Fatalf("payload %d", p.Payload)
 			}
-			if !p.Src.Addr().Is4() || !p.Dst.Addr().Is4() {
-				t.Fatalf("non-IPv4 endpoints %v %v", p.Src, p.Dst)
+			if !p.Src.Addr().IsValid() || p.Src.Addr().Is4() != p.Dst.Addr().Is4() {
+				t.Fatalf("endpoints of no or mixed families %v %v", p.Src, p.Dst)
 			}
 			if p.Proto == ProtoUDP && (p.TCPFlags != 0 || p.Seq != 0 || p.Ack != 0) {
 				t.Fatalf("UDP packet with TCP fields: %+v", p)
@@ -425,4 +431,55 @@ func BenchmarkIndex(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(pkts))*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+}
+
+// ipv6Packet builds an IPv6 datagram from src to dst with a hop-by-hop options header
+// before a UDP header (or a bare TCP header with flags) and payload bytes of data.
+func ipv6Packet(src, dst netip.AddrPort, proto uint8, flags uint8, payload int) []byte {
+	hbh := []byte{proto, 0, 1, 4, 0, 0, 0, 0} // Next Header, length 0 (8 bytes), PadN
+	th := make([]byte, udpHeaderLen)
+	if proto == ProtoTCP {
+		th = make([]byte, tcpMinHeaderLen)
+		th[tcpDataOffOffset] = (tcpMinHeaderLen / 4) << 4
+		th[tcpFlagsOffset] = flags
+		binary.BigEndian.PutUint32(th[tcpSeqOffset:], 77)
+	}
+	binary.BigEndian.PutUint16(th[0:], src.Port())
+	binary.BigEndian.PutUint16(th[2:], dst.Port())
+	body := append(append(hbh, th...), make([]byte, payload)...)
+	b := make([]byte, 40, 40+len(body))
+	b[0] = 6 << 4
+	binary.BigEndian.PutUint16(b[4:], uint16(len(body)))
+	b[6], b[7] = 0, 64 // hop-by-hop first
+	s, d := src.Addr().As16(), dst.Addr().As16()
+	copy(b[8:], s[:])
+	copy(b[24:], d[:])
+	return append(b, body...)
+}
+
+// IPv6 TCP and UDP packets decode on every link type that can carry IPv6, extension
+// headers walked; an IPv6 packet on an IPv4-only link is an error.
+func TestParseIPv6(t *testing.T) {
+	c6 := netip.MustParseAddrPort("[2001:2::2]:40001")
+	s6 := netip.MustParseAddrPort("[2001:2:0:8001::1]:853")
+	udp := ipv6Packet(c6, s6, ProtoUDP, 0, 1200)
+	syn := ipv6Packet(c6, s6, ProtoTCP, TCPSyn, 0)
+	for _, link := range []uint32{LinkEthernet, LinkRaw, LinkLinuxSLL, LinkSLL2} {
+		f := pcapFile(binary.LittleEndian, true, link, 0, []record{
+			{at: t0, data: frame(link, etherTypeIPv6, udp, 1)}, {at: t0.Add(time.Millisecond), data: frame(link, etherTypeIPv6, syn, 0)}})
+		pkts, err := Parse(bytes.NewReader(f))
+		if err != nil || len(pkts) != 2 {
+			t.Fatalf("link %d: %+v, %v", link, pkts, err)
+		}
+		if p := pkts[0]; p.Src != c6 || p.Dst != s6 || p.Proto != ProtoUDP || p.Payload != 1200 {
+			t.Errorf("link %d: UDP decodes as %+v", link, p)
+		}
+		if p := pkts[1]; p.Src != c6 || p.Dst != s6 || p.Proto != ProtoTCP || p.TCPFlags != TCPSyn || p.Seq != 77 || p.Payload != 0 {
+			t.Errorf("link %d: TCP decodes as %+v", link, p)
+		}
+	}
+	f := pcapFile(binary.LittleEndian, true, LinkIPv4, 0, []record{{at: t0, data: udp}})
+	if _, err := Parse(bytes.NewReader(f)); !errors.Is(err, ErrBadPacket) {
+		t.Errorf("IPv6 on an IPv4 link: %v, want ErrBadPacket", err)
+	}
 }

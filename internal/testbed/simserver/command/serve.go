@@ -29,6 +29,7 @@ It runs until SIGINT/SIGTERM.`,
 	fs := cli.NewFlagSet(cmd, &common)
 	file := fs.String("population", population.DefaultPath(), "population file")
 	listen := fs.String("listen", "0.0.0.0", "address to bind (0.0.0.0: every address of the namespace)")
+	listen6 := fs.String("listen6", "::", "IPv6 address to bind when the population has an IPv6 half (:: every IPv6 address of the namespace; none: IPv4 only)")
 	ready := fs.String("ready-file", "", "create this file once every listener is bound")
 	noQUIC := fs.Bool("no-quic", false, "do not start the QUIC/DoQ side")
 	noDNS := fs.Bool("no-dns", false, "do not start the DNS/DoT/DoH side")
@@ -41,7 +42,13 @@ It runs until SIGINT/SIGTERM.`,
 		if err != nil {
 			return cli.Usagef("--listen: %v", err)
 		}
-		s, err := simserver.Start(ctx, simserver.Config{Population: p, Listen: addr, NoQUIC: *noQUIC, NoDNS: *noDNS, Logger: log})
+		cfg := simserver.Config{Population: p, Listen: addr, NoQUIC: *noQUIC, NoDNS: *noDNS, Logger: log}
+		if *listen6 == "none" {
+			cfg.NoIPv6 = true
+		} else if cfg.Listen6, err = netip.ParseAddr(*listen6); err != nil || !cfg.Listen6.Is6() {
+			return cli.Usagef("--listen6: want an IPv6 address or none, got %q", *listen6)
+		}
+		s, err := simserver.Start(ctx, cfg)
 		if err != nil {
 			return err
 		}
@@ -57,7 +64,7 @@ It runs until SIGINT/SIGTERM.`,
 		if s.QUIC != nil {
 			transports = s.QUIC.Transports()
 		}
-		log.Info("simserver ready", "population", *file, "records", len(p.Records), "listen", addr, "quic_transports", transports)
+		log.Info("simserver ready", "population", *file, "records", len(p.Records), "records6", len(p.Records6), "listen", addr, "listen6", cfg.Listen6, "quic_transports", transports)
 		return s.Wait()
 	})
 }
