@@ -248,7 +248,7 @@ func TestScanTestbed(t *testing.T) {
 		t.Fatalf("test setup: %s overlaps %s", blocked, optout)
 	}
 	blDir := t.TempDir()
-	confs, _ := filepath.Glob(filepath.Join("..", "..", "blocklist", "*.conf"))
+	confs, _ := filepath.Glob(home.Path("blocklist", "*.conf"))
 	for _, f := range confs {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -565,7 +565,7 @@ func TestScanLossyPaths(t *testing.T) {
 	dlBefore := delayLineStats(t, v.Instance)
 	inetBefore := udpCounters(t, v.Instance+"-inet")
 	sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, VantageID: "e2e", Week: "2026-W47", Label: "lossy", Targets: targets,
-		QUICPorts: qp, DNSPorts: dp, Testbed: &testbedPrefix, BlocklistDir: filepath.Join("..", "..", "blocklist"), OutDir: t.TempDir(),
+		QUICPorts: qp, DNSPorts: dp, Testbed: &testbedPrefix, BlocklistDir: home.Path("blocklist"), OutDir: t.TempDir(),
 		Zmap: probe.ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr,
 			Cooldown: e2eCooldown, ProbesPerHost: probes}})
 	if err != nil {
