@@ -15,14 +15,19 @@ import (
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
+	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
 // restartMaxRTT bounds the paths of the restart test's targets (it is about rows, not
 // timing; short paths keep the round short).
 const restartMaxRTT = 80 * time.Millisecond
 
-// restartTargets is how many resolvers the restart test's round measures.
-const restartTargets = 40
+// restartTargets is how many resolvers the restart test's round measures, of them up to
+// restartTargets6 over IPv6.
+const (
+	restartTargets  = 40
+	restartTargets6 = 6
+)
 
 // TestKilledMeasureLosesAndDuplicatesNothing runs bin/measure (built from this tree) as a
 // process on the testbed, SIGKILLs it once some resolvers are stored (no graceful
@@ -41,26 +46,48 @@ func TestKilledMeasureLosesAndDuplicatesNothing(t *testing.T) {
 	}
 	// Every address of the well-behaved DoQ classes on short paths (a /30 gives four
 	// resolvers of one behaviour), all five protocols.
-	var lines []string
-	seen := map[netip.Addr]bool{}
-	for _, ep := range endpoints(pop, true) {
-		if ep.rec.Peer != "" || pop.PathOf(ep.addr).RTT > restartMaxRTT || pop.PathOf(ep.addr).Loss > 0 || seen[ep.addr] {
-			continue
-		}
-		seen[ep.addr] = true
-		for a := ep.rec.Prefix.Addr(); ep.rec.Prefix.Contains(a); a = a.Next() {
-			line := a.String()
-			if ep.sni != "" {
-				line += " sni=" + ep.sni
+	targetsOf := func(pop *population.Population) []string {
+		var lines []string
+		seen := map[netip.Addr]bool{}
+		for _, ep := range endpoints(pop, true) {
+			if ep.rec.Peer != "" || pop.PathOf(ep.addr).RTT > restartMaxRTT || pop.PathOf(ep.addr).Loss > 0 || seen[ep.addr] {
+				continue
 			}
-			lines = append(lines, line)
+			seen[ep.addr] = true
+			for a := ep.rec.Prefix.Addr(); ep.rec.Prefix.Contains(a); a = a.Next() {
+				line := a.String()
+				if ep.sni != "" {
+					line += " sni=" + ep.sni
+				}
+				lines = append(lines, line)
+			}
 		}
+		return lines
 	}
 	// Enough resolvers that the first write (after 10 s, the progress interval) comes
-	// well before the end at concurrency 4 (~1 resolver/s), few enough for CI time.
-	lines = lines[:min(len(lines), restartTargets)]
-	if len(lines) < restartTargets {
-		t.Fatalf("only %d targets on paths up to %v: the population changed?", len(lines), restartMaxRTT)
+	// well before the end at concurrency 4 (~1 resolver/s), few enough for CI time; the
+	// IPv6 ones of the dual-stack population spread over the round, so that some are
+	// measured before the kill and some after.
+	v4, v6 := targetsOf(pop), targetsOf(pop.IPv6())
+	v6 = v6[:min(len(v6), restartTargets6)]
+	v4 = v4[:min(len(v4), restartTargets-len(v6))]
+	if len(v4)+len(v6) < restartTargets || len(v6) == 0 {
+		t.Fatalf("only %d IPv4 and %d IPv6 targets on paths up to %v: the population changed?", len(v4), len(v6), restartMaxRTT)
+	}
+	var lines []string
+	step := max(1, len(v4)/len(v6))
+	for i, l := range v4 {
+		if i%step == 0 && len(v6) > 0 {
+			lines, v6 = append(lines, v6[0]), v6[1:]
+		}
+		lines = append(lines, l)
+	}
+	lines = append(lines, v6...)
+	var want6 int64
+	for _, l := range lines {
+		if strings.Contains(strings.Fields(l)[0], ":") {
+			want6++
+		}
 	}
 	targets := filepath.Join(t.TempDir(), "targets.txt")
 	if err := os.WriteFile(targets, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
@@ -154,5 +181,10 @@ wait:
 	}
 	if got := stored("killed"); got != int64(len(lines)) {
 		t.Errorf("killed+restarted round covers %d of %d resolvers", got, len(lines))
+	}
+	var got6 int64
+	if err := s.Pool.QueryRow(ctx, `SELECT count(DISTINCT m.address) FROM measurements m JOIN campaigns c USING (campaign_id)
+		WHERE c.label = 'killed' AND family(m.address) = 6`).Scan(&got6); err != nil || got6 != want6 {
+		t.Errorf("killed+restarted round covers %d of %d IPv6 resolvers (%v)", got6, want6, err)
 	}
 }
