@@ -68,7 +68,10 @@ install_hickory() {
 	command -v cargo >/dev/null || fail "cargo not on PATH (needed for hickory-dns $HICKORY_VERSION; install Rust with rustup)"
 	log "hickory-dns $HICKORY_VERSION (cargo install; ~3 min on 2 cores the first time, then cached)"
 	mkdir -p "$PEERS" "$CACHE/cargo-target"
-	CARGO_TARGET_DIR="$CACHE/cargo-target" cargo install --quiet --locked \
+	# The cargo target directory is shared by every checkout on the machine: two installs
+	# at once (a demo and a test run in two clones) removed each other's build output
+	# ("failed to copy .../cargo-target/release/hickory-dns"). flock serialises them.
+	flock "$CACHE/cargo-target.lock" env CARGO_TARGET_DIR="$CACHE/cargo-target" cargo install --quiet --locked \
 		hickory-dns --version "$HICKORY_VERSION" \
 		--no-default-features --features "$HICKORY_FEATURES" \
 		--root "$PEERS" --force ||
