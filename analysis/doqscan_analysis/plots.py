@@ -4,6 +4,7 @@ units, legends, log axes where latency spans orders of magnitude)."""
 from __future__ import annotations
 
 import os
+import tempfile
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -414,7 +415,16 @@ def save_table(df: pd.DataFrame, outdir: str | None, name: str) -> str | None:
     d = os.path.join(outdir, "figures")
     os.makedirs(d, exist_ok=True)
     p = os.path.join(d, f"{name}.csv")
-    tmp = p + ".tmp"
-    df.to_csv(tmp, index=False)
-    os.replace(tmp, p)
+    # A temporary file of its own: the report runs the notebooks side by side and two of
+    # them may write the same table (provenance.csv); with one shared ".tmp" name the
+    # second rename found the file already moved away (FileNotFoundError).
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}.", suffix=".csv.tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            df.to_csv(f, index=False)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     return p

@@ -76,8 +76,12 @@ def _execute(name: str, out: str, params: dict, timeout: int) -> tuple[float, st
         pm.execute_notebook(src, dst, parameters=params, kernel_name="python3", cwd=os.path.join(REPO, "notebooks"),
                             progress_bar=False, execution_timeout=timeout, log_output=False)
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's traceback
-        error = f"{type(e).__name__}: {e}"
-        log.error("%s failed: %s", name, error.splitlines()[0] if error else "")
+        # PapermillExecutionError's text starts with an empty line; its ename/evalue say
+        # what failed (the full traceback is in the executed notebook).
+        what = f"{getattr(e, 'ename', '')}: {getattr(e, 'evalue', '')}" if hasattr(e, "ename") else str(e)
+        error = f"{type(e).__name__}: {what}"
+        log.error("%s failed: %s (cell %s; the executed notebook %s has the traceback)", name, error,
+                  getattr(e, "exec_count", "?"), dst)
     secs = time.monotonic() - t0
     if os.path.exists(dst):
         nb = nbformat.read(dst, as_version=4)

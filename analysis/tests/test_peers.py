@@ -57,7 +57,7 @@ def test_testbed_peers_environment_and_repository_file(population, monkeypatch):
     # the committed population: every peer= record, dnsproxy among them
     peers = load.testbed_peers()
     assert "dnsproxy" in set(peers["peer"])
-    assert peers["class"].str.startswith("peer-").all()
+    assert peers["class"].str.match(r"peer6?-").all()  # peer6-: the IPv6 peers
 
 
 def test_peer_table_lists_dnsproxy_with_its_ratio(conn, population, measured_doq, spec):

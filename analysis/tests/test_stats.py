@@ -61,3 +61,34 @@ def test_churn_shares():
     assert list(c["new"][1:]) == [2, 4]
     assert list(c["gone"][1:]) == [4, 0]
     assert stats.retention_first_to_last(m) == 0.5
+
+
+def test_save_table_concurrent_writers(tmp_path):
+    """Two notebooks of one report may write the same table at once (provenance.csv):
+    every write succeeds and the file is one writer's whole table, never a mix or a
+    leftover temporary file."""
+    import threading
+
+    import pandas as pd
+
+    from doqscan_analysis import plots
+
+    frames = [pd.DataFrame({"writer": [w] * 2000, "n": range(2000)}) for w in (0, 1)]
+    errors = []
+
+    def write(df):
+        try:
+            for _ in range(30):
+                plots.save_table(df, str(tmp_path), "provenance")
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(f,)) for f in frames]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    got = pd.read_csv(tmp_path / "figures" / "provenance.csv")
+    assert len(got) == 2000 and got["writer"].nunique() == 1
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["provenance.csv"]
