@@ -49,7 +49,14 @@ func pairResults(t *testing.T, s *measuretest.Servers) ([2]*qlogana.Analysis, [2
 		// arrival stamp of the completing datagram; the qlog's from quic-go packing that
 		// Initial to quic-go processing the datagram: never shorter, and longer only by
 		// the client's own processing and scheduling (which a loaded machine stretches).
-		if qh := time.Duration(a.HandshakeNS); res.Handshake <= 0 || res.Handshake > qh+100*time.Microsecond {
+		// Under the race detector the client's processing is 5-10 times slower, so the
+		// completing datagram's read can come after a later datagram's: only the sign is
+		// checked there (the 100 µs bound holds in the ordinary test run).
+		slack := 100 * time.Microsecond
+		if raceDetector {
+			slack = time.Duration(a.HandshakeNS)
+		}
+		if qh := time.Duration(a.HandshakeNS); res.Handshake <= 0 || res.Handshake > qh+slack {
 			t.Fatalf("handshake: result %v, qlog %v", res.Handshake, qh)
 		}
 		out[i], results[i] = a, res
