@@ -37,7 +37,7 @@ func main() {
 
 // command binds the flags to verify.Flags and returns the run function (tests call it
 // through cli.RunMain).
-func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, []string) error) {
+func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	var common cli.Common
 	var f verify.Flags
 	fs := cli.NewFlagSet(cmd, &common)

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/cli/clitest"
+)
+
+func TestHelp(t *testing.T) {
+	clitest.Help(t, command, "jobrun --job scan|verify|measure|report|blocklist", "-lock-check duration", "jobrun --job measure --vantage fra1 -- measure")
+}
+
+// TestBadFlags: a bad job, a missing command or a bad --now is refused with exit code 2
+// and one line naming it, before the database is opened.
+func TestBadFlags(t *testing.T) {
+	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1") // reached only if the flags pass
+	usage := func(want string, args ...string) clitest.Case {
+		return clitest.Case{Args: args, Code: cli.ExitUsage, Want: want}
+	}
+	clitest.OneLineErrors(t, command, []clitest.Case{
+		usage("--job", "--", "true"),
+		usage("--job", "--job", "weekly", "--", "true"),
+		usage("no command", "--job", "scan"),
+		usage("--now", "--job", "measure", "--now", "yesterday", "--", "true"),
+		usage("lock-check", "--lock-check", "often", "--job", "scan", "--", "true"),
+	})
+}
