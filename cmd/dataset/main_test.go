@@ -19,18 +19,15 @@ func TestBadArgs(t *testing.T) {
 	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1") // reached only if the arguments pass
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "absent")
-	usage := func(want string, args ...string) clitest.Case {
-		return clitest.Case{Args: args, Code: cli.ExitUsage, Want: want}
-	}
 	clitest.OneLineErrors(t, command, []clitest.Case{
-		usage("dataset import [flags] DIR"),
-		usage(`(got "import")`, "import"),
-		usage(`(got "export `, "export", dir),
-		usage(`(got "import `, "import", dir, "--dry-run"),
-		usage("bad name", "import", "--label", "BAD", dir),
-		usage("bad name", "--vantage", "Bad Vantage", "import", dir),
-		usage("no-such-flag", "import", "--no-such-flag", dir),
-		usage("--log-level", "import", "--log-level", "loud", dir),
+		clitest.Usage("dataset import [flags] DIR"),
+		clitest.Usage(`(got "import")`, "import"),
+		clitest.Usage(`(got "export `, "export", dir),
+		clitest.Usage(`(got "import `, "import", dir, "--dry-run"),
+		clitest.Usage("bad name", "import", "--label", "BAD", dir),
+		clitest.Usage("bad name", "--vantage", "Bad Vantage", "import", dir),
+		clitest.Usage("no-such-flag", "import", "--no-such-flag", dir),
+		clitest.Usage("--log-level", "import", "--log-level", "loud", dir),
 		{Args: []string{"import", "--dry-run", missing}, Code: cli.ExitEnvironment, Want: "absent"},
 	})
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"testing"
 
-	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/cli/clitest"
 )
 
@@ -13,13 +12,10 @@ func TestHelp(t *testing.T) {
 
 // TestBadArgs: anything but one known subcommand is a usage error (exit 2, one line).
 func TestBadArgs(t *testing.T) {
-	usage := func(want string, args ...string) clitest.Case {
-		return clitest.Case{Args: args, Code: cli.ExitUsage, Want: want}
-	}
 	clitest.OneLineErrors(t, command, []clitest.Case{
-		usage("subcommand"),
-		usage("subcommand", "up", "stop"),
-		usage(`"frob"`, "frob"),
-		usage("no-such-flag", "--no-such-flag", "up"),
+		clitest.Usage("subcommand"),
+		clitest.Usage("subcommand", "up", "stop"),
+		clitest.Usage(`"frob"`, "frob"),
+		clitest.Usage("no-such-flag", "--no-such-flag", "up"),
 	})
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"testing"
 
-	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/cli/clitest"
 )
 
@@ -15,14 +14,11 @@ func TestHelp(t *testing.T) {
 // and one line naming it, before the database is opened.
 func TestBadFlags(t *testing.T) {
 	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1") // reached only if the flags pass
-	usage := func(want string, args ...string) clitest.Case {
-		return clitest.Case{Args: args, Code: cli.ExitUsage, Want: want}
-	}
 	clitest.OneLineErrors(t, command, []clitest.Case{
-		usage("--job", "--", "true"),
-		usage("--job", "--job", "weekly", "--", "true"),
-		usage("no command", "--job", "scan"),
-		usage("--now", "--job", "measure", "--now", "yesterday", "--", "true"),
-		usage("lock-check", "--lock-check", "often", "--job", "scan", "--", "true"),
+		clitest.Usage("--job", "--", "true"),
+		clitest.Usage("--job", "--job", "weekly", "--", "true"),
+		clitest.Usage("no command", "--job", "scan"),
+		clitest.Usage("--now", "--job", "measure", "--now", "yesterday", "--", "true"),
+		clitest.Usage("lock-check", "--lock-check", "often", "--job", "scan", "--", "true"),
 	})
 }

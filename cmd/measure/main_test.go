@@ -4,7 +4,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/cli/clitest"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
@@ -21,39 +20,36 @@ func run(t *testing.T, args ...string) (int, string) {
 func TestBadFlagsExitUsage(t *testing.T) {
 	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
 	missing := filepath.Join(t.TempDir(), "absent.txt") // reached only if the flags pass
-	usage := func(flag, value string) clitest.Case {
-		return clitest.Case{Args: []string{flag, value}, Code: cli.ExitUsage, Want: flag}
-	}
 	clitest.OneLineErrors(t, command, []clitest.Case{
-		usage("--concurrency", "-5"),
-		usage("--concurrency", "0"),
-		usage("--concurrency", "100000"),
-		usage("--timeout", "0s"),
-		usage("--timeout", "-1s"),
-		usage("--timeout", "3h"),
-		usage("--rtt-samples", "-3"),
-		usage("--rtt-samples", "0"),
-		usage("--rtt-samples", "100000"),
-		usage("--persistent", "1"),
-		usage("--persistent", "-2"),
-		usage("--persistent", "5000"),
-		usage("--spread", "-1s"),
-		usage("--spread", "2h"),
-		usage("--every", "30m"),
-		usage("--every", "90m"),
-		usage("--every", "1000h"),
-		usage("--run-id", "-1"),
-		usage("--query-name", "a..b"),
-		usage("--vantage", ""),
-		usage("--protocols", "smtp"),
-		usage("--modes", "warm"),
-		usage("--key-shares", "p256"),
-		usage("--doh-variants", "PUT"),
-		usage("--db-deadline", "0s"),
-		usage("--hour", "yesterday"),
-		{Args: []string{"--hour", "2026-11-22T04", "--every", "1h"}, Code: cli.ExitUsage, Want: "--hour"},
-		{Args: []string{"--concurrency", "x"}, Code: cli.ExitUsage, Want: "-concurrency"},
-		{Args: []string{"stray"}, Code: cli.ExitUsage, Want: "unexpected arguments"},
+		clitest.Usage("--concurrency", "--concurrency", "-5"),
+		clitest.Usage("--concurrency", "--concurrency", "0"),
+		clitest.Usage("--concurrency", "--concurrency", "100000"),
+		clitest.Usage("--timeout", "--timeout", "0s"),
+		clitest.Usage("--timeout", "--timeout", "-1s"),
+		clitest.Usage("--timeout", "--timeout", "3h"),
+		clitest.Usage("--rtt-samples", "--rtt-samples", "-3"),
+		clitest.Usage("--rtt-samples", "--rtt-samples", "0"),
+		clitest.Usage("--rtt-samples", "--rtt-samples", "100000"),
+		clitest.Usage("--persistent", "--persistent", "1"),
+		clitest.Usage("--persistent", "--persistent", "-2"),
+		clitest.Usage("--persistent", "--persistent", "5000"),
+		clitest.Usage("--spread", "--spread", "-1s"),
+		clitest.Usage("--spread", "--spread", "2h"),
+		clitest.Usage("--every", "--every", "30m"),
+		clitest.Usage("--every", "--every", "90m"),
+		clitest.Usage("--every", "--every", "1000h"),
+		clitest.Usage("--run-id", "--run-id", "-1"),
+		clitest.Usage("--query-name", "--query-name", "a..b"),
+		clitest.Usage("--vantage", "--vantage", ""),
+		clitest.Usage("--protocols", "--protocols", "smtp"),
+		clitest.Usage("--modes", "--modes", "warm"),
+		clitest.Usage("--key-shares", "--key-shares", "p256"),
+		clitest.Usage("--doh-variants", "--doh-variants", "PUT"),
+		clitest.Usage("--db-deadline", "--db-deadline", "0s"),
+		clitest.Usage("--hour", "--hour", "yesterday"),
+		clitest.Usage("--hour", "--hour", "2026-11-22T04", "--every", "1h"),
+		clitest.Usage("-concurrency", "--concurrency", "x"),
+		clitest.Usage("unexpected arguments", "stray"),
 	}, "--targets", missing)
 }
 

@@ -19,16 +19,13 @@ func TestHelp(t *testing.T) {
 // is a usage error (2) in one line; a file that cannot be read is 5.
 func TestBadArgs(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "absent.sqlog")
-	usage := func(want string, args ...string) clitest.Case {
-		return clitest.Case{Args: args, Code: cli.ExitUsage, Want: want}
-	}
 	clitest.OneLineErrors(t, command, []clitest.Case{
-		usage("want a command"),
-		usage(`"frob"`, "frob"),
-		usage("FILE or DIR", "analyze"),
-		usage("--rtt", "analyze", "--rtt", "-1s", missing),
-		usage("--rtt", "--rtt", "-1s", "analyze", missing),
-		usage("bogus", "analyze", "--bogus", missing),
+		clitest.Usage("want a command"),
+		clitest.Usage(`"frob"`, "frob"),
+		clitest.Usage("FILE or DIR", "analyze"),
+		clitest.Usage("--rtt", "analyze", "--rtt", "-1s", missing),
+		clitest.Usage("--rtt", "--rtt", "-1s", "analyze", missing),
+		clitest.Usage("bogus", "analyze", "--bogus", missing),
 		{Args: []string{"analyze", "--rtt", "5ms", missing}, Code: cli.ExitEnvironment, Want: "could not be read"},
 		{Args: []string{"--rtt", "5ms", "analyze", missing}, Code: cli.ExitEnvironment, Want: "could not be read"},
 	})

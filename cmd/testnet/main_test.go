@@ -14,16 +14,13 @@ func TestHelp(t *testing.T) {
 // Bad flags and arguments exit 2 with one line naming what is wrong, before any
 // namespace is touched (Preflight comes after these checks).
 func TestBadFlags(t *testing.T) {
-	usage := func(want string, args ...string) clitest.Case {
-		return clitest.Case{Args: args, Code: cli.ExitUsage, Want: want}
-	}
 	clitest.OneLineErrors(t, cmd, []clitest.Case{
-		usage("no-such-flag", "--no-such-flag", "up"),
-		usage("--vantages", "--vantages", "0", "up"),
-		usage("--vantages", "--vantages", "1000", "status"),
-		usage("--vantage", "--vantage", "-1", "exec", "--", "true"),
-		usage("seed", "--seed", "x", "up"),
-		usage("subcommand"),
+		clitest.Usage("no-such-flag", "--no-such-flag", "up"),
+		clitest.Usage("--vantages", "--vantages", "0", "up"),
+		clitest.Usage("--vantages", "--vantages", "1000", "status"),
+		clitest.Usage("--vantage", "--vantage", "-1", "exec", "--", "true"),
+		clitest.Usage("seed", "--seed", "x", "up"),
+		clitest.Usage("subcommand"),
 	})
 }
 

@@ -40,6 +40,11 @@ type Case struct {
 	Want string
 }
 
+// Usage is a Case of a usage error (exit code 2) whose line contains want.
+func Usage(want string, args ...string) Case {
+	return Case{Args: args, Code: cli.ExitUsage, Want: want}
+}
+
 // OneLineErrors runs every case, with extra appended to its arguments, as a subtest: the
 // exit code must be the case's and stderr one line containing Want.
 func OneLineErrors(t *testing.T, c Command, cases []Case, extra ...string) {
