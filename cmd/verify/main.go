@@ -43,9 +43,6 @@ func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	fs := cli.NewFlagSet(cmd, &common)
 	f.Register(fs)
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
-		if len(args) > 0 {
-			return cli.Usagef("unexpected arguments %q", args)
-		}
-		return verify.Command(ctx, log, &f, os.Stdout)
+		return verify.Command(ctx, log, &f, args, os.Stdout)
 	}
 }

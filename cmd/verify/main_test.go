@@ -48,6 +48,7 @@ func TestBadFlags(t *testing.T) {
 		clitest.Usage("--scan-id", "--scan-id", "3", "--week", "2026-W47"),
 		clitest.Usage("--geoip-asn", "--geoip-city", "x.mmdb"),
 		clitest.Usage("--vantage", "--vantage", ""),
+		clitest.Usage("unexpected arguments", "stray"),
 		{Args: []string{"--roots", "/nonexistent/roots.pem"}, Code: cli.ExitEnvironment, Want: "roots.pem"},
 	}, "--targets", missing)
 }
