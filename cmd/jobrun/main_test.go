@@ -10,7 +10,7 @@ func TestHelp(t *testing.T) {
 	clitest.Help(t, command, "jobrun --job scan|verify|measure|report|blocklist", "-lock-check duration", "jobrun --job measure --vantage fra1 -- measure")
 }
 
-// TestBadFlags: a bad job, a missing command or a bad --now is refused with exit code 2
+// TestBadFlags: a bad job, a missing command, a bad --now or --lock-check is refused with exit code 2
 // and one line naming it, before the database is opened.
 func TestBadFlags(t *testing.T) {
 	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1") // reached only if the flags pass
@@ -20,5 +20,8 @@ func TestBadFlags(t *testing.T) {
 		clitest.Usage("no command", "--job", "scan"),
 		clitest.Usage("--now", "--job", "measure", "--now", "yesterday", "--", "true"),
 		clitest.Usage("lock-check", "--lock-check", "often", "--job", "scan", "--", "true"),
+		clitest.Usage("--lock-check", "--lock-check", "0s", "--job", "scan", "--", "true"),
+		clitest.Usage("--lock-check", "--lock-check", "-1s", "--job", "scan", "--", "true"),
+		clitest.Usage("--lock-check", "--lock-check", "48h", "--job", "scan", "--", "true"),
 	})
 }

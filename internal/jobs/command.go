@@ -30,11 +30,22 @@ func DefaultConfig() Config {
 	return Config{Vantage: cli.DefaultVantage(), Now: os.Getenv("DOQSCAN_NOW"), LockCheck: LockCheck}
 }
 
-// Validate checks cfg and returns the time the run is for; errors are usage errors
-// (exit code 2).
+// Ranges of --lock-check: a shorter interval is no wait at all between pings, a longer
+// one lets a dropped lock go unnoticed for more than a day.
+const (
+	MinLockCheck = 10 * time.Millisecond
+	MaxLockCheck = 24 * time.Hour
+)
+
+// Validate checks cfg and returns the time the run is for: --job one of Cadence's,
+// --lock-check MinLockCheck..MaxLockCheck, --now RFC 3339 (or empty: the wall clock).
+// Errors are usage errors naming the flag (exit code 2).
 func (cfg Config) Validate() (time.Time, error) {
 	if _, ok := Cadence[cfg.Job]; !ok {
 		return time.Time{}, cli.Usagef("--job must be one of scan, verify, measure, report, blocklist")
+	}
+	if err := cli.InRange("lock-check", cfg.LockCheck, MinLockCheck, MaxLockCheck); err != nil {
+		return time.Time{}, err
 	}
 	if cfg.Now == "" {
 		return time.Now(), nil
@@ -49,6 +60,7 @@ func (cfg Config) Validate() (time.Time, error) {
 // Command is the jobrun command: it checks cfg and argv (usage errors: exit code 2),
 // opens the store and runs argv as the job's run (RunCommand).
 func Command(ctx context.Context, log *slog.Logger, cfg Config, argv []string) error {
+	// A bad --job is named first, then a missing command, then the other flags.
 	if _, ok := Cadence[cfg.Job]; ok && len(argv) == 0 {
 		return cli.Usagef("no command given after --")
 	}
