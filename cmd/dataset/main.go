@@ -35,10 +35,7 @@ table and row) and nothing is written. Importing the same files again adds nothi
 The summary (rows added per table) is printed as JSON on stdout. See docs/dataset.md.`,
 }
 
-func main() {
-	fs, common, run := command()
-	cli.Main(fs, common, run)
-}
+func main() { cli.Main(command()) }
 
 // command binds the flags to dataset.Config and returns the run function (tests call it
 // through cli.RunMain). Flags may also follow the subcommand ("dataset import --label x

@@ -29,10 +29,7 @@ var cmd = cli.Command{
   stop    stop the private cluster (no effect with DATABASE_URL)`,
 }
 
-func main() {
-	fs, common, run := command()
-	cli.Main(fs, common, run)
-}
+func main() { cli.Main(command()) }
 
 // command returns the flag set (dbctl has only the common flags) and the run function
 // (tests call it through cli.RunMain).

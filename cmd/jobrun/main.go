@@ -31,10 +31,7 @@ Exit codes: the command's own, 75 when another run of the job holds the lock, 3 
 lock's connection dropped.`,
 }
 
-func main() {
-	fs, common, run := command()
-	cli.Main(fs, common, run)
-}
+func main() { cli.Main(command()) }
 
 // command binds the flags to jobs.Config (their defaults are jobs.DefaultConfig) and
 // returns the run function (tests call it through cli.RunMain).

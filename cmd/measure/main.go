@@ -30,10 +30,7 @@ A round is keyed by (vantage, label, hour): rerunning or restarting it measures 
 resolvers not stored yet. See docs/measure.md.`,
 }
 
-func main() {
-	fs, common, run := command()
-	cli.Main(fs, common, run)
-}
+func main() { cli.Main(command()) }
 
 // command binds the flags to campaign.Options (their defaults are
 // campaign.DefaultOptions) and returns the run function (tests call it through

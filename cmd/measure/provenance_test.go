@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -46,7 +45,5 @@ func TestRoundRecordsProvenance(t *testing.T) {
 // DOQSCAN_HOME) stops the round with exit code 5 (it used to run without the blocklist).
 func TestMissingBlocklistDir(t *testing.T) {
 	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
-	empty := filepath.Join(t.TempDir(), "none.txt")
-	os.WriteFile(empty, nil, 0o644)
-	clitest.MissingBlocklistDir(t, command, "--targets", empty)
+	clitest.MissingBlocklistDir(t, command)
 }

@@ -12,10 +12,7 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/qlogs"
 )
 
-func main() {
-	fs, common, run := command()
-	cli.Main(fs, common, run)
-}
+func main() { cli.Main(command()) }
 
 // command binds the flags to qlogs.Config and returns the run function (tests call it
 // through cli.RunMain). Flags may also follow the subcommand (qlogs.Cmd.Subcommand).

@@ -13,10 +13,7 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/command"
 )
 
-func main() {
-	fs, common, run := cmd()
-	cli.Main(fs, common, run)
-}
+func main() { cli.Main(cmd()) }
 
 // cmd binds the flags to command.Flags and returns the run function (tests call it
 // through cli.RunMain).

@@ -30,10 +30,7 @@ A run is identified by ISO week + vantage + label; running it again resumes it (
 targets are skipped, nothing is duplicated). Progress is logged every --progress.`,
 }
 
-func main() {
-	fs, common, run := command()
-	cli.Main(fs, common, run)
-}
+func main() { cli.Main(command()) }
 
 // command binds the flags to verify.Flags and returns the run function (tests call it
 // through cli.RunMain).

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -42,7 +40,5 @@ func TestRunRecordsVantageAndProvenance(t *testing.T) {
 // contacted (it used to mean "no blocklist"); an empty --blocklist-dir is 2.
 func TestMissingBlocklistDir(t *testing.T) {
 	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
-	empty := filepath.Join(t.TempDir(), "none.txt")
-	os.WriteFile(empty, nil, 0o644)
-	clitest.MissingBlocklistDir(t, command, "--targets", empty)
+	clitest.MissingBlocklistDir(t, command)
 }

@@ -93,12 +93,13 @@ func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
 	}
 }
 
-// MissingBlocklistDir checks --blocklist-dir (args are the rest of a run that would
-// otherwise start): a directory that does not exist stops the run with exit code 5
-// naming it, before anything is contacted; the default follows DOQSCAN_HOME, and an
-// installation without blocklist/ is refused too; an empty flag is a usage error (2).
-func MissingBlocklistDir(t *testing.T, c Command, args ...string) {
+// MissingBlocklistDir checks --blocklist-dir of a command run on an empty --targets
+// file: a directory that does not exist stops the run with exit code 5 naming it, before
+// anything is contacted; the default follows DOQSCAN_HOME, and an installation without
+// blocklist/ is refused too; an empty flag is a usage error (2).
+func MissingBlocklistDir(t *testing.T, c Command) {
 	t.Helper()
+	args := []string{"--targets", WriteFile(t, t.TempDir(), "none.txt", "")}
 	missing := filepath.Join(t.TempDir(), "blocklist")
 	code, out := Run(t, c, append([]string{"--blocklist-dir", missing}, args...)...)
 	if code != cli.ExitEnvironment || !strings.Contains(out, missing) {
