@@ -1,16 +1,15 @@
 // Command dbctl manages doqscan's database: start the private cluster, apply the schema,
-// print the connection URL, stop it.
+// print the connection URL, stop it. The subcommands live in internal/store/dbctl.
 package main
 
 import (
 	"context"
-	"fmt"
+	"flag"
 	"log/slog"
 	"os"
 
 	"github.com/doqscan/doqscan/internal/cli"
-	"github.com/doqscan/doqscan/internal/store"
-	"github.com/doqscan/doqscan/internal/store/pgcluster"
+	"github.com/doqscan/doqscan/internal/store/dbctl"
 )
 
 var cmd = cli.Command{
@@ -30,54 +29,14 @@ var cmd = cli.Command{
   stop    stop the private cluster (no effect with DATABASE_URL)`,
 }
 
-func main() {
+func main() { cli.Main(command()) }
+
+// command returns the flag set (dbctl has only the common flags) and the run function
+// (tests call it through cli.RunMain).
+func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	var common cli.Common
 	fs := cli.NewFlagSet(cmd, &common)
-	cli.Main(fs, &common, run)
-}
-
-func run(ctx context.Context, log *slog.Logger, args []string) error {
-	if len(args) != 1 {
-		return cli.Usagef("want exactly one subcommand: up, status, url or stop")
+	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
+		return dbctl.Run(ctx, log, args, os.Stdout)
 	}
-	switch args[0] {
-	case "up", "status":
-		s, err := cli.OpenStore(ctx, log)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		v, err := s.Version(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("schema version %d (this binary: %d)\n", v, store.SchemaVersion())
-		return nil
-	case "url":
-		if u := os.Getenv("DATABASE_URL"); u != "" {
-			fmt.Println(u)
-			return nil
-		}
-		c, err := pgcluster.Default()
-		if err != nil {
-			return &cli.ExitError{Code: cli.ExitDatabase, Err: err}
-		}
-		u, _, err := c.Ensure(ctx)
-		if err != nil {
-			return &cli.ExitError{Code: cli.ExitDatabase, Err: err}
-		}
-		fmt.Println(u)
-		return nil
-	case "stop":
-		if os.Getenv("DATABASE_URL") != "" {
-			log.Info("DATABASE_URL is set: not stopping an external server")
-			return nil
-		}
-		c, err := pgcluster.Default()
-		if err != nil {
-			return &cli.ExitError{Code: cli.ExitDatabase, Err: err}
-		}
-		return c.Stop(ctx)
-	}
-	return cli.Usagef("unknown subcommand %q: want up, status, url or stop", args[0])
 }

@@ -4,9 +4,8 @@ package main
 
 import (
 	"context"
+	"flag"
 	"log/slog"
-	"os"
-	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/jobs"
@@ -32,33 +31,19 @@ Exit codes: the command's own, 75 when another run of the job holds the lock, 3 
 lock's connection dropped.`,
 }
 
-func main() {
+func main() { cli.Main(command()) }
+
+// command binds the flags to jobs.Config (their defaults are jobs.DefaultConfig) and
+// returns the run function (tests call it through cli.RunMain).
+func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	var common cli.Common
+	cfg := jobs.DefaultConfig()
 	fs := cli.NewFlagSet(cmd, &common)
-	job := fs.String("job", "", "job name: scan, verify, measure, report or blocklist")
-	vantage := fs.String("vantage", cli.DefaultVantage(), "vantage point id: one lock per job and vantage point; passed to the command as DOQSCAN_VANTAGE (env "+cli.EnvVantage+"; default "+cli.DefaultVantageID+")")
-	nowFlag := fs.String("now", os.Getenv("DOQSCAN_NOW"), "run as if the time were this (RFC 3339; tests with a compressed clock; env DOQSCAN_NOW)")
-	fs.DurationVar(&jobs.LockCheck, "lock-check", jobs.LockCheck, "ping the lock's database connection this often while the command runs")
-	cli.Main(fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
-		if _, ok := jobs.Cadence[*job]; !ok {
-			return cli.Usagef("--job must be one of scan, verify, measure, report, blocklist")
-		}
-		if len(args) == 0 {
-			return cli.Usagef("no command given after --")
-		}
-		now := time.Now()
-		if *nowFlag != "" {
-			t, err := time.Parse(time.RFC3339, *nowFlag)
-			if err != nil {
-				return cli.Usagef("bad --now: %v", err)
-			}
-			now = t
-		}
-		s, err := cli.OpenStore(ctx, log)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		return jobs.RunCommand(ctx, s, log, *job, *vantage, now, args)
-	})
+	fs.StringVar(&cfg.Job, "job", cfg.Job, "job name: scan, verify, measure, report or blocklist")
+	fs.StringVar(&cfg.Vantage, "vantage", cfg.Vantage, "vantage point id: one lock per job and vantage point; passed to the command as DOQSCAN_VANTAGE (env "+cli.EnvVantage+"; default "+cli.DefaultVantageID+")")
+	fs.StringVar(&cfg.Now, "now", cfg.Now, "run as if the time were this (RFC 3339; tests with a compressed clock; env DOQSCAN_NOW)")
+	fs.DurationVar(&cfg.LockCheck, "lock-check", cfg.LockCheck, "ping the lock's database connection this often while the command runs")
+	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
+		return jobs.Command(ctx, log, cfg, args)
+	}
 }

@@ -1,14 +1,12 @@
 // Command measure runs the hourly response-time campaign over DoUDP, DoTCP, DoT, DoH,
-// DoQ and DoH3. Its logic lives in internal/measure/campaign; this main only
-// parses flags.
+// DoQ and DoH3. Its logic lives in internal/measure/campaign; this main binds
+// its flags to campaign.Options and calls campaign.Command.
 package main
 
 import (
 	"context"
 	"flag"
 	"log/slog"
-	"os"
-	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
@@ -32,62 +30,36 @@ A round is keyed by (vantage, label, hour): rerunning or restarting it measures 
 resolvers not stored yet. See docs/measure.md.`,
 }
 
-func main() {
-	fs, common, run := command()
-	cli.Main(fs, common, run)
-}
+func main() { cli.Main(command()) }
 
-// command binds the flags to campaign.Options and returns the run function (tests call
-// it through cli.RunMain).
-func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, []string) error) {
+// command binds the flags to campaign.Options (their defaults are
+// campaign.DefaultOptions) and returns the run function (tests call it through
+// cli.RunMain).
+func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	var common cli.Common
-	var o campaign.Options
-	var vf cli.VantageFlags
+	o := campaign.DefaultOptions()
 	fs := cli.NewFlagSet(cmd, &common)
-	vf.Register(fs)
-	fs.StringVar(&o.Label, "label", "hourly", "campaign label")
-	fs.Int64Var(&o.RunID, "run-id", 0, "verification run whose DoQ-verified resolvers to measure (0: latest)")
-	fs.StringVar(&o.TargetsFile, "targets", "", "read targets from this file instead of a verification run (- = stdin)")
-	fs.DurationVar(&o.Every, "every", 0, "repeat: one round per interval (whole hours, up to 168h), spread over it with jitter")
-	fs.StringVar(&o.Protocols, "protocols", "doudp,dotcp,dot,doh,doq,doh3", "protocols to measure")
-	fs.StringVar(&o.Modes, "modes", "fresh", "session modes: fresh, resumed, 0rtt, persistent")
-	fs.StringVar(&o.KeyShares, "key-shares", "x25519", "ClientHello key shares: x25519, x25519mlkem768")
-	fs.StringVar(&o.Variants, "doh-variants", "GET,POST", "DoH request methods")
-	fs.StringVar(&o.Name, "query-name", campaign.DefaultQueryName, "query name (A record, RD set)")
+	o.Vantage.Register(fs)
+	fs.StringVar(&o.Label, "label", o.Label, "campaign label")
+	fs.Int64Var(&o.RunID, "run-id", o.RunID, "verification run whose DoQ-verified resolvers to measure (0: latest)")
+	fs.StringVar(&o.TargetsFile, "targets", o.TargetsFile, "read targets from this file instead of a verification run (- = stdin)")
+	fs.DurationVar(&o.Every, "every", o.Every, "repeat: one round per interval (whole hours, up to 168h), spread over it with jitter")
+	fs.StringVar(&o.Protocols, "protocols", o.Protocols, "protocols to measure")
+	fs.StringVar(&o.Modes, "modes", o.Modes, "session modes: fresh, resumed, 0rtt, persistent")
+	fs.StringVar(&o.KeyShares, "key-shares", o.KeyShares, "ClientHello key shares: x25519, x25519mlkem768")
+	fs.StringVar(&o.Variants, "doh-variants", o.Variants, "DoH request methods")
+	fs.StringVar(&o.Name, "query-name", o.Name, "query name (A record, RD set)")
 	cli.Deprecate(fs, "name", "query-name")
-	fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "timeout per exchange (1ms..1m)")
-	fs.IntVar(&o.Concurrency, "concurrency", 64, "resolvers measured at once, 1..1024 (bounded so timestamps stay honest)")
-	fs.IntVar(&o.RTTSamples, "rtt-samples", 3, "RTT samples per (transport, port), 1..100")
-	fs.IntVar(&o.Persistent, "persistent", 5, "queries per session in persistent mode, 2..100")
-	fs.BoolVar(&o.Features, "features", false, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
-	fs.DurationVar(&o.Spread, "spread", 0, "one round: spread resolver starts over this long (0..1h)")
-	fs.StringVar(&o.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
-	fs.DurationVar(&o.DBDeadline, "db-deadline", campaign.DefaultDBDeadline, "how long a round waits for an unavailable database (results wait in memory, then in var/spill/) before it stops: status interrupted, exit 3; the next round stores the spilled results")
-	roundHour := fs.String("hour", "", "one round: the hour it is for, to run or resume (2026-11-22T04, or RFC 3339); default $DOQSCAN_RUN_KEY (set by jobrun), else now")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "timeout per exchange (1ms..1m)")
+	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "resolvers measured at once, 1..1024 (bounded so timestamps stay honest)")
+	fs.IntVar(&o.RTTSamples, "rtt-samples", o.RTTSamples, "RTT samples per (transport, port), 1..100")
+	fs.IntVar(&o.Persistent, "persistent", o.Persistent, "queries per session in persistent mode, 2..100")
+	fs.BoolVar(&o.Features, "features", o.Features, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
+	fs.DurationVar(&o.Spread, "spread", o.Spread, "one round: spread resolver starts over this long (0..1h)")
+	fs.StringVar(&o.BlocklistDir, "blocklist-dir", o.BlocklistDir, "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
+	fs.DurationVar(&o.DBDeadline, "db-deadline", o.DBDeadline, "how long a round waits for an unavailable database (results wait in memory, then in var/spill/) before it stops: status interrupted, exit 3; the next round stores the spilled results")
+	fs.StringVar(&o.RoundHour, "hour", o.RoundHour, "one round: the hour it is for, to run or resume (2026-11-22T04, or RFC 3339); default $DOQSCAN_RUN_KEY (set by jobrun), else now")
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
-		if len(args) > 0 {
-			return cli.Usagef("unexpected arguments: %v", args)
-		}
-		if *roundHour != "" && o.Every != 0 {
-			return cli.Usagef("--hour names one round: it does not combine with --every")
-		}
-		o.VantageID, o.VantageLocation, o.VantageContact = vf.ID, vf.Location, vf.Contact
-		if err := o.Parse(); err != nil {
-			return err
-		}
-		if err := cli.CheckBlocklistDir("blocklist-dir", o.BlocklistDir); err != nil {
-			return err
-		}
-		h, err := campaign.ParseRoundHour(*roundHour, os.Getenv("DOQSCAN_RUN_KEY"))
-		if err != nil {
-			return cli.Usagef("--hour: %v", err)
-		}
-		o.Hour = h
-		s, err := cli.OpenStore(ctx, log)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		return campaign.Command(ctx, s, o, log)
+		return campaign.Command(ctx, log, o, args)
 	}
 }

@@ -1,24 +1,18 @@
 package main
 
 import (
-	"bytes"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/cli/clitest"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
-// run runs the command in-process through the real flag parsing and returns its exit
-// code and stderr.
+// run runs measure in-process through the real flag parsing and returns its exit code
+// and stderr.
 func run(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	fs, common, runFn := command()
-	var stderr bytes.Buffer
-	code := cli.RunMain(fs, common, args, &stderr, runFn)
-	return code, stderr.String()
+	return clitest.Run(t, command, args...)
 }
 
 // TestBadFlagsExitUsage: every numeric flag out of its range is refused with exit code 2
@@ -26,68 +20,47 @@ func run(t *testing.T, args ...string) (int, string) {
 func TestBadFlagsExitUsage(t *testing.T) {
 	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
 	missing := filepath.Join(t.TempDir(), "absent.txt") // reached only if the flags pass
-	for _, c := range []struct {
-		args []string
-		flag string
-	}{
-		{[]string{"--concurrency", "-5"}, "--concurrency"},
-		{[]string{"--concurrency", "0"}, "--concurrency"},
-		{[]string{"--concurrency", "100000"}, "--concurrency"},
-		{[]string{"--timeout", "0s"}, "--timeout"},
-		{[]string{"--timeout", "-1s"}, "--timeout"},
-		{[]string{"--timeout", "3h"}, "--timeout"},
-		{[]string{"--rtt-samples", "-3"}, "--rtt-samples"},
-		{[]string{"--rtt-samples", "0"}, "--rtt-samples"},
-		{[]string{"--rtt-samples", "100000"}, "--rtt-samples"},
-		{[]string{"--persistent", "1"}, "--persistent"},
-		{[]string{"--persistent", "-2"}, "--persistent"},
-		{[]string{"--persistent", "5000"}, "--persistent"},
-		{[]string{"--spread", "-1s"}, "--spread"},
-		{[]string{"--spread", "2h"}, "--spread"},
-		{[]string{"--every", "30m"}, "--every"},
-		{[]string{"--every", "90m"}, "--every"},
-		{[]string{"--every", "1000h"}, "--every"},
-		{[]string{"--run-id", "-1"}, "--run-id"},
-		{[]string{"--query-name", "a..b"}, "--query-name"},
-		{[]string{"--vantage", ""}, "--vantage"},
-		{[]string{"--protocols", "smtp"}, "--protocols"},
-		{[]string{"--concurrency", "x"}, "-concurrency"},
-	} {
-		t.Run(strings.Join(c.args, "="), func(t *testing.T) {
-			code, out := run(t, append(c.args, "--targets", missing)...)
-			if code != cli.ExitUsage || !strings.Contains(out, c.flag) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
-				t.Errorf("exit %d, stderr %q; want %d and one line naming %s", code, out, cli.ExitUsage, c.flag)
-			}
-		})
-	}
+	clitest.OneLineErrors(t, command, []clitest.Case{
+		clitest.Usage("--concurrency", "--concurrency", "-5"),
+		clitest.Usage("--concurrency", "--concurrency", "0"),
+		clitest.Usage("--concurrency", "--concurrency", "100000"),
+		clitest.Usage("--timeout", "--timeout", "0s"),
+		clitest.Usage("--timeout", "--timeout", "-1s"),
+		clitest.Usage("--timeout", "--timeout", "3h"),
+		clitest.Usage("--rtt-samples", "--rtt-samples", "-3"),
+		clitest.Usage("--rtt-samples", "--rtt-samples", "0"),
+		clitest.Usage("--rtt-samples", "--rtt-samples", "100000"),
+		clitest.Usage("--persistent", "--persistent", "1"),
+		clitest.Usage("--persistent", "--persistent", "-2"),
+		clitest.Usage("--persistent", "--persistent", "5000"),
+		clitest.Usage("--spread", "--spread", "-1s"),
+		clitest.Usage("--spread", "--spread", "2h"),
+		clitest.Usage("--every", "--every", "30m"),
+		clitest.Usage("--every", "--every", "90m"),
+		clitest.Usage("--every", "--every", "1000h"),
+		clitest.Usage("--run-id", "--run-id", "-1"),
+		clitest.Usage("--query-name", "--query-name", "a..b"),
+		clitest.Usage("--vantage", "--vantage", ""),
+		clitest.Usage("--protocols", "--protocols", "smtp"),
+		clitest.Usage("--modes", "--modes", "warm"),
+		clitest.Usage("--key-shares", "--key-shares", "p256"),
+		clitest.Usage("--doh-variants", "--doh-variants", "PUT"),
+		clitest.Usage("--db-deadline", "--db-deadline", "0s"),
+		clitest.Usage("--hour", "--hour", "yesterday"),
+		clitest.Usage("--hour", "--hour", "2026-11-22T04", "--every", "1h"),
+		clitest.Usage("-concurrency", "--concurrency", "x"),
+		clitest.Usage("unexpected arguments", "stray"),
+	}, "--targets", missing)
 }
 
 // TestTargetsFileErrors: a missing targets file is a missing prerequisite (5); a bad or
 // 200 KB line is bad input (2), and the message names the file and the line.
 func TestTargetsFileErrors(t *testing.T) {
 	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	for _, c := range []struct {
-		name, path string
-		code       int
-		want       string
-	}{
-		{"missing", filepath.Join(dir, "absent.txt"), cli.ExitEnvironment, "absent.txt"},
-		{"bad line", write("bad.txt", "127.0.0.1\n\n127.0.0.2 doq=853/h2\n"), cli.ExitUsage, "bad.txt:3: "},
-		{"200 KB line", write("long.txt", "127.0.0.1\n# a\n"+strings.Repeat("1", 200<<10)+"\n"), cli.ExitUsage, "long.txt:3: line longer than"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			code, out := run(t, "--targets", c.path)
-			if code != c.code || !strings.Contains(out, c.want) {
-				t.Errorf("exit %d, stderr %q; want %d and %q", code, out, c.code, c.want)
-			}
-		})
-	}
+	clitest.TargetsFileErrors(t, command, "127.0.0.1\n\n127.0.0.2 doq=853/h2\n")
+}
+
+// TestHelp: --help exits 0; the help names the flags and examples.
+func TestHelp(t *testing.T) {
+	clitest.Help(t, command, "measure [flags]", "-key-shares string", "-hour string", "measure --every 1h")
 }

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/cli/clitest"
 	"github.com/doqscan/doqscan/internal/provenance"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -33,10 +30,7 @@ func TestDeprecatedNameFlag(t *testing.T) {
 func TestRoundRecordsProvenance(t *testing.T) {
 	url := storetest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", url)
-	targets := filepath.Join(t.TempDir(), "loopback.txt")
-	if err := os.WriteFile(targets, []byte("127.0.0.1 doudp=9\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	targets := clitest.WriteFile(t, t.TempDir(), "loopback.txt", "127.0.0.1 doudp=9\n")
 	want := provenance.Vantage{ID: "fra1", Location: "Frankfurt, DE", Contact: "noc@example.org"}
 	code, out := run(t, "--targets", targets, "--protocols", "doudp", "--timeout", "200ms", "--rtt-samples", "1",
 		"--hour", "2026-11-22T04", "--vantage", want.ID,
@@ -44,36 +38,12 @@ func TestRoundRecordsProvenance(t *testing.T) {
 	if code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, out)
 	}
-	s, err := store.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var loc, contact string
-	var raw []byte
-	if err := s.Pool.QueryRow(context.Background(), `SELECT v.location, v.contact, c.provenance
-		FROM vantage_points v JOIN campaigns c USING (vantage_id) WHERE vantage_id = $1`, want.ID).Scan(&loc, &contact, &raw); err != nil {
-		t.Fatal(err)
-	}
-	var recs []provenance.Record
-	if err := json.Unmarshal(raw, &recs); err != nil || len(recs) != 1 {
-		t.Fatalf("provenance %s (%v): want one record", raw, err)
-	}
-	if loc != want.Location || contact != want.Contact || recs[0].Tool != "measure" || recs[0].Vantage != want ||
-		recs[0].Build != provenance.ReadBuild() {
-		t.Fatalf("vantage %q/%q, provenance %+v", loc, contact, recs[0])
-	}
+	clitest.RunProvenance(t, url, "campaigns", "hourly", "measure", want)
 }
 
-// TestMissingBlocklistDir: the default blocklist directory follows DOQSCAN_HOME; when it
-// is missing the round stops with exit code 5 (it used to run without the blocklist).
+// TestMissingBlocklistDir: a missing blocklist directory (given, or the default under
+// DOQSCAN_HOME) stops the round with exit code 5 (it used to run without the blocklist).
 func TestMissingBlocklistDir(t *testing.T) {
 	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
-	t.Setenv("DOQSCAN_HOME", t.TempDir())
-	empty := filepath.Join(t.TempDir(), "none.txt")
-	os.WriteFile(empty, nil, 0o644)
-	code, out := run(t, "--targets", empty)
-	if code != cli.ExitEnvironment || !strings.Contains(out, "blocklist") {
-		t.Fatalf("exit %d, stderr %q; want %d naming the blocklist directory", code, out, cli.ExitEnvironment)
-	}
+	clitest.MissingBlocklistDir(t, command)
 }

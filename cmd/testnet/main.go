@@ -13,14 +13,11 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/command"
 )
 
-func main() {
-	fs, common, run := cmd()
-	cli.Main(fs, common, run)
-}
+func main() { cli.Main(cmd()) }
 
 // cmd binds the flags to command.Flags and returns the run function (tests call it
 // through cli.RunMain).
-func cmd() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, []string) error) {
+func cmd() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	var common cli.Common
 	var f command.Flags
 	fs := cli.NewFlagSet(command.Cmd, &common)

@@ -30,22 +30,16 @@ A run is identified by ISO week + vantage + label; running it again resumes it (
 targets are skipped, nothing is duplicated). Progress is logged every --progress.`,
 }
 
-func main() {
-	fs, common, run := command()
-	cli.Main(fs, common, run)
-}
+func main() { cli.Main(command()) }
 
 // command binds the flags to verify.Flags and returns the run function (tests call it
 // through cli.RunMain).
-func command() (*flag.FlagSet, *cli.Common, func(context.Context, *slog.Logger, []string) error) {
+func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	var common cli.Common
 	var f verify.Flags
 	fs := cli.NewFlagSet(cmd, &common)
 	f.Register(fs)
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
-		if len(args) > 0 {
-			return cli.Usagef("unexpected arguments %q", args)
-		}
-		return verify.Command(ctx, log, &f, os.Stdout)
+		return verify.Command(ctx, log, &f, args, os.Stdout)
 	}
 }

@@ -110,6 +110,10 @@ type Command struct {
 	Usage    string // e.g. "zprobe [flags]"
 	Examples []string
 	Notes    string // extra paragraphs after the flags
+	// Subcommand says the first argument names a subcommand and the flags may also
+	// follow it ("qlogs export --campaign 3 --out d"): Main parses the flags on both
+	// sides of it and passes the subcommand as the run function's first argument.
+	Subcommand bool
 }
 
 // Common flags every command has.
@@ -117,6 +121,8 @@ type Common struct {
 	LogLevel  string
 	LogFormat string
 	Version   bool
+
+	subcommand bool // Command.Subcommand of the flag set's command
 }
 
 // NewFlagSet returns a flag set whose --help prints the summary, usage, flags, examples
@@ -126,6 +132,7 @@ func NewFlagSet(c Command, common *Common) *flag.FlagSet {
 	fs.StringVar(&common.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&common.LogFormat, "log-format", "text", "log format: text or json (structured, to stderr)")
 	fs.BoolVar(&common.Version, "version", false, "print the version and exit")
+	common.subcommand = c.Subcommand
 	fs.Usage = func() { PrintHelp(fs.Output(), c, fs) }
 	return fs
 }
@@ -171,6 +178,26 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseSubcommand parses the flags of a command whose first argument is a subcommand:
+// the flags before it and after it. It returns the subcommand (if any) followed by the
+// arguments left.
+func parseSubcommand(fs *flag.FlagSet, args []string) ([]string, error) {
+	var sub []string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[:1], args[1:]
+	}
+	if err := Parse(fs, args); err != nil {
+		return nil, err
+	}
+	if sub == nil && fs.NArg() > 0 {
+		sub = []string{fs.Arg(0)}
+		if err := Parse(fs, fs.Args()[1:]); err != nil {
+			return nil, err
+		}
+	}
+	return append(sub, fs.Args()...), nil
+}
+
 // ErrHelp is what Parse returns after printing --help; it means exit code 0.
 var ErrHelp = errors.New("help shown")
 
@@ -190,16 +217,27 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, Usagef("bad --log-format %q: want text or json", format)
 }
 
+// RunFunc is what a command runs once its flags are parsed: Main passes it a context
+// cancelled on SIGINT/SIGTERM, the logger the common flags ask for and the arguments
+// left after the flags.
+type RunFunc = func(ctx context.Context, log *slog.Logger, args []string) error
+
 // Main runs a command: parses flags with fs, sets up logging and a context cancelled on
 // SIGINT/SIGTERM, calls run, prints one error line and exits with the matching code.
-func Main(fs *flag.FlagSet, common *Common, run func(ctx context.Context, log *slog.Logger, args []string) error) {
+func Main(fs *flag.FlagSet, common *Common, run RunFunc) {
 	os.Exit(RunMain(fs, common, os.Args[1:], os.Stderr, run))
 }
 
 // RunMain is Main without os.Exit, for tests.
-func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer,
-	run func(ctx context.Context, log *slog.Logger, args []string) error) int {
-	if err := Parse(fs, args); err != nil {
+func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer, run RunFunc) int {
+	var err error
+	if common.subcommand {
+		args, err = parseSubcommand(fs, args)
+	} else {
+		err = Parse(fs, args)
+		args = fs.Args()
+	}
+	if err != nil {
 		if errors.Is(err, ErrHelp) {
 			return ExitOK
 		}
@@ -228,8 +266,8 @@ func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer,
 		case <-ctx.Done():
 		}
 	}()
-	err = run(ctx, log, fs.Args())
-	if err != nil {
+	err = run(ctx, log, args)
+	if err != nil && !errors.Is(err, ErrHelp) {
 		var ce *ChildExitError
 		if ctx.Err() != nil && !errors.Is(err, context.Canceled) && !errors.As(err, &ce) {
 			err = fmt.Errorf("%w (%v)", context.Canceled, err)

@@ -45,23 +45,70 @@ func oneLine(t *testing.T, out string) {
 	}
 }
 
-func TestBadDatabaseURL(t *testing.T) {
-	code, out := run(t, "postgres://%zz")
-	if code != cli.ExitDatabase {
-		t.Errorf("exit %d, want %d", code, cli.ExitDatabase)
-	}
-	oneLine(t, out)
-	if strings.Contains(out, "%zz") {
-		t.Errorf("error repeats the URL (may hold a password): %q", out)
+// TestDatabaseUnavailable: a malformed DATABASE_URL or a server that is not there gives
+// exit code 3 and one error line; the line never repeats the URL (it may hold a
+// password).
+func TestDatabaseUnavailable(t *testing.T) {
+	for _, url := range []string{
+		"postgres://%zz",
+		"host=/nonexistent-doqscan-socket dbname=doqscan user=doqscan connect_timeout=2",
+	} {
+		code, out := run(t, url)
+		if code != cli.ExitDatabase {
+			t.Errorf("%s: exit %d, want %d", url, code, cli.ExitDatabase)
+		}
+		oneLine(t, out)
+		if strings.Contains(out, url) || strings.Contains(out, "%zz") {
+			t.Errorf("error repeats the URL (may hold a password): %q", out)
+		}
 	}
 }
 
-func TestDatabaseDown(t *testing.T) {
-	code, out := run(t, "host=/nonexistent-doqscan-socket dbname=doqscan user=doqscan connect_timeout=2")
-	if code != cli.ExitDatabase {
-		t.Errorf("exit %d, want %d", code, cli.ExitDatabase)
+// TestSubcommandFlags: with Command.Subcommand the flags may come before or after the
+// subcommand and are all parsed before the run (the common ones included: a bad
+// --log-level after the subcommand is a usage error), --help after it exits 0, a bad
+// flag after it is one usage line; without it parsing stops at the first argument.
+func TestSubcommandFlags(t *testing.T) {
+	runSub := func(subcommand bool, args ...string) (int, string, []string, string) {
+		var common cli.Common
+		fs := cli.NewFlagSet(cli.Command{Name: "tool", Summary: "test", Usage: "tool sub", Subcommand: subcommand}, &common)
+		label := fs.String("label", "", "a flag")
+		var got []string
+		var stderr bytes.Buffer
+		code := cli.RunMain(fs, &common, args, &stderr, func(_ context.Context, _ *slog.Logger, args []string) error {
+			got = args
+			return nil
+		})
+		return code, stderr.String(), got, *label
 	}
-	oneLine(t, out)
+	for _, c := range []struct {
+		args  []string
+		label string
+		got   string
+	}{
+		{[]string{"import", "--label", "x", "DIR"}, "x", "import DIR"},
+		{[]string{"--label", "x", "import", "DIR"}, "x", "import DIR"},
+		{[]string{"--label", "x", "import", "--label", "y", "DIR", "--label", "z"}, "y", "import DIR --label z"},
+		{[]string{"import"}, "", "import"},
+		{nil, "", ""},
+	} {
+		code, out, got, label := runSub(true, c.args...)
+		if code != cli.ExitOK || label != c.label || strings.Join(got, " ") != c.got {
+			t.Errorf("%q: exit %d (%q), --label %q, args %q; want 0, %q, %q", c.args, code, out, label, got, c.label, c.got)
+		}
+	}
+	if code, _, got, label := runSub(false, "import", "--label", "x"); code != cli.ExitOK || label != "" || strings.Join(got, " ") != "import --label x" {
+		t.Errorf("without Subcommand: exit %d, --label %q, args %q", code, label, got)
+	}
+	if code, out, got, _ := runSub(true, "import", "--help"); code != cli.ExitOK || out != "" || got != nil {
+		t.Errorf("import --help: exit %d, stderr %q, ran with %q; want 0, nothing on stderr, no run", code, out, got)
+	}
+	for _, args := range [][]string{{"import", "--bogus"}, {"import", "--log-level", "loud", "DIR"}} {
+		code, out, got, _ := runSub(true, args...)
+		if code != cli.ExitUsage || strings.Count(strings.TrimSpace(out), "\n") != 0 || got != nil {
+			t.Errorf("%q: exit %d, stderr %q, ran with %q; want %d in one line, no run", args, code, out, got, cli.ExitUsage)
+		}
+	}
 }
 
 // TestSilentDatabaseTimesOut: a server that accepts the TCP connection and never says a

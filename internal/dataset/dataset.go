@@ -9,6 +9,7 @@ package dataset
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
@@ -83,6 +85,32 @@ func CheckName(s string) error {
 		return fmt.Errorf("%w %q: want lower-case letters, digits, '.', '_' or '-' (at most 63, first a letter or digit)", ErrBadName, s)
 	}
 	return nil
+}
+
+// Command is the dataset command: args are the subcommand and the directory ("import
+// DIR"), cfg the flags. It imports the directory (Run, opening the store with
+// cli.OpenStore), logs what it did and prints the Summary as JSON on stdout. A missing
+// directory is a missing prerequisite (exit code 5), a bad --vantage or --label a usage
+// error (2).
+func Command(ctx context.Context, log *slog.Logger, cfg Config, args []string, stdout io.Writer) error {
+	if len(args) != 2 || args[0] != "import" {
+		return cli.Usagef("want: dataset import [flags] DIR (got %q)", strings.Join(args, " "))
+	}
+	cfg.Dir, cfg.Log = args[1], log
+	sum, err := Run(ctx, cfg, func(ctx context.Context) (*store.Store, error) { return cli.OpenStore(ctx, log) })
+	switch {
+	case errors.Is(err, ErrNoDirectory):
+		return cli.Environmentf("%v", err)
+	case errors.Is(err, ErrBadName):
+		return cli.Usagef("%v", err)
+	case err != nil:
+		return err
+	}
+	log.Info("done", "dataset_id", sum.DatasetID, "vantage", sum.Vantage, "label", sum.Label,
+		"weeks", len(sum.Weeks), "imported_before", sum.Existed, "dry_run", cfg.DryRun)
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(sum)
 }
 
 // Run imports cfg.Dir, or with cfg.DryRun only reads and checks it (open is then not

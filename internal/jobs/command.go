@@ -16,6 +16,67 @@ import (
 // holds the lock; units treat it as success (SuccessExitStatus=75).
 const ExitLocked = 75
 
+// Config is what jobrun's flags ask for (DefaultConfig gives their defaults).
+type Config struct {
+	Job       string        // scan, verify, measure, report or blocklist (a key of Cadence)
+	Vantage   string        // the lock's vantage point, passed to the command as DOQSCAN_VANTAGE
+	Now       string        // run as if the time were this (RFC 3339); "": the wall clock
+	LockCheck time.Duration // how often the lock's connection is pinged (sets LockCheck)
+}
+
+// DefaultConfig is Config with the flags' defaults: the vantage point of the
+// environment (cli.DefaultVantage), $DOQSCAN_NOW, LockCheck.
+func DefaultConfig() Config {
+	return Config{Vantage: cli.DefaultVantage(), Now: os.Getenv("DOQSCAN_NOW"), LockCheck: LockCheck}
+}
+
+// Ranges of --lock-check: a shorter interval is no wait at all between pings, a longer
+// one lets a dropped lock go unnoticed for more than a day.
+const (
+	MinLockCheck = 10 * time.Millisecond
+	MaxLockCheck = 24 * time.Hour
+)
+
+// Validate checks cfg and returns the time the run is for: --job one of Cadence's,
+// --lock-check MinLockCheck..MaxLockCheck, --now RFC 3339 (or empty: the wall clock).
+// Errors are usage errors naming the flag (exit code 2).
+func (cfg Config) Validate() (time.Time, error) {
+	if _, ok := Cadence[cfg.Job]; !ok {
+		return time.Time{}, cli.Usagef("--job must be one of scan, verify, measure, report, blocklist")
+	}
+	if err := cli.InRange("lock-check", cfg.LockCheck, MinLockCheck, MaxLockCheck); err != nil {
+		return time.Time{}, err
+	}
+	if cfg.Now == "" {
+		return time.Now(), nil
+	}
+	t, err := time.Parse(time.RFC3339, cfg.Now)
+	if err != nil {
+		return time.Time{}, cli.Usagef("bad --now: %v", err)
+	}
+	return t, nil
+}
+
+// Command is the jobrun command: it checks cfg and argv (usage errors: exit code 2),
+// opens the store and runs argv as the job's run (RunCommand).
+func Command(ctx context.Context, log *slog.Logger, cfg Config, argv []string) error {
+	// A bad --job is named first, then a missing command, then the other flags.
+	if _, ok := Cadence[cfg.Job]; ok && len(argv) == 0 {
+		return cli.Usagef("no command given after --")
+	}
+	now, err := cfg.Validate()
+	if err != nil {
+		return err
+	}
+	LockCheck = cfg.LockCheck
+	s, err := cli.OpenStore(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return RunCommand(ctx, s, log, cfg.Job, cfg.Vantage, now, argv)
+}
+
 // RunCommand runs argv as the job's run (see Run), with DOQSCAN_JOB, DOQSCAN_RUN_KEY and
 // DOQSCAN_VANTAGE (the vantage point of the lock, so the command runs as it unless
 // given --vantage) in its environment, through cli.RunChild: SIGINT, SIGTERM and SIGHUP are forwarded to

@@ -134,9 +134,13 @@ func (f *Flags) Resolve() (RunConfig, error) {
 	return cfg, nil
 }
 
-// Command is the verify command: it resolves the flags, opens the store, runs the
-// verification and writes its summary (text, or JSON with --json) to stdout.
-func Command(ctx context.Context, log *slog.Logger, f *Flags, stdout io.Writer) error {
+// Command is the verify command: it refuses arguments after the flags, resolves the
+// flags, opens the store, runs the verification and writes its summary (text, or JSON
+// with --json) to stdout.
+func Command(ctx context.Context, log *slog.Logger, f *Flags, args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		return cli.Usagef("unexpected arguments %q", args)
+	}
 	cfg, err := f.Resolve()
 	if err != nil {
 		return err

@@ -63,7 +63,7 @@ type Config struct {
 	BatchSize   int           // resolvers per write transaction
 	Progress    time.Duration // progress log interval
 	// VantageLocation and VantageContact describe the vantage point in the round's
-	// provenance (Command also stores them in vantage_points).
+	// provenance (Rounds also stores them in vantage_points).
 	VantageLocation, VantageContact string
 	// OnFlush, if set, is called (from the writer's goroutine) after every batch
 	// written with the resolvers stored so far in this run (tests use it to interrupt

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -20,9 +21,16 @@ import (
 // the rest is slack so a round ends before the next begins.
 const spreadShare = 0.8
 
-// Options are cmd/measure's flags.
+// Options are cmd/measure's flags (DefaultOptions gives their defaults); Command checks
+// and runs them.
 type Options struct {
 	Config
+	// Vantage is --vantage, --vantage-location and --vantage-contact (Command copies them
+	// into Config).
+	Vantage cli.VantageFlags
+	// RoundHour is --hour as given: one round's hour (2026-11-22T04 or RFC 3339); ""
+	// means $DOQSCAN_RUN_KEY, else now. Command parses it into Config.Hour.
+	RoundHour   string
 	RunID       int64  // 0: the latest run with DoQ-verified resolvers
 	TargetsFile string // instead of a verification run
 	Every       time.Duration
@@ -36,6 +44,57 @@ type Options struct {
 	BlocklistDir string
 	// DBDeadline is --db-deadline (copied into Config.DBDeadline by Parse).
 	DBDeadline time.Duration
+}
+
+// DefaultOptions are the defaults of cmd/measure's flags (the vantage flags take theirs
+// from the environment when they are registered).
+func DefaultOptions() Options {
+	return Options{
+		Config: Config{
+			Label:       "hourly",
+			Name:        DefaultQueryName,
+			Timeout:     measure.DefaultTimeout,
+			Concurrency: 64,
+			RTTSamples:  3,
+			Persistent:  5,
+		},
+		Protocols:    "doudp,dotcp,dot,doh,doq,doh3",
+		Modes:        "fresh",
+		KeyShares:    "x25519",
+		Variants:     "GET,POST",
+		BlocklistDir: cli.DefaultBlocklistDir(),
+		DBDeadline:   DefaultDBDeadline,
+	}
+}
+
+// Command is the measure command: it checks the flags as given (usage errors name the
+// flag: exit code 2; a missing blocklist directory: 5), opens the store and runs the
+// rounds (Rounds).
+func Command(ctx context.Context, log *slog.Logger, o Options, args []string) error {
+	if len(args) > 0 {
+		return cli.Usagef("unexpected arguments: %v", args)
+	}
+	if o.RoundHour != "" && o.Every != 0 {
+		return cli.Usagef("--hour names one round: it does not combine with --every")
+	}
+	o.VantageID, o.VantageLocation, o.VantageContact = o.Vantage.ID, o.Vantage.Location, o.Vantage.Contact
+	if err := o.Parse(); err != nil {
+		return err
+	}
+	if err := cli.CheckBlocklistDir("blocklist-dir", o.BlocklistDir); err != nil {
+		return err
+	}
+	h, err := ParseRoundHour(o.RoundHour, os.Getenv("DOQSCAN_RUN_KEY"))
+	if err != nil {
+		return cli.Usagef("--hour: %v", err)
+	}
+	o.Hour = h
+	s, err := cli.OpenStore(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return Rounds(ctx, s, o, log)
 }
 
 // Parse fills the Config lists from the comma-separated flags and checks every flag
@@ -95,8 +154,8 @@ func splitList(s string) []string {
 	return out
 }
 
-// Command runs one round, or rounds every o.Every until ctx is cancelled.
-func Command(ctx context.Context, s *store.Store, o Options, log *slog.Logger) error {
+// Rounds runs one round, or rounds every o.Every until ctx is cancelled.
+func Rounds(ctx context.Context, s *store.Store, o Options, log *slog.Logger) error {
 	if err := s.EnsureVantage(ctx, store.Vantage{ID: o.VantageID, Location: o.VantageLocation, Contact: o.VantageContact}); err != nil {
 		return err
 	}

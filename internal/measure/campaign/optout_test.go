@@ -38,7 +38,7 @@ func TestRoundNeverContactsOptedOut(t *testing.T) {
 	if err := o.Parse(); err != nil {
 		t.Fatal(err)
 	}
-	if err := campaign.Command(ctx, s, o, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := campaign.Rounds(ctx, s, o, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	if open.Queries() == 0 {

@@ -80,7 +80,7 @@ func TestDuplicateTargetLinesMeasuredOnce(t *testing.T) {
 	if err := o.Parse(); err != nil {
 		t.Fatal(err)
 	}
-	if err := campaign.Command(ctx, s, o, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := campaign.Rounds(ctx, s, o, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	if once.Queries() == 0 || four.Queries() != once.Queries() {

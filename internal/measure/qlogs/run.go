@@ -12,11 +12,12 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 )
 
-// Command describes `qlogs` for --help.
-var Command = cli.Command{
-	Name:    "qlogs",
-	Summary: "explain QUIC handshakes from qlog files of any vintage; export a campaign's stored qlogs for qvis",
-	Usage:   "qlogs [flags] analyze FILE|DIR...\n  qlogs [flags] export (--campaign ID | --hour HOUR [--vantage V] [--label L]) --out DIR",
+// Cmd describes `qlogs` for --help.
+var Cmd = cli.Command{
+	Name:       "qlogs",
+	Subcommand: true,
+	Summary:    "explain QUIC handshakes from qlog files of any vintage; export a campaign's stored qlogs for qvis",
+	Usage:      "qlogs [flags] analyze FILE|DIR...\n  qlogs [flags] export (--campaign ID | --hour HOUR [--vantage V] [--label L]) --out DIR",
 	Examples: []string{
 		"qlogs analyze ../shared/datasets/dns-analysis-2021/qlog-sample/      # one JSON line per file (quic-go v0.21 draft-02 NDJSON)",
 		"qlogs analyze client.sqlog old.qlog.gz | jq -c 'select(.cause != \"1rtt\")'",
@@ -51,6 +52,15 @@ type Config struct {
 	RTT    time.Duration
 	Export ExportConfig
 	Hour   string // export: the round's hour (an hour key or RFC 3339), instead of Export.CampaignID
+}
+
+// Command is the qlogs command: args are the subcommand (analyze or export) and its
+// paths, cfg the flags; it runs them (Run).
+func Command(ctx context.Context, log *slog.Logger, cfg Config, args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		cfg.Command, cfg.Paths = args[0], args[1:]
+	}
+	return Run(ctx, cfg, stdout, log)
 }
 
 // Run runs one `qlogs` command; results go to stdout, logs to log.

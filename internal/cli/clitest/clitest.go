@@ -1,0 +1,167 @@
+// Package clitest runs a doqscan command in-process through its real flag parsing
+// (cli.RunMain) and checks what the tests of every command check: exit codes and
+// one-line messages for bad flags and files, --help, and the vantage point and
+// provenance a run stores.
+package clitest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/provenance"
+	"github.com/doqscan/doqscan/internal/store"
+)
+
+// Command is what a main's command() returns: its flag set bound to the stage's config,
+// the common flags and the run function.
+type Command func() (*flag.FlagSet, *cli.Common, cli.RunFunc)
+
+// Run runs the command with args and returns its exit code and stderr.
+func Run(t testing.TB, c Command, args ...string) (int, string) {
+	t.Helper()
+	fs, common, run := c()
+	var stderr bytes.Buffer
+	code := cli.RunMain(fs, common, args, &stderr, run)
+	return code, stderr.String()
+}
+
+// Case is one invocation that must fail before anything runs: its exit code and a part
+// of the one line it prints on stderr (e.g. the flag's name).
+type Case struct {
+	Args []string
+	Code int
+	Want string
+}
+
+// Usage is a Case of a usage error (exit code 2) whose line contains want.
+func Usage(want string, args ...string) Case {
+	return Case{Args: args, Code: cli.ExitUsage, Want: want}
+}
+
+// OneLineErrors runs every case, with extra appended to its arguments, as a subtest: the
+// exit code must be the case's and stderr one line containing Want.
+func OneLineErrors(t *testing.T, c Command, cases []Case, extra ...string) {
+	t.Helper()
+	for _, cs := range cases {
+		t.Run(strings.Join(cs.Args, "="), func(t *testing.T) {
+			code, out := Run(t, c, append(append([]string(nil), cs.Args...), extra...)...)
+			if code != cs.Code || !strings.Contains(out, cs.Want) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+				t.Errorf("exit %d, stderr %.300q; want %d and one line naming %s", code, out, cs.Code, cs.Want)
+			}
+		})
+	}
+}
+
+// WriteFile writes content to dir/name and returns its path.
+func WriteFile(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TargetsFileErrors checks --targets: a missing file is a missing prerequisite (5), a
+// bad third line (badThirdLine is a file's content whose third line is bad) or a 200 KB
+// line is bad input (2), and the message names the file and the line.
+func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, cs := range []struct {
+		name, path string
+		code       int
+		want       string
+	}{
+		{"missing", filepath.Join(dir, "absent.txt"), cli.ExitEnvironment, "absent.txt"},
+		{"bad line", WriteFile(t, dir, "bad.txt", badThirdLine), cli.ExitUsage, "bad.txt:3: "},
+		{"200 KB line", WriteFile(t, dir, "long.txt", "127.0.0.1\n# a\n"+strings.Repeat("1", 200<<10)+"\n"), cli.ExitUsage, "long.txt:3: line longer than"},
+	} {
+		t.Run(cs.name, func(t *testing.T) {
+			code, out := Run(t, c, "--targets", cs.path)
+			if code != cs.code || !strings.Contains(out, cs.want) {
+				t.Errorf("exit %d, stderr %.300q; want %d and %q", code, out, cs.code, cs.want)
+			}
+		})
+	}
+}
+
+// MissingBlocklistDir checks --blocklist-dir of a command run on an empty --targets
+// file: a directory that does not exist stops the run with exit code 5 naming it, before
+// anything is contacted; the default follows DOQSCAN_HOME, and an installation without
+// blocklist/ is refused too; an empty flag is a usage error (2).
+func MissingBlocklistDir(t *testing.T, c Command) {
+	t.Helper()
+	args := []string{"--targets", WriteFile(t, t.TempDir(), "none.txt", "")}
+	missing := filepath.Join(t.TempDir(), "blocklist")
+	code, out := Run(t, c, append([]string{"--blocklist-dir", missing}, args...)...)
+	if code != cli.ExitEnvironment || !strings.Contains(out, missing) {
+		t.Fatalf("exit %d, stderr %q; want %d naming %s", code, out, cli.ExitEnvironment, missing)
+	}
+	t.Setenv("DOQSCAN_HOME", t.TempDir())
+	code, out = Run(t, c, args...)
+	if code != cli.ExitEnvironment || !strings.Contains(out, "blocklist") {
+		t.Fatalf("DOQSCAN_HOME without blocklist/: exit %d, stderr %q; want %d", code, out, cli.ExitEnvironment)
+	}
+	if code, out = Run(t, c, append([]string{"--blocklist-dir", ""}, args...)...); code != cli.ExitUsage {
+		t.Fatalf("empty --blocklist-dir: exit %d, stderr %q; want %d", code, out, cli.ExitUsage)
+	}
+}
+
+// Help checks that --help exits 0 and that the help text holds every want (usage line,
+// flags, examples, exit codes).
+func Help(t *testing.T, c Command, want ...string) {
+	t.Helper()
+	if code, out := Run(t, c, "--help"); code != cli.ExitOK {
+		t.Fatalf("--help: exit %d, stderr %q", code, out)
+	}
+	fs, _, _ := c()
+	var b bytes.Buffer
+	fs.SetOutput(&b)
+	fs.Usage()
+	for _, w := range append(want, "Examples:", "Exit codes") {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("help lacks %q:\n%s", w, b.String())
+		}
+	}
+}
+
+// RunProvenance checks what a run stored in the database at url: the vantage point's
+// location and contact in vantage_points, and one provenance record (this tool, this
+// build, this host, the vantage point) on the run of runTable (verification_runs,
+// campaigns, ...) with the label and the vantage point's id.
+func RunProvenance(t *testing.T, url, runTable, label, tool string, want provenance.Vantage) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var loc, contact string
+	var raw []byte
+	// runTable is one of the test's constants, never input.
+	err = s.Pool.QueryRow(ctx, `SELECT v.location, v.contact, r.provenance
+		FROM vantage_points v JOIN `+runTable+` r USING (vantage_id) WHERE vantage_id = $1 AND r.label = $2`,
+		want.ID, label).Scan(&loc, &contact, &raw)
+	if err != nil {
+		t.Fatalf("%s: %v", want.ID, err)
+	}
+	if loc != want.Location || contact != want.Contact {
+		t.Errorf("%s: vantage_points location/contact %q/%q, want %q/%q", want.ID, loc, contact, want.Location, want.Contact)
+	}
+	var recs []provenance.Record
+	if err := json.Unmarshal(raw, &recs); err != nil || len(recs) != 1 {
+		t.Fatalf("%s: provenance %s (%v): want one record", want.ID, raw, err)
+	}
+	if r := recs[0]; r.Tool != tool || r.Vantage != want || r.Build != provenance.ReadBuild() || r.Host == "" {
+		t.Errorf("%s: provenance %+v", want.ID, r)
+	}
+}

@@ -1,0 +1,47 @@
+package dbctl_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/dbctl"
+	"github.com/doqscan/doqscan/internal/store/storetest"
+)
+
+// TestAgainstDatabaseURL: with DATABASE_URL set, url prints it, up and status print the
+// schema version of that database, and stop leaves the external server alone.
+func TestAgainstDatabaseURL(t *testing.T) {
+	url := storetest.NewDatabase(t)
+	t.Setenv("DATABASE_URL", url)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	want := map[string]string{
+		"url":    url + "\n",
+		"up":     fmt.Sprintf("schema version %d (this binary: %d)\n", store.SchemaVersion(), store.SchemaVersion()),
+		"status": fmt.Sprintf("schema version %d (this binary: %d)\n", store.SchemaVersion(), store.SchemaVersion()),
+		"stop":   "",
+	}
+	for _, sub := range []string{"url", "up", "status", "stop", "status"} {
+		var out bytes.Buffer
+		if err := dbctl.Run(context.Background(), log, []string{sub}, &out); err != nil {
+			t.Fatalf("%s: %v", sub, err)
+		}
+		if out.String() != want[sub] {
+			t.Errorf("%s printed %q, want %q", sub, out.String(), want[sub])
+		}
+	}
+}
+
+// TestUnreachableDatabase: status against a server that does not answer is exit code 3.
+func TestUnreachableDatabase(t *testing.T) {
+	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan user=doqscan connect_timeout=1")
+	err := dbctl.Run(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), []string{"status"}, io.Discard)
+	if code := cli.ExitCode(err); code != cli.ExitDatabase {
+		t.Fatalf("exit %d (%v), want %d", code, err, cli.ExitDatabase)
+	}
+}
