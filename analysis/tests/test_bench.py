@@ -64,10 +64,11 @@ class Runs:
         return target
 
     def sweep(self, label, servers=((PROXY, 20.0), (CORE, 150.0)), levels=LEVELS, start=T0):
-        """A sweep as dnsbench --loss-sweep stores it: level by level, every target."""
+        """A sweep as dnsbench --loss-sweep stores it: level by level, every target (the
+        protocols in an order of their own: the tables list them in the report's)."""
         for i, loss in enumerate(levels):
             for addr, rtt in servers:
-                for proto in ("doudp", "dot", "doq"):
+                for proto in ("doq", "doudp", "dot"):
                     self.add(proto, addr, label=f"{label} loss={bench.loss_label(loss)}".strip(), loss=loss,
                              qps=1000 * _success(proto, loss) / rtt, success=_success(proto, loss),
                              mean=_latency(proto, loss, rtt), started=start + dt.timedelta(minutes=i))
