@@ -457,6 +457,7 @@ def loss_sweep_figure(frame: pd.DataFrame, title: str = ""):
         bottom.set_ylim(bottom=0)
         bottom.set_ylabel("mean resolve time, answered [ms]")
         bottom.set_xlabel("emulated loss per direction [%]")
+        bottom.set_xticks(sorted(100 * frame["path_loss"].unique()))
         if top.get_legend_handles_labels()[0]:
             top.legend(loc="lower left", frameon=True, framealpha=0.9)
     if not servers:
