@@ -39,6 +39,10 @@ PROTOCOL_COLORS = {
     "doudp": "#1f77b4", "dotcp": "#2ca02c", "dot": "#7f7f7f", "doh": "#d62728",
     "doq": "#17becf", "doh3": "#9467bd",
 }
+# dnsbench's connection policies (bench_runs.policy) in the order tables list them, and
+# their names in the report: "fresh" opens a new session for every query.
+POLICIES = ["fresh", "persistent", "resumed", "0rtt"]
+POLICY_LABELS = {"fresh": "new session", "persistent": "persistent", "resumed": "resumed", "0rtt": "0-RTT"}
 # The transport an RTT sample must use to pair with a protocol's handshake.
 PROTOCOL_TRANSPORT = {
     "doudp": "udp", "dotcp": "tcp", "dot": "tcp", "doh": "tcp", "doq": "quic", "doh3": "quic",

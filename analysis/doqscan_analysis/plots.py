@@ -428,3 +428,41 @@ def save_table(df: pd.DataFrame, outdir: str | None, name: str) -> str | None:
             os.unlink(tmp)
         raise
     return p
+
+
+def loss_sweep_figure(frame: pd.DataFrame, title: str = ""):
+    """The loss sweep (bench.sweep_frame): success rate (top) and mean resolve time of
+    the answered queries (bottom) against the emulated loss per direction, one panel
+    column per server, one line per protocol (its colour; the policy's dash when the
+    sweep ran several)."""
+    servers = list(dict.fromkeys(frame["server"])) if len(frame) else []
+    n = max(len(servers), 1)
+    fig, axs = plt.subplots(2, n, figsize=(5.2 * n, 7.5), squeeze=False, sharex=True)
+    several = frame["policy"].nunique() > 1 if len(frame) else False
+    for j, server in enumerate(servers):
+        top, bottom = axs[0, j], axs[1, j]
+        for _, g in frame[frame["server"] == server].groupby(["target", "policy"], sort=False):
+            g = g.sort_values("path_loss")
+            proto = g["protocol"].iloc[0]
+            label = names.PROTOCOL_LABELS.get(proto, proto) + (f", {g['policy'].iloc[0]}" if several else "")
+            style = dict(color=names.PROTOCOL_COLORS.get(proto, "black"), marker="o", linewidth=1.6,
+                         linestyle=MODE_STYLES.get(g["policy"].iloc[0], "-") if several else "-", label=label)
+            x = 100 * g["path_loss"].to_numpy(float)
+            top.plot(x, g["success_rate"].to_numpy(float), **style)
+            bottom.plot(x, g["latency_mean_ms"].to_numpy(float), **style)
+        top.set_title(server)
+        top.set_ylim(0, 1.03)
+        top.yaxis.set_major_formatter(PercentFormatter(1.0))
+        top.set_ylabel("success rate (answered / sent)")
+        bottom.set_ylim(bottom=0)
+        bottom.set_ylabel("mean resolve time, answered [ms]")
+        bottom.set_xlabel("emulated loss per direction [%]")
+        bottom.set_xticks(sorted(100 * frame["path_loss"].unique()))
+        if top.get_legend_handles_labels()[0]:
+            top.legend(loc="lower left", frameon=True, framealpha=0.9)
+    if not servers:
+        _empty(axs[0, 0], "no loss sweep stored")
+        axs[1, 0].axis("off")
+    fig.suptitle(title or "Loss sweep on the simulated internet")
+    fig.tight_layout()
+    return fig

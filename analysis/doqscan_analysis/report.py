@@ -24,7 +24,7 @@ import time
 PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 ANALYSIS_DIR = os.path.dirname(PKG_DIR)
 REPO = os.path.dirname(ANALYSIS_DIR)
-NOTEBOOKS = ["adoption", "response_times"]
+NOTEBOOKS = ["adoption", "response_times", "benchmarks"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DB = 0, 1, 2, 3
 
@@ -134,7 +134,7 @@ def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
 
     With `parallel` (the default) every notebook runs at once, each in its own process
     and kernel: adoption's figures (Python, one core) overlap response_times' wait for
-    PostgreSQL, and the peak memory is the sum of the kernels (~1.5 GB on the 10 M bench)."""
+    PostgreSQL (benchmarks, the dnsbench runs, is small), and the peak memory is the sum of the kernels (~1.5 GB on the 10 M bench)."""
     out = report_dir(out_base)
     os.environ["PYTHONPATH"] = ANALYSIS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
@@ -199,8 +199,8 @@ def _index(out: str, s: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        prog="report", description="Execute notebooks/adoption.ipynb and notebooks/response_times.ipynb "
-        "headless against a doqscan database into reports/YYYY-MM-DDTHHMM/ (HTML, PNG, SVG).",
+        prog="report", description="Execute notebooks/adoption.ipynb, notebooks/response_times.ipynb and "
+        "notebooks/benchmarks.ipynb headless against a doqscan database into reports/YYYY-MM-DDTHHMM/ (HTML, PNG, SVG).",
         epilog="examples:\n  ./dev report\n  ./dev report --db 'host=/tmp dbname=doqscan' --weeks 2026-W46 2026-W47\n"
                "  python -m doqscan_analysis.report --out /tmp/reports --vantages vp1",
         formatter_class=argparse.RawDescriptionHelpFormatter)

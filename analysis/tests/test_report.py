@@ -85,3 +85,12 @@ def test_vantage_comparison_written(executed, spec):
         assert doq.loc[v, "resolvers"] == truth["targets"]
         assert doq.loc[v, "common_resolvers"] == truth["targets"]
     assert (t["reference"] == sorted(spec.vantages)[0]).all()
+
+
+def test_benchmarks_without_runs(executed):
+    """The synthetic database holds no dnsbench run: the benchmarks notebook says so and
+    writes neither tables nor the sweep figure."""
+    text = _text(os.path.join(executed["folder"], "benchmarks.ipynb"))
+    assert "No benchmark runs are stored" in text
+    assert "No loss sweep is stored" in text and "No policy comparison is stored" in text
+    assert not [f for f in executed["figures"] if f.startswith(("loss_sweep", "connection_reuse"))]

@@ -53,7 +53,9 @@ func peerAddr(t *testing.T, pop *population.Population, kind string) netip.Addr 
 // `dnsbench --loss-sweep`, docs/dnsbench.md). Every level and target has a report with
 // its loss; UDP, which never retransmits, loses about 1-(1-p)² of its queries; TCP and
 // QUIC retransmit, so their success rate stays above UDP's and their mean latency of
-// answered queries grows with the loss.
+// answered queries grows with the loss. The runs are then stored in a fresh database,
+// and the report's tables (notebooks/benchmarks.ipynb) must show the same numbers and
+// the same ordering.
 func TestLossSweep(t *testing.T) {
 	v := testbed.Require(t)
 	if v.Population == nil {
@@ -148,12 +150,16 @@ func TestLossSweep(t *testing.T) {
 				m[0].Target, m[0.20].Latency.Mean, m[0].Latency.Mean)
 		}
 	}
+	// The same runs stored and through the report (bench_runs -> the benchmarks
+	// notebook's tables and figure).
+	checkSweepReport(t, rs, levels)
 }
 
 // TestConnectionReuse: the connection-reuse table on dnsproxy's 20 ms path. A fresh
 // session costs its handshake round trips before the query's (DoT: TCP + TLS 1.3 + the
 // query, 3 RTT; DoQ: QUIC's 1-RTT handshake + the query, 2 RTT), a persistent one only
-// the query's round trip, and DoQ with 0-RTT saves the handshake's.
+// the query's round trip, and DoQ with 0-RTT saves the handshake's. The report's
+// connection-reuse table, from the stored runs, must show the same.
 func TestConnectionReuse(t *testing.T) {
 	v := testbed.Require(t)
 	if v.Population == nil {
@@ -223,4 +229,5 @@ func TestConnectionReuse(t *testing.T) {
 	if z, f := get("doq://", "0rtt").Total.P50, get("doq://", "fresh").Total.P50; z > f-ms(0.5) {
 		t.Errorf("doq 0rtt: p50 %.2f ms, not clearly below fresh %.2f ms", z, f)
 	}
+	checkReuseReport(t, rs)
 }

@@ -1,0 +1,286 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"maps"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/doqscan/doqscan/internal/dnsbench"
+	"github.com/doqscan/doqscan/internal/home"
+	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/storetest"
+)
+
+// table is a CSV table the report wrote beside its figures: its header and its rows,
+// addressed by column name.
+type table struct {
+	header []string
+	rows   [][]string
+}
+
+func (tb table) col(t *testing.T, name string) int {
+	t.Helper()
+	i := slices.Index(tb.header, name)
+	if i < 0 {
+		t.Fatalf("the table has no column %q (header %q)", name, tb.header)
+	}
+	return i
+}
+
+// num is the number in row r's column name (NaN for an empty cell).
+func (tb table) num(t *testing.T, r int, name string) float64 {
+	t.Helper()
+	s := tb.rows[r][tb.col(t, name)]
+	if s == "" {
+		return math.NaN()
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("row %d column %q: %v", r, name, err)
+	}
+	return v
+}
+
+// row is the index of the row whose target column is target.
+func (tb table) row(t *testing.T, target string) int {
+	t.Helper()
+	c := tb.col(t, "target")
+	for i, r := range tb.rows {
+		if r[c] == target {
+			return i
+		}
+	}
+	t.Fatalf("no row for %s in %q", target, tb.rows)
+	return -1
+}
+
+// benchReport stores the reports in a fresh database as dnsbench --store does
+// (dnsbench.Save), executes notebooks/benchmarks.ipynb against it with the report
+// command (./dev report --notebooks benchmarks) and returns the tables it wrote
+// (figures/<name>.csv) and the report's folder. It skips when the project's .venv lacks
+// the report's packages (./dev install creates it).
+func benchReport(t *testing.T, rs []*dnsbench.Report) (map[string]table, string) {
+	t.Helper()
+	root := home.Dir()
+	python := filepath.Join(root, ".venv", "bin", "python")
+	if _, err := os.Stat(python); err != nil {
+		t.Skip("SKIP: no .venv (./dev install creates it): cannot execute the report's notebook")
+	}
+	if out, err := exec.Command(python, "-c", "import papermill, nbconvert, pandas, psycopg, matplotlib").CombinedOutput(); err != nil {
+		t.Skipf("SKIP: .venv lacks the report's packages (./dev install): %v\n%s", err, out)
+	}
+	url := storetest.NewDatabase(t)
+	ctx := context.Background()
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("open test store: %v", err)
+	}
+	for _, r := range rs {
+		if _, err := dnsbench.Save(ctx, s, r); err != nil {
+			s.Close()
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	out := t.TempDir()
+	cmd := exec.Command(python, "-m", "doqscan_analysis.report", "--db", url, "--out", out, "--notebooks", "benchmarks")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "analysis"))
+	if o, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("report: %v\n%s", err, o)
+	}
+	found, _ := filepath.Glob(filepath.Join(out, "*", "summary.json"))
+	if len(found) != 1 {
+		t.Fatalf("the report wrote %d summary.json files under %s, want 1", len(found), out)
+	}
+	raw, err := os.ReadFile(found[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Notebooks map[string]struct {
+			Error *string `json:"error"`
+		} `json:"notebooks"`
+	}
+	if err := json.Unmarshal(raw, &sum); err != nil {
+		t.Fatalf("summary.json: %v", err)
+	}
+	if nb, ok := sum.Notebooks["benchmarks"]; !ok || nb.Error != nil {
+		t.Fatalf("the benchmarks notebook did not run clean: %s", raw)
+	}
+	folder := filepath.Dir(found[0])
+	csvs, _ := filepath.Glob(filepath.Join(folder, "figures", "*.csv"))
+	tables := map[string]table{}
+	for _, p := range csvs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+		if err != nil || len(recs) == 0 {
+			t.Fatalf("%s: %v (%d records)", p, err, len(recs))
+		}
+		tables[strings.TrimSuffix(filepath.Base(p), ".csv")] = table{header: recs[0], rows: recs[1:]}
+	}
+	return tables, folder
+}
+
+// checkPNG fails the test unless the report holds figures/<name>.png, a PNG file.
+func checkPNG(t *testing.T, folder, name string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(folder, "figures", name+".png"))
+	if err != nil {
+		t.Fatalf("figure %s: %v", name, err)
+	}
+	if !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("figure %s is not a PNG file", name)
+	}
+}
+
+// near reports whether a table's number is the report's (the CSV holds Python's
+// shortest repr of the stored double).
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+// checkSweepReport runs the report on the stored sweep and checks its three tables
+// against the sweep's reports (one row per target in the sweep's order, one column per
+// level, the stored numbers) and the protocols' ordering as the report shows it: DoUDP's
+// success falls with the loss, DoT and DoQ retransmit and stay clearly above it at the
+// highest level, their mean latency rising; and that the figure was written.
+func checkSweepReport(t *testing.T, rs []*dnsbench.Report, levels []float64) {
+	t.Helper()
+	tables, folder := benchReport(t, rs)
+	var targets []string
+	for _, r := range rs {
+		if !slices.Contains(targets, r.Target) {
+			targets = append(targets, r.Target)
+		}
+	}
+	header := []string{"server", "target", "protocol", "policy"}
+	for _, l := range levels {
+		header = append(header, dnsbench.FormatLoss(l))
+	}
+	metrics := map[string]func(*dnsbench.Report) float64{
+		"qps":          func(r *dnsbench.Report) float64 { return r.QPS },
+		"success_rate": func(r *dnsbench.Report) float64 { return r.SuccessRate },
+		"latency_mean_ms": func(r *dnsbench.Report) float64 {
+			if r.Answered == 0 {
+				return math.NaN()
+			}
+			return r.Latency.Mean
+		},
+	}
+	for metric, get := range metrics {
+		tb, ok := tables["loss_sweep_"+metric]
+		if !ok {
+			t.Fatalf("the report has no loss_sweep_%s table (tables: %v)", metric, slices.Sorted(maps.Keys(tables)))
+		}
+		if !slices.Equal(tb.header, header) {
+			t.Fatalf("loss_sweep_%s: header %q, want %q", metric, tb.header, header)
+		}
+		if got := tb.rows; len(got) != len(targets) {
+			t.Fatalf("loss_sweep_%s: %d rows, want one per target (%d)", metric, len(got), len(targets))
+		}
+		for i, target := range targets {
+			if got := tb.rows[i][tb.col(t, "target")]; got != target {
+				t.Errorf("loss_sweep_%s row %d: %s, want %s (the sweep's order)", metric, i, got, target)
+			}
+			if srv := tb.rows[i][tb.col(t, "server")]; !strings.HasPrefix(srv, "dnsproxy ") {
+				t.Errorf("loss_sweep_%s row %d: server %q, want dnsproxy named from the population", metric, i, srv)
+			}
+		}
+		for _, r := range rs {
+			got, want := tb.num(t, tb.row(t, r.Target), dnsbench.FormatLoss(*r.PathLoss)), get(r)
+			if !(near(got, want) || math.IsNaN(got) && math.IsNaN(want)) {
+				t.Errorf("loss_sweep_%s %s at %s: %v, stored %v", metric, r.Target, dnsbench.FormatLoss(*r.PathLoss), got, want)
+			}
+		}
+	}
+	succ, lat := tables["loss_sweep_success_rate"], tables["loss_sweep_latency_mean_ms"]
+	var udp string
+	for _, target := range targets {
+		if strings.HasPrefix(target, "doudp://") {
+			udp = target
+		}
+	}
+	lo, hi := dnsbench.FormatLoss(levels[0]), dnsbench.FormatLoss(levels[len(levels)-1])
+	u := succ.row(t, udp)
+	for i := 1; i < len(levels); i++ {
+		if prev, cur := succ.num(t, u, dnsbench.FormatLoss(levels[i-1])), succ.num(t, u, dnsbench.FormatLoss(levels[i])); !(cur < prev) {
+			t.Errorf("report: DoUDP success %v at %s, not below %v at %s", cur, dnsbench.FormatLoss(levels[i]),
+				prev, dnsbench.FormatLoss(levels[i-1]))
+		}
+	}
+	for _, target := range targets {
+		if target == udp {
+			continue
+		}
+		r := succ.row(t, target)
+		if s, us := succ.num(t, r, hi), succ.num(t, u, hi); !(s > us+0.15) {
+			t.Errorf("report: %s success %v at %s, not clearly above DoUDP's %v (retransmission)", target, s, hi, us)
+		}
+		if a, b := lat.num(t, lat.row(t, target), hi), lat.num(t, lat.row(t, target), lo); !(a > b) {
+			t.Errorf("report: %s mean latency %v ms at %s, not above %v ms at %s", target, a, hi, b, lo)
+		}
+	}
+	checkPNG(t, folder, "loss_sweep")
+	t.Logf("report %s: success rate table %q %q", folder, succ.header, succ.rows)
+}
+
+// checkReuseReport runs the report on the stored policy comparison and checks its
+// connection-reuse table against the reports (one row per target, the total latency's
+// mean and p50 and the success rate per policy) and the ordering it must show: a new
+// session costs more than a persistent one, and DoQ's 0-RTT less than a new session.
+func checkReuseReport(t *testing.T, rs []*dnsbench.Report) {
+	t.Helper()
+	tables, folder := benchReport(t, rs)
+	tb, ok := tables["connection_reuse"]
+	if !ok {
+		t.Fatalf("the report has no connection_reuse table (tables: %v)", slices.Sorted(maps.Keys(tables)))
+	}
+	var targets, policies []string
+	for _, r := range rs {
+		if !slices.Contains(targets, r.Target) {
+			targets = append(targets, r.Target)
+		}
+		if !slices.Contains(policies, r.Policy) {
+			policies = append(policies, r.Policy)
+		}
+	}
+	header := []string{"server", "target", "protocol"}
+	for _, p := range policies {
+		header = append(header, p+" mean ms", p+" p50 ms", p+" success")
+	}
+	if !slices.Equal(tb.header, header) || len(tb.rows) != len(targets) {
+		t.Fatalf("connection_reuse: header %q with %d rows, want %q with %d", tb.header, len(tb.rows), header, len(targets))
+	}
+	for _, r := range rs {
+		i := tb.row(t, r.Target)
+		for col, want := range map[string]float64{" mean ms": r.Total.Mean, " p50 ms": r.Total.P50, " success": r.SuccessRate} {
+			if got := tb.num(t, i, r.Policy+col); !near(got, want) {
+				t.Errorf("connection_reuse %s %s%s: %v, stored %v", r.Target, r.Policy, col, got, want)
+			}
+		}
+	}
+	for _, target := range targets {
+		i := tb.row(t, target)
+		if f, p := tb.num(t, i, "fresh p50 ms"), tb.num(t, i, "persistent p50 ms"); !(f > p) {
+			t.Errorf("report: %s new session p50 %v ms, not above persistent %v ms", target, f, p)
+		}
+		if strings.HasPrefix(target, "doq://") {
+			if z, f := tb.num(t, i, "0rtt p50 ms"), tb.num(t, i, "fresh p50 ms"); !(z < f) {
+				t.Errorf("report: %s 0-RTT p50 %v ms, not below a new session's %v ms", target, z, f)
+			}
+		}
+	}
+	t.Logf("report %s: connection reuse %q %q", folder, tb.header, tb.rows)
+}
