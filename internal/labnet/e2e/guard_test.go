@@ -17,25 +17,12 @@ import (
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/cmdtest"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/labnet/labnettest"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
-
-func build(t *testing.T, cmds ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	root, _ := filepath.Abs(filepath.Join("..", "..", ".."))
-	for _, c := range cmds {
-		b := exec.Command("go", "build", "-o", filepath.Join(dir, c), "./cmd/"+c)
-		b.Dir = root
-		if out, err := b.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", c, err, out)
-		}
-	}
-	return dir
-}
 
 // txPackets is the number of IPv4 packets processes in the namespace have handed to the
 // IP layer (Ip: OutRequests of the namespace's /proc/net/snmp). The targets are IPv4, and
@@ -74,7 +61,7 @@ func txPackets(t *testing.T, ns *labnettest.Namespace) int64 {
 
 func TestCommandsRefuseLabTargetsOutsideTheTestbed(t *testing.T) {
 	ns := labnettest.Throwaway(t)
-	bin := build(t, "measure", "verify", "zprobe")
+	bin := cmdtest.Commands(t, "measure", "verify", "zprobe")
 	url := storetest.NewDatabase(t)
 	dir := t.TempDir()
 	write := func(name, body string) string {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/cmdtest"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
@@ -39,14 +40,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// repoRoot is the module root (this package is internal/ops/e2e).
+// repoRoot is the module root.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	r, err := filepath.Abs(filepath.Join("..", "..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return cmdtest.Root()
 }
 
 var (
@@ -63,27 +60,13 @@ func bins(t *testing.T) string {
 		if binErr != nil {
 			return
 		}
-		for _, c := range []string{"zprobe", "verify", "measure", "jobrun", "optout"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, c), "./cmd/"+c)
-			cmd.Dir = repoRoot(t)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				binErr = &buildError{c, string(out), err}
-				return
-			}
-		}
+		binErr = cmdtest.Build(binDir, "zprobe", "verify", "measure", "jobrun", "optout")
 	})
 	if binErr != nil {
-		t.Fatalf("build: %v", binErr)
+		t.Fatalf("%v", binErr)
 	}
 	return binDir
 }
-
-type buildError struct {
-	cmd, out string
-	err      error
-}
-
-func (e *buildError) Error() string { return e.cmd + ": " + e.err.Error() + "\n" + e.out }
 
 // env is a test's setting: the testbed, a fresh database and the built commands.
 type env struct {
@@ -128,7 +111,7 @@ func (e *env) command(ctx context.Context, vantage int, name string, args ...str
 	return c
 }
 
-func repoRootNoT() string { r, _ := filepath.Abs(filepath.Join("..", "..", "..")); return r }
+func repoRootNoT() string { return cmdtest.Root() }
 
 // run runs a command and fails the test with its output when it fails.
 func (e *env) run(t *testing.T, vantage int, name string, args ...string) string {

@@ -4,12 +4,10 @@
 package e2e_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,8 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/cmdtest"
 	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/probe"
+	"github.com/doqscan/doqscan/internal/probe/probetest"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/doqscan/doqscan/internal/store/storetest"
@@ -121,37 +121,6 @@ func compareSets(t *testing.T, what string, want, got []string) {
 	}
 }
 
-// rawAddrs returns the addresses (first CSV column) of the data lines of a raw file.
-func rawAddrs(t *testing.T, path string) map[netip.Addr]bool {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[netip.Addr]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		field, _, _ := strings.Cut(sc.Text(), ",")
-		if a, err := netip.ParseAddr(field); err == nil {
-			out[a] = true
-		}
-	}
-	return out
-}
-
-// buildZprobe builds cmd/zprobe from this tree into a temporary directory.
-func buildZprobe(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "zprobe")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/doqscan/doqscan/cmd/zprobe").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/zprobe: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // helpRate is the default rate `zprobe scan --help` states (packets/s).
 const helpRate = 10000
 
@@ -164,7 +133,7 @@ const helpRate = 10000
 func TestScanKilled(t *testing.T) {
 	e := requireTestbed(t)
 	v := e.v
-	bin := buildZprobe(t)
+	bin := filepath.Join(cmdtest.Commands(t, "zprobe"), "zprobe")
 	url := storetest.NewDatabase(t)
 	s, err := store.Open(context.Background(), url)
 	if err != nil {
@@ -193,7 +162,7 @@ func TestScanKilled(t *testing.T) {
 	t.Logf("killed zprobe and zmap with %d replies of port 53 in the database", n)
 	dir := probe.RunDir(out, "2026-W47", "killed", "killed", 0)
 	raw53 := filepath.Join(dir, "53.csv")
-	onDisk := rawAddrs(t, raw53)
+	onDisk := probetest.RawAddrs(t, raw53)
 	if len(onDisk) == 0 {
 		t.Fatalf("the raw file %s is empty after SIGKILL, with %d replies in the database\n%s", raw53, n, stderr.String())
 	}
@@ -231,7 +200,7 @@ func TestScanKilled(t *testing.T) {
 	}
 	var stored int
 	s.Pool.QueryRow(context.Background(), "SELECT count(*) FROM scan_replies WHERE port = 53").Scan(&stored)
-	// The last line may have been cut by the kill (rawAddrs skips it only if it does not parse).
+	// The last line may have been cut by the kill (RawAddrs skips it only if it does not parse).
 	if stored < len(onDisk)-1 {
 		t.Errorf("after ingest: %d replies of port 53 stored, the raw file has %d lines", stored, len(onDisk))
 	}
@@ -272,7 +241,7 @@ func TestScanKilled(t *testing.T) {
 	if b, err := os.ReadFile(raw53); err != nil || !bytes.Equal(b, cut53) {
 		t.Errorf("the re-run changed the raw file of the killed run %s (%d bytes before, %d after, %v)", raw53, len(cut53), len(b), err)
 	}
-	if n := len(rawAddrs(t, filepath.Join(dir, "53.attempt2.csv"))); n == 0 {
+	if n := len(probetest.RawAddrs(t, filepath.Join(dir, "53.attempt2.csv"))); n == 0 {
 		t.Errorf("the re-run of port 53 wrote no 53.attempt2.csv")
 	}
 	m, err := probe.ReadZmapMeta(filepath.Join(dir, "53.attempt2.meta.json"))
