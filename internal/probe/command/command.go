@@ -17,6 +17,7 @@ import (
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/quicver"
+	"github.com/doqscan/doqscan/internal/store"
 )
 
 // Cmd describes zprobe for --help.
@@ -181,14 +182,15 @@ func (p *probeFlags) build() (probe.QUICProbe, probe.DNSProbe, error) {
 		return q, probe.DNSProbe{}, cli.Usagef("--version: %v", err)
 	}
 	q.Version, q.Size = v, p.size
-	if p.dcid != "" {
-		if q.DCID, err = cid(p.dcid); err != nil {
-			return q, probe.DNSProbe{}, cli.Usagef("--dcid: %v", err)
+	for _, c := range []struct {
+		flag, value string
+		id          *[]byte
+	}{{"dcid", p.dcid, &q.DCID}, {"scid", p.scid, &q.SCID}} {
+		if c.value == "" {
+			continue
 		}
-	}
-	if p.scid != "" {
-		if q.SCID, err = cid(p.scid); err != nil {
-			return q, probe.DNSProbe{}, cli.Usagef("--scid: %v", err)
+		if *c.id, err = cid(c.value); err != nil {
+			return q, probe.DNSProbe{}, cli.Usagef("--%s: %v", c.flag, err)
 		}
 	}
 	if err := q.Validate(); err != nil {
@@ -202,6 +204,30 @@ func (p *probeFlags) build() (probe.QUICProbe, probe.DNSProbe, error) {
 }
 
 // probePorts returns the ports of the QUIC and of the DNS probe.
+// payloads are the QUIC and DNS probes and the ports each is sent to, from the flags.
+func (p *probeFlags) payloads() (q probe.QUICProbe, d probe.DNSProbe, quicPorts, dnsPorts []uint16, err error) {
+	if q, d, err = p.build(); err != nil {
+		return q, d, nil, nil, err
+	}
+	quicPorts, dnsPorts, err = p.probePorts()
+	return q, d, quicPorts, dnsPorts, err
+}
+
+// openSafe opens the database and builds the safety checks of the targets from it
+// (probe.PrepareSafety); the caller closes the store.
+func (t *targetFlags) openSafe(ctx context.Context, log *slog.Logger, targets []netip.Prefix, tb *netip.Prefix) (*store.Store, *probe.Safety, error) {
+	s, err := cli.OpenStore(ctx, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	safety, err := probe.PrepareSafety(ctx, s, targets, tb, t.internetWide, t.blocklistDir, nil)
+	if err != nil {
+		s.Close()
+		return nil, nil, classify(err)
+	}
+	return s, safety, nil
+}
+
 func (p *probeFlags) probePorts() (quicPorts, dnsPorts []uint16, err error) {
 	if quicPorts, err = ports(p.quicPorts); err != nil {
 		return nil, nil, err

@@ -89,11 +89,7 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	if len(targets) == 0 && tb == nil && !tf.internetWide {
 		return cli.Usagef("%v", probe.ErrNoTargets)
 	}
-	q, d, err := pf.build()
-	if err != nil {
-		return err
-	}
-	qp, dp, err := pf.probePorts()
+	q, d, qp, dp, err := pf.payloads()
 	if err != nil {
 		return err
 	}
@@ -113,17 +109,13 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		return classify(err)
 	}
-	s, err := cli.OpenStore(ctx, log)
+	// Before anything is sent (the route discovery below pokes the next hop): lab
+	// targets only from inside the testbed.
+	s, safety, err := tf.openSafe(ctx, log, targets, tb)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	// Before anything is sent (the route discovery below pokes the next hop): lab
-	// targets only from inside the testbed.
-	safety, err := probe.PrepareSafety(ctx, s, targets, tb, tf.internetWide, tf.blocklistDir, nil)
-	if err != nil {
-		return classify(err)
-	}
 	z := probe.ZmapRun{Binary: zmapBin, Rate: rate.pps, Bandwidth: bandwidth, Interface: iface, GatewayMAC: gw, SourceIP: src,
 		Cooldown: cooldown, ProbesPerHost: probesPer, SenderThreads: threads}
 	if z.Interface == "" || z.GatewayMAC == "" {

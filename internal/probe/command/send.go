@@ -55,23 +55,15 @@ func runSend(ctx context.Context, log *slog.Logger, args []string) error {
 	if err := pace.CheckSendPace(rate, hl); err != nil {
 		return classify(err)
 	}
-	q, d, err := pf.build()
+	q, d, qp, dp, err := pf.payloads()
 	if err != nil {
 		return err
 	}
-	qp, dp, err := pf.probePorts()
-	if err != nil {
-		return err
-	}
-	s, err := cli.OpenStore(ctx, log)
+	s, safety, err := tf.openSafe(ctx, log, targets, tb)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	safety, err := probe.PrepareSafety(ctx, s, targets, tb, tf.internetWide, tf.blocklistDir, nil)
-	if err != nil {
-		return classify(err)
-	}
 	sum, err := probe.Send(ctx, probe.SendConfig{Store: s, Log: log, VantageID: vf.ID, VantageLocation: vf.Location, VantageContact: vf.Contact, Label: label, Week: week,
 		QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Hitlist: hl, Safety: safety, Rate: rate, Cooldown: cooldown})
 	if sum != nil {
