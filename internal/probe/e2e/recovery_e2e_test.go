@@ -22,7 +22,6 @@ import (
 	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/probe/probetest"
 	"github.com/doqscan/doqscan/internal/store"
-	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -61,21 +60,7 @@ func statuses(t *testing.T, s *store.Store, week, vantage, label string) (string
 		week, vantage, label).Scan(&id, &status); err != nil {
 		t.Fatalf("scan %s/%s/%s: %v", week, vantage, label, err)
 	}
-	rows, err := s.Pool.Query(ctx, "SELECT port, status FROM scan_runs WHERE scan_id = $1", id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	runs := map[int32]string{}
-	for rows.Next() {
-		var p int32
-		var st string
-		if err := rows.Scan(&p, &st); err != nil {
-			t.Fatal(err)
-		}
-		runs[p] = st
-	}
-	return status, runs
+	return status, storetest.QueryMap[int32, string](t, s, "SELECT port, status FROM scan_runs WHERE scan_id = $1", id)
 }
 
 // replySet is the stored replies of a scan label as "port address kind" lines, sorted.
@@ -250,32 +235,6 @@ func TestScanKilled(t *testing.T) {
 	}
 }
 
-// privateCluster starts a PostgreSQL cluster of the test's own (so it can be stopped
-// without disturbing anything else) and returns it with its URL.
-func privateCluster(t *testing.T) (*pgcluster.Cluster, string) {
-	t.Helper()
-	def, err := pgcluster.Default()
-	if err != nil {
-		t.Skipf("SKIP: no PostgreSQL server binaries for a private cluster: %v", err)
-	}
-	dir, err := os.MkdirTemp("", "doqscan-outage-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o755)
-	c := &pgcluster.Cluster{Dir: dir, BinDir: def.BinDir, OSUser: def.OSUser}
-	ctx := context.Background()
-	url, _, err := c.Ensure(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Stop(context.Background())
-		os.RemoveAll(dir)
-	})
-	return c, url
-}
-
 // TestScanDBOutage stops PostgreSQL while a scan runs (784 then 53) and compares the
 // stored replies with those of the same scan run without an outage: 0 lost, 0
 // duplicated. First the database is away for 20 s and the scan waits for it (--db-wait
@@ -300,7 +259,7 @@ func TestScanDBOutage(t *testing.T) {
 	}
 	want := replySet(t, ref, "ref")
 
-	cluster, url := privateCluster(t)
+	cluster, url := storetest.NewCluster(t)
 	s, err := store.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -313,14 +272,20 @@ func TestScanDBOutage(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
-	go func() {
-		sum, err := probe.Scan(ctx, cfg(s, "short", 2*time.Minute))
-		done <- result{sum, err}
-	}()
-	waitRows(t, s, "short", 784)
-	if err := cluster.Stop(ctx); err != nil {
-		t.Fatal(err)
+	// scanUntilStopped starts the scan labelled label and stops PostgreSQL once port 784
+	// has stored rows.
+	scanUntilStopped := func(label string, wait time.Duration) {
+		t.Helper()
+		go func() {
+			sum, err := probe.Scan(ctx, cfg(s, label, wait))
+			done <- result{sum, err}
+		}()
+		waitRows(t, s, label, 784)
+		if err := cluster.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
+	scanUntilStopped("short", 2*time.Minute)
 	stopped := time.Now()
 	t.Log("PostgreSQL stopped during port 784")
 	time.Sleep(20 * time.Second) // the outage itself, not a synchronisation
@@ -338,14 +303,7 @@ func TestScanDBOutage(t *testing.T) {
 	}
 
 	// 2. Away for longer than --db-wait: exit 3, then the next run recovers.
-	go func() {
-		sum, err := probe.Scan(ctx, cfg(s, "long", 5*time.Second))
-		done <- result{sum, err}
-	}()
-	waitRows(t, s, "long", 784)
-	if err := cluster.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
+	scanUntilStopped("long", 5*time.Second)
 	r = <-done
 	if !errors.Is(r.err, store.ErrUnavailable) || r.sum == nil || r.sum.Status != "interrupted" {
 		t.Fatalf("scan with the database away past --db-wait: %v, err %v; want interrupted and store.ErrUnavailable", r.sum, r.err)
