@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
-	"github.com/doqscan/doqscan/internal/cmdtest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
@@ -156,7 +156,7 @@ func testnetInstance(t *testing.T) (bin, name string) {
 		t.Skipf("cannot create a network namespace: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", name+"-vantage").Run() })
-	return cmdtest.Commands(t, "testnet"), name
+	return testsupport.Commands(t, "testnet"), name
 }
 
 func TestTestnetExecForwardsSignals(t *testing.T) {
@@ -210,7 +210,7 @@ func jobrunEnv(t *testing.T) (bin string, s *store.Store, env []string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return cmdtest.Commands(t, "jobrun"), s, []string{"DATABASE_URL=" + url}
+	return testsupport.Commands(t, "jobrun"), s, []string{"DATABASE_URL=" + url}
 }
 
 func jobRow(t *testing.T, s *store.Store) (status, detail string) {

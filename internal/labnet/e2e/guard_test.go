@@ -17,7 +17,7 @@ import (
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
-	"github.com/doqscan/doqscan/internal/cmdtest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/labnet/labnettest"
 	"github.com/doqscan/doqscan/internal/store"
@@ -61,7 +61,7 @@ func txPackets(t *testing.T, ns *labnettest.Namespace) int64 {
 
 func TestCommandsRefuseLabTargetsOutsideTheTestbed(t *testing.T) {
 	ns := labnettest.Throwaway(t)
-	bin := cmdtest.Commands(t, "measure", "verify", "zprobe")
+	bin := testsupport.Commands(t, "measure", "verify", "zprobe")
 	url := storetest.NewDatabase(t)
 	dir := t.TempDir()
 	write := func(name, body string) string {

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/cmdtest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 // repoRoot is the module root.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	return cmdtest.Root()
+	return testsupport.Root()
 }
 
 var (
@@ -60,7 +60,7 @@ func bins(t *testing.T) string {
 		if binErr != nil {
 			return
 		}
-		binErr = cmdtest.Build(binDir, "zprobe", "verify", "measure", "jobrun", "optout")
+		binErr = testsupport.Build(binDir, "zprobe", "verify", "measure", "jobrun", "optout")
 	})
 	if binErr != nil {
 		t.Fatalf("%v", binErr)
@@ -111,7 +111,7 @@ func (e *env) command(ctx context.Context, vantage int, name string, args ...str
 	return c
 }
 
-func repoRootNoT() string { return cmdtest.Root() }
+func repoRootNoT() string { return testsupport.Root() }
 
 // run runs a command and fails the test with its output when it fails.
 func (e *env) run(t *testing.T, vantage int, name string, args ...string) string {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/cmdtest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/probe/probetest"
@@ -118,7 +118,7 @@ const helpRate = 10000
 func TestScanKilled(t *testing.T) {
 	e := requireTestbed(t)
 	v := e.v
-	bin := filepath.Join(cmdtest.Commands(t, "zprobe"), "zprobe")
+	bin := filepath.Join(testsupport.Commands(t, "zprobe"), "zprobe")
 	url := storetest.NewDatabase(t)
 	s, err := store.Open(context.Background(), url)
 	if err != nil {

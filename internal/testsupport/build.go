@@ -1,6 +1,7 @@
-// Package cmdtest builds the project's commands (cmd/<name>) from this tree for tests
-// that run them as processes.
-package cmdtest
+// Package testsupport holds helpers shared by tests of several packages: building the
+// project's commands (cmd/<name>) from this tree for tests that run them as processes,
+// and counting the datagrams a target receives.
+package testsupport
 
 import (
 	"fmt"
