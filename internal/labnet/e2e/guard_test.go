@@ -12,16 +12,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
-	"github.com/doqscan/doqscan/internal/testsupport"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/labnet/labnettest"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // txPackets is the number of IPv4 packets processes in the namespace have handed to the
@@ -31,32 +30,15 @@ import (
 // counter move by one at random).
 func txPackets(t *testing.T, ns *labnettest.Namespace) int64 {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", ns.Name, "cat", "/proc/net/snmp").Output()
+	ip, err := testsupport.NetnsSNMP(ns.Name, "Ip")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || f[0] != "Ip:" {
-			continue
-		}
-		if names == nil {
-			names = f[1:]
-			continue
-		}
-		for i, n := range names {
-			if n == "OutRequests" && i+1 < len(f) {
-				v, err := strconv.ParseInt(f[i+1], 10, 64)
-				if err != nil {
-					t.Fatalf("/proc/net/snmp OutRequests %q: %v", f[i+1], err)
-				}
-				return v
-			}
-		}
+	v, ok := ip["OutRequests"]
+	if !ok {
+		t.Fatalf("no Ip: OutRequests in the namespace's /proc/net/snmp: %v", ip)
 	}
-	t.Fatalf("no Ip: OutRequests in the namespace's /proc/net/snmp:\n%s", out)
-	return 0
+	return v
 }
 
 func TestCommandsRefuseLabTargetsOutsideTheTestbed(t *testing.T) {

@@ -20,12 +20,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/testsupport"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // vantage1RTT is the extra round trip of the second vantage point: it is "further away".
@@ -260,22 +260,4 @@ func (c *capture) stop() []flow {
 	out := <-c.done
 	c.cmd.Wait()
 	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for a command's concurrent stdout and stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
