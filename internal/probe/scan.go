@@ -511,15 +511,9 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 // resumedPort is the summary of a port an earlier run of the scan finished.
 func resumedPort(r store.ScanRunState, kind ProbeKind) PortSummary {
 	ps := PortSummary{Port: uint16(r.Port), Probe: kind, Status: r.Status, ByKind: map[Kind]int64{}, RawOutput: r.RawOutput, Resumed: true}
-	if r.ProbesSent != nil {
-		ps.ProbesSent = *r.ProbesSent
-	}
-	if r.Replies != nil {
-		ps.Replies = *r.Replies
-	}
-	if r.Blocklisted != nil {
-		ps.Blocklisted = *r.Blocklisted
-	}
+	setIfPresent(&ps.ProbesSent, r.ProbesSent)
+	setIfPresent(&ps.Replies, r.Replies)
+	setIfPresent(&ps.Blocklisted, r.Blocklisted)
 	return ps
 }
 
