@@ -14,10 +14,7 @@ func FuzzParseAddrList(f *testing.F) {
 	f.Add([]byte("::ffff:192.0.2.1\r\n fe80::1%eth0 \n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		l, le := parseAddrList(bytes.NewReader(b))
-		if le != nil {
-			if le.Line < 1 || le.Err == nil {
-				t.Fatalf("error without a line: %+v", le)
-			}
+		if failed(t, le, 1) {
 			return
 		}
 		seen := map[string]bool{}
@@ -60,10 +57,7 @@ func FuzzParseLocationCSV(f *testing.F) {
 func fuzzRecords[T any](f *testing.F, parse func(io.Reader) ([]T, *lineError), valid func(T) bool) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		recs, le := parse(bytes.NewReader(b))
-		if le != nil {
-			if le.Line < 0 || le.Err == nil {
-				t.Fatalf("bad error %+v", le)
-			}
+		if failed(t, le, 0) {
 			return
 		}
 		for _, r := range recs {
@@ -72,4 +66,17 @@ func fuzzRecords[T any](f *testing.F, parse func(io.Reader) ([]T, *lineError), v
 			}
 		}
 	})
+}
+
+// failed reports whether a parser returned an error, which must have a cause and a line
+// from first on (0: the error may come before the first line).
+func failed(t *testing.T, le *lineError, first int) bool {
+	t.Helper()
+	if le == nil {
+		return false
+	}
+	if le.Line < first || le.Err == nil {
+		t.Fatalf("bad error (want a cause and a line from %d): %+v", first, le)
+	}
+	return true
 }
