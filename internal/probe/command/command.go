@@ -62,20 +62,29 @@ func Run(ctx context.Context, log *slog.Logger, args []string) error {
 	if len(args) == 0 {
 		return cli.Usagef("want a subcommand: scan, send, ingest, probes or blocklist")
 	}
-	switch args[0] {
-	case "scan":
-		return runScan(ctx, log, args[1:])
-	case "send":
-		return runSend(ctx, log, args[1:])
-	case "ingest":
-		return runIngest(ctx, log, args[1:])
-	case "probes":
-		return runProbes(log, args[1:])
-	case "blocklist":
-		return runBlocklist(ctx, log, args[1:])
+	for _, c := range []subcommand{scanCmd, sendCmd, ingestCmd, probesCmd, blocklistCmd} {
+		if c.name != args[0] {
+			continue
+		}
+		fs := sub(c.name, c.usage, c.examples...)
+		run := c.flags(fs)
+		if err := parse(log, fs, args[1:]); err != nil {
+			return ignoreHelp(err)
+		}
+		return run(ctx, log, fs.Args())
 	}
 	return cli.Usagef("unknown subcommand %q: want scan, send, ingest, probes or blocklist", args[0])
 }
+
+// subcommand is one subcommand of zprobe: its help, and flags, which registers its flags
+// and returns what runs once they are parsed (given the positional arguments).
+type subcommand struct {
+	name, usage string
+	examples    []string
+	flags       func(fs *flag.FlagSet) runFunc
+}
+
+type runFunc func(ctx context.Context, log *slog.Logger, args []string) error
 
 // sub is a subcommand's flag set with the shared --help format.
 
