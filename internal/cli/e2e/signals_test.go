@@ -25,9 +25,9 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
-	"github.com/doqscan/doqscan/internal/testsupport"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 const helperEnv = "DOQSCAN_SIGNAL_HELPER"

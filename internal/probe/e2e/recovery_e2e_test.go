@@ -17,12 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/testsupport"
 	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/probe/probetest"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // waitRows polls the database until the scan has at least one reply on port (the scan
