@@ -191,7 +191,7 @@ func runList(io IO, args []string) int {
 					from = *r.FromStatus
 				}
 				return fmt.Sprintf("%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.RequestID, r.Action, from, r.ToStatus, r.Actor,
-					r.At.UTC().Format(time.RFC3339), oneLine(r.Reason))
+					r.At.UTC().Format(time.RFC3339), optout.OneLine(r.Reason))
 			})
 		}
 		rows, err := optout.List(ctx, st, *status)
@@ -203,8 +203,8 @@ func runList(io IO, args []string) int {
 			if r.SourceAddr != nil {
 				src = r.SourceAddr.String()
 			}
-			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.Status, r.Prefix, oneLine(r.Email), src,
-				r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339), oneLine(r.Reason))
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.Status, r.Prefix, optout.OneLine(r.Email), src,
+				r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339), optout.OneLine(r.Reason))
 		})
 	})
 }
@@ -231,16 +231,6 @@ func writeJSON[T any](w io.Writer, rows []T) error {
 		}
 	}
 	return nil
-}
-
-// oneLine keeps a stored text on one table row.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
 }
 
 // decider returns the subcommand for an operator action on one request.
