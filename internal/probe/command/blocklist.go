@@ -12,11 +12,6 @@ import (
 	"github.com/doqscan/doqscan/internal/cli"
 )
 
-var blocklistCmd = subcommand{name: "blocklist", usage: "zprobe blocklist [--why ADDR] [--no-db] [flags]",
-	examples: []string{"zprobe blocklist > /tmp/bl.conf",
-		"zprobe blocklist --why 198.19.5.1 --testbed 198.19.0.0/16"},
-	flags: blocklistFlags}
-
 func blocklistFlags(fs *flag.FlagSet) runFunc {
 	var tf targetFlags
 	tf.register(fs)

@@ -62,7 +62,7 @@ func Run(ctx context.Context, log *slog.Logger, args []string) error {
 	if len(args) == 0 {
 		return cli.Usagef("want a subcommand: scan, send, ingest, probes or blocklist")
 	}
-	for _, c := range []subcommand{scanCmd, sendCmd, ingestCmd, probesCmd, blocklistCmd} {
+	for _, c := range subcommands {
 		if c.name != args[0] {
 			continue
 		}
@@ -85,6 +85,29 @@ type subcommand struct {
 }
 
 type runFunc func(ctx context.Context, log *slog.Logger, args []string) error
+
+// subcommands are zprobe's subcommands, with the usage and examples of their --help.
+var subcommands = []subcommand{
+	{name: "scan", usage: "zprobe scan [flags] [PREFIX...]",
+		examples: []string{"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000",
+			"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42 --shards 2 --shard 1 --yes --json",
+			"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rescan   # send this week's finished ports again (new raw files)"},
+		flags: scanFlags},
+	{name: "send", usage: "zprobe send --hitlist FILE [flags]",
+		examples: []string{"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 200",
+			"zprobe send --vantage dq --testbed 198.19.0.0/16 --hitlist known.txt --rate 2000 --json"},
+		flags: sendFlags},
+	{name: "ingest", usage: "zprobe ingest [--raw] FILE.csv...",
+		examples: []string{"zprobe ingest var/scans/2026-W47/fra1/weekly-shard0/*.csv"},
+		flags:    ingestFlags},
+	{name: "probes", usage: "zprobe probes [--write DIR]",
+		examples: []string{"zprobe probes --write probes"},
+		flags:    probesFlags},
+	{name: "blocklist", usage: "zprobe blocklist [--why ADDR] [--no-db] [flags]",
+		examples: []string{"zprobe blocklist > /tmp/bl.conf",
+			"zprobe blocklist --why 198.19.5.1 --testbed 198.19.0.0/16"},
+		flags: blocklistFlags},
+}
 
 // sub is a subcommand's flag set with the shared --help format.
 

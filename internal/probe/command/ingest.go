@@ -13,15 +13,11 @@ import (
 	"github.com/doqscan/doqscan/internal/probe"
 )
 
-var ingestCmd = subcommand{name: "ingest", usage: "zprobe ingest [--raw] FILE.csv...",
-	examples: []string{"zprobe ingest var/scans/2026-W47/fra1/weekly-shard0/*.csv"},
-	flags:    ingestFlags}
-
 func ingestFlags(fs *flag.FlagSet) runFunc {
 	var raw string
 	fs.StringVar(&raw, "raw", "", "a raw zmap CSV file kept by a scan (also positional)")
 	return func(ctx context.Context, log *slog.Logger, args []string) error {
-		files := fs.Args()
+		files := args
 		if raw != "" {
 			files = append([]string{raw}, files...)
 		}

@@ -10,10 +10,6 @@ import (
 	"github.com/doqscan/doqscan/internal/probe"
 )
 
-var probesCmd = subcommand{name: "probes", usage: "zprobe probes [--write DIR]",
-	examples: []string{"zprobe probes --write probes"},
-	flags:    probesFlags}
-
 func probesFlags(fs *flag.FlagSet) runFunc {
 	var dir string
 	fs.StringVar(&dir, "write", "", "write the standard probe files into DIR (the repository's probes/)")

@@ -19,12 +19,6 @@ import (
 	"github.com/doqscan/doqscan/internal/runkey"
 )
 
-var scanCmd = subcommand{name: "scan", usage: "zprobe scan [flags] [PREFIX...]",
-	examples: []string{"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000",
-		"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42 --shards 2 --shard 1 --yes --json",
-		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rescan   # send this week's finished ports again (new raw files)"},
-	flags: scanFlags}
-
 func scanFlags(fs *flag.FlagSet) runFunc {
 	var tf targetFlags
 	var pf probeFlags
@@ -82,7 +76,7 @@ func scanFlags(fs *flag.FlagSet) runFunc {
 		if week == "" {
 			week = weekFromRunKey()
 		}
-		targets, tb, err := tf.prefixes(fs.Args())
+		targets, tb, err := tf.prefixes(args)
 		if err != nil {
 			return err
 		}

@@ -13,11 +13,6 @@ import (
 	"github.com/doqscan/doqscan/internal/probe"
 )
 
-var sendCmd = subcommand{name: "send", usage: "zprobe send --hitlist FILE [flags]",
-	examples: []string{"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 200",
-		"zprobe send --vantage dq --testbed 198.19.0.0/16 --hitlist known.txt --rate 2000 --json"},
-	flags: sendFlags}
-
 func sendFlags(fs *flag.FlagSet) runFunc {
 	var tf targetFlags
 	var pf probeFlags
@@ -39,7 +34,7 @@ func sendFlags(fs *flag.FlagSet) runFunc {
 		if vf.ID == "" || hitlist == "" {
 			return cli.Usagef("--vantage (default %s) and --hitlist are required", cli.DefaultVantageID)
 		}
-		targets, tb, err := tf.prefixes(fs.Args())
+		targets, tb, err := tf.prefixes(args)
 		if err != nil {
 			return err
 		}
