@@ -15,18 +15,22 @@ import (
 func TestForContact(t *testing.T) {
 	s := storetest.Open(t)
 	ctx := context.Background()
-	opt := netip.MustParsePrefix("198.19.7.0/28")
-	if _, err := s.Pool.Exec(ctx, `INSERT INTO optout_requests (prefix, email) VALUES ($1, 'noc@example.net')`, opt); err != nil {
-		t.Fatal(err)
+	// optOut stores an opt-out request for prefix; status "" leaves the column's default.
+	optOut := func(prefix, status string) netip.Prefix {
+		t.Helper()
+		p := netip.MustParsePrefix(prefix)
+		q, args := `INSERT INTO optout_requests (prefix, email) VALUES ($1, 'noc@example.net')`, []any{p}
+		if status != "" {
+			q, args = `INSERT INTO optout_requests (prefix, email, status) VALUES ($1, 'x@example.net', $2)`, []any{p, status}
+		}
+		if _, err := s.Pool.Exec(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-	pending := netip.MustParsePrefix("198.19.10.0/24")
-	if _, err := s.Pool.Exec(ctx, `INSERT INTO optout_requests (prefix, email, status) VALUES ($1, 'x@example.net', 'pending')`, pending); err != nil {
-		t.Fatal(err)
-	}
-	withdrawn := netip.MustParsePrefix("198.19.9.0/24")
-	if _, err := s.Pool.Exec(ctx, `INSERT INTO optout_requests (prefix, email, status) VALUES ($1, 'x@example.net', 'withdrawn')`, withdrawn); err != nil {
-		t.Fatal(err)
-	}
+	opt := optOut("198.19.7.0/28", "")
+	pending := optOut("198.19.10.0/24", "pending")
+	withdrawn := optOut("198.19.9.0/24", "withdrawn")
 	dir := t.TempDir()
 	file := netip.MustParsePrefix("198.19.8.128/25")
 	if err := os.WriteFile(filepath.Join(dir, "permanent.conf"), []byte(file.String()+" # asked by phone\n"), 0o644); err != nil {

@@ -195,17 +195,9 @@ def test_pre_study_report(pre_study_db, tmp_path):
 # ----------------------------------------------------------------------------------
 # A performance database in the study's schema, written from doqscan's own rows.
 
-PERF_SCHEMA = """
-CREATE TABLE dns_measurements (id text, cache_warming numeric, ip text, port integer, protocol text,
-  created integer, updated integer, udp_socket_setup_duration integer, tcp_handshake_duration integer,
-  tls_handshake_duration integer, tls_version integer, tls_error integer, q_ui_c_handshake_duration integer,
-  q_ui_c_version integer, q_ui_c_negotiated_protocol text, q_ui_c_error integer, http_version text,
-  query_time integer, total_time integer, r_code integer, response_ip text, error text,
-  PRIMARY KEY (id, cache_warming));
-CREATE TABLE traceroutes (dns_measurement_id text, timestamp datetime, ttl integer, dest_ip text,
-  dest_port integer, protocol text, hop_ip text, rtt integer);
-CREATE TABLE q_log_outputs (dns_measurement_id text, content text);
-"""
+# The study's performance database schema, shared with internal/dataset's tests.
+with open(os.path.join(ROOT, "internal", "dataset", "testdata", "perf-schema.sql")) as _f:
+    PERF_SCHEMA = _f.read()
 TO_STUDY = {"doudp": "udp", "dotcp": "tcp", "dot": "tls", "doh": "https", "doq": "quic"}
 TRANSPORT = {"doudp": "udp", "dotcp": "tcp", "dot": "tcp", "doh": "tcp", "doq": "quic"}
 

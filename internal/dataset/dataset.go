@@ -247,6 +247,16 @@ type perfFile struct {
 	DB   *perfDB
 }
 
+// listFile parses a list file (data, at rel) and returns it with the week of its date d.
+func (p *plan) listFile(rel string, d time.Time, data []byte) (addrList, *weekData, error) {
+	l, le := parseAddrList(strings.NewReader(string(data)))
+	if le != nil {
+		return l, nil, &FileError{Path: rel, Line: le.Line, Err: le.Err}
+	}
+	wd, err := p.week(rel, d)
+	return l, wd, err
+}
+
 func (p *plan) week(path string, d time.Time) (*weekData, error) {
 	w := runkey.Week(d)
 	wd := p.weeks[w]
@@ -371,11 +381,7 @@ func (p *plan) readFile(ctx context.Context, path, rel string) (fileRec, error) 
 			}
 			port = int32(n)
 		}
-		l, le := parseAddrList(strings.NewReader(string(data)))
-		if le != nil {
-			return rec, fileErr(le)
-		}
-		wd, err := p.week(rel, d)
+		l, wd, err := p.listFile(rel, d, data)
 		if err != nil {
 			return rec, err
 		}
@@ -400,11 +406,7 @@ func (p *plan) readFile(ctx context.Context, path, rel string) (fileRec, error) 
 		if n > 65535 {
 			return rec, &FileError{Path: rel, Err: malformed("port %d in the file name", n)}
 		}
-		l, le := parseAddrList(strings.NewReader(string(data)))
-		if le != nil {
-			return rec, fileErr(le)
-		}
-		wd, err := p.week(rel, d)
+		l, wd, err := p.listFile(rel, d, data)
 		if err != nil {
 			return rec, err
 		}

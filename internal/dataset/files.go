@@ -168,7 +168,55 @@ var certProtocols = map[string]bool{"tls": true, "https": true, "quic": true}
 func parseCertCSV(r io.Reader) ([]certRecord, *lineError) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
-	var out []certRecord
+	return readCSV(cr, func(line int, rec []string) (certRecord, *lineError) {
+		var c certRecord
+		if len(rec) != 4 {
+			return c, &lineError{line, malformed("want 4 columns (ip, protocol, port, info), found %d", len(rec))}
+		}
+		var err error
+		if c.Addr, err = netip.ParseAddr(strings.TrimSpace(rec[0])); err != nil || c.Addr.Zone() != "" {
+			return c, &lineError{line, malformed("column 1: not an IP address: %q", clip(rec[0]))}
+		}
+		c.Addr = c.Addr.Unmap()
+		c.Protocol = strings.TrimSpace(rec[1])
+		if !certProtocols[c.Protocol] {
+			return c, &lineError{line, malformed("column 2: protocol %q, want tls, https or quic", clip(rec[1]))}
+		}
+		p, err := strconv.ParseUint(strings.TrimSpace(rec[2]), 10, 16)
+		if err != nil {
+			return c, &lineError{line, malformed("column 3: port %q", clip(rec[2]))}
+		}
+		c.Port = int32(p)
+		dec := json.NewDecoder(bytes.NewReader([]byte(rec[3])))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c.Info); err != nil {
+			return c, &lineError{line, malformed("column 4: certificate info: %v", err)}
+		}
+		if dec.More() {
+			return c, &lineError{line, malformed("column 4: text after the JSON object")}
+		}
+		if c.Info.CertHash != "" {
+			if c.MD5, err = hex.DecodeString(c.Info.CertHash); err != nil || len(c.MD5) != 16 {
+				return c, &lineError{line, malformed("CertHash %q is not an MD5 in hex", clip(c.Info.CertHash))}
+			}
+		}
+		if c.AuthorityKey, err = b64(c.Info.AuthorityID); err != nil {
+			return c, &lineError{line, malformed("AuthorityID: %v", err)}
+		}
+		if c.SubjectKey, err = b64(c.Info.SubjectID); err != nil {
+			return c, &lineError{line, malformed("SubjectID: %v", err)}
+		}
+		if c.Info.Size < 0 {
+			return c, &lineError{line, malformed("Size %d", c.Info.Size)}
+		}
+		return c, nil
+	})
+}
+
+// readCSV parses every record of cr with parse (given the record's line), up to the end
+// of the input; at the first error it returns the records parsed before it.
+func readCSV[T any](cr *csv.Reader, parse func(line int, rec []string) (T, *lineError)) ([]T, *lineError) {
+	var out []T
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -178,46 +226,11 @@ func parseCertCSV(r io.Reader) ([]certRecord, *lineError) {
 			return out, csvError(err)
 		}
 		line, _ := cr.FieldPos(0) // only valid after a successful Read
-		if len(rec) != 4 {
-			return out, &lineError{line, malformed("want 4 columns (ip, protocol, port, info), found %d", len(rec))}
+		v, le := parse(line, rec)
+		if le != nil {
+			return out, le
 		}
-		var c certRecord
-		if c.Addr, err = netip.ParseAddr(strings.TrimSpace(rec[0])); err != nil || c.Addr.Zone() != "" {
-			return out, &lineError{line, malformed("column 1: not an IP address: %q", clip(rec[0]))}
-		}
-		c.Addr = c.Addr.Unmap()
-		c.Protocol = strings.TrimSpace(rec[1])
-		if !certProtocols[c.Protocol] {
-			return out, &lineError{line, malformed("column 2: protocol %q, want tls, https or quic", clip(rec[1]))}
-		}
-		p, err := strconv.ParseUint(strings.TrimSpace(rec[2]), 10, 16)
-		if err != nil {
-			return out, &lineError{line, malformed("column 3: port %q", clip(rec[2]))}
-		}
-		c.Port = int32(p)
-		dec := json.NewDecoder(bytes.NewReader([]byte(rec[3])))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&c.Info); err != nil {
-			return out, &lineError{line, malformed("column 4: certificate info: %v", err)}
-		}
-		if dec.More() {
-			return out, &lineError{line, malformed("column 4: text after the JSON object")}
-		}
-		if c.Info.CertHash != "" {
-			if c.MD5, err = hex.DecodeString(c.Info.CertHash); err != nil || len(c.MD5) != 16 {
-				return out, &lineError{line, malformed("CertHash %q is not an MD5 in hex", clip(c.Info.CertHash))}
-			}
-		}
-		if c.AuthorityKey, err = b64(c.Info.AuthorityID); err != nil {
-			return out, &lineError{line, malformed("AuthorityID: %v", err)}
-		}
-		if c.SubjectKey, err = b64(c.Info.SubjectID); err != nil {
-			return out, &lineError{line, malformed("SubjectID: %v", err)}
-		}
-		if c.Info.Size < 0 {
-			return out, &lineError{line, malformed("Size %d", c.Info.Size)}
-		}
-		out = append(out, c)
+		out = append(out, v)
 	}
 }
 
@@ -274,24 +287,16 @@ func parseLocationCSV(r io.Reader) ([]locationRecord, *lineError) {
 			return nil, &lineError{1, malformed("header lacks column %q (want %s)", c, strings.Join(locationColumns, ","))}
 		}
 	}
-	var out []locationRecord
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, csvError(err)
-		}
-		line, _ := cr.FieldPos(0) // only valid after a successful Read
+	return readCSV(cr, func(line int, rec []string) (locationRecord, *lineError) {
 		var l locationRecord
+		var err error
 		if l.Addr, err = netip.ParseAddr(strings.TrimSpace(rec[col["ip"]])); err != nil || l.Addr.Zone() != "" {
-			return out, &lineError{line, malformed("ip: not an IP address: %q", clip(rec[col["ip"]]))}
+			return l, &lineError{line, malformed("ip: not an IP address: %q", clip(rec[col["ip"]]))}
 		}
 		l.Addr = l.Addr.Unmap()
 		l.Country = strings.ToUpper(strings.TrimSpace(rec[col["countryCode"]]))
 		if l.Country != "" && !reCountry.MatchString(l.Country) {
-			return out, &lineError{line, malformed("countryCode %q is not two letters", clip(l.Country))}
+			return l, &lineError{line, malformed("countryCode %q is not two letters", clip(l.Country))}
 		}
 		l.City = strings.TrimSpace(rec[col["city"]])
 		l.Org = strings.TrimSpace(rec[col["org"]])
@@ -306,23 +311,23 @@ func parseLocationCSV(r io.Reader) ([]locationRecord, *lineError) {
 			}
 			v, err := strconv.ParseFloat(s, 64)
 			if err != nil || v < -f.max || v > f.max {
-				return out, &lineError{line, malformed("%s %q", f.name, clip(s))}
+				return l, &lineError{line, malformed("%s %q", f.name, clip(s))}
 			}
 			*f.dst = &v
 		}
 		if as := strings.TrimSpace(rec[col["as"]]); as != "" {
 			m := reAS.FindStringSubmatch(as)
 			if m == nil {
-				return out, &lineError{line, malformed("as %q, want \"AS<number> <name>\"", clip(as))}
+				return l, &lineError{line, malformed("as %q, want \"AS<number> <name>\"", clip(as))}
 			}
 			n, err := strconv.ParseInt(m[1], 10, 64)
 			if err != nil || n > 1<<32-1 {
-				return out, &lineError{line, malformed("as %q: number out of range", clip(as))}
+				return l, &lineError{line, malformed("as %q: number out of range", clip(as))}
 			}
 			l.ASN, l.ASOrg = &n, strings.TrimSpace(m[2])
 		}
-		out = append(out, l)
-	}
+		return l, nil
+	})
 }
 
 var reCountry = regexp.MustCompile(`^[A-Z]{2}$`)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,17 +16,9 @@ import (
 )
 
 // perfSchema is the performance database's schema as the datasets README documents it
-// (GORM models of mgranderath/dns-measurements, commit 8abde73).
-const perfSchema = `
-CREATE TABLE dns_measurements (id text, cache_warming numeric, ip text, port integer, protocol text,
-  created integer, updated integer, udp_socket_setup_duration integer, tcp_handshake_duration integer,
-  tls_handshake_duration integer, tls_version integer, tls_error integer, q_ui_c_handshake_duration integer,
-  q_ui_c_version integer, q_ui_c_negotiated_protocol text, q_ui_c_error integer, http_version text,
-  query_time integer, total_time integer, r_code integer, response_ip text, error text,
-  PRIMARY KEY (id, cache_warming));
-CREATE TABLE traceroutes (dns_measurement_id text, timestamp datetime, ttl integer, dest_ip text,
-  dest_port integer, protocol text, hop_ip text, rtt integer);
-CREATE TABLE q_log_outputs (dns_measurement_id text, content text);`
+// (GORM models of mgranderath/dns-measurements, commit 8abde73); the analysis tests
+// read the same file.
+const perfSchema = "testdata/perf-schema.sql"
 
 type perfRow struct {
 	id                 string
@@ -44,7 +37,11 @@ func writePerf(t *testing.T, path string, rows []perfRow, rtt map[string]int64) 
 	t.Helper()
 	db := openRW(t, path)
 	defer db.Close()
-	if _, err := db.Exec(perfSchema); err != nil {
+	schema, err := os.ReadFile(perfSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(string(schema)); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rows {

@@ -30,13 +30,19 @@ func (c *PacketConn) SetWriteBuffer(n int) error         { return c.c.SetWriteBu
 // SyscallConn gives the socket (quic-go sets the DF bit through it).
 func (c *PacketConn) SyscallConn() (syscall.RawConn, error) { return c.rc, nil }
 
-// NewPacketConn enables receive timestamps on c and wraps it.
-func NewPacketConn(c *net.UDPConn) (*PacketConn, error) {
+// enable turns receive timestamps on for c's socket and returns the socket.
+func enable(c syscall.Conn) (syscall.RawConn, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	if err := Enable(rc); err != nil {
+	return rc, Enable(rc)
+}
+
+// NewPacketConn enables receive timestamps on c and wraps it.
+func NewPacketConn(c *net.UDPConn) (*PacketConn, error) {
+	rc, err := enable(c)
+	if err != nil {
 		return nil, err
 	}
 	return &PacketConn{c: c, rc: rc}, nil
@@ -102,11 +108,8 @@ type Conn struct {
 
 // NewConn enables receive timestamps on c and wraps it.
 func NewConn(c *net.TCPConn) (*Conn, error) {
-	rc, err := c.SyscallConn()
+	rc, err := enable(c)
 	if err != nil {
-		return nil, err
-	}
-	if err := Enable(rc); err != nil {
 		return nil, err
 	}
 	return &Conn{TCPConn: c, rc: rc}, nil

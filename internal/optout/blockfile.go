@@ -38,7 +38,7 @@ func WriteBlocklist(dir string, reqs []store.OptOutRequest, now time.Time) (stri
 			continue
 		}
 		seen[r.Prefix] = true
-		fmt.Fprintf(&b, "%s # %s opt-out by %s\n", r.Prefix, r.CreatedAt.UTC().Format("2006-01-02"), sanitizeComment(r.Email))
+		fmt.Fprintf(&b, "%s # %s opt-out by %s\n", r.Prefix, r.CreatedAt.UTC().Format("2006-01-02"), OneLine(r.Email))
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -69,7 +69,9 @@ func WriteBlocklist(dir string, reqs []store.OptOutRequest, now time.Time) (stri
 	return path, nil
 }
 
-func sanitizeComment(s string) string {
+// OneLine replaces the control characters of s (a line break above all) with spaces, so
+// that a submitted text stays on one line of a blocklist comment or a table row.
+func OneLine(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
 			return ' '

@@ -1,41 +1,20 @@
 package probe
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/probe/probetest"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
-
-// rawAddrs returns the addresses (first CSV column) of the data lines of a raw file.
-func rawAddrs(t *testing.T, path string) map[netip.Addr]bool {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[netip.Addr]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		field, _, _ := strings.Cut(sc.Text(), ",")
-		if a, err := netip.ParseAddr(field); err == nil {
-			out[a] = true
-		}
-	}
-	return out
-}
 
 // TestStreamCSVRawBeforeDB: while zmap is still writing (the pipe stays open), every
 // reply that reached the database is already in the raw file on disk, so a zprobe
@@ -76,7 +55,7 @@ func TestStreamCSVRawBeforeDB(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	onDisk := rawAddrs(t, rawPath)
+	onDisk := probetest.RawAddrs(t, rawPath)
 	rows, err := store.SelectTable[store.ScanReply](ctx, s, store.TableScanReplies, "address")
 	if err != nil {
 		t.Fatal(err)
@@ -103,16 +82,7 @@ func TestStreamCSVRawBeforeDB(t *testing.T) {
 
 // replayDir is a scan directory with the probes and manifest of one QUIC port (853).
 func replayDir(t *testing.T) string {
-	dir := filepath.Join(t.TempDir(), "2026-W47", "test", "weekly-shard0")
-	os.MkdirAll(dir, 0o755)
-	q, _ := DefaultQUICProbe().Build()
-	d, _ := DefaultDNSProbe().Build()
-	os.WriteFile(filepath.Join(dir, "quic.pkt"), q, 0o644)
-	os.WriteFile(filepath.Join(dir, "dns.pkt"), d, 0o644)
-	os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"iso_week":"2026-W47","vantage_id":"test","label":"weekly",
-		"shard":0,"shards":1,"ports":{"853":"quic-vn"},"quic_probe":"quic.pkt","dns_probe":"dns.pkt",
-		"targets":["198.19.0.0/16"]}`), 0o644)
-	return dir
+	return scanDir(t, `"853":"quic-vn"`, "198.19.0.0/16", nil)
 }
 
 func runStatus(t *testing.T, s *store.Store, port int32) (scan, run store.RunStatus) {

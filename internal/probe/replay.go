@@ -124,19 +124,11 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 			return nil, fmt.Errorf("replay: port %d is not in the scan's manifest", p)
 		}
 	}
-	qb, err := os.ReadFile(filepath.Join(dir, man.QUICProbe))
+	qb, q, err := readProbe(filepath.Join(dir, man.QUICProbe), ParseQUICProbe)
 	if err != nil {
 		return nil, err
 	}
-	q, err := ParseQUICProbe(qb)
-	if err != nil {
-		return nil, err
-	}
-	db, err := os.ReadFile(filepath.Join(dir, man.DNSProbe))
-	if err != nil {
-		return nil, err
-	}
-	d, err := ParseDNSProbe(db)
+	db, d, err := readProbe(filepath.Join(dir, man.DNSProbe), ParseDNSProbe)
 	if err != nil {
 		return nil, err
 	}
@@ -239,4 +231,16 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 			filepath.Base(metaFor(csvPath)), port, res.Status)
 	}
 	return res, nil
+}
+
+// readProbe reads a probe file kept with a scan and returns its bytes and the probe
+// parsed from them.
+func readProbe[T any](path string, parse func([]byte) (T, error)) ([]byte, T, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		var zero T
+		return nil, zero, err
+	}
+	p, err := parse(b)
+	return b, p, err
 }

@@ -153,28 +153,34 @@ func RunDir(outDir, week, vantage, label string, shard int) string {
 	return filepath.Join(outDir, week, vantage, fmt.Sprintf("%s-shard%d", label, shard))
 }
 
-func (c *ScanConfig) defaults() {
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
+// defaultRun fills what a scan and a send leave unset alike: the logger (discard), the
+// week (the current one), the ports and the probes (the defaults).
+func defaultRun(log **slog.Logger, week *string, quicPorts, dnsPorts *[]uint16, q *QUICProbe, d *DNSProbe) {
+	if *log == nil {
+		*log = slog.New(slog.DiscardHandler)
 	}
+	if *week == "" {
+		*week = runkey.Week(time.Now())
+	}
+	if *quicPorts == nil && *dnsPorts == nil {
+		*quicPorts, *dnsPorts = DefaultQUICPorts, DefaultDNSPorts
+	}
+	if q.DCID == nil {
+		*q = DefaultQUICProbe()
+	}
+	if d.QName == "" {
+		*d = DefaultDNSProbe()
+	}
+}
+
+func (c *ScanConfig) defaults() {
 	if c.Label == "" {
 		c.Label = "weekly"
-	}
-	if c.Week == "" {
-		c.Week = runkey.Week(time.Now())
 	}
 	if c.Shards == 0 {
 		c.Shards = 1
 	}
-	if c.QUICPorts == nil && c.DNSPorts == nil {
-		c.QUICPorts, c.DNSPorts = DefaultQUICPorts, DefaultDNSPorts
-	}
-	if c.QUIC.DCID == nil {
-		c.QUIC = DefaultQUICProbe()
-	}
-	if c.DNS.QName == "" {
-		c.DNS = DefaultDNSProbe()
-	}
+	defaultRun(&c.Log, &c.Week, &c.QUICPorts, &c.DNSPorts, &c.QUIC, &c.DNS)
 	if c.OutDir == "" {
 		c.OutDir = home.Path("var", "scans")
 	}
@@ -505,15 +511,9 @@ func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
 // resumedPort is the summary of a port an earlier run of the scan finished.
 func resumedPort(r store.ScanRunState, kind ProbeKind) PortSummary {
 	ps := PortSummary{Port: uint16(r.Port), Probe: kind, Status: r.Status, ByKind: map[Kind]int64{}, RawOutput: r.RawOutput, Resumed: true}
-	if r.ProbesSent != nil {
-		ps.ProbesSent = *r.ProbesSent
-	}
-	if r.Replies != nil {
-		ps.Replies = *r.Replies
-	}
-	if r.Blocklisted != nil {
-		ps.Blocklisted = *r.Blocklisted
-	}
+	setIfPresent(&ps.ProbesSent, r.ProbesSent)
+	setIfPresent(&ps.Replies, r.Replies)
+	setIfPresent(&ps.Blocklisted, r.Blocklisted)
 	return ps
 }
 

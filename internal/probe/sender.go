@@ -15,7 +15,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/doqscan/doqscan/internal/labnet"
-	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -53,24 +52,10 @@ type target struct {
 // the replies. An address outside the allowlist refuses the whole run before any packet
 // is sent; a blocklisted address is skipped and counted.
 func Send(ctx context.Context, c SendConfig) (*Summary, error) {
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
-	}
 	if c.Label == "" {
 		c.Label = "hitlist"
 	}
-	if c.Week == "" {
-		c.Week = runkey.Week(time.Now())
-	}
-	if c.QUICPorts == nil && c.DNSPorts == nil {
-		c.QUICPorts, c.DNSPorts = DefaultQUICPorts, DefaultDNSPorts
-	}
-	if c.QUIC.DCID == nil {
-		c.QUIC = DefaultQUICProbe()
-	}
-	if c.DNS.QName == "" {
-		c.DNS = DefaultDNSProbe()
-	}
+	defaultRun(&c.Log, &c.Week, &c.QUICPorts, &c.DNSPorts, &c.QUIC, &c.DNS)
 	if c.Rate <= 0 {
 		return nil, fmt.Errorf("%w: send needs a rate above 0 probes/s, got %v", ErrBadRate, c.Rate)
 	}

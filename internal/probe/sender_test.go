@@ -20,6 +20,7 @@ import (
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // countingListener counts datagrams arriving at addr: the target-side check that a
@@ -29,18 +30,7 @@ func countingListener(t *testing.T, addr string) *atomic.Int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pc.Close() })
-	var n atomic.Int64
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			if _, _, err := pc.ReadFrom(buf); err != nil {
-				return
-			}
-			n.Add(1)
-		}
-	}()
-	return &n
+	return testsupport.CountDatagrams(t, pc)
 }
 
 // TestSendLoopback runs the built-in sender against real servers on loopback: quic-go

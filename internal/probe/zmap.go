@@ -264,15 +264,9 @@ func ReadZmapMeta(path string) (*ZmapMeta, error) {
 	if err := json.Unmarshal(b, &m3); err != nil {
 		return nil, fmt.Errorf("zmap metadata %s: %w", path, err)
 	}
-	if m3.PacketsSent != nil {
-		m.TotalSent = *m3.PacketsSent
-	}
-	if m3.Allowed != nil {
-		m.Allowed = *m3.Allowed
-	}
-	if m3.NotAllowed != nil {
-		m.NotAllowed = *m3.NotAllowed
-	}
+	setIfPresent(&m.TotalSent, m3.PacketsSent)
+	setIfPresent(&m.Allowed, m3.Allowed)
+	setIfPresent(&m.NotAllowed, m3.NotAllowed)
 	if m3.BlocklistedNet != nil {
 		m.BlacklistedNets = m3.BlocklistedNet
 	}
@@ -283,6 +277,13 @@ func ReadZmapMeta(path string) (*ZmapMeta, error) {
 		m.TargetPorts = []uint16{*m3.TargetPort}
 	}
 	return &m, nil
+}
+
+// setIfPresent sets *dst to *v when v is present (not nil): a field a source may leave out.
+func setIfPresent[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
 }
 
 // StartZmap starts zmap with args; stdout is returned for streaming, stderr status

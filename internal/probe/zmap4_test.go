@@ -144,21 +144,7 @@ func fakeScanConfig(t *testing.T, s *store.Store, bin, out string) ScanConfig {
 
 func countReplies(t *testing.T, s *store.Store, scanID int64) map[int32]int64 {
 	t.Helper()
-	rows, err := s.Pool.Query(context.Background(), "SELECT port, count(*) FROM scan_replies WHERE scan_id = $1 GROUP BY port", scanID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[int32]int64{}
-	for rows.Next() {
-		var p int32
-		var n int64
-		if err := rows.Scan(&p, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[p] = n
-	}
-	return out
+	return storetest.QueryMap[int32, int64](t, s, "SELECT port, count(*) FROM scan_replies WHERE scan_id = $1 GROUP BY port", scanID)
 }
 
 // TestZmap4EndToEnd drives the zmap 4.x dialect through a fake zmap 4.3.4 that checks

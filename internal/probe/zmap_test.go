@@ -195,20 +195,30 @@ func TestRecordedZmapCSV(t *testing.T) {
 	}
 }
 
+// copyRunDir is a scan directory with the recorded zmap output of ports 784, 53 and 9999.
 func copyRunDir(t *testing.T) string {
+	return scanDir(t, `"784":"quic-vn","53":"dns","9999":"quic-vn"`, "198.19.0.0/24",
+		map[string]string{"quic-784.csv": "784.csv", "dns-53.csv": "53.csv", "icmp-9999.csv": "9999.csv"})
+}
+
+// scanDir is a scan directory (2026-W47, vantage test, weekly shard 0) with the default
+// probes, a manifest of ports (the JSON object's members) and target, and the recorded
+// zmap outputs copies names (testdata/zmap file -> name in the directory).
+func scanDir(t *testing.T, ports, target string, copies map[string]string) string {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "2026-W47", "test", "weekly-shard0")
 	os.MkdirAll(dir, 0o755)
 	q, _ := DefaultQUICProbe().Build()
 	d, _ := DefaultDNSProbe().Build()
 	os.WriteFile(filepath.Join(dir, "quic.pkt"), q, 0o644)
 	os.WriteFile(filepath.Join(dir, "dns.pkt"), d, 0o644)
-	for src, dst := range map[string]string{"quic-784.csv": "784.csv", "dns-53.csv": "53.csv", "icmp-9999.csv": "9999.csv"} {
+	for src, dst := range copies {
 		b, _ := os.ReadFile(filepath.Join("testdata/zmap", src))
 		os.WriteFile(filepath.Join(dir, dst), b, 0o644)
 	}
 	os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"iso_week":"2026-W47","vantage_id":"test","label":"weekly",
-		"shard":0,"shards":1,"ports":{"784":"quic-vn","53":"dns","9999":"quic-vn"},"quic_probe":"quic.pkt","dns_probe":"dns.pkt",
-		"targets":["198.19.0.0/24"]}`), 0o644)
+		"shard":0,"shards":1,"ports":{`+ports+`},"quic_probe":"quic.pkt","dns_probe":"dns.pkt",
+		"targets":["`+target+`"]}`), 0o644)
 	return dir
 }
 

@@ -124,8 +124,14 @@ func (s *Store) FinishScanRun(ctx context.Context, scanID int64, port int32, sta
 
 // FinishScan closes a scan with its status and JSON summary.
 func (s *Store) FinishScan(ctx context.Context, scanID int64, status RunStatus, summary []byte) error {
-	_, err := s.Pool.Exec(ctx, `UPDATE scans SET status = $2, finished_at = now(), summary = $3 WHERE scan_id = $1`,
-		scanID, status, summary)
+	return s.finishRun(ctx, "scans", "scan_id", scanID, status, summary)
+}
+
+// finishRun closes the row of a run table (scans, verification_runs, campaigns) whose
+// key column idCol is id, with its status and JSON summary.
+func (s *Store) finishRun(ctx context.Context, table, idCol string, id int64, status RunStatus, summary []byte) error {
+	_, err := s.Pool.Exec(ctx, `UPDATE `+table+` SET status = $2, finished_at = now(), summary = $3 WHERE `+idCol+` = $1`,
+		id, status, summary)
 	return err
 }
 
@@ -237,9 +243,7 @@ func (s *Store) StartVerificationRun(ctx context.Context, v VerificationRun) (id
 
 // FinishVerificationRun closes a verification run.
 func (s *Store) FinishVerificationRun(ctx context.Context, runID int64, status RunStatus, summary []byte) error {
-	_, err := s.Pool.Exec(ctx, `UPDATE verification_runs SET status = $2, finished_at = now(), summary = $3 WHERE run_id = $1`,
-		runID, status, summary)
-	return err
+	return s.finishRun(ctx, "verification_runs", "run_id", runID, status, summary)
 }
 
 // Campaign is the natural key and parameters of one hourly measurement round.
@@ -277,9 +281,7 @@ func (s *Store) StartCampaign(ctx context.Context, c Campaign) (id int64, existe
 
 // FinishCampaign closes a round.
 func (s *Store) FinishCampaign(ctx context.Context, campaignID int64, status RunStatus, summary []byte) error {
-	_, err := s.Pool.Exec(ctx, `UPDATE campaigns SET status = $2, finished_at = now(), summary = $3 WHERE campaign_id = $1`,
-		campaignID, status, summary)
-	return err
+	return s.finishRun(ctx, "campaigns", "campaign_id", campaignID, status, summary)
 }
 
 // Dataset is an external dataset version (a GeoIP database file).

@@ -178,38 +178,48 @@ func make32(b byte) []byte {
 	return out
 }
 
+// fixtureTable is one table of the fixture: its rows written with store.Insert and read
+// back with roundTrip.
+type fixtureTable struct {
+	name      string
+	insert    func(ctx context.Context, s *store.Store) (int64, error)
+	roundTrip func(t *testing.T, s *store.Store)
+}
+
+func tableOf[T any](name string, rows []T) fixtureTable {
+	return fixtureTable{name: name,
+		insert:    func(ctx context.Context, s *store.Store) (int64, error) { return store.Insert(ctx, s, name, rows) },
+		roundTrip: func(t *testing.T, s *store.Store) { t.Helper(); roundTrip(t, s, name, rows) }}
+}
+
+// tables are the fixture's tables in dependency order.
+func (f *fixture) tables() []fixtureTable {
+	return []fixtureTable{
+		tableOf(store.TableScanReplies, f.replies),
+		tableOf(store.TableCertificates, f.certs),
+		tableOf(store.TableVerificationResults, f.results),
+		tableOf(store.TableResolvers, f.resolvers),
+		tableOf(store.TableResolverGeo, f.geo),
+		tableOf(store.TableQlogs, f.qlogs),
+		tableOf(store.TableMeasurements, f.measurements),
+		tableOf(store.TableRTTSamples, f.rtts),
+		tableOf(store.TableHandshakeAnalyses, f.analyses),
+		tableOf(store.TableResolverFeatures, f.features),
+		tableOf(store.TableOptOutRequests, f.optouts),
+	}
+}
+
 // insertAll writes the fixture in dependency order and returns the rows added per table.
 func insertAll(t *testing.T, s *store.Store, f *fixture) map[string]int64 {
 	ctx := context.Background()
 	n := map[string]int64{}
-	must := func(table string, c int64, err error) {
+	for _, tb := range f.tables() {
+		c, err := tb.insert(ctx, s)
 		if err != nil {
-			t.Fatalf("%s: %v", table, err)
+			t.Fatalf("%s: %v", tb.name, err)
 		}
-		n[table] = c
+		n[tb.name] = c
 	}
-	c, err := store.Insert(ctx, s, store.TableScanReplies, f.replies)
-	must(store.TableScanReplies, c, err)
-	c, err = store.Insert(ctx, s, store.TableCertificates, f.certs)
-	must(store.TableCertificates, c, err)
-	c, err = store.Insert(ctx, s, store.TableVerificationResults, f.results)
-	must(store.TableVerificationResults, c, err)
-	c, err = store.Insert(ctx, s, store.TableResolvers, f.resolvers)
-	must(store.TableResolvers, c, err)
-	c, err = store.Insert(ctx, s, store.TableResolverGeo, f.geo)
-	must(store.TableResolverGeo, c, err)
-	c, err = store.Insert(ctx, s, store.TableQlogs, f.qlogs)
-	must(store.TableQlogs, c, err)
-	c, err = store.Insert(ctx, s, store.TableMeasurements, f.measurements)
-	must(store.TableMeasurements, c, err)
-	c, err = store.Insert(ctx, s, store.TableRTTSamples, f.rtts)
-	must(store.TableRTTSamples, c, err)
-	c, err = store.Insert(ctx, s, store.TableHandshakeAnalyses, f.analyses)
-	must(store.TableHandshakeAnalyses, c, err)
-	c, err = store.Insert(ctx, s, store.TableResolverFeatures, f.features)
-	must(store.TableResolverFeatures, c, err)
-	c, err = store.Insert(ctx, s, store.TableOptOutRequests, f.optouts)
-	must(store.TableOptOutRequests, c, err)
 	return n
 }
 
@@ -266,17 +276,9 @@ func TestCopyRoundTripEveryTable(t *testing.T) {
 			t.Errorf("%s: no row added", table)
 		}
 	}
-	roundTrip(t, s, store.TableScanReplies, f.replies)
-	roundTrip(t, s, store.TableCertificates, f.certs)
-	roundTrip(t, s, store.TableVerificationResults, f.results)
-	roundTrip(t, s, store.TableResolvers, f.resolvers)
-	roundTrip(t, s, store.TableResolverGeo, f.geo)
-	roundTrip(t, s, store.TableQlogs, f.qlogs)
-	roundTrip(t, s, store.TableMeasurements, f.measurements)
-	roundTrip(t, s, store.TableRTTSamples, f.rtts)
-	roundTrip(t, s, store.TableHandshakeAnalyses, f.analyses)
-	roundTrip(t, s, store.TableResolverFeatures, f.features)
-	roundTrip(t, s, store.TableOptOutRequests, f.optouts)
+	for _, tb := range f.tables() {
+		tb.roundTrip(t, s)
+	}
 }
 
 func TestReinsertAddsNothing(t *testing.T) {

@@ -6,6 +6,7 @@
 package verify
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -101,21 +102,11 @@ func (c *Config) setDefaults() {
 	if len(c.Versions) == 0 {
 		c.Versions = []quic.Version{quic.Version1, quic.Version2}
 	}
-	if c.HandshakeTimeout == 0 {
-		c.HandshakeTimeout = DefaultHandshakeTimeout
-	}
-	if c.QueryTimeout == 0 {
-		c.QueryTimeout = DefaultQueryTimeout
-	}
-	if c.TargetTimeout == 0 {
-		c.TargetTimeout = DefaultTargetTimeout
-	}
-	if c.QueryName == "" {
-		c.QueryName = DefaultQueryName
-	}
-	if c.MaxSNIAttempts == 0 {
-		c.MaxSNIAttempts = DefaultMaxSNIAttempts
-	}
+	c.HandshakeTimeout = cmp.Or(c.HandshakeTimeout, DefaultHandshakeTimeout)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, DefaultQueryTimeout)
+	c.TargetTimeout = cmp.Or(c.TargetTimeout, DefaultTargetTimeout)
+	c.QueryName = cmp.Or(c.QueryName, DefaultQueryName)
+	c.MaxSNIAttempts = cmp.Or(c.MaxSNIAttempts, DefaultMaxSNIAttempts)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // udpCounter counts the datagrams a UDP address receives (a QUIC Initial from verify).
@@ -23,18 +24,7 @@ func udpCounter(t *testing.T, addr string) (netip.AddrPort, *atomic.Int64) {
 	if err != nil {
 		t.Skipf("cannot listen on %s: %v", addr, err)
 	}
-	t.Cleanup(func() { pc.Close() })
-	var n atomic.Int64
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			if _, _, err := pc.ReadFrom(buf); err != nil {
-				return
-			}
-			n.Add(1)
-		}
-	}()
-	return netip.MustParseAddrPort(pc.LocalAddr().String()), &n
+	return netip.MustParseAddrPort(pc.LocalAddr().String()), testsupport.CountDatagrams(t, pc)
 }
 
 // TestRunNeverContactsOptedOut: a target inside an accepted opt-out (or a blocklist

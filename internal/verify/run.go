@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -100,18 +101,10 @@ func (c *RunConfig) Validate() error {
 }
 
 func (c *RunConfig) setDefaults() {
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.Progress == 0 {
-		c.Progress = DefaultProgress
-	}
-	if c.Label == "" {
-		c.Label = "weekly"
-	}
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.Progress = cmp.Or(c.Progress, DefaultProgress)
+	c.Label = cmp.Or(c.Label, "weekly")
 	if len(c.Ports) == 0 {
 		c.Ports = DefaultPorts
 	}

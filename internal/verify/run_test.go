@@ -1,7 +1,6 @@
 package verify
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 func count(t *testing.T, s *store.Store, q string, args ...any) int {
@@ -289,7 +288,7 @@ func TestPanickingTargetRecordedAsError(t *testing.T) {
 		}
 		return Result{Target: tg, Outcome: OutcomeQUICNotDoQ, Detail: "fake", SNISource: SNINone, Attempts: 1, At: time.Now()}
 	}
-	var logs syncBuffer
+	var logs testsupport.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	n, err := verifyAll(ctx, s, check, nil, nil, nil, runID, targets, RunConfig{Concurrency: 4, BatchSize: 5, Progress: time.Hour}, log)
 	if err != nil || n != len(targets) {
@@ -306,16 +305,3 @@ func TestPanickingTargetRecordedAsError(t *testing.T) {
 		t.Errorf("log lacks the panic and its stack:\n%s", l)
 	}
 }
-
-// syncBuffer is a bytes.Buffer for concurrent log writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }

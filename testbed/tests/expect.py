@@ -56,3 +56,16 @@ def handshake(h: Host, alpn: str, sni: str | None) -> bool:
 
 def grease(v: int) -> bool:
     return v & 0x0F0F0F0F == 0x0A0A0A0A
+
+
+def check_answer(got: dict, want: str, where: str, answer: str) -> None:
+    """Asserts that a DNS exchange of the vantage client (got) came out as expected: no
+    answer where want is FAIL, else an answer with rcode want and, for NOERROR, exactly
+    the population's answer."""
+    if want == FAIL:
+        assert not got["ok"], f"{where}: expected no answer, got {got}"
+        return
+    assert got["ok"], f"{where}: {got.get('error')}"
+    assert got["rcode"] == want, f"{where}: rcode {got['rcode']}, population says {want}"
+    if want == "NOERROR":
+        assert got["answers"] == [answer], f"{where}: answers {got['answers']}, population says {answer}"

@@ -27,6 +27,7 @@ import (
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 const helperEnv = "DOQSCAN_SIGNAL_HELPER"
@@ -54,20 +55,6 @@ func helper() int {
 // timeLimit bounds every wait of these tests: reaching it is a failure, never a
 // synchronization.
 const timeLimit = 60 * time.Second
-
-func build(t *testing.T, cmds ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	root, _ := filepath.Abs(filepath.Join("..", "..", ".."))
-	for _, c := range cmds {
-		b := exec.Command("go", "build", "-o", filepath.Join(dir, c), "./cmd/"+c)
-		b.Dir = root
-		if out, err := b.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", c, err, out)
-		}
-	}
-	return dir
-}
 
 // wrapped is a wrapper process running the helper.
 type wrapped struct {
@@ -169,7 +156,7 @@ func testnetInstance(t *testing.T) (bin, name string) {
 		t.Skipf("cannot create a network namespace: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", name+"-vantage").Run() })
-	return build(t, "testnet"), name
+	return testsupport.Commands(t, "testnet"), name
 }
 
 func TestTestnetExecForwardsSignals(t *testing.T) {
@@ -223,7 +210,7 @@ func jobrunEnv(t *testing.T) (bin string, s *store.Store, env []string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return build(t, "jobrun"), s, []string{"DATABASE_URL=" + url}
+	return testsupport.Commands(t, "jobrun"), s, []string{"DATABASE_URL=" + url}
 }
 
 func jobRow(t *testing.T, s *store.Store) (status, detail string) {

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -21,21 +20,8 @@ import (
 	"github.com/doqscan/doqscan/internal/labnet/labnettest"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
-
-func build(t *testing.T, cmds ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	root, _ := filepath.Abs(filepath.Join("..", "..", ".."))
-	for _, c := range cmds {
-		b := exec.Command("go", "build", "-o", filepath.Join(dir, c), "./cmd/"+c)
-		b.Dir = root
-		if out, err := b.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", c, err, out)
-		}
-	}
-	return dir
-}
 
 // txPackets is the number of IPv4 packets processes in the namespace have handed to the
 // IP layer (Ip: OutRequests of the namespace's /proc/net/snmp). The targets are IPv4, and
@@ -44,37 +30,20 @@ func build(t *testing.T, cmds ...string) string {
 // counter move by one at random).
 func txPackets(t *testing.T, ns *labnettest.Namespace) int64 {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", ns.Name, "cat", "/proc/net/snmp").Output()
+	ip, err := testsupport.NetnsSNMP(ns.Name, "Ip")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || f[0] != "Ip:" {
-			continue
-		}
-		if names == nil {
-			names = f[1:]
-			continue
-		}
-		for i, n := range names {
-			if n == "OutRequests" && i+1 < len(f) {
-				v, err := strconv.ParseInt(f[i+1], 10, 64)
-				if err != nil {
-					t.Fatalf("/proc/net/snmp OutRequests %q: %v", f[i+1], err)
-				}
-				return v
-			}
-		}
+	v, ok := ip["OutRequests"]
+	if !ok {
+		t.Fatalf("no Ip: OutRequests in the namespace's /proc/net/snmp: %v", ip)
 	}
-	t.Fatalf("no Ip: OutRequests in the namespace's /proc/net/snmp:\n%s", out)
-	return 0
+	return v
 }
 
 func TestCommandsRefuseLabTargetsOutsideTheTestbed(t *testing.T) {
 	ns := labnettest.Throwaway(t)
-	bin := build(t, "measure", "verify", "zprobe")
+	bin := testsupport.Commands(t, "measure", "verify", "zprobe")
 	url := storetest.NewDatabase(t)
 	dir := t.TempDir()
 	write := func(name, body string) string {

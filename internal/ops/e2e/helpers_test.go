@@ -25,6 +25,7 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // vantage1RTT is the extra round trip of the second vantage point: it is "further away".
@@ -39,14 +40,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// repoRoot is the module root (this package is internal/ops/e2e).
+// repoRoot is the module root.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	r, err := filepath.Abs(filepath.Join("..", "..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return testsupport.Root()
 }
 
 var (
@@ -63,27 +60,13 @@ func bins(t *testing.T) string {
 		if binErr != nil {
 			return
 		}
-		for _, c := range []string{"zprobe", "verify", "measure", "jobrun", "optout"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, c), "./cmd/"+c)
-			cmd.Dir = repoRoot(t)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				binErr = &buildError{c, string(out), err}
-				return
-			}
-		}
+		binErr = testsupport.Build(binDir, "zprobe", "verify", "measure", "jobrun", "optout")
 	})
 	if binErr != nil {
-		t.Fatalf("build: %v", binErr)
+		t.Fatalf("%v", binErr)
 	}
 	return binDir
 }
-
-type buildError struct {
-	cmd, out string
-	err      error
-}
-
-func (e *buildError) Error() string { return e.cmd + ": " + e.err.Error() + "\n" + e.out }
 
 // env is a test's setting: the testbed, a fresh database and the built commands.
 type env struct {
@@ -128,7 +111,7 @@ func (e *env) command(ctx context.Context, vantage int, name string, args ...str
 	return c
 }
 
-func repoRootNoT() string { r, _ := filepath.Abs(filepath.Join("..", "..", "..")); return r }
+func repoRootNoT() string { return testsupport.Root() }
 
 // run runs a command and fails the test with its output when it fails.
 func (e *env) run(t *testing.T, vantage int, name string, args ...string) string {
@@ -138,6 +121,22 @@ func (e *env) run(t *testing.T, vantage int, name string, args ...string) string
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, tail(string(out), 40))
 	}
 	return string(out)
+}
+
+// reportPython returns the repository root and the python of its .venv; without the
+// .venv or the report's packages in it the test skips, saying so after checked (what the
+// test has checked by then, or "") and what could not be executed.
+func reportPython(t *testing.T, checked, what string) (root, python string) {
+	t.Helper()
+	root = repoRoot(t)
+	python = filepath.Join(root, ".venv", "bin", "python")
+	if _, err := os.Stat(python); err != nil {
+		t.Skip(checked + "no .venv (./dev install creates it): cannot execute the " + what)
+	}
+	if out, err := exec.Command(python, "-c", "import papermill, nbconvert, pandas, psycopg, matplotlib").CombinedOutput(); err != nil {
+		t.Skipf("%s.venv lacks the report's packages (./dev install): %v\n%s", checked, err, tail(string(out), 5))
+	}
+	return root, python
 }
 
 func tail(s string, n int) string {
@@ -261,22 +260,4 @@ func (c *capture) stop() []flow {
 	out := <-c.done
 	c.cmd.Wait()
 	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for a command's concurrent stdout and stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -61,14 +61,7 @@ var reportPorts = []uint16{853, 784, 8853}
 // population.HandshakeRTTs) per phase.
 func TestReportFromPipeline(t *testing.T) {
 	e := setup(t)
-	root := repoRoot(t)
-	python := filepath.Join(root, ".venv", "bin", "python")
-	if _, err := os.Stat(python); err != nil {
-		t.Skip("no .venv (./dev install creates it): cannot execute the notebooks")
-	}
-	if out, err := exec.Command(python, "-c", "import papermill, nbconvert, pandas, psycopg, matplotlib").CombinedOutput(); err != nil {
-		t.Skipf(".venv lacks the report's packages (./dev install): %v\n%s", err, tail(string(out), 5))
-	}
+	root, python := reportPython(t, "", "notebooks")
 
 	targets, addrs := reportTargets(t, e.pop)
 	t.Logf("targets %s (%d addresses)", strings.Join(targets, ","), len(addrs))

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // Compressed clock: a Monday of ISO week 2026-W45 (not the wall clock's week, so the
@@ -115,7 +117,7 @@ func TestScheduleCompressedClock(t *testing.T) {
 	// Weekly: the scan, held once started; a second scan start meanwhile is skipped.
 	h := newHeld(t)
 	first := jobrun("scan", week0, h.wrap(scanCmd...)...)
-	firstOut := &syncBuffer{}
+	firstOut := &testsupport.SyncBuffer{}
 	first.Stdout, first.Stderr = firstOut, firstOut
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
@@ -148,7 +150,7 @@ func TestScheduleCompressedClock(t *testing.T) {
 	mustRun(jobrun("measure", hour0, measureCmd...))
 	h2 := newHeld(t)
 	r1 := jobrun("measure", hour0.Add(time.Hour+20*time.Minute), h2.wrap(measureCmd...)...)
-	r1Out := &syncBuffer{}
+	r1Out := &testsupport.SyncBuffer{}
 	r1.Stdout, r1.Stderr = r1Out, r1Out
 	if err := r1.Start(); err != nil {
 		t.Fatal(err)

@@ -255,14 +255,7 @@ func doxResolvers(t *testing.T, pop *population.Population) ([]netip.Addr, []str
 // ./dev report does) and checks what it shows against the database.
 func checkVantageNotebook(t *testing.T, e *env) {
 	t.Helper()
-	root := repoRoot(t)
-	python := filepath.Join(root, ".venv", "bin", "python")
-	if _, err := os.Stat(python); err != nil {
-		t.Skip("the round was checked; no .venv (./dev install creates it): cannot execute the notebook")
-	}
-	if out, err := exec.Command(python, "-c", "import papermill, nbconvert, pandas, psycopg, matplotlib").CombinedOutput(); err != nil {
-		t.Skipf("the round was checked; .venv lacks the report's packages (./dev install): %v\n%s", err, tail(string(out), 5))
-	}
+	root, python := reportPython(t, "the round was checked; ", "notebook")
 	out := t.TempDir()
 	cmd := exec.Command(python, "-m", "doqscan_analysis.report", "--db", e.url, "--out", out,
 		"--notebooks", "response_times", "--vantages", vantageID(0), vantageID(1))

@@ -185,40 +185,42 @@ func runList(io IO, args []string) int {
 			if err != nil {
 				return err
 			}
-			if *asJSON {
-				return writeJSON(io.Out, rows)
-			}
-			tw := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "AUDIT\tREQUEST\tACTION\tFROM\tTO\tACTOR\tAT\tREASON")
-			for _, r := range rows {
+			return printRows(io.Out, *asJSON, rows, "AUDIT\tREQUEST\tACTION\tFROM\tTO\tACTOR\tAT\tREASON", func(r optout.AuditRow) string {
 				from := "-"
 				if r.FromStatus != nil {
 					from = *r.FromStatus
 				}
-				fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.RequestID, r.Action, from, r.ToStatus, r.Actor,
-					r.At.UTC().Format(time.RFC3339), oneLine(r.Reason))
-			}
-			return tw.Flush()
+				return fmt.Sprintf("%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.RequestID, r.Action, from, r.ToStatus, r.Actor,
+					r.At.UTC().Format(time.RFC3339), optout.OneLine(r.Reason))
+			})
 		}
 		rows, err := optout.List(ctx, st, *status)
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			return writeJSON(io.Out, rows)
-		}
-		tw := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATUS\tPREFIX\tEMAIL\tSOURCE\tCREATED\tUPDATED\tREASON")
-		for _, r := range rows {
+		return printRows(io.Out, *asJSON, rows, "ID\tSTATUS\tPREFIX\tEMAIL\tSOURCE\tCREATED\tUPDATED\tREASON", func(r optout.Entry) string {
 			src := "-"
 			if r.SourceAddr != nil {
 				src = r.SourceAddr.String()
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, r.Prefix, oneLine(r.Email), src,
-				r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339), oneLine(r.Reason))
-		}
-		return tw.Flush()
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.Status, r.Prefix, optout.OneLine(r.Email), src,
+				r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339), optout.OneLine(r.Reason))
+		})
 	})
+}
+
+// printRows writes rows as JSON, one object a line, or as a table: header, then row(r)
+// for each row, in tab-separated columns.
+func printRows[T any](w io.Writer, asJSON bool, rows []T, header string, row func(T) string) error {
+	if asJSON {
+		return writeJSON(w, rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, row(r))
+	}
+	return tw.Flush()
 }
 
 func writeJSON[T any](w io.Writer, rows []T) error {
@@ -229,16 +231,6 @@ func writeJSON[T any](w io.Writer, rows []T) error {
 		}
 	}
 	return nil
-}
-
-// oneLine keeps a stored text on one table row.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
 }
 
 // decider returns the subcommand for an operator action on one request.

@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -11,61 +12,57 @@ import (
 	"github.com/doqscan/doqscan/internal/cli"
 )
 
-func runBlocklist(ctx context.Context, log *slog.Logger, args []string) error {
-	fs := sub("blocklist", "zprobe blocklist [--why ADDR] [--no-db] [flags]",
-		"zprobe blocklist > /tmp/bl.conf",
-		"zprobe blocklist --why 198.19.5.1 --testbed 198.19.0.0/16")
+func blocklistFlags(fs *flag.FlagSet) runFunc {
 	var tf targetFlags
 	tf.register(fs)
 	var why string
 	var noDB bool
 	fs.StringVar(&why, "why", "", "say whether ADDR is excluded and by which entries")
 	fs.BoolVar(&noDB, "no-db", false, "leave out the database's opt-outs")
-	if err := parse(log, fs, args); err != nil {
-		return ignoreHelp(err)
-	}
-	_, tb, err := tf.prefixes(nil)
-	if err != nil {
-		return err
-	}
-	var opt []blocklist.Entry
-	if !noDB {
-		s, err := cli.OpenStore(ctx, log)
+	return func(ctx context.Context, log *slog.Logger, args []string) error {
+		_, tb, err := tf.prefixes(nil)
 		if err != nil {
 			return err
 		}
-		defer s.Close()
-		if opt, err = blocklist.OptOuts(ctx, s); err != nil {
-			return err
+		var opt []blocklist.Entry
+		if !noDB {
+			s, err := cli.OpenStore(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if opt, err = blocklist.OptOuts(ctx, s); err != nil {
+				return err
+			}
 		}
-	}
-	files, err := blocklist.Dir(tf.blocklistDir)
-	if err != nil {
-		return cli.Environmentf("%v", err)
-	}
-	var carve []netip.Prefix
-	if tb != nil {
-		carve = append(carve, tb.Masked())
-	}
-	l, err := blocklist.Build(append(append(blocklist.Reserved(), files...), opt...), carve)
-	if err != nil {
-		return cli.Usagef("%v", err)
-	}
-	if why != "" {
-		a, err := netip.ParseAddr(why)
+		files, err := blocklist.Dir(tf.blocklistDir)
 		if err != nil {
-			return cli.Usagef("--why: %v", err)
+			return cli.Environmentf("%v", err)
 		}
-		w := l.Why(a)
-		if len(w) == 0 {
-			fmt.Printf("%s is not excluded\n", a)
+		var carve []netip.Prefix
+		if tb != nil {
+			carve = append(carve, tb.Masked())
+		}
+		l, err := blocklist.Build(append(append(blocklist.Reserved(), files...), opt...), carve)
+		if err != nil {
+			return cli.Usagef("%v", err)
+		}
+		if why != "" {
+			a, err := netip.ParseAddr(why)
+			if err != nil {
+				return cli.Usagef("--why: %v", err)
+			}
+			w := l.Why(a)
+			if len(w) == 0 {
+				fmt.Printf("%s is not excluded\n", a)
+				return nil
+			}
+			for _, e := range w {
+				fmt.Printf("%s is excluded by %s (%s %s) %s\n", a, e.Prefix, e.Source, e.Origin, e.Note)
+			}
 			return nil
 		}
-		for _, e := range w {
-			fmt.Printf("%s is excluded by %s (%s %s) %s\n", a, e.Prefix, e.Source, e.Origin, e.Note)
-		}
-		return nil
+		_, err = l.WriteZmap(os.Stdout)
+		return err
 	}
-	_, err = l.WriteZmap(os.Stdout)
-	return err
 }

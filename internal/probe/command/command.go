@@ -17,6 +17,7 @@ import (
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/quicver"
+	"github.com/doqscan/doqscan/internal/store"
 )
 
 // Cmd describes zprobe for --help.
@@ -61,19 +62,51 @@ func Run(ctx context.Context, log *slog.Logger, args []string) error {
 	if len(args) == 0 {
 		return cli.Usagef("want a subcommand: scan, send, ingest, probes or blocklist")
 	}
-	switch args[0] {
-	case "scan":
-		return runScan(ctx, log, args[1:])
-	case "send":
-		return runSend(ctx, log, args[1:])
-	case "ingest":
-		return runIngest(ctx, log, args[1:])
-	case "probes":
-		return runProbes(log, args[1:])
-	case "blocklist":
-		return runBlocklist(ctx, log, args[1:])
+	for _, c := range subcommands {
+		if c.name != args[0] {
+			continue
+		}
+		fs := sub(c.name, c.usage, c.examples...)
+		run := c.flags(fs)
+		if err := parse(log, fs, args[1:]); err != nil {
+			return ignoreHelp(err)
+		}
+		return run(ctx, log, fs.Args())
 	}
 	return cli.Usagef("unknown subcommand %q: want scan, send, ingest, probes or blocklist", args[0])
+}
+
+// subcommand is one subcommand of zprobe: its help, and flags, which registers its flags
+// and returns what runs once they are parsed (given the positional arguments).
+type subcommand struct {
+	name, usage string
+	examples    []string
+	flags       func(fs *flag.FlagSet) runFunc
+}
+
+type runFunc func(ctx context.Context, log *slog.Logger, args []string) error
+
+// subcommands are zprobe's subcommands, with the usage and examples of their --help.
+var subcommands = []subcommand{
+	{name: "scan", usage: "zprobe scan [flags] [PREFIX...]",
+		examples: []string{"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000",
+			"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42 --shards 2 --shard 1 --yes --json",
+			"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rescan   # send this week's finished ports again (new raw files)"},
+		flags: scanFlags},
+	{name: "send", usage: "zprobe send --hitlist FILE [flags]",
+		examples: []string{"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 200",
+			"zprobe send --vantage dq --testbed 198.19.0.0/16 --hitlist known.txt --rate 2000 --json"},
+		flags: sendFlags},
+	{name: "ingest", usage: "zprobe ingest [--raw] FILE.csv...",
+		examples: []string{"zprobe ingest var/scans/2026-W47/fra1/weekly-shard0/*.csv"},
+		flags:    ingestFlags},
+	{name: "probes", usage: "zprobe probes [--write DIR]",
+		examples: []string{"zprobe probes --write probes"},
+		flags:    probesFlags},
+	{name: "blocklist", usage: "zprobe blocklist [--why ADDR] [--no-db] [flags]",
+		examples: []string{"zprobe blocklist > /tmp/bl.conf",
+			"zprobe blocklist --why 198.19.5.1 --testbed 198.19.0.0/16"},
+		flags: blocklistFlags},
 }
 
 // sub is a subcommand's flag set with the shared --help format.
@@ -181,14 +214,15 @@ func (p *probeFlags) build() (probe.QUICProbe, probe.DNSProbe, error) {
 		return q, probe.DNSProbe{}, cli.Usagef("--version: %v", err)
 	}
 	q.Version, q.Size = v, p.size
-	if p.dcid != "" {
-		if q.DCID, err = cid(p.dcid); err != nil {
-			return q, probe.DNSProbe{}, cli.Usagef("--dcid: %v", err)
+	for _, c := range []struct {
+		flag, value string
+		id          *[]byte
+	}{{"dcid", p.dcid, &q.DCID}, {"scid", p.scid, &q.SCID}} {
+		if c.value == "" {
+			continue
 		}
-	}
-	if p.scid != "" {
-		if q.SCID, err = cid(p.scid); err != nil {
-			return q, probe.DNSProbe{}, cli.Usagef("--scid: %v", err)
+		if *c.id, err = cid(c.value); err != nil {
+			return q, probe.DNSProbe{}, cli.Usagef("--%s: %v", c.flag, err)
 		}
 	}
 	if err := q.Validate(); err != nil {
@@ -202,6 +236,30 @@ func (p *probeFlags) build() (probe.QUICProbe, probe.DNSProbe, error) {
 }
 
 // probePorts returns the ports of the QUIC and of the DNS probe.
+// payloads are the QUIC and DNS probes and the ports each is sent to, from the flags.
+func (p *probeFlags) payloads() (q probe.QUICProbe, d probe.DNSProbe, quicPorts, dnsPorts []uint16, err error) {
+	if q, d, err = p.build(); err != nil {
+		return q, d, nil, nil, err
+	}
+	quicPorts, dnsPorts, err = p.probePorts()
+	return q, d, quicPorts, dnsPorts, err
+}
+
+// openSafe opens the database and builds the safety checks of the targets from it
+// (probe.PrepareSafety); the caller closes the store.
+func (t *targetFlags) openSafe(ctx context.Context, log *slog.Logger, targets []netip.Prefix, tb *netip.Prefix) (*store.Store, *probe.Safety, error) {
+	s, err := cli.OpenStore(ctx, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	safety, err := probe.PrepareSafety(ctx, s, targets, tb, t.internetWide, t.blocklistDir, nil)
+	if err != nil {
+		s.Close()
+		return nil, nil, classify(err)
+	}
+	return s, safety, nil
+}
+
 func (p *probeFlags) probePorts() (quicPorts, dnsPorts []uint16, err error) {
 	if quicPorts, err = ports(p.quicPorts); err != nil {
 		return nil, nil, err

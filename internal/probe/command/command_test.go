@@ -41,15 +41,12 @@ func TestRefusals(t *testing.T) {
 // missing file.
 func TestFlagErrors(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	empty := filepath.Join(t.TempDir(), "empty.conf")
-	os.WriteFile(empty, []byte("# no targets here\n"), 0o644)
-	hitlist := filepath.Join(t.TempDir(), "hitlist.txt")
-	os.WriteFile(hitlist, []byte("198.19.0.1\n"), 0o644)
+	empty := tempFile(t, "empty.conf", "# no targets here\n", 0o644)
+	hitlist := tempFile(t, "hitlist.txt", "198.19.0.1\n", 0o644)
 	scan := []string{"scan", "--vantage", "x", "--testbed", "198.19.0.0/16", "--seed", "1"}
 	// A zmap whose --version names no release (a development build): refused before
 	// anything else.
-	devZmap := filepath.Join(t.TempDir(), "zmap")
-	os.WriteFile(devZmap, []byte("#!/bin/sh\necho 'zmap Development Build. Commit 8de8833 - Mon Oct 6'\n"), 0o755)
+	devZmap := tempFile(t, "zmap", "#!/bin/sh\necho 'zmap Development Build. Commit 8de8833 - Mon Oct 6'\n", 0o755)
 	for _, c := range []struct {
 		args []string
 		code int
@@ -86,10 +83,8 @@ func TestFlagErrors(t *testing.T) {
 // is opened or sent; the same rate inside the lab is allowed past that check.
 func TestSendPaceRefused(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	hitlist := filepath.Join(t.TempDir(), "hitlist.txt")
-	os.WriteFile(hitlist, []byte("# one internet address\n44.0.0.1\n"), 0o644)
-	allow := filepath.Join(t.TempDir(), "allow.conf")
-	os.WriteFile(allow, []byte("44.0.0.0/16\n"), 0o644)
+	hitlist := tempFile(t, "hitlist.txt", "# one internet address\n44.0.0.1\n", 0o644)
+	allow := tempFile(t, "allow.conf", "44.0.0.0/16\n", 0o644)
 	err := Run(context.Background(), log, []string{"send", "--vantage", "x", "--allowlist", allow, "--hitlist", hitlist, "--rate", "1000"})
 	if !errors.Is(err, pace.ErrPace) || cli.ExitCode(err) != cli.ExitUsage {
 		t.Fatalf("send at 1000/s to an internet /16: %v (exit %d), want a pace error, exit 2", err, cli.ExitCode(err))
@@ -122,4 +117,15 @@ func TestDeprecatedQnameAndBlocklistDir(t *testing.T) {
 	if err := Run(context.Background(), log, scan); cli.ExitCode(err) != cli.ExitEnvironment {
 		t.Errorf("DOQSCAN_HOME without blocklist/: %v (exit %d), want %d", err, cli.ExitCode(err), cli.ExitEnvironment)
 	}
+}
+
+// tempFile writes body to a file of that name in a new temporary directory and returns
+// its path.
+func tempFile(t *testing.T, name, body string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

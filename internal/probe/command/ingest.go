@@ -3,6 +3,7 @@ package command
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,51 +13,48 @@ import (
 	"github.com/doqscan/doqscan/internal/probe"
 )
 
-func runIngest(ctx context.Context, log *slog.Logger, args []string) error {
-	fs := sub("ingest", "zprobe ingest [--raw] FILE.csv...",
-		"zprobe ingest var/scans/2026-W47/fra1/weekly-shard0/*.csv")
+func ingestFlags(fs *flag.FlagSet) runFunc {
 	var raw string
 	fs.StringVar(&raw, "raw", "", "a raw zmap CSV file kept by a scan (also positional)")
-	if err := parse(log, fs, args); err != nil {
-		return ignoreHelp(err)
-	}
-	files := fs.Args()
-	if raw != "" {
-		files = append([]string{raw}, files...)
-	}
-	if len(files) == 0 {
-		return cli.Usagef("want at least one raw CSV file")
-	}
-	for _, f := range files { // before the database: a missing file is the caller's mistake
-		if _, err := os.Stat(f); err != nil {
-			return cli.Environmentf("raw CSV file: %v", err)
+	return func(ctx context.Context, log *slog.Logger, args []string) error {
+		files := args
+		if raw != "" {
+			files = append([]string{raw}, files...)
 		}
-	}
-	s, err := cli.OpenStore(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	var failed error
-	for _, f := range files {
-		r, err := probe.Replay(ctx, s, f, log)
-		if r != nil {
-			log.Info("replayed", "file", f, "scan_id", r.ScanID, "port", r.Port, "lines", r.Lines, "replies", r.Replies,
-				"rows_new", r.Inserted, "bad_lines", r.Bad, "bad_line_numbers", r.BadLines, "truncated_last_line", r.Truncated,
-				"zmap_finished", r.Complete, "port_status", r.Status, "scan_status", r.ScanStatus, "by_kind", r.ByKind)
-			fmt.Println(replayLine(f, r))
+		if len(files) == 0 {
+			return cli.Usagef("want at least one raw CSV file")
 		}
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			return cli.Environmentf("%v", err)
-		case errors.Is(err, probe.ErrNothingRecovered):
-			log.Error("nothing recovered", "file", f, "err", err)
-			failed = errors.Join(failed, err)
-		case err != nil:
+		for _, f := range files { // before the database: a missing file is the caller's mistake
+			if _, err := os.Stat(f); err != nil {
+				return cli.Environmentf("raw CSV file: %v", err)
+			}
+		}
+		s, err := cli.OpenStore(ctx, log)
+		if err != nil {
 			return err
 		}
+		defer s.Close()
+		var failed error
+		for _, f := range files {
+			r, err := probe.Replay(ctx, s, f, log)
+			if r != nil {
+				log.Info("replayed", "file", f, "scan_id", r.ScanID, "port", r.Port, "lines", r.Lines, "replies", r.Replies,
+					"rows_new", r.Inserted, "bad_lines", r.Bad, "bad_line_numbers", r.BadLines, "truncated_last_line", r.Truncated,
+					"zmap_finished", r.Complete, "port_status", r.Status, "scan_status", r.ScanStatus, "by_kind", r.ByKind)
+				fmt.Println(replayLine(f, r))
+			}
+			switch {
+			case errors.Is(err, os.ErrNotExist):
+				return cli.Environmentf("%v", err)
+			case errors.Is(err, probe.ErrNothingRecovered):
+				log.Error("nothing recovered", "file", f, "err", err)
+				failed = errors.Join(failed, err)
+			case err != nil:
+				return err
+			}
+		}
+		return failed
 	}
-	return failed
 }
 
 // replayLine is the one-line account of a replay printed on stdout.

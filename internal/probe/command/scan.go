@@ -19,11 +19,7 @@ import (
 	"github.com/doqscan/doqscan/internal/runkey"
 )
 
-func runScan(ctx context.Context, log *slog.Logger, args []string) error {
-	fs := sub("scan", "zprobe scan [flags] [PREFIX...]",
-		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000",
-		"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42 --shards 2 --shard 1 --yes --json",
-		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rescan   # send this week's finished ports again (new raw files)")
+func scanFlags(fs *flag.FlagSet) runFunc {
 	var tf targetFlags
 	var pf probeFlags
 	tf.register(fs)
@@ -56,107 +52,98 @@ func runScan(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.BoolVar(&rescan, "rescan", false, "send every port again, also those an earlier run of this scan (week, vantage, label, shard) finished; each run writes a new raw file")
 	fs.BoolVar(&yes, "yes", false, "run an --internet-wide scan estimated to take longer than "+probe.FormatDuration(probe.DefaultConfirmAbove))
 	fs.DurationVar(&dbWait, "db-wait", probe.DefaultDBWait, "how long to wait for an unavailable database before stopping with exit 3 (zmap's output meanwhile goes to the raw file)")
-	if err := parse(log, fs, args); err != nil {
-		return ignoreHelp(err)
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if bandwidth != "" {
-		if set["rate"] {
-			return cli.Usagef("--rate and --bandwidth exclude each other (zmap derives its rate from the bandwidth)")
+	return func(ctx context.Context, log *slog.Logger, args []string) error {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if bandwidth != "" {
+			if set["rate"] {
+				return cli.Usagef("--rate and --bandwidth exclude each other (zmap derives its rate from the bandwidth)")
+			}
+			rate.pps = 0
 		}
-		rate.pps = 0
-	}
-	if shards < 1 {
-		return cli.Usagef("--shards %d: want 1 or more", shards)
-	}
-	if shard < 0 || shard >= shards {
-		return cli.Usagef("--shard %d of --shards %d: want 0 <= shard < shards (shards are numbered from 0)", shard, shards)
-	}
-	if dbWait <= 0 {
-		return cli.Usagef("--db-wait %s: want a positive duration", dbWait)
-	}
-	if vf.ID == "" {
-		return cli.Usagef("--vantage is empty")
-	}
-	if week == "" {
-		week = weekFromRunKey()
-	}
-	targets, tb, err := tf.prefixes(fs.Args())
-	if err != nil {
-		return err
-	}
-	if len(targets) == 0 && tb == nil && !tf.internetWide {
-		return cli.Usagef("%v", probe.ErrNoTargets)
-	}
-	q, d, err := pf.build()
-	if err != nil {
-		return err
-	}
-	qp, dp, err := pf.probePorts()
-	if err != nil {
-		return err
-	}
-	var seed *uint64
-	if seedS != "" {
-		v, err := strconv.ParseUint(seedS, 10, 64)
+		if shards < 1 {
+			return cli.Usagef("--shards %d: want 1 or more", shards)
+		}
+		if shard < 0 || shard >= shards {
+			return cli.Usagef("--shard %d of --shards %d: want 0 <= shard < shards (shards are numbered from 0)", shard, shards)
+		}
+		if dbWait <= 0 {
+			return cli.Usagef("--db-wait %s: want a positive duration", dbWait)
+		}
+		if vf.ID == "" {
+			return cli.Usagef("--vantage is empty")
+		}
+		if week == "" {
+			week = weekFromRunKey()
+		}
+		targets, tb, err := tf.prefixes(args)
 		if err != nil {
-			return cli.Usagef("--seed: %v", err)
+			return err
 		}
-		seed = &v
-	}
-	if shards > 1 && seed == nil {
-		return cli.Usagef("--shards %d needs one --seed shared by every shard", shards)
-	}
-	// Which zmap, before anything else: an unknown version stops here (exit 5).
-	zv, err := probe.DetectZmap(ctx, zmapBin)
-	if err != nil {
+		if len(targets) == 0 && tb == nil && !tf.internetWide {
+			return cli.Usagef("%v", probe.ErrNoTargets)
+		}
+		q, d, qp, dp, err := pf.payloads()
+		if err != nil {
+			return err
+		}
+		var seed *uint64
+		if seedS != "" {
+			v, err := strconv.ParseUint(seedS, 10, 64)
+			if err != nil {
+				return cli.Usagef("--seed: %v", err)
+			}
+			seed = &v
+		}
+		if shards > 1 && seed == nil {
+			return cli.Usagef("--shards %d needs one --seed shared by every shard", shards)
+		}
+		// Which zmap, before anything else: an unknown version stops here (exit 5).
+		zv, err := probe.DetectZmap(ctx, zmapBin)
+		if err != nil {
+			return classify(err)
+		}
+		// Before anything is sent (the route discovery below pokes the next hop): lab
+		// targets only from inside the testbed.
+		s, safety, err := tf.openSafe(ctx, log, targets, tb)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		z := probe.ZmapRun{Binary: zmapBin, Rate: rate.pps, Bandwidth: bandwidth, Interface: iface, GatewayMAC: gw, SourceIP: src,
+			Cooldown: cooldown, ProbesPerHost: probesPer, SenderThreads: threads}
+		if z.Interface == "" || z.GatewayMAC == "" {
+			dst := netip.MustParseAddr("1.1.1.1") // only the route is looked up; no packet goes there
+			if tb != nil {
+				dst = tb.Addr()
+			} else if len(targets) > 0 {
+				dst = targets[0].Addr()
+			}
+			r, err := probe.DiscoverRoute(ctx, dst)
+			if err != nil {
+				return cli.Environmentf("find the interface and gateway MAC (pass --interface and --gateway-mac): %v", err)
+			}
+			log.Info("route discovered", "interface", r.Interface, "source", r.SourceIP, "gateway", r.Gateway, "gateway_mac", r.GatewayMAC)
+			if z.Interface == "" {
+				z.Interface = r.Interface
+			}
+			if z.GatewayMAC == "" {
+				z.GatewayMAC = r.GatewayMAC
+			}
+			if z.SourceIP == "" {
+				z.SourceIP = r.SourceIP
+			}
+		}
+		sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, Log: log, VantageID: vf.ID, VantageLocation: vf.Location, VantageContact: vf.Contact, Label: label, Week: week,
+			Shard: shard, Shards: shards, Seed: seed, QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Targets: targets,
+			Testbed: tb, InternetWide: tf.internetWide, BlocklistDir: tf.blocklistDir, Safety: safety, OutDir: out, Zmap: z,
+			FlushEvery: time.Second, DBWait: dbWait, ZmapVersion: &zv, Rescan: rescan, Confirmed: yes,
+			OnEstimate: func(e probe.ScanEstimate) { fmt.Fprintf(os.Stderr, "zprobe: %s: %s\n", zv.Raw, e) }})
+		if sum != nil {
+			printSummary(sum, asJSON)
+		}
 		return classify(err)
 	}
-	s, err := cli.OpenStore(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	// Before anything is sent (the route discovery below pokes the next hop): lab
-	// targets only from inside the testbed.
-	safety, err := probe.PrepareSafety(ctx, s, targets, tb, tf.internetWide, tf.blocklistDir, nil)
-	if err != nil {
-		return classify(err)
-	}
-	z := probe.ZmapRun{Binary: zmapBin, Rate: rate.pps, Bandwidth: bandwidth, Interface: iface, GatewayMAC: gw, SourceIP: src,
-		Cooldown: cooldown, ProbesPerHost: probesPer, SenderThreads: threads}
-	if z.Interface == "" || z.GatewayMAC == "" {
-		dst := netip.MustParseAddr("1.1.1.1") // only the route is looked up; no packet goes there
-		if tb != nil {
-			dst = tb.Addr()
-		} else if len(targets) > 0 {
-			dst = targets[0].Addr()
-		}
-		r, err := probe.DiscoverRoute(ctx, dst)
-		if err != nil {
-			return cli.Environmentf("find the interface and gateway MAC (pass --interface and --gateway-mac): %v", err)
-		}
-		log.Info("route discovered", "interface", r.Interface, "source", r.SourceIP, "gateway", r.Gateway, "gateway_mac", r.GatewayMAC)
-		if z.Interface == "" {
-			z.Interface = r.Interface
-		}
-		if z.GatewayMAC == "" {
-			z.GatewayMAC = r.GatewayMAC
-		}
-		if z.SourceIP == "" {
-			z.SourceIP = r.SourceIP
-		}
-	}
-	sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, Log: log, VantageID: vf.ID, VantageLocation: vf.Location, VantageContact: vf.Contact, Label: label, Week: week,
-		Shard: shard, Shards: shards, Seed: seed, QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Targets: targets,
-		Testbed: tb, InternetWide: tf.internetWide, BlocklistDir: tf.blocklistDir, Safety: safety, OutDir: out, Zmap: z,
-		FlushEvery: time.Second, DBWait: dbWait, ZmapVersion: &zv, Rescan: rescan, Confirmed: yes,
-		OnEstimate: func(e probe.ScanEstimate) { fmt.Fprintf(os.Stderr, "zprobe: %s: %s\n", zv.Raw, e) }})
-	if sum != nil {
-		printSummary(sum, asJSON)
-	}
-	return classify(err)
 }
 
 // classify gives the errors of internal/probe their exit codes (by type).

@@ -3,6 +3,7 @@ package command
 import (
 	"context"
 	"errors"
+	"flag"
 	"log/slog"
 	"os"
 	"time"
@@ -12,10 +13,7 @@ import (
 	"github.com/doqscan/doqscan/internal/probe"
 )
 
-func runSend(ctx context.Context, log *slog.Logger, args []string) error {
-	fs := sub("send", "zprobe send --hitlist FILE [flags]",
-		"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 200",
-		"zprobe send --vantage dq --testbed 198.19.0.0/16 --hitlist known.txt --rate 2000 --json")
+func sendFlags(fs *flag.FlagSet) runFunc {
 	var tf targetFlags
 	var pf probeFlags
 	tf.register(fs)
@@ -32,50 +30,41 @@ func runSend(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.Float64Var(&rate, "rate", 1000, "probes per second")
 	fs.DurationVar(&cooldown, "cooldown", 3*time.Second, "wait for replies after the last probe")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON")
-	if err := parse(log, fs, args); err != nil {
-		return ignoreHelp(err)
-	}
-	if vf.ID == "" || hitlist == "" {
-		return cli.Usagef("--vantage (default %s) and --hitlist are required", cli.DefaultVantageID)
-	}
-	targets, tb, err := tf.prefixes(fs.Args())
-	if err != nil {
-		return err
-	}
-	if rate <= 0 {
-		return cli.Usagef("--rate %v: want probes per second above 0", rate)
-	}
-	hl, err := probe.ReadHitlist(hitlist)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return cli.Environmentf("--hitlist: %v", err)
-	case err != nil:
-		return cli.Usagef("%v", err)
-	}
-	if err := pace.CheckSendPace(rate, hl); err != nil {
+	return func(ctx context.Context, log *slog.Logger, args []string) error {
+		if vf.ID == "" || hitlist == "" {
+			return cli.Usagef("--vantage (default %s) and --hitlist are required", cli.DefaultVantageID)
+		}
+		targets, tb, err := tf.prefixes(args)
+		if err != nil {
+			return err
+		}
+		if rate <= 0 {
+			return cli.Usagef("--rate %v: want probes per second above 0", rate)
+		}
+		hl, err := probe.ReadHitlist(hitlist)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return cli.Environmentf("--hitlist: %v", err)
+		case err != nil:
+			return cli.Usagef("%v", err)
+		}
+		if err := pace.CheckSendPace(rate, hl); err != nil {
+			return classify(err)
+		}
+		q, d, qp, dp, err := pf.payloads()
+		if err != nil {
+			return err
+		}
+		s, safety, err := tf.openSafe(ctx, log, targets, tb)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		sum, err := probe.Send(ctx, probe.SendConfig{Store: s, Log: log, VantageID: vf.ID, VantageLocation: vf.Location, VantageContact: vf.Contact, Label: label, Week: week,
+			QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Hitlist: hl, Safety: safety, Rate: rate, Cooldown: cooldown})
+		if sum != nil {
+			printSummary(sum, asJSON)
+		}
 		return classify(err)
 	}
-	q, d, err := pf.build()
-	if err != nil {
-		return err
-	}
-	qp, dp, err := pf.probePorts()
-	if err != nil {
-		return err
-	}
-	s, err := cli.OpenStore(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	safety, err := probe.PrepareSafety(ctx, s, targets, tb, tf.internetWide, tf.blocklistDir, nil)
-	if err != nil {
-		return classify(err)
-	}
-	sum, err := probe.Send(ctx, probe.SendConfig{Store: s, Log: log, VantageID: vf.ID, VantageLocation: vf.Location, VantageContact: vf.Contact, Label: label, Week: week,
-		QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Hitlist: hl, Safety: safety, Rate: rate, Cooldown: cooldown})
-	if sum != nil {
-		printSummary(sum, asJSON)
-	}
-	return classify(err)
 }

@@ -4,12 +4,10 @@
 package e2e_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,9 +19,10 @@ import (
 
 	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/probe"
+	"github.com/doqscan/doqscan/internal/probe/probetest"
 	"github.com/doqscan/doqscan/internal/store"
-	"github.com/doqscan/doqscan/internal/store/pgcluster"
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // waitRows polls the database until the scan has at least one reply on port (the scan
@@ -61,21 +60,7 @@ func statuses(t *testing.T, s *store.Store, week, vantage, label string) (string
 		week, vantage, label).Scan(&id, &status); err != nil {
 		t.Fatalf("scan %s/%s/%s: %v", week, vantage, label, err)
 	}
-	rows, err := s.Pool.Query(ctx, "SELECT port, status FROM scan_runs WHERE scan_id = $1", id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	runs := map[int32]string{}
-	for rows.Next() {
-		var p int32
-		var st string
-		if err := rows.Scan(&p, &st); err != nil {
-			t.Fatal(err)
-		}
-		runs[p] = st
-	}
-	return status, runs
+	return status, storetest.QueryMap[int32, string](t, s, "SELECT port, status FROM scan_runs WHERE scan_id = $1", id)
 }
 
 // replySet is the stored replies of a scan label as "port address kind" lines, sorted.
@@ -121,37 +106,6 @@ func compareSets(t *testing.T, what string, want, got []string) {
 	}
 }
 
-// rawAddrs returns the addresses (first CSV column) of the data lines of a raw file.
-func rawAddrs(t *testing.T, path string) map[netip.Addr]bool {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[netip.Addr]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		field, _, _ := strings.Cut(sc.Text(), ",")
-		if a, err := netip.ParseAddr(field); err == nil {
-			out[a] = true
-		}
-	}
-	return out
-}
-
-// buildZprobe builds cmd/zprobe from this tree into a temporary directory.
-func buildZprobe(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "zprobe")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/doqscan/doqscan/cmd/zprobe").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/zprobe: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // helpRate is the default rate `zprobe scan --help` states (packets/s).
 const helpRate = 10000
 
@@ -164,7 +118,7 @@ const helpRate = 10000
 func TestScanKilled(t *testing.T) {
 	e := requireTestbed(t)
 	v := e.v
-	bin := buildZprobe(t)
+	bin := filepath.Join(testsupport.Commands(t, "zprobe"), "zprobe")
 	url := storetest.NewDatabase(t)
 	s, err := store.Open(context.Background(), url)
 	if err != nil {
@@ -193,7 +147,7 @@ func TestScanKilled(t *testing.T) {
 	t.Logf("killed zprobe and zmap with %d replies of port 53 in the database", n)
 	dir := probe.RunDir(out, "2026-W47", "killed", "killed", 0)
 	raw53 := filepath.Join(dir, "53.csv")
-	onDisk := rawAddrs(t, raw53)
+	onDisk := probetest.RawAddrs(t, raw53)
 	if len(onDisk) == 0 {
 		t.Fatalf("the raw file %s is empty after SIGKILL, with %d replies in the database\n%s", raw53, n, stderr.String())
 	}
@@ -231,7 +185,7 @@ func TestScanKilled(t *testing.T) {
 	}
 	var stored int
 	s.Pool.QueryRow(context.Background(), "SELECT count(*) FROM scan_replies WHERE port = 53").Scan(&stored)
-	// The last line may have been cut by the kill (rawAddrs skips it only if it does not parse).
+	// The last line may have been cut by the kill (RawAddrs skips it only if it does not parse).
 	if stored < len(onDisk)-1 {
 		t.Errorf("after ingest: %d replies of port 53 stored, the raw file has %d lines", stored, len(onDisk))
 	}
@@ -272,39 +226,13 @@ func TestScanKilled(t *testing.T) {
 	if b, err := os.ReadFile(raw53); err != nil || !bytes.Equal(b, cut53) {
 		t.Errorf("the re-run changed the raw file of the killed run %s (%d bytes before, %d after, %v)", raw53, len(cut53), len(b), err)
 	}
-	if n := len(rawAddrs(t, filepath.Join(dir, "53.attempt2.csv"))); n == 0 {
+	if n := len(probetest.RawAddrs(t, filepath.Join(dir, "53.attempt2.csv"))); n == 0 {
 		t.Errorf("the re-run of port 53 wrote no 53.attempt2.csv")
 	}
 	m, err := probe.ReadZmapMeta(filepath.Join(dir, "53.attempt2.meta.json"))
 	if err != nil || m.Rate != helpRate {
 		t.Errorf("zmap's metadata: %+v (%v), want rate %d", m, err, helpRate)
 	}
-}
-
-// privateCluster starts a PostgreSQL cluster of the test's own (so it can be stopped
-// without disturbing anything else) and returns it with its URL.
-func privateCluster(t *testing.T) (*pgcluster.Cluster, string) {
-	t.Helper()
-	def, err := pgcluster.Default()
-	if err != nil {
-		t.Skipf("SKIP: no PostgreSQL server binaries for a private cluster: %v", err)
-	}
-	dir, err := os.MkdirTemp("", "doqscan-outage-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o755)
-	c := &pgcluster.Cluster{Dir: dir, BinDir: def.BinDir, OSUser: def.OSUser}
-	ctx := context.Background()
-	url, _, err := c.Ensure(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Stop(context.Background())
-		os.RemoveAll(dir)
-	})
-	return c, url
 }
 
 // TestScanDBOutage stops PostgreSQL while a scan runs (784 then 53) and compares the
@@ -331,7 +259,7 @@ func TestScanDBOutage(t *testing.T) {
 	}
 	want := replySet(t, ref, "ref")
 
-	cluster, url := privateCluster(t)
+	cluster, url := storetest.NewCluster(t)
 	s, err := store.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -344,14 +272,20 @@ func TestScanDBOutage(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
-	go func() {
-		sum, err := probe.Scan(ctx, cfg(s, "short", 2*time.Minute))
-		done <- result{sum, err}
-	}()
-	waitRows(t, s, "short", 784)
-	if err := cluster.Stop(ctx); err != nil {
-		t.Fatal(err)
+	// scanUntilStopped starts the scan labelled label and stops PostgreSQL once port 784
+	// has stored rows.
+	scanUntilStopped := func(label string, wait time.Duration) {
+		t.Helper()
+		go func() {
+			sum, err := probe.Scan(ctx, cfg(s, label, wait))
+			done <- result{sum, err}
+		}()
+		waitRows(t, s, label, 784)
+		if err := cluster.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
+	scanUntilStopped("short", 2*time.Minute)
 	stopped := time.Now()
 	t.Log("PostgreSQL stopped during port 784")
 	time.Sleep(20 * time.Second) // the outage itself, not a synchronisation
@@ -369,14 +303,7 @@ func TestScanDBOutage(t *testing.T) {
 	}
 
 	// 2. Away for longer than --db-wait: exit 3, then the next run recovers.
-	go func() {
-		sum, err := probe.Scan(ctx, cfg(s, "long", 5*time.Second))
-		done <- result{sum, err}
-	}()
-	waitRows(t, s, "long", 784)
-	if err := cluster.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
+	scanUntilStopped("long", 5*time.Second)
 	r = <-done
 	if !errors.Is(r.err, store.ErrUnavailable) || r.sum == nil || r.sum.Status != "interrupted" {
 		t.Fatalf("scan with the database away past --db-wait: %v, err %v; want interrupted and store.ErrUnavailable", r.sum, r.err)

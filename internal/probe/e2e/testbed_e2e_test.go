@@ -41,6 +41,7 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 func TestMain(m *testing.M) {
@@ -715,27 +716,10 @@ func BenchmarkZprobeVsZmap(b *testing.B) {
 // the target side drops datagrams (a full socket receive buffer counts RcvbufErrors).
 func udpCounters(t testing.TB, ns string) map[string]int64 {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", ns, "cat", "/proc/net/snmp").Output()
+	res, err := testsupport.NetnsSNMP(ns, "Udp")
 	if err != nil {
 		t.Logf("reading UDP counters of %s: %v", ns, err)
 		return nil
-	}
-	var names []string
-	res := map[string]int64{}
-	for _, l := range strings.Split(string(out), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 2 || f[0] != "Udp:" {
-			continue
-		}
-		if names == nil {
-			names = f[1:]
-			continue
-		}
-		for i, v := range f[1:] {
-			if i < len(names) {
-				res[names[i]], _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
 	}
 	return res
 }

@@ -124,3 +124,27 @@ func NewCluster(t testing.TB) (*pgcluster.Cluster, string) {
 	}
 	return c, u
 }
+
+// QueryMap runs query, whose rows are (key, value) pairs, and returns them as a map; a
+// failing query fails the test.
+func QueryMap[K comparable, V any](t testing.TB, s *store.Store, query string, args ...any) map[K]V {
+	t.Helper()
+	rows, err := s.Pool.Query(context.Background(), query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[K]V{}
+	for rows.Next() {
+		var k K
+		var v V
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

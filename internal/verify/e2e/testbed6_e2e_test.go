@@ -3,21 +3,10 @@ package e2e_test
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
-	"io"
-	"log/slog"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
-
-	"github.com/doqscan/doqscan/internal/verify"
 
 	"github.com/doqscan/doqscan/internal/home"
-	"github.com/doqscan/doqscan/internal/store/storetest"
-	"github.com/doqscan/doqscan/internal/testbed/geodb"
 	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
@@ -65,74 +54,18 @@ func ipv6GroundTruth(t *testing.T) (groundTruth, map[netip.AddrPort]netip.AddrPo
 // addresses (one server, one certificate).
 func TestTestbedIPv6RunMatchesPopulation(t *testing.T) {
 	g, twins := ipv6GroundTruth(t)
-	s := storetest.Open(t)
-	dir := t.TempDir()
-	geo, err := geodb.Write(g.pop, filepath.Join(dir, "geoip"), time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(dir, "targets.txt")
-	var sb strings.Builder
-	sb.WriteString("# the population's IPv6 half and the IPv4 addresses of its twins\n")
-	for _, a := range g.targets {
-		sb.WriteString(a.String() + "\n")
-	}
-	if err := os.WriteFile(p, []byte(sb.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	sum, err := verify.Run(ctx, s, verify.RunConfig{Verify: verify.Config{SNINames: g.sniNames, Roots: g.pki.Roots()},
-		Vantage: "testbed", Label: "e2e-ipv6", TargetsFile: p, Concurrency: e2eConcurrency, RetryTimeouts: true,
-		CityDB: geo.City, ASNDB: geo.ASN}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, sum := runVerify(t, g, "e2e-ipv6", "the population's IPv6 half and the IPv4 addresses of its twins")
 	t.Logf("%d targets (%d twins) in %.1f s: %v", sum.Targets, len(twins), sum.Elapsed, sum.Outcomes)
-	rows, err := s.Pool.Query(ctx, `SELECT address, family(address), port, outcome, detail, coalesce(alpn, ''),
-		coalesce(quic_version, 0), coalesce(sni, ''), coalesce(sni_source, ''), cert_valid_for_sni,
-		coalesce(array_length(cert_chain, 1), 0),
-		(SELECT c.der FROM certificates c WHERE c.sha256 = cert_chain[1])
-		FROM verification_results WHERE run_id = $1`, sum.RunID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	leaves := map[netip.AddrPort][]byte{}
 	n6 := 0
-	for rows.Next() {
-		var addr netip.Addr
-		var family, port int32
-		var qv int64
-		var f fields
-		var leaf []byte
-		if err := rows.Scan(&addr, &family, &port, &f.outcome, &f.detail, &f.alpn, &qv, &f.sni, &f.sniSource,
-			&f.certValid, &f.chainLen, &leaf); err != nil {
-			t.Fatal(err)
+	for a, r := range checkStoredRows(t, context.Background(), s, g, sum.RunID) {
+		if (r.family == 6) != a.Addr().Is6() {
+			t.Errorf("%s stored as family %d", a, r.family)
 		}
-		a := netip.AddrPortFrom(addr, uint16(port))
-		if (family == 6) != addr.Is6() {
-			t.Errorf("%s stored as family %d", a, family)
-		}
-		if family == 6 {
+		if r.family == 6 {
 			n6++
 		}
-		if _, ok := g.want[a]; !ok {
-			t.Errorf("%s: stored but not a target", a)
-			continue
-		}
-		f.quicVersion = uint32(qv)
-		if len(leaf) > 0 {
-			leaves[a] = leaf
-			if c, err := x509.ParseCertificate(leaf); err == nil {
-				f.leafCN = c.Subject.CommonName
-			}
-		}
-		f.caIssued = storedChainCAIssued(t, ctx, s.Pool, g, sum.RunID, a)
-		for _, b := range g.check(a, f) {
-			t.Errorf("%s (%s%s) stored: %s", a, g.rec[a].Class, peerTag(g.rec[a]), b)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+		leaves[a] = r.leaf
 	}
 	if want := len(g.targets) - len(twins); n6 != want {
 		t.Errorf("%d IPv6 rows stored, %d IPv6 targets", n6, want)

@@ -33,6 +33,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/quicver"
+	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/geodb"
@@ -259,19 +260,11 @@ func TestTestbedEveryQUICHostClassified(t *testing.T) {
 	t.Logf("%d endpoints of %d classes verified: %v; peers: %v", len(targets), len(g.pop.Classes()), byClass, peersSeen)
 }
 
-func peerTag(r *population.Record) string {
-	if r.Peer == "" {
-		return ""
-	}
-	return ", peer " + r.Peer
-}
-
-// TestTestbedRunMatchesPopulation runs the whole pipeline (targets file -> verify.Run ->
-// database, with the testbed's GeoIP databases and PKI roots) over every QUIC endpoint
-// of the population, then compares every stored result and every resolver_geo row with
-// the population.
-func TestTestbedRunMatchesPopulation(t *testing.T) {
-	g := loadGroundTruth(t)
+// runVerify runs the whole pipeline (targets file -> verify.Run -> database, with the
+// testbed's GeoIP databases and PKI roots) over g's targets under label; header, if not
+// empty, is written as a comment line at the top of the targets file.
+func runVerify(t *testing.T, g groundTruth, label, header string) (*store.Store, *verify.Summary) {
+	t.Helper()
 	s := storetest.Open(t)
 	dir := t.TempDir()
 	built := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
@@ -281,53 +274,57 @@ func TestTestbedRunMatchesPopulation(t *testing.T) {
 	}
 	p := filepath.Join(dir, "targets.txt")
 	var sb strings.Builder
+	if header != "" {
+		sb.WriteString("# " + header + "\n")
+	}
 	for _, a := range g.targets {
 		sb.WriteString(a.String() + "\n")
 	}
 	if err := os.WriteFile(p, []byte(sb.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	sum, err := verify.Run(ctx, s, verify.RunConfig{Verify: verify.Config{SNINames: g.sniNames, Roots: g.pki.Roots()},
-		Vantage: "testbed", Label: "e2e", TargetsFile: p, Concurrency: e2eConcurrency, RetryTimeouts: true,
+	sum, err := verify.Run(context.Background(), s, verify.RunConfig{Verify: verify.Config{SNINames: g.sniNames, Roots: g.pki.Roots()},
+		Vantage: "testbed", Label: label, TargetsFile: p, Concurrency: e2eConcurrency, RetryTimeouts: true,
 		CityDB: geo.City, ASNDB: geo.ASN}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d targets in %.1f s (%.0f/s): %v", sum.Targets, sum.Elapsed, sum.Rate, sum.Outcomes)
-	want := map[string]int{}
-	for _, a := range g.targets {
-		want[g.want[a].Class]++
-	}
-	for _, o := range verify.Outcomes.Values() {
-		if sum.Outcomes[o] != want[string(o)] {
-			t.Errorf("summary: %s %d, population says %d", o, sum.Outcomes[o], want[string(o)])
-		}
-	}
+	return s, sum
+}
 
-	// Every stored row against the population.
-	rows, err := s.Pool.Query(ctx, `SELECT address, port, outcome, detail, coalesce(alpn, ''),
+// storedRow is what checkStoredRows keeps of a stored result: the address family the
+// database gives the address and the DER of the stored leaf certificate (nil without one).
+type storedRow struct {
+	family int32
+	leaf   []byte
+}
+
+// checkStoredRows compares every result of run runID with the population (g.check) and
+// returns them by target; a row for an address that is no target is an error.
+func checkStoredRows(t *testing.T, ctx context.Context, s *store.Store, g groundTruth, runID int64) map[netip.AddrPort]storedRow {
+	t.Helper()
+	rows, err := s.Pool.Query(ctx, `SELECT address, family(address), port, outcome, detail, coalesce(alpn, ''),
 		coalesce(quic_version, 0), coalesce(sni, ''), coalesce(sni_source, ''), cert_valid_for_sni,
 		coalesce(array_length(cert_chain, 1), 0),
 		(SELECT c.der FROM certificates c WHERE c.sha256 = cert_chain[1])
-		FROM verification_results WHERE run_id = $1`, sum.RunID)
+		FROM verification_results WHERE run_id = $1`, runID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[netip.AddrPort]bool{}
+	seen := map[netip.AddrPort]storedRow{}
 	for rows.Next() {
 		var addr netip.Addr
-		var port int32
+		var family, port int32
 		var qv int64
 		var f fields
 		var leaf []byte
-		if err := rows.Scan(&addr, &port, &f.outcome, &f.detail, &f.alpn, &qv, &f.sni, &f.sniSource,
+		if err := rows.Scan(&addr, &family, &port, &f.outcome, &f.detail, &f.alpn, &qv, &f.sni, &f.sniSource,
 			&f.certValid, &f.chainLen, &leaf); err != nil {
 			t.Fatal(err)
 		}
 		f.quicVersion = uint32(qv)
 		a := netip.AddrPortFrom(addr, uint16(port))
-		seen[a] = true
+		seen[a] = storedRow{family: family, leaf: leaf}
 		if _, ok := g.want[a]; !ok {
 			t.Errorf("%s: stored but not a target", a)
 			continue
@@ -341,7 +338,7 @@ func TestTestbedRunMatchesPopulation(t *testing.T) {
 			}
 		}
 		// CA-issued vs self-signed: the stored chain against the testbed roots.
-		f.caIssued = storedChainCAIssued(t, ctx, s.Pool, g, sum.RunID, a)
+		f.caIssued = storedChainCAIssued(t, ctx, s.Pool, g, runID, a)
 		for _, b := range g.check(a, f) {
 			t.Errorf("%s (%s%s) stored: %s", a, g.rec[a].Class, peerTag(g.rec[a]), b)
 		}
@@ -349,8 +346,39 @@ func TestTestbedRunMatchesPopulation(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
+	return seen
+}
+
+func peerTag(r *population.Record) string {
+	if r.Peer == "" {
+		return ""
+	}
+	return ", peer " + r.Peer
+}
+
+// TestTestbedRunMatchesPopulation runs the whole pipeline (targets file -> verify.Run ->
+// database, with the testbed's GeoIP databases and PKI roots) over every QUIC endpoint
+// of the population, then compares every stored result and every resolver_geo row with
+// the population.
+func TestTestbedRunMatchesPopulation(t *testing.T) {
+	g := loadGroundTruth(t)
+	ctx := context.Background()
+	s, sum := runVerify(t, g, "e2e", "")
+	t.Logf("%d targets in %.1f s (%.0f/s): %v", sum.Targets, sum.Elapsed, sum.Rate, sum.Outcomes)
+	want := map[string]int{}
 	for _, a := range g.targets {
-		if !seen[a] {
+		want[g.want[a].Class]++
+	}
+	for _, o := range verify.Outcomes.Values() {
+		if sum.Outcomes[o] != want[string(o)] {
+			t.Errorf("summary: %s %d, population says %d", o, sum.Outcomes[o], want[string(o)])
+		}
+	}
+
+	// Every stored row against the population.
+	seen := checkStoredRows(t, ctx, s, g, sum.RunID)
+	for _, a := range g.targets {
+		if _, ok := seen[a]; !ok {
 			t.Errorf("%s: no stored result", a)
 		}
 	}

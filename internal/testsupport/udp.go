@@ -1,0 +1,24 @@
+package testsupport
+
+import (
+	"net"
+	"sync/atomic"
+	"testing"
+)
+
+// CountDatagrams counts the datagrams arriving at pc (the target-side check that an
+// address received nothing, or something) until the test ends; pc is closed then.
+func CountDatagrams(t testing.TB, pc net.PacketConn) *atomic.Int64 {
+	t.Cleanup(func() { pc.Close() })
+	var n atomic.Int64
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			n.Add(1)
+		}
+	}()
+	return &n
+}
