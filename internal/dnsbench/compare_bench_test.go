@@ -1,7 +1,11 @@
 package dnsbench_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,63 +15,218 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsbench"
-	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
 
+// dnsperf's and resperf's summary lines (2.10).
 var (
-	dnsperfQPS = regexp.MustCompile(`Queries per second:\s+([0-9.]+)`)
-	dnsperfLat = regexp.MustCompile(`Average Latency \(s\):\s+([0-9.]+)`)
+	dnsperfQPS     = regexp.MustCompile(`Queries per second:\s+([0-9.]+)`)
+	dnsperfLat     = regexp.MustCompile(`(?m)^\s+Average Latency \(s\):\s+([0-9.]+)`)
+	dnsperfLost    = regexp.MustCompile(`Queries lost:\s+([0-9]+)`)
+	resperfMaxQPS  = regexp.MustCompile(`Maximum throughput:\s+([0-9.]+) qps`)
+	resperfLostMax = regexp.MustCompile(`Lost at that point:\s+([0-9.]+)%?`)
+	// why resperf's ramp ended early (-q outstanding queries reached, or its sender
+	// fell -F queries behind the schedule); nil when it ran to the end
+	resperfStop = regexp.MustCompile(`Reached [0-9]+ outstanding queries|Fell behind by [0-9]+ queries, ending test at [0-9]+ qps`)
 )
 
-// BenchmarkVersusDnsperf runs dnsperf and dnsbench, as fast as answered with the same
-// concurrency, against the same loopback server for 3 s each, and prints both QPS and
-// mean latencies and their ratios (goal: dnsbench QPS / dnsperf QPS >= 1), with
-// dnsbench's DoQ QPS beside them. Needs dnsperf (apt-get install dnsperf).
+// toolRun is one run of dnsperf, resperf or the dnsbench command: its standard output
+// and the CPU time (user + system) it used.
+type toolRun struct {
+	out []byte
+	cpu time.Duration
+}
+
+// runTool runs a tool bounded by ctx (a tool that hangs is killed at the deadline and
+// reported with its output).
+func runTool(ctx context.Context, name string, args ...string) (toolRun, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := toolRun{out: stdout.Bytes()}
+	if cmd.ProcessState != nil {
+		r.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	if ctx.Err() != nil {
+		return r, fmt.Errorf("%s %q: %w (killed at the deadline)\n%s", name, args, ctx.Err(), stderr.Bytes())
+	}
+	if err != nil {
+		return r, fmt.Errorf("%s %q: %w\n%s", name, args, err, stderr.Bytes())
+	}
+	return r, nil
+}
+
+// runDnsbench runs the dnsbench command with --json and returns its one report.
+func runDnsbench(ctx context.Context, bin string, args ...string) (*dnsbench.Report, toolRun, error) {
+	r, err := runTool(ctx, bin, append([]string{"--json", "--progress", "0"}, args...)...)
+	if err != nil {
+		return nil, r, err
+	}
+	var rs []*dnsbench.Report
+	if err := json.Unmarshal(r.out, &rs); err != nil || len(rs) != 1 {
+		return nil, r, fmt.Errorf("dnsbench --json: %d reports, %v\n%s", len(rs), err, r.out)
+	}
+	return rs[0], r, nil
+}
+
+// usPer is CPU microseconds per answered query.
+func usPer(cpu time.Duration, answered float64) float64 {
+	return float64(cpu.Microseconds()) / answered
+}
+
+// float of the first submatch of re in out, or an error naming what is missing.
+func float(re *regexp.Regexp, out []byte) (float64, error) {
+	m := re.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no %q in the output", re)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// dnsperfResult is dnsperf's summary: answered queries per second, mean latency (ms)
+// and queries lost (timed out).
+type dnsperfResult struct {
+	QPS, MeanMS float64
+	Lost        int
+}
+
+func parseDnsperf(out []byte) (dnsperfResult, error) {
+	q, err := float(dnsperfQPS, out)
+	if err != nil {
+		return dnsperfResult{}, err
+	}
+	l, err := float(dnsperfLat, out)
+	if err != nil {
+		return dnsperfResult{}, err
+	}
+	lost, err := float(dnsperfLost, out)
+	if err != nil {
+		return dnsperfResult{}, err
+	}
+	return dnsperfResult{QPS: q, MeanMS: l * 1000, Lost: int(lost)}, nil
+}
+
+// BenchmarkVersusDnsperf runs, against the same loopback server (measuretest in the
+// benchmark's process; streams served until the client closes them), every client as
+// a process of its own (the dnsbench command, built into a temporary directory):
+//
+//   - dnsperf (-m udp, dot, doh) and dnsbench in max mode over the same protocol with
+//     the same outstanding limit (dnsperf -c W -q W: one connection per outstanding
+//     query, as dnsbench's W persistent workers), 3 s each;
+//   - resperf (-M udp, dot) and dnsbench's ramp to the same maximum rate over the same
+//     ramp time and the same loss threshold, both counting answers per second (-i 1),
+//     with the same outstanding limit;
+//   - dnsbench over DoQ in max mode (no peer has DoQ);
+//
+// and prints each pair's QPS, mean latency, CPU time per answer and the QPS ratio
+// (goal: dnsbench / peer >= 1). Needs dnsperf and resperf (`apt-get install dnsperf`,
+// Debian's 2.10; `./dev install` installs it). The client-side latency error is
+// measured on the simulated internet: BenchmarkLatencyError in internal/dnsbench/e2e.
 func BenchmarkVersusDnsperf(b *testing.B) {
-	if _, err := exec.LookPath("dnsperf"); err != nil {
-		b.Skip("dnsperf not installed (apt-get install dnsperf)")
+	for _, tool := range []string{"dnsperf", "resperf", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Skipf("SKIP: %s not installed (dnsperf, resperf: apt-get install dnsperf, or ./dev install)", tool)
+		}
+	}
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "dnsbench")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/doqscan/doqscan/cmd/dnsbench").CombinedOutput(); err != nil {
+		b.Fatalf("go build cmd/dnsbench: %v\n%s", err, out)
 	}
 	s := measuretest.Start(b, measuretest.Config{Host: "127.0.0.5"})
-	qf := filepath.Join(b.TempDir(), "q.txt")
+	qf := filepath.Join(dir, "q.txt")
 	if err := os.WriteFile(qf, []byte("a.example A\nb.example AAAA\n"), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	const workers, secs = 10, 3
+	const (
+		workers = 64 // outstanding limit of both tools in max mode
+		secs    = 3
+		timeout = 2 * time.Second
+		// The ramps: 0 to rampMax q/s over rampSecs; the maximum is taken before the
+		// first second above 5 % loss.
+		rampMax, rampSecs, rampLoss, rampWorkers = 40000, 10, 0.05, 500
+	)
+	itoa := strconv.Itoa
+	common := []string{"--queries", qf, "--timeout", timeout.String(), "--session-queries", "100000000"}
 	for range b.N {
 		for _, c := range []struct {
-			mode string
-			t    dnsbench.Target
+			mode, scheme string
+			addr         netip.AddrPort
 		}{
-			{"udp", dnsbench.Target{Protocol: measure.DoUDP, Addr: s.UDP}},
-			{"dot", dnsbench.Target{Protocol: measure.DoT, Addr: s.DoT}},
+			{"udp", "doudp", s.UDP},
+			{"dot", "dot", s.DoT},
+			{"doh", "doh-get", s.DoH}, // dnsperf's default method is GET
 		} {
-			out, err := exec.Command("dnsperf", "-m", c.mode, "-s", c.t.Addr.Addr().String(),
-				"-p", strconv.Itoa(int(c.t.Addr.Port())), "-d", qf, "-l", strconv.Itoa(secs),
-				"-c", strconv.Itoa(workers), "-q", strconv.Itoa(workers)).CombinedOutput()
-			qm, lm := dnsperfQPS.FindSubmatch(out), dnsperfLat.FindSubmatch(out)
-			if err != nil || qm == nil || lm == nil {
-				b.Fatalf("dnsperf: %v\n%s", err, out)
+			ctx, cancel := context.WithTimeout(context.Background(), secs*time.Second+time.Minute)
+			pr, err := runTool(ctx, "dnsperf", "-m", c.mode, "-s", c.addr.Addr().String(),
+				"-p", itoa(int(c.addr.Port())), "-d", qf, "-l", itoa(secs),
+				"-t", itoa(int(timeout/time.Second)), "-c", itoa(workers), "-q", itoa(workers))
+			p, perr := parseDnsperf(pr.out)
+			if err != nil || perr != nil {
+				cancel()
+				b.Fatalf("dnsperf: %v %v\n%s", err, perr, pr.out)
 			}
-			pq, _ := strconv.ParseFloat(string(qm[1]), 64)
-			pl, _ := strconv.ParseFloat(string(lm[1]), 64)
-			rs, err := dnsbench.Run(context.Background(), dnsbench.Config{Targets: []dnsbench.Target{c.t},
-				Queries: []dnsbench.Question{{Name: "a.example", QType: 1}, {Name: "b.example", QType: 28}},
-				Workers: workers, Duration: secs * time.Second, Timeout: 2 * time.Second}, nil, nil)
+			r, dr, err := runDnsbench(ctx, bin, append(common, "--workers", itoa(workers),
+				"--duration", itoa(secs)+"s", c.scheme+"://"+c.addr.String())...)
+			cancel()
 			if err != nil {
 				b.Fatal(err)
 			}
-			r := rs[0]
-			b.Logf("%s: dnsbench %.0f q/s mean %.3f ms (success %.4f); dnsperf %.0f q/s mean %.3f ms; QPS ratio %.2f, latency ratio %.2f",
-				c.t.Protocol, r.QPS, r.Latency.Mean, r.SuccessRate, pq, pl*1000, r.QPS/pq, r.Latency.Mean/(pl*1000))
-			b.ReportMetric(r.QPS/pq, string(c.t.Protocol)+"-qps-ratio")
+			b.Logf("%s max: dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer (success %.4f); dnsperf %.0f q/s, mean %.3f ms, %.1f us CPU/answer (lost %d); QPS ratio %.2f",
+				c.scheme, r.QPS, r.Latency.Mean, usPer(dr.cpu, float64(r.Answered)), r.SuccessRate,
+				p.QPS, p.MeanMS, usPer(pr.cpu, p.QPS*secs), p.Lost, r.QPS/p.QPS)
+			b.ReportMetric(r.QPS/p.QPS, c.mode+"-qps-ratio")
 		}
-		rs, err := dnsbench.Run(context.Background(), dnsbench.Config{Targets: []dnsbench.Target{{Protocol: measure.DoQ, Addr: s.DoQ}},
-			Workers: workers, Duration: secs * time.Second, Timeout: 2 * time.Second}, nil, nil)
+		for _, c := range []struct {
+			mode, scheme string
+			addr         netip.AddrPort
+		}{
+			{"udp", "doudp", s.UDP},
+			{"dot", "dot", s.DoT},
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), rampSecs*time.Second+time.Minute)
+			pr, err := runTool(ctx, "resperf", "-M", c.mode, "-s", c.addr.Addr().String(),
+				"-p", itoa(int(c.addr.Port())), "-d", qf, "-R", "-m", itoa(rampMax),
+				"-r", itoa(rampSecs), "-L", itoa(int(rampLoss*100)), "-t", itoa(int(timeout/time.Second)),
+				"-q", itoa(rampWorkers), "-C", itoa(workers), "-i", "1", "-P", filepath.Join(dir, "resperf-"+c.mode+".gnuplot"))
+			pmax, perr := float(resperfMaxQPS, pr.out)
+			plost, _ := float(resperfLostMax, pr.out)
+			if err != nil || perr != nil {
+				cancel()
+				b.Fatalf("resperf: %v %v\n%s", err, perr, pr.out)
+			}
+			r, _, err := runDnsbench(ctx, bin, append(common, "--workers", itoa(rampWorkers),
+				"--duration", itoa(rampSecs)+"s", "--ramp-max", itoa(rampMax), "--ramp-loss", strconv.FormatFloat(rampLoss, 'g', -1, 64),
+				c.scheme+"://"+c.addr.String())...)
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if r.Ramp == nil {
+				b.Fatalf("%s ramp: no ramp result", c.scheme)
+			}
+			stop := "ran to the end"
+			if r.Ramp.Stopped {
+				stop = fmt.Sprintf("stopped in second %d at %.0f q/s offered, loss %.3f", r.Ramp.StopSecond, r.Ramp.StopRate, r.Ramp.StopLoss)
+			}
+			pstop := "ran to the end"
+			if m := resperfStop.Find(pr.out); m != nil {
+				pstop = string(m)
+			}
+			b.Logf("%s ramp to %d q/s over %d s: dnsbench max %.0f q/s (at offered %.0f; %s); resperf maximum throughput %.0f q/s (lost %.2f %% then; %s); ratio %.2f",
+				c.scheme, rampMax, rampSecs, r.Ramp.MaxQPS, r.Ramp.MaxQPSRate, stop, pmax, plost, pstop, r.Ramp.MaxQPS/pmax)
+			b.ReportMetric(r.Ramp.MaxQPS/pmax, c.mode+"-ramp-ratio")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), secs*time.Second+time.Minute)
+		r, dr, err := runDnsbench(ctx, bin, append(common, "--workers", itoa(workers), "--duration", itoa(secs)+"s",
+			"doq://"+s.DoQ.String())...)
+		cancel()
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Logf("doq: dnsbench %.0f q/s mean %.3f ms (success %.4f)", rs[0].QPS, rs[0].Latency.Mean, rs[0].SuccessRate)
-		b.ReportMetric(rs[0].QPS, "doq-qps")
+		b.Logf("doq max: dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer (success %.4f); no peer has DoQ",
+			r.QPS, r.Latency.Mean, usPer(dr.cpu, float64(r.Answered)), r.SuccessRate)
+		b.ReportMetric(r.QPS, "doq-qps")
 	}
 }

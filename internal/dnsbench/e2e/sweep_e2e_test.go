@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 
 // peerAddr returns the population's address of a peer kind, skipping the test when
 // there is none or the peers are not installed (the testbed starts them all or none).
-func peerAddr(t *testing.T, pop *population.Population, kind string) netip.Addr {
+func peerAddr(t testing.TB, pop *population.Population, kind string) netip.Addr {
 	t.Helper()
 	root, err := peers.RepoRoot()
 	if err != nil {

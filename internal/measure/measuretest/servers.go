@@ -634,7 +634,11 @@ func UnusedPort(tb testing.TB, network, host string) netip.AddrPort {
 }
 
 // serveMiekg starts srv on its socket, waits until it serves, and shuts it down at cleanup.
+// A stream (DoTCP, DoT) is served until the client closes it or it idles: miekg's
+// default closes it after 128 queries, which no resolver of the population does and
+// which makes a pipelining client (dnsperf) wait out the queries it had in flight.
 func serveMiekg(tb testing.TB, srv *dns.Server) {
+	srv.MaxTCPQueries = -1
 	started := make(chan struct{})
 	srv.NotifyStartedFunc = func() { close(started) }
 	go func() { _ = srv.ActivateAndServe() }()
