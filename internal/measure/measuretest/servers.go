@@ -486,25 +486,7 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 	}
 	tconf := &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{alpn}}
 	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT, MaxIdleTimeout: 10 * time.Second, Versions: cfg.QUICVersions}
-	if h3 && cfg.Behavior == Flood {
-		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
-		ln, err := tr.ListenEarly(tconf, qconf)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { ln.Close(); _ = tr.Close(); udp.Close() })
-		go func() {
-			for {
-				conn, err := ln.Accept(ctx)
-				if err != nil {
-					return
-				}
-				go s.floodH3(ctx, conn)
-			}
-		}()
-		return
-	}
-	if h3 {
+	if h3 && cfg.Behavior != Flood {
 		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
 		srv := &http3.Server{Handler: s.dohHandler(ctx, cfg), TLSConfig: tconf, QUICConfig: qconf}
 		ln, err := tr.ListenEarly(http3.ConfigureTLSConfig(tconf), qconf)
@@ -515,7 +497,14 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 		tb.Cleanup(func() { _ = srv.Close(); _ = tr.Close(); udp.Close() })
 		return
 	}
-	s.DoQ = measure.AddrPortOf(udp.LocalAddr())
+	// DoQ, or a flooding HTTP/3 server: each connection served on its own goroutine.
+	serve := func(conn *quic.Conn) { s.serveDoQ(ctx, cfg, conn) }
+	if h3 {
+		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
+		serve = func(conn *quic.Conn) { s.floodH3(ctx, conn) }
+	} else {
+		s.DoQ = measure.AddrPortOf(udp.LocalAddr())
+	}
 	ln, err := tr.ListenEarly(tconf, qconf)
 	if err != nil {
 		tb.Fatal(err)
@@ -527,7 +516,7 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 			if err != nil {
 				return
 			}
-			go s.serveDoQ(ctx, cfg, conn)
+			go serve(conn)
 		}
 	}()
 }
