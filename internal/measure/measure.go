@@ -48,6 +48,19 @@ const (
 	PortDoQ   = 853 // RFC 9250 §8.2
 )
 
+// DefaultPort is the port p uses where a target names none (see the Port constants).
+func (p Protocol) DefaultPort() uint16 {
+	switch p {
+	case DoUDP, DoTCP:
+		return PortDNS
+	case DoT:
+		return PortDoT
+	case DoQ:
+		return PortDoQ
+	}
+	return PortHTTPS
+}
+
 // Mode is how sessions are set up, as in schema.sql measurements.mode.
 type Mode string
 
