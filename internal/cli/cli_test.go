@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -257,6 +258,23 @@ func TestExitCodeMapping(t *testing.T) {
 	for _, c := range cases {
 		if got := cli.ExitCode(c.err); got != c.want {
 			t.Errorf("ExitCode(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+// TestSplitList: items are trimmed, empty ones dropped, order kept.
+func TestSplitList(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{" , ,", nil},
+		{"doq", []string{"doq"}},
+		{" doq, doh,,doh3 ", []string{"doq", "doh", "doh3"}},
+	} {
+		if got := cli.SplitList(c.in); !slices.Equal(got, c.want) {
+			t.Errorf("SplitList(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/provenance"
@@ -104,4 +105,16 @@ func CheckBlocklistDir(flagName, dir string) error {
 		return Environmentf("--%s: %s is not a directory", flagName, dir)
 	}
 	return nil
+}
+
+// SplitList splits a comma-separated flag value into its items, trimmed, empty ones
+// dropped ("doq, doh,," is doq and doh).
+func SplitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

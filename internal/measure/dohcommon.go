@@ -81,18 +81,12 @@ func dohResponse(resp *http.Response) ([]byte, error) {
 // connection), timed on clk (the Log of the socket under it), appending each to res
 // until one fails.
 func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk *kstamp.Log) {
-	for i := 0; ; i++ {
-		name, qtype, ok := req.next(ctx, i)
-		if !ok {
-			return
-		}
-		q := dnsmsg.Query{Name: name, Type: qtype, ID: 0}
-		out := Query{Seq: i, KeepaliveTimeout: -1}
+	res.exchangeAll(ctx, req, func(q dnsmsg.Query, seq int) Query {
+		out := Query{Seq: seq, KeepaliveTimeout: -1}
 		hr, err := dohRequest(ctx, req, q)
 		if err != nil {
 			out.Status, out.Err = StatusError, err
-			res.Queries = append(res.Queries, out)
-			return
+			return out
 		}
 		before := time.Now()
 		clk.Arm()
@@ -105,12 +99,8 @@ func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTri
 		done := clk.ArrivedBy(out.StartedAt, time.Now())
 		if err != nil {
 			out.Status, out.Err = Classify(err), err
-		} else {
-			out = finishQuery(out, q, raw, done)
+			return out
 		}
-		res.Queries = append(res.Queries, out)
-		if out.Status != StatusOK {
-			return
-		}
-	}
+		return finishQuery(out, q, raw, done)
+	})
 }

@@ -10,20 +10,24 @@ import (
 	"github.com/doqscan/doqscan/internal/doq"
 )
 
-// doqMeasurer is DNS over QUIC (RFC 9250): handshake = the QUIC handshake (1 RTT when
+// measureDoQ is DNS over QUIC (RFC 9250): handshake = the QUIC handshake (1 RTT when
 // neither VN, Retry nor the anti-amplification limit intervene), one query per stream.
-type doqMeasurer struct{}
-
-func (doqMeasurer) Protocol() Protocol { return DoQ }
-
-func (doqMeasurer) Measure(ctx context.Context, req *Request) *Result {
-	ctx, cancel := context.WithTimeout(ctx, req.timeout())
-	defer cancel()
-	res := &Result{Protocol: DoQ}
+func measureDoQ(ctx context.Context, req *Request, res *Result) *Result {
 	alpn := req.ALPN
 	if len(alpn) == 0 {
 		alpn = []string{doq.Versions[0].ALPN}
 	}
+	return overQUIC(ctx, req, res, alpn, func(conn *quicConn) {
+		res.exchangeAll(ctx, req, func(q dnsmsg.Query, seq int) Query {
+			return doqExchange(ctx, conn, req, q, seq)
+		})
+	})
+}
+
+// overQUIC dials QUIC with alpn (DoQ, DoH3; see dialQUIC), runs queries on the
+// connection, in 0-RTT mode waits for the handshake the queries went ahead of, and
+// then closes the connection and takes its qlog and handshake times (finishQUIC).
+func overQUIC(ctx context.Context, req *Request, res *Result, alpn []string, queries func(conn *quicConn)) *Result {
 	ql := newQlogBuffer()
 	conn, err := dialQUIC(ctx, req, res, alpn, ql)
 	if err != nil {
@@ -31,22 +35,11 @@ func (doqMeasurer) Measure(ctx context.Context, req *Request) *Result {
 		return res.fail(err)
 	}
 	defer func() { finishQUIC(conn, res, ql) }()
-	for i := 0; ; i++ {
-		name, qtype, ok := req.next(ctx, i)
-		if !ok {
-			break
-		}
-		q := doqExchange(ctx, conn, req, dnsmsg.Query{Name: name, Type: qtype, ID: 0}, i)
-		res.Queries = append(res.Queries, q)
-		if q.Status != StatusOK {
-			break
-		}
-	}
+	queries(conn)
 	if req.Mode == Mode0RTT {
 		select {
 		case <-conn.HandshakeComplete():
-			res.HasHandshake = true
-			res.HandshakeWall = time.Since(res.StartedAt)
+			res.HasHandshake, res.HandshakeWall = true, time.Since(res.StartedAt)
 			recordQUICState(req, res, conn.Conn)
 		case <-ctx.Done():
 		}

@@ -2,6 +2,7 @@ package measure
 
 import (
 	"context"
+	"crypto/tls"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
@@ -10,35 +11,29 @@ import (
 // alpnDoT is the DoT ALPN (RFC 7858 has none; "dot" is registered by RFC 9461 §7.1 for SVCB).
 const alpnDoT = "dot"
 
-// dotMeasurer is DNS over TLS (RFC 7858): handshake = TCP + TLS (2 RTT with TLS 1.3).
-type dotMeasurer struct{}
+// measureDoT is DNS over TLS (RFC 7858): handshake = TCP + TLS (2 RTT with TLS 1.3).
+func measureDoT(ctx context.Context, req *Request, res *Result) *Result {
+	return overTLS(ctx, req, res, []string{alpnDoT}, func(c *timedConn, tc *tls.Conn) *Result {
+		tlsTimed := &timedConn{Conn: tc, log: c.log}
+		res.exchangeAll(ctx, req, func(q dnsmsg.Query, seq int) Query {
+			// The first write on the TLS conn is what puts the query's first packet on
+			// the wire (the TCP conn's writes carry the same bytes, encrypted).
+			q.ID, q.TCPKeepalive = newID(), req.TCPKeepalive
+			return tcpExchange(tlsTimed, q, seq)
+		})
+		return res.finish()
+	})
+}
 
-func (dotMeasurer) Protocol() Protocol { return DoT }
-
-func (dotMeasurer) Measure(ctx context.Context, req *Request) *Result {
-	ctx, cancel := context.WithTimeout(ctx, req.timeout())
-	defer cancel()
-	res := &Result{Protocol: DoT}
-	c, tc, err := dialTLS(ctx, req, res, []string{alpnDoT})
+// overTLS dials TCP + TLS with alpn (DoT, DoH; see dialTLS), runs measure on the
+// connection with ctx's end interrupting its reads and writes, and closes it.
+func overTLS(ctx context.Context, req *Request, res *Result, alpn []string, measure func(c *timedConn, tc *tls.Conn) *Result) *Result {
+	c, tc, err := dialTLS(ctx, req, res, alpn)
 	if err != nil {
 		return res.fail(err)
 	}
 	defer tc.Close()
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
-	tlsTimed := &timedConn{Conn: tc, log: c.log}
-	for i := 0; ; i++ {
-		name, qtype, ok := req.next(ctx, i)
-		if !ok {
-			break
-		}
-		// The first write on the TLS conn is what puts the query's first packet on the
-		// wire (the TCP conn's writes carry the same bytes, encrypted).
-		q := tcpExchange(tlsTimed, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive}, i)
-		res.Queries = append(res.Queries, q)
-		if q.Status != StatusOK {
-			break
-		}
-	}
-	return res.finish()
+	return measure(c, tc)
 }

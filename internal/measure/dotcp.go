@@ -8,16 +8,9 @@ import (
 	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
-// tcpMeasurer is DNS over TCP (RFC 1035 §4.2.2, RFC 7766): handshake = the TCP 3-way
+// measureTCP is DNS over TCP (RFC 1035 §4.2.2, RFC 7766): handshake = the TCP 3-way
 // handshake (1 RTT).
-type tcpMeasurer struct{}
-
-func (tcpMeasurer) Protocol() Protocol { return DoTCP }
-
-func (tcpMeasurer) Measure(ctx context.Context, req *Request) *Result {
-	ctx, cancel := context.WithTimeout(ctx, req.timeout())
-	defer cancel()
-	res := &Result{Protocol: DoTCP}
+func measureTCP(ctx context.Context, req *Request, res *Result) *Result {
 	c, start, hs, err := dialTCP(ctx, req)
 	res.StartedAt = start
 	if err != nil {
@@ -28,17 +21,10 @@ func (tcpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	res.Local = AddrPortOf(c.LocalAddr())
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
-	for i := 0; ; i++ {
-		name, qtype, ok := req.next(ctx, i)
-		if !ok {
-			break
-		}
-		q := tcpExchange(c, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive}, i)
-		res.Queries = append(res.Queries, q)
-		if q.Status != StatusOK {
-			break
-		}
-	}
+	res.exchangeAll(ctx, req, func(q dnsmsg.Query, seq int) Query {
+		q.ID, q.TCPKeepalive = newID(), req.TCPKeepalive
+		return tcpExchange(c, q, seq)
+	})
 	if req.FastOpen {
 		res.TFO = tfoUsed(c.Conn)
 		// With TCP_FASTOPEN_CONNECT, connect(2) returns before the SYN leaves (it goes

@@ -20,15 +20,9 @@ const maxUDPResponse = 65535
 // is kept after udpExchange returns (finishQuery copies what it keeps).
 var udpBufs = sync.Pool{New: func() any { b := make([]byte, maxUDPResponse); return &b }}
 
-// udpMeasurer is DNS over UDP (RFC 1035 §4.2.1): no session, one datagram each way.
-type udpMeasurer struct{}
-
-func (udpMeasurer) Protocol() Protocol { return DoUDP }
-
-func (udpMeasurer) Measure(ctx context.Context, req *Request) *Result {
-	ctx, cancel := context.WithTimeout(ctx, req.timeout())
-	defer cancel()
-	res := &Result{Protocol: DoUDP, StartedAt: time.Now()}
+// measureUDP is DNS over UDP (RFC 1035 §4.2.1): no session, one datagram each way.
+func measureUDP(ctx context.Context, req *Request, res *Result) *Result {
+	res.StartedAt = time.Now()
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "udp", req.Addr.String()) // a fresh random source port
 	if err != nil {
@@ -42,17 +36,10 @@ func (udpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
-	for i := 0; ; i++ {
-		name, qtype, ok := req.next(ctx, i)
-		if !ok {
-			break
-		}
-		q := udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: newID()}, i)
-		res.Queries = append(res.Queries, q)
-		if q.Status != StatusOK {
-			break
-		}
-	}
+	res.exchangeAll(ctx, req, func(q dnsmsg.Query, seq int) Query {
+		q.ID = newID()
+		return udpExchange(ctx, conn, q, seq)
+	})
 	return res.finish()
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/kstamp"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
@@ -46,6 +47,19 @@ const (
 	PortHTTPS = 443 // RFC 8484 §1 (https)
 	PortDoQ   = 853 // RFC 9250 §8.2
 )
+
+// DefaultPort is the port p uses where a target names none (see the Port constants).
+func (p Protocol) DefaultPort() uint16 {
+	switch p {
+	case DoUDP, DoTCP:
+		return PortDNS
+	case DoT:
+		return PortDoT
+	case DoQ:
+		return PortDoQ
+	}
+	return PortHTTPS
+}
 
 // Mode is how sessions are set up, as in schema.sql measurements.mode.
 type Mode string
@@ -270,6 +284,22 @@ func (r *Result) fail(err error) *Result {
 	return r
 }
 
+// exchangeAll runs req's queries in order through exchange (given the query with ID 0
+// and its sequence number), appending each to r until one fails or req has no more.
+func (r *Result) exchangeAll(ctx context.Context, req *Request, exchange func(q dnsmsg.Query, seq int) Query) {
+	for i := 0; ; i++ {
+		name, qtype, ok := req.next(ctx, i)
+		if !ok {
+			return
+		}
+		q := exchange(dnsmsg.Query{Name: name, Type: qtype}, i)
+		r.Queries = append(r.Queries, q)
+		if q.Status != StatusOK {
+			return
+		}
+	}
+}
+
 // finish sets the exchange status from its queries.
 func (r *Result) finish() *Result {
 	r.Status = StatusOK
@@ -289,21 +319,35 @@ type Measurer interface {
 	Measure(ctx context.Context, req *Request) *Result
 }
 
+// measurer is the Measurer of one protocol: Measure bounds ctx by the request's timeout
+// and hands run an empty Result of that protocol to fill in and return.
+type measurer struct {
+	proto Protocol
+	run   func(ctx context.Context, req *Request, res *Result) *Result
+}
+
+func (m measurer) Protocol() Protocol { return m.proto }
+
+func (m measurer) Measure(ctx context.Context, req *Request) *Result {
+	ctx, cancel := context.WithTimeout(ctx, req.timeout())
+	defer cancel()
+	return m.run(ctx, req, &Result{Protocol: m.proto})
+}
+
+// runners holds each protocol's client.
+var runners = map[Protocol]func(context.Context, *Request, *Result) *Result{
+	DoUDP: measureUDP,
+	DoTCP: measureTCP,
+	DoT:   measureDoT,
+	DoH:   measureDoH,
+	DoQ:   measureDoQ,
+	DoH3:  measureDoH3,
+}
+
 // For returns the measurer of protocol p.
 func For(p Protocol) (Measurer, error) {
-	switch p {
-	case DoUDP:
-		return udpMeasurer{}, nil
-	case DoTCP:
-		return tcpMeasurer{}, nil
-	case DoT:
-		return dotMeasurer{}, nil
-	case DoH:
-		return dohMeasurer{}, nil
-	case DoQ:
-		return doqMeasurer{}, nil
-	case DoH3:
-		return doh3Measurer{}, nil
+	if run, ok := runners[p]; ok {
+		return measurer{proto: p, run: run}, nil
 	}
 	return nil, fmt.Errorf("unknown protocol %q", p)
 }

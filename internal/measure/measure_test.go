@@ -3,6 +3,7 @@ package measure_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"syscall"
 	"testing"
@@ -13,22 +14,9 @@ import (
 )
 
 func target(s *measuretest.Servers, p measure.Protocol) *measure.Request {
-	r := &measure.Request{Timeout: 3 * time.Second, KeyShare: measure.KeyShareX25519}
-	switch p {
-	case measure.DoUDP:
-		r.Addr = s.UDP
-	case measure.DoTCP:
-		r.Addr = s.TCP
-	case measure.DoT:
-		r.Addr = s.DoT
-	case measure.DoH:
-		r.Addr = s.DoH
-	case measure.DoQ:
-		r.Addr = s.DoQ
-	case measure.DoH3:
-		r.Addr = s.DoH3
-	}
-	return r
+	addrs := map[measure.Protocol]netip.AddrPort{measure.DoUDP: s.UDP, measure.DoTCP: s.TCP, measure.DoT: s.DoT,
+		measure.DoH: s.DoH, measure.DoQ: s.DoQ, measure.DoH3: s.DoH3}
+	return &measure.Request{Addr: addrs[p], Timeout: 3 * time.Second, KeyShare: measure.KeyShareX25519}
 }
 
 func TestEveryProtocolAnswers(t *testing.T) {

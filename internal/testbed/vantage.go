@@ -192,3 +192,14 @@ func (tb *Testbed) Command(ctx context.Context, vantage int, argv ...string) *ex
 func (tb *Testbed) InetCommand(ctx context.Context, argv ...string) *exec.Cmd {
 	return netns.Exec(ctx, tb.Inet(), argv...)
 }
+
+// RequirePopulation is Require for tests that need the population: it also skips the
+// test when the testbed runs without a population file, and returns the population.
+func RequirePopulation(t testing.TB) (*Vantage, *population.Population) {
+	t.Helper()
+	v := Require(t)
+	if v.Population == nil {
+		t.Skip("SKIP: the testbed runs without a population file")
+	}
+	return v, v.Population
+}

@@ -97,22 +97,22 @@ func (f *Flags) Resolve() (RunConfig, error) {
 	if set["scan-id"] && (cfg.Scan.Week != "" || cfg.TargetsFile != "") {
 		return cfg, cli.Usagef("--scan-id excludes --week and --targets (with --targets, --week only names the run)")
 	}
-	for _, p := range splitList(f.ports) {
+	for _, p := range cli.SplitList(f.ports) {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
 			return cfg, cli.Usagef("--ports: bad port %q", p)
 		}
 		cfg.Ports = append(cfg.Ports, int32(n))
 	}
-	cfg.Verify.ALPNs = splitList(f.alpns)
-	for _, v := range splitList(f.versions) {
+	cfg.Verify.ALPNs = cli.SplitList(f.alpns)
+	for _, v := range cli.SplitList(f.versions) {
 		n, err := quicver.Parse(v)
 		if err != nil || (n != quicver.V1 && n != quicver.V2) {
 			return cfg, cli.Usagef("--quic-versions: %q unsupported (quic-go speaks v1 and v2)", v)
 		}
 		cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version(n))
 	}
-	cfg.Verify.SNINames = splitList(f.names)
+	cfg.Verify.SNINames = cli.SplitList(f.names)
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
@@ -161,14 +161,4 @@ func Command(ctx context.Context, log *slog.Logger, f *Flags, args []string, std
 		}
 	}
 	return err
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }

@@ -9,6 +9,7 @@ package campaign
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -116,9 +117,7 @@ func (wallClock) WaitUntil(ctx context.Context, t time.Time) error {
 }
 
 func (c *Config) defaults() {
-	if c.Label == "" {
-		c.Label = "hourly"
-	}
+	c.Label = cmp.Or(c.Label, "hourly")
 	if c.Clock == nil {
 		c.Clock = wallClock{}
 	}
@@ -134,30 +133,14 @@ func (c *Config) defaults() {
 	if len(c.DoHVariants) == 0 {
 		c.DoHVariants = []string{measure.VariantGET, measure.VariantPOST}
 	}
-	if c.Name == "" {
-		c.Name = DefaultQueryName
-	}
-	if c.Timeout == 0 {
-		c.Timeout = measure.DefaultTimeout
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 64
-	}
-	if c.RTTSamples == 0 {
-		c.RTTSamples = 3
-	}
-	if c.RTTTimeout == 0 {
-		c.RTTTimeout = 2 * time.Second
-	}
-	if c.Persistent == 0 {
-		c.Persistent = 5
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 16
-	}
-	if c.Progress == 0 {
-		c.Progress = 10 * time.Second
-	}
+	c.Name = cmp.Or(c.Name, DefaultQueryName)
+	c.Timeout = cmp.Or(c.Timeout, measure.DefaultTimeout)
+	c.Concurrency = cmp.Or(c.Concurrency, 64)
+	c.RTTSamples = cmp.Or(c.RTTSamples, 3)
+	c.RTTTimeout = cmp.Or(c.RTTTimeout, 2*time.Second)
+	c.Persistent = cmp.Or(c.Persistent, 5)
+	c.BatchSize = cmp.Or(c.BatchSize, 16)
+	c.Progress = cmp.Or(c.Progress, 10*time.Second)
 	if c.DBDeadline <= 0 {
 		c.DBDeadline = DefaultDBDeadline
 	}

@@ -102,13 +102,13 @@ func Command(ctx context.Context, log *slog.Logger, o Options, args []string) er
 // --run-id >= 0). Errors are usage errors naming the flag.
 func (o *Options) Parse() error {
 	o.Config.Protocols, o.Config.Modes, o.Config.KeyShares, o.Config.DoHVariants = nil, nil, nil, nil
-	for _, p := range splitList(o.Protocols) {
+	for _, p := range cli.SplitList(o.Protocols) {
 		if _, err := measure.For(measure.Protocol(p)); err != nil {
 			return cli.Usagef("--protocols: %v", err)
 		}
 		o.Config.Protocols = append(o.Config.Protocols, measure.Protocol(p))
 	}
-	for _, m := range splitList(o.Modes) {
+	for _, m := range cli.SplitList(o.Modes) {
 		ok := false
 		for _, k := range measure.Modes {
 			ok = ok || string(k) == m
@@ -118,13 +118,13 @@ func (o *Options) Parse() error {
 		}
 		o.Config.Modes = append(o.Config.Modes, measure.Mode(m))
 	}
-	for _, k := range splitList(o.KeyShares) {
+	for _, k := range cli.SplitList(o.KeyShares) {
 		if _, err := measure.KeyShare(k).Curves(); err != nil {
 			return cli.Usagef("--key-shares: %v (x25519, x25519mlkem768)", err)
 		}
 		o.Config.KeyShares = append(o.Config.KeyShares, measure.KeyShare(k))
 	}
-	for _, v := range splitList(o.Variants) {
+	for _, v := range cli.SplitList(o.Variants) {
 		v = strings.ToUpper(v)
 		if v != measure.VariantGET && v != measure.VariantPOST {
 			return cli.Usagef("--doh-variants: %q is not GET or POST", v)
@@ -142,16 +142,6 @@ func (o *Options) Parse() error {
 	}
 	o.Config.DBDeadline = o.DBDeadline
 	return o.Config.Validate()
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 // Rounds runs one round, or rounds every o.Every until ctx is cancelled.

@@ -169,6 +169,72 @@ func outageConfig(label string) campaign.Config {
 		BatchSize: 1, RTTSamples: 2, RTTTimeout: 300 * time.Millisecond}
 }
 
+// roundEnd is what campaign.Run returned.
+type roundEnd struct {
+	sum *campaign.Summary
+	err error
+}
+
+// outageRound is a round running on its own goroutine that holds one resolver until
+// the test has stopped the database.
+type outageRound struct {
+	done                      chan roundEnd
+	storedTwo, atHeld, dbDown chan struct{}
+}
+
+// startOutageRound starts a round of cfg on targets. Its hooks close storedTwo once two
+// resolvers are stored and atHeld at the result of resolver held, which then waits for
+// dbDown (see stopDBAtHeld); the result of any resolver a in more runs more[a].
+func startOutageRound(ctx context.Context, s *store.Store, cfg campaign.Config, targets []campaign.Target, log *slog.Logger,
+	held netip.Addr, more map[netip.Addr]func()) *outageRound {
+	r := &outageRound{done: make(chan roundEnd, 1), storedTwo: make(chan struct{}), atHeld: make(chan struct{}), dbDown: make(chan struct{})}
+	var stored, atHeld sync.Once
+	cfg.OnFlush = func(n int) {
+		if n >= 2 {
+			stored.Do(func() { close(r.storedTwo) })
+		}
+	}
+	cfg.OnResult = func(tg campaign.Target, _ campaign.Endpoint, _ string, _ *measure.Result) {
+		if tg.Addr == held {
+			atHeld.Do(func() { close(r.atHeld) })
+			<-r.dbDown
+		}
+		if f := more[tg.Addr]; f != nil {
+			f()
+		}
+	}
+	go func() {
+		sum, err := campaign.Run(ctx, s, cfg, targets, log)
+		r.done <- roundEnd{sum, err}
+	}()
+	return r
+}
+
+// await waits for ch, at most limit (a hang is a failure, not a wait forever); the
+// round ending first is a failure too.
+func (r *outageRound) await(t *testing.T, what string, ch <-chan struct{}, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-ch:
+	case end := <-r.done:
+		t.Fatalf("round ended (%v) while waiting for %s", end.err, what)
+	case <-time.After(limit):
+		t.Fatalf("no %s within %v", what, limit)
+	}
+}
+
+// stopDBAtHeld waits for two resolvers stored and the held resolver measured, stops
+// the database, and lets the held resolver go on.
+func (r *outageRound) stopDBAtHeld(t *testing.T, ctx context.Context, cluster *pgcluster.Cluster) {
+	t.Helper()
+	r.await(t, "two resolvers stored", r.storedTwo, 2*time.Minute)
+	r.await(t, "the held resolver", r.atHeld, 2*time.Minute)
+	if err := cluster.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(r.dbDown)
+}
+
 // TestDatabaseOutageMidRoundLosesNothing stops the test's own PostgreSQL for 20 s in the
 // middle of a round (two resolvers stored, eight measured during the outage: three wait
 // in memory, the rest in a spill file; two after it) and compares the stored rows with
@@ -181,60 +247,20 @@ func TestDatabaseOutageMidRoundLosesNothing(t *testing.T) {
 	home, cluster, s, targets, addrs := outageWorld(t, 10, 12)
 	ctx := context.Background()
 
-	var (
-		storedTwo  = make(chan struct{})
-		atThird    = make(chan struct{})
-		dbDown     = make(chan struct{})
-		atEleventh = make(chan struct{})
-		dbUp       = make(chan struct{})
-		once       [3]sync.Once
-	)
+	atEleventh, dbUp := make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	cfg := outageConfig("outage")
 	cfg.BufferResolvers = 3 // the rest of the outage's results go to a spill file
-	cfg.OnFlush = func(stored int) {
-		if stored >= 2 {
-			once[0].Do(func() { close(storedTwo) })
-		}
-	}
-	cfg.OnResult = func(tg campaign.Target, _ campaign.Endpoint, _ string, _ *measure.Result) {
-		switch tg.Addr {
-		case addrs[2]:
-			once[1].Do(func() { close(atThird) })
-			<-dbDown
-		case addrs[10]:
-			once[2].Do(func() { close(atEleventh) })
-			<-dbUp
-		}
-	}
 	log, waits, _ := countingLogger()
-	type result struct {
-		sum *campaign.Summary
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		sum, err := campaign.Run(ctx, s, cfg, targets, log)
-		done <- result{sum, err}
-	}()
-	// await waits for ch, at most limit (a hang is a failure, not a wait forever).
-	await := func(what string, ch <-chan struct{}, limit time.Duration) {
-		t.Helper()
-		select {
-		case <-ch:
-		case r := <-done:
-			t.Fatalf("round ended (%v) while waiting for %s", r.err, what)
-		case <-time.After(limit):
-			t.Fatalf("no %s within %v", what, limit)
-		}
-	}
-	await("two resolvers stored", storedTwo, 2*time.Minute)
-	await("the third resolver", atThird, 2*time.Minute)
-	if err := cluster.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r := startOutageRound(ctx, s, cfg, targets, log, addrs[2], map[netip.Addr]func(){
+		addrs[10]: func() {
+			once.Do(func() { close(atEleventh) })
+			<-dbUp
+		},
+	})
+	r.stopDBAtHeld(t, ctx, cluster)
 	stopped := time.Now()
-	close(dbDown)
-	await("the eleventh resolver (eight measured during the outage)", atEleventh, 2*time.Minute)
+	r.await(t, "the eleventh resolver (eight measured during the outage)", atEleventh, 2*time.Minute)
 	// One result waits in the channel at most: seven of the outage's resolvers were
 	// handed to the writer, more than the memory holds.
 	if files, _ := filepath.Glob(filepath.Join(home, "var", "spill", "*")); len(files) != 1 {
@@ -250,17 +276,17 @@ func TestDatabaseOutageMidRoundLosesNothing(t *testing.T) {
 	}
 	t.Logf("PostgreSQL stopped for %v; %d 'waiting for database' lines", time.Since(stopped).Round(time.Millisecond), waits.Load())
 	close(dbUp)
-	var r result
+	var end roundEnd
 	select {
-	case r = <-done:
+	case end = <-r.done:
 	case <-time.After(5 * time.Minute):
 		t.Fatal("the round did not end within 5 minutes of the database's return")
 	}
-	if r.err != nil {
-		t.Errorf("round after an outage shorter than the deadline: %v", r.err)
+	if end.err != nil {
+		t.Errorf("round after an outage shorter than the deadline: %v", end.err)
 	}
-	if r.sum == nil || r.sum.Measured != len(targets) {
-		t.Errorf("stored %+v, want all %d resolvers", r.sum, len(targets))
+	if end.sum == nil || end.sum.Measured != len(targets) {
+		t.Errorf("stored %+v, want all %d resolvers", end.sum, len(targets))
 	}
 	var status string
 	if err := s.Pool.QueryRow(ctx, `SELECT status FROM campaigns WHERE label = 'outage'`).Scan(&status); err != nil {
@@ -287,52 +313,21 @@ func TestDatabaseAwayPastDeadline(t *testing.T) {
 	spill := filepath.Join(home, "var", "spill")
 	ctx := context.Background()
 
-	storedTwo, atThird, dbDown := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	log, waits, gaveUp := countingLogger()
-	var once [2]sync.Once
 	cfg := outageConfig("away")
 	cfg.DBDeadline = 3 * time.Second
 	cfg.BufferResolvers = 1
-	cfg.OnFlush = func(stored int) {
-		if stored >= 2 {
-			once[0].Do(func() { close(storedTwo) })
-		}
-	}
-	cfg.OnResult = func(tg campaign.Target, _ campaign.Endpoint, _ string, _ *measure.Result) {
-		switch tg.Addr {
-		case addrs[2]:
-			once[1].Do(func() { close(atThird) })
-			<-dbDown
-		case addrs[5]:
-			<-gaveUp // the sixth resolver is still being measured at the deadline
-		}
-	}
-	var sum *campaign.Summary
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		sum, err = campaign.Run(ctx, s, cfg, targets, log)
-		done <- err
-	}()
-	for _, ev := range []chan struct{}{storedTwo, atThird} {
-		select {
-		case <-ev:
-		case err := <-done:
-			t.Fatalf("round ended early: %v", err)
-		case <-time.After(2 * time.Minute):
-			t.Fatal("the round did not reach its third resolver within 2 minutes")
-		}
-	}
-	if err := cluster.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	close(dbDown)
-	var runErr error
+	r := startOutageRound(ctx, s, cfg, targets, log, addrs[2], map[netip.Addr]func(){
+		addrs[5]: func() { <-gaveUp }, // the sixth resolver is still being measured at the deadline
+	})
+	r.stopDBAtHeld(t, ctx, cluster)
+	var end roundEnd
 	select {
-	case runErr = <-done:
+	case end = <-r.done:
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the round did not give up within 2 minutes of a 3 s deadline")
 	}
+	sum, runErr := end.sum, end.err
 	if !errors.Is(runErr, store.ErrUnavailable) || cli.ExitCode(runErr) != cli.ExitDatabase {
 		t.Fatalf("round error %v (exit %d), want store.ErrUnavailable (exit %d)", runErr, cli.ExitCode(runErr), cli.ExitDatabase)
 	}

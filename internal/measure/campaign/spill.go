@@ -179,28 +179,29 @@ func readSpill(r io.Reader, onBatch func(spillCampaign, *batch) error) (spillCam
 
 // check rejects a batch whose rows belong to another campaign than the file's.
 func (b *batch) check(cid int64) error {
-	for _, m := range b.meas {
-		if m.CampaignID != cid {
-			return fmt.Errorf("measurement of campaign %d in a spill file of campaign %d", m.CampaignID, cid)
-		}
-	}
-	for _, q := range b.qlogs {
-		if q.CampaignID != cid {
-			return fmt.Errorf("qlog of campaign %d in a spill file of campaign %d", q.CampaignID, cid)
-		}
-	}
-	for _, r := range b.rtts {
-		if r.CampaignID != cid {
-			return fmt.Errorf("rtt sample of campaign %d in a spill file of campaign %d", r.CampaignID, cid)
-		}
-	}
-	for _, f := range b.features {
-		if f.CampaignID != cid {
-			return fmt.Errorf("feature of campaign %d in a spill file of campaign %d", f.CampaignID, cid)
+	for _, err := range []error{
+		otherCampaign(b.meas, func(m store.Measurement) int64 { return m.CampaignID }, "measurement", cid),
+		otherCampaign(b.qlogs, func(q store.Qlog) int64 { return q.CampaignID }, "qlog", cid),
+		otherCampaign(b.rtts, func(r store.RTTSample) int64 { return r.CampaignID }, "rtt sample", cid),
+		otherCampaign(b.features, func(f store.ResolverFeature) int64 { return f.CampaignID }, "feature", cid),
+	} {
+		if err != nil {
+			return err
 		}
 	}
 	if b.targets < 0 {
 		return fmt.Errorf("negative resolver count %d", b.targets)
+	}
+	return nil
+}
+
+// otherCampaign rejects the first of rows (each a what) that belongs to another campaign
+// than cid.
+func otherCampaign[T any](rows []T, campaignID func(T) int64, what string, cid int64) error {
+	for _, r := range rows {
+		if id := campaignID(r); id != cid {
+			return fmt.Errorf("%s of campaign %d in a spill file of campaign %d", what, id, cid)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,24 +33,18 @@ type Target struct {
 	Endpoints  []Endpoint
 }
 
-// defaultEndpoints are the optimistic endpoints of every resolver: DoUDP and
-// DoTCP on 53, DoT on 853, DoH on 443, DoH3 on 443; DoQ comes from verification.
+// defaultEndpoints are the optimistic endpoints of every resolver: each protocol on
+// its default port (DoUDP and DoTCP on 53, DoT on 853, DoH and DoH3 on 443; DoQ on 853
+// with the first DoQ ALPN, though DoQ endpoints normally come from verification).
 func defaultEndpoints(p measure.Protocol) []Endpoint {
-	switch p {
-	case measure.DoUDP:
-		return []Endpoint{{measure.DoUDP, measure.PortDNS, ""}}
-	case measure.DoTCP:
-		return []Endpoint{{measure.DoTCP, measure.PortDNS, ""}}
-	case measure.DoT:
-		return []Endpoint{{measure.DoT, measure.PortDoT, ""}}
-	case measure.DoH:
-		return []Endpoint{{measure.DoH, measure.PortHTTPS, ""}}
-	case measure.DoH3:
-		return []Endpoint{{measure.DoH3, measure.PortHTTPS, ""}}
-	case measure.DoQ:
-		return []Endpoint{{measure.DoQ, doq.PortRFC9250, doq.Versions[0].ALPN}}
+	if !slices.Contains(measure.Protocols, p) {
+		return nil
 	}
-	return nil
+	ep := Endpoint{Protocol: p, Port: p.DefaultPort()}
+	if p == measure.DoQ {
+		ep.ALPN = doq.Versions[0].ALPN
+	}
+	return []Endpoint{ep}
 }
 
 // ParseTargets reads a targets file (name is its name in errors): one resolver per line,

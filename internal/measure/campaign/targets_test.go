@@ -16,6 +16,7 @@ import (
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
+	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -64,15 +65,36 @@ func TestParseTargetsMergesDuplicates(t *testing.T) {
 // once, and the summary counts the rows that are stored.
 func TestDuplicateTargetLinesMeasuredOnce(t *testing.T) {
 	s := storetest.Open(t)
-	ctx := context.Background()
 	once := measuretest.Start(t, measuretest.Config{Host: "127.0.0.31"})
 	four := measuretest.Start(t, measuretest.Config{Host: "127.0.0.32"})
-	line := func(sv *measuretest.Servers) string {
-		return fmt.Sprintf("%s doudp=%d dotcp=%d\n", sv.UDP.Addr(), sv.UDP.Port(), sv.TCP.Port())
+	measureListed(t, s, once, four, four, four, four)
+	if once.Queries() == 0 || four.Queries() != once.Queries() {
+		t.Errorf("queries: %d to the resolver listed 4 times, %d to the one listed once (want equal, > 0)", four.Queries(), once.Queries())
+	}
+	n := scanInts(t, s,
+		`SELECT count(*) FROM measurements`,
+		`SELECT count(*) FROM measurements WHERE address = '127.0.0.32'`,
+		`SELECT (summary->>'measurement_rows')::int FROM campaigns`,
+		`SELECT (summary->>'planned')::int FROM campaigns`,
+		`SELECT (summary->>'resolvers_measured')::int FROM campaigns`)
+	stored, storedFour, summaryRows, planned, measured := n[0], n[1], n[2], n[3], n[4]
+	if stored == 0 || summaryRows != stored || storedFour*2 != stored || planned != 2 || measured != 2 {
+		t.Errorf("summary: %d rows, %d planned, %d measured; stored %d rows (%d of the duplicated resolver); want rows = stored = 2 x %d, 2 planned and measured",
+			summaryRows, planned, measured, stored, storedFour, storedFour)
+	}
+}
+
+// measureListed writes a targets file with a DoUDP + DoTCP line for each server given (a
+// server given n times is listed n times) and runs campaign.Command on it: a fresh round
+// of vantage vp1 at hour.
+func measureListed(t *testing.T, s *store.Store, servers ...*measuretest.Servers) {
+	t.Helper()
+	var lines strings.Builder
+	for _, sv := range servers {
+		fmt.Fprintf(&lines, "%s doudp=%d dotcp=%d\n", sv.UDP.Addr(), sv.UDP.Port(), sv.TCP.Port())
 	}
 	file := filepath.Join(t.TempDir(), "targets.txt")
-	content := line(once) + strings.Repeat(line(four), 4)
-	if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(lines.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	o := campaign.Options{TargetsFile: file, Protocols: "doudp,dotcp", Modes: "fresh", KeyShares: "x25519", Variants: "GET", DBDeadline: campaign.DefaultDBDeadline}
@@ -80,31 +102,21 @@ func TestDuplicateTargetLinesMeasuredOnce(t *testing.T) {
 	if err := o.Parse(); err != nil {
 		t.Fatal(err)
 	}
-	if err := campaign.Rounds(ctx, s, o, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := campaign.Rounds(context.Background(), s, o, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
-	if once.Queries() == 0 || four.Queries() != once.Queries() {
-		t.Errorf("queries: %d to the resolver listed 4 times, %d to the one listed once (want equal, > 0)", four.Queries(), once.Queries())
-	}
-	var stored, storedFour, summaryRows, planned, measured int
-	for _, q := range []struct {
-		n   *int
-		sql string
-	}{
-		{&stored, `SELECT count(*) FROM measurements`},
-		{&storedFour, `SELECT count(*) FROM measurements WHERE address = '127.0.0.32'`},
-		{&summaryRows, `SELECT (summary->>'measurement_rows')::int FROM campaigns`},
-		{&planned, `SELECT (summary->>'planned')::int FROM campaigns`},
-		{&measured, `SELECT (summary->>'resolvers_measured')::int FROM campaigns`},
-	} {
-		if err := s.Pool.QueryRow(ctx, q.sql).Scan(q.n); err != nil {
+}
+
+// scanInts runs each query (one integer each) and returns the integers in order.
+func scanInts(t *testing.T, s *store.Store, queries ...string) []int {
+	t.Helper()
+	out := make([]int, len(queries))
+	for i, q := range queries {
+		if err := s.Pool.QueryRow(context.Background(), q).Scan(&out[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if stored == 0 || summaryRows != stored || storedFour*2 != stored || planned != 2 || measured != 2 {
-		t.Errorf("summary: %d rows, %d planned, %d measured; stored %d rows (%d of the duplicated resolver); want rows = stored = 2 x %d, 2 planned and measured",
-			summaryRows, planned, measured, stored, storedFour, storedFour)
-	}
+	return out
 }
 
 // FuzzParseTargets: any input gives targets with distinct, unmapped addresses, each

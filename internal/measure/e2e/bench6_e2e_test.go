@@ -17,11 +17,7 @@ import (
 //
 //	go test -run XXX -bench TestbedTimingErrorByFamily -benchtime 100x ./internal/measure/e2e/
 func BenchmarkTestbedTimingErrorByFamily(b *testing.B) {
-	v := testbed.Require(b)
-	pop := v.Population
-	if pop == nil {
-		b.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, pop := testbed.RequirePopulation(b)
 	pop6 := pop.IPv6()
 	for _, p := range []measure.Protocol{measure.DoUDP, measure.DoTCP, measure.DoT, measure.DoH, measure.DoQ} {
 		var eps4, eps6 []endpoint

@@ -70,11 +70,7 @@ func pct(v []time.Duration, p float64) time.Duration {
 //
 //	go test -run XXX -bench TestbedTimingError -benchtime 200x ./internal/measure/e2e/
 func BenchmarkTestbedTimingError(b *testing.B) {
-	v := testbed.Require(b)
-	pop := v.Population
-	if pop == nil {
-		b.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, pop := testbed.RequirePopulation(b)
 	for _, p := range []measure.Protocol{measure.DoUDP, measure.DoTCP, measure.DoT, measure.DoH, measure.DoQ} {
 		eps := benchEndpoints(pop, p)
 		if len(eps) == 0 {
@@ -166,31 +162,10 @@ func cpuTime() time.Duration {
 //
 //     go test -run XXX -bench TestbedRoundThroughput -benchtime 400x ./internal/measure/e2e/
 func BenchmarkTestbedRoundThroughput(b *testing.B) {
-	v := testbed.Require(b)
-	pop := v.Population
-	if pop == nil {
-		b.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, pop := testbed.RequirePopulation(b)
 	// Targets: every address of the DoQ endpoints, with their SNI and DoQ ports; the
 	// other protocols on their default ports (measured optimistically, as cmd/measure does).
-	byAddr := map[netip.Addr]*campaign.Target{}
-	var order []netip.Addr
-	for _, ep := range benchEndpoints(pop, measure.DoQ) {
-		tg := byAddr[ep.addr]
-		if tg == nil {
-			tg = &campaign.Target{Addr: ep.addr, ServerName: ep.sni}
-			for _, p := range []measure.Protocol{measure.DoUDP, measure.DoTCP, measure.DoT, measure.DoH} {
-				tg.Endpoints = append(tg.Endpoints, campaign.Endpoint{Protocol: p, Port: defaultPort(p)})
-			}
-			byAddr[ep.addr] = tg
-			order = append(order, ep.addr)
-		}
-		tg.Endpoints = append(tg.Endpoints, campaign.Endpoint{Protocol: measure.DoQ, Port: ep.port, ALPN: ep.alpn})
-	}
-	var all []campaign.Target
-	for _, a := range order {
-		all = append(all, *byAddr[a])
-	}
+	all := targetsOf(benchEndpoints(pop, measure.DoQ), measure.DoUDP, measure.DoTCP, measure.DoT, measure.DoH)
 	s := storetest.Open(b)
 	ctx := context.Background()
 	if err := s.EnsureVantage(ctx, store.Vantage{ID: "bench"}); err != nil {
@@ -328,16 +303,6 @@ func BenchmarkTestbedRoundThroughput(b *testing.B) {
 			}
 		})
 	}
-}
-
-func defaultPort(p measure.Protocol) uint16 {
-	switch p {
-	case measure.DoT:
-		return 853
-	case measure.DoH:
-		return 443
-	}
-	return 53
 }
 
 // envInt reads a positive integer from the environment, or def.

@@ -35,11 +35,7 @@ const (
 // stored rows with an uninterrupted round of the same targets: the same number of rows
 // of every kind and no natural key twice.
 func TestKilledMeasureLosesAndDuplicatesNothing(t *testing.T) {
-	v := testbed.Require(t)
-	pop := v.Population
-	if pop == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	_, pop := testbed.RequirePopulation(t)
 	bin := filepath.Join(t.TempDir(), "measure")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/doqscan/doqscan/cmd/measure").CombinedOutput(); err != nil {
 		t.Fatalf("go build cmd/measure: %v\n%s", err, out)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
 	"github.com/doqscan/doqscan/internal/testbed"
 )
@@ -15,10 +14,7 @@ import (
 // protocol it serves, takes the round trips and time the population predicts on its
 // IPv6 path, the qlog names the cause, and the RTT probe over IPv6 agrees with the path.
 func TestIPv6HandshakeToRTTRatio(t *testing.T) {
-	v := testbed.Require(t)
-	if v.Population == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, _ := testbed.RequirePopulation(t)
 	v6 := *v
 	v6.Population = v.Population.IPv6() // the IPv6 half answers every ground-truth question
 	pop6 := v6.Population
@@ -34,14 +30,7 @@ func TestIPv6HandshakeToRTTRatio(t *testing.T) {
 		if path.Loss > 0 {
 			continue // loss makes the round trips random
 		}
-		keyShares := []measure.KeyShare{""}
-		if ep.proto != measure.DoUDP && ep.proto != measure.DoTCP {
-			keyShares = []measure.KeyShare{measure.KeyShareX25519}
-			if predictionDiffers(pop6, ep) {
-				keyShares = append(keyShares, measure.KeyShareMLKEM)
-			}
-		}
-		for _, ks := range keyShares {
+		for _, ks := range keySharesFor(pop6, ep) {
 			n++
 			name := fmt.Sprintf("%s/%s/%s:%d/%s", ep.rec.Class, ep.proto, ep.addr, ep.port, ks)
 			t.Run(name, func(t *testing.T) {

@@ -165,11 +165,7 @@ type phaseResult struct {
 // and every resolve takes ~1 RTT. RTT = the path's, from the population; the RTT probe of
 // the same transport must agree with it.
 func TestHandshakeToRTTRatio(t *testing.T) {
-	v := testbed.Require(t)
-	pop := v.Population
-	if pop == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, pop := testbed.RequirePopulation(t)
 	prober := rtt.New()
 	defer prober.Close()
 	ctx := context.Background()
@@ -188,17 +184,7 @@ func TestHandshakeToRTTRatio(t *testing.T) {
 		} else {
 			seenPort[k] = true
 		}
-		keyShares := []measure.KeyShare{""}
-		if ep.proto != measure.DoUDP && ep.proto != measure.DoTCP {
-			// X25519 (cmd/measure's default, what 2021 clients sent); X25519MLKEM768 too
-			// where the population predicts something else for it (a bigger first flight
-			// that lifts the QUIC budget, or a TLS flight beyond TCP's initial window).
-			keyShares = []measure.KeyShare{measure.KeyShareX25519}
-			if predictionDiffers(pop, ep) {
-				keyShares = append(keyShares, measure.KeyShareMLKEM)
-			}
-		}
-		for _, ks := range keyShares {
+		for _, ks := range keySharesFor(pop, ep) {
 			name := fmt.Sprintf("%s/%s/%s:%d/%s", ep.rec.Class, ep.proto, ep.addr, ep.port, ks)
 			// Sequential: concurrent exchanges on a 2-core machine would measure the
 			// scheduler, not the path (the timing benchmarks quantify that).
@@ -207,6 +193,20 @@ func TestHandshakeToRTTRatio(t *testing.T) {
 			})
 		}
 	}
+}
+
+// keySharesFor is the key shares ep is measured with: none for DoUDP and DoTCP;
+// X25519 (cmd/measure's default, what 2021 clients sent), and X25519MLKEM768 too where
+// the population predicts something else for it (a bigger first flight that lifts the
+// QUIC budget, or a TLS flight beyond TCP's initial window).
+func keySharesFor(pop *population.Population, ep endpoint) []measure.KeyShare {
+	if ep.proto == measure.DoUDP || ep.proto == measure.DoTCP {
+		return []measure.KeyShare{""}
+	}
+	if predictionDiffers(pop, ep) {
+		return []measure.KeyShare{measure.KeyShareX25519, measure.KeyShareMLKEM}
+	}
+	return []measure.KeyShare{measure.KeyShareX25519}
 }
 
 // predictionDiffers: the population predicts different round trips, durations or
@@ -443,10 +443,7 @@ func absDur(d time.Duration) time.Duration {
 // TestHostileEndpointsAreClassified: every service of a hostile record ends within the
 // timeout with a classified failure.
 func TestHostileEndpointsAreClassified(t *testing.T) {
-	v := testbed.Require(t)
-	if v.Population == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, _ := testbed.RequirePopulation(t)
 	const timeout = 2 * time.Second
 	for _, ep := range endpoints(v.Population, false) {
 		t.Run(fmt.Sprintf("%s/%s:%d", ep.rec.Hostile, ep.proto, ep.port), func(t *testing.T) {
@@ -488,34 +485,21 @@ const campaignConcurrency = 4
 // TestCampaignOnTheTestbed: a round over the population's DoQ-verified resolvers writes
 // rows whose analyses match the population's predictions, and a rerun adds nothing.
 func TestCampaignOnTheTestbed(t *testing.T) {
-	v := testbed.Require(t)
-	pop := v.Population
-	if pop == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	_, pop := testbed.RequirePopulation(t)
 	s := storetest.Open(t)
 	ctx := context.Background()
 	if err := s.EnsureVantage(ctx, store.Vantage{ID: "testbed"}); err != nil {
 		t.Fatal(err)
 	}
-	byAddr := map[netip.Addr]*campaign.Target{}
-	var order []netip.Addr
+	var lossless []endpoint
 	for _, ep := range endpoints(pop, true) {
-		if pop.PathOf(ep.addr).Loss > 0 {
-			continue
+		if pop.PathOf(ep.addr).Loss == 0 {
+			lossless = append(lossless, ep)
 		}
-		tg := byAddr[ep.addr]
-		if tg == nil {
-			tg = &campaign.Target{Addr: ep.addr, ServerName: ep.sni}
-			byAddr[ep.addr] = tg
-			order = append(order, ep.addr)
-		}
-		tg.Endpoints = append(tg.Endpoints, campaign.Endpoint{Protocol: ep.proto, Port: ep.port, ALPN: ep.alpn})
 	}
-	var targets []campaign.Target
-	for _, a := range order {
-		targets = append(targets, *byAddr[a])
-		primeRetryFirst(t, pop.Lookup(a), a, pop.Lookup(a).QUICPorts...) // the warm-up predictions assume a seen address
+	targets := targetsOf(lossless)
+	for _, tg := range targets {
+		primeRetryFirst(t, pop.Lookup(tg.Addr), tg.Addr, pop.Lookup(tg.Addr).QUICPorts...) // the warm-up predictions assume a seen address
 	}
 	cfg := campaign.Config{VantageID: "testbed", Hour: time.Now().UTC().Truncate(time.Hour), Concurrency: campaignConcurrency,
 		Protocols: []measure.Protocol{measure.DoUDP, measure.DoTCP, measure.DoT, measure.DoH, measure.DoQ}}
@@ -674,6 +658,30 @@ func checkExportedQlogs(t *testing.T, s *store.Store, campaignID int64, pop *pop
 	if n == 0 {
 		t.Error("no exported DoQ qlog to compare")
 	}
+}
+
+// targetsOf groups eps by address into campaign targets, in the order of first
+// appearance; a new target first gets the protocols of defaults on their default ports.
+func targetsOf(eps []endpoint, defaults ...measure.Protocol) []campaign.Target {
+	byAddr := map[netip.Addr]*campaign.Target{}
+	var order []netip.Addr
+	for _, ep := range eps {
+		tg := byAddr[ep.addr]
+		if tg == nil {
+			tg = &campaign.Target{Addr: ep.addr, ServerName: ep.sni}
+			for _, p := range defaults {
+				tg.Endpoints = append(tg.Endpoints, campaign.Endpoint{Protocol: p, Port: p.DefaultPort()})
+			}
+			byAddr[ep.addr] = tg
+			order = append(order, ep.addr)
+		}
+		tg.Endpoints = append(tg.Endpoints, campaign.Endpoint{Protocol: ep.proto, Port: ep.port, ALPN: ep.alpn})
+	}
+	targets := make([]campaign.Target, 0, len(order))
+	for _, a := range order {
+		targets = append(targets, *byAddr[a])
+	}
+	return targets
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

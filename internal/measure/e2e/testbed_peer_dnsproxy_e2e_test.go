@@ -39,10 +39,7 @@ func isTrue(b *bool) bool { return b != nil && *b }
 // address, on each DoQ port separately, and issues NEW_TOKEN on both. From the vantage
 // only first contacts use, on every DoQ port the ratio test has not first-contacted.
 func TestDNSProxyRetryFirstContact(t *testing.T) {
-	v := testbed.Require(t)
-	if v.Population == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, _ := testbed.RequirePopulation(t)
 	m, _ := measure.For(measure.DoQ)
 	n := 0
 	for _, r := range dnsproxyRecords(t, v.Population) {
@@ -86,11 +83,7 @@ func TestDNSProxyRetryFirstContact(t *testing.T) {
 // answer before the server's NEW_TOKEN arrives), and no Retry is seen (the address was seen before: the
 // test primes it, as any earlier exchange of a round does); the support checks agree.
 func TestDNSProxyModesAndFeatures(t *testing.T) {
-	v := testbed.Require(t)
-	pop := v.Population
-	if pop == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	_, pop := testbed.RequirePopulation(t)
 	recs := dnsproxyRecords(t, pop)
 	s := storetest.Open(t)
 	ctx := context.Background()

@@ -36,10 +36,7 @@ func silentAddr(t *testing.T, v *testbed.Vantage) netip.Addr {
 // server without TFO: the second SYN carries the query only where the server issued a
 // cookie, and measure says so (the campaign's "tfo" feature check is these two calls).
 func TestTCPFastOpenCheck(t *testing.T) {
-	v := testbed.Require(t)
-	if v.Population == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, _ := testbed.RequirePopulation(t)
 	addr := silentAddr(t, v)
 	table := simdns.Table{}
 	table.Set(addr, simdns.Behaviour{Class: simdns.ClassAnswer, FastOpen: true}, simdns.DoTCP)

@@ -259,11 +259,7 @@ const (
 // address and packets, the handshake is composed as the wire shows it) and the
 // measuring side's error is within clientErrorBounds.
 func TestStampsAgreeWithTheWire(t *testing.T) {
-	v := testbed.Require(t)
-	pop := v.Population
-	if pop == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, pop := testbed.RequirePopulation(t)
 	const perProtocol = 5
 	wire := &wireSpans{}
 	stop := startWire(t, v)

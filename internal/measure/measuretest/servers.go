@@ -189,35 +189,43 @@ func (s *Servers) startUDP(tb testing.TB, ctx context.Context, cfg Config) {
 		serveMiekg(tb, &dns.Server{PacketConn: pc, Handler: s.miekgHandler(cfg)})
 		return
 	}
-	tb.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 65535)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
+	buf := make([]byte, 65535)
+	serveLoop(tb, func() { pc.Close() }, func() error {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return err
+		}
+		switch cfg.Behavior {
+		case Garbage, WrongLength:
+			_, _ = pc.WriteTo(garbage(40), from)
+		case Endless:
+			for i := 0; i < 16; i++ {
+				_, _ = pc.WriteTo(garbage(1200), from)
 			}
-			switch cfg.Behavior {
-			case Garbage, WrongLength:
-				_, _ = pc.WriteTo(garbage(40), from)
-			case Endless:
-				for i := 0; i < 16; i++ {
-					_, _ = pc.WriteTo(garbage(1200), from)
-				}
-			case Flood:
-				go func() {
-					for i := 0; i < floodDatagrams && ctx.Err() == nil; i++ {
-						if _, err := pc.WriteTo(garbage(40), from); err != nil {
-							return
-						}
-						sleepCtx(ctx, dripInterval)
+		case Flood:
+			go func() {
+				for i := 0; i < floodDatagrams && ctx.Err() == nil; i++ {
+					if _, err := pc.WriteTo(garbage(40), from); err != nil {
+						return
 					}
-				}()
-			case Reset: // nothing like a reset in UDP: answer with a truncated message
-				if a := s.answer(cfg, buf[:n]); a != nil {
-					_, _ = pc.WriteTo(a[:len(a)/2], from)
+					sleepCtx(ctx, dripInterval)
 				}
+			}()
+		case Reset: // nothing like a reset in UDP: answer with a truncated message
+			if a := s.answer(cfg, buf[:n]); a != nil {
+				_, _ = pc.WriteTo(a[:len(a)/2], from)
 			}
+		}
+		return nil
+	})
+}
+
+// serveLoop calls next on its own goroutine until it fails (the socket is closed, at
+// the latest by stop at cleanup).
+func serveLoop(tb testing.TB, stop func(), next func() error) {
+	tb.Cleanup(stop)
+	go func() {
+		for next() == nil {
 		}
 	}()
 }
@@ -252,25 +260,23 @@ func (s *Servers) startTCP(tb testing.TB, ctx context.Context, cfg Config, useTL
 		serveMiekg(tb, &dns.Server{Listener: ln, Handler: s.miekgHandler(cfg)})
 		return
 	}
-	tb.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go s.hostileStream(ctx, cfg, c, func() {
-				if tc, ok := c.(*net.TCPConn); ok {
-					_ = tc.SetLinger(0)
-				} else if tl, ok := c.(*tls.Conn); ok {
-					if tc, ok := tl.NetConn().(*net.TCPConn); ok {
-						_ = tc.SetLinger(0)
-					}
-				}
-				c.Close()
-			})
+	serveLoop(tb, func() { ln.Close() }, func() error {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
 		}
-	}()
+		go s.hostileStream(ctx, cfg, c, func() {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			} else if tl, ok := c.(*tls.Conn); ok {
+				if tc, ok := tl.NetConn().(*net.TCPConn); ok {
+					_ = tc.SetLinger(0)
+				}
+			}
+			c.Close()
+		})
+		return nil
+	})
 }
 
 // hostileStream serves one length-prefixed stream with a hostile behaviour.
@@ -486,25 +492,7 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 	}
 	tconf := &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{alpn}}
 	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT, MaxIdleTimeout: 10 * time.Second, Versions: cfg.QUICVersions}
-	if h3 && cfg.Behavior == Flood {
-		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
-		ln, err := tr.ListenEarly(tconf, qconf)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { ln.Close(); _ = tr.Close(); udp.Close() })
-		go func() {
-			for {
-				conn, err := ln.Accept(ctx)
-				if err != nil {
-					return
-				}
-				go s.floodH3(ctx, conn)
-			}
-		}()
-		return
-	}
-	if h3 {
+	if h3 && cfg.Behavior != Flood {
 		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
 		srv := &http3.Server{Handler: s.dohHandler(ctx, cfg), TLSConfig: tconf, QUICConfig: qconf}
 		ln, err := tr.ListenEarly(http3.ConfigureTLSConfig(tconf), qconf)
@@ -515,21 +503,26 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 		tb.Cleanup(func() { _ = srv.Close(); _ = tr.Close(); udp.Close() })
 		return
 	}
-	s.DoQ = measure.AddrPortOf(udp.LocalAddr())
+	// DoQ, or a flooding HTTP/3 server: each connection served on its own goroutine.
+	serve := func(conn *quic.Conn) { s.serveDoQ(ctx, cfg, conn) }
+	if h3 {
+		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
+		serve = func(conn *quic.Conn) { s.floodH3(ctx, conn) }
+	} else {
+		s.DoQ = measure.AddrPortOf(udp.LocalAddr())
+	}
 	ln, err := tr.ListenEarly(tconf, qconf)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { ln.Close(); _ = tr.Close(); udp.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept(ctx)
-			if err != nil {
-				return
-			}
-			go s.serveDoQ(ctx, cfg, conn)
+	serveLoop(tb, func() { ln.Close(); _ = tr.Close(); udp.Close() }, func() error {
+		conn, err := ln.Accept(ctx)
+		if err != nil {
+			return err
 		}
-	}()
+		go serve(conn)
+		return nil
+	})
 }
 
 func (s *Servers) serveDoQ(ctx context.Context, cfg Config, conn *quic.Conn) {
@@ -613,24 +606,28 @@ var ErrNoServer = errors.New("no free port")
 // UnusedPort returns a loopback UDP/TCP address where nothing listens (ICMP port
 // unreachable / RST), found by binding and closing.
 func UnusedPort(tb testing.TB, network, host string) netip.AddrPort {
-	switch network {
-	case "udp":
-		pc, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			tb.Fatal(err)
+	addr := net.JoinHostPort(host, "0")
+	var (
+		sock  io.Closer
+		local net.Addr
+		err   error
+	)
+	if network == "udp" {
+		var pc net.PacketConn
+		if pc, err = net.ListenPacket("udp", addr); err == nil {
+			sock, local = pc, pc.LocalAddr()
 		}
-		a := measure.AddrPortOf(pc.LocalAddr())
-		pc.Close()
-		return a
-	default:
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			tb.Fatal(err)
+	} else {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			sock, local = ln, ln.Addr()
 		}
-		a := measure.AddrPortOf(ln.Addr())
-		ln.Close()
-		return a
 	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sock.Close()
+	return measure.AddrPortOf(local)
 }
 
 // serveMiekg starts srv on its socket, waits until it serves, and shuts it down at cleanup.
