@@ -121,9 +121,9 @@ type Config struct {
 	// (default 1): DoQ streams, DoH/DoH3 concurrent requests, DoTCP/DoT pipelined
 	// queries and DoUDP queries on one socket, answers matched by ID. Every query keeps
 	// its own Timeout; a session then has Timeout for its set-up, apart.
-	Streams int
-	KeyShare       measure.KeyShare
-	Label          string // free text stored with the run (e.g. "loss=5%")
+	Streams  int
+	KeyShare measure.KeyShare
+	Label    string // free text stored with the run (e.g. "loss=5%")
 	// Progress, when > 0, is how often Run logs the queries so far.
 	Progress time.Duration
 }
