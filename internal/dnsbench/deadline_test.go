@@ -74,3 +74,42 @@ func TestOutcomesAreTimedByTheirDeadline(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRunEndAgainstHostile prints how long after the last query's deadline (its
+// issue + timeout) a 64-worker run against a flooding or stalling DoQ/DoH3 server
+// returns: the clean-up (closing sessions, collecting and analysing qlogs) done after
+// the deadline on a busy machine. Outcomes are timed by their deadline regardless
+// (TestOutcomesAreTimedByTheirDeadline); this is what the caller waits on top.
+func BenchmarkRunEndAgainstHostile(b *testing.B) {
+	const timeout = time.Second
+	for _, beh := range []measuretest.Behavior{measuretest.Flood, measuretest.Stall} {
+		s := measuretest.Start(b, measuretest.Config{Host: "127.0.0.3", Behavior: beh})
+		for _, tg := range []Target{{Protocol: measure.DoQ, Addr: s.DoQ}, {Protocol: measure.DoH3, Variant: measure.VariantPOST, Addr: s.DoH3}} {
+			b.Run(string(beh)+"/"+string(tg.Protocol), func(b *testing.B) {
+				var over, worst time.Duration
+				for range b.N {
+					c := Config{Targets: []Target{tg}, Workers: 64, Duration: time.Second, Timeout: timeout}
+					if err := c.Validate(); err != nil {
+						b.Fatal(err)
+					}
+					bn := newBench(c, tg)
+					var mu sync.Mutex
+					var last time.Time
+					bn.onRecord = func(issued, _ time.Time, _ measure.Query) {
+						mu.Lock()
+						if d := issued.Add(timeout); d.After(last) {
+							last = d
+						}
+						mu.Unlock()
+					}
+					bn.run(context.Background(), nil)
+					o := max(time.Since(last), 0)
+					over += o
+					worst = max(worst, o)
+				}
+				b.ReportMetric(float64(over.Microseconds())/1000/float64(b.N), "ms_after_last_deadline")
+				b.ReportMetric(float64(worst.Microseconds())/1000, "worst_ms")
+			})
+		}
+	}
+}

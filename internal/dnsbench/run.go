@@ -217,6 +217,9 @@ func (b *bench) request(q Question) *measure.Request {
 	r := &measure.Request{
 		Addr: b.t.Addr, ServerName: b.t.ServerName, Name: q.Name, QType: q.QType,
 		Timeout: b.c.Timeout, Mode: b.c.Policy, KeyShare: b.c.KeyShare, Variant: b.t.Variant,
+		// Only the queries' outcomes count: no qlog to record, nor to analyse after a
+		// flooding server's exchange (every byte a packet).
+		NoQlog: true,
 	}
 	if b.t.Protocol == measure.DoQ {
 		// Named, so that 0-RTT frames its early query with the resumed session's ALPN.

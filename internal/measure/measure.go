@@ -152,6 +152,10 @@ type Request struct {
 	// tell concurrent queries apart) and ends at the kernel arrival of the last read
 	// before its answer was seen.
 	Streams int
+	// NoQlog: DoQ/DoH3 record no qlog (Result.Qlog stays empty, nothing is analysed
+	// after the exchange; the handshake time then comes from the kernel stamps or the
+	// wall clock): a load generator needs only the queries' outcomes.
+	NoQlog bool
 	// QueryTimeout bounds each query when Streams > 1 (0: Timeout); Timeout still bounds
 	// the whole exchange.
 	QueryTimeout time.Duration
