@@ -188,25 +188,37 @@ func (m *idMux) exchange(ctx context.Context, q dnsmsg.Query, seq int, frame fun
 		return out
 	}
 	var lastBad error
+	// got judges a message with the query's ID: the outcome, or false to keep waiting.
+	got := func(r idReply) (Query, bool) {
+		done := r.done
+		if done.Before(out.StartedAt) {
+			done = out.StartedAt
+		}
+		res := finishQuery(out, q, r.raw, done)
+		if res.Status == StatusOK || !errors.Is(res.Err, dnsmsg.ErrBadResponse) {
+			return res, true
+		}
+		lastBad = res.Err
+		m.rewait(id, ch)
+		return Query{}, false
+	}
 	for {
 		select {
 		case r := <-ch:
-			done := r.done
-			if done.Before(out.StartedAt) {
-				done = out.StartedAt
-			}
-			res := finishQuery(out, q, r.raw, done)
-			if res.Status == StatusOK || !errors.Is(res.Err, dnsmsg.ErrBadResponse) {
+			if res, ok := got(r); ok {
 				return res
 			}
-			lastBad = res.Err
-			m.rewait(id, ch)
 		case <-m.closed:
 			select {
 			case r := <-ch: // the answer came before the reads ended
-				ch <- r
-				continue
+				if res, ok := got(r); ok {
+					return res
+				}
 			default:
+			}
+			if lastBad != nil {
+				out.Status, out.Err = StatusBadResponse, lastBad
+				return out
 			}
 			out.Status, out.Err = Classify(m.readErr), m.readErr
 			return out
