@@ -73,6 +73,30 @@ func TestStreamsStallAndReset(t *testing.T) {
 	}
 }
 
+// An unreachable resolver with several streams: classified outcomes, none lost.
+func TestStreamsUnreachable(t *testing.T) {
+	udp := measuretest.UnusedPort(t, "udp", "127.0.0.3")
+	tcp := measuretest.UnusedPort(t, "tcp", "127.0.0.3")
+	c := dnsbench.Config{Targets: []dnsbench.Target{{Protocol: measure.DoUDP, Addr: udp}, {Protocol: measure.DoTCP, Addr: tcp},
+		{Protocol: measure.DoQ, Addr: udp}}, Policy: measure.ModePersistent, Workers: 2, Streams: 3, Count: 6, Timeout: 300 * time.Millisecond}
+	rs, err := dnsbench.Run(context.Background(), c, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		var done int64
+		for _, n := range r.Statuses {
+			done += n
+		}
+		if r.Sent != 6 || done != 6 || r.Answered != 0 || r.Statuses[measure.StatusError] != 0 {
+			t.Errorf("%s: sent %d outcomes %d %v %v", r.Target, r.Sent, done, r.Statuses, r.ErrorSamples)
+		}
+	}
+	if rs[0].Statuses[measure.StatusConnRefused] == 0 || rs[1].Statuses[measure.StatusConnRefused] != 6 {
+		t.Errorf("closed ports: DoUDP %v, DoTCP %v", rs[0].Statuses, rs[1].Statuses)
+	}
+}
+
 func TestStreamsNeedPersistent(t *testing.T) {
 	tg := []dnsbench.Target{{Protocol: measure.DoQ, Addr: measuretest.UnusedPort(t, "udp", "127.0.0.3")}}
 	for _, c := range []dnsbench.Config{
