@@ -80,6 +80,9 @@ func Command(ctx context.Context, o Options, log *slog.Logger) error {
 	if o.Stdin == nil {
 		o.Stdin = os.Stdin
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	c := o.Config
 	c.Targets = nil
 	for _, a := range o.Args {

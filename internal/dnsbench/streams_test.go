@@ -1,8 +1,11 @@
 package dnsbench_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +141,29 @@ func BenchmarkStreamsDoQ(b *testing.B) {
 	b.ReportMetric(qps[1], "qps_streams1")
 	b.ReportMetric(qps[8], "qps_streams8")
 	b.ReportMetric(qps[8]/qps[1], "speedup")
+}
+
+// The command end to end: targets and a query file from standard input, --streams, the
+// JSON report.
+func TestCommandWithStreams(t *testing.T) {
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", Hold: 4})
+	var out bytes.Buffer
+	o := dnsbench.Options{Config: dnsbench.Config{Workers: 1, Streams: 4, Count: 8, Timeout: 10 * time.Second},
+		Args: []string{"doq://" + s.DoQ.String(), "dot://" + s.DoT.String()}, QueriesFile: "-",
+		Stdin: strings.NewReader("; comment\na.example A\nb.example AAAA\n"), JSON: true, Out: &out}
+	if err := dnsbench.Command(context.Background(), o, nil); err != nil {
+		t.Fatal(err)
+	}
+	var rs []dnsbench.Report
+	if err := json.Unmarshal(out.Bytes(), &rs); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if len(rs) != 2 {
+		t.Fatalf("%d reports", len(rs))
+	}
+	for _, r := range rs {
+		if r.Streams != 4 || r.Policy != "persistent" || r.Answered != 8 || r.Rcodes["NOERROR"] != 8 {
+			t.Errorf("%s: streams %d policy %s answered %d %v", r.Target, r.Streams, r.Policy, r.Answered, r.ErrorSamples)
+		}
+	}
 }
