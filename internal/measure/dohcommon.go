@@ -78,10 +78,11 @@ func dohResponse(resp *http.Response) ([]byte, error) {
 }
 
 // dohQueries runs req's queries as DoH requests over rt (an HTTP/2 or HTTP/3 client
-// connection), timed on clk (the Log of the socket under it), appending each to res
-// until one fails.
+// connection, concurrent requests with Streams > 1), timed on clk (the Log of the
+// socket under it), appending them to res.
 func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk *kstamp.Log) {
-	res.exchangeAll(ctx, req, func(q dnsmsg.Query, seq int) Query {
+	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
+		q := dnsmsg.Query{Name: name, Type: qtype, ID: 0}
 		out := Query{Seq: seq, KeepaliveTimeout: -1}
 		hr, err := dohRequest(ctx, req, q)
 		if err != nil {
@@ -89,13 +90,18 @@ func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTri
 			return out
 		}
 		before := time.Now()
-		clk.Arm()
+		if !shared {
+			clk.Arm()
+		}
 		resp, err := rt.RoundTrip(hr)
 		var raw []byte
 		if err == nil {
 			raw, err = dohResponse(resp)
 		}
-		out.StartedAt = clk.SentAt(before)
+		out.StartedAt = before
+		if !shared {
+			out.StartedAt = clk.SentAt(before)
+		}
 		done := clk.ArrivedBy(out.StartedAt, time.Now())
 		if err != nil {
 			out.Status, out.Err = Classify(err), err

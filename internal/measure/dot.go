@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"time"
-
-	"github.com/doqscan/doqscan/internal/dnsmsg"
 )
 
 // alpnDoT is the DoT ALPN (RFC 7858 has none; "dot" is registered by RFC 9461 §7.1 for SVCB).
@@ -14,13 +12,9 @@ const alpnDoT = "dot"
 // measureDoT is DNS over TLS (RFC 7858): handshake = TCP + TLS (2 RTT with TLS 1.3).
 func measureDoT(ctx context.Context, req *Request, res *Result) *Result {
 	return overTLS(ctx, req, res, []string{alpnDoT}, func(c *timedConn, tc *tls.Conn) *Result {
-		tlsTimed := &timedConn{Conn: tc, log: c.log}
-		res.exchangeAll(ctx, req, func(q dnsmsg.Query, seq int) Query {
-			// The first write on the TLS conn is what puts the query's first packet on
-			// the wire (the TCP conn's writes carry the same bytes, encrypted).
-			q.ID, q.TCPKeepalive = newID(), req.TCPKeepalive
-			return tcpExchange(tlsTimed, q, seq)
-		})
+		// The first write on the TLS conn is what puts a query's first packet on the
+		// wire (the TCP conn's writes carry the same bytes, encrypted).
+		tcpQueries(ctx, req, res, &timedConn{Conn: tc, log: c.log})
 		return res.finish()
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
@@ -21,10 +20,7 @@ func measureTCP(ctx context.Context, req *Request, res *Result) *Result {
 	res.Local = AddrPortOf(c.LocalAddr())
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
-	res.exchangeAll(ctx, req, func(q dnsmsg.Query, seq int) Query {
-		q.ID, q.TCPKeepalive = newID(), req.TCPKeepalive
-		return tcpExchange(c, q, seq)
-	})
+	tcpQueries(ctx, req, res, c)
 	if req.FastOpen {
 		res.TFO = tfoUsed(c.Conn)
 		// With TCP_FASTOPEN_CONNECT, connect(2) returns before the SYN leaves (it goes

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,9 +37,22 @@ func measureUDP(ctx context.Context, req *Request, res *Result) *Result {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
-	res.exchangeAll(ctx, req, func(q dnsmsg.Query, seq int) Query {
-		q.ID = newID()
-		return udpExchange(ctx, conn, q, seq)
+	if req.streams() > 1 {
+		buf := make([]byte, maxUDPResponse)
+		mux := newIDMux(func() ([]byte, time.Time, error) {
+			n, at, err := conn.ReadStamped(buf)
+			if at.IsZero() {
+				at = time.Now()
+			}
+			return slices.Clone(buf[:n]), at, err
+		}, func(b []byte) error { _, err := conn.Write(b); return err })
+		runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
+			return mux.exchange(ctx, dnsmsg.Query{Name: name, Type: qtype}, seq, func(b []byte) []byte { return b })
+		})
+		return res.finish()
+	}
+	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
+		return udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: newID()}, seq)
 	})
 	return res.finish()
 }
