@@ -207,7 +207,7 @@ var ErrNotInstalled = errors.New("not installed (run scripts/install-peers.sh)")
 // Set is a group of running peers.
 type Set struct {
 	cfg   Config
-	procs []*proc
+	procs []*peerProc
 	ns    *peerNamespace
 }
 
@@ -265,7 +265,7 @@ func Start(ctx context.Context, cfg Config, specs []Spec) (*Set, error) {
 	return set, nil
 }
 
-func (set *Set) startOne(ctx context.Context, s Spec, zone string) (*proc, error) {
+func (set *Set) startOne(ctx context.Context, s Spec, zone string) (*peerProc, error) {
 	argv, err := command(set.cfg, s, zone)
 	if err != nil {
 		return nil, fmt.Errorf("peers: %s: %w", s.Name(), err)

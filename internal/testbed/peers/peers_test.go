@@ -16,6 +16,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/certs/certtest"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testbed/proc"
 )
 
 // selfSigned writes a self-signed ECDSA certificate for test.com to dir.
@@ -144,7 +145,7 @@ func TestAllPeersInNamespace(t *testing.T) {
 		t.Fatalf("stop: %v", err)
 	}
 	for name, pid := range pids {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil && !zombie(pid) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil && proc.Alive(pid) {
 			t.Errorf("%s (pid %d) still running after Stop", name, pid)
 		}
 	}
@@ -183,7 +184,7 @@ func TestStopInstance(t *testing.T) {
 	}
 	// Our own child is reaped by the Wait goroutine of launch.
 	select {
-	case <-set.procs[0].exited:
+	case <-set.procs[0].exited():
 	case <-time.After(10 * time.Second):
 		t.Fatalf("pid %d still running after StopInstance", pid)
 	}

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"strings"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/testbed/proc"
 )
 
 // Probe timing: each attempt is bounded by probeAttempt; failed attempts are retried
@@ -67,7 +67,7 @@ func (s Spec) Services() []Service {
 
 // waitReady probes every service of s from namespace ns until each answers correctly,
 // the process exits, or ctx ends.
-func waitReady(ctx context.Context, ns string, s Spec, answer netip.Addr, p *proc) error {
+func waitReady(ctx context.Context, ns string, s Spec, answer netip.Addr, p *peerProc) error {
 	for _, svc := range s.Services() {
 		for {
 			err := Probe(ctx, ns, s.Addr, svc, answer)
@@ -75,12 +75,12 @@ func waitReady(ctx context.Context, ns string, s Spec, answer netip.Addr, p *pro
 				break
 			}
 			if !p.running() {
-				return fmt.Errorf("process exited while probing %s/%d: %w; log tail:\n%s", svc.Proto, svc.Port, err, tail(p.logPath, 15))
+				return fmt.Errorf("process exited while probing %s/%d: %w; log tail:\n%s", svc.Proto, svc.Port, err, proc.Tail(p.logPath, 15))
 			}
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("%s/%d: %w (last probe: %v)", svc.Proto, svc.Port, ctx.Err(), err)
-			case <-p.exited:
+			case <-p.exited():
 			case <-time.After(probeInterval):
 			}
 		}
@@ -289,17 +289,4 @@ func dialQUIC(ctx context.Context, target, alpn string) (*quic.Conn, error) {
 		tr.Close()
 	}()
 	return conn, nil
-}
-
-// tail returns the last n lines of a file (for error messages).
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
