@@ -55,14 +55,7 @@ def test_doq_query(results, cls, port):
     h = REPS[cls]
     got = results[("doq", cls, port)]
     want = expect.doq(h, h.sni or None)
-    where = f"{h.first}:{port} ({cls}, line {h.line})"
-    if want == expect.FAIL:
-        assert not got["ok"], f"{where}: expected no DoQ answer, got {got}"
-        return
-    assert got["ok"], f"{where}: {got.get('error')}"
-    assert got["rcode"] == want, f"{where}: rcode {got['rcode']}, population says {want}"
-    if want == "NOERROR":
-        assert got["answers"] == [POP.answer]
+    expect.check_answer(got, want, POP.answer, f"{h.first}:{port} ({cls}, line {h.line}) over DoQ")
 
 
 @pytest.mark.parametrize("cls", SNI_CLASSES)

@@ -169,12 +169,10 @@ func probeDoH(ctx context.Context, target string) (*dns.Msg, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+target+"/dns-query", bytes.NewReader(wire))
+	req, err := dohRequest(ctx, target, wire)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/dns-message")
-	req.Header.Set("Accept", "application/dns-message")
 	if err := req.Write(conn); err != nil {
 		return nil, err
 	}
@@ -182,6 +180,22 @@ func probeDoH(ctx context.Context, target string) (*dns.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
+	return dohReply(res)
+}
+
+// dohRequest is the RFC 8484 §4.1 POST of wire to target's /dns-query.
+func dohRequest(ctx context.Context, target string, wire []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+target+"/dns-query", bytes.NewReader(wire))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/dns-message")
+	req.Header.Set("Accept", "application/dns-message")
+	return req, nil
+}
+
+// dohReply reads a DoH response: 200 and a DNS message, or an error. It closes the body.
+func dohReply(res *http.Response) (*dns.Msg, error) {
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, dns.MaxMsgSize))
 	if err != nil {
@@ -236,26 +250,15 @@ func probeDoH3(ctx context.Context, target string) (*dns.Msg, error) {
 	}
 	defer conn.CloseWithError(0, "")
 	cc := (&http3.Transport{}).NewClientConn(conn)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+target+"/dns-query", bytes.NewReader(wire))
+	req, err := dohRequest(ctx, target, wire)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/dns-message")
-	req.Header.Set("Accept", "application/dns-message")
 	res, err := cc.RoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, dns.MaxMsgSize))
-	if err != nil {
-		return nil, err
-	}
-	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("HTTP %s", res.Status)
-	}
-	m := new(dns.Msg)
-	return m, m.Unpack(body)
+	return dohReply(res)
 }
 
 func probeQUIC(ctx context.Context, target, alpn string) error {
