@@ -38,6 +38,8 @@ import (
 var (
 	TestbedPrefix  = netip.MustParsePrefix("198.18.0.0/15")
 	InternetPrefix = netip.MustParsePrefix("198.19.0.0/16")
+	// VantagePrefix holds the vantage links: vantage i is 198.18.i.2/24.
+	VantagePrefix = netip.MustParsePrefix("198.18.0.0/16")
 	// The router<->internet link, a /31 (RFC 3021).
 	RouterInetAddr = netip.MustParseAddr("198.18.255.0")
 	InetLinkAddr   = netip.MustParseAddr("198.18.255.1")
