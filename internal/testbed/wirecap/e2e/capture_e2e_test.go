@@ -18,6 +18,11 @@ func requireCapture(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: capturing needs root")
 	}
+	requireTcpdump(t)
+}
+
+func requireTcpdump(t testing.TB) {
+	t.Helper()
 	if _, err := exec.LookPath("tcpdump"); err != nil {
 		t.Skip("SKIP: tcpdump not installed")
 	}
