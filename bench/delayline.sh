@@ -18,4 +18,4 @@
 # depend on machine load: the load average is printed with them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec go test -run '^$' -bench 'DelayLine' -benchtime 1x -timeout 20m ./internal/testbed/ "$@"
+exec go test -run '^$' -bench 'DelayLine' -benchtime 1x -timeout 20m ./internal/testbed/e2e/ "$@"

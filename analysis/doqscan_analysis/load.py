@@ -1403,7 +1403,8 @@ def per_resolver_medians(conn, weeks=None, vantages=None, phase: str = "measured
     return df
 
 
-# The dependency-free reader of the testbed population file (grammar: docs/population.md).
+# The reader of the testbed population file (grammar: docs/population.md): the Go parse,
+# through `bin/simserver check --json`.
 _POPULATION_READER = Path(__file__).resolve().parents[2] / "testbed" / "tests" / "population.py"
 
 PEER_COLUMNS = ["address", "peer", "class"]
@@ -1432,13 +1433,13 @@ def testbed_peers(path: str | os.PathLike | None = None) -> pd.DataFrame:
     with `peer=` (coredns, hickory, aioquic, ngtcp2, dnsproxy), from `path`, else
     $DOQSCAN_POPULATION, else <repo>/testbed/population.txt (read with
     testbed/tests/population.py). Columns address (a record's first address), peer,
-    class; address order, IPv4 first. Empty when neither the file nor the reader is
-    there (an installation without the testbed)."""
+    class; address order, IPv4 first. Empty when the file, the reader or
+    bin/simserver (which parses the file) is not there (an installation without the testbed)."""
     reader = _population_reader()
     if reader is None:
         return pd.DataFrame(columns=PEER_COLUMNS)
     file = path or os.environ.get("DOQSCAN_POPULATION") or reader.REPO / "testbed" / "population.txt"
-    if not os.path.exists(file):
+    if not os.path.exists(file) or not reader.SIMSERVER.exists():
         return pd.DataFrame(columns=PEER_COLUMNS)
     pop = reader.load(file)
     rows = [(h.first, h.peer, h.cls) for h in pop.hosts + pop.hosts6 if h.peer]

@@ -14,6 +14,24 @@ def _raw(conn, sql, params=None):
         return pd.DataFrame(cur.fetchall(), columns=[d.name for d in cur.description])
 
 
+# What every population file needs before its hosts (the Go reader checks it all).
+POP_HEADER = """format 1
+seed 1
+prefix 198.18.0.0/15
+answer 192.0.2.1 ttl=300
+default-path default
+[paths]
+default  rtt=20ms
+[sites]
+fra  cc=DE continent=EU city="Frankfurt" lat=50.1109 lon=8.6821
+[asns]
+AS64496 org="Provider A DNS"
+[certs]
+self-signed  cn=dns.test issuer=self
+[hosts]
+"""
+
+
 @pytest.fixture(scope="module")
 def measured_doq(synth_db):
     """Two addresses with measured DoQ answers in the synthetic data."""
@@ -32,13 +50,9 @@ def population(tmp_path, measured_doq):
     ordinary DoQ host (no peer=) and a peer the data never measured."""
     a, b = measured_doq
     p = tmp_path / "population.txt"
-    p.write_text(f"""format 1
-seed 1
-prefix 198.18.0.0/15
-[hosts]
-{a}  class=peer-dnsproxy peer=dnsproxy quic=784 alpn=doq
-{b}  class=doq quic=784 alpn=doq
-198.19.3.250  class=peer-coredns peer=coredns quic=853 alpn=doq
+    p.write_text(POP_HEADER + f"""{a}  class=peer-dnsproxy peer=dnsproxy quic=784 alpn=doq path=default asn=AS64496 site=fra
+{b}  class=doq quic=784 alpn=doq versions=v1 cert=self-signed token=honour path=default asn=AS64496 site=fra
+198.19.3.250  class=peer-coredns peer=coredns quic=853 alpn=doq path=default asn=AS64496 site=fra
 """)
     return p
 
@@ -91,7 +105,7 @@ def test_peer_table_lists_dnsproxy_with_its_ratio(conn, population, measured_doq
 
 def test_no_peer_in_the_data(conn, tmp_path):
     p = tmp_path / "population.txt"
-    p.write_text("format 1\nprefix 198.19.0.0/16\n[hosts]\n198.19.3.250 class=peer-aioquic peer=aioquic quic=784\n")
+    p.write_text(POP_HEADER + "198.19.3.250 class=peer-aioquic peer=aioquic quic=784 path=default asn=AS64496 site=fra\n")
     peers = load.testbed_peers(p)
     prt = load.peer_response_times(conn, peers)
     assert prt.empty

@@ -3,38 +3,26 @@ package doq
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"io"
-	"math/big"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/doqscan/doqscan/internal/certs/certtest"
 )
 
 // loopbackServer serves QUIC on 127.0.0.1 with the given ALPNs and hands each stream to
 // handle (which owns it).
 func loopbackServer(t *testing.T, alpns []string, handle func(*quic.Stream)) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaf, key := certtest.SelfSignedLeaf(t, certtest.ECDSA, "localhost")
 	ln, err := quic.ListenAddr("127.0.0.1:0", &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		Certificates: []tls.Certificate{certtest.TLS(leaf, key)},
 		NextProtos:   alpns,
 	}, nil)
 	if err != nil {

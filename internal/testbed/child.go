@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
+	"github.com/doqscan/doqscan/internal/testbed/proc"
 )
 
 // EnvChild marks a process the testbed started from its own executable to play a role
@@ -54,7 +55,7 @@ func DelayLineMain(args []string) int {
 	defer stop()
 	err := delayline.Serve(ctx, delayline.ServeConfig{
 		TUN: *tun, TableFile: *table, StatsFile: *stats, ControlSocket: *control, Seed: *seed, Lead: *lead, RealTime: *rt, Queues: *queues, Quantum: *quantum, HoldCPULatency: *qos,
-		Ready: SignalReady, Log: log,
+		Ready: proc.SignalReady, Log: log,
 	})
 	if err != nil {
 		log.Error("delay line failed", "err", err)

@@ -53,7 +53,9 @@ type Options struct {
 	ReadyTimeout time.Duration
 }
 
-func (o *Options) fill() error {
+// Fill sets the default of every option left zero (instance name, one vantage, seed 1,
+// the default lead, the project home, ...) and checks the instance name.
+func (o *Options) Fill() error {
 	if o.Name == "" {
 		o.Name = os.Getenv(netns.EnvInstance)
 	}
@@ -138,7 +140,7 @@ func Preflight() error { return netns.Preflight() }
 // Ensure brings the instance up, or reuses it when it is already up and healthy. It is
 // idempotent: it completes a half-built instance and restarts dead processes.
 func Ensure(ctx context.Context, o Options) (*Testbed, error) {
-	if err := o.fill(); err != nil {
+	if err := o.Fill(); err != nil {
 		return nil, err
 	}
 	if err := Preflight(); err != nil {
@@ -318,6 +320,11 @@ func (tb *Testbed) writeTable() error {
 
 const delaylineName = "delayline"
 
+// DelayLinePid returns the delay line's pid and whether it runs (in the router namespace).
+func (tb *Testbed) DelayLinePid() (pid int, alive bool) {
+	return readPid(tb.State, delaylineName, tb.Router())
+}
+
 func (tb *Testbed) ensureDelayLine(ctx context.Context) error {
 	if pid, alive := readPid(tb.State, delaylineName, tb.Router()); alive {
 		// Running: make it re-read the table (it may have changed).
@@ -394,7 +401,7 @@ func (tb *Testbed) ensureServers(ctx context.Context) error {
 // Down stops every process of the instance and removes its namespaces and state. It
 // succeeds when nothing is there.
 func Down(ctx context.Context, o Options) error {
-	if err := o.fill(); err != nil {
+	if err := o.Fill(); err != nil {
 		return err
 	}
 	if err := Preflight(); err != nil {
@@ -453,7 +460,7 @@ type ProcStatus struct {
 
 // GetStatus inspects an instance without changing it.
 func GetStatus(ctx context.Context, o Options) (*Status, error) {
-	if err := o.fill(); err != nil {
+	if err := o.Fill(); err != nil {
 		return nil, err
 	}
 	if err := Preflight(); err != nil {

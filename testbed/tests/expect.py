@@ -54,14 +54,9 @@ def handshake(h: Host, alpn: str, sni: str | None) -> bool:
     return not (h.sni and sni != h.sni)
 
 
-def grease(v: int) -> bool:
-    return v & 0x0F0F0F0F == 0x0A0A0A0A
-
-
-def check_answer(got: dict, want: str, where: str, answer: str) -> None:
-    """Asserts that a DNS exchange of the vantage client (got) came out as expected: no
-    answer where want is FAIL, else an answer with rcode want and, for NOERROR, exactly
-    the population's answer."""
+def check_answer(got: dict, want: str, answer: str, where: str) -> None:
+    """Asserts a client's result `got` is what the population says: no answer where `want`
+    is FAIL, else that rcode, with the population's answer record on NOERROR."""
     if want == FAIL:
         assert not got["ok"], f"{where}: expected no answer, got {got}"
         return
@@ -69,3 +64,7 @@ def check_answer(got: dict, want: str, where: str, answer: str) -> None:
     assert got["rcode"] == want, f"{where}: rcode {got['rcode']}, population says {want}"
     if want == "NOERROR":
         assert got["answers"] == [answer], f"{where}: answers {got['answers']}, population says {answer}"
+
+
+def grease(v: int) -> bool:
+    return v & 0x0F0F0F0F == 0x0A0A0A0A

@@ -1,9 +1,9 @@
-"""Reader for the testbed population file (testbed/population.txt, grammar: docs/population.md).
+"""The testbed population (testbed/population.txt, grammar: docs/population.md) for the
+independent pytest checks and the analysis code (ground truth of the simulated internet).
 
-A small, dependency-free mirror of the Go package internal/testbed/population, for the
-independent pytest checks and for the analysis code (ground truth of the simulated
-internet). It parses format 1 exactly as documented: one record per line, tokens split
-like ``shlex.split(line, comments=True)``.
+The file is parsed once, by the Go reader (internal/testbed/population): load() runs
+`bin/simserver check --json` and turns its JSON into the dataclasses below, so Python
+never parses the grammar itself and cannot drift from what the testbed serves.
 
     pop = load()                       # $DOQSCAN_POPULATION or <repo>/testbed/population.txt
     for host in pop.hosts: ...         # [hosts] records, address order
@@ -17,24 +17,17 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import shlex
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 
-FORMAT_VERSION = 1
 REPO = FilePath(__file__).resolve().parents[2]
+SIMSERVER = REPO / "bin" / "simserver"
 
 # QUIC version names the population file may use: Go's quicver.Known, generated into
 # the analysis package's quic_versions.json (the one table Go and Python share).
 VERSIONS = {k["name"]: k["value"] for k in json.loads(
     (REPO / "analysis/doqscan_analysis/quic_versions.json").read_text())["known"]}
-
-
-def _duration_ms(s: str) -> float:
-    for unit, scale in (("ms", 1.0), ("us", 0.001), ("s", 1000.0)):
-        if s.endswith(unit):
-            return float(s[: -len(unit)]) * scale
-    raise ValueError(f"bad duration {s!r}")
 
 
 @dataclass(frozen=True)
@@ -66,7 +59,7 @@ class Host:
     hostile: str = ""
     peer: str = ""
     path: str = ""
-    asn: str = ""
+    asn: int = 0
     site: str = ""
     twin: str = ""  # IPv6 records: the IPv4 address of the same (dual-stack) server
 
@@ -95,7 +88,7 @@ class Population:
     answer_ttl: int = 0
     default_path: str = ""
     paths: dict[str, PathProfile] = field(default_factory=dict)
-    certs: dict[str, dict[str, str]] = field(default_factory=dict)
+    certs: dict[str, dict] = field(default_factory=dict)  # name -> cn, sans, issuer, intermediates, pad
     hosts: list[Host] = field(default_factory=list)  # IPv4 records
     hosts6: list[Host] = field(default_factory=list)  # IPv6 records, kept apart as the Go reader does
 
@@ -124,102 +117,40 @@ class Population:
         raise LookupError("every address is assigned")
 
 
-_INT_KEYS = {"dot", "doh", "doh3"}
-_LIST_KEYS = {"alpn", "versions", "dns"}
+def _host(r: dict) -> Host:
+    return Host(prefix=ipaddress.ip_network(r["prefix"]), line=r["line"], cls=r["class"],
+                quic=r["quic"] or [], alpn=r["alpn"] or [], versions=r["versions"] or [], retry=r["retry"],
+                retry_first=r["retry_first"], token=r["token"], cert=r["cert"], sni=r["sni"], dns=r["dns"] or [],
+                dot=r["dot"], doh=r["doh"], doh3=r["doh3"], rcode=r["rcode"], hostile=r["hostile"], peer=r["peer"],
+                path=r["path"], asn=r["asn"], site=r["site"], twin=r["twin"])
 
 
-def parse(text: str) -> Population:
-    pop = Population()
-    section = None
-    for n, raw in enumerate(text.splitlines(), 1):
-        toks = shlex.split(raw, comments=True)
-        if not toks:
-            continue
-        head = toks[0]
-        if head.startswith("["):
-            section = head
-            continue
-        if section is None:
-            _directive(pop, toks, n)
-            continue
-        kv = {}
-        for t in toks[1:]:
-            k, sep, v = t.partition("=")
-            if not sep:
-                raise ValueError(f"line {n}: token {t!r} is not key=value")
-            kv[k] = v
-        if section == "[paths]":
-            pop.paths[head] = PathProfile(
-                head,
-                _duration_ms(kv["rtt"]),
-                _duration_ms(kv.get("jitter", "0ms")),
-                float(kv.get("loss", "0%").rstrip("%")) / 100.0,
-            )
-        elif section == "[certs]":
-            pop.certs[head] = kv
-        elif section == "[hosts]":
-            h = _host(head, kv, n)
-            (pop.hosts if h.prefix.version == 4 else pop.hosts6).append(h)
-        # [sites], [asns]: not needed by the checks; kept out on purpose.
-    if not pop.prefix:
-        raise ValueError("population has no prefix directive")
-    if pop.hosts6 and not pop.prefix6:
-        raise ValueError("IPv6 records without a prefix6 directive")
-    pop.hosts.sort(key=lambda h: h.prefix.network_address)
-    pop.hosts6.sort(key=lambda h: h.prefix.network_address)
-    return pop
-
-
-def _directive(pop: Population, toks: list[str], n: int) -> None:
-    d = toks[0]
-    if d == "format":
-        if int(toks[1]) != FORMAT_VERSION:
-            raise ValueError(f"line {n}: format {toks[1]}, this reader knows {FORMAT_VERSION}")
-    elif d == "seed":
-        pop.seed = int(toks[1])
-    elif d == "prefix":
-        pop.prefix = ipaddress.ip_network(toks[1])
-    elif d == "prefix6":
-        pop.prefix6 = ipaddress.ip_network(toks[1])
-        if pop.prefix6.version != 6:
-            raise ValueError(f"line {n}: prefix6 {toks[1]} is not an IPv6 prefix")
-    elif d == "answer":
-        pop.answer = toks[1]
-        for t in toks[2:]:
-            if t.startswith("ttl="):
-                pop.answer_ttl = int(t[4:])
-    elif d == "default-path":
-        pop.default_path = toks[1]
-    else:
-        raise ValueError(f"line {n}: unknown directive {d!r}")
-
-
-def _host(head: str, kv: dict[str, str], n: int) -> Host:
-    a = head.split("/")[0]
-    single = "/128" if ipaddress.ip_address(a).version == 6 else "/32"
-    h = Host(prefix=ipaddress.ip_network(head if "/" in head else head + single), line=n, cls=kv.get("class", ""))
-    if not h.cls:
-        raise ValueError(f"line {n}: host without class")
-    for k, v in kv.items():
-        if k == "class":
-            continue
-        if k == "quic":
-            h.quic = [int(p) for p in v.split(",") if p]
-        elif k in _LIST_KEYS:
-            setattr(h, k, [x for x in v.split(",") if x])
-        elif k in _INT_KEYS:
-            setattr(h, k, int(v))
-        elif k == "retry":
-            h.retry = v == "always"
-            h.retry_first = v == "first"
-        elif hasattr(h, k):
-            setattr(h, k, v)
-        else:
-            raise ValueError(f"line {n}: unknown host key {k!r}")
-    return h
+def from_json(doc: dict) -> Population:
+    """The Population of `simserver check --json`'s document."""
+    return Population(
+        seed=doc["seed"],
+        prefix=ipaddress.ip_network(doc["prefix"]),
+        prefix6=ipaddress.ip_network(doc["prefix6"]) if doc["prefix6"] else None,
+        answer=doc["answer"],
+        answer_ttl=doc["answer_ttl"],
+        default_path=doc["default_path"],
+        paths={n: PathProfile(n, p["rtt_ns"] / 1e6, p["jitter_ns"] / 1e6, p["loss"])
+               for n, p in (doc["paths"] or {}).items()},
+        certs=doc["certs"] or {},
+        hosts=[_host(r) for r in doc["records"] or []],
+        hosts6=[_host(r) for r in doc["records6"] or []],
+    )
 
 
 def load(path: str | os.PathLike | None = None) -> Population:
+    """The population file at `path`, else $DOQSCAN_POPULATION, else the committed one, as
+    the Go reader parses it. A file the Go reader rejects raises ValueError with its
+    message; FileNotFoundError when bin/simserver is not built (./dev build)."""
     path = path or os.environ.get("DOQSCAN_POPULATION") or REPO / "testbed" / "population.txt"
-    with open(path, encoding="utf-8") as f:
-        return parse(f.read())
+    if not SIMSERVER.exists():
+        raise FileNotFoundError(f"{SIMSERVER} is not built (./dev build): it parses the population file")
+    out = subprocess.run([str(SIMSERVER), "check", "--json", "--population", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise ValueError(f"population {path}: {out.stderr.strip()}")
+    return from_json(json.loads(out.stdout))

@@ -28,7 +28,7 @@ def test_dns(results, cls, proto):
     h = REPS[cls]
     want = expect.dns(h, proto)
     got = results[(cls, proto)]
-    expect.check_answer(got, want, f"{h.first} ({cls}, line {h.line}) over {proto}", POP.answer)
+    expect.check_answer(got, want, POP.answer, f"{h.first} ({cls}, line {h.line}) over {proto}")
 
 
 def test_silent_address(results):

@@ -55,7 +55,7 @@ def test_doq_query(results, cls, port):
     h = REPS[cls]
     got = results[("doq", cls, port)]
     want = expect.doq(h, h.sni or None)
-    expect.check_answer(got, want, f"{h.first}:{port} ({cls}, line {h.line}) over DoQ", POP.answer)
+    expect.check_answer(got, want, POP.answer, f"{h.first}:{port} ({cls}, line {h.line}) over DoQ")
 
 
 @pytest.mark.parametrize("cls", SNI_CLASSES)

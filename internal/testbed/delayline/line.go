@@ -47,19 +47,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// Addressing the delay line relies on (see docs/testbed.md).
-var (
-	// InternetPrefix is the simulated internet (AnyIP in the internet namespace).
-	InternetPrefix = netip.MustParsePrefix("198.19.0.0/16")
-	// VantagePrefix holds the vantage links: vantage i is 198.18.i.2/24.
-	VantagePrefix = netip.MustParsePrefix("198.18.0.0/16")
-	// InternetPrefix6 is the simulated internet's IPv6 half (AnyIP too).
-	InternetPrefix6 = netip.MustParsePrefix("2001:2:0:8000::/49")
-	// VantagePrefix6 holds the vantage links' IPv6 side: vantage i is 2001:2:0:i::2/64,
-	// so byte 7 of the address is the vantage index.
-	VantagePrefix6 = netip.MustParsePrefix("2001:2::/56")
+	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
 
 const (
@@ -504,15 +493,15 @@ func (w *worker) decide(pb *pathsBox, h Header, arrival, lead int64) (due int64,
 
 // isInternet reports whether a is in the simulated internet (either family).
 func isInternet(a netip.Addr) bool {
-	return InternetPrefix.Contains(a) || InternetPrefix6.Contains(a)
+	return netns.InternetPrefix.Contains(a) || netns.InternetPrefix6.Contains(a)
 }
 
 // vantageIndex returns the vantage whose link holds a (198.18.i.0/24, 2001:2:0:i::/64).
 func vantageIndex(a netip.Addr) (int, bool) {
 	switch {
-	case VantagePrefix.Contains(a):
+	case netns.VantagePrefix.Contains(a):
 		return int(a.As4()[2]), true
-	case VantagePrefix6.Contains(a):
+	case netns.VantagePrefix6.Contains(a):
 		return int(a.As16()[7]), true
 	}
 	return 0, false

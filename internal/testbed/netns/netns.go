@@ -38,6 +38,8 @@ import (
 var (
 	TestbedPrefix  = netip.MustParsePrefix("198.18.0.0/15")
 	InternetPrefix = netip.MustParsePrefix("198.19.0.0/16")
+	// VantagePrefix holds the vantage links: vantage i is 198.18.i.2/24.
+	VantagePrefix = netip.MustParsePrefix("198.18.0.0/16")
 	// The router<->internet link, a /31 (RFC 3021).
 	RouterInetAddr = netip.MustParseAddr("198.18.255.0")
 	InetLinkAddr   = netip.MustParseAddr("198.18.255.1")
@@ -150,8 +152,8 @@ type Runner struct {
 	Trace func(args []string, out string, err error)
 }
 
-// ip runs `ip args...` and returns its combined output.
-func (r Runner) ip(ctx context.Context, args ...string) (string, error) {
+// IP runs `ip args...` and returns its combined output.
+func (r Runner) IP(ctx context.Context, args ...string) (string, error) {
 	return r.run(ctx, "ip", args...)
 }
 
@@ -186,7 +188,7 @@ func Preflight() error {
 
 // ListNamespaces returns the names of all network namespaces (ip netns list).
 func (r Runner) ListNamespaces(ctx context.Context) ([]string, error) {
-	out, err := r.ip(ctx, "netns", "list")
+	out, err := r.IP(ctx, "netns", "list")
 	if err != nil {
 		return nil, err
 	}
@@ -234,13 +236,13 @@ func (r Runner) Leftovers(ctx context.Context, name string) ([]string, error) {
 }
 
 func (r Runner) linkExists(ctx context.Context, ns, dev string) bool {
-	_, err := r.ip(ctx, "-n", ns, "link", "show", "dev", dev)
+	_, err := r.IP(ctx, "-n", ns, "link", "show", "dev", dev)
 	return err == nil
 }
 
 func (r Runner) sysctl(ctx context.Context, ns string, kv ...string) error {
 	args := append([]string{"netns", "exec", ns, "sysctl", "-q", "-w"}, kv...)
-	_, err := r.ip(ctx, args...)
+	_, err := r.IP(ctx, args...)
 	return err
 }
 
@@ -253,11 +255,11 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 	}
 	for _, ns := range in.Namespaces() {
 		if !have[ns] {
-			if _, err := r.ip(ctx, "netns", "add", ns); err != nil {
+			if _, err := r.IP(ctx, "netns", "add", ns); err != nil {
 				return err
 			}
 		}
-		if _, err := r.ip(ctx, "-n", ns, "link", "set", "lo", "up"); err != nil {
+		if _, err := r.IP(ctx, "-n", ns, "link", "set", "lo", "up"); err != nil {
 			return err
 		}
 		// Strict reverse-path filtering would drop what the delay line writes back.
@@ -310,7 +312,7 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 	add("-n", I, "-6", "route", "replace", VantagePrefix6.String(), "via", RouterInetAddr6.String(), "dev", in.InetIf())
 	add("-n", R, "-6", "route", "replace", InternetPrefix6.String(), "via", InetLinkAddr6.String(), "dev", in.RouterInetIf())
 	for _, s := range steps {
-		if _, err := r.ip(ctx, s...); err != nil {
+		if _, err := r.IP(ctx, s...); err != nil {
 			return err
 		}
 	}
@@ -323,17 +325,17 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 func (r Runner) veth(ctx context.Context, alias, nsA, a, macA, nsB, b, macB string) error {
 	if !r.linkExists(ctx, nsA, a) {
 		// A half-built pair (peer moved away or deleted) cannot exist: veths die in pairs.
-		if _, err := r.ip(ctx, "-n", nsA, "link", "add", a, "mtu", MTU, "address", macA, "type", "veth",
+		if _, err := r.IP(ctx, "-n", nsA, "link", "add", a, "mtu", MTU, "address", macA, "type", "veth",
 			"peer", "name", b, "netns", nsB, "mtu", MTU, "address", macB); err != nil {
 			return err
 		}
 	}
 	// The alias marks the link as the testbed's: the lab guard (package labnet) lets a
 	// tool contact lab addresses only over marked links.
-	if _, err := r.ip(ctx, "-n", nsA, "link", "set", a, "up", "alias", alias); err != nil {
+	if _, err := r.IP(ctx, "-n", nsA, "link", "set", a, "up", "alias", alias); err != nil {
 		return err
 	}
-	if _, err := r.ip(ctx, "-n", nsB, "link", "set", b, "up", "alias", alias); err != nil {
+	if _, err := r.IP(ctx, "-n", nsB, "link", "set", b, "up", "alias", alias); err != nil {
 		return err
 	}
 	if err := r.sysctl(ctx, nsA, append(ipv6Quiet(a), "net.ipv4.conf."+a+".rp_filter=0")...); err != nil {
@@ -361,12 +363,12 @@ func (r Runner) delaySteering(ctx context.Context, in Instance) error {
 	R := in.Router()
 	if !r.linkExists(ctx, R, TUN) {
 		// multi_queue: the delay line attaches one queue per worker (IFF_MULTI_QUEUE).
-		if _, err := r.ip(ctx, "-n", R, "tuntap", "add", "dev", TUN, "mode", "tun", "multi_queue"); err != nil {
+		if _, err := r.IP(ctx, "-n", R, "tuntap", "add", "dev", TUN, "mode", "tun", "multi_queue"); err != nil {
 			return err
 		}
 	}
 	// A long queue towards the reader absorbs bursts (a zmap scan) while it catches up.
-	if _, err := r.ip(ctx, "-n", R, "link", "set", TUN, "mtu", MTU, "txqueuelen", TUNQueueLen, "up", "alias", labnet.Alias(in.Name)); err != nil {
+	if _, err := r.IP(ctx, "-n", R, "link", "set", TUN, "mtu", MTU, "txqueuelen", TUNQueueLen, "up", "alias", labnet.Alias(in.Name)); err != nil {
 		return err
 	}
 	if err := r.sysctl(ctx, R, "net.ipv4.conf."+TUN+".rp_filter=0"); err != nil {
@@ -376,10 +378,10 @@ func (r Runner) delaySteering(ctx context.Context, in Instance) error {
 		return err
 	}
 	// Only testbed destinations enter the delay line; anything else finds no route.
-	if _, err := r.ip(ctx, "-n", R, "route", "replace", TestbedPrefix.String(), "dev", TUN, "table", DelayTable); err != nil {
+	if _, err := r.IP(ctx, "-n", R, "route", "replace", TestbedPrefix.String(), "dev", TUN, "table", DelayTable); err != nil {
 		return err
 	}
-	if _, err := r.ip(ctx, "-n", R, "-6", "route", "replace", TestbedPrefix6.String(), "dev", TUN, "table", DelayTable); err != nil {
+	if _, err := r.IP(ctx, "-n", R, "-6", "route", "replace", TestbedPrefix6.String(), "dev", TUN, "table", DelayTable); err != nil {
 		return err
 	}
 	if err := r.steer(ctx, in, "-4"); err != nil {
@@ -391,7 +393,7 @@ func (r Runner) delaySteering(ctx context.Context, in Instance) error {
 // steer adds the rules of one family that send what arrives on a veth to the delay table.
 func (r Runner) steer(ctx context.Context, in Instance, family string) error {
 	R := in.Router()
-	rules, err := r.ip(ctx, "-n", R, family, "rule", "show")
+	rules, err := r.IP(ctx, "-n", R, family, "rule", "show")
 	if err != nil {
 		return err
 	}
@@ -403,7 +405,7 @@ func (r Runner) steer(ctx context.Context, in Instance, family string) error {
 		if strings.Contains(rules, "iif "+ifn+" lookup "+DelayTable) {
 			continue
 		}
-		if _, err := r.ip(ctx, "-n", R, family, "rule", "add", "pref", delayRulePref, "iif", ifn, "lookup", DelayTable); err != nil {
+		if _, err := r.IP(ctx, "-n", R, family, "rule", "add", "pref", delayRulePref, "iif", ifn, "lookup", DelayTable); err != nil {
 			return err
 		}
 	}
@@ -422,7 +424,7 @@ func (r Runner) VerifyNoRouteOut(ctx context.Context, in Instance) error {
 	}
 	for _, ns := range all {
 		for _, family := range []string{"-4", "-6"} {
-			out, err := r.ip(ctx, "-n", ns, family, "route", "show", "table", "all")
+			out, err := r.IP(ctx, "-n", ns, family, "route", "show", "table", "all")
 			if err != nil {
 				return err
 			}
@@ -493,7 +495,7 @@ func (r Runner) VerifyHostNoLabRoute(ctx context.Context) error {
 		family string
 		lab    netip.Prefix
 	}{{"-4", TestbedPrefix}, {"-6", TestbedPrefix6}} {
-		out, err := r.ip(ctx, c.family, "route", "show", "table", "all")
+		out, err := r.IP(ctx, c.family, "route", "show", "table", "all")
 		if err != nil {
 			return err
 		}
@@ -531,7 +533,7 @@ func (r Runner) Down(ctx context.Context, name string) error {
 	}
 	var errs []error
 	for _, ns := range left {
-		if _, err := r.ip(ctx, "netns", "del", ns); err != nil {
+		if _, err := r.IP(ctx, "netns", "del", ns); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -540,7 +542,7 @@ func (r Runner) Down(ctx context.Context, name string) error {
 
 // PIDs lists the processes running in a namespace (ip netns pids).
 func (r Runner) PIDs(ctx context.Context, ns string) ([]int, error) {
-	out, err := r.ip(ctx, "netns", "pids", ns)
+	out, err := r.IP(ctx, "netns", "pids", ns)
 	if err != nil {
 		return nil, err
 	}

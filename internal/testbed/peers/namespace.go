@@ -33,27 +33,28 @@ var (
 	peerSideLL = netip.MustParseAddr("fe80::2")
 )
 
-// peerNamespace is `<inst>-peers`: the peer addresses on its loopback, a veth to
+// Namespace is `<inst>-peers`: the peer addresses on its loopback, a veth to
 // `<inst>-inet`, and a /32 route per address in the internet namespace's local table.
-type peerNamespace struct {
+type Namespace struct {
 	inst string
 }
 
-func (n *peerNamespace) name() string { return n.inst + "-peers" }
-func (n *peerNamespace) inet() string { return n.inst + "-inet" }
+// Name is the namespace's name, <inst>-peers.
+func (n *Namespace) Name() string { return n.inst + "-peers" }
+func (n *Namespace) inet() string { return n.inst + "-inet" }
 
-// setupNamespace creates (or re-creates) the peers namespace for inst and routes addrs
+// SetupNamespace creates (or re-creates) the peers namespace for inst and routes addrs
 // into it. The internet namespace must exist.
-func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peerNamespace, error) {
-	n := &peerNamespace{inst: inst}
+func SetupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*Namespace, error) {
+	n := &Namespace{inst: inst}
 	if _, err := os.Stat("/run/netns/" + n.inet()); err != nil {
 		return nil, fmt.Errorf("peers: internet namespace %s does not exist (testnet up first): %w", n.inet(), err)
 	}
 	// A leftover from a crashed run would hold stale routes: start clean.
-	if err := n.teardown(); err != nil {
+	if err := n.Teardown(); err != nil {
 		return nil, err
 	}
-	ns, inet := n.name(), n.inet()
+	ns, inet := n.Name(), n.inet()
 	cmds := [][]string{
 		{"netns", "add", ns},
 		{"-n", ns, "link", "set", "lo", "up"},
@@ -87,7 +88,7 @@ func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peer
 	}
 	for _, c := range cmds {
 		if err := ip(ctx, c...); err != nil {
-			n.teardown()
+			n.Teardown()
 			return nil, err
 		}
 	}
@@ -96,7 +97,7 @@ func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peer
 			// In the local table, longest prefix wins over `local 2001:2:0:8000::/49 dev lo`.
 			if err := ip(ctx, "-n", inet, "-6", "route", "add", "table", "local", a.String()+"/128",
 				"via", peerSideLL.String(), "dev", inetSideIf); err != nil {
-				n.teardown()
+				n.Teardown()
 				return nil, err
 			}
 			continue
@@ -107,7 +108,7 @@ func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peer
 		route := []string{"-n", inet, "route", "add", "table", "local", a.String() + "/32", "dev", inetSideIf}
 		if err := ip(ctx, append(route, "src", probeSource.String())...); err != nil {
 			if err := ip(ctx, route...); err != nil {
-				n.teardown()
+				n.Teardown()
 				return nil, err
 			}
 		}
@@ -128,17 +129,17 @@ func setupNamespace(ctx context.Context, inst string, addrs []netip.Addr) (*peer
 	for nsName, kv := range sysctls {
 		args := append([]string{"netns", "exec", nsName, "sysctl", "-q", "-w"}, kv...)
 		if err := ip(ctx, args...); err != nil {
-			n.teardown()
+			n.Teardown()
 			return nil, err
 		}
 	}
 	return n, nil
 }
 
-// teardown deletes the peers namespace; its veth pair, and with it the routes in the
+// Teardown deletes the peers namespace; its veth pair, and with it the routes in the
 // internet namespace, go with it. Missing namespaces are fine.
-func (n *peerNamespace) teardown() error {
-	if _, err := os.Stat("/run/netns/" + n.name()); errors.Is(err, os.ErrNotExist) {
+func (n *Namespace) Teardown() error {
+	if _, err := os.Stat("/run/netns/" + n.Name()); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	// The inet end disappears with its peer; delete it explicitly too in case the
@@ -146,7 +147,7 @@ func (n *peerNamespace) teardown() error {
 	if _, err := os.Stat("/run/netns/" + n.inet()); err == nil {
 		_ = ip(context.Background(), "-n", n.inet(), "link", "del", inetSideIf)
 	}
-	return ip(context.Background(), "netns", "del", n.name())
+	return ip(context.Background(), "netns", "del", n.Name())
 }
 
 func ip(ctx context.Context, args ...string) error {

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/home"
+	"github.com/doqscan/doqscan/internal/testbed/proc"
 )
 
 // Kind names a third-party server implementation.
@@ -207,8 +208,8 @@ var ErrNotInstalled = errors.New("not installed (run scripts/install-peers.sh)")
 // Set is a group of running peers.
 type Set struct {
 	cfg   Config
-	procs []*proc
-	ns    *peerNamespace
+	procs []*peerProc
+	ns    *Namespace
 }
 
 // Start writes each spec's configuration, starts it (in the peers namespace when
@@ -243,7 +244,7 @@ func Start(ctx context.Context, cfg Config, specs []Spec) (*Set, error) {
 		for _, s := range ordered {
 			addrs = append(addrs, s.Addr)
 		}
-		ns, err := setupNamespace(ctx, cfg.Inst, addrs)
+		ns, err := SetupNamespace(ctx, cfg.Inst, addrs)
 		if err != nil {
 			return nil, err
 		}
@@ -265,7 +266,7 @@ func Start(ctx context.Context, cfg Config, specs []Spec) (*Set, error) {
 	return set, nil
 }
 
-func (set *Set) startOne(ctx context.Context, s Spec, zone string) (*proc, error) {
+func (set *Set) startOne(ctx context.Context, s Spec, zone string) (*peerProc, error) {
 	argv, err := command(set.cfg, s, zone)
 	if err != nil {
 		return nil, fmt.Errorf("peers: %s: %w", s.Name(), err)
@@ -295,6 +296,15 @@ func (set *Set) probeNamespace() string {
 	return set.cfg.Inst + "-inet"
 }
 
+// Processes returns the running peers' processes, in start order.
+func (set *Set) Processes() []*proc.Proc {
+	out := make([]*proc.Proc, 0, len(set.procs))
+	for _, p := range set.procs {
+		out = append(out, p.child)
+	}
+	return out
+}
+
 // Stop stops every peer (SIGTERM, then SIGKILL after a grace period) and removes the
 // peers namespace and its routes. It is safe to call more than once.
 func (set *Set) Stop() error {
@@ -304,7 +314,7 @@ func (set *Set) Stop() error {
 	}
 	set.procs = nil
 	if set.ns != nil {
-		errs = append(errs, set.ns.teardown())
+		errs = append(errs, set.ns.Teardown())
 		set.ns = nil
 	}
 	return errors.Join(errs...)
@@ -320,7 +330,7 @@ func StopInstance(inst, runDir string, log *slog.Logger) error {
 	}
 	errs := []error{stopFromPidFiles(cfg.RunDir, cfg.Log)}
 	if inst != "" {
-		errs = append(errs, (&peerNamespace{inst: inst}).teardown())
+		errs = append(errs, (&Namespace{inst: inst}).Teardown())
 	}
 	return errors.Join(errs...)
 }

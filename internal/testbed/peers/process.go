@@ -1,27 +1,27 @@
 package peers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/testbed/proc"
 )
 
 // stopGrace is how long a peer gets to exit after SIGTERM before SIGKILL.
 const stopGrace = 5 * time.Second
 
-// proc is one running peer process.
-type proc struct {
+// peerProc is one peer process: a child of this process, or one adopted from a pid file.
+type peerProc struct {
 	name    string
 	pid     int
-	cmd     *exec.Cmd // nil when adopted from a pid file
-	exited  chan struct{}
+	child   *proc.Proc // nil when adopted from a pid file
 	logPath string
 	pidPath string
 }
@@ -30,35 +30,21 @@ type proc struct {
 // output to <RunDir>/<name>.log, pid to <RunDir>/<name>.pid. The process gets its own
 // process group so a terminal's ^C to `testnet up` does not reach it; Stop or
 // StopInstance ends it.
-func launch(cfg Config, s Spec, argv []string) (*proc, error) {
+func launch(cfg Config, s Spec, argv []string) (*peerProc, error) {
 	if cfg.Inst != "" {
 		argv = append([]string{"ip", "netns", "exec", cfg.Inst + "-peers"}, argv...)
 	}
-	p := &proc{
+	p := &peerProc{
 		name:    s.Name(),
-		exited:  make(chan struct{}),
 		logPath: filepath.Join(cfg.RunDir, s.Name()+".log"),
 		pidPath: filepath.Join(cfg.RunDir, s.Name()+".pid"),
 	}
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	c, err := proc.Start(context.Background(), proc.Spec{Name: p.name, Argv: argv, Dir: cfg.RunDir,
+		Env: []string{"RUST_LOG=info", "PYTHONUNBUFFERED=1"}, Log: p.logPath, Truncate: true})
 	if err != nil {
 		return nil, fmt.Errorf("peers: %w", err)
 	}
-	defer logf.Close()
-	fmt.Fprintf(logf, "# %s\n", strings.Join(argv, " "))
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = cfg.RunDir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "RUST_LOG=info", "PYTHONUNBUFFERED=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("peers: start %s: %w", p.name, err)
-	}
-	p.cmd, p.pid = cmd, cmd.Process.Pid
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
+	p.child, p.pid = c, c.Pid
 	// `ip netns exec` execs the server in place, so this pid is the server's.
 	if err := os.WriteFile(p.pidPath, []byte(strconv.Itoa(p.pid)+"\n"+serverArgv(argv)[0]+"\n"), 0o644); err != nil {
 		p.stop(cfg.Log)
@@ -76,65 +62,38 @@ func serverArgv(argv []string) []string {
 }
 
 // running reports whether the process is still alive.
-func (p *proc) running() bool {
-	if p.cmd != nil {
-		select {
-		case <-p.exited:
-			return false
-		default:
-			return true
-		}
+func (p *peerProc) running() bool {
+	if p.child != nil {
+		return p.child.Running()
 	}
-	return syscall.Kill(p.pid, 0) == nil
+	return proc.Alive(p.pid)
 }
 
-// stop sends SIGTERM, waits up to stopGrace, then SIGKILL; it removes the pid file.
-func (p *proc) stop(log *slog.Logger) error {
-	defer os.Remove(p.pidPath)
-	if !p.running() {
-		return nil
-	}
-	_ = syscall.Kill(p.pid, syscall.SIGTERM)
-	if p.waitExit(stopGrace) {
-		log.Debug("peer stopped", "peer", p.name, "pid", p.pid)
-		return nil
-	}
-	log.Warn("peer ignored SIGTERM, killing", "peer", p.name, "pid", p.pid)
-	_ = syscall.Kill(p.pid, syscall.SIGKILL)
-	if !p.waitExit(stopGrace) {
-		return fmt.Errorf("peers: %s (pid %d) survived SIGKILL", p.name, p.pid)
+// exited is closed when a child exits (never for an adopted process).
+func (p *peerProc) exited() <-chan struct{} {
+	if p.child != nil {
+		return p.child.Done()
 	}
 	return nil
 }
 
-func (p *proc) waitExit(d time.Duration) bool {
-	if p.cmd != nil {
-		select {
-		case <-p.exited:
-			return true
-		case <-time.After(d):
-			return false
-		}
+// stop sends SIGTERM, SIGKILL after stopGrace, and removes the pid file.
+func (p *peerProc) stop(log *slog.Logger) error {
+	defer os.Remove(p.pidPath)
+	if !p.running() {
+		return nil
 	}
-	// Not our child: poll /proc (there is no exit notification for a non-child).
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if !p.running() || zombie(p.pid) {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
+	var err error
+	if p.child != nil {
+		err = p.child.Stop(stopGrace)
+	} else {
+		err = proc.StopPid(p.pid, stopGrace)
 	}
-	return false
-}
-
-func zombie(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return true
+		return fmt.Errorf("peers: %s: %w", p.name, err)
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] == 'Z'
+	log.Debug("peer stopped", "peer", p.name, "pid", p.pid)
+	return nil
 }
 
 // pidAlive reports whether the pid file names a live process still running the binary
@@ -153,7 +112,7 @@ func pidAlive(pidFile string) bool {
 		return false
 	}
 	cmdline, err := os.ReadFile("/proc/" + f[0] + "/cmdline")
-	return err == nil && strings.Contains(string(cmdline), filepath.Base(f[1])) && !zombie(pid)
+	return err == nil && strings.Contains(string(cmdline), filepath.Base(f[1])) && proc.Alive(pid)
 }
 
 // stopFromPidFiles stops every peer listed in runDir/*.pid whose process still runs
@@ -186,7 +145,7 @@ func stopFromPidFiles(runDir string, log *slog.Logger) error {
 			os.Remove(f) // gone, or the pid now belongs to something else
 			continue
 		}
-		p := &proc{name: strings.TrimSuffix(filepath.Base(f), ".pid"), pid: pid, pidPath: f}
+		p := &peerProc{name: strings.TrimSuffix(filepath.Base(f), ".pid"), pid: pid, pidPath: f}
 		errs = append(errs, p.stop(log))
 	}
 	return errors.Join(errs...)

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"strings"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/testbed/proc"
 )
 
 // Probe timing: each attempt is bounded by probeAttempt; failed attempts are retried
@@ -67,7 +67,7 @@ func (s Spec) Services() []Service {
 
 // waitReady probes every service of s from namespace ns until each answers correctly,
 // the process exits, or ctx ends.
-func waitReady(ctx context.Context, ns string, s Spec, answer netip.Addr, p *proc) error {
+func waitReady(ctx context.Context, ns string, s Spec, answer netip.Addr, p *peerProc) error {
 	for _, svc := range s.Services() {
 		for {
 			err := Probe(ctx, ns, s.Addr, svc, answer)
@@ -75,12 +75,12 @@ func waitReady(ctx context.Context, ns string, s Spec, answer netip.Addr, p *pro
 				break
 			}
 			if !p.running() {
-				return fmt.Errorf("process exited while probing %s/%d: %w; log tail:\n%s", svc.Proto, svc.Port, err, tail(p.logPath, 15))
+				return fmt.Errorf("process exited while probing %s/%d: %w; log tail:\n%s", svc.Proto, svc.Port, err, proc.Tail(p.logPath, 15))
 			}
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("%s/%d: %w (last probe: %v)", svc.Proto, svc.Port, ctx.Err(), err)
-			case <-p.exited:
+			case <-p.exited():
 			case <-time.After(probeInterval):
 			}
 		}
@@ -169,12 +169,10 @@ func probeDoH(ctx context.Context, target string) (*dns.Msg, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+target+"/dns-query", bytes.NewReader(wire))
+	req, err := dohRequest(ctx, target, wire)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/dns-message")
-	req.Header.Set("Accept", "application/dns-message")
 	if err := req.Write(conn); err != nil {
 		return nil, err
 	}
@@ -182,6 +180,22 @@ func probeDoH(ctx context.Context, target string) (*dns.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
+	return dohReply(res)
+}
+
+// dohRequest is the RFC 8484 §4.1 POST of wire to target's /dns-query.
+func dohRequest(ctx context.Context, target string, wire []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+target+"/dns-query", bytes.NewReader(wire))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/dns-message")
+	req.Header.Set("Accept", "application/dns-message")
+	return req, nil
+}
+
+// dohReply reads a DoH response: 200 and a DNS message, or an error. It closes the body.
+func dohReply(res *http.Response) (*dns.Msg, error) {
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, dns.MaxMsgSize))
 	if err != nil {
@@ -236,26 +250,15 @@ func probeDoH3(ctx context.Context, target string) (*dns.Msg, error) {
 	}
 	defer conn.CloseWithError(0, "")
 	cc := (&http3.Transport{}).NewClientConn(conn)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+target+"/dns-query", bytes.NewReader(wire))
+	req, err := dohRequest(ctx, target, wire)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/dns-message")
-	req.Header.Set("Accept", "application/dns-message")
 	res, err := cc.RoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, dns.MaxMsgSize))
-	if err != nil {
-		return nil, err
-	}
-	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("HTTP %s", res.Status)
-	}
-	m := new(dns.Msg)
-	return m, m.Unpack(body)
+	return dohReply(res)
 }
 
 func probeQUIC(ctx context.Context, target, alpn string) error {
@@ -289,17 +292,4 @@ func dialQUIC(ctx context.Context, target, alpn string) (*quic.Conn, error) {
 		tr.Close()
 	}()
 	return conn, nil
-}
-
-// tail returns the last n lines of a file (for error messages).
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -4,7 +4,8 @@
 // budget (RFC 9000 §8.1). Keys are Ed25519, derived from SHA-256(seed, name), and
 // signatures are deterministic (RFC 8032), so every process (simserver, simdns, the
 // third-party peers fed by WriteDir, the tests) builds byte-identical certificates and no
-// private key needs to be stored in the repository.
+// private key needs to be stored in the repository. The X.509 work itself is
+// internal/certs/certtest's, the one home of certificate making for tests and testbed.
 package pki
 
 import (
@@ -15,16 +16,15 @@ import (
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/binary"
-	"encoding/pem"
 	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/certs/certtest"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
@@ -49,11 +49,6 @@ type PKI struct {
 	pool   *x509.CertPool
 }
 
-type signer struct {
-	cert *x509.Certificate
-	key  ed25519.PrivateKey
-}
-
 func key(seed uint64, name string) ed25519.PrivateKey {
 	h := sha256.New()
 	fmt.Fprintf(h, "doqscan-testbed-pki\x00%d\x00%s", seed, name)
@@ -73,47 +68,39 @@ func padExtension(n int) []pkix.Extension {
 	return []pkix.Extension{{Id: oidPad, Value: v}}
 }
 
-func create(seed uint64, name string, tmpl *x509.Certificate, parent *signer) (*signer, error) {
-	k := key(seed, name)
+// create makes the certificate name of the population's seed from tmpl, signed by
+// parent (nil: self-signed), with its deterministic key, serial and fixed validity.
+func create(seed uint64, name string, tmpl *x509.Certificate, parent *certtest.Issuer) (*certtest.Issuer, error) {
 	tmpl.SerialNumber = serial(seed, name)
 	tmpl.NotBefore, tmpl.NotAfter = notBefore, notAfter
-	if parent == nil { // self-signed
-		parent = &signer{cert: tmpl, key: k}
-	}
-	der, err := x509.CreateCertificate(nil, tmpl, parent.cert, k.Public(), parent.key)
+	c, err := certtest.Create(tmpl, parent, key(seed, name))
 	if err != nil {
 		return nil, fmt.Errorf("pki: %s: %w", name, err)
 	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("pki: %s: %w", name, err)
-	}
-	return &signer{cert: c, key: k}, nil
+	return c, nil
 }
 
 func caTemplate(cn string, pad int) *x509.Certificate {
-	return &x509.Certificate{
-		Subject:               pkix.Name{CommonName: cn, Organization: []string{"doqscan testbed"}},
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		ExtraExtensions:       padExtension(pad),
-	}
+	t := certtest.CATemplate(cn)
+	t.Subject.Organization = []string{"doqscan testbed"}
+	t.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign
+	t.ExtraExtensions = padExtension(pad)
+	return t
 }
 
 // New builds every certificate of the population's [certs] section.
 func New(pop *population.Population) (*PKI, error) {
 	p := &PKI{roots: map[string]*x509.Certificate{}, certs: map[string]*tls.Certificate{},
 		chains: map[string]int{}, pool: x509.NewCertPool()}
-	cas := map[string]*signer{}
+	cas := map[string]*certtest.Issuer{}
 	for _, name := range CANames {
 		s, err := create(pop.Seed, name, caTemplate("doqscan testbed root "+strings.ToUpper(name), 0), nil)
 		if err != nil {
 			return nil, err
 		}
 		cas[name] = s
-		p.roots[name] = s.cert
-		p.pool.AddCert(s.cert)
+		p.roots[name] = s.Cert
+		p.pool.AddCert(s.Cert)
 	}
 	names := make([]string, 0, len(pop.Certs))
 	for n := range pop.Certs {
@@ -122,15 +109,11 @@ func New(pop *population.Population) (*PKI, error) {
 	sort.Strings(names)
 	for _, name := range names {
 		c := pop.Certs[name]
-		leafTmpl := &x509.Certificate{
-			Subject:         pkix.Name{CommonName: c.CN, Organization: []string{name}},
-			DNSNames:        slices.Clone(c.SANs),
-			KeyUsage:        x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			ExtraExtensions: padExtension(c.Pad),
-		}
+		leafTmpl := certtest.LeafTemplate(c.SANs...)
+		leafTmpl.Subject = pkix.Name{CommonName: c.CN, Organization: []string{name}}
+		leafTmpl.ExtraExtensions = padExtension(c.Pad)
 		var chain [][]byte
-		var parent *signer
+		var parent *certtest.Issuer
 		if !c.SelfSigned() {
 			parent = cas[c.Issuer]
 			if parent == nil {
@@ -142,7 +125,7 @@ func New(pop *population.Population) (*PKI, error) {
 				if err != nil {
 					return nil, err
 				}
-				chain = append([][]byte{s.cert.Raw}, chain...)
+				chain = append([][]byte{s.Cert.Raw}, chain...)
 				parent = s
 			}
 		}
@@ -150,12 +133,12 @@ func New(pop *population.Population) (*PKI, error) {
 		if err != nil {
 			return nil, err
 		}
-		chain = append([][]byte{leaf.cert.Raw}, chain...)
+		chain = append([][]byte{leaf.Cert.Raw}, chain...)
 		total := 0
 		for _, d := range chain {
 			total += len(d)
 		}
-		p.certs[name] = &tls.Certificate{Certificate: chain, PrivateKey: leaf.key, Leaf: leaf.cert}
+		p.certs[name] = &tls.Certificate{Certificate: chain, PrivateKey: leaf.Key, Leaf: leaf.Cert}
 		p.chains[name] = total
 	}
 	return p, nil
@@ -196,7 +179,7 @@ func (p *PKI) WriteDir(dir string) error {
 	}
 	var roots []byte
 	for _, n := range CANames {
-		b := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.roots[n].Raw})
+		b := certtest.PEM(p.roots[n].Raw)
 		roots = append(roots, b...)
 		if err := os.WriteFile(filepath.Join(dir, n+".crt"), b, 0o644); err != nil {
 			return err
@@ -206,19 +189,8 @@ func (p *PKI) WriteDir(dir string) error {
 		return err
 	}
 	for n, c := range p.certs {
-		var chain []byte
-		for _, d := range c.Certificate {
-			chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: d})...)
-		}
-		k, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, n+".crt"), chain, 0o644); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, n+".key"),
-			pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: k}), 0o600); err != nil {
+		if err := certtest.WriteFiles(filepath.Join(dir, n+".crt"), filepath.Join(dir, n+".key"),
+			c.Certificate, c.PrivateKey.(ed25519.PrivateKey)); err != nil {
 			return err
 		}
 	}

@@ -10,19 +10,23 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
-func TestDeterministicChainsAndSizes(t *testing.T) {
+// defaultPKI builds the PKI of the committed population.
+func defaultPKI(t *testing.T) (*population.Population, *PKI) {
+	t.Helper()
 	pop, err := population.LoadDefault()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(pop)
+	p, err := New(pop)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(pop)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return pop, p
+}
+
+func TestDeterministicChainsAndSizes(t *testing.T) {
+	pop, a := defaultPKI(t)
+	_, b := defaultPKI(t)
 	for _, name := range a.Names() {
 		ca, _ := a.Certificate(name)
 		cb, _ := b.Certificate(name)
@@ -54,14 +58,7 @@ func TestDeterministicChainsAndSizes(t *testing.T) {
 }
 
 func TestWriteDir(t *testing.T) {
-	pop, err := population.LoadDefault()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(pop)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, p := defaultPKI(t)
 	dir := t.TempDir()
 	if err := p.WriteDir(dir); err != nil {
 		t.Fatal(err)

@@ -7,8 +7,9 @@
 // The grammar is documented in docs/population.md. In short: a header of directives, then
 // sections ([paths], [sites], [asns], [certs], [hosts]) of records, one per line, each a name
 // (or an address / CIDR prefix for hosts) followed by key=value tokens. Tokens split on
-// white space; a value may be double-quoted; '#' starts a comment. Python's
-// shlex.split(line, comments=True) splits a line the same way.
+// white space; a value may be double-quoted; '#' starts a comment. This is the only
+// parser of the grammar: Python reads the JSON form of a parsed Population (its json
+// names), which `simserver check --json` prints.
 package population
 
 import (
@@ -76,10 +77,10 @@ const RetryFirstTTL = 30 * time.Minute
 
 // Path is a path profile: what the delay line applies between the vantage and a host.
 type Path struct {
-	Name   string
-	RTT    time.Duration // round trip; the delay line holds each direction RTT/2
-	Jitter time.Duration // uniform +- per direction
-	Loss   float64       // probability a packet is dropped, per packet and direction (0..1)
+	Name   string        `json:"name"`
+	RTT    time.Duration `json:"rtt_ns"`    // round trip; the delay line holds each direction RTT/2
+	Jitter time.Duration `json:"jitter_ns"` // uniform +- per direction
+	Loss   float64       `json:"loss"`      // probability a packet is dropped, per packet and direction (0..1)
 }
 
 // OneWay returns the one-way delay of the path.
@@ -87,27 +88,28 @@ func (p Path) OneWay() time.Duration { return p.RTT / 2 }
 
 // Site is a location (geo data for the mmdb files).
 type Site struct {
-	Name      string
-	Country   string // ISO 3166-1 alpha-2
-	Continent string // two-letter continent code (EU, NA, AS, SA, OC, AF)
-	City      string
-	Lat, Lon  float64
+	Name      string  `json:"name"`
+	Country   string  `json:"country"`   // ISO 3166-1 alpha-2
+	Continent string  `json:"continent"` // two-letter continent code (EU, NA, AS, SA, OC, AF)
+	City      string  `json:"city"`
+	Lat       float64 `json:"lat"`
+	Lon       float64 `json:"lon"`
 }
 
 // ASN is an autonomous system and its organisation.
 type ASN struct {
-	Number uint32
-	Org    string
+	Number uint32 `json:"number"`
+	Org    string `json:"org"`
 }
 
 // Cert is a certificate profile; internal/testbed/pki generates it deterministically.
 type Cert struct {
-	Name          string
-	CN            string   // subject common name of the leaf
-	SANs          []string // DNS names of the leaf (CN included)
-	Issuer        string   // "self" or the name of a CA ("ca-a", "ca-b")
-	Intermediates int      // intermediate certificates between leaf and CA (sent in the chain)
-	Pad           int      // filler bytes per certificate (a non-critical extension) to size the chain
+	Name          string   `json:"name"`
+	CN            string   `json:"cn"`            // subject common name of the leaf
+	SANs          []string `json:"sans"`          // DNS names of the leaf (CN included)
+	Issuer        string   `json:"issuer"`        // "self" or the name of a CA ("ca-a", "ca-b")
+	Intermediates int      `json:"intermediates"` // intermediate certificates between leaf and CA (sent in the chain)
+	Pad           int      `json:"pad"`           // filler bytes per certificate (a non-critical extension) to size the chain
 }
 
 // SelfSigned reports whether the leaf is its own issuer.
@@ -115,31 +117,31 @@ func (c Cert) SelfSigned() bool { return c.Issuer == "self" }
 
 // Record is one [hosts] line: an address or prefix and everything that runs there.
 type Record struct {
-	Prefix    netip.Prefix
-	Line      int
-	Class     string
-	QUICPorts []uint16 // UDP ports with a QUIC endpoint (or raw responder for hostile UDP kinds)
-	ALPNs     []string // ALPNs the QUIC server accepts, in its preference order
-	Versions  []string // QUIC versions advertised in VN ("v1", "v2", "draft-29", ...)
-	Retry     bool     // always sends Retry to a client without a valid token
+	Prefix    netip.Prefix `json:"prefix"`
+	Line      int          `json:"line"`
+	Class     string       `json:"class"`
+	QUICPorts []uint16     `json:"quic"`     // UDP ports with a QUIC endpoint (or raw responder for hostile UDP kinds)
+	ALPNs     []string     `json:"alpn"`     // ALPNs the QUIC server accepts, in its preference order
+	Versions  []string     `json:"versions"` // QUIC versions advertised in VN ("v1", "v2", "draft-29", ...)
+	Retry     bool         `json:"retry"`    // always sends Retry to a client without a valid token
 	// RetryFirst: retry=first (see RetryFirst); Retry is false then.
-	RetryFirst bool
-	Token      string   // TokenHonour, TokenIgnore, TokenNone
-	Cert       string   // certificate profile name
-	SNI        string   // if set, a handshake without this SNI fails (TLS alert)
-	DNS        []string // plain DNS on port 53: "udp", "tcp"
-	DoT        uint16   // DoT TCP port (853), 0 if none
-	DoH        uint16   // DoH TCP port (443), 0 if none
-	DoH3       uint16   // DoH over HTTP/3 UDP port (443, ALPN h3), 0 if none; same QUIC behaviour as the DoQ ports
-	RCode      string   // DNS rcode answered: NOERROR, REFUSED, SERVFAIL
-	Hostile    string   // one of the Hostile* kinds, "" if well-behaved
-	Peer       string   // a third-party server runs here (Peer* names)
+	RetryFirst bool     `json:"retry_first"`
+	Token      string   `json:"token"`   // TokenHonour, TokenIgnore, TokenNone
+	Cert       string   `json:"cert"`    // certificate profile name
+	SNI        string   `json:"sni"`     // if set, a handshake without this SNI fails (TLS alert)
+	DNS        []string `json:"dns"`     // plain DNS on port 53: "udp", "tcp"
+	DoT        uint16   `json:"dot"`     // DoT TCP port (853), 0 if none
+	DoH        uint16   `json:"doh"`     // DoH TCP port (443), 0 if none
+	DoH3       uint16   `json:"doh3"`    // DoH over HTTP/3 UDP port (443, ALPN h3), 0 if none; same QUIC behaviour as the DoQ ports
+	RCode      string   `json:"rcode"`   // DNS rcode answered: NOERROR, REFUSED, SERVFAIL
+	Hostile    string   `json:"hostile"` // one of the Hostile* kinds, "" if well-behaved
+	Peer       string   `json:"peer"`    // a third-party server runs here (Peer* names)
 	// Twin (IPv6 records only) is the IPv4 address of the same server: a dual-stack
 	// resolver, one host with two addresses and one certificate. Zero for IPv6-only hosts.
-	Twin netip.Addr
-	Path string
-	ASN  uint32
-	Site string
+	Twin netip.Addr `json:"twin"`
+	Path string     `json:"path"`
+	ASN  uint32     `json:"asn"`
+	Site string     `json:"site"`
 }
 
 // Size is the number of addresses the record covers.
@@ -175,21 +177,21 @@ func (r *Record) HasDNS(transport string) bool { return slices.Contains(r.DNS, t
 
 // Population is a parsed population file.
 type Population struct {
-	Format      int
-	Seed        uint64
-	Prefix      netip.Prefix
-	Prefix6     netip.Prefix // the IPv6 half of the simulated internet (prefix6 directive; optional)
-	Answer      netip.Addr   // the A record every NOERROR resolver returns for any name
-	AnswerTTL   uint32
-	DefaultPath string // path of unlisted (silent) addresses
-	Paths       map[string]Path
-	Sites       map[string]Site
-	ASNs        map[uint32]ASN
-	Certs       map[string]Cert
-	Records     []Record // IPv4 hosts, sorted by address, non-overlapping
+	Format      int             `json:"format"`
+	Seed        uint64          `json:"seed"`
+	Prefix      netip.Prefix    `json:"prefix"`
+	Prefix6     netip.Prefix    `json:"prefix6"` // the IPv6 half of the simulated internet (prefix6 directive; optional)
+	Answer      netip.Addr      `json:"answer"`  // the A record every NOERROR resolver returns for any name
+	AnswerTTL   uint32          `json:"answer_ttl"`
+	DefaultPath string          `json:"default_path"` // path of unlisted (silent) addresses
+	Paths       map[string]Path `json:"paths"`
+	Sites       map[string]Site `json:"sites"`
+	ASNs        map[uint32]ASN  `json:"asns"`
+	Certs       map[string]Cert `json:"certs"`
+	Records     []Record        `json:"records"` // IPv4 hosts, sorted by address, non-overlapping
 	// Records6 are the IPv6 hosts (inside Prefix6), kept apart so that everything reading
 	// Records keeps meaning the IPv4 internet; IPv6 answers the same questions on them.
-	Records6 []Record
+	Records6 []Record `json:"records6"`
 }
 
 // IPv6 returns the IPv6 half of the population as a population of its own: Records are

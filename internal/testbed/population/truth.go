@@ -73,25 +73,13 @@ func (p *Population) AdvertisedVersions(addr netip.Addr, port uint16) []uint32 {
 // UDPResponders returns the addresses that answer a VN probe on port with anything at all
 // (what stock ZMap's udp module counts), in address order.
 func (p *Population) UDPResponders(port uint16) []netip.Addr {
-	var out []netip.Addr
-	for a, r := range p.Hosts {
-		if r.HasQUICPort(port) {
-			out = append(out, a)
-		}
-	}
-	return out
+	return p.addrsWhere(func(_ netip.Addr, r *Record) bool { return r.HasQUICPort(port) })
 }
 
 // QUICSpeakers returns the addresses that answer a VN probe on port with a valid Version
 // Negotiation packet: what a VN-parsing scan must find, in address order.
 func (p *Population) QUICSpeakers(port uint16) []netip.Addr {
-	var out []netip.Addr
-	for a := range p.Hosts {
-		if p.VNReply(a, port) == VNValid {
-			out = append(out, a)
-		}
-	}
-	return out
+	return p.addrsWhere(func(a netip.Addr, _ *Record) bool { return p.VNReply(a, port) == VNValid })
 }
 
 // QUICEndpoints returns every (address, port) answering a VN probe with anything, ports
@@ -109,9 +97,14 @@ func (p *Population) QUICEndpoints() []Endpoint {
 // DNSServers returns the addresses running plain DNS on port 53 over transport ("udp" or
 // "tcp"), hostile ones included (check Lookup(a).Hostile), in address order.
 func (p *Population) DNSServers(transport string) []netip.Addr {
+	return p.addrsWhere(func(_ netip.Addr, r *Record) bool { return r.HasDNS(transport) })
+}
+
+// addrsWhere returns the listed addresses for which keep holds, in address order.
+func (p *Population) addrsWhere(keep func(netip.Addr, *Record) bool) []netip.Addr {
 	var out []netip.Addr
 	for a, r := range p.Hosts {
-		if r.HasDNS(transport) {
+		if keep(a, r) {
 			out = append(out, a)
 		}
 	}

@@ -75,20 +75,14 @@ func BenchmarkDoUDP(b *testing.B) {
 	}
 	defer srv.Close()
 	port := srv.Addr(DoUDP).(*net.UDPAddr).Port
-	var targets []string
-	for _, a := range addrs {
-		targets = append(targets, netip.AddrPortFrom(a, uint16(port)).String())
-	}
+	targets := hostPorts(addrs, port)
 	b.Run("simdns", func(b *testing.B) {
 		qps := runUDPClients(b, targets)
 		b.ReportMetric(qps, "queries/s")
 	})
 	echo, stop := startEcho(b, srv.cfg.Limits.UDPWorkers)
 	defer stop()
-	var echoTargets []string
-	for _, a := range addrs {
-		echoTargets = append(echoTargets, netip.AddrPortFrom(a, uint16(echo)).String())
-	}
+	echoTargets := hostPorts(addrs, echo)
 	b.Run("echo-ceiling", func(b *testing.B) {
 		qps := runUDPClients(b, echoTargets)
 		b.ReportMetric(qps, "replies/s")
@@ -135,4 +129,13 @@ func BenchmarkRespond(b *testing.B) {
 			b.Fatal("no reply")
 		}
 	}
+}
+
+// hostPorts returns "addr:port" for every address.
+func hostPorts(addrs []netip.Addr, port int) []string {
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, netip.AddrPortFrom(a, uint16(port)).String())
+	}
+	return out
 }

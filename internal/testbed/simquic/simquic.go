@@ -150,21 +150,29 @@ func profileOf(r *population.Record, port uint16) (profile, error) {
 	return p, nil
 }
 
+// ListenAddrs fills in the addresses a server of pop binds: listen defaults to the IPv4
+// wildcard; listen6 is cleared when noIPv6 is set or pop has no IPv6 hosts, and defaults
+// to the IPv6 wildcard when listen is the IPv4 one.
+func ListenAddrs(pop *population.Population, listen, listen6 netip.Addr, noIPv6 bool) (netip.Addr, netip.Addr) {
+	if !listen.IsValid() {
+		listen = netip.IPv4Unspecified()
+	}
+	switch {
+	case noIPv6 || len(pop.Records6) == 0:
+		listen6 = netip.Addr{}
+	case !listen6.IsValid() && listen == netip.IPv4Unspecified():
+		listen6 = netip.IPv6Unspecified()
+	}
+	return listen, listen6
+}
+
 // Start binds every socket, builds one Transport per profile and port, and serves until
 // ctx ends or Close is called. When it returns without error the server answers.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Population == nil || cfg.PKI == nil {
 		return nil, errors.New("simquic: Config needs Population and PKI")
 	}
-	if !cfg.Listen.IsValid() {
-		cfg.Listen = netip.IPv4Unspecified()
-	}
-	switch {
-	case cfg.NoIPv6 || len(cfg.Population.Records6) == 0:
-		cfg.Listen6 = netip.Addr{}
-	case !cfg.Listen6.IsValid() && cfg.Listen == netip.IPv4Unspecified():
-		cfg.Listen6 = netip.IPv6Unspecified()
-	}
+	cfg.Listen, cfg.Listen6 = ListenAddrs(cfg.Population, cfg.Listen, cfg.Listen6, cfg.NoIPv6)
 	if cfg.Ports == nil {
 		cfg.Ports = map[uint16]uint16{}
 		for _, p := range DefaultPorts {

@@ -60,15 +60,7 @@ func Start(ctx context.Context, cfg Config) (*Servers, error) {
 		return nil, err
 	}
 	s := &Servers{PKI: p}
-	if !cfg.Listen.IsValid() {
-		cfg.Listen = netip.IPv4Unspecified()
-	}
-	switch {
-	case cfg.NoIPv6 || len(cfg.Population.Records6) == 0:
-		cfg.Listen6 = netip.Addr{}
-	case !cfg.Listen6.IsValid() && cfg.Listen == netip.IPv4Unspecified():
-		cfg.Listen6 = netip.IPv6Unspecified()
-	}
+	cfg.Listen, cfg.Listen6 = simquic.ListenAddrs(cfg.Population, cfg.Listen, cfg.Listen6, cfg.NoIPv6)
 	if !cfg.NoQUIC {
 		s.QUIC, err = simquic.Start(ctx, simquic.Config{Population: cfg.Population, PKI: p, Listen: cfg.Listen,
 			Listen6: cfg.Listen6, NoIPv6: !cfg.Listen6.IsValid(),

@@ -287,6 +287,9 @@ func (c *Capture) stderrTail() string {
 	return strings.Join(c.stderr, " | ")
 }
 
+// Done is closed once tcpdump has exited (after Stop, or when the context of Start ended).
+func (c *Capture) Done() <-chan struct{} { return c.exited }
+
 // Stop flushes the capture (see the end-of-capture marker), stops tcpdump with SIGINT
 // and returns the IPv4 TCP/UDP packets in capture order with tcpdump's counters. A
 // second call returns the same.

@@ -219,22 +219,18 @@ func (rd *Reader) decode(b []byte) (Packet, error) {
 		if et != etherTypeIPv4 && et != etherTypeIPv6 {
 			return Packet{}, errNotTransport
 		}
-	case LinkLinuxSLL:
-		if len(b) < sllHeaderLen {
-			return Packet{}, fmt.Errorf("%w: %d-byte Linux cooked header", ErrBadPacket, len(b))
+	case LinkLinuxSLL, LinkSLL2:
+		hdr, protoOff, what := sllHeaderLen, sllProtoOffset, "Linux cooked"
+		if rd.linkType == LinkSLL2 {
+			hdr, protoOff, what = sll2HeaderLen, sll2ProtoOffset, "Linux cooked v2"
 		}
-		if et := binary.BigEndian.Uint16(b[sllProtoOffset:]); et != etherTypeIPv4 && et != etherTypeIPv6 {
+		if len(b) < hdr {
+			return Packet{}, fmt.Errorf("%w: %d-byte %s header", ErrBadPacket, len(b), what)
+		}
+		if et := binary.BigEndian.Uint16(b[protoOff:]); et != etherTypeIPv4 && et != etherTypeIPv6 {
 			return Packet{}, errNotTransport
 		}
-		b = b[sllHeaderLen:]
-	case LinkSLL2:
-		if len(b) < sll2HeaderLen {
-			return Packet{}, fmt.Errorf("%w: %d-byte Linux cooked v2 header", ErrBadPacket, len(b))
-		}
-		if et := binary.BigEndian.Uint16(b[sll2ProtoOffset:]); et != etherTypeIPv4 && et != etherTypeIPv6 {
-			return Packet{}, errNotTransport
-		}
-		b = b[sll2HeaderLen:]
+		b = b[hdr:]
 	case LinkRaw:
 		if len(b) > 0 && b[0]>>4 != ipv4hdr.Version && b[0]>>4 != ipv6hdr.Version {
 			return Packet{}, errNotTransport // garbage we cannot tell from anything

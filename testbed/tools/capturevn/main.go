@@ -14,19 +14,12 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -34,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/certs/certtest"
 	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/testbed/peers"
 )
@@ -206,30 +200,10 @@ func versionName(v uint32) string {
 }
 
 func selfSigned(dir string) (cert, key string, err error) {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "test.com"},
-		DNSNames:     []string{"test.com"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		return "", "", err
-	}
-	kd, err := x509.MarshalPKCS8PrivateKey(k)
+	c, k, err := certtest.SelfSigned(certtest.ECDSA, "test.com")
 	if err != nil {
 		return "", "", err
 	}
 	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		return "", "", err
-	}
-	return cert, key, os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}), 0o600)
+	return cert, key, certtest.WriteFiles(cert, key, [][]byte{c.Raw}, k)
 }

@@ -3,6 +3,7 @@ package command
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -45,18 +46,25 @@ func runPopulation(args []string) int {
 
 func runCheck(args []string) int {
 	cmd := cli.Command{
-		Name:     "simserver check",
-		Summary:  "parse a population file and print its classes with address counts",
-		Usage:    "simserver check [--population FILE]",
-		Examples: []string{"simserver check --population testbed/population.txt"},
+		Name:    "simserver check",
+		Summary: "parse a population file and print its classes with address counts, or all of it as JSON",
+		Usage:   "simserver check [--population FILE] [--json]",
+		Examples: []string{
+			"simserver check --population testbed/population.txt",
+			"simserver check --json | jq '.records[] | select(.peer != \"\") | .prefix'   # the parsed file, as the Python tests read it",
+		},
 	}
 	var common cli.Common
 	fs := cli.NewFlagSet(cmd, &common)
 	file := fs.String("population", population.DefaultPath(), "population file")
+	asJSON := fs.Bool("json", false, "print the parsed population as one JSON document (the Go structures' json names; durations in ns)")
 	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
 		p, err := population.Load(*file)
 		if err != nil {
 			return cli.Environmentf("%v", err)
+		}
+		if *asJSON {
+			return json.NewEncoder(os.Stdout).Encode(p)
 		}
 		total := 0
 		for _, c := range p.Classes() {

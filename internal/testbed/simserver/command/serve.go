@@ -7,8 +7,8 @@ import (
 	"os"
 
 	"github.com/doqscan/doqscan/internal/cli"
-	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testbed/proc"
 	"github.com/doqscan/doqscan/internal/testbed/simserver"
 )
 
@@ -52,7 +52,7 @@ It runs until SIGINT/SIGTERM.`,
 		if err != nil {
 			return err
 		}
-		if err := testbed.SignalReady(); err != nil {
+		if err := proc.SignalReady(); err != nil {
 			return err
 		}
 		if *ready != "" {

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"math"
 	"net"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/quic-go/quic-go"
 
 	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
@@ -188,35 +186,7 @@ func TestIPv6DoQRoundTripsThroughDelayLine(t *testing.T) {
 		t.Run(class, func(t *testing.T) {
 			wantW, _ := pop6.HandshakeRTTs(a, port, population.ProtoDoQ, population.PhaseWarmup, client)
 			wantM, _ := pop6.HandshakeRTTs(a, port, population.ProtoDoQ, population.PhaseMeasured, client)
-			bestW, bestM := 99, 99
-			for try := 0; try < 3 && (bestW != wantW || bestM != wantM); try++ {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				tokens := quic.NewLRUTokenStore(4, 4)
-				conn, took, err := dialDoQ(ctx, a, port, tokens, true, nil)
-				if err != nil {
-					cancel()
-					t.Fatalf("warm-up: %v", err)
-				}
-				if _, err := doqQuery(conn); err != nil {
-					t.Fatalf("warm-up query: %v", err)
-				}
-				version := conn.ConnectionState().Version
-				conn.CloseWithError(0, "")
-				conn, took2, err := dialDoQ(ctx, a, port, tokens, true, []quic.Version{version})
-				cancel()
-				if err != nil {
-					t.Fatalf("measured: %v", err)
-				}
-				conn.CloseWithError(0, "")
-				w := int(math.Round(float64(took) / float64(path.RTT)))
-				m := int(math.Round(float64(took2) / float64(path.RTT)))
-				bestW, bestM = min(bestW, w), min(bestM, m)
-				t.Logf("%s (%s, RTT %v): warm-up %v = %d RTT, measured %v = %d RTT; ground truth %d, %d",
-					a, path.Name, path.RTT, took, w, took2, m, wantW, wantM)
-			}
-			if bestW != wantW || bestM != wantM {
-				t.Errorf("warm-up %d, measured %d round trips; ground truth %d, %d", bestW, bestM, wantW, wantM)
-			}
+			checkHandshakeRounds(t, a, port, true, path, wantW, wantM)
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/wirecap"
 )
 
@@ -32,14 +30,7 @@ import (
 // DOQSCAN_BENCH_EXCHANGES sets the exchanges per worker (default 20),
 // DOQSCAN_BENCH_CONCURRENCY the concurrencies (default "1,64").
 func BenchmarkWireSpans(b *testing.B) {
-	v := testbed.Require(b)
-	v.RequireSimserver(b)
-	if v.Population == nil {
-		b.Skip("SKIP: the testbed runs without a population file")
-	}
-	if _, err := exec.LookPath("tcpdump"); err != nil {
-		b.Skip("SKIP: tcpdump not installed")
-	}
+	v := requireSpans(b)
 	per := 20
 	if s := os.Getenv("DOQSCAN_BENCH_EXCHANGES"); s != "" {
 		n, err := strconv.Atoi(s)

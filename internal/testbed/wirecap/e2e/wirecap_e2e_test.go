@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -41,6 +40,19 @@ const (
 	exchanges  = 5 // UDP exchanges per server (one socket: the flow is reused)
 	ioTimeout  = 5 * time.Second
 )
+
+// requireSpans skips, saying why, unless the testbed runs simserver with a population
+// and tcpdump is installed; it returns the vantage.
+func requireSpans(t testing.TB) *testbed.Vantage {
+	t.Helper()
+	v := testbed.Require(t)
+	v.RequireSimserver(t)
+	if v.Population == nil {
+		t.Skip("SKIP: the testbed runs without a population file")
+	}
+	requireTcpdump(t)
+	return v
+}
 
 // target is one plain-DNS server of the population on a lossless path.
 type target struct {
@@ -152,14 +164,7 @@ func tcpConnect(t *testing.T, tg target) tcpSample {
 // (wire - server), which must be the path's emulated RTT (from the population); see
 // spanCheck for the bounds.
 func TestWireSpans(t *testing.T) {
-	v := testbed.Require(t)
-	v.RequireSimserver(t)
-	if v.Population == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
-	if _, err := exec.LookPath("tcpdump"); err != nil {
-		t.Skip("SKIP: tcpdump not installed")
-	}
+	v := requireSpans(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	tgs := targets(v.Population)
@@ -318,15 +323,8 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // receive time of its last handshake read) may exceed the wire span by a fraction of a
 // millisecond.
 func TestTLSSetup(t *testing.T) {
-	v := testbed.Require(t)
-	v.RequireSimserver(t)
+	v := requireSpans(t)
 	pop := v.Population
-	if pop == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
-	if _, err := exec.LookPath("tcpdump"); err != nil {
-		t.Skip("SKIP: tcpdump not installed")
-	}
 	type dot struct {
 		addr netip.Addr
 		rec  *population.Record

@@ -1,4 +1,4 @@
-package wirecap
+package e2e
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/testbed/wirecap"
 )
 
 func requireCapture(t *testing.T) {
@@ -16,7 +18,12 @@ func requireCapture(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: capturing needs root")
 	}
-	if _, err := exec.LookPath(tcpdumpBin); err != nil {
+	requireTcpdump(t)
+}
+
+func requireTcpdump(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("tcpdump"); err != nil {
 		t.Skip("SKIP: tcpdump not installed")
 	}
 }
@@ -60,7 +67,7 @@ func TestCaptureLoopback(t *testing.T) {
 	remote := srv.LocalAddr().(*net.UDPAddr).AddrPort()
 
 	for round := range 3 {
-		c, err := Start(ctx, "", "lo", "udp and port "+strconv.Itoa(int(remote.Port())))
+		c, err := wirecap.Start(ctx, "", "lo", "udp and port "+strconv.Itoa(int(remote.Port())))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,9 +96,9 @@ func TestCaptureLoopback(t *testing.T) {
 		if len(pkts) != 2*n {
 			t.Fatalf("captured %d packets, want %d: %+v", len(pkts), 2*n, pkts)
 		}
-		ix := NewIndex(pkts)
+		ix := wirecap.NewIndex(pkts)
 		for i := range n {
-			s, e, ok := ix.Exchange(local, remote, ProtoUDP, froms[i], tos[i])
+			s, e, ok := ix.Exchange(local, remote, wirecap.ProtoUDP, froms[i], tos[i])
 			if !ok || s.Before(froms[i]) || e.After(tos[i]) {
 				t.Errorf("exchange %d: wire %v..%v ok=%v outside client %v..%v", i, s, e, ok, froms[i], tos[i])
 			}
@@ -127,11 +134,11 @@ func TestConcurrentCaptures(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err := Start(ctx, "", "lo", filter)
+	a, err := wirecap.Start(ctx, "", "lo", filter)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Start(ctx, "", "lo", filter)
+	b, err := wirecap.Start(ctx, "", "lo", filter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,21 +164,21 @@ func TestConcurrentCaptures(t *testing.T) {
 func TestStartErrors(t *testing.T) {
 	requireCapture(t)
 	ctx := context.Background()
-	if _, err := Start(ctx, "", "wirecap-nosuch0", ""); err == nil {
+	if _, err := wirecap.Start(ctx, "", "wirecap-nosuch0", ""); err == nil {
 		t.Fatal("capture on a missing interface started")
 	} else {
 		t.Logf("missing interface: %v", err)
 	}
-	if _, err := Start(ctx, "", "lo", "not a (valid filter"); err == nil {
+	if _, err := wirecap.Start(ctx, "", "lo", "not a (valid filter"); err == nil {
 		t.Fatal("capture with a bad filter started")
 	} else {
 		t.Logf("bad filter: %v", err)
 	}
-	if _, err := ForVantage(ctx, "BAD NAME", 0); err == nil {
+	if _, err := wirecap.ForVantage(ctx, "BAD NAME", 0); err == nil {
 		t.Fatal("bad instance name accepted")
 	}
 	t.Setenv("PATH", t.TempDir())
-	if _, err := Start(ctx, "", "lo", ""); !errors.Is(err, ErrMissingTcpdump) {
+	if _, err := wirecap.Start(ctx, "", "lo", ""); !errors.Is(err, wirecap.ErrMissingTcpdump) {
 		t.Fatalf("without tcpdump in PATH: %v", err)
 	}
 }
@@ -180,12 +187,12 @@ func TestStartErrors(t *testing.T) {
 func TestStartContext(t *testing.T) {
 	requireCapture(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := Start(ctx, "", "lo", "udp and port 9")
+	c, err := wirecap.Start(ctx, "", "lo", "udp and port 9")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	<-c.exited
+	<-c.Done()
 	pkts, st, err := c.Stop()
 	t.Logf("after cancel: %d packets, %+v, %v", len(pkts), st, err)
 	if st.Flushed {

@@ -1,4 +1,4 @@
-package testbed
+package e2e
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
@@ -22,18 +23,18 @@ import (
 // go test -run '^$' -bench DelayLine -benchtime 1x ./internal/testbed/).
 //
 // Environment: DOQSCAN_BENCH_RATE (flood packets/s, default 50000), DOQSCAN_BENCH_LEAD
-// (delay-line lead, default DefaultLead; 0 for none), DOQSCAN_BENCH_PINGS (pings per path,
+// (delay-line lead, default testbed.DefaultLead; 0 for none), DOQSCAN_BENCH_PINGS (pings per path,
 // default 20), DOQSCAN_BENCH_QUEUES and DOQSCAN_BENCH_QUANTUM (delay-line --queues and
 // --quantum; quantum 0 for none), DOQSCAN_BENCH_SECONDS (each throughput run, default 3),
 // DOQSCAN_BENCH_ONLY=throughput (skip the RTT table).
 func BenchmarkDelayLine(b *testing.B) {
-	if err := Preflight(); err != nil {
+	if err := testbed.Preflight(); err != nil {
 		b.Skipf("SKIP: %v", err)
 	}
 	rate := envInt("DOQSCAN_BENCH_RATE", 50000)
 	pings := envInt("DOQSCAN_BENCH_PINGS", 20)
 	floodSecs := envInt("DOQSCAN_BENCH_SECONDS", 3)
-	lead := envDurationOrNone(b, "DOQSCAN_BENCH_LEAD", DefaultLead)
+	lead := envDurationOrNone(b, "DOQSCAN_BENCH_LEAD", testbed.DefaultLead)
 	quantum := envDurationOrNone(b, "DOQSCAN_BENCH_QUANTUM", 0)
 	queues := envInt("DOQSCAN_BENCH_QUEUES", 0)
 	rtts := []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond, 80 * time.Millisecond,
@@ -42,8 +43,8 @@ func BenchmarkDelayLine(b *testing.B) {
 	for i, rtt := range rtts {
 		tbl.Set(netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(10 + i), 0}), 24), delayline.Profile{OneWay: rtt / 2})
 	}
-	tb := ForTest(b, Options{Name: fmt.Sprintf("bn%d", os.Getpid()%100000), Paths: tbl,
-		Population: NoPopulation, Lead: lead, Queues: queues, Quantum: quantum})
+	tb := testbed.ForTest(b, testbed.Options{Name: fmt.Sprintf("bn%d", os.Getpid()%100000), Paths: tbl,
+		Population: testbed.NoPopulation, Lead: lead, Queues: queues, Quantum: quantum})
 	ctx := context.Background()
 	tcpServer(b, tb, 9)
 	sink := newUDPSink(b, tb, 9999)
@@ -133,7 +134,7 @@ func BenchmarkDelayLine(b *testing.B) {
 
 // waitStatsTick waits until the delay line's stats file shows counters newer than st0
 // (it is rewritten every second).
-func waitStatsTick(tb *Testbed, st0 delayline.Stats) {
+func waitStatsTick(tb *testbed.Testbed, st0 delayline.Stats) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for i := 0; i < 50; i++ {
@@ -153,8 +154,8 @@ func meanLate(a, b delayline.Stats) float64 {
 
 // lineCPU is the CPU time (user+system, ns) the delay-line process has used so far:
 // its cost per packet, which the machine's load does not change much.
-func lineCPU(tb *Testbed) int64 {
-	pid, _ := readPid(tb.State, delaylineName, tb.Router())
+func lineCPU(tb *testbed.Testbed) int64 {
+	pid, _ := tb.DelayLinePid()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
@@ -174,7 +175,7 @@ func lineCPU(tb *Testbed) int64 {
 // input backlog (net.core.netdev_max_backlog; machine-wide, all namespaces).
 type drops struct{ rcvbuf, backlog uint64 }
 
-func kernelDrops(tb *Testbed) drops {
+func kernelDrops(tb *testbed.Testbed) drops {
 	var d drops
 	_ = netns.Do(tb.Inet(), func() error {
 		b, err := os.ReadFile("/proc/thread-self/net/snmp")
@@ -267,7 +268,7 @@ func waitQuiet(s *udpSink) {
 	}
 }
 
-func readStats(tb *Testbed) delayline.Stats {
+func readStats(tb *testbed.Testbed) delayline.Stats {
 	var st delayline.Stats
 	// The stats file is rewritten every second; the counters are cumulative.
 	b, err := os.ReadFile(filepath.Join(tb.State, "delayline.stats.json"))

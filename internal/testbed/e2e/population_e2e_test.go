@@ -1,4 +1,4 @@
-package testbed
+package e2e
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/doqscan/doqscan/internal/testbed"
 )
 
 // QUIC long-header probe that forces Version Negotiation (RFC 9000 §6, §17.2; RFC 8999
@@ -36,11 +38,11 @@ func vnProbe() []byte {
 // addresses are excluded and logged). Addresses on lossy paths may be missed (one probe
 // each); everything else must match exactly, and no address outside the truth may answer.
 func TestZmapFindsPopulationQUIC(t *testing.T) {
-	if err := Preflight(); err != nil {
+	if err := testbed.Preflight(); err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
-	o := Options{Name: fmt.Sprintf("tz%d", os.Getpid()%100000), Servers: true, NoPeers: true}
-	if err := o.fill(); err != nil {
+	o := testbed.Options{Name: fmt.Sprintf("tz%d", os.Getpid()%100000), Servers: true, NoPeers: true}
+	if err := o.Fill(); err != nil {
 		t.Fatal(err)
 	}
 	if o.Population == "" {
@@ -49,7 +51,7 @@ func TestZmapFindsPopulationQUIC(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(o.Home, "bin", "simserver")); err != nil {
 		t.Skip("SKIP: bin/simserver not built (./dev build)")
 	}
-	tb := ForTest(t, o)
+	tb := testbed.ForTest(t, o)
 	pop := tb.Population
 	want := map[string]bool{}
 	lossy := map[string]bool{}

@@ -1,4 +1,4 @@
-package testbed
+package e2e
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
+	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
 
@@ -28,7 +29,7 @@ var pingRE = regexp.MustCompile(`= ([0-9.]+)/([0-9.]+)/([0-9.]+)/([0-9.]+) ms`)
 type pingResult struct{ min, avg, max, mdev time.Duration }
 
 // ping runs iputils ping from vantage 0 (kernel timestamps, -U: full user-to-user time).
-func ping(ctx context.Context, tb *Testbed, dst string, count int) (pingResult, error) {
+func ping(ctx context.Context, tb *testbed.Testbed, dst string, count int) (pingResult, error) {
 	out, err := tb.Command(ctx, 0, "ping", "-n", "-q", "-c", strconv.Itoa(count), "-i", "0.05", "-W", "3", dst).CombinedOutput()
 	if err != nil {
 		return pingResult{}, fmt.Errorf("ping %s: %w\n%s", dst, err, out)
@@ -45,7 +46,7 @@ func ping(ctx context.Context, tb *Testbed, dst string, count int) (pingResult, 
 }
 
 // tcpServer listens on 0.0.0.0:port in the internet namespace (AnyIP: every address).
-func tcpServer(t testing.TB, tb *Testbed, port int) {
+func tcpServer(t testing.TB, tb *testbed.Testbed, port int) {
 	t.Helper()
 	var ln net.Listener
 	err := netns.Do(tb.Inet(), func() (err error) {
@@ -72,7 +73,7 @@ func tcpServer(t testing.TB, tb *Testbed, port int) {
 // its own at SCHED_FIFO (rtProbePrio) so that the machine's load (the Go scheduler, a
 // waiting runnable thread) does not add to the figure; the delay line's threads run
 // below it but still preempt everything ordinary.
-func tcpConnect(tb *Testbed, dst string, port, n int) ([]time.Duration, error) {
+func tcpConnect(tb *testbed.Testbed, dst string, port, n int) ([]time.Duration, error) {
 	a, err := netip.ParseAddr(dst)
 	if err != nil {
 		return nil, err
@@ -186,7 +187,7 @@ type mmsghdr struct {
 	_   [4]byte
 }
 
-func newUDPSink(t testing.TB, tb *Testbed, port int) *udpSink {
+func newUDPSink(t testing.TB, tb *testbed.Testbed, port int) *udpSink {
 	t.Helper()
 	s := &udpSink{}
 	ready, done := make(chan error, 1), make(chan struct{})
@@ -262,7 +263,7 @@ const floodTick = 250 * time.Microsecond
 // 250 µs tick and sends what is due in one sendmmsg (the count due follows the elapsed
 // time, so a late tick sends more, never fewer). A Go ticker on a loaded machine woke
 // milliseconds late and turned the flood into bursts of hundreds of packets.
-func flood(ctx context.Context, tb *Testbed, dst string, rate, size int) (uint64, error) {
+func flood(ctx context.Context, tb *testbed.Testbed, dst string, rate, size int) (uint64, error) {
 	ap, err := netip.ParseAddrPort(dst)
 	if err != nil {
 		return 0, err
@@ -310,18 +311,18 @@ func flood(ctx context.Context, tb *Testbed, dst string, rate, size int) (uint64
 
 // zmapUDP runs zmap's udp module from vantage 0 over prefix on port and returns the
 // addresses that answered with UDP (success=1).
-func zmapUDP(ctx context.Context, t testing.TB, tb *Testbed, prefix string, port int) (map[string]bool, error) {
+func zmapUDP(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix string, port int) (map[string]bool, error) {
 	return zmapScan(ctx, t, tb, prefix, port, "text:doqscan-testbed", 10000)
 }
 
 // zmapScan runs zmap's udp module with a probe (--probe-args) from vantage 0.
-func zmapScan(ctx context.Context, t testing.TB, tb *Testbed, prefix string, port int, probe string, rate int) (map[string]bool, error) {
+func zmapScan(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix string, port int, probe string, rate int) (map[string]bool, error) {
 	dir := t.TempDir()
 	allow, block, out := dir+"/allow", dir+"/block", dir+"/out.csv"
 	if err := writeFile(allow, prefix+"\n"); err != nil {
 		return nil, err
 	}
-	if err := writeFile(block, BlocklistOutsideTestbed()); err != nil {
+	if err := writeFile(block, testbed.BlocklistOutsideTestbed()); err != nil {
 		return nil, err
 	}
 	cmd := tb.Command(ctx, 0, "zmap", "-M", "udp", "-p", strconv.Itoa(port), "--probe-args="+probe,

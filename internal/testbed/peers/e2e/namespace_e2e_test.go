@@ -1,4 +1,4 @@
-package peers
+package e2e
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/testbed/netns"
+	"github.com/doqscan/doqscan/internal/testbed/peers"
 )
 
 // TestFirstReplyToANewAddressIsPrompt: a peer's first reply to an address it has not
@@ -46,13 +49,13 @@ func TestFirstReplyToANewAddressIsPrompt(t *testing.T) {
 	peer := netip.MustParseAddr("198.19.200.7")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n, err := setupNamespace(ctx, inst, []netip.Addr{peer})
+	n, err := peers.SetupNamespace(ctx, inst, []netip.Addr{peer})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.teardown() })
+	t.Cleanup(func() { n.Teardown() })
 	var echo net.PacketConn
-	if err := inNamespace(n.name(), func() error {
+	if err := netns.Do(n.Name(), func() error {
 		var err error
 		echo, err = net.ListenPacket("udp4", peer.String()+":7")
 		return err
@@ -76,7 +79,7 @@ func TestFirstReplyToANewAddressIsPrompt(t *testing.T) {
 	const bound = 100 * time.Millisecond
 	for _, src := range sources {
 		var first, second time.Duration
-		err := inNamespace(vant, func() error {
+		err := netns.Do(vant, func() error {
 			c, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(src+":0")),
 				net.UDPAddrFromAddrPort(netip.AddrPortFrom(peer, 7)))
 			if err != nil {
