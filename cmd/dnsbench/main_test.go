@@ -27,6 +27,11 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"--count", "1", "--rate", "5", "--ramp-max", "9", "doudp://127.0.0.1"}, cli.ExitUsage},
 		{[]string{"--count", "1", "--queries", bad, "doudp://127.0.0.1"}, cli.ExitUsage},
 		{[]string{"--count", "1", "--queries", filepath.Join(dir, "absent"), "doudp://127.0.0.1"}, cli.ExitEnvironment},
+		{[]string{"--count", "1", "--streams", "4", "--policy", "fresh", "doq://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--streams", "-1", "doq://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--loss-sweep", "5,200", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--compare-policies", "fresh,sometimes", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "doudp://198.18.0.1"}, cli.ExitEnvironment}, // a testbed address outside the testbed
 	} {
 		fs, common, run := command()
 		var stderr bytes.Buffer

@@ -12,9 +12,7 @@ import (
 
 // thickMains are the cmd/<tool>/main.go files that still hold logic of their own, with
 // the reason; an entry is removed when its main is thin.
-var thickMains = map[string]string{
-	"dnsbench": "reads its query file, names measure's modes and key shares and wires the loss sweep to the testbed in main",
-}
+var thickMains = map[string]string{}
 
 // TestMainsAreThin: every cmd/<tool>/main.go only binds flags to its stage's
 // configuration and calls one run function: none of its functions (function literals

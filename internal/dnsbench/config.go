@@ -102,7 +102,7 @@ type Config struct {
 	Targets []Target
 	Queries []Question // cycled through in order
 	Policy  measure.Mode
-	Workers int // concurrent workers, one query outstanding each (the outstanding limit)
+	Workers int // concurrent workers, Streams queries outstanding each (persistent; else one)
 	// Duration and Count bound the load (either or both; at least one): queries are
 	// issued for Duration, or until Count were issued.
 	Duration time.Duration
@@ -117,11 +117,21 @@ type Config struct {
 	Timeout  time.Duration // per query (fresh policies: per session)
 	// SessionQueries: persistent policy, queries per session before a new one (>= 1).
 	SessionQueries int
-	KeyShare       measure.KeyShare
-	Label          string // free text stored with the run (e.g. "loss=5%")
+	// Streams: persistent policy, queries each worker keeps outstanding on its session
+	// (default 1): DoQ streams, DoH/DoH3 concurrent requests, DoTCP/DoT pipelined
+	// queries and DoUDP queries on one socket, answers matched by ID. Every query keeps
+	// its own Timeout; a session then has Timeout for its set-up, apart.
+	Streams  int
+	KeyShare measure.KeyShare
+	Label    string // free text stored with the run (e.g. "loss=5%")
 	// Progress, when > 0, is how often Run logs the queries so far.
 	Progress time.Duration
 }
+
+// maxStreams bounds Config.Streams: quic-go's default limit of a peer's concurrent
+// bidirectional streams (quic.Config.MaxIncomingStreams) and HTTP/2's usual
+// SETTINGS_MAX_CONCURRENT_STREAMS are 100.
+const maxStreams = 100
 
 // Validation errors (cmd/dnsbench maps them to exit code 2).
 var ErrConfig = errors.New("bad configuration")
@@ -196,6 +206,18 @@ func (c *Config) Validate() error {
 	}
 	if c.SessionQueries < 1 {
 		return configErr("session queries %d: want >= 1", c.SessionQueries)
+	}
+	if c.Streams == 0 {
+		c.Streams = 1
+	}
+	if c.Streams < 1 || c.Streams > maxStreams {
+		return configErr("streams %d: want 1..%d", c.Streams, maxStreams)
+	}
+	if c.Streams > 1 && c.Policy != measure.ModePersistent {
+		return configErr("streams %d with policy %s: several queries outstanding need the persistent policy (the others run one query per session)", c.Streams, c.Policy)
+	}
+	if c.Streams > c.SessionQueries {
+		return configErr("streams %d > session queries %d: a session never has that many queries", c.Streams, c.SessionQueries)
 	}
 	if c.KeyShare == "" {
 		c.KeyShare = measure.KeyShareX25519

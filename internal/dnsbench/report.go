@@ -68,6 +68,7 @@ type Report struct {
 	Policy   string  `json:"policy"`
 	Load     string  `json:"load"`
 	Workers  int     `json:"workers"`
+	Streams  int     `json:"streams"` // queries outstanding per worker (persistent policy)
 	Rate     float64 `json:"rate,omitempty"`
 	Label    string  `json:"label,omitempty"`
 	// PathLoss is the emulated per-direction loss a sweep set on the path (nil: none set).
@@ -95,7 +96,7 @@ func (b *bench) report() *Report {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := &Report{RunKey: b.runKey, Target: b.t.String(), Protocol: string(b.t.Protocol), Variant: b.t.Variant,
-		Address: b.t.Addr.String(), Policy: string(b.c.Policy), Load: b.c.Load, Workers: b.c.Workers,
+		Address: b.t.Addr.String(), Policy: string(b.c.Policy), Load: b.c.Load, Workers: b.c.Workers, Streams: b.c.Streams,
 		Label: b.c.Label, Started: b.start.UTC(), Sent: b.sent, Answered: b.ok,
 		Latency: latencyOf(&b.lat), Total: latencyOf(&b.total), Rcodes: b.rcodes,
 		Statuses: b.statuses, ErrorSamples: b.errSample, Ramp: b.ramp}
@@ -135,6 +136,9 @@ func WriteText(w io.Writer, rs []*Report) error {
 	var sb strings.Builder
 	for _, r := range rs {
 		fmt.Fprintf(&sb, "%s  policy=%s load=%s workers=%d", r.Target, r.Policy, r.Load, r.Workers)
+		if r.Streams > 1 {
+			fmt.Fprintf(&sb, " streams=%d", r.Streams)
+		}
 		if r.Rate > 0 {
 			fmt.Fprintf(&sb, " rate=%.0f/s", r.Rate)
 		}

@@ -84,6 +84,8 @@ type bench struct {
 	rcodes    map[string]int64
 	lastDone  time.Time
 	ramp      *RampResult
+	// onRecord, when set (tests), sees every outcome with its issue and outcome times.
+	onRecord func(issued, done time.Time, q measure.Query)
 }
 
 func (b *bench) halt() { b.stopOnce.Do(func() { close(b.stop) }) }
@@ -171,16 +173,27 @@ func (b *bench) pace() {
 	}
 }
 
-// record adds one query's outcome.
-func (b *bench) record(issued time.Time, q measure.Query) {
-	now := time.Now()
+// record adds one query's outcome. deadline is when the query's own bound ran out: an
+// answer counts at its arrival, a failure when it was seen but never after its deadline,
+// so work done after the outcome was known (closing the session, analysing its qlog, a
+// busy machine's scheduling) delays neither the outcome nor the run's elapsed time.
+func (b *bench) record(issued, deadline time.Time, q measure.Query) {
+	done := time.Now()
+	if q.Status == measure.StatusOK {
+		done = q.StartedAt.Add(q.Resolve)
+	} else if done.After(deadline) {
+		done = deadline
+	}
+	if b.onRecord != nil {
+		b.onRecord(issued, done, q)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.secondAt(issued)
 	s.done++
 	b.statuses[q.Status]++
-	if now.After(b.lastDone) {
-		b.lastDone = now
+	if done.After(b.lastDone) {
+		b.lastDone = done
 	}
 	if q.Status != measure.StatusOK {
 		if _, ok := b.errSample[q.Status]; !ok && q.Err != nil {
@@ -192,7 +205,7 @@ func (b *bench) record(issued time.Time, q measure.Query) {
 	s.ok++
 	s.lat.Record(q.Resolve)
 	b.lat.Record(q.Resolve)
-	b.total.Record(q.StartedAt.Add(q.Resolve).Sub(issued))
+	b.total.Record(done.Sub(issued))
 	rc := dns.RcodeToString[q.Rcode]
 	if rc == "" {
 		rc = fmt.Sprint(q.Rcode)
@@ -204,6 +217,9 @@ func (b *bench) request(q Question) *measure.Request {
 	r := &measure.Request{
 		Addr: b.t.Addr, ServerName: b.t.ServerName, Name: q.Name, QType: q.QType,
 		Timeout: b.c.Timeout, Mode: b.c.Policy, KeyShare: b.c.KeyShare, Variant: b.t.Variant,
+		// Only the queries' outcomes count: no qlog to record, nor to analyse after a
+		// flooding server's exchange (every byte a packet).
+		NoQlog: true,
 	}
 	if b.t.Protocol == measure.DoQ {
 		// Named, so that 0-RTT frames its early query with the resumed session's ALPN.
@@ -237,20 +253,25 @@ func (b *bench) sessionWorker(ctx context.Context) {
 		}
 		req := b.request(q)
 		req.Peer = peer
-		b.record(at, first(b.m.Measure(ctx, req)))
+		b.record(at, at.Add(b.c.Timeout), first(b.m.Measure(ctx, req)))
 	}
 }
 
 // persistentWorker runs sessions of up to SessionQueries queries, a new one after a
-// failure. Each query (the first with the session set-up) has Timeout to complete:
-// when it runs out the session is cancelled and the query counts as a timeout.
+// failure. With one stream, each query (the first with the session set-up) has Timeout
+// to complete: when it runs out the session is cancelled and the query counts as a
+// timeout. With Streams > 1 the session keeps up to Streams queries outstanding
+// (measure.Request.Streams): the set-up has Timeout, then each query has its own
+// Timeout (measure.Request.QueryTimeout), and a failed query ends the session once the
+// queries outstanding on it have their outcomes.
 func (b *bench) persistentWorker(ctx context.Context) {
+	streams := b.c.Streams > 1
 	for {
 		q0, at0, ok := b.gate()
 		if !ok {
 			return
 		}
-		issued := []time.Time{at0}
+		issued, deadlines := []time.Time{at0}, []time.Time{at0.Add(b.c.Timeout)}
 		sctx, cancel := context.WithCancel(ctx)
 		var timedOut atomic.Bool
 		arm := func() *time.Timer {
@@ -259,13 +280,24 @@ func (b *bench) persistentWorker(ctx context.Context) {
 		timer := arm()
 		req := b.request(q0)
 		req.Mode = measure.ModePersistent
-		// The session's own bound; each query is bounded by the timer above.
+		// The session's own bound; each query is bounded by the timer above, or with
+		// several streams by QueryTimeout.
 		req.Timeout = b.c.Timeout * time.Duration(b.c.SessionQueries+1)
+		if streams {
+			req.Streams, req.QueryTimeout = b.c.Streams, b.c.Timeout
+		}
+		// Next is called from one goroutine (the session's), seq in order.
 		req.Next = func(_ context.Context, seq int) (string, uint16, bool) {
 			if seq == 0 {
+				if streams && timer.Stop() {
+					// Set up in time: from here the first query has its own bound.
+					deadlines[0] = time.Now().Add(b.c.Timeout)
+				}
 				return q0.Name, q0.QType, true
 			}
-			timer.Stop()
+			if !streams {
+				timer.Stop()
+			}
 			if seq >= b.c.SessionQueries {
 				return "", 0, false
 			}
@@ -273,8 +305,10 @@ func (b *bench) persistentWorker(ctx context.Context) {
 			if !ok {
 				return "", 0, false
 			}
-			issued = append(issued, at)
-			timer = arm()
+			issued, deadlines = append(issued, at), append(deadlines, at.Add(b.c.Timeout))
+			if !streams {
+				timer = arm()
+			}
 			return q.Name, q.QType, true
 		}
 		res := b.m.Measure(sctx, req)
@@ -293,7 +327,7 @@ func (b *bench) persistentWorker(ctx context.Context) {
 			if q.Status != measure.StatusOK && timedOut.Load() && i == len(issued)-1 {
 				q.Status, q.Err = measure.StatusTimeout, fmt.Errorf("no answer within %v: %v", b.c.Timeout, q.Err)
 			}
-			b.record(at, q)
+			b.record(at, deadlines[i], q)
 		}
 		if ctx.Err() != nil {
 			return
@@ -348,12 +382,22 @@ func (b *bench) evalRamp(next *int, final bool) bool {
 }
 
 func runTarget(ctx context.Context, c Config, t Target, log *slog.Logger) *Report {
+	return newBench(c, t).run(ctx, log)
+}
+
+func newBench(c Config, t Target) *bench {
 	m, _ := measure.For(t.Protocol) // Validate/ParseTarget checked the protocol
 	b := &bench{runKey: newRunKey(), c: c, t: t, m: m, stop: make(chan struct{}),
 		statuses: map[measure.Status]int64{}, errSample: map[measure.Status]string{}, rcodes: map[string]int64{}}
 	if c.Load == LoadRamp {
 		b.ramp = &RampResult{Max: c.RampMax, LossThreshold: c.RampLoss}
 	}
+	return b
+}
+
+// run drives the load against b's target and returns its report.
+func (b *bench) run(ctx context.Context, log *slog.Logger) *Report {
+	c := b.c
 	b.start = time.Now()
 	if c.Duration > 0 {
 		tm := time.AfterFunc(c.Duration, b.halt)

@@ -78,39 +78,35 @@ func dohResponse(resp *http.Response) ([]byte, error) {
 }
 
 // dohQueries runs req's queries as DoH requests over rt (an HTTP/2 or HTTP/3 client
-// connection), timed on clk (the Log of the socket under it), appending each to res
-// until one fails.
+// connection, concurrent requests with Streams > 1), timed on clk (the Log of the
+// socket under it), appending them to res.
 func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk *kstamp.Log) {
-	for i := 0; ; i++ {
-		name, qtype, ok := req.next(ctx, i)
-		if !ok {
-			return
-		}
+	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
 		q := dnsmsg.Query{Name: name, Type: qtype, ID: 0}
-		out := Query{Seq: i, KeepaliveTimeout: -1}
+		out := Query{Seq: seq, KeepaliveTimeout: -1}
 		hr, err := dohRequest(ctx, req, q)
 		if err != nil {
 			out.Status, out.Err = StatusError, err
-			res.Queries = append(res.Queries, out)
-			return
+			return out
 		}
 		before := time.Now()
-		clk.Arm()
+		if !shared {
+			clk.Arm()
+		}
 		resp, err := rt.RoundTrip(hr)
 		var raw []byte
 		if err == nil {
 			raw, err = dohResponse(resp)
 		}
-		out.StartedAt = clk.SentAt(before)
+		out.StartedAt = before
+		if !shared {
+			out.StartedAt = clk.SentAt(before)
+		}
 		done := clk.ArrivedBy(out.StartedAt, time.Now())
 		if err != nil {
 			out.Status, out.Err = Classify(err), err
-		} else {
-			out = finishQuery(out, q, raw, done)
+			return out
 		}
-		res.Queries = append(res.Queries, out)
-		if out.Status != StatusOK {
-			return
-		}
-	}
+		return finishQuery(out, q, raw, done)
+	})
 }

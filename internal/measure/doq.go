@@ -31,17 +31,9 @@ func (doqMeasurer) Measure(ctx context.Context, req *Request) *Result {
 		return res.fail(err)
 	}
 	defer func() { finishQUIC(conn, res, ql) }()
-	for i := 0; ; i++ {
-		name, qtype, ok := req.next(ctx, i)
-		if !ok {
-			break
-		}
-		q := doqExchange(ctx, conn, req, dnsmsg.Query{Name: name, Type: qtype, ID: 0}, i)
-		res.Queries = append(res.Queries, q)
-		if q.Status != StatusOK {
-			break
-		}
-	}
+	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
+		return doqExchange(ctx, conn, req, dnsmsg.Query{Name: name, Type: qtype, ID: 0}, seq, shared)
+	})
 	if req.Mode == Mode0RTT {
 		select {
 		case <-conn.HandshakeComplete():
@@ -55,8 +47,8 @@ func (doqMeasurer) Measure(ctx context.Context, req *Request) *Result {
 }
 
 // doqExchange runs q (its ID 0: RFC 9250 §4.2.1, the DNS Message ID MUST be 0) on a new
-// stream of conn.
-func doqExchange(ctx context.Context, conn *quicConn, req *Request, q dnsmsg.Query, seq int) Query {
+// stream of conn. shared: other queries are outstanding on conn (see exchangeFunc).
+func doqExchange(ctx context.Context, conn *quicConn, req *Request, q dnsmsg.Query, seq int, shared bool) Query {
 	out := Query{Seq: seq, KeepaliveTimeout: -1}
 	alpn := conn.ConnectionState().TLS.NegotiatedProtocol
 	framing, err := doq.FramingFor(alpn)
@@ -77,7 +69,9 @@ func doqExchange(ctx context.Context, conn *quicConn, req *Request, q dnsmsg.Que
 	var before time.Time
 	raw, err := doq.Exchange(ctx, conn.Conn, framing, msg, doq.ExchangeOptions{OnSend: func() {
 		before = time.Now()
-		conn.log.Arm()
+		if !shared {
+			conn.log.Arm()
+		}
 		out.StartedAt = before
 	}})
 	step := doq.StepOf(err)
@@ -87,7 +81,9 @@ func doqExchange(ctx context.Context, conn *quicConn, req *Request, q dnsmsg.Que
 	}
 	// From the query's first datagram (quic-go's send loop writes it after Write
 	// returns) to the arrival of the datagram that completed the answer.
-	out.StartedAt = conn.log.SentAt(before)
+	if !shared {
+		out.StartedAt = conn.log.SentAt(before)
+	}
 	done := conn.log.ArrivedBy(out.StartedAt, time.Now())
 	if err != nil {
 		if ctx.Err() != nil {

@@ -3,8 +3,6 @@ package measure
 import (
 	"context"
 	"time"
-
-	"github.com/doqscan/doqscan/internal/dnsmsg"
 )
 
 // alpnDoT is the DoT ALPN (RFC 7858 has none; "dot" is registered by RFC 9461 §7.1 for SVCB).
@@ -27,18 +25,8 @@ func (dotMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
 	tlsTimed := &timedConn{Conn: tc, log: c.log}
-	for i := 0; ; i++ {
-		name, qtype, ok := req.next(ctx, i)
-		if !ok {
-			break
-		}
-		// The first write on the TLS conn is what puts the query's first packet on the
-		// wire (the TCP conn's writes carry the same bytes, encrypted).
-		q := tcpExchange(tlsTimed, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive}, i)
-		res.Queries = append(res.Queries, q)
-		if q.Status != StatusOK {
-			break
-		}
-	}
+	// The first write on the TLS conn is what puts a query's first packet on the wire
+	// (the TCP conn's writes carry the same bytes, encrypted).
+	tcpQueries(ctx, req, res, tlsTimed)
 	return res.finish()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
@@ -28,17 +27,7 @@ func (tcpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	res.Local = AddrPortOf(c.LocalAddr())
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
-	for i := 0; ; i++ {
-		name, qtype, ok := req.next(ctx, i)
-		if !ok {
-			break
-		}
-		q := tcpExchange(c, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive}, i)
-		res.Queries = append(res.Queries, q)
-		if q.Status != StatusOK {
-			break
-		}
-	}
+	tcpQueries(ctx, req, res, c)
 	if req.FastOpen {
 		res.TFO = tfoUsed(c.Conn)
 		// With TCP_FASTOPEN_CONNECT, connect(2) returns before the SYN leaves (it goes

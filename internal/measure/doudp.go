@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,17 +43,23 @@ func (udpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
-	for i := 0; ; i++ {
-		name, qtype, ok := req.next(ctx, i)
-		if !ok {
-			break
-		}
-		q := udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: newID()}, i)
-		res.Queries = append(res.Queries, q)
-		if q.Status != StatusOK {
-			break
-		}
+	if req.streams() > 1 {
+		buf := make([]byte, maxUDPResponse)
+		mux := newIDMux(func() ([]byte, time.Time, error) {
+			n, at, err := conn.ReadStamped(buf)
+			if at.IsZero() {
+				at = time.Now()
+			}
+			return slices.Clone(buf[:n]), at, err
+		}, func(b []byte) error { _, err := conn.Write(b); return err })
+		runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
+			return mux.exchange(ctx, dnsmsg.Query{Name: name, Type: qtype}, seq, func(b []byte) []byte { return b })
+		})
+		return res.finish()
 	}
+	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
+		return udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: newID()}, seq)
+	})
 	return res.finish()
 }
 

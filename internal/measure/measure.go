@@ -142,6 +142,23 @@ type Request struct {
 	// there (before the first query: a session without queries). It may block, as a load
 	// generator pacing its queries does, and must return promptly once ctx is done.
 	Next func(ctx context.Context, seq int) (name string, qtype uint16, ok bool)
+	// Streams, persistent mode: how many of the session's queries may be outstanding at
+	// once (<= 1: one after another). DoQ opens a stream per query (RFC 9250 §4.2), DoH
+	// and DoH3 send concurrent requests on the connection, DoTCP and DoT pipeline
+	// queries with distinct IDs and match answers by ID in any order (RFC 7766 §6.2.1.1),
+	// DoUDP matches answers on its one socket by ID. Next is then called from one
+	// goroutine, seq in order, while earlier queries are outstanding. A query's resolve
+	// time starts just before its first write (not the kernel's write log, which cannot
+	// tell concurrent queries apart) and ends at the kernel arrival of the last read
+	// before its answer was seen.
+	Streams int
+	// NoQlog: DoQ/DoH3 record no qlog (Result.Qlog stays empty, nothing is analysed
+	// after the exchange; the handshake time then comes from the kernel stamps or the
+	// wall clock): a load generator needs only the queries' outcomes.
+	NoQlog bool
+	// QueryTimeout bounds each query when Streams > 1 (0: Timeout); Timeout still bounds
+	// the whole exchange.
+	QueryTimeout time.Duration
 	// listenPacket, when set, opens a DoQ/DoH3 connection's socket in place of a
 	// kernel-timestamped UDP socket (tests: an in-process link); the Log it returns stays
 	// empty when the socket has no kernel timestamps, and the qlog's times are taken.

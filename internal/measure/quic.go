@@ -279,6 +279,9 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		InitialConnectionReceiveWindow: quicConnWindow,
 		MaxConnectionReceiveWindow:     quicConnWindow,
 	}
+	if req.NoQlog {
+		qconf.Tracer = nil
+	}
 	var tokens *recordingTokenStore
 	if req.Peer != nil {
 		tokens = &recordingTokenStore{TokenStore: req.Peer.Tokens}

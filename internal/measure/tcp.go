@@ -125,6 +125,31 @@ func tcpExchange(c *timedConn, q dnsmsg.Query, seq int) Query {
 	return finishQuery(out, q, raw, done)
 }
 
+// tcpQueries runs req's queries on c (DoTCP, DoT): one after another, or with Streams > 1
+// pipelined, answers matched by ID in any order (RFC 7766 §6.2.1.1). clk is the log of
+// the kernel-timestamped TCP connection under c.
+func tcpQueries(ctx context.Context, req *Request, res *Result, c *timedConn) {
+	if req.streams() == 1 {
+		runQueries(ctx, req, res, func(_ context.Context, seq int, name string, qtype uint16, _ bool) Query {
+			return tcpExchange(c, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive}, seq)
+		})
+		return
+	}
+	mux := newIDMux(func() ([]byte, time.Time, error) {
+		raw, err := readTCPMessage(c)
+		return raw, c.log.ArrivedBy(time.Time{}, time.Now()), err
+	}, func(b []byte) error { _, err := c.Write(b); return err })
+	frame := func(msg []byte) []byte {
+		buf := make([]byte, 2+len(msg))
+		binary.BigEndian.PutUint16(buf, uint16(len(msg)))
+		copy(buf[2:], msg)
+		return buf
+	}
+	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
+		return mux.exchange(ctx, dnsmsg.Query{Name: name, Type: qtype, TCPKeepalive: req.TCPKeepalive}, seq, frame)
+	})
+}
+
 // readTCPMessage reads one 2-byte length-prefixed message.
 func readTCPMessage(r io.Reader) ([]byte, error) {
 	var l [2]byte

@@ -3,11 +3,14 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
+	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
 
 // PathArgs turns `testnet path` arguments into a delay-line control request:
@@ -92,4 +95,20 @@ func ParseLoss(s string) (float64, error) {
 // PathControl sends a `testnet path` request (PathArgs) to instance name's delay line.
 func PathControl(ctx context.Context, home, name, request string) (string, error) {
 	return delayline.ControlRequest(ctx, ControlSocket(home, name), request)
+}
+
+// LossControl sets and resets the emulated per-direction loss of paths of the instance
+// a command runs in ($DOQSCAN_TESTNET, as `testnet exec` sets it, else the default),
+// through its delay line's control socket: dnsbench's --loss-sweep (dnsbench.LossSetter).
+func LossControl(home string) (set func(context.Context, netip.Addr, float64) error, reset func(context.Context) error) {
+	name := os.Getenv(netns.EnvInstance)
+	if name == "" {
+		name = netns.DefaultInstance
+	}
+	set = func(ctx context.Context, a netip.Addr, loss float64) error {
+		_, err := SetPath(ctx, home, name, a.String(), "loss="+strconv.FormatFloat(loss, 'g', -1, 64))
+		return err
+	}
+	reset = func(ctx context.Context) error { return ResetPaths(ctx, home, name, "") }
+	return set, reset
 }

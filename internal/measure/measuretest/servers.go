@@ -81,6 +81,11 @@ type Config struct {
 	// loopback (the testbed's delay line does this for every protocol).
 	QUICDelay time.Duration
 	Cert      *tls.Certificate // reuse a certificate (generation is not free)
+	// Hold, when > 1, holds every answer until Hold queries (over all six servers) are
+	// waiting for one, then releases them together, and so on: a client that never has
+	// Hold queries outstanding at once gets no answer. DoTCP/DoT then read a connection's
+	// queries while earlier ones wait (pipelining, RFC 7766 §6.2.1.1).
+	Hold int
 }
 
 // Servers are the running servers' addresses.
@@ -90,6 +95,9 @@ type Servers struct {
 	Answer                        netip.Addr
 	mu                            sync.Mutex
 	queries                       int
+	held                          int           // queries waiting in the current Hold group
+	release                       chan struct{} // closed when the current group is complete
+	ctx                           context.Context
 }
 
 // Queries returns how many queries the servers saw.
@@ -118,6 +126,7 @@ func Start(tb testing.TB, cfg Config) *Servers {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
+	s.ctx = ctx
 	s.startUDP(tb, ctx, cfg)
 	s.startTCP(tb, ctx, cfg, false)
 	s.startTCP(tb, ctx, cfg, true)
@@ -134,6 +143,7 @@ func (s *Servers) answer(cfg Config, raw []byte) []byte {
 		return nil
 	}
 	s.count()
+	s.hold(cfg.Hold)
 	r := new(dns.Msg)
 	r.SetReply(q)
 	r.RecursionAvailable = true
@@ -156,6 +166,28 @@ func (s *Servers) answer(cfg Config, raw []byte) []byte {
 		return nil
 	}
 	return b
+}
+
+// hold waits until n queries wait here (Config.Hold), or the servers stop.
+func (s *Servers) hold(n int) {
+	if n <= 1 {
+		return
+	}
+	s.mu.Lock()
+	if s.release == nil {
+		s.release = make(chan struct{})
+	}
+	ch := s.release
+	s.held++
+	if s.held == n {
+		close(ch)
+		s.release, s.held = nil, 0
+	}
+	s.mu.Unlock()
+	select {
+	case <-ch:
+	case <-s.ctx.Done():
+	}
 }
 
 func garbage(n int) []byte {
@@ -248,11 +280,23 @@ func (s *Servers) startTCP(tb testing.TB, ctx context.Context, cfg Config, useTL
 	} else {
 		s.TCP = measure.AddrPortOf(ln.Addr())
 	}
-	if cfg.Behavior == Normal {
+	if cfg.Behavior == Normal && cfg.Hold <= 1 {
 		serveMiekg(tb, &dns.Server{Listener: ln, Handler: s.miekgHandler(cfg)})
 		return
 	}
 	tb.Cleanup(func() { ln.Close() })
+	if cfg.Behavior == Normal {
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go s.pipelined(ctx, cfg, c)
+			}
+		}()
+		return
+	}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -271,6 +315,36 @@ func (s *Servers) startTCP(tb testing.TB, ctx context.Context, cfg Config, useTL
 			})
 		}
 	}()
+}
+
+// pipelined serves one DoTCP/DoT connection, answering each query from its own goroutine
+// (in whatever order they complete) while reading the next.
+func (s *Servers) pipelined(ctx context.Context, cfg Config, c net.Conn) {
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	var wmu sync.Mutex
+	for {
+		var l [2]byte
+		if _, err := io.ReadFull(c, l[:]); err != nil {
+			return
+		}
+		raw := make([]byte, binary.BigEndian.Uint16(l[:]))
+		if _, err := io.ReadFull(c, raw); err != nil {
+			return
+		}
+		go func() {
+			sleepCtx(ctx, cfg.Delay)
+			a := s.answer(cfg, raw)
+			if a == nil {
+				return
+			}
+			out := binary.BigEndian.AppendUint16(nil, uint16(len(a)))
+			wmu.Lock()
+			_, _ = c.Write(append(out, a...))
+			wmu.Unlock()
+		}()
+	}
 }
 
 // hostileStream serves one length-prefixed stream with a hostile behaviour.

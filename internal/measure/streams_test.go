@@ -1,0 +1,90 @@
+package measure_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/measuretest"
+)
+
+// With Streams = N a persistent session keeps N queries outstanding: the servers hold
+// every answer until N queries wait, so each protocol completes only if its N queries
+// really are in flight together. Outcomes come back in seq order.
+func TestStreamsOutstandingAtOnce(t *testing.T) {
+	const n, total = 3, 9
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Hold: n})
+	for _, p := range measure.Protocols {
+		t.Run(string(p), func(t *testing.T) {
+			m, _ := measure.For(p)
+			req := target(s, p)
+			req.Mode, req.Streams, req.Variant = measure.ModePersistent, n, measure.VariantPOST
+			req.Timeout = 10 * time.Second
+			var seqs []int
+			req.Next = func(_ context.Context, seq int) (string, uint16, bool) {
+				seqs = append(seqs, seq) // one goroutine calls Next
+				return "a.example", 1, seq < total
+			}
+			res := m.Measure(context.Background(), req)
+			if res.Status != measure.StatusOK || len(res.Queries) != total {
+				t.Fatalf("status %s (%v), %d queries", res.Status, res.Err, len(res.Queries))
+			}
+			for i, q := range res.Queries {
+				if q.Seq != i || q.Status != measure.StatusOK || q.Resolve <= 0 || len(q.Answers) != 1 {
+					t.Errorf("query %d: %+v", i, q)
+				}
+			}
+			for i, sq := range seqs {
+				if sq != i {
+					t.Fatalf("Next called with %v", seqs)
+				}
+			}
+		})
+	}
+}
+
+// A stalling server: each outstanding query runs out on its own QueryTimeout, and after
+// the first failure no further query is asked for.
+func TestStreamsQueryTimeout(t *testing.T) {
+	const n = 3
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Behavior: measuretest.Stall})
+	for _, p := range measure.Protocols {
+		t.Run(string(p), func(t *testing.T) {
+			m, _ := measure.For(p)
+			req := target(s, p)
+			req.Mode, req.Streams, req.Variant = measure.ModePersistent, n, measure.VariantPOST
+			req.Timeout, req.QueryTimeout = time.Minute, 200*time.Millisecond
+			asked := 0
+			req.Next = func(context.Context, int) (string, uint16, bool) { asked++; return "a.example", 1, true }
+			res := m.Measure(context.Background(), req)
+			if asked != n || len(res.Queries) != n {
+				t.Fatalf("asked %d, %d outcomes (%s %v)", asked, len(res.Queries), res.Status, res.Err)
+			}
+			for _, q := range res.Queries {
+				if q.Status != measure.StatusTimeout {
+					t.Errorf("query %d: %s %v", q.Seq, q.Status, q.Err)
+				}
+			}
+		})
+	}
+}
+
+// NoQlog: a QUIC exchange without a qlog still answers and times its handshake.
+func TestNoQlog(t *testing.T) {
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5"})
+	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
+		for _, noQlog := range []bool{false, true} {
+			m, _ := measure.For(p)
+			req := target(s, p)
+			req.Variant, req.NoQlog = measure.VariantPOST, noQlog
+			res := m.Measure(context.Background(), req)
+			if res.Status != measure.StatusOK || !res.HasHandshake || res.Handshake <= 0 {
+				t.Fatalf("%s NoQlog=%v: %s %v handshake %v", p, noQlog, res.Status, res.Err, res.Handshake)
+			}
+			if got := len(res.Qlog) > 0 && res.QlogAnalysis != nil; got == noQlog {
+				t.Errorf("%s NoQlog=%v: qlog of %d bytes, analysis %v", p, noQlog, len(res.Qlog), res.QlogAnalysis != nil)
+			}
+		}
+	}
+}
