@@ -220,6 +220,8 @@ func (b *bench) request(q Question) *measure.Request {
 		// Only the queries' outcomes count: no qlog to record, nor to analyse after a
 		// flooding server's exchange (every byte a packet).
 		NoQlog: true,
+		// Only status and rcode are reported: no full unpack of every answer.
+		RcodeOnly: true,
 	}
 	if b.t.Protocol == measure.DoQ {
 		// Named, so that 0-RTT frames its early query with the resumed session's ALPN.

@@ -32,7 +32,7 @@ func (doqMeasurer) Measure(ctx context.Context, req *Request) *Result {
 	}
 	defer func() { finishQUIC(conn, res, ql) }()
 	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
-		return doqExchange(ctx, conn, req, dnsmsg.Query{Name: name, Type: qtype, ID: 0}, seq, shared)
+		return doqExchange(ctx, conn, req, dnsmsg.Query{Name: name, Type: qtype, ID: 0, RcodeOnly: req.RcodeOnly}, seq, shared)
 	})
 	if req.Mode == Mode0RTT {
 		select {

@@ -53,12 +53,12 @@ func (udpMeasurer) Measure(ctx context.Context, req *Request) *Result {
 			return slices.Clone(buf[:n]), at, err
 		}, func(b []byte) error { _, err := conn.Write(b); return err })
 		runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
-			return mux.exchange(ctx, dnsmsg.Query{Name: name, Type: qtype}, seq, func(b []byte) []byte { return b })
+			return mux.exchange(ctx, dnsmsg.Query{Name: name, Type: qtype, RcodeOnly: req.RcodeOnly}, seq, func(b []byte) []byte { return b })
 		})
 		return res.finish()
 	}
 	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
-		return udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: newID()}, seq)
+		return udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), RcodeOnly: req.RcodeOnly}, seq)
 	})
 	return res.finish()
 }
