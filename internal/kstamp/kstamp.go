@@ -48,11 +48,28 @@ func Enable(rc syscall.RawConn) error {
 // receive time of the (last) packet the bytes came from; at is zero when the kernel gave
 // none. A stream socket's orderly shutdown is io.EOF.
 func Recv(rc syscall.RawConn, p []byte, stream bool) (n int, from unix.Sockaddr, at time.Time, err error) {
+	return recv(rc, p, stream, true, false)
+}
+
+// recv is Recv; wantFrom: return the sender's address (else nil); await: wait for the
+// socket to become readable before the first recvmsg, for a read whose data is still
+// to arrive (the recvmsg that would fail with EAGAIN is saved; a readiness left over
+// from earlier data costs it back). With await, data that is already queued but whose
+// readiness an earlier read consumed is read only at the next arrival or the deadline.
+func recv(rc syscall.RawConn, p []byte, stream, wantFrom, await bool) (n int, from unix.Sockaddr, at time.Time, err error) {
 	var oob [oobSize]byte
 	var oobn int
 	var rerr error
+	var name *unix.RawSockaddrAny
+	if wantFrom {
+		name = new(unix.RawSockaddrAny)
+	}
 	err = rc.Read(func(fd uintptr) bool {
-		n, oobn, _, from, rerr = unix.Recvmsg(int(fd), p, oob[:], 0)
+		if await {
+			await = false
+			return false
+		}
+		n, oobn, rerr = recvmsg(int(fd), p, oob[:], name)
 		return !errors.Is(rerr, unix.EAGAIN) && !errors.Is(rerr, unix.EWOULDBLOCK)
 	})
 	if err != nil {
@@ -61,10 +78,55 @@ func Recv(rc syscall.RawConn, p []byte, stream bool) (n int, from unix.Sockaddr,
 	if rerr != nil {
 		return 0, nil, time.Time{}, &net.OpError{Op: "read", Net: "recvmsg", Err: rerr}
 	}
+	if name != nil {
+		from = sockaddr(name)
+	}
 	if stream && n == 0 && len(p) > 0 {
 		return 0, from, time.Time{}, io.EOF
 	}
 	return n, from, Parse(oob[:oobn]), nil
+}
+
+// recvmsg is recvmsg(2) of one buffer with control data; name, when not nil, receives
+// the sender's address. Unlike unix.Recvmsg it asks the kernel nothing more (that one
+// looks up the socket's protocol with getsockopt for every IPv4/IPv6 sender address).
+func recvmsg(fd int, p, oob []byte, name *unix.RawSockaddrAny) (n, oobn int, err error) {
+	var iov unix.Iovec
+	if len(p) > 0 {
+		iov.Base = &p[0]
+		iov.SetLen(len(p))
+	}
+	var msg unix.Msghdr
+	if name != nil {
+		msg.Name = (*byte)(unsafe.Pointer(name))
+		msg.Namelen = unix.SizeofSockaddrAny
+	}
+	msg.Iov = &iov
+	msg.SetIovlen(1)
+	if len(oob) > 0 {
+		msg.Control = &oob[0]
+		msg.SetControllen(len(oob))
+	}
+	r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), 0)
+	if e != 0 {
+		return 0, 0, e
+	}
+	return int(r), int(msg.Controllen), nil
+}
+
+// sockaddr converts an IPv4 or IPv6 sender address (nil for any other family).
+func sockaddr(rsa *unix.RawSockaddrAny) unix.Sockaddr {
+	switch rsa.Addr.Family {
+	case unix.AF_INET:
+		pp := (*unix.RawSockaddrInet4)(unsafe.Pointer(rsa))
+		port := (*[2]byte)(unsafe.Pointer(&pp.Port))
+		return &unix.SockaddrInet4{Port: int(port[0])<<8 | int(port[1]), Addr: pp.Addr}
+	case unix.AF_INET6:
+		pp := (*unix.RawSockaddrInet6)(unsafe.Pointer(rsa))
+		port := (*[2]byte)(unsafe.Pointer(&pp.Port))
+		return &unix.SockaddrInet6{Port: int(port[0])<<8 | int(port[1]), ZoneId: pp.Scope_id, Addr: pp.Addr}
+	}
+	return nil
 }
 
 // Parse returns the SCM_TIMESTAMPNS time in a recvmsg control buffer (zero if none).

@@ -136,3 +136,95 @@ func FuzzParse(f *testing.F) {
 		_ = Parse(oob)
 	})
 }
+
+// TestReadFromAddress: ReadFrom gives the sender's address and port, IPv4 and IPv6.
+func TestReadFromAddress(t *testing.T) {
+	for _, c := range []struct{ net, ip string }{{"udp4", "127.0.0.1"}, {"udp6", "::1"}} {
+		t.Run(c.net, func(t *testing.T) {
+			rx, err := net.ListenUDP(c.net, &net.UDPAddr{IP: net.ParseIP(c.ip)})
+			if err != nil {
+				t.Skipf("SKIP: no %s loopback: %v", c.net, err)
+			}
+			pc, err := NewPacketConn(rx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Close()
+			tx, err := net.ListenUDP(c.net, &net.UDPAddr{IP: net.ParseIP(c.ip)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Close()
+			if _, err := tx.WriteTo([]byte("hi"), pc.LocalAddr()); err != nil {
+				t.Fatal(err)
+			}
+			_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 16)
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil || string(buf[:n]) != "hi" {
+				t.Fatalf("ReadFrom = %q, %v", buf[:n], err)
+			}
+			want := tx.LocalAddr().(*net.UDPAddr).AddrPort()
+			if got := from.(*net.UDPAddr).AddrPort(); got != want {
+				t.Fatalf("from %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestReadReply: ReadReply returns the answer to a write with its stamp, returns a
+// datagram that arrived before it was called, and ends with a timeout at the deadline.
+func TestReadReply(t *testing.T) {
+	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	raw, err := net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewPacketConn(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 64)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for i := range 3 {
+		before := time.Now()
+		if _, err := c.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		n, from, err := srv.ReadFromUDP(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.WriteToUDP(buf[:n], from); err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			// Already there before the read: the read does not wait for another.
+			if _, err := srv.WriteToUDP([]byte{9}, from); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, at, err := c.ReadReply(buf)
+		done := time.Now()
+		if err != nil || n != 1 || buf[0] != byte(i) {
+			t.Fatalf("ReadReply %d = %v, %v", i, buf[:n], err)
+		}
+		if at.IsZero() || at.Before(before) || at.After(done) {
+			t.Fatalf("kernel time %v not within [%v, %v]", at, before, done)
+		}
+	}
+	if n, _, err := c.ReadStamped(buf); err != nil || n != 1 || buf[0] != 9 {
+		t.Fatalf("second datagram: %v, %v", buf[:n], err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, _, err := c.ReadReply(buf); err == nil {
+		t.Fatal("read past the deadline succeeded")
+	} else if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("deadline error %v is not a timeout", err)
+	}
+}

@@ -82,8 +82,8 @@ func udpExchange(ctx context.Context, conn *kstamp.PacketConn, q dnsmsg.Query, s
 	defer udpBufs.Put(bp)
 	buf := *bp
 	var lastBad error
-	for {
-		n, at, err := conn.ReadStamped(buf)
+	for read := conn.ReadReply; ; read = conn.ReadStamped {
+		n, at, err := read(buf)
 		done := time.Now()
 		if !at.IsZero() && !at.Before(out.StartedAt) && !at.After(done) {
 			done = at
