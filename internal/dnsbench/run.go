@@ -309,7 +309,7 @@ func (b *bench) persistentWorker(ctx context.Context) {
 			}
 			issued, deadlines = append(issued, at), append(deadlines, at.Add(b.c.Timeout))
 			if !streams {
-				timer = arm()
+				timer.Reset(b.c.Timeout) // the session's one timer, for this query
 			}
 			return q.Name, q.QType, true
 		}

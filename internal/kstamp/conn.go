@@ -67,20 +67,7 @@ func (c *PacketConn) Read(p []byte) (int, error) {
 // ReadStamped reads one datagram and returns it with its kernel receive time (zero if
 // the kernel gave none), also logged.
 func (c *PacketConn) ReadStamped(p []byte) (int, time.Time, error) {
-	return c.readStamped(p, false)
-}
-
-// ReadReply is ReadStamped for the first read after a write whose answer is still to
-// arrive: it waits until the socket becomes readable before the first recvmsg. A
-// datagram already queued whose readiness an earlier read consumed (two that arrived
-// together, one read) is read only at the next arrival or the deadline: follow with
-// ReadStamped when what ReadReply returned was not the awaited datagram.
-func (c *PacketConn) ReadReply(p []byte) (int, time.Time, error) {
-	return c.readStamped(p, true)
-}
-
-func (c *PacketConn) readStamped(p []byte, await bool) (int, time.Time, error) {
-	n, _, at, err := recv(c.rc, p, false, false, await)
+	n, _, at, err := recv(c.rc, p, false, false)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
@@ -130,7 +117,7 @@ func NewConn(c *net.TCPConn) (*Conn, error) {
 
 // Read reads and logs the kernel receive time of what it read.
 func (c *Conn) Read(p []byte) (int, error) {
-	n, _, at, err := recv(c.rc, p, true, false, false)
+	n, _, at, err := recv(c.rc, p, true, false)
 	if err != nil {
 		return n, err
 	}

@@ -48,15 +48,15 @@ func Enable(rc syscall.RawConn) error {
 // receive time of the (last) packet the bytes came from; at is zero when the kernel gave
 // none. A stream socket's orderly shutdown is io.EOF.
 func Recv(rc syscall.RawConn, p []byte, stream bool) (n int, from unix.Sockaddr, at time.Time, err error) {
-	return recv(rc, p, stream, true, false)
+	return recv(rc, p, stream, true)
 }
 
-// recv is Recv; wantFrom: return the sender's address (else nil); await: wait for the
-// socket to become readable before the first recvmsg, for a read whose data is still
-// to arrive (the recvmsg that would fail with EAGAIN is saved; a readiness left over
-// from earlier data costs it back). With await, data that is already queued but whose
-// readiness an earlier read consumed is read only at the next arrival or the deadline.
-func recv(rc syscall.RawConn, p []byte, stream, wantFrom, await bool) (n int, from unix.Sockaddr, at time.Time, err error) {
+// recv is Recv; wantFrom: return the sender's address (else nil).
+//
+// The first recvmsg of a read whose data is still to arrive fails with EAGAIN; it
+// cannot be skipped by waiting for readiness first: RawRead clears a readiness that
+// arrived before it was called, so a datagram that came in between would go unnoticed.
+func recv(rc syscall.RawConn, p []byte, stream, wantFrom bool) (n int, from unix.Sockaddr, at time.Time, err error) {
 	var oob [oobSize]byte
 	var oobn int
 	var rerr error
@@ -65,10 +65,6 @@ func recv(rc syscall.RawConn, p []byte, stream, wantFrom, await bool) (n int, fr
 		name = new(unix.RawSockaddrAny)
 	}
 	err = rc.Read(func(fd uintptr) bool {
-		if await {
-			await = false
-			return false
-		}
 		n, oobn, rerr = recvmsg(int(fd), p, oob[:], name)
 		return !errors.Is(rerr, unix.EAGAIN) && !errors.Is(rerr, unix.EWOULDBLOCK)
 	})
@@ -130,31 +126,39 @@ func sockaddr(rsa *unix.RawSockaddrAny) unix.Sockaddr {
 }
 
 // Parse returns the SCM_TIMESTAMPNS time in a recvmsg control buffer (zero if none).
-// Malformed control data yields zero, never a panic.
+// Malformed control data (in any of its messages) yields zero, never a panic. It
+// allocates nothing.
 func Parse(oob []byte) time.Time {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
+	var at time.Time
+	found := false
+	for len(oob) >= unix.CmsgLen(0) {
+		h, data, rest, err := unix.ParseOneSocketControlMessage(oob)
+		if err != nil {
+			return time.Time{}
+		}
+		if !found && h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS {
+			at, found = timespec(data), true
+		}
+		oob = rest
+	}
+	return at
+}
+
+// timespec decodes a struct timespec (zero if short or not a valid time).
+func timespec(data []byte) time.Time {
+	var sec, nsec int64
+	switch {
+	case sizeofTimespec == 16 && len(data) >= 16:
+		sec, nsec = int64(binary.NativeEndian.Uint64(data)), int64(binary.NativeEndian.Uint64(data[8:]))
+	case sizeofTimespec == 8 && len(data) >= 8:
+		sec, nsec = int64(int32(binary.NativeEndian.Uint32(data))), int64(int32(binary.NativeEndian.Uint32(data[4:])))
+	default:
 		return time.Time{}
 	}
-	for _, m := range msgs {
-		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_TIMESTAMPNS {
-			continue
-		}
-		var sec, nsec int64
-		switch {
-		case sizeofTimespec == 16 && len(m.Data) >= 16:
-			sec, nsec = int64(binary.NativeEndian.Uint64(m.Data)), int64(binary.NativeEndian.Uint64(m.Data[8:]))
-		case sizeofTimespec == 8 && len(m.Data) >= 8:
-			sec, nsec = int64(int32(binary.NativeEndian.Uint32(m.Data))), int64(int32(binary.NativeEndian.Uint32(m.Data[4:])))
-		default:
-			return time.Time{}
-		}
-		if sec <= 0 || nsec < 0 || nsec >= 1e9 {
-			return time.Time{}
-		}
-		return time.Unix(sec, nsec)
+	if sec <= 0 || nsec < 0 || nsec >= 1e9 {
+		return time.Time{}
 	}
-	return time.Time{}
+	return time.Unix(sec, nsec)
 }
 
 // maxLog bounds a Log: the arrivals of one exchange are a handful; a hostile peer that

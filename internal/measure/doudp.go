@@ -82,8 +82,8 @@ func udpExchange(ctx context.Context, conn *kstamp.PacketConn, q dnsmsg.Query, s
 	defer udpBufs.Put(bp)
 	buf := *bp
 	var lastBad error
-	for read := conn.ReadReply; ; read = conn.ReadStamped {
-		n, at, err := read(buf)
+	for {
+		n, at, err := conn.ReadStamped(buf)
 		done := time.Now()
 		if !at.IsZero() && !at.Before(out.StartedAt) && !at.After(done) {
 			done = at
