@@ -200,4 +200,3 @@ func TestReadFromAddress(t *testing.T) {
 		})
 	}
 }
-
