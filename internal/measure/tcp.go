@@ -135,19 +135,7 @@ func tcpQueries(ctx context.Context, req *Request, res *Result, c *timedConn) {
 		})
 		return
 	}
-	mux := newIDMux(func() ([]byte, time.Time, error) {
-		raw, err := readTCPMessage(c)
-		return raw, c.log.ArrivedBy(time.Time{}, time.Now()), err
-	}, func(b []byte) error { _, err := c.Write(b); return err })
-	frame := func(msg []byte) []byte {
-		buf := make([]byte, 2+len(msg))
-		binary.BigEndian.PutUint16(buf, uint16(len(msg)))
-		copy(buf[2:], msg)
-		return buf
-	}
-	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
-		return mux.exchange(ctx, dnsmsg.Query{Name: name, Type: qtype, TCPKeepalive: req.TCPKeepalive, RcodeOnly: req.RcodeOnly}, seq, frame)
-	})
+	tcpPipeline(ctx, req, res, c)
 }
 
 // readTCPMessage reads one 2-byte length-prefixed message.
