@@ -287,6 +287,8 @@ func (b *bench) persistentWorker(ctx context.Context) {
 		req.Timeout = b.c.Timeout * time.Duration(b.c.SessionQueries+1)
 		if streams {
 			req.Streams, req.QueryTimeout = b.c.Streams, b.c.Timeout
+			// Unpaced: the queries of all free slots go out together.
+			req.Burst = b.c.Load == LoadMax
 		}
 		// Next is called from one goroutine (the session's), seq in order.
 		req.Next = func(_ context.Context, seq int) (string, uint16, bool) {

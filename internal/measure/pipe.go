@@ -53,8 +53,8 @@ type pipeIO struct {
 }
 
 // pipe runs a session's queries with up to Streams outstanding, answers matched by DNS
-// ID: a sender goroutine asks for queries (Request.Next, from that one goroutine) while
-// slots are free and sends each burst with one write (DoUDP: one sendmmsg; DoTCP/DoT:
+// ID: a sender goroutine asks for queries (Request.Next, from that one goroutine) and,
+// with Request.Burst, as many as slots are free before it sends them with one write (DoUDP: one sendmmsg; DoTCP/DoT:
 // the frames in one write, RFC 7766 §6.2.1.1); the receiving goroutine takes every
 // message there is from one read (DoUDP: one recvmmsg), matches them by ID, and ends
 // queries that ran out of QueryTimeout. A query starts just before the write that
@@ -266,7 +266,7 @@ func (p *pipe) send(ctx context.Context) {
 			if msg, ok := p.register(u); ok {
 				msgs, sending = append(msgs, msg), append(sending, u)
 			}
-			if len(msgs) == udpBatch {
+			if len(msgs) == udpBatch || !p.req.Burst {
 				break
 			}
 			select {
