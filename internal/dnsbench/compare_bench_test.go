@@ -147,6 +147,9 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 		// first second above 5 % loss.
 		rampMax, rampSecs, rampLoss, rampWorkers = 40000, 10, 0.05, 500
 	)
+	// dnsbench's shapes of the same workers outstanding queries: one per worker (as
+	// dnsperf's one per socket), and the same total over fewer sessions (--streams).
+	shapes := [][2]int{{workers, 1}, {4, workers / 4}, {1, workers}}
 	itoa := strconv.Itoa
 	common := []string{"--queries", qf, "--timeout", timeout.String(), "--session-queries", "100000000"}
 	for range b.N {
@@ -167,16 +170,23 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 				cancel()
 				b.Fatalf("dnsperf: %v %v\n%s", err, perr, pr.out)
 			}
-			r, dr, err := runDnsbench(ctx, bin, append(common, "--workers", itoa(workers),
-				"--duration", itoa(secs)+"s", c.scheme+"://"+c.addr.String())...)
-			cancel()
-			if err != nil {
-				b.Fatal(err)
+			for _, shape := range shapes {
+				w, st := shape[0], shape[1]
+				if st > 1 && c.mode == "doh" {
+					continue
+				}
+				r, dr, err := runDnsbench(ctx, bin, append(common, "--workers", itoa(w), "--streams", itoa(st),
+					"--duration", itoa(secs)+"s", c.scheme+"://"+c.addr.String())...)
+				if err != nil {
+					cancel()
+					b.Fatal(err)
+				}
+				b.Logf("%s max, %d workers x %d streams: dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer (success %.4f); dnsperf %.0f q/s, mean %.3f ms, %.1f us CPU/answer (lost %d); QPS ratio %.2f",
+					c.scheme, w, st, r.QPS, r.Latency.Mean, usPer(dr.cpu, float64(r.Answered)), r.SuccessRate,
+					p.QPS, p.MeanMS, usPer(pr.cpu, p.QPS*secs), p.Lost, r.QPS/p.QPS)
+				b.ReportMetric(r.QPS/p.QPS, fmt.Sprintf("%s-%dx%d-qps-ratio", c.mode, w, st))
 			}
-			b.Logf("%s max: dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer (success %.4f); dnsperf %.0f q/s, mean %.3f ms, %.1f us CPU/answer (lost %d); QPS ratio %.2f",
-				c.scheme, r.QPS, r.Latency.Mean, usPer(dr.cpu, float64(r.Answered)), r.SuccessRate,
-				p.QPS, p.MeanMS, usPer(pr.cpu, p.QPS*secs), p.Lost, r.QPS/p.QPS)
-			b.ReportMetric(r.QPS/p.QPS, c.mode+"-qps-ratio")
+			cancel()
 		}
 		for _, c := range []struct {
 			mode, scheme string

@@ -220,6 +220,8 @@ func (b *bench) request(q Question) *measure.Request {
 		// Only the queries' outcomes count: no qlog to record, nor to analyse after a
 		// flooding server's exchange (every byte a packet).
 		NoQlog: true,
+		// Only status and rcode are reported: no full unpack of every answer.
+		RcodeOnly: true,
 	}
 	if b.t.Protocol == measure.DoQ {
 		// Named, so that 0-RTT frames its early query with the resumed session's ALPN.
@@ -285,6 +287,8 @@ func (b *bench) persistentWorker(ctx context.Context) {
 		req.Timeout = b.c.Timeout * time.Duration(b.c.SessionQueries+1)
 		if streams {
 			req.Streams, req.QueryTimeout = b.c.Streams, b.c.Timeout
+			// Unpaced: the queries of all free slots go out together.
+			req.Burst = b.c.Load == LoadMax
 		}
 		// Next is called from one goroutine (the session's), seq in order.
 		req.Next = func(_ context.Context, seq int) (string, uint16, bool) {
@@ -307,7 +311,7 @@ func (b *bench) persistentWorker(ctx context.Context) {
 			}
 			issued, deadlines = append(issued, at), append(deadlines, at.Add(b.c.Timeout))
 			if !streams {
-				timer = arm()
+				timer.Reset(b.c.Timeout) // the session's one timer, for this query
 			}
 			return q.Name, q.QType, true
 		}

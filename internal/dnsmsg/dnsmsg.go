@@ -27,12 +27,18 @@ type Query struct {
 	Type         uint16 // dns.TypeA when zero
 	ID           uint16 // 0 for DoQ (RFC 9250 §4.2.1)
 	TCPKeepalive bool   // add an edns-tcp-keepalive option (RFC 7828 §3.1)
+	// RcodeOnly: the caller needs only whether the response is valid and its rcode, so
+	// it is judged with Check on the raw bytes instead of a full Validate.
+	RcodeOnly bool
 }
 
 // Build returns the wire form of q with RD set (the study's method).
 func Build(q Query) ([]byte, error) {
 	if _, ok := dns.IsDomainName(q.Name); !ok || q.Name == "" {
 		return nil, fmt.Errorf("bad query name %q", q.Name)
+	}
+	if b, ok := appendQuery(make([]byte, 0, 64), q); ok {
+		return b, nil // the same bytes as miekg/dns packs (TestBuildWire)
 	}
 	m := Message(q)
 	b, err := m.Pack()

@@ -67,7 +67,7 @@ func (c *PacketConn) Read(p []byte) (int, error) {
 // ReadStamped reads one datagram and returns it with its kernel receive time (zero if
 // the kernel gave none), also logged.
 func (c *PacketConn) ReadStamped(p []byte) (int, time.Time, error) {
-	n, _, at, err := Recv(c.rc, p, false)
+	n, _, at, err := recv(c.rc, p, false, false)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
@@ -117,7 +117,7 @@ func NewConn(c *net.TCPConn) (*Conn, error) {
 
 // Read reads and logs the kernel receive time of what it read.
 func (c *Conn) Read(p []byte) (int, error) {
-	n, _, at, err := Recv(c.rc, p, true)
+	n, _, at, err := recv(c.rc, p, true, false)
 	if err != nil {
 		return n, err
 	}

@@ -48,11 +48,24 @@ func Enable(rc syscall.RawConn) error {
 // receive time of the (last) packet the bytes came from; at is zero when the kernel gave
 // none. A stream socket's orderly shutdown is io.EOF.
 func Recv(rc syscall.RawConn, p []byte, stream bool) (n int, from unix.Sockaddr, at time.Time, err error) {
+	return recv(rc, p, stream, true)
+}
+
+// recv is Recv; wantFrom: return the sender's address (else nil).
+//
+// The first recvmsg of a read whose data is still to arrive fails with EAGAIN; it
+// cannot be skipped by waiting for readiness first: RawRead clears a readiness that
+// arrived before it was called, so a datagram that came in between would go unnoticed.
+func recv(rc syscall.RawConn, p []byte, stream, wantFrom bool) (n int, from unix.Sockaddr, at time.Time, err error) {
 	var oob [oobSize]byte
 	var oobn int
 	var rerr error
+	var name *unix.RawSockaddrAny
+	if wantFrom {
+		name = new(unix.RawSockaddrAny)
+	}
 	err = rc.Read(func(fd uintptr) bool {
-		n, oobn, _, from, rerr = unix.Recvmsg(int(fd), p, oob[:], 0)
+		n, oobn, rerr = recvmsg(int(fd), p, oob[:], name)
 		return !errors.Is(rerr, unix.EAGAIN) && !errors.Is(rerr, unix.EWOULDBLOCK)
 	})
 	if err != nil {
@@ -61,38 +74,91 @@ func Recv(rc syscall.RawConn, p []byte, stream bool) (n int, from unix.Sockaddr,
 	if rerr != nil {
 		return 0, nil, time.Time{}, &net.OpError{Op: "read", Net: "recvmsg", Err: rerr}
 	}
+	if name != nil {
+		from = sockaddr(name)
+	}
 	if stream && n == 0 && len(p) > 0 {
 		return 0, from, time.Time{}, io.EOF
 	}
 	return n, from, Parse(oob[:oobn]), nil
 }
 
+// recvmsg is recvmsg(2) of one buffer with control data; name, when not nil, receives
+// the sender's address. Unlike unix.Recvmsg it asks the kernel nothing more (that one
+// looks up the socket's protocol with getsockopt for every IPv4/IPv6 sender address).
+func recvmsg(fd int, p, oob []byte, name *unix.RawSockaddrAny) (n, oobn int, err error) {
+	var iov unix.Iovec
+	if len(p) > 0 {
+		iov.Base = &p[0]
+		iov.SetLen(len(p))
+	}
+	var msg unix.Msghdr
+	if name != nil {
+		msg.Name = (*byte)(unsafe.Pointer(name))
+		msg.Namelen = unix.SizeofSockaddrAny
+	}
+	msg.Iov = &iov
+	msg.SetIovlen(1)
+	if len(oob) > 0 {
+		msg.Control = &oob[0]
+		msg.SetControllen(len(oob))
+	}
+	r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), 0)
+	if e != 0 {
+		return 0, 0, e
+	}
+	return int(r), int(msg.Controllen), nil
+}
+
+// sockaddr converts an IPv4 or IPv6 sender address (nil for any other family).
+func sockaddr(rsa *unix.RawSockaddrAny) unix.Sockaddr {
+	switch rsa.Addr.Family {
+	case unix.AF_INET:
+		pp := (*unix.RawSockaddrInet4)(unsafe.Pointer(rsa))
+		port := (*[2]byte)(unsafe.Pointer(&pp.Port))
+		return &unix.SockaddrInet4{Port: int(port[0])<<8 | int(port[1]), Addr: pp.Addr}
+	case unix.AF_INET6:
+		pp := (*unix.RawSockaddrInet6)(unsafe.Pointer(rsa))
+		port := (*[2]byte)(unsafe.Pointer(&pp.Port))
+		return &unix.SockaddrInet6{Port: int(port[0])<<8 | int(port[1]), ZoneId: pp.Scope_id, Addr: pp.Addr}
+	}
+	return nil
+}
+
 // Parse returns the SCM_TIMESTAMPNS time in a recvmsg control buffer (zero if none).
-// Malformed control data yields zero, never a panic.
+// Malformed control data (in any of its messages) yields zero, never a panic. It
+// allocates nothing.
 func Parse(oob []byte) time.Time {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
+	var at time.Time
+	found := false
+	for len(oob) >= unix.CmsgLen(0) {
+		h, data, rest, err := unix.ParseOneSocketControlMessage(oob)
+		if err != nil {
+			return time.Time{}
+		}
+		if !found && h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS {
+			at, found = timespec(data), true
+		}
+		oob = rest
+	}
+	return at
+}
+
+// timespec decodes a struct timespec (zero if short or not a valid time).
+func timespec(data []byte) time.Time {
+	var sec, nsec int64
+	switch {
+	case sizeofTimespec == 16 && len(data) >= 16:
+		sec, nsec = int64(binary.NativeEndian.Uint64(data)), int64(binary.NativeEndian.Uint64(data[8:]))
+	case sizeofTimespec == 8 && len(data) >= 8:
+		sec, nsec = int64(int32(binary.NativeEndian.Uint32(data))), int64(int32(binary.NativeEndian.Uint32(data[4:])))
+	default:
 		return time.Time{}
 	}
-	for _, m := range msgs {
-		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_TIMESTAMPNS {
-			continue
-		}
-		var sec, nsec int64
-		switch {
-		case sizeofTimespec == 16 && len(m.Data) >= 16:
-			sec, nsec = int64(binary.NativeEndian.Uint64(m.Data)), int64(binary.NativeEndian.Uint64(m.Data[8:]))
-		case sizeofTimespec == 8 && len(m.Data) >= 8:
-			sec, nsec = int64(int32(binary.NativeEndian.Uint32(m.Data))), int64(int32(binary.NativeEndian.Uint32(m.Data[4:])))
-		default:
-			return time.Time{}
-		}
-		if sec <= 0 || nsec < 0 || nsec >= 1e9 {
-			return time.Time{}
-		}
-		return time.Unix(sec, nsec)
+	if sec <= 0 || nsec < 0 || nsec >= 1e9 {
+		return time.Time{}
 	}
-	return time.Time{}
+	return time.Unix(sec, nsec)
 }
 
 // maxLog bounds a Log: the arrivals of one exchange are a handful; a hostile peer that

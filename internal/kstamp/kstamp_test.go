@@ -132,7 +132,71 @@ func FuzzParse(f *testing.F) {
 		f.Fatalf("Parse = %v, want %v", got, time.Unix(0, ts.Nano()))
 	}
 	f.Add(b)
+	f.Add(append(append([]byte{}, good...), b...))
 	f.Fuzz(func(t *testing.T, oob []byte) {
-		_ = Parse(oob)
+		if got, want := Parse(oob), parseAll(oob); !got.Equal(want) {
+			t.Fatalf("Parse = %v, parsing every message = %v", got, want)
+		}
 	})
+}
+
+// parseAll is Parse through unix.ParseSocketControlMessage (which allocates).
+func parseAll(oob []byte) time.Time {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return time.Time{}
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS {
+			return timespec(m.Data)
+		}
+	}
+	return time.Time{}
+}
+
+// TestParseAllocs: parsing a receive's control data allocates nothing.
+func TestParseAllocs(t *testing.T) {
+	b := make([]byte, unix.CmsgSpace(int(sizeofTimespec)))
+	h := (*unix.Cmsghdr)(unsafePtr(&b[0]))
+	h.Level, h.Type = unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS
+	h.SetLen(unix.CmsgLen(int(sizeofTimespec)))
+	*(*unix.Timespec)(unsafePtr(&b[unix.CmsgLen(0)])) = unix.NsecToTimespec(time.Now().UnixNano())
+	if n := testing.AllocsPerRun(100, func() { _ = Parse(b) }); n != 0 {
+		t.Fatalf("%v allocations per Parse", n)
+	}
+}
+
+// TestReadFromAddress: ReadFrom gives the sender's address and port, IPv4 and IPv6.
+func TestReadFromAddress(t *testing.T) {
+	for _, c := range []struct{ net, ip string }{{"udp4", "127.0.0.1"}, {"udp6", "::1"}} {
+		t.Run(c.net, func(t *testing.T) {
+			rx, err := net.ListenUDP(c.net, &net.UDPAddr{IP: net.ParseIP(c.ip)})
+			if err != nil {
+				t.Skipf("SKIP: no %s loopback: %v", c.net, err)
+			}
+			pc, err := NewPacketConn(rx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Close()
+			tx, err := net.ListenUDP(c.net, &net.UDPAddr{IP: net.ParseIP(c.ip)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Close()
+			if _, err := tx.WriteTo([]byte("hi"), pc.LocalAddr()); err != nil {
+				t.Fatal(err)
+			}
+			_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 16)
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil || string(buf[:n]) != "hi" {
+				t.Fatalf("ReadFrom = %q, %v", buf[:n], err)
+			}
+			want := tx.LocalAddr().(*net.UDPAddr).AddrPort()
+			if got := from.(*net.UDPAddr).AddrPort(); got != want {
+				t.Fatalf("from %v, want %v", got, want)
+			}
+		})
+	}
 }

@@ -82,7 +82,7 @@ func dohResponse(resp *http.Response) ([]byte, error) {
 // socket under it), appending them to res.
 func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk *kstamp.Log) {
 	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
-		q := dnsmsg.Query{Name: name, Type: qtype, ID: 0}
+		q := dnsmsg.Query{Name: name, Type: qtype, ID: 0, RcodeOnly: req.RcodeOnly}
 		out := Query{Seq: seq, KeepaliveTimeout: -1}
 		hr, err := dohRequest(ctx, req, q)
 		if err != nil {

@@ -19,7 +19,7 @@ func measureDoQ(ctx context.Context, req *Request, res *Result) *Result {
 	}
 	return overQUIC(ctx, req, res, alpn, func(conn *quicConn) {
 		runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
-			return doqExchange(ctx, conn, req, dnsmsg.Query{Name: name, Type: qtype}, seq, shared)
+			return doqExchange(ctx, conn, req, dnsmsg.Query{Name: name, Type: qtype, RcodeOnly: req.RcodeOnly}, seq, shared)
 		})
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"sync"
 	"time"
 
@@ -38,21 +37,11 @@ func measureUDP(ctx context.Context, req *Request, res *Result) *Result {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
 	if req.streams() > 1 {
-		buf := make([]byte, maxUDPResponse)
-		mux := newIDMux(func() ([]byte, time.Time, error) {
-			n, at, err := conn.ReadStamped(buf)
-			if at.IsZero() {
-				at = time.Now()
-			}
-			return slices.Clone(buf[:n]), at, err
-		}, func(b []byte) error { _, err := conn.Write(b); return err })
-		runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
-			return mux.exchange(ctx, dnsmsg.Query{Name: name, Type: qtype}, seq, func(b []byte) []byte { return b })
-		})
+		udpPipeline(ctx, req, res, conn)
 		return res.finish()
 	}
 	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
-		return udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: newID()}, seq)
+		return udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), RcodeOnly: req.RcodeOnly}, seq)
 	})
 	return res.finish()
 }

@@ -172,6 +172,16 @@ type Request struct {
 	// QueryTimeout bounds each query when Streams > 1 (0: Timeout); Timeout still bounds
 	// the whole exchange.
 	QueryTimeout time.Duration
+	// RcodeOnly: only each query's status and rcode are needed (a load generator), so
+	// answers are checked on their raw bytes (dnsmsg.Check: ID, QR, question, record
+	// bounds) without unpacking them; Query.Answers stays empty and KeepaliveTimeout -1.
+	RcodeOnly bool
+	// Burst, with Streams > 1 on DoUDP/DoTCP/DoT: Next returns at once (an unpaced
+	// load), so the session asks for a query per free slot and sends them together
+	// (one sendmmsg, or one write). A query's start is then taken before that write:
+	// the later messages of a burst leave up to the write's duration after it. Without
+	// Burst each query is sent as soon as Next returns it (a paced Next waits between).
+	Burst bool
 	// listenPacket, when set, opens a DoQ/DoH3 connection's socket in place of a
 	// kernel-timestamped UDP socket (tests: an in-process link); the Log it returns stays
 	// empty when the socket has no kernel timestamps, and the qlog's times are taken.

@@ -131,23 +131,11 @@ func tcpExchange(c *timedConn, q dnsmsg.Query, seq int) Query {
 func tcpQueries(ctx context.Context, req *Request, res *Result, c *timedConn) {
 	if req.streams() == 1 {
 		runQueries(ctx, req, res, func(_ context.Context, seq int, name string, qtype uint16, _ bool) Query {
-			return tcpExchange(c, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive}, seq)
+			return tcpExchange(c, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive, RcodeOnly: req.RcodeOnly}, seq)
 		})
 		return
 	}
-	mux := newIDMux(func() ([]byte, time.Time, error) {
-		raw, err := readTCPMessage(c)
-		return raw, c.log.ArrivedBy(time.Time{}, time.Now()), err
-	}, func(b []byte) error { _, err := c.Write(b); return err })
-	frame := func(msg []byte) []byte {
-		buf := make([]byte, 2+len(msg))
-		binary.BigEndian.PutUint16(buf, uint16(len(msg)))
-		copy(buf[2:], msg)
-		return buf
-	}
-	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
-		return mux.exchange(ctx, dnsmsg.Query{Name: name, Type: qtype, TCPKeepalive: req.TCPKeepalive}, seq, frame)
-	})
+	tcpPipeline(ctx, req, res, c)
 }
 
 // readTCPMessage reads one 2-byte length-prefixed message.
@@ -176,8 +164,19 @@ func readTCPMessage(r io.Reader) ([]byte, error) {
 // dnsHeaderLen is the fixed DNS header size (RFC 1035 §4.1.1).
 const dnsHeaderLen = 12
 
-// finishQuery validates raw against q and fills the query's outcome.
+// finishQuery validates raw against q and fills the query's outcome (q.RcodeOnly: on
+// the raw bytes, dnsmsg.Check; Answers stays empty, KeepaliveTimeout -1).
 func finishQuery(out Query, q dnsmsg.Query, raw []byte, done time.Time) Query {
+	if q.RcodeOnly {
+		rcode, err := dnsmsg.Check(q, raw)
+		if err != nil {
+			out.Status, out.Err = StatusBadResponse, err
+			return out
+		}
+		out.Resolve = done.Sub(out.StartedAt)
+		out.Status, out.Rcode = StatusOK, rcode
+		return out
+	}
 	resp, err := dnsmsg.Validate(q, raw)
 	if err != nil {
 		out.Status, out.Err = StatusBadResponse, err

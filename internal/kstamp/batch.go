@@ -1,0 +1,139 @@
+package kstamp
+
+import (
+	"errors"
+	"net"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// mmsghdr is the kernel's struct mmsghdr (sendmmsg(2), recvmmsg(2)).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
+}
+
+// Datagram is one datagram of ReadBatch: its length in its buffer, its kernel receive
+// time (zero if the kernel gave none), and whether it was longer than its buffer (cut).
+type Datagram struct {
+	N         int
+	At        time.Time
+	Truncated bool
+}
+
+// Batch holds the buffers of one PacketConn's batched reads and writes (reused: one
+// Batch per reading or writing goroutine).
+type Batch struct {
+	hdrs []mmsghdr
+	iovs []unix.Iovec
+	oob  []byte
+}
+
+func (b *Batch) grow(n int, oob bool) {
+	if len(b.hdrs) < n {
+		b.hdrs, b.iovs = make([]mmsghdr, n), make([]unix.Iovec, n)
+	}
+	if oob && len(b.oob) < n*oobSize {
+		b.oob = make([]byte, n*oobSize)
+	}
+}
+
+// ReadBatch reads at least one and at most len(bufs) datagrams of a connected socket in
+// one recvmmsg(2) (waiting, honouring the read deadline, until one is there) and
+// describes each in out (len(out) >= len(bufs)); every arrival is logged.
+func (c *PacketConn) ReadBatch(b *Batch, bufs [][]byte, out []Datagram) (int, error) {
+	n := min(len(bufs), len(out))
+	if n == 0 {
+		return 0, nil
+	}
+	b.grow(n, true)
+	for i := range n {
+		h := &b.hdrs[i]
+		*h = mmsghdr{}
+		b.iovs[i] = unix.Iovec{}
+		if len(bufs[i]) > 0 {
+			b.iovs[i].Base = &bufs[i][0]
+			b.iovs[i].SetLen(len(bufs[i]))
+		}
+		h.hdr.Iov = &b.iovs[i]
+		h.hdr.SetIovlen(1)
+		h.hdr.Control = &b.oob[i*oobSize]
+		h.hdr.SetControllen(oobSize)
+	}
+	var got int
+	var rerr error
+	err := c.rc.Read(func(fd uintptr) bool {
+		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), unix.MSG_DONTWAIT, 0, 0)
+		if e != 0 {
+			rerr = e
+			return !errors.Is(e, unix.EAGAIN) && !errors.Is(e, unix.EWOULDBLOCK)
+		}
+		got, rerr = int(r), nil
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	if rerr != nil {
+		return 0, &net.OpError{Op: "read", Net: "recvmmsg", Err: rerr}
+	}
+	for i := range got {
+		h := &b.hdrs[i]
+		at := Parse(b.oob[i*oobSize : i*oobSize+int(h.hdr.Controllen)])
+		out[i] = Datagram{N: int(h.len), At: at, Truncated: h.hdr.Flags&unix.MSG_TRUNC != 0}
+		if out[i].N > len(bufs[i]) {
+			out[i].N = len(bufs[i])
+		}
+		c.Log.Received(at)
+	}
+	return got, nil
+}
+
+// WriteBatch sends msgs on a connected socket, as many as possible per sendmmsg(2),
+// until all are sent or an error; it returns how many were sent. Log notes the write.
+func (c *PacketConn) WriteBatch(b *Batch, msgs [][]byte) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.Log.Wrote()
+	b.grow(len(msgs), false)
+	for i, m := range msgs {
+		h := &b.hdrs[i]
+		*h = mmsghdr{}
+		b.iovs[i] = unix.Iovec{}
+		if len(m) > 0 {
+			b.iovs[i].Base = &m[0]
+			b.iovs[i].SetLen(len(m))
+		}
+		h.hdr.Iov = &b.iovs[i]
+		h.hdr.SetIovlen(1)
+	}
+	sent := 0
+	var werr error
+	err := c.rc.Write(func(fd uintptr) bool {
+		for sent < len(msgs) {
+			r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[sent])), uintptr(len(msgs)-sent), unix.MSG_DONTWAIT, 0, 0)
+			if e != 0 {
+				if errors.Is(e, unix.EAGAIN) || errors.Is(e, unix.EWOULDBLOCK) {
+					return false
+				}
+				if errors.Is(e, unix.EINTR) {
+					continue
+				}
+				werr = e
+				return true
+			}
+			sent += int(r)
+		}
+		return true
+	})
+	if err != nil {
+		return sent, err
+	}
+	if werr != nil {
+		return sent, &net.OpError{Op: "write", Net: "sendmmsg", Err: werr}
+	}
+	return sent, nil
+}

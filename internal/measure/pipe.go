@@ -1,0 +1,406 @@
+package measure
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"github.com/doqscan/doqscan/internal/kstamp"
+)
+
+const (
+	// udpBatch bounds the datagrams of one sendmmsg/recvmmsg of a DoUDP session.
+	udpBatch = 32
+	// udpPipeBuf is the receive buffer per datagram of a DoUDP session with several
+	// queries outstanding: more than the EDNS size its queries advertise
+	// (dnsmsg.EDNSBufferSize), so an answer cut to it is a bad response.
+	udpPipeBuf = 4096
+)
+
+// pending is one outstanding query of a pipe.
+type pending struct {
+	q        dnsmsg.Query
+	out      Query
+	deadline time.Time
+	lastBad  error
+	done     bool
+}
+
+// message is one message a pipe read: its bytes (valid until the next read), the
+// kernel receive time of the packet that completed it (zero: none), and whether it was
+// cut at the receive buffer.
+type message struct {
+	raw       []byte
+	at        time.Time
+	truncated bool
+}
+
+// pipeIO is a pipe's transport. write sends whole query messages (framed by the
+// transport) and returns how many went out; read waits, until the read deadline, for at
+// least one message and returns those it has.
+type pipeIO struct {
+	write           func(msgs [][]byte) (int, error)
+	read            func() ([]message, error)
+	setReadDeadline func(time.Time) error
+}
+
+// pipe runs a session's queries with up to Streams outstanding, answers matched by DNS
+// ID: a sender goroutine asks for queries (Request.Next, from that one goroutine) and,
+// with Request.Burst, as many as slots are free before it sends them with one write (DoUDP: one sendmmsg; DoTCP/DoT:
+// the frames in one write, RFC 7766 §6.2.1.1); the receiving goroutine takes every
+// message there is from one read (DoUDP: one recvmmsg), matches them by ID, and ends
+// queries that ran out of QueryTimeout. A query starts just before the write that
+// carried it and ends at its answer's kernel receive time. The first read error ends
+// the session's reads: every query outstanding then fails with it.
+type pipe struct {
+	io        pipeIO
+	req       *Request
+	qt        time.Duration
+	keepalive bool // queries carry edns-tcp-keepalive (DoTCP/DoT: Request.TCPKeepalive)
+
+	slots    chan struct{}
+	sendDone chan struct{}
+
+	mu      sync.Mutex
+	pending map[uint16]*pending
+	fifo    []*pending // send order = deadline order (one QueryTimeout for all)
+	out     []Query
+	failed  bool
+	sent    bool // the sender has stopped
+}
+
+// runPipe runs req's queries over pio and appends their outcomes to res in seq order.
+func runPipe(ctx context.Context, req *Request, res *Result, pio pipeIO, keepalive bool) {
+	qt := req.QueryTimeout
+	if qt <= 0 {
+		qt = req.timeout()
+	}
+	p := &pipe{io: pio, req: req, qt: qt, keepalive: keepalive, slots: make(chan struct{}, req.streams()),
+		sendDone: make(chan struct{}), pending: make(map[uint16]*pending, req.streams())}
+	go func() { p.send(ctx); close(p.sendDone) }()
+	p.receive(ctx)
+	<-p.sendDone
+	slices.SortFunc(p.out, func(a, b Query) int { return a.Seq - b.Seq })
+	res.Queries = append(res.Queries, p.out...)
+}
+
+// udpPipeline runs a DoUDP session's queries with several outstanding on its socket.
+func udpPipeline(ctx context.Context, req *Request, res *Result, conn *kstamp.PacketConn) {
+	n := min(udpBatch, req.streams())
+	var wb, rb kstamp.Batch
+	backing := make([]byte, n*udpPipeBuf)
+	bufs := make([][]byte, n)
+	for i := range bufs {
+		bufs[i] = backing[i*udpPipeBuf : (i+1)*udpPipeBuf : (i+1)*udpPipeBuf]
+	}
+	dgs := make([]kstamp.Datagram, n)
+	msgs := make([]message, n)
+	runPipe(ctx, req, res, pipeIO{
+		write: func(m [][]byte) (int, error) { return conn.WriteBatch(&wb, m) },
+		read: func() ([]message, error) {
+			k, err := conn.ReadBatch(&rb, bufs, dgs)
+			if err != nil {
+				return nil, err
+			}
+			for i, d := range dgs[:k] {
+				msgs[i] = message{raw: bufs[i][:d.N], at: d.At, truncated: d.Truncated}
+			}
+			return msgs[:k], nil
+		},
+		setReadDeadline: conn.SetReadDeadline,
+	}, false)
+}
+
+// tcpPipeline runs a DoTCP/DoT session's queries pipelined on c: each burst's frames in
+// one write, answers read through a buffer (every complete message it holds after one
+// read is taken; each carries the kernel time of the last segment that read consumed).
+func tcpPipeline(ctx context.Context, req *Request, res *Result, c *timedConn) {
+	br := bufio.NewReaderSize(c, 2+65535)
+	var wbuf []byte
+	var msgs []message
+	discard := 0
+	runPipe(ctx, req, res, pipeIO{
+		write: func(m [][]byte) (int, error) {
+			wbuf = wbuf[:0]
+			for _, b := range m {
+				wbuf = binary.BigEndian.AppendUint16(wbuf, uint16(len(b)))
+				wbuf = append(wbuf, b...)
+			}
+			if _, err := c.Write(wbuf); err != nil {
+				return 0, err
+			}
+			return len(m), nil
+		},
+		read: func() ([]message, error) {
+			_, _ = br.Discard(discard)
+			discard = 0
+			msgs = msgs[:0]
+			// The first message may wait for the network; Peek keeps a partly read
+			// message in the buffer when the read deadline cuts it short.
+			l, err := br.Peek(2)
+			if err != nil {
+				if errors.Is(err, io.EOF) && br.Buffered() == 0 {
+					return nil, fmt.Errorf("read length: %w", errClosedEarly)
+				}
+				return nil, tcpReadErr(err, 0)
+			}
+			n := int(binary.BigEndian.Uint16(l))
+			if n < dnsHeaderLen {
+				return nil, fmt.Errorf("%w: length %d", errBadLength, n)
+			}
+			b, err := br.Peek(2 + n)
+			if err != nil {
+				return nil, tcpReadErr(err, n)
+			}
+			at := c.log.ArrivedBy(time.Time{}, time.Now())
+			msgs = append(msgs, message{raw: b[2:], at: at})
+			off := 2 + n
+			// Then every further complete message already buffered (no more reads).
+			for br.Buffered() >= off+2 {
+				b, _ := br.Peek(off + 2)
+				n := int(binary.BigEndian.Uint16(b[off:]))
+				if n < dnsHeaderLen || br.Buffered() < off+2+n {
+					break
+				}
+				b, _ = br.Peek(off + 2 + n)
+				msgs = append(msgs, message{raw: b[off+2:], at: at})
+				off += 2 + n
+			}
+			discard = off
+			return msgs, nil
+		},
+		setReadDeadline: c.SetReadDeadline,
+	}, req.TCPKeepalive)
+}
+
+// tcpReadErr is the error of a framed read cut short: the end of the stream inside an
+// announced message is a bad length, anything else (a deadline) stays as it is.
+func tcpReadErr(err error, announced int) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: announced %d bytes: %v", errBadLength, announced, err)
+	}
+	if announced > 0 {
+		return fmt.Errorf("read message: %w", err)
+	}
+	return fmt.Errorf("read length: %w", err)
+}
+
+// finish records q's outcome and frees its slot (p.mu held).
+func (p *pipe) finish(u *pending, q Query) {
+	u.done = true
+	delete(p.pending, u.q.ID)
+	p.out = append(p.out, q)
+	p.failed = p.failed || q.Status != StatusOK
+	<-p.slots
+}
+
+// register gives u an ID no outstanding query uses and returns its wire form; a query
+// that cannot be built fails at once.
+func (p *pipe) register(u *pending) ([]byte, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id := newID()
+	for p.pending[id] != nil {
+		id = newID()
+	}
+	u.q.ID = id
+	msg, err := dnsmsg.Build(u.q)
+	if err != nil {
+		q := u.out
+		q.Status, q.Err = StatusError, err
+		p.finish(u, q)
+		return nil, false
+	}
+	p.pending[id] = u
+	return msg, true
+}
+
+func (p *pipe) stopped(ctx context.Context) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failed || ctx.Err() != nil
+}
+
+// send asks for and sends queries while slots are free, until Next has no more, ctx
+// ends or a query failed; then it wakes the receiver.
+func (p *pipe) send(ctx context.Context) {
+	var msgs [][]byte
+	var sending []*pending
+	defer func() {
+		p.mu.Lock()
+		p.sent = true
+		p.mu.Unlock()
+		_ = p.io.setReadDeadline(time.Now()) // the receiver re-checks what is left
+	}()
+	for seq := 0; ; {
+		msgs, sending = msgs[:0], sending[:0]
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		held, stop := 1, false
+		// A burst: one query per free slot, up to udpBatch.
+		for held > 0 {
+			if p.stopped(ctx) {
+				stop = true
+				break
+			}
+			name, qtype, ok := p.req.next(ctx, seq)
+			if !ok {
+				stop = true
+				break
+			}
+			held--
+			u := &pending{q: dnsmsg.Query{Name: name, Type: qtype, TCPKeepalive: p.keepalive, RcodeOnly: p.req.RcodeOnly},
+				out: Query{Seq: seq, KeepaliveTimeout: -1}}
+			seq++
+			if msg, ok := p.register(u); ok {
+				msgs, sending = append(msgs, msg), append(sending, u)
+			}
+			if len(msgs) == udpBatch || !p.req.Burst {
+				break
+			}
+			select {
+			case p.slots <- struct{}{}:
+				held++
+			default:
+			}
+		}
+		for range held {
+			<-p.slots
+		}
+		if len(msgs) > 0 {
+			now := time.Now()
+			p.mu.Lock()
+			for _, u := range sending {
+				u.out.StartedAt, u.deadline = now, now.Add(p.qt)
+				p.fifo = append(p.fifo, u)
+			}
+			p.mu.Unlock()
+			if n, err := p.io.write(msgs); err != nil {
+				p.mu.Lock()
+				for _, u := range sending[n:] {
+					if !u.done {
+						q := u.out
+						q.Status, q.Err = Classify(err), fmt.Errorf("send query: %w", err)
+						p.finish(u, q)
+					}
+				}
+				p.mu.Unlock()
+			}
+		}
+		if stop {
+			return
+		}
+	}
+}
+
+// expire ends the outstanding queries whose time ran out (all of them when all is set,
+// with readErr when the socket failed), oldest first (p.mu held).
+func (p *pipe) expire(now time.Time, all bool, readErr error) {
+	for len(p.fifo) > 0 {
+		u := p.fifo[0]
+		if !u.done {
+			if readErr == nil && !all && now.Before(u.deadline) {
+				return
+			}
+			q := u.out
+			switch {
+			case readErr != nil:
+				q.Status, q.Err = Classify(readErr), readErr
+			case u.lastBad != nil:
+				q.Status, q.Err = StatusBadResponse, u.lastBad
+			default:
+				err := fmt.Errorf("%w: no answer", context.DeadlineExceeded)
+				q.Status, q.Err = Classify(err), err
+			}
+			p.finish(u, q)
+		}
+		p.fifo[0] = nil
+		p.fifo = p.fifo[1:]
+	}
+}
+
+// receive reads answers until the sender has stopped and no query is outstanding.
+func (p *pipe) receive(ctx context.Context) {
+	over := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.sent && len(p.pending) == 0 && len(p.fifo) == 0
+	}
+	for {
+		now := time.Now()
+		p.mu.Lock()
+		p.expire(now, ctx.Err() != nil, nil)
+		d := now.Add(p.qt)
+		if len(p.fifo) > 0 {
+			d = p.fifo[0].deadline
+		}
+		p.mu.Unlock()
+		_ = p.io.setReadDeadline(d)
+		// After the deadline is set: the sender's stop and ctx's end (which set the
+		// deadline to now) either show here or cut the read short.
+		if over() {
+			return
+		}
+		if ctx.Err() != nil {
+			_ = p.io.setReadDeadline(time.Now())
+		}
+		msgs, err := p.io.read()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
+			// The reads are over: no new query, and every one sent fails with err.
+			// (Ending them frees the slots the sender may wait for.)
+			p.mu.Lock()
+			p.failed = true
+			p.expire(time.Now(), true, err)
+			p.mu.Unlock()
+			<-p.sendDone
+			p.mu.Lock()
+			p.expire(time.Now(), true, err)
+			p.mu.Unlock()
+			return
+		}
+		now = time.Now()
+		p.mu.Lock()
+		for _, m := range msgs {
+			if len(m.raw) < 2 {
+				continue
+			}
+			u := p.pending[uint16(m.raw[0])<<8|uint16(m.raw[1])]
+			if u == nil || u.out.StartedAt.IsZero() {
+				continue // not an answer to an outstanding query: dropped
+			}
+			done := m.at
+			if done.IsZero() || done.After(now) {
+				done = now
+			}
+			if done.Before(u.out.StartedAt) {
+				done = u.out.StartedAt
+			}
+			if m.truncated {
+				u.lastBad = fmt.Errorf("%w: answer longer than %d bytes", dnsmsg.ErrBadResponse, udpPipeBuf)
+				continue
+			}
+			q := finishQuery(u.out, u.q, m.raw, done)
+			if q.Status == StatusOK || !errors.Is(q.Err, dnsmsg.ErrBadResponse) {
+				p.finish(u, q)
+			} else {
+				// Possibly injected (RFC 5452 §9.1): the query keeps waiting.
+				u.lastBad = q.Err
+			}
+		}
+		p.mu.Unlock()
+	}
+}

@@ -1,0 +1,184 @@
+package measure_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/doqscan/doqscan/internal/measure"
+)
+
+// udpAnswerer answers every DNS query on a loopback socket by its name: ok.example with
+// a datagram of another ID first, then the answer; big.example with an answer padded
+// past 4096 bytes; wrong.example with an answer for another question.
+func udpAnswerer(t *testing.T) *net.UDPConn {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 7)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := c.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			q := new(dns.Msg)
+			if q.Unpack(buf[:n]) != nil || len(q.Question) != 1 {
+				continue
+			}
+			m := new(dns.Msg)
+			m.SetReply(q)
+			switch q.Question[0].Name {
+			case "ok.example.":
+				other := m.Copy()
+				other.Id++
+				b, _ := other.Pack()
+				_, _ = c.WriteToUDP(b, from)
+				b, _ = m.Pack()
+				_, _ = c.WriteToUDP(b, from)
+			case "big.example.":
+				b, _ := m.Pack()
+				_, _ = c.WriteToUDP(append(b, make([]byte, 5000)...), from)
+			case "wrong.example.":
+				m.Question[0].Name = "other.example."
+				b, _ := m.Pack()
+				_, _ = c.WriteToUDP(b, from)
+			}
+		}
+	}()
+	return c
+}
+
+// TestUDPPipelineHostile: with several queries outstanding on one DoUDP socket, a
+// datagram with another ID is skipped, and an answer cut at the receive buffer or for
+// another question is a bad response once the query's time runs out.
+func TestUDPPipelineHostile(t *testing.T) {
+	srv := udpAnswerer(t)
+	m, _ := measure.For(measure.DoUDP)
+	names := []string{"ok.example", "big.example", "wrong.example"}
+	for _, rcodeOnly := range []bool{false, true} {
+		req := &measure.Request{Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Timeout: 10 * time.Second,
+			QueryTimeout: 300 * time.Millisecond, Mode: measure.ModePersistent, Streams: 3, RcodeOnly: rcodeOnly}
+		req.Next = func(_ context.Context, seq int) (string, uint16, bool) {
+			if seq >= len(names) {
+				return "", 0, false
+			}
+			return names[seq], dns.TypeA, true
+		}
+		res := m.Measure(context.Background(), req)
+		if len(res.Queries) != 3 {
+			t.Fatalf("rcodeOnly %v: %d outcomes (%s %v)", rcodeOnly, len(res.Queries), res.Status, res.Err)
+		}
+		want := []measure.Status{measure.StatusOK, measure.StatusBadResponse, measure.StatusBadResponse}
+		for i, q := range res.Queries {
+			if q.Seq != i || q.Status != want[i] {
+				t.Errorf("rcodeOnly %v, %s: seq %d %s %v; want %s", rcodeOnly, names[i], q.Seq, q.Status, q.Err, want[i])
+			}
+		}
+		if q := res.Queries[0]; q.Resolve <= 0 || q.Resolve > 300*time.Millisecond {
+			t.Errorf("resolve %v", q.Resolve)
+		}
+	}
+}
+
+// TestPipelineSendsBeforeNextWaits: without Burst (a paced Next), a query goes out as
+// soon as Next returned it, before Next is asked for the next one: Next for seq 1 waits
+// until the server has seen query 0, for DoUDP and pipelined DoTCP.
+func TestPipelineSendsBeforeNextWaits(t *testing.T) {
+	seen := make(chan struct{}, 16)
+	uc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 7)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	tl, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 7)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	answer := func(b []byte) []byte {
+		q := new(dns.Msg)
+		if q.Unpack(b) != nil {
+			return nil
+		}
+		seen <- struct{}{}
+		m := new(dns.Msg)
+		m.SetReply(q)
+		out, _ := m.Pack()
+		return out
+	}
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := uc.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			if a := answer(buf[:n]); a != nil {
+				_, _ = uc.WriteToUDP(a, from)
+			}
+		}
+	}()
+	go func() {
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for {
+					var l [2]byte
+					if _, err := io.ReadFull(c, l[:]); err != nil {
+						return
+					}
+					b := make([]byte, int(l[0])<<8|int(l[1]))
+					if _, err := io.ReadFull(c, b); err != nil {
+						return
+					}
+					if a := answer(b); a != nil {
+						_, _ = c.Write(append([]byte{byte(len(a) >> 8), byte(len(a))}, a...))
+					}
+				}
+			}()
+		}
+	}()
+	for _, c := range []struct {
+		p    measure.Protocol
+		addr netip.AddrPort
+	}{{measure.DoUDP, uc.LocalAddr().(*net.UDPAddr).AddrPort()}, {measure.DoTCP, tl.Addr().(*net.TCPAddr).AddrPort()}} {
+		t.Run(string(c.p), func(t *testing.T) {
+			for len(seen) > 0 {
+				<-seen
+			}
+			m, _ := measure.For(c.p)
+			waited := false
+			req := &measure.Request{Addr: c.addr, Timeout: 10 * time.Second, Mode: measure.ModePersistent, Streams: 4, RcodeOnly: true}
+			req.Next = func(_ context.Context, seq int) (string, uint16, bool) {
+				if seq == 1 {
+					select {
+					case <-seen: // query 0 reached the server while Next waits
+						waited = true
+					case <-time.After(3 * time.Second):
+					}
+				}
+				return "a.example", dns.TypeA, seq < 2
+			}
+			res := m.Measure(context.Background(), req)
+			if !waited {
+				t.Fatal("query 0 was held back until Next returned query 1")
+			}
+			if len(res.Queries) != 2 || res.Status != measure.StatusOK {
+				t.Fatalf("%s %v, %d outcomes", res.Status, res.Err, len(res.Queries))
+			}
+		})
+	}
+}
