@@ -13,8 +13,7 @@ import (
 // location and contact given by flag (or, for another vantage, by environment) and its
 // provenance: this tool, this build, the vantage point.
 func TestRunRecordsVantageAndProvenance(t *testing.T) {
-	url := storetest.NewDatabase(t)
-	t.Setenv("DATABASE_URL", url)
+	url := storetest.UseDatabase(t)
 	empty := clitest.WriteFile(t, t.TempDir(), "none.txt", "# no targets\n")
 	code, out := run(t, "--targets", empty, "--week", "2026-W47", "--label", "prov",
 		"--vantage", "fra1", "--vantage-location", "Frankfurt, DE", "--vantage-contact", "noc@example.org")
@@ -39,6 +38,6 @@ func TestRunRecordsVantageAndProvenance(t *testing.T) {
 // default under DOQSCAN_HOME) stops the run with exit code 5 before anything is
 // contacted (it used to mean "no blocklist"); an empty --blocklist-dir is 2.
 func TestMissingBlocklistDir(t *testing.T) {
-	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
+	storetest.UseDatabase(t)
 	clitest.MissingBlocklistDir(t, command)
 }

@@ -381,11 +381,8 @@ func TestMeasurementIDsAreStable(t *testing.T) {
 // BenchmarkCopyMeasurements prints COPY throughput for measurement rows (goal: at least
 // 100,000 rows/s). Each iteration loads a batch of 50,000 new rows.
 func BenchmarkCopyMeasurements(b *testing.B) {
-	s := storetest.Open(b)
+	s := storetest.OpenVantage(b, "bench")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "bench"}); err != nil {
-		b.Fatal(err)
-	}
 	const batch = 50_000
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var total int64

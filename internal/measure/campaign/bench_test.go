@@ -10,7 +10,6 @@ import (
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -21,11 +20,8 @@ import (
 // against that delay.
 func BenchmarkRoundThroughput(b *testing.B) {
 	const delay = 10 * time.Millisecond
-	s := storetest.Open(b)
+	s := storetest.OpenVantage(b, "bench")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "bench"}); err != nil {
-		b.Fatal(err)
-	}
 	srv := measuretest.Start(b, measuretest.Config{Host: "0.0.0.0", Delay: delay})
 	qsrv := measuretest.Start(b, measuretest.Config{Host: "0.0.0.0", QUICDelay: delay})
 	for _, conc := range []int{16, 64} {

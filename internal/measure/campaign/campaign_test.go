@@ -69,11 +69,8 @@ func logger() *slog.Logger {
 }
 
 func TestRoundWritesEverythingOnceAndResumes(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
 	hosts := []string{"127.0.0.10", "127.0.0.11", "127.0.0.12", "127.0.0.13"}
 	targets := targetsFor(t, hosts, measuretest.Config{})
 	cfg := campaign.Config{
@@ -171,11 +168,8 @@ func TestRoundWritesEverythingOnceAndResumes(t *testing.T) {
 }
 
 func TestTargetsFromVerification(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
 	runID, _, err := s.StartVerificationRun(ctx, store.VerificationRun{ISOWeek: "2026-W47", VantageID: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -265,11 +259,8 @@ func (c *stepClock) Advance(d time.Duration) {
 // nothing else moves it, so neither the machine's load nor the database's set-up time
 // changes the counts.
 func TestSpreadRoundReportsLateStarts(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
 	hosts := []string{"127.0.0.20", "127.0.0.21", "127.0.0.22", "127.0.0.23", "127.0.0.24"}
 	var targets []campaign.Target
 	for _, tg := range targetsFor(t, hosts, measuretest.Config{}) {
@@ -324,11 +315,8 @@ func TestSpreadRoundReportsLateStarts(t *testing.T) {
 // TestQlogRowsCarryTheODCID: every stored qlog has the original destination connection
 // ID of its dial (the first trace's, which quic-go also writes as the trace's group_id).
 func TestQlogRowsCarryTheODCID(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
 	targets := targetsFor(t, []string{"127.0.0.14"}, measuretest.Config{})
 	cfg := campaign.Config{VantageID: "test", Label: "odcid", Hour: hour, Timeout: 2 * time.Second, Concurrency: 1,
 		Protocols: []measure.Protocol{measure.DoQ, measure.DoH3}, RTTSamples: 1, RTTTimeout: 300 * time.Millisecond}

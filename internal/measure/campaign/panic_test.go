@@ -12,7 +12,6 @@ import (
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testsupport"
 )
@@ -23,11 +22,8 @@ import (
 // exchanges are stored with status error, the stack is in the log, and the other
 // resolvers are measured as usual.
 func TestPanickingResolverRecordedAsError(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
 	hosts := []string{"127.0.0.41", "127.0.0.42", "127.0.0.43"}
 	var targets []campaign.Target
 	for _, h := range hosts {

@@ -486,11 +486,8 @@ const campaignConcurrency = 4
 // rows whose analyses match the population's predictions, and a rerun adds nothing.
 func TestCampaignOnTheTestbed(t *testing.T) {
 	_, pop := testbed.RequirePopulation(t)
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "testbed")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "testbed"}); err != nil {
-		t.Fatal(err)
-	}
 	var lossless []endpoint
 	for _, ep := range endpoints(pop, true) {
 		if pop.PathOf(ep.addr).Loss == 0 {

@@ -65,6 +65,15 @@ func NewDatabase(t testing.TB) string {
 	return WithDatabase(admin, name)
 }
 
+// UseDatabase creates an empty database (NewDatabase), points $DATABASE_URL at it for the
+// rest of the test, as a command run by the test reads it, and returns its URL.
+func UseDatabase(t testing.TB) string {
+	t.Helper()
+	url := NewDatabase(t)
+	t.Setenv("DATABASE_URL", url)
+	return url
+}
+
 // WithDatabase returns url pointing at database name (URL or keyword/value form).
 func WithDatabase(u, name string) string {
 	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
@@ -85,6 +94,16 @@ func Open(t testing.TB) *store.Store {
 		t.Fatalf("open test store: %v", err)
 	}
 	t.Cleanup(s.Close)
+	return s
+}
+
+// OpenVantage returns a Store as Open does, with the vantage point id recorded.
+func OpenVantage(t testing.TB, id string) *store.Store {
+	t.Helper()
+	s := Open(t)
+	if err := s.EnsureVantage(context.Background(), store.Vantage{ID: id}); err != nil {
+		t.Fatalf("record vantage %s: %v", id, err)
+	}
 	return s
 }
 
