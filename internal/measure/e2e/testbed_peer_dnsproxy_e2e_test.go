@@ -21,7 +21,7 @@ func dnsproxyRecords(t *testing.T, pop *population.Population) []*population.Rec
 	var out []*population.Record
 	for i := range pop.Records {
 		if r := &pop.Records[i]; r.Peer == population.PeerDNSProxy {
-			requirePeer(t, pop, r)
+			testbed.RequirePeer(t, pop, r)
 			out = append(out, r)
 		}
 	}

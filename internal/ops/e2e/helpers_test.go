@@ -79,16 +79,11 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	v := testbed.Require(t)
-	if v.Population == nil {
-		t.Skip("the testbed runs without a population file")
-	}
+	v, _ := testbed.RequirePopulation(t)
 	if err := exec.Command("ip", "netns", "exec", nsOf(v, 1), "true").Run(); err != nil {
 		t.Skipf("no second vantage namespace %s (a reused $DOQSCAN_TESTNET instance with one vantage?): %v", nsOf(v, 1), err)
 	}
-	if _, err := os.Stat(filepath.Join(repoRoot(t), "bin", "simserver")); err != nil {
-		t.Skip("bin/simserver is not built (./dev build): the testbed has no simulated servers to find")
-	}
+	v.RequireSimserver(t)
 	url := storetest.NewDatabase(t)
 	s, err := store.Open(context.Background(), url)
 	if err != nil {

@@ -11,25 +11,10 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
-
-// skipUninstalledPeer skips when r is a third-party peer that is not installed here
-// (scripts/install-peers.sh): the testbed then starts no peer at all.
-func skipUninstalledPeer(t *testing.T, r *population.Record) {
-	t.Helper()
-	if r.Peer == "" {
-		return
-	}
-	root, err := peers.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := peers.Installed(root, peers.Kind(r.Peer)); err != nil {
-		t.Skipf("SKIP: %s is a %s peer: %v", r.Prefix, r.Peer, err)
-	}
-}
 
 // The IPv6 half has a third-party server, and the tests below reach it like every
 // simserver address.
@@ -62,7 +47,7 @@ func TestIPv6QUICEndpoints(t *testing.T) {
 		}
 		n++
 		t.Run(ep.Addr.String()+"/"+strconv.Itoa(int(ep.Port)), func(t *testing.T) {
-			skipUninstalledPeer(t, pop.Lookup(ep.Addr))
+			testbed.RequirePeer(t, pop, pop.Lookup(ep.Addr))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			conn, _, err := dialDoQ(ctx, ep.Addr, ep.Port, nil, false, nil)

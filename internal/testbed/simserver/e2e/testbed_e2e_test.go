@@ -31,10 +31,7 @@ func TestMain(m *testing.M) {
 // than this package's sources would build: the test would exercise a stale server.
 func requireSimserver(t *testing.T) *testbed.Vantage {
 	t.Helper()
-	v := testbed.Require(t)
-	if v.Population == nil {
-		t.Skip("SKIP: the testbed has no population")
-	}
+	v, _ := testbed.RequirePopulation(t)
 	bin := filepath.Join(home.Dir(), "bin", "simserver")
 	st, err := os.Stat(bin)
 	if err != nil {
