@@ -205,25 +205,34 @@ func RequirePopulation(t testing.TB) (*Vantage, *population.Population) {
 	return v, v.Population
 }
 
-// RequirePeer skips a test of rec's address when rec is a third-party peer and not every
-// peer of pop is installed: the testbed starts them all or none (peers.StartPopulation
-// fails with ErrNotInstalled and the testbed leaves their addresses silent). An
-// installed set must answer.
+// RequirePeer skips a test of rec's address when rec is a third-party peer and
+// PeersMissing says why the testbed starts none.
 func RequirePeer(t testing.TB, pop *population.Population, rec *population.Record) {
 	t.Helper()
 	if rec.Peer == "" {
 		return
 	}
+	if err := PeersMissing(t, pop); err != nil {
+		t.Skipf("SKIP: the testbed starts the third-party peers all or none, and %v", err)
+	}
+}
+
+// PeersMissing returns why the testbed starts none of pop's third-party peers (one of
+// them is not installed: peers.StartPopulation fails with ErrNotInstalled and the
+// testbed leaves their addresses silent), or nil: an installed set must answer.
+func PeersMissing(t testing.TB, pop *population.Population) error {
+	t.Helper()
 	root, err := peers.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range pop.Records {
+	for _, r := range pop.AllRecords() {
 		if r.Peer == "" {
 			continue
 		}
 		if err := peers.Installed(root, peers.Kind(r.Peer)); err != nil {
-			t.Skipf("SKIP: the testbed starts the third-party peers all or none, and %v", err)
+			return err
 		}
 	}
+	return nil
 }
