@@ -8,13 +8,6 @@ import (
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
-// run runs measure in-process through the real flag parsing and returns its exit code
-// and stderr.
-func run(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	return clitest.Run(t, command, args...)
-}
-
 // TestBadFlagsExitUsage: every numeric flag out of its range is refused with exit code 2
 // and a message naming the flag, before anything runs (none is replaced by its default).
 func TestBadFlagsExitUsage(t *testing.T) {

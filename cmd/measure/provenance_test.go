@@ -16,11 +16,11 @@ import (
 func TestDeprecatedNameFlag(t *testing.T) {
 	storetest.UseDatabase(t)
 	missing := filepath.Join(t.TempDir(), "absent.txt")
-	code, out := run(t, "--name", "a..b", "--targets", missing)
+	code, out := clitest.Run(t, command, "--name", "a..b", "--targets", missing)
 	if code != cli.ExitUsage || !strings.Contains(out, `--query-name "a..b"`) || !strings.Contains(out, "deprecated flag") {
 		t.Fatalf("exit %d, stderr %q; want %d, a deprecation warning and --query-name's error", code, out, cli.ExitUsage)
 	}
-	if code, out := run(t, "--query-name", "a..b", "--targets", missing); strings.Contains(out, "deprecated") || code != cli.ExitUsage {
+	if code, out := clitest.Run(t, command, "--query-name", "a..b", "--targets", missing); strings.Contains(out, "deprecated") || code != cli.ExitUsage {
 		t.Fatalf("--query-name: exit %d, stderr %q", code, out)
 	}
 }
@@ -31,7 +31,7 @@ func TestRoundRecordsProvenance(t *testing.T) {
 	url := storetest.UseDatabase(t)
 	targets := clitest.WriteFile(t, t.TempDir(), "loopback.txt", "127.0.0.1 doudp=9\n")
 	want := provenance.Vantage{ID: "fra1", Location: "Frankfurt, DE", Contact: "noc@example.org"}
-	code, out := run(t, "--targets", targets, "--protocols", "doudp", "--timeout", "200ms", "--rtt-samples", "1",
+	code, out := clitest.Run(t, command, "--targets", targets, "--protocols", "doudp", "--timeout", "200ms", "--rtt-samples", "1",
 		"--hour", "2026-11-22T04", "--vantage", want.ID,
 		"--vantage-location", want.Location, "--vantage-contact", want.Contact)
 	if code != cli.ExitOK {

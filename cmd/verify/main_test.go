@@ -9,13 +9,6 @@ import (
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
-// run runs verify in-process through the real flag parsing and returns its exit code
-// and stderr.
-func run(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	return clitest.Run(t, command, args...)
-}
-
 // TestBadFlags: every flag out of its range or malformed is refused with exit code 2 and
 // a message naming it, before anything runs; a missing file a flag names is 5.
 func TestBadFlags(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 func TestRunRecordsVantageAndProvenance(t *testing.T) {
 	url := storetest.UseDatabase(t)
 	empty := clitest.WriteFile(t, t.TempDir(), "none.txt", "# no targets\n")
-	code, out := run(t, "--targets", empty, "--week", "2026-W47", "--label", "prov",
+	code, out := clitest.Run(t, command, "--targets", empty, "--week", "2026-W47", "--label", "prov",
 		"--vantage", "fra1", "--vantage-location", "Frankfurt, DE", "--vantage-contact", "noc@example.org")
 	if code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, out)
@@ -23,7 +23,7 @@ func TestRunRecordsVantageAndProvenance(t *testing.T) {
 	t.Setenv(cli.EnvVantage, "ams2")
 	t.Setenv(cli.EnvVantageLocation, "Amsterdam, NL")
 	t.Setenv(cli.EnvVantageContact, "ops@example.net")
-	if code, out := run(t, "--targets", empty, "--week", "2026-W47", "--label", "prov"); code != cli.ExitOK {
+	if code, out := clitest.Run(t, command, "--targets", empty, "--week", "2026-W47", "--label", "prov"); code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, out)
 	}
 	for _, want := range []provenance.Vantage{
