@@ -13,6 +13,7 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/rtt"
 	"github.com/doqscan/doqscan/internal/measure/rtt/rtttest"
 	"github.com/doqscan/doqscan/internal/outcome"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // TestProbes takes every kind of UDP and QUIC sample over IPv4 and IPv6 loopback, with
@@ -42,16 +43,7 @@ func testProbes(t *testing.T, p *rtt.Prober, s *measuretest.Servers, host string
 		t.Fatal(err)
 	}
 	defer echo.Close()
-	go func() {
-		b := make([]byte, 1500)
-		for {
-			n, a, err := echo.ReadFrom(b)
-			if err != nil {
-				return
-			}
-			_, _ = echo.WriteTo(b[:n], a)
-		}
-	}()
+	testsupport.Echo(echo)
 	rtttest.Check(t, "udp-echo", p.Probe(ctx, rtt.UDP, echo.LocalAddr().(*net.UDPAddr).AddrPort(), 2, time.Second), rtt.StatusOK, 2)
 }
 
