@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/store/storetest"
@@ -29,14 +28,7 @@ func BenchmarkRoundThroughput(b *testing.B) {
 			var targets []campaign.Target
 			for i := 0; i < b.N; i++ {
 				addr := netip.AddrFrom4([4]byte{127, 2, byte(i >> 8), byte(i)})
-				targets = append(targets, campaign.Target{Addr: addr, Endpoints: []campaign.Endpoint{
-					{Protocol: measure.DoUDP, Port: srv.UDP.Port()},
-					{Protocol: measure.DoTCP, Port: srv.TCP.Port()},
-					{Protocol: measure.DoT, Port: srv.DoT.Port()},
-					{Protocol: measure.DoH, Port: srv.DoH.Port()},
-					{Protocol: measure.DoQ, Port: qsrv.DoQ.Port(), ALPN: "doq"},
-					{Protocol: measure.DoH3, Port: qsrv.DoH3.Port()},
-				}})
+				targets = append(targets, campaign.Target{Addr: addr, Endpoints: endpoints(srv, qsrv)})
 			}
 			cfg := campaign.Config{VantageID: "bench", Label: fmt.Sprintf("bench-%d-%d", conc, b.N), Hour: hour,
 				Concurrency: conc, Timeout: 5 * time.Second, RTTSamples: 3, RTTTimeout: time.Second, BatchSize: 32}

@@ -26,6 +26,19 @@ import (
 
 var hour = time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
 
+// endpoints are one endpoint of every protocol: the UDP and TCP ones of servers, the QUIC
+// ones (DoQ, DoH3) of quic.
+func endpoints(servers, quic *measuretest.Servers) []campaign.Endpoint {
+	return []campaign.Endpoint{
+		{Protocol: measure.DoUDP, Port: servers.UDP.Port()},
+		{Protocol: measure.DoTCP, Port: servers.TCP.Port()},
+		{Protocol: measure.DoT, Port: servers.DoT.Port()},
+		{Protocol: measure.DoH, Port: servers.DoH.Port()},
+		{Protocol: measure.DoQ, Port: quic.DoQ.Port(), ALPN: "doq"},
+		{Protocol: measure.DoH3, Port: quic.DoH3.Port()},
+	}
+}
+
 // targetsFor starts one set of servers per address and returns them as targets.
 func targetsFor(t *testing.T, hosts []string, cfg measuretest.Config) []campaign.Target {
 	var out []campaign.Target
@@ -33,14 +46,7 @@ func targetsFor(t *testing.T, hosts []string, cfg measuretest.Config) []campaign
 		c := cfg
 		c.Host = h
 		s := measuretest.Start(t, c)
-		out = append(out, campaign.Target{Addr: netip.MustParseAddr(h), Endpoints: []campaign.Endpoint{
-			{Protocol: measure.DoUDP, Port: s.UDP.Port()},
-			{Protocol: measure.DoTCP, Port: s.TCP.Port()},
-			{Protocol: measure.DoT, Port: s.DoT.Port()},
-			{Protocol: measure.DoH, Port: s.DoH.Port()},
-			{Protocol: measure.DoQ, Port: s.DoQ.Port(), ALPN: "doq"},
-			{Protocol: measure.DoH3, Port: s.DoH3.Port()},
-		}})
+		out = append(out, campaign.Target{Addr: netip.MustParseAddr(h), Endpoints: endpoints(s, s)})
 	}
 	return out
 }
