@@ -52,18 +52,14 @@ func TestSchemaAppliedTwiceChangesNothing(t *testing.T) {
 }
 
 func TestSchemaNewerThanBinaryIsRefused(t *testing.T) {
-	url := storetest.NewDatabase(t)
+	s, url := storetest.OpenURL(t)
 	ctx := context.Background()
-	s, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
 	newer := store.SchemaVersion() + 1
 	if _, err := s.Pool.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, 'from the future')`, newer); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	_, err = store.Open(ctx, url)
+	_, err := store.Open(ctx, url)
 	if !errors.Is(err, store.ErrSchemaNewer) {
 		t.Fatalf("Open on a newer schema: err = %v, want ErrSchemaNewer", err)
 	}

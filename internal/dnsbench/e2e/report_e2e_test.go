@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/dnsbench"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testsupport"
 )
@@ -65,12 +64,8 @@ func (tb table) row(t *testing.T, target string) int {
 func benchReport(t *testing.T, rs []*dnsbench.Report) (map[string]table, string) {
 	t.Helper()
 	python := testsupport.ReportPython(t, "", "report's notebook")
-	url := storetest.NewDatabase(t)
+	s, url := storetest.OpenURL(t)
 	ctx := context.Background()
-	s, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatalf("open test store: %v", err)
-	}
 	for _, r := range rs {
 		if _, err := dnsbench.Save(ctx, s, r); err != nil {
 			s.Close()

@@ -84,12 +84,7 @@ func setup(t *testing.T) *env {
 		t.Skipf("no second vantage namespace %s (a reused $DOQSCAN_TESTNET instance with one vantage?): %v", nsOf(v, 1), err)
 	}
 	v.RequireSimserver(t)
-	url := storetest.NewDatabase(t)
-	s, err := store.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
+	s, url := storetest.OpenURL(t)
 	return &env{v: v, pop: v.Population, url: url, s: s, bin: bins(t)}
 }
 

@@ -88,13 +88,22 @@ func WithDatabase(u, name string) string {
 // Open returns a Store on a fresh database with the schema applied.
 func Open(t testing.TB) *store.Store {
 	t.Helper()
+	s, _ := OpenURL(t)
+	return s
+}
+
+// OpenURL is Open, and returns the database's URL too (for a command the test runs, or a
+// connection of its own). The Store is closed when the test ends; closing it before is
+// fine.
+func OpenURL(t testing.TB) (*store.Store, string) {
+	t.Helper()
 	url := NewDatabase(t)
 	s, err := store.Open(context.Background(), url)
 	if err != nil {
 		t.Fatalf("open test store: %v", err)
 	}
 	t.Cleanup(s.Close)
-	return s
+	return s, url
 }
 
 // OpenVantage returns a Store as Open does, with the vantage point id recorded.
