@@ -100,18 +100,12 @@ func TestIPv6PlainDNSAndDoT(t *testing.T) {
 				continue
 			}
 			c := &dns.Client{Net: transport, Timeout: 3 * time.Second}
-			q := new(dns.Msg)
-			q.SetQuestion("test.com.", dns.TypeA)
-			m, _, err := c.Exchange(q, net.JoinHostPort(a.String(), "53"))
+			m, _, err := queryA(c, a)
 			if err != nil {
 				t.Errorf("%s %s: %v", transport, a, err)
 				continue
 			}
-			want := dns.RcodeSuccess
-			if r.RCode == "REFUSED" {
-				want = dns.RcodeRefused
-			}
-			if m.Rcode != want {
+			if want := dns.StringToRcode[r.RCode]; m.Rcode != want {
 				t.Errorf("%s %s: rcode %s, ground truth %s", transport, a, dns.RcodeToString[m.Rcode], r.RCode)
 			}
 		}
