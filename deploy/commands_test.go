@@ -414,12 +414,8 @@ func TestScheduledCommandLines(t *testing.T) {
 	bin := buildTools(t)
 	want := "measure optout report scan verify"
 	t.Run("compose", func(t *testing.T) {
-		sb := newSandbox(t)
-		var all []string
-		lines := composeLines(t, siteEnv)
 		wantPeriod := map[string]string{"scanner": "weekly", "measure": "hourly", "report": "hourly", "optout": ""}
-		for _, name := range sortedKeys(lines) {
-			s := lines[name]
+		all := startAll(t, bin, composeLines(t, siteEnv), "/opt/doqscan", nil, func(name string, s scheduled) {
 			if s.env["DOQSCAN_HOME"] != "/opt/doqscan" {
 				t.Errorf("%s: DOQSCAN_HOME=%q, want /opt/doqscan", s.origin, s.env["DOQSCAN_HOME"])
 			}
@@ -427,54 +423,52 @@ func TestScheduledCommandLines(t *testing.T) {
 				t.Errorf("%s: every.sh period %q, want %q (hourly or weekly, as the timers)", s.origin, s.period, p)
 			}
 			absolutePaths(t, s.origin, s.argv)
-			starts, out, err := sb.run(t, s, "/opt/doqscan")
-			if err != nil {
-				t.Errorf("%s: %v\n%s", s.origin, err, out)
-			}
-			all = append(all, checkStarts(t, s.origin, sb.home, bin, starts, s.env)...)
-		}
-		sort.Strings(all)
+		})
 		if got := strings.Join(all, " "); got != want {
 			t.Errorf("the compose services start %q, want %q", got, want)
 		}
 	})
 	t.Run("systemd", func(t *testing.T) {
-		sb := newSandbox(t)
-		var all []string
-		lines := systemdLines(t)
-		for _, name := range sortedKeys(lines) {
-			s := lines[name]
+		all := startAll(t, bin, systemdLines(t), "@DOQSCAN_HOME@", nil, func(_ string, s scheduled) {
 			absolutePaths(t, s.origin, s.argv)
-			starts, out, err := sb.run(t, s, "@DOQSCAN_HOME@")
-			if err != nil {
-				t.Errorf("%s: %v\n%s", s.origin, err, out)
-			}
-			all = append(all, checkStarts(t, s.origin, sb.home, bin, starts, s.env)...)
-		}
-		sort.Strings(all)
+		})
 		if got := strings.Join(all, " "); got != want {
 			t.Errorf("the systemd units start %q, want %q", got, want)
 		}
 	})
 	t.Run("cron", func(t *testing.T) {
-		sb := newSandbox(t)
-		var all []string
-		lines := cronLines(t)
-		for _, name := range sortedKeys(lines) {
-			s := lines[name]
+		all := startAll(t, bin, cronLines(t), "@DOQSCAN_HOME@", siteEnv, func(_ string, s scheduled) {
 			absolutePaths(t, s.origin, strings.Fields(s.shell))
-			starts, out, err := sb.run(t, s, "@DOQSCAN_HOME@")
-			if err != nil {
-				t.Errorf("%s: %v\n%s", s.origin, err, out)
-			}
-			all = append(all, checkStarts(t, s.origin, sb.home, bin, starts, siteEnv)...)
-		}
-		sort.Strings(all)
+		})
 		// The opt-out page is a daemon: systemd runs it, cron cannot.
 		if got := strings.Join(all, " "); got != "measure report scan verify" {
 			t.Errorf("the crontab starts %q, want %q", got, "measure report scan verify")
 		}
 	})
+}
+
+// startAll runs every line (after check looked at it) in a fresh sandbox, with prefix
+// as the lines' DOQSCAN_HOME, and returns the tool starts they make, each checked by
+// checkStarts against env (nil: the line's own environment), sorted.
+func startAll(t *testing.T, bin string, lines map[string]scheduled, prefix string, env map[string]string, check func(name string, s scheduled)) []string {
+	t.Helper()
+	sb := newSandbox(t)
+	var all []string
+	for _, name := range sortedKeys(lines) {
+		s := lines[name]
+		check(name, s)
+		starts, out, err := sb.run(t, s, prefix)
+		if err != nil {
+			t.Errorf("%s: %v\n%s", s.origin, err, out)
+		}
+		e := env
+		if e == nil {
+			e = s.env
+		}
+		all = append(all, checkStarts(t, s.origin, sb.home, bin, starts, e)...)
+	}
+	sort.Strings(all)
+	return all
 }
 
 // TestScannerWithoutTargetsSaysWhy: a compose deployment without ZPROBE_ARGS fails at

@@ -16,7 +16,7 @@ func TestHelp(t *testing.T) {
 // (2), a directory that does not exist a missing prerequisite (5); one line each, flags
 // before or after the subcommand, before the database is opened.
 func TestBadArgs(t *testing.T) {
-	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1") // reached only if the arguments pass
+	clitest.NoDatabase(t) // reached only if the arguments pass
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "absent")
 	clitest.OneLineErrors(t, command, []clitest.Case{

@@ -1,20 +1,16 @@
 package main
 
 import (
-	"bytes"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/cli/clitest"
 )
 
 func TestExitCodes(t *testing.T) {
 	dir := t.TempDir()
-	bad := filepath.Join(dir, "bad.txt")
-	if err := os.WriteFile(bad, []byte("ok.example A\nbad.example NOTATYPE\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	bad := clitest.WriteFile(t, dir, "bad.txt", "ok.example A\nbad.example NOTATYPE\n")
 	for _, c := range []struct {
 		args []string
 		code int
@@ -33,10 +29,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"--count", "1", "--compare-policies", "fresh,sometimes", "doudp://127.0.0.1"}, cli.ExitUsage},
 		{[]string{"--count", "1", "doudp://198.18.0.1"}, cli.ExitEnvironment}, // a testbed address outside the testbed
 	} {
-		fs, common, run := command()
-		var stderr bytes.Buffer
-		if got := cli.RunMain(fs, common, c.args, &stderr, run); got != c.code {
-			t.Errorf("%v: exit %d, want %d (%s)", c.args, got, c.code, stderr.String())
+		if got, stderr := clitest.Run(t, command, c.args...); got != c.code {
+			t.Errorf("%v: exit %d, want %d (%s)", c.args, got, c.code, stderr)
 		}
 	}
 }

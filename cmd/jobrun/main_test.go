@@ -13,7 +13,7 @@ func TestHelp(t *testing.T) {
 // TestBadFlags: a bad job, a missing command, a bad --now or --lock-check is refused with exit code 2
 // and one line naming it, before the database is opened.
 func TestBadFlags(t *testing.T) {
-	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1") // reached only if the flags pass
+	clitest.NoDatabase(t) // reached only if the flags pass
 	clitest.OneLineErrors(t, command, []clitest.Case{
 		clitest.Usage("--job", "--", "true"),
 		clitest.Usage("--job", "--job", "weekly", "--", "true"),

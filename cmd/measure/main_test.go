@@ -8,17 +8,10 @@ import (
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
-// run runs measure in-process through the real flag parsing and returns its exit code
-// and stderr.
-func run(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	return clitest.Run(t, command, args...)
-}
-
 // TestBadFlagsExitUsage: every numeric flag out of its range is refused with exit code 2
 // and a message naming the flag, before anything runs (none is replaced by its default).
 func TestBadFlagsExitUsage(t *testing.T) {
-	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
+	storetest.UseDatabase(t)
 	missing := filepath.Join(t.TempDir(), "absent.txt") // reached only if the flags pass
 	clitest.OneLineErrors(t, command, []clitest.Case{
 		clitest.Usage("--concurrency", "--concurrency", "-5"),
@@ -56,7 +49,7 @@ func TestBadFlagsExitUsage(t *testing.T) {
 // TestTargetsFileErrors: a missing targets file is a missing prerequisite (5); a bad or
 // 200 KB line is bad input (2), and the message names the file and the line.
 func TestTargetsFileErrors(t *testing.T) {
-	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
+	storetest.UseDatabase(t)
 	clitest.TargetsFileErrors(t, command, "127.0.0.1\n\n127.0.0.2 doq=853/h2\n")
 }
 

@@ -14,13 +14,13 @@ import (
 // TestDeprecatedNameFlag: --name still sets the query name (its bad value is refused as
 // --query-name's) and logs a deprecation warning.
 func TestDeprecatedNameFlag(t *testing.T) {
-	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
+	storetest.UseDatabase(t)
 	missing := filepath.Join(t.TempDir(), "absent.txt")
-	code, out := run(t, "--name", "a..b", "--targets", missing)
+	code, out := clitest.Run(t, command, "--name", "a..b", "--targets", missing)
 	if code != cli.ExitUsage || !strings.Contains(out, `--query-name "a..b"`) || !strings.Contains(out, "deprecated flag") {
 		t.Fatalf("exit %d, stderr %q; want %d, a deprecation warning and --query-name's error", code, out, cli.ExitUsage)
 	}
-	if code, out := run(t, "--query-name", "a..b", "--targets", missing); strings.Contains(out, "deprecated") || code != cli.ExitUsage {
+	if code, out := clitest.Run(t, command, "--query-name", "a..b", "--targets", missing); strings.Contains(out, "deprecated") || code != cli.ExitUsage {
 		t.Fatalf("--query-name: exit %d, stderr %q", code, out)
 	}
 }
@@ -28,11 +28,10 @@ func TestDeprecatedNameFlag(t *testing.T) {
 // TestRoundRecordsProvenance: a round (here of one closed loopback port) stores the vantage point's
 // location and contact and the campaign's provenance.
 func TestRoundRecordsProvenance(t *testing.T) {
-	url := storetest.NewDatabase(t)
-	t.Setenv("DATABASE_URL", url)
+	url := storetest.UseDatabase(t)
 	targets := clitest.WriteFile(t, t.TempDir(), "loopback.txt", "127.0.0.1 doudp=9\n")
 	want := provenance.Vantage{ID: "fra1", Location: "Frankfurt, DE", Contact: "noc@example.org"}
-	code, out := run(t, "--targets", targets, "--protocols", "doudp", "--timeout", "200ms", "--rtt-samples", "1",
+	code, out := clitest.Run(t, command, "--targets", targets, "--protocols", "doudp", "--timeout", "200ms", "--rtt-samples", "1",
 		"--hour", "2026-11-22T04", "--vantage", want.ID,
 		"--vantage-location", want.Location, "--vantage-contact", want.Contact)
 	if code != cli.ExitOK {
@@ -44,6 +43,6 @@ func TestRoundRecordsProvenance(t *testing.T) {
 // TestMissingBlocklistDir: a missing blocklist directory (given, or the default under
 // DOQSCAN_HOME) stops the round with exit code 5 (it used to run without the blocklist).
 func TestMissingBlocklistDir(t *testing.T) {
-	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
+	storetest.UseDatabase(t)
 	clitest.MissingBlocklistDir(t, command)
 }

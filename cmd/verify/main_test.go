@@ -9,17 +9,10 @@ import (
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
-// run runs verify in-process through the real flag parsing and returns its exit code
-// and stderr.
-func run(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	return clitest.Run(t, command, args...)
-}
-
 // TestBadFlags: every flag out of its range or malformed is refused with exit code 2 and
 // a message naming it, before anything runs; a missing file a flag names is 5.
 func TestBadFlags(t *testing.T) {
-	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
+	storetest.UseDatabase(t)
 	missing := filepath.Join(t.TempDir(), "absent.txt") // reached only if the flags pass
 	clitest.OneLineErrors(t, command, []clitest.Case{
 		clitest.Usage("--concurrency", "--concurrency", "-5"),
@@ -56,7 +49,7 @@ func TestBadFlags(t *testing.T) {
 // TestTargetsFileErrors: a missing targets file is a missing prerequisite (5); a bad or
 // 200 KB line is bad input (2), and the message names the file and the line.
 func TestTargetsFileErrors(t *testing.T) {
-	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
+	storetest.UseDatabase(t)
 	clitest.TargetsFileErrors(t, command, "127.0.0.1:853\n\n127.0.0.2:99999\n")
 }
 

@@ -13,10 +13,9 @@ import (
 // location and contact given by flag (or, for another vantage, by environment) and its
 // provenance: this tool, this build, the vantage point.
 func TestRunRecordsVantageAndProvenance(t *testing.T) {
-	url := storetest.NewDatabase(t)
-	t.Setenv("DATABASE_URL", url)
+	url := storetest.UseDatabase(t)
 	empty := clitest.WriteFile(t, t.TempDir(), "none.txt", "# no targets\n")
-	code, out := run(t, "--targets", empty, "--week", "2026-W47", "--label", "prov",
+	code, out := clitest.Run(t, command, "--targets", empty, "--week", "2026-W47", "--label", "prov",
 		"--vantage", "fra1", "--vantage-location", "Frankfurt, DE", "--vantage-contact", "noc@example.org")
 	if code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, out)
@@ -24,7 +23,7 @@ func TestRunRecordsVantageAndProvenance(t *testing.T) {
 	t.Setenv(cli.EnvVantage, "ams2")
 	t.Setenv(cli.EnvVantageLocation, "Amsterdam, NL")
 	t.Setenv(cli.EnvVantageContact, "ops@example.net")
-	if code, out := run(t, "--targets", empty, "--week", "2026-W47", "--label", "prov"); code != cli.ExitOK {
+	if code, out := clitest.Run(t, command, "--targets", empty, "--week", "2026-W47", "--label", "prov"); code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, out)
 	}
 	for _, want := range []provenance.Vantage{
@@ -39,6 +38,6 @@ func TestRunRecordsVantageAndProvenance(t *testing.T) {
 // default under DOQSCAN_HOME) stops the run with exit code 5 before anything is
 // contacted (it used to mean "no blocklist"); an empty --blocklist-dir is 2.
 func TestMissingBlocklistDir(t *testing.T) {
-	t.Setenv("DATABASE_URL", storetest.NewDatabase(t))
+	storetest.UseDatabase(t)
 	clitest.MissingBlocklistDir(t, command)
 }

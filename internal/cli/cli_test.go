@@ -189,13 +189,9 @@ func TestConnectionDefaults(t *testing.T) {
 }
 
 func TestSchemaNewerThanBinary(t *testing.T) {
-	url := storetest.NewDatabase(t)
-	ctx := context.Background()
-	s, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, url := storetest.OpenURL(t)
 	s.Close()
+	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)

@@ -61,18 +61,25 @@ func TestStreamsStallAndReset(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, r := range rs {
-				var done int64
-				for _, n := range r.Statuses {
-					done += n
-				}
-				if r.Sent != 12 || done != 12 || r.Answered != 0 || r.Statuses[measure.StatusError] != 0 {
-					t.Errorf("%s: sent %d outcomes %d answered %d %v %v", r.Target, r.Sent, done, r.Answered, r.Statuses, r.ErrorSamples)
-				}
+				checkUnanswered(t, r, 12)
 				if b == measuretest.Stall && r.Statuses[measure.StatusTimeout] != 12 {
 					t.Errorf("%s stalled: %v", r.Target, r.Statuses)
 				}
 			}
 		})
+	}
+}
+
+// checkUnanswered fails the test unless r sent n queries and holds n outcomes, none
+// answered and none an error: each query timed out or failed in a classified way.
+func checkUnanswered(t *testing.T, r *dnsbench.Report, n int64) {
+	t.Helper()
+	var done int64
+	for _, k := range r.Statuses {
+		done += k
+	}
+	if r.Sent != n || done != n || r.Answered != 0 || r.Statuses[measure.StatusError] != 0 {
+		t.Errorf("%s: sent %d outcomes %d answered %d %v %v", r.Target, r.Sent, done, r.Answered, r.Statuses, r.ErrorSamples)
 	}
 }
 
@@ -87,13 +94,7 @@ func TestStreamsUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range rs {
-		var done int64
-		for _, n := range r.Statuses {
-			done += n
-		}
-		if r.Sent != 6 || done != 6 || r.Answered != 0 || r.Statuses[measure.StatusError] != 0 {
-			t.Errorf("%s: sent %d outcomes %d %v %v", r.Target, r.Sent, done, r.Statuses, r.ErrorSamples)
-		}
+		checkUnanswered(t, r, 6)
 	}
 	if rs[0].Statuses[measure.StatusConnRefused] == 0 || rs[1].Statuses[measure.StatusConnRefused] != 6 {
 		t.Errorf("closed ports: DoUDP %v, DoTCP %v", rs[0].Statuses, rs[1].Statuses)

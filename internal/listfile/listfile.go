@@ -132,3 +132,36 @@ func (k *Keyed[K, T]) Items() []T { return k.items }
 
 // Len is the number of distinct keys.
 func (k *Keyed[K, T]) Len() int { return len(k.items) }
+
+// Entries reads a list file of keyed entries: Parse makes each entry line an entry and
+// its key, and entries that share a key are merged as by a Keyed with Merge. Its Scan
+// and ReadFile return the entries, one per key, in the order their keys first appeared;
+// on an error, those read before it.
+type Entries[K comparable, T any] struct {
+	Parse func(Line) (K, T, error)
+	Merge func(kept *T, next T) error
+}
+
+// Scan reads the entries of r; name is the file's name in errors (see Scan).
+func (e Entries[K, T]) Scan(r io.Reader, name string) ([]T, error) {
+	k := Keyed[K, T]{Merge: e.Merge}
+	err := Scan(r, name, e.into(&k))
+	return k.Items(), err
+}
+
+// ReadFile reads the entries of the list file at path ("-": standard input; see ReadFile).
+func (e Entries[K, T]) ReadFile(path string) ([]T, error) {
+	k := Keyed[K, T]{Merge: e.Merge}
+	err := ReadFile(path, e.into(&k))
+	return k.Items(), err
+}
+
+func (e Entries[K, T]) into(k *Keyed[K, T]) func(Line) error {
+	return func(l Line) error {
+		key, v, err := e.Parse(l)
+		if err != nil {
+			return err
+		}
+		return k.Add(key, v)
+	}
+}

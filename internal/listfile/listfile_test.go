@@ -115,6 +115,41 @@ func TestKeyedMergesInFirstOrder(t *testing.T) {
 	}
 }
 
+// TestEntriesKeyAndMerge: Entries parses each line into a keyed entry, merges a key's
+// later entries into its first, and stops at a bad line with the entries read before.
+func TestEntriesKeyAndMerge(t *testing.T) {
+	e := Entries[string, []string]{
+		Parse: func(l Line) (string, []string, error) {
+			f := l.Fields()
+			if len(f) != 2 {
+				return "", nil, errors.New("want KEY VALUE")
+			}
+			return f[0], f[1:], nil
+		},
+		Merge: func(kept *[]string, next []string) error {
+			*kept = append(*kept, next...)
+			return nil
+		},
+	}
+	got, err := e.Scan(strings.NewReader("b 1\na 2\nb 3 # c\n"), "list.txt")
+	if err != nil || len(got) != 2 || strings.Join(got[0], ",") != "1,3" || strings.Join(got[1], ",") != "2" {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	got, err = e.Scan(strings.NewReader("a 1\nbad\nc 3\n"), "list.txt")
+	var le *LineError
+	if !errors.As(err, &le) || le.Line != 2 || len(got) != 1 {
+		t.Fatalf("got %v, %v; want a LineError at line 2 after one entry", got, err)
+	}
+	p := filepath.Join(t.TempDir(), "list.txt")
+	if err := os.WriteFile(p, []byte("x 1\nx 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.Merge = nil
+	if got, err = e.ReadFile(p); err != nil || len(got) != 1 || got[0][0] != "1" {
+		t.Fatalf("ReadFile without Merge: %v, %v; want the first entry only", got, err)
+	}
+}
+
 // FuzzScan: any input gives entries that are trimmed, non-empty, comment-free and no
 // longer than MaxLine, in increasing line order, or a LineError with a line number.
 func FuzzScan(f *testing.F) {

@@ -57,13 +57,9 @@ func (c *queryCounter) take() []string {
 // whose every statement is counted.
 func countedStore(t *testing.T) (*store.Store, *queryCounter, string) {
 	t.Helper()
-	u := storetest.NewDatabase(t)
-	ctx := context.Background()
-	st, err := store.Open(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, u := storetest.OpenURL(t)
 	st.Close()
+	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
 		t.Fatal(err)

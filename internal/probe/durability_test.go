@@ -20,11 +20,8 @@ import (
 // reply that reached the database is already in the raw file on disk, so a zprobe
 // killed at that moment leaves a raw file that holds at least what the database holds.
 func TestStreamCSVRawBeforeDB(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "raw")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "raw"}); err != nil {
-		t.Fatal(err)
-	}
 	scanID, _, err := s.StartScan(ctx, store.Scan{ISOWeek: "2026-W47", VantageID: "raw", Ports: []int32{784}})
 	if err != nil {
 		t.Fatal(err)

@@ -52,18 +52,14 @@ func TestSchemaAppliedTwiceChangesNothing(t *testing.T) {
 }
 
 func TestSchemaNewerThanBinaryIsRefused(t *testing.T) {
-	url := storetest.NewDatabase(t)
+	s, url := storetest.OpenURL(t)
 	ctx := context.Background()
-	s, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
 	newer := store.SchemaVersion() + 1
 	if _, err := s.Pool.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, 'from the future')`, newer); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	_, err = store.Open(ctx, url)
+	_, err := store.Open(ctx, url)
 	if !errors.Is(err, store.ErrSchemaNewer) {
 		t.Fatalf("Open on a newer schema: err = %v, want ErrSchemaNewer", err)
 	}
@@ -381,11 +377,8 @@ func TestMeasurementIDsAreStable(t *testing.T) {
 // BenchmarkCopyMeasurements prints COPY throughput for measurement rows (goal: at least
 // 100,000 rows/s). Each iteration loads a batch of 50,000 new rows.
 func BenchmarkCopyMeasurements(b *testing.B) {
-	s := storetest.Open(b)
+	s := storetest.OpenVantage(b, "bench")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "bench"}); err != nil {
-		b.Fatal(err)
-	}
 	const batch = 50_000
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var total int64

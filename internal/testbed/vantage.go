@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/testbed/netns"
+	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
@@ -202,4 +203,36 @@ func RequirePopulation(t testing.TB) (*Vantage, *population.Population) {
 		t.Skip("SKIP: the testbed runs without a population file")
 	}
 	return v, v.Population
+}
+
+// RequirePeer skips a test of rec's address when rec is a third-party peer and
+// PeersMissing says why the testbed starts none.
+func RequirePeer(t testing.TB, pop *population.Population, rec *population.Record) {
+	t.Helper()
+	if rec.Peer == "" {
+		return
+	}
+	if err := PeersMissing(t, pop); err != nil {
+		t.Skipf("SKIP: the testbed starts the third-party peers all or none, and %v", err)
+	}
+}
+
+// PeersMissing returns why the testbed starts none of pop's third-party peers (one of
+// them is not installed: peers.StartPopulation fails with ErrNotInstalled and the
+// testbed leaves their addresses silent), or nil: an installed set must answer.
+func PeersMissing(t testing.TB, pop *population.Population) error {
+	t.Helper()
+	root, err := peers.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range pop.AllRecords() {
+		if r.Peer == "" {
+			continue
+		}
+		if err := peers.Installed(root, peers.Kind(r.Peer)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -22,3 +22,18 @@ func CountDatagrams(t testing.TB, pc net.PacketConn) *atomic.Int64 {
 	}()
 	return &n
 }
+
+// Echo answers every datagram arriving at pc with the same bytes, to its sender, until
+// pc is closed.
+func Echo(pc net.PacketConn) {
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(buf[:n], from)
+		}
+	}()
+}

@@ -265,11 +265,8 @@ func TestReadTargetsMergesDuplicatesAndNamesBadLines(t *testing.T) {
 // target the outcome error, with the stack in the log; the other targets are verified
 // and stored, and the run goes on.
 func TestPanickingTargetRecordedAsError(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "v")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "v"}); err != nil {
-		t.Fatal(err)
-	}
 	runID, _, err := s.StartVerificationRun(ctx, store.VerificationRun{ISOWeek: "2026-W47", VantageID: "v", Label: "panic",
 		Source: "file", Config: []byte("{}")})
 	if err != nil {

@@ -23,30 +23,22 @@ var DefaultPorts = []int32{doq.PortExperimental, doq.PortRFC9250, doq.PortDraft0
 // keyed by (address, port), the key of their verification_results row; order is kept.
 // A bad or too long line is a *listfile.LineError naming the line.
 func ReadTargets(r io.Reader, name string) ([]Target, error) {
-	var tl targetList
-	err := listfile.Scan(r, name, tl.line)
-	return tl.Items(), err
+	return targetsFile.Scan(r, name)
 }
 
 // ReadTargetsFile reads the targets file at path ("-": standard input); a file that
 // cannot be opened is a *listfile.OpenError.
 func ReadTargetsFile(path string) ([]Target, error) {
-	var tl targetList
-	err := listfile.ReadFile(path, tl.line)
-	return tl.Items(), err
+	return targetsFile.ReadFile(path)
 }
 
-// targetList collects the targets of a file, one per (address, port).
-type targetList struct {
-	listfile.Keyed[netip.AddrPort, Target]
-}
-
-func (tl *targetList) line(l listfile.Line) error {
-	ap, err := parseTarget(l.Text)
-	if err != nil {
-		return err
-	}
-	return tl.Add(ap, Target{Addr: ap})
+// targetsFile reads a targets file's lines, one target per (address, port); a target
+// listed again is dropped.
+var targetsFile = listfile.Entries[netip.AddrPort, Target]{
+	Parse: func(l listfile.Line) (netip.AddrPort, Target, error) {
+		ap, err := parseTarget(l.Text)
+		return ap, Target{Addr: ap}, err
+	},
 }
 
 func parseTarget(s string) (netip.AddrPort, error) {

@@ -59,6 +59,13 @@ func OneLineErrors(t *testing.T, c Command, cases []Case, extra ...string) {
 	}
 }
 
+// NoDatabase points $DATABASE_URL at a server that does not exist, for tests of what a
+// command refuses before it opens the database: one that got that far fails fast
+// instead of reaching a real database.
+func NoDatabase(t testing.TB) {
+	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1")
+}
+
 // WriteFile writes content to dir/name and returns its path.
 func WriteFile(t testing.TB, dir, name, content string) string {
 	t.Helper()

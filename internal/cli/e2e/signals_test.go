@@ -204,12 +204,7 @@ func TestTestnetExecKilledLeavesNoOrphan(t *testing.T) {
 // jobrunEnv is a fresh database and the jobrun binary.
 func jobrunEnv(t *testing.T) (bin string, s *store.Store, env []string) {
 	t.Helper()
-	url := storetest.NewDatabase(t)
-	s, err := store.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
+	s, url := storetest.OpenURL(t)
 	return testsupport.Commands(t, "jobrun"), s, []string{"DATABASE_URL=" + url}
 }
 

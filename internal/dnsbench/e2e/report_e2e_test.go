@@ -4,21 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"maps"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/dnsbench"
-	"github.com/doqscan/doqscan/internal/home"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // table is a CSV table the report wrote beside its figures: its header and its rows,
@@ -40,11 +36,7 @@ func (tb table) col(t *testing.T, name string) int {
 // num is the number in row r's column name (NaN for an empty cell).
 func (tb table) num(t *testing.T, r int, name string) float64 {
 	t.Helper()
-	s := tb.rows[r][tb.col(t, name)]
-	if s == "" {
-		return math.NaN()
-	}
-	v, err := strconv.ParseFloat(s, 64)
+	v, err := testsupport.Cell(tb.rows[r][tb.col(t, name)])
 	if err != nil {
 		t.Fatalf("row %d column %q: %v", r, name, err)
 	}
@@ -71,20 +63,9 @@ func (tb table) row(t *testing.T, target string) int {
 // the report's packages (./dev install creates it).
 func benchReport(t *testing.T, rs []*dnsbench.Report) (map[string]table, string) {
 	t.Helper()
-	root := home.Dir()
-	python := filepath.Join(root, ".venv", "bin", "python")
-	if _, err := os.Stat(python); err != nil {
-		t.Skip("SKIP: no .venv (./dev install creates it): cannot execute the report's notebook")
-	}
-	if out, err := exec.Command(python, "-c", "import papermill, nbconvert, pandas, psycopg, matplotlib").CombinedOutput(); err != nil {
-		t.Skipf("SKIP: .venv lacks the report's packages (./dev install): %v\n%s", err, out)
-	}
-	url := storetest.NewDatabase(t)
+	python := testsupport.ReportPython(t, "", "report's notebook")
+	s, url := storetest.OpenURL(t)
 	ctx := context.Background()
-	s, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatalf("open test store: %v", err)
-	}
 	for _, r := range rs {
 		if _, err := dnsbench.Save(ctx, s, r); err != nil {
 			s.Close()
@@ -92,33 +73,13 @@ func benchReport(t *testing.T, rs []*dnsbench.Report) (map[string]table, string)
 		}
 	}
 	s.Close()
-	out := t.TempDir()
-	cmd := exec.Command(python, "-m", "doqscan_analysis.report", "--db", url, "--out", out, "--notebooks", "benchmarks")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "analysis"))
-	if o, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("report: %v\n%s", err, o)
+	folder, sum := testsupport.RunReport(t, python, url, t.TempDir(), "--notebooks", "benchmarks")
+	switch nb, ok := sum.Notebooks["benchmarks"]; {
+	case !ok:
+		t.Fatal("the report did not execute the benchmarks notebook")
+	case nb.Error != nil:
+		t.Fatalf("the benchmarks notebook failed: %s", *nb.Error)
 	}
-	found, _ := filepath.Glob(filepath.Join(out, "*", "summary.json"))
-	if len(found) != 1 {
-		t.Fatalf("the report wrote %d summary.json files under %s, want 1", len(found), out)
-	}
-	raw, err := os.ReadFile(found[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum struct {
-		Notebooks map[string]struct {
-			Error *string `json:"error"`
-		} `json:"notebooks"`
-	}
-	if err := json.Unmarshal(raw, &sum); err != nil {
-		t.Fatalf("summary.json: %v", err)
-	}
-	if nb, ok := sum.Notebooks["benchmarks"]; !ok || nb.Error != nil {
-		t.Fatalf("the benchmarks notebook did not run clean: %s", raw)
-	}
-	folder := filepath.Dir(found[0])
 	csvs, _ := filepath.Glob(filepath.Join(folder, "figures", "*.csv"))
 	tables := map[string]table{}
 	for _, p := range csvs {

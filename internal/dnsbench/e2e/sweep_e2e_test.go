@@ -57,10 +57,7 @@ func peerAddr(t testing.TB, pop *population.Population, kind string) netip.Addr 
 // and the report's tables (notebooks/benchmarks.ipynb) must show the same numbers and
 // the same ordering.
 func TestLossSweep(t *testing.T) {
-	v := testbed.Require(t)
-	if v.Population == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, _ := testbed.RequirePopulation(t)
 	addr := peerAddr(t, v.Population, "dnsproxy")
 	var c dnsbench.Config
 	for _, s := range []string{"doudp://", "dot://", "doq://"} {
@@ -161,10 +158,7 @@ func TestLossSweep(t *testing.T) {
 // the query's round trip, and DoQ with 0-RTT saves the handshake's. The report's
 // connection-reuse table, from the stored runs, must show the same.
 func TestConnectionReuse(t *testing.T) {
-	v := testbed.Require(t)
-	if v.Population == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, _ := testbed.RequirePopulation(t)
 	addr := peerAddr(t, v.Population, "dnsproxy")
 	var rec *population.Record
 	for i := range v.Population.Records {

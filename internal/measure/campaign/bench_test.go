@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -21,11 +19,8 @@ import (
 // against that delay.
 func BenchmarkRoundThroughput(b *testing.B) {
 	const delay = 10 * time.Millisecond
-	s := storetest.Open(b)
+	s := storetest.OpenVantage(b, "bench")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "bench"}); err != nil {
-		b.Fatal(err)
-	}
 	srv := measuretest.Start(b, measuretest.Config{Host: "0.0.0.0", Delay: delay})
 	qsrv := measuretest.Start(b, measuretest.Config{Host: "0.0.0.0", QUICDelay: delay})
 	for _, conc := range []int{16, 64} {
@@ -33,14 +28,7 @@ func BenchmarkRoundThroughput(b *testing.B) {
 			var targets []campaign.Target
 			for i := 0; i < b.N; i++ {
 				addr := netip.AddrFrom4([4]byte{127, 2, byte(i >> 8), byte(i)})
-				targets = append(targets, campaign.Target{Addr: addr, Endpoints: []campaign.Endpoint{
-					{Protocol: measure.DoUDP, Port: srv.UDP.Port()},
-					{Protocol: measure.DoTCP, Port: srv.TCP.Port()},
-					{Protocol: measure.DoT, Port: srv.DoT.Port()},
-					{Protocol: measure.DoH, Port: srv.DoH.Port()},
-					{Protocol: measure.DoQ, Port: qsrv.DoQ.Port(), ALPN: "doq"},
-					{Protocol: measure.DoH3, Port: qsrv.DoH3.Port()},
-				}})
+				targets = append(targets, campaign.Target{Addr: addr, Endpoints: endpoints(srv, qsrv)})
 			}
 			cfg := campaign.Config{VantageID: "bench", Label: fmt.Sprintf("bench-%d-%d", conc, b.N), Hour: hour,
 				Concurrency: conc, Timeout: 5 * time.Second, RTTSamples: 3, RTTTimeout: time.Second, BatchSize: 32}

@@ -26,6 +26,19 @@ import (
 
 var hour = time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
 
+// endpoints are one endpoint of every protocol: the UDP and TCP ones of servers, the QUIC
+// ones (DoQ, DoH3) of quic.
+func endpoints(servers, quic *measuretest.Servers) []campaign.Endpoint {
+	return []campaign.Endpoint{
+		{Protocol: measure.DoUDP, Port: servers.UDP.Port()},
+		{Protocol: measure.DoTCP, Port: servers.TCP.Port()},
+		{Protocol: measure.DoT, Port: servers.DoT.Port()},
+		{Protocol: measure.DoH, Port: servers.DoH.Port()},
+		{Protocol: measure.DoQ, Port: quic.DoQ.Port(), ALPN: "doq"},
+		{Protocol: measure.DoH3, Port: quic.DoH3.Port()},
+	}
+}
+
 // targetsFor starts one set of servers per address and returns them as targets.
 func targetsFor(t *testing.T, hosts []string, cfg measuretest.Config) []campaign.Target {
 	var out []campaign.Target
@@ -33,14 +46,7 @@ func targetsFor(t *testing.T, hosts []string, cfg measuretest.Config) []campaign
 		c := cfg
 		c.Host = h
 		s := measuretest.Start(t, c)
-		out = append(out, campaign.Target{Addr: netip.MustParseAddr(h), Endpoints: []campaign.Endpoint{
-			{Protocol: measure.DoUDP, Port: s.UDP.Port()},
-			{Protocol: measure.DoTCP, Port: s.TCP.Port()},
-			{Protocol: measure.DoT, Port: s.DoT.Port()},
-			{Protocol: measure.DoH, Port: s.DoH.Port()},
-			{Protocol: measure.DoQ, Port: s.DoQ.Port(), ALPN: "doq"},
-			{Protocol: measure.DoH3, Port: s.DoH3.Port()},
-		}})
+		out = append(out, campaign.Target{Addr: netip.MustParseAddr(h), Endpoints: endpoints(s, s)})
 	}
 	return out
 }
@@ -69,11 +75,8 @@ func logger() *slog.Logger {
 }
 
 func TestRoundWritesEverythingOnceAndResumes(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
 	hosts := []string{"127.0.0.10", "127.0.0.11", "127.0.0.12", "127.0.0.13"}
 	targets := targetsFor(t, hosts, measuretest.Config{})
 	cfg := campaign.Config{
@@ -171,11 +174,8 @@ func TestRoundWritesEverythingOnceAndResumes(t *testing.T) {
 }
 
 func TestTargetsFromVerification(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
 	runID, _, err := s.StartVerificationRun(ctx, store.VerificationRun{ISOWeek: "2026-W47", VantageID: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -265,11 +265,8 @@ func (c *stepClock) Advance(d time.Duration) {
 // nothing else moves it, so neither the machine's load nor the database's set-up time
 // changes the counts.
 func TestSpreadRoundReportsLateStarts(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
 	hosts := []string{"127.0.0.20", "127.0.0.21", "127.0.0.22", "127.0.0.23", "127.0.0.24"}
 	var targets []campaign.Target
 	for _, tg := range targetsFor(t, hosts, measuretest.Config{}) {
@@ -324,11 +321,8 @@ func TestSpreadRoundReportsLateStarts(t *testing.T) {
 // TestQlogRowsCarryTheODCID: every stored qlog has the original destination connection
 // ID of its dial (the first trace's, which quic-go also writes as the trace's group_id).
 func TestQlogRowsCarryTheODCID(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
 	targets := targetsFor(t, []string{"127.0.0.14"}, measuretest.Config{})
 	cfg := campaign.Config{VantageID: "test", Label: "odcid", Hour: hour, Timeout: 2 * time.Second, Concurrency: 1,
 		Protocols: []measure.Protocol{measure.DoQ, measure.DoH3}, RTTSamples: 1, RTTTimeout: 300 * time.Millisecond}

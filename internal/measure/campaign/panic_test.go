@@ -1,35 +1,20 @@
 package campaign_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
-
-// syncBuffer is a bytes.Buffer for concurrent log writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
 
 // TestPanickingResolverRecordedAsError: a panic while one resolver is measured (here in
 // the OnResult hook, on that resolver's goroutine, after its first DoTCP exchange) does
@@ -37,11 +22,8 @@ func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return 
 // exchanges are stored with status error, the stack is in the log, and the other
 // resolvers are measured as usual.
 func TestPanickingResolverRecordedAsError(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
 	hosts := []string{"127.0.0.41", "127.0.0.42", "127.0.0.43"}
 	var targets []campaign.Target
 	for _, h := range hosts {
@@ -50,7 +32,7 @@ func TestPanickingResolverRecordedAsError(t *testing.T) {
 			{Protocol: measure.DoUDP, Port: sv.UDP.Port()}, {Protocol: measure.DoTCP, Port: sv.TCP.Port()}}})
 	}
 	bad := targets[1].Addr
-	var logs syncBuffer
+	var logs testsupport.SyncBuffer
 	cfg := campaign.Config{VantageID: "test", Hour: hour, Timeout: 2 * time.Second, Concurrency: 2, BatchSize: 1,
 		RTTSamples: 1, RTTTimeout: 300 * time.Millisecond,
 		OnResult: func(tg campaign.Target, ep campaign.Endpoint, phase string, _ *measure.Result) {

@@ -56,17 +56,13 @@ func defaultEndpoints(p measure.Protocol) []Endpoint {
 // with the endpoints of all its lines (MergeTargets). A bad or too long line is a
 // *listfile.LineError naming the line.
 func ParseTargets(r io.Reader, name string) ([]Target, error) {
-	var tl targetList
-	err := listfile.Scan(r, name, tl.line)
-	return tl.Items(), err
+	return targetsFile.Scan(r, name)
 }
 
 // ReadTargetsFile reads the targets file at path ("-": standard input; see
 // ParseTargets); a file that cannot be opened is a *listfile.OpenError.
 func ReadTargetsFile(path string) ([]Target, error) {
-	var tl targetList
-	err := listfile.ReadFile(path, tl.line)
-	return tl.Items(), err
+	return targetsFile.ReadFile(path)
 }
 
 // MergeTargets merges the targets that share an address, in the order of their first
@@ -85,20 +81,13 @@ func MergeTargets(targets []Target) ([]Target, error) {
 	return k.Items(), nil
 }
 
-// targetList collects a file's targets, merged by address.
-type targetList struct {
-	listfile.Keyed[netip.Addr, Target]
-}
-
-func (tl *targetList) line(l listfile.Line) error {
-	if tl.Merge == nil {
-		tl.Merge = mergeTarget
-	}
-	t, err := parseTarget(l.Fields())
-	if err != nil {
-		return err
-	}
-	return tl.Add(t.Addr, t)
+// targetsFile reads a targets file's lines, merged by address.
+var targetsFile = listfile.Entries[netip.Addr, Target]{
+	Parse: func(l listfile.Line) (netip.Addr, Target, error) {
+		t, err := parseTarget(l.Fields())
+		return t.Addr, t, err
+	},
+	Merge: mergeTarget,
 }
 
 // mergeTarget adds next's endpoints (and server name) to the target kept for the same

@@ -14,7 +14,6 @@ import (
 
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
@@ -166,11 +165,8 @@ func BenchmarkTestbedRoundThroughput(b *testing.B) {
 	// Targets: every address of the DoQ endpoints, with their SNI and DoQ ports; the
 	// other protocols on their default ports (measured optimistically, as cmd/measure does).
 	all := targetsOf(benchEndpoints(pop, measure.DoQ), measure.DoUDP, measure.DoTCP, measure.DoT, measure.DoH)
-	s := storetest.Open(b)
+	s := storetest.OpenVantage(b, "bench")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "bench"}); err != nil {
-		b.Fatal(err)
-	}
 	hour := time.Now().UTC().Truncate(time.Hour)
 	// As fast as possible at two concurrencies (the CPU-bound rate, bursts of
 	// handshakes), then paced: resolver starts spread evenly at the goal rate

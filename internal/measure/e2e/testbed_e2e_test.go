@@ -25,7 +25,6 @@ import (
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
-	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
@@ -248,32 +247,9 @@ const (
 	processingSlack = 6 * time.Millisecond
 )
 
-// requirePeer skips a test of a third-party peer's address unless every peer of the
-// population is installed: the testbed starts them all or none (peers.StartPopulation
-// fails with ErrNotInstalled and the testbed leaves their addresses silent). An
-// installed set must answer.
-func requirePeer(t *testing.T, pop *population.Population, rec *population.Record) {
-	t.Helper()
-	if rec.Peer == "" {
-		return
-	}
-	root, err := peers.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range pop.Records {
-		if r.Peer == "" {
-			continue
-		}
-		if err := peers.Installed(root, peers.Kind(r.Peer)); err != nil {
-			t.Skipf("SKIP: the testbed starts the third-party peers all or none, and %v", err)
-		}
-	}
-}
-
 func checkEndpoint(t *testing.T, ctx context.Context, v *testbed.Vantage, prober *rtt.Prober, ep endpoint, ks measure.KeyShare) {
 	pop := v.Population
-	requirePeer(t, pop, ep.rec)
+	testbed.RequirePeer(t, pop, ep.rec)
 	path := pop.PathOf(ep.addr)
 	m, _ := measure.For(ep.proto)
 	client := clientHello(ks)
@@ -486,11 +462,8 @@ const campaignConcurrency = 4
 // rows whose analyses match the population's predictions, and a rerun adds nothing.
 func TestCampaignOnTheTestbed(t *testing.T) {
 	_, pop := testbed.RequirePopulation(t)
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "testbed")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "testbed"}); err != nil {
-		t.Fatal(err)
-	}
 	var lossless []endpoint
 	for _, ep := range endpoints(pop, true) {
 		if pop.PathOf(ep.addr).Loss == 0 {

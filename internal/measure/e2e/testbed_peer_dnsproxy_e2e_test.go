@@ -9,7 +9,6 @@ import (
 
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
@@ -22,7 +21,7 @@ func dnsproxyRecords(t *testing.T, pop *population.Population) []*population.Rec
 	var out []*population.Record
 	for i := range pop.Records {
 		if r := &pop.Records[i]; r.Peer == population.PeerDNSProxy {
-			requirePeer(t, pop, r)
+			testbed.RequirePeer(t, pop, r)
 			out = append(out, r)
 		}
 	}
@@ -85,11 +84,8 @@ func TestDNSProxyRetryFirstContact(t *testing.T) {
 func TestDNSProxyModesAndFeatures(t *testing.T) {
 	_, pop := testbed.RequirePopulation(t)
 	recs := dnsproxyRecords(t, pop)
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "testbed")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "testbed"}); err != nil {
-		t.Fatal(err)
-	}
 	var targets []campaign.Target
 	for _, r := range recs {
 		a := r.Prefix.Addr()

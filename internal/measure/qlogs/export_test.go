@@ -24,7 +24,6 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/doqscan/doqscan/internal/measure/qlogs"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -34,11 +33,8 @@ import (
 // with both traces, and analysing each file gives what analysing the stored qlog gives.
 // Exporting again rewrites the same files.
 func TestExportWritesWhatQvisOpens(t *testing.T) {
-	s := storetest.Open(t)
+	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
-	if err := s.EnsureVantage(ctx, store.Vantage{ID: "test"}); err != nil {
-		t.Fatal(err)
-	}
 	srv := measuretest.Start(t, measuretest.Config{Host: "127.0.0.15", QUICVersions: []quic.Version{quic.Version2}})
 	targets := []campaign.Target{{Addr: netip.MustParseAddr("127.0.0.15"), Endpoints: []campaign.Endpoint{
 		{Protocol: measure.DoQ, Port: srv.DoQ.Port(), ALPN: "doq"}}}}

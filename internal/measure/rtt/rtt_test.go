@@ -11,36 +11,22 @@ import (
 
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
+	"github.com/doqscan/doqscan/internal/measure/rtt/rtttest"
 	"github.com/doqscan/doqscan/internal/outcome"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // TestProbes takes every kind of UDP and QUIC sample over IPv4 and IPv6 loopback, with
 // one Prober for both families (as measure uses it). The TCP SYN probes need a raw socket
 // (root): internal/measure/rtt/e2e takes those.
 func TestProbes(t *testing.T) {
-	p := rtt.New()
-	defer p.Close()
-	for _, host := range []string{"127.0.0.6", "::1"} {
-		t.Run(host, func(t *testing.T) { testProbes(t, p, host) })
-	}
+	rtttest.EachLoopback(t, testProbes)
 }
 
-func testProbes(t *testing.T, p *rtt.Prober, host string) {
-	s := measuretest.Start(t, measuretest.Config{Host: host})
+func testProbes(t *testing.T, p *rtt.Prober, s *measuretest.Servers, host string) {
 	ctx := context.Background()
-	check := func(name string, got []rtt.Sample, want rtt.Status, n int) {
-		t.Helper()
-		if len(got) != n {
-			t.Fatalf("%s: %d samples, want %d", name, len(got), n)
-		}
-		for _, g := range got {
-			if g.Status != want || (g.Answered() && g.RTT <= 0) {
-				t.Errorf("%s: sample %+v, want %s", name, g, want)
-			}
-		}
-	}
 	// QUIC: the DoQ server answers the reserved version with Version Negotiation.
-	check("quic", p.Probe(ctx, rtt.QUIC, s.DoQ, 3, time.Second), rtt.StatusOK, 3)
+	rtttest.Check(t, "quic", p.Probe(ctx, rtt.QUIC, s.DoQ, 3, time.Second), rtt.StatusOK, 3)
 	// UDP to the DNS port: our random payload is not DNS; miekg/dns answers it with an
 	// error or drops it, depending on the random header bits (the study saw no resolver
 	// reply at all). Either is a classified sample.
@@ -50,24 +36,15 @@ func testProbes(t *testing.T, p *rtt.Prober, host string) {
 		}
 	}
 	// UDP to a closed port: ICMP port unreachable ends the probe.
-	check("udp-closed", p.Probe(ctx, rtt.UDP, measuretest.UnusedPort(t, "udp", host), 2, time.Second), rtt.StatusConnRefused, 2)
+	rtttest.Check(t, "udp-closed", p.Probe(ctx, rtt.UDP, measuretest.UnusedPort(t, "udp", host), 2, time.Second), rtt.StatusConnRefused, 2)
 	// A UDP echo answers.
 	echo, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer echo.Close()
-	go func() {
-		b := make([]byte, 1500)
-		for {
-			n, a, err := echo.ReadFrom(b)
-			if err != nil {
-				return
-			}
-			_, _ = echo.WriteTo(b[:n], a)
-		}
-	}()
-	check("udp-echo", p.Probe(ctx, rtt.UDP, echo.LocalAddr().(*net.UDPAddr).AddrPort(), 2, time.Second), rtt.StatusOK, 2)
+	testsupport.Echo(echo)
+	rtttest.Check(t, "udp-echo", p.Probe(ctx, rtt.UDP, echo.LocalAddr().(*net.UDPAddr).AddrPort(), 2, time.Second), rtt.StatusOK, 2)
 }
 
 // TestClassify: every status has a meaning, and the errors a probe meets map as the

@@ -79,22 +79,12 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	v := testbed.Require(t)
-	if v.Population == nil {
-		t.Skip("the testbed runs without a population file")
-	}
+	v, _ := testbed.RequirePopulation(t)
 	if err := exec.Command("ip", "netns", "exec", nsOf(v, 1), "true").Run(); err != nil {
 		t.Skipf("no second vantage namespace %s (a reused $DOQSCAN_TESTNET instance with one vantage?): %v", nsOf(v, 1), err)
 	}
-	if _, err := os.Stat(filepath.Join(repoRoot(t), "bin", "simserver")); err != nil {
-		t.Skip("bin/simserver is not built (./dev build): the testbed has no simulated servers to find")
-	}
-	url := storetest.NewDatabase(t)
-	s, err := store.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
+	v.RequireSimserver(t)
+	s, url := storetest.OpenURL(t)
 	return &env{v: v, pop: v.Population, url: url, s: s, bin: bins(t)}
 }
 
@@ -118,33 +108,9 @@ func (e *env) run(t *testing.T, vantage int, name string, args ...string) string
 	t.Helper()
 	out, err := e.command(context.Background(), vantage, name, args...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, tail(string(out), 40))
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, testsupport.Tail(string(out), 40))
 	}
 	return string(out)
-}
-
-// reportPython returns the repository root and the python of its .venv; without the
-// .venv or the report's packages in it the test skips, saying so after checked (what the
-// test has checked by then, or "") and what could not be executed.
-func reportPython(t *testing.T, checked, what string) (root, python string) {
-	t.Helper()
-	root = repoRoot(t)
-	python = filepath.Join(root, ".venv", "bin", "python")
-	if _, err := os.Stat(python); err != nil {
-		t.Skip(checked + "no .venv (./dev install creates it): cannot execute the " + what)
-	}
-	if out, err := exec.Command(python, "-c", "import papermill, nbconvert, pandas, psycopg, matplotlib").CombinedOutput(); err != nil {
-		t.Skipf("%s.venv lacks the report's packages (./dev install): %v\n%s", checked, err, tail(string(out), 5))
-	}
-	return root, python
-}
-
-func tail(s string, n int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, "\n")
 }
 
 func (e *env) count(t *testing.T, q string, args ...any) int {

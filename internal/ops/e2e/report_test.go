@@ -19,6 +19,7 @@ import (
 	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // The report test's reduced target set: the special behaviour classes and one block of
@@ -61,7 +62,8 @@ var reportPorts = []uint16{853, 784, 8853}
 // population.HandshakeRTTs) per phase.
 func TestReportFromPipeline(t *testing.T) {
 	e := setup(t)
-	root, python := reportPython(t, "", "notebooks")
+	root := repoRoot(t)
+	python := testsupport.ReportPython(t, "", "notebooks")
 
 	targets, addrs := reportTargets(t, e.pop)
 	t.Logf("targets %s (%d addresses)", strings.Join(targets, ","), len(addrs))
@@ -86,24 +88,19 @@ func TestReportFromPipeline(t *testing.T) {
 
 	// The report: both notebooks, headless.
 	out := t.TempDir()
-	cmd := exec.Command(python, "-m", "doqscan_analysis.report", "--db", e.url, "--out", out)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "analysis"))
-	if o, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("report: %v\n%s", err, tail(string(o), 40))
-	}
-	folder := checkSummary(t, out, []string{"adoption", "response_times"}, []string{"fig1_doq_quic_versions_per_week",
+	folder, sum := testsupport.RunReport(t, python, e.url, out)
+	checkSummary(t, folder, sum, []string{"adoption", "response_times"}, []string{"fig1_doq_quic_versions_per_week",
 		"port_shares", "fig2_world_map", "fig3a_resolve_rtt_" + reportVantage, "fig3b_handshake_ratio_" + reportVantage})
 
 	// The numbers behind the figures, from the package's load functions.
-	cmd = exec.Command(python, filepath.Join("internal", "ops", "e2e", "testdata", "report_numbers.py"))
+	cmd := exec.Command(python, filepath.Join("internal", "ops", "e2e", "testdata", "report_numbers.py"))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "analysis"), "DOQSCAN_REPORT_DB="+e.url)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	raw, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("report_numbers.py: %v\n%s", err, tail(stderr.String(), 30))
+		t.Fatalf("report_numbers.py: %v\n%s", err, testsupport.Tail(stderr.String(), 30))
 	}
 	var got reportNumbers
 	if err := json.Unmarshal(raw, &got); err != nil {
@@ -470,37 +467,17 @@ func checkRatios(t *testing.T, got reportNumbers, w reportTruth) {
 	}
 }
 
-// checkSummary checks the report's summary.json: the notebooks ran without error and
-// the figures were written (PNG and SVG, non-empty). It returns the report folder.
-func checkSummary(t *testing.T, out string, notebooks, figures []string) string {
+// checkSummary checks the report's summary: the notebooks ran without error and the
+// figures were written (PNG and SVG, non-empty) in the report's folder.
+func checkSummary(t *testing.T, folder string, s testsupport.ReportSummary, notebooks, figures []string) {
 	t.Helper()
-	found, _ := filepath.Glob(filepath.Join(out, "*", "summary.json"))
-	if len(found) != 1 {
-		t.Fatalf("report wrote %d summary.json files under %s, want 1", len(found), out)
-	}
-	raw, err := os.ReadFile(found[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s struct {
-		Notebooks map[string]struct {
-			Seconds float64 `json:"seconds"`
-			Error   *string `json:"error"`
-		} `json:"notebooks"`
-		Figures []string `json:"figures"`
-		OK      bool     `json:"ok"`
-	}
-	if err := json.Unmarshal(raw, &s); err != nil {
-		t.Fatalf("summary.json: %v", err)
-	}
-	folder := filepath.Dir(found[0])
 	for _, nb := range notebooks {
 		r, ok := s.Notebooks[nb]
 		switch {
 		case !ok:
 			t.Errorf("notebook %s was not executed", nb)
 		case r.Error != nil:
-			t.Errorf("notebook %s failed: %s", nb, tail(*r.Error, 20))
+			t.Errorf("notebook %s failed: %s", nb, testsupport.Tail(*r.Error, 20))
 		default:
 			t.Logf("notebook %s: %.1f s", nb, r.Seconds)
 		}
@@ -520,7 +497,6 @@ func checkSummary(t *testing.T, out string, notebooks, figures []string) string 
 		}
 	}
 	t.Logf("report: %d figures in %s", len(s.Figures), folder)
-	return folder
 }
 
 func union[K comparable, V any](a, b map[K]V) map[K]bool {

@@ -110,7 +110,7 @@ func TestScheduleCompressedClock(t *testing.T) {
 	mustRun := func(c *exec.Cmd) {
 		t.Helper()
 		if out, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", c.Args, err, tail(string(out), 30))
+			t.Fatalf("%v: %v\n%s", c.Args, err, testsupport.Tail(string(out), 30))
 		}
 	}
 
@@ -133,7 +133,7 @@ func TestScheduleCompressedClock(t *testing.T) {
 	}
 	h.let(t)
 	if err := first.Wait(); err != nil {
-		t.Fatalf("scan: %v\n%s", err, tail(firstOut.String(), 30))
+		t.Fatalf("scan: %v\n%s", err, testsupport.Tail(firstOut.String(), 30))
 	}
 	if n := e.count(t, `SELECT count(*) FROM job_runs WHERE job = 'scan' AND run_key = '2026-W46' AND status = 'skipped-locked'`); n != 1 {
 		t.Errorf("the overlapping scan start left %d skipped-locked rows, want 1", n)
@@ -157,11 +157,11 @@ func TestScheduleCompressedClock(t *testing.T) {
 	}
 	h2.waitInside(t)
 	if out, err := jobrun("measure", hour0.Add(time.Hour+30*time.Minute), measureCmd...).CombinedOutput(); exitCode(err) != exitLocked {
-		t.Errorf("second measure in the same hour while one runs: exit %d, want %d\n%s", exitCode(err), exitLocked, tail(string(out), 20))
+		t.Errorf("second measure in the same hour while one runs: exit %d, want %d\n%s", exitCode(err), exitLocked, testsupport.Tail(string(out), 20))
 	}
 	h2.let(t)
 	if err := r1.Wait(); err != nil {
-		t.Fatalf("measure H+1h: %v\n%s", err, tail(r1Out.String(), 30))
+		t.Fatalf("measure H+1h: %v\n%s", err, testsupport.Tail(r1Out.String(), 30))
 	}
 	mustRun(jobrun("measure", hour0.Add(3*time.Hour), measureCmd...))
 
@@ -210,7 +210,7 @@ func TestScheduleCompressedClock(t *testing.T) {
 	weekly.Env = append(os.Environ(), "DATABASE_URL="+e.url, "DOQSCAN_HOME="+home, "DOQSCAN_VANTAGE=vp0",
 		"DOQSCAN_NOW="+at(week0), "ZPROBE_ARGS="+strings.Join(scanArgs, " "), "VERIFY_ARGS="+strings.Join(verifyArgs, " "))
 	if out, err := weekly.CombinedOutput(); err != nil {
-		t.Fatalf("deploy/weekly.sh: %v\n%s", err, tail(string(out), 30))
+		t.Fatalf("deploy/weekly.sh: %v\n%s", err, testsupport.Tail(string(out), 30))
 	}
 	for _, hr := range []time.Duration{0, time.Hour, 3 * time.Hour} {
 		mustRun(jobrun("measure", hour0.Add(hr), measureCmd...))

@@ -10,13 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // TestShardedScanTwoVantages: one zmap scan of a /22 split over two scanner machines
@@ -37,7 +37,7 @@ func TestShardedScanTwoVantages(t *testing.T) {
 			"--quic-ports", fmt.Sprint(port), "--dns-ports", "", "--seed", "20261122", "--shards", "2",
 			"--shard", fmt.Sprint(shard), "--rate", "3000", "--cooldown", "2", "--out", out)
 		if testing.Verbose() {
-			t.Logf("shard %d:\n%s", shard, tail(o, 15))
+			t.Logf("shard %d:\n%s", shard, testsupport.Tail(o, 15))
 		}
 	}
 	flows := cap.stop()
@@ -137,7 +137,7 @@ func TestMeasureFromTwoVantages(t *testing.T) {
 			"--protocols", strings.Join(twoVantageProtocols, ","), "--rtt-samples", fmt.Sprint(twoVantageRTTSamples),
 			"--concurrency", fmt.Sprint(twoVantagePerPath), "--timeout", "3s")
 		if testing.Verbose() {
-			t.Logf("%s:\n%s", vantageID(vp), tail(o, 15))
+			t.Logf("%s:\n%s", vantageID(vp), testsupport.Tail(o, 15))
 		}
 	}
 	if n := e.count(t, `SELECT count(*) FROM campaigns WHERE round_hour = '2026-11-22T04:00:00Z' AND vantage_id IN ('vp0', 'vp1')`); n != 2 {
@@ -255,20 +255,14 @@ func doxResolvers(t *testing.T, pop *population.Population) ([]netip.Addr, []str
 // ./dev report does) and checks what it shows against the database.
 func checkVantageNotebook(t *testing.T, e *env) {
 	t.Helper()
-	root, python := reportPython(t, "the round was checked; ", "notebook")
+	python := testsupport.ReportPython(t, "the round was checked; ", "notebook")
 	out := t.TempDir()
-	cmd := exec.Command(python, "-m", "doqscan_analysis.report", "--db", e.url, "--out", out,
-		"--notebooks", "response_times", "--vantages", vantageID(0), vantageID(1))
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "analysis"))
-	if o, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("report: %v\n%s", err, tail(string(o), 40))
-	}
+	folder, sum := testsupport.RunReport(t, python, e.url, out, "--notebooks", "response_times", "--vantages", vantageID(0), vantageID(1))
 	var figures []string
 	for vp := 0; vp < 2; vp++ {
 		figures = append(figures, "fig3a_resolve_rtt_"+vantageID(vp), "fig3b_handshake_ratio_"+vantageID(vp))
 	}
-	folder := checkSummary(t, out, []string{"response_times"}, append(figures, "vantage_comparison"))
+	checkSummary(t, folder, sum, []string{"response_times"}, append(figures, "vantage_comparison"))
 	if dir := os.Getenv("DOQSCAN_KEEP_REPORT"); dir != "" {
 		// a copy to look at (the figures as images), e.g. DOQSCAN_KEEP_REPORT=/tmp/vantage-report
 		if err := exec.Command("cp", "-r", folder, dir).Run(); err != nil {
@@ -353,10 +347,7 @@ func readVantageCSV(t *testing.T, path string) []vantageRow {
 		}
 	}
 	num := func(s string) float64 {
-		if s == "" {
-			return math.NaN()
-		}
-		v, err := strconv.ParseFloat(s, 64)
+		v, err := testsupport.Cell(s)
 		if err != nil {
 			t.Fatalf("%s: %q: %v", path, s, err)
 		}

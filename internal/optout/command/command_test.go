@@ -13,7 +13,6 @@ import (
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/optout"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -30,14 +29,9 @@ func run(t *testing.T, args ...string) (int, string, string) {
 // withdraw change the status with one audit row each and regenerate optout.conf; bad ids
 // and refused transitions are exit code 2 and change nothing.
 func TestSubcommands(t *testing.T) {
-	u := storetest.NewDatabase(t)
+	st, u := storetest.OpenURL(t)
 	t.Setenv("DATABASE_URL", u)
 	ctx := context.Background()
-	st, err := store.Open(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	dir := t.TempDir()
 	var ids []int64
 	for _, p := range []string{"198.19.7.0/24", "198.19.8.0/24"} {

@@ -119,12 +119,7 @@ func TestScanKilled(t *testing.T) {
 	e := requireTestbed(t)
 	v := e.v
 	bin := filepath.Join(testsupport.Commands(t, "zprobe"), "zprobe")
-	url := storetest.NewDatabase(t)
-	s, err := store.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, url := storetest.OpenURL(t)
 	out := keepOnFailure(t)
 	args := []string{"scan", "--vantage", "killed", "--week", "2026-W47", "--label", "killed", "--testbed", testbedPrefix.String(),
 		"--quic-ports", "784", "--dns-ports", "53", "--cooldown", "3", "--out", out, "--blocklist-dir", filepath.Join(home.Dir(), "blocklist"),

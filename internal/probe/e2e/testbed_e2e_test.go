@@ -141,10 +141,7 @@ type e2eSetup struct {
 }
 
 func requireTestbed(t *testing.T) *e2eSetup {
-	v := testbed.Require(t)
-	if v.Population == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
+	v, _ := testbed.RequirePopulation(t)
 	if _, err := os.Stat(filepath.Join(home.Dir(), "bin", "simserver")); err != nil {
 		t.Fatalf("the testbed has no simulated servers: %v (./dev build)", err)
 	}

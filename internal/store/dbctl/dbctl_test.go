@@ -17,8 +17,7 @@ import (
 // TestAgainstDatabaseURL: with DATABASE_URL set, url prints it, up and status print the
 // schema version of that database, and stop leaves the external server alone.
 func TestAgainstDatabaseURL(t *testing.T) {
-	url := storetest.NewDatabase(t)
-	t.Setenv("DATABASE_URL", url)
+	url := storetest.UseDatabase(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	want := map[string]string{
 		"url":    url + "\n",

@@ -65,6 +65,15 @@ func NewDatabase(t testing.TB) string {
 	return WithDatabase(admin, name)
 }
 
+// UseDatabase creates an empty database (NewDatabase), points $DATABASE_URL at it for the
+// rest of the test, as a command run by the test reads it, and returns its URL.
+func UseDatabase(t testing.TB) string {
+	t.Helper()
+	url := NewDatabase(t)
+	t.Setenv("DATABASE_URL", url)
+	return url
+}
+
 // WithDatabase returns url pointing at database name (URL or keyword/value form).
 func WithDatabase(u, name string) string {
 	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
@@ -79,12 +88,31 @@ func WithDatabase(u, name string) string {
 // Open returns a Store on a fresh database with the schema applied.
 func Open(t testing.TB) *store.Store {
 	t.Helper()
+	s, _ := OpenURL(t)
+	return s
+}
+
+// OpenURL is Open, and returns the database's URL too (for a command the test runs, or a
+// connection of its own). The Store is closed when the test ends; closing it before is
+// fine.
+func OpenURL(t testing.TB) (*store.Store, string) {
+	t.Helper()
 	url := NewDatabase(t)
 	s, err := store.Open(context.Background(), url)
 	if err != nil {
 		t.Fatalf("open test store: %v", err)
 	}
 	t.Cleanup(s.Close)
+	return s, url
+}
+
+// OpenVantage returns a Store as Open does, with the vantage point id recorded.
+func OpenVantage(t testing.TB, id string) *store.Store {
+	t.Helper()
+	s := Open(t)
+	if err := s.EnsureVantage(context.Background(), store.Vantage{ID: id}); err != nil {
+		t.Fatalf("record vantage %s: %v", id, err)
+	}
 	return s
 }
 

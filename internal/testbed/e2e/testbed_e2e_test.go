@@ -19,6 +19,7 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // testPaths are the path profiles of the integration tests: one /24 per RTT.
@@ -177,16 +178,7 @@ func TestTestbed(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pc.Close()
-			go func() {
-				buf := make([]byte, 2048)
-				for {
-					n, from, err := pc.ReadFrom(buf)
-					if err != nil {
-						return
-					}
-					pc.WriteTo(buf[:n], from)
-				}
-			}()
+			testsupport.Echo(pc)
 		}
 		got, err := zmapUDP(ctx, t, tb, "198.19.11.0/24", port)
 		if err != nil {

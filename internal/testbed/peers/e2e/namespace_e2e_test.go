@@ -12,6 +12,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"github.com/doqscan/doqscan/internal/testbed/peers"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // TestFirstReplyToANewAddressIsPrompt: a peer's first reply to an address it has not
@@ -63,16 +64,7 @@ func TestFirstReplyToANewAddressIsPrompt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer echo.Close()
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			k, from, err := echo.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			echo.WriteTo(buf[:k], from)
-		}
-	}()
+	testsupport.Echo(echo)
 
 	// A round trip here takes microseconds; 100 ms leaves room for a loaded machine and
 	// is an eighth of the default proxy delay's range.

@@ -11,25 +11,9 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/doqscan/doqscan/internal/testbed/peers"
+	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
-
-// skipUninstalledPeer skips when r is a third-party peer that is not installed here
-// (scripts/install-peers.sh): the testbed then starts no peer at all.
-func skipUninstalledPeer(t *testing.T, r *population.Record) {
-	t.Helper()
-	if r.Peer == "" {
-		return
-	}
-	root, err := peers.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := peers.Installed(root, peers.Kind(r.Peer)); err != nil {
-		t.Skipf("SKIP: %s is a %s peer: %v", r.Prefix, r.Peer, err)
-	}
-}
 
 // The IPv6 half has a third-party server, and the tests below reach it like every
 // simserver address.
@@ -62,7 +46,7 @@ func TestIPv6QUICEndpoints(t *testing.T) {
 		}
 		n++
 		t.Run(ep.Addr.String()+"/"+strconv.Itoa(int(ep.Port)), func(t *testing.T) {
-			skipUninstalledPeer(t, pop.Lookup(ep.Addr))
+			testbed.RequirePeer(t, pop, pop.Lookup(ep.Addr))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			conn, _, err := dialDoQ(ctx, ep.Addr, ep.Port, nil, false, nil)
@@ -104,31 +88,24 @@ func TestIPv6QUICEndpoints(t *testing.T) {
 func TestIPv6PlainDNSAndDoT(t *testing.T) {
 	pop := requireSimserver(t).Population
 	pop6 := pop.IPv6()
+	noPeers := testbed.PeersMissing(t, pop)
 	for _, transport := range []string{"udp", "tcp"} {
 		for _, a := range pop6.DNSServers(transport) {
 			r := pop.Lookup(a)
 			if r.Hostile != "" {
 				continue
 			}
-			if r.Peer != "" {
-				if err := peers.Installed(mustRoot(t), peers.Kind(r.Peer)); err != nil {
-					t.Logf("SKIP %s: a %s peer: %v", a, r.Peer, err)
-					continue
-				}
+			if r.Peer != "" && noPeers != nil {
+				t.Logf("SKIP %s: a %s peer, and the testbed starts none: %v", a, r.Peer, noPeers)
+				continue
 			}
 			c := &dns.Client{Net: transport, Timeout: 3 * time.Second}
-			q := new(dns.Msg)
-			q.SetQuestion("test.com.", dns.TypeA)
-			m, _, err := c.Exchange(q, net.JoinHostPort(a.String(), "53"))
+			m, _, err := queryA(c, a)
 			if err != nil {
 				t.Errorf("%s %s: %v", transport, a, err)
 				continue
 			}
-			want := dns.RcodeSuccess
-			if r.RCode == "REFUSED" {
-				want = dns.RcodeRefused
-			}
-			if m.Rcode != want {
+			if want := dns.StringToRcode[r.RCode]; m.Rcode != want {
 				t.Errorf("%s %s: rcode %s, ground truth %s", transport, a, dns.RcodeToString[m.Rcode], r.RCode)
 			}
 		}
@@ -137,11 +114,9 @@ func TestIPv6PlainDNSAndDoT(t *testing.T) {
 		if r.DoT == 0 || r.Hostile != "" {
 			continue
 		}
-		if r.Peer != "" {
-			if err := peers.Installed(mustRoot(t), peers.Kind(r.Peer)); err != nil {
-				t.Logf("SKIP %s: a %s peer: %v", r.Prefix, r.Peer, err)
-				continue
-			}
+		if r.Peer != "" && noPeers != nil {
+			t.Logf("SKIP %s: a %s peer, and the testbed starts none: %v", r.Prefix, r.Peer, noPeers)
+			continue
 		}
 		a := r.Prefix.Addr()
 		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 3 * time.Second},
@@ -189,13 +164,4 @@ func TestIPv6DoQRoundTripsThroughDelayLine(t *testing.T) {
 			checkHandshakeRounds(t, a, port, true, path, wantW, wantM)
 		})
 	}
-}
-
-func mustRoot(t *testing.T) string {
-	t.Helper()
-	root, err := peers.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/testbed/wirecap"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 func requireCapture(t *testing.T) {
@@ -53,16 +54,7 @@ func TestCaptureLoopback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, cli := loopbackPair(t)
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := srv.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			_, _ = srv.WriteToUDPAddrPort(buf[:n], from)
-		}
-	}()
+	testsupport.Echo(srv)
 	local := cli.LocalAddr().(*net.UDPAddr).AddrPort()
 	remote := srv.LocalAddr().(*net.UDPAddr).AddrPort()
 

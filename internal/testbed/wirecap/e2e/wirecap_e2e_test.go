@@ -45,11 +45,8 @@ const (
 // and tcpdump is installed; it returns the vantage.
 func requireSpans(t testing.TB) *testbed.Vantage {
 	t.Helper()
-	v := testbed.Require(t)
+	v, _ := testbed.RequirePopulation(t)
 	v.RequireSimserver(t)
-	if v.Population == nil {
-		t.Skip("SKIP: the testbed runs without a population file")
-	}
 	requireTcpdump(t)
 	return v
 }
