@@ -26,15 +26,59 @@ import (
 // servers in a child process so that their memory is not counted as the clients'.
 const floodServerEnv = "DOQSCAN_FLOOD_SERVER"
 
-// TestFloodServerProcess is BenchmarkHostileMemory's server process: it starts Flood
-// servers, prints their addresses as JSON and serves until its stdin closes.
+// TestFloodServerProcess is BenchmarkHostileMemory's server process when floodServerEnv
+// is set: it starts Flood servers, prints their addresses as JSON and serves until its
+// stdin closes. Otherwise it checks that process as the benchmark uses it: it starts,
+// names an address for each flooded protocol, and exits cleanly once stdin closes.
 func TestFloodServerProcess(t *testing.T) {
-	if os.Getenv(floodServerEnv) == "" {
-		t.Skip("the server process of BenchmarkHostileMemory (runs only when it starts it)")
+	if os.Getenv(floodServerEnv) != "" {
+		s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.7", Behavior: measuretest.Flood})
+		_ = json.NewEncoder(os.Stdout).Encode(map[string]string{"doq": s.DoQ.String(), "doh3": s.DoH3.String()})
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // EOF when the benchmark ends
+		return
 	}
-	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.7", Behavior: measuretest.Flood})
-	_ = json.NewEncoder(os.Stdout).Encode(map[string]string{"doq": s.DoQ.String(), "doh3": s.DoH3.String()})
-	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // EOF when the benchmark ends
+	addrs, stop := startFloodServer(t)
+	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
+		if a, err := netip.ParseAddrPort(addrs[string(p)]); err != nil || !a.Addr().IsLoopback() {
+			t.Errorf("%s: address %q (%v), want a loopback address and port", p, addrs[string(p)], err)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Errorf("the server process did not exit cleanly when its stdin closed: %v", err)
+	}
+}
+
+// startFloodServer starts the flood server process (TestFloodServerProcess with
+// floodServerEnv set) and returns its addresses by protocol and a stop function that
+// closes its stdin and waits for it.
+func startFloodServer(tb testing.TB) (map[string]string, func() error) {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFloodServerProcess$")
+	cmd.Env = append(os.Environ(), floodServerEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	var once sync.Once
+	var waitErr error
+	stop := func() error {
+		once.Do(func() { stdin.Close(); waitErr = cmd.Wait() })
+		return waitErr
+	}
+	tb.Cleanup(func() { _ = stop() })
+	var addrs map[string]string
+	if err := json.NewDecoder(stdout).Decode(&addrs); err != nil {
+		tb.Fatalf("server process: %v", err)
+	}
+	return addrs, stop
 }
 
 // floodBenchTimeout is long enough for every flood to pass the qlog bound at conc=64.
@@ -64,25 +108,7 @@ func procStatusKB(name string) int64 {
 // max-took/timeout is the slowest exchange's duration over its timeout.
 func BenchmarkHostileMemory(b *testing.B) {
 	const conc = 64
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFloodServerProcess$")
-	cmd.Env = append(os.Environ(), floodServerEnv+"=1")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
-	var addrs map[string]string
-	if err := json.NewDecoder(stdout).Decode(&addrs); err != nil {
-		b.Fatalf("server process: %v", err)
-	}
+	addrs, _ := startFloodServer(b)
 	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
 		b.Run(fmt.Sprintf("%s/conc=%d", p, conc), func(b *testing.B) {
 			m, _ := measure.For(p)
