@@ -11,20 +11,7 @@ import (
 // with kernel times between the send and the read's return, marks a datagram longer
 // than its buffer, and ends with a timeout at the read deadline.
 func TestBatch(t *testing.T) {
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	raw, err := net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewPacketConn(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	srv, c := loopbackPair(t)
 	const n = 5
 	msgs := make([][]byte, n)
 	for i := range msgs {

@@ -12,20 +12,7 @@ import (
 // TestPacketConnStamps: a datagram over loopback gets a kernel time between its send and
 // the read's return, and Arrival finds it.
 func TestPacketConnStamps(t *testing.T) {
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	raw, err := net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewPacketConn(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	srv, c := loopbackPair(t)
 	c.Log.Arm()
 	before := time.Now()
 	if _, err := c.Write([]byte("ping")); err != nil {
@@ -199,4 +186,25 @@ func TestReadFromAddress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loopbackPair returns a UDP server socket on 127.0.0.1 and a stamped PacketConn
+// connected to it, both closed when the test ends.
+func loopbackPair(t *testing.T) (*net.UDPConn, *PacketConn) {
+	t.Helper()
+	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	raw, err := net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewPacketConn(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return srv, c
 }
