@@ -72,12 +72,14 @@ type pipe struct {
 	mu      sync.Mutex
 	pending map[uint16]*pending
 	fifo    []*pending // send order = deadline order (one QueryTimeout for all)
-	out     []Query
+	out     []Query // outcomes not yet delivered (Request.OnQuery) or kept
+	spare   []Query // with Request.OnQuery: the other buffer of out
 	failed  bool
 	sent    bool // the sender has stopped
 }
 
-// runPipe runs req's queries over pio and appends their outcomes to res in seq order.
+// runPipe runs req's queries over pio and appends their outcomes to res in seq order
+// (with req.OnQuery: hands each to it from the receiving goroutine as it ends).
 func runPipe(ctx context.Context, req *Request, res *Result, pio pipeIO, keepalive bool) {
 	qt := req.QueryTimeout
 	if qt <= 0 {
@@ -86,8 +88,12 @@ func runPipe(ctx context.Context, req *Request, res *Result, pio pipeIO, keepali
 	p := &pipe{io: pio, req: req, qt: qt, keepalive: keepalive, slots: make(chan struct{}, req.streams()),
 		sendDone: make(chan struct{}), pending: make(map[uint16]*pending, req.streams())}
 	go func() { p.send(ctx); close(p.sendDone) }()
-	p.receive(ctx)
+	p.receive(ctx, res)
 	<-p.sendDone
+	if req.OnQuery != nil {
+		p.deliver(res)
+		return
+	}
 	slices.SortFunc(p.out, func(a, b Query) int { return a.Seq - b.Seq })
 	res.Queries = append(res.Queries, p.out...)
 }
@@ -330,8 +336,27 @@ func (p *pipe) expire(now time.Time, all bool, readErr error) {
 	}
 }
 
+// deliver hands the outcomes finished so far to Request.OnQuery (no-op without it).
+func (p *pipe) deliver(res *Result) {
+	if p.req.OnQuery == nil {
+		return
+	}
+	p.mu.Lock()
+	out := p.out
+	p.out, p.spare = p.spare[:0], nil
+	p.mu.Unlock()
+	for i := range out {
+		res.noteDelivered(out[i])
+		p.req.OnQuery(out[i])
+		out[i] = Query{}
+	}
+	p.mu.Lock()
+	p.spare = out[:0]
+	p.mu.Unlock()
+}
+
 // receive reads answers until the sender has stopped and no query is outstanding.
-func (p *pipe) receive(ctx context.Context) {
+func (p *pipe) receive(ctx context.Context, res *Result) {
 	over := func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -346,6 +371,7 @@ func (p *pipe) receive(ctx context.Context) {
 			d = p.fifo[0].deadline
 		}
 		p.mu.Unlock()
+		p.deliver(res)
 		_ = p.io.setReadDeadline(d)
 		// After the deadline is set: the sender's stop and ctx's end (which set the
 		// deadline to now) either show here or cut the read short.
@@ -402,5 +428,6 @@ func (p *pipe) receive(ctx context.Context) {
 			}
 		}
 		p.mu.Unlock()
+		p.deliver(res)
 	}
 }
