@@ -251,8 +251,10 @@ type Result struct {
 	Status        Status // of the whole exchange: the first failure, or ok
 	Err           error
 	Queries       []Query
-	// failed is the lowest-seq failure among the queries delivered to Request.OnQuery.
-	failed *Query
+	// failed is the lowest-seq failure among the queries delivered to Request.OnQuery
+	// (hasFailed: there is one).
+	failed    Query
+	hasFailed bool
 
 	TLSVersion    uint16
 	TLSCipher     string
@@ -327,8 +329,8 @@ func (r *Result) finish() *Result {
 			break
 		}
 	}
-	if f := r.failed; f != nil && (first == nil || f.Seq < first.Seq) {
-		first = f
+	if r.hasFailed && (first == nil || r.failed.Seq < first.Seq) {
+		first = &r.failed
 	}
 	if first != nil {
 		r.Status, r.Err = first.Status, first.Err
@@ -338,9 +340,9 @@ func (r *Result) finish() *Result {
 
 // noteDelivered remembers q, handed to Request.OnQuery, for finish if it is the
 // lowest-seq failure so far (callers delivering from several goroutines hold a lock).
-func (r *Result) noteDelivered(q Query) {
-	if q.Status != StatusOK && (r.failed == nil || q.Seq < r.failed.Seq) {
-		r.failed = &q
+func (r *Result) noteDelivered(q *Query) {
+	if q.Status != StatusOK && (!r.hasFailed || q.Seq < r.failed.Seq) {
+		r.failed, r.hasFailed = *q, true
 	}
 }
 

@@ -34,7 +34,7 @@ func runQueries(ctx context.Context, req *Request, res *Result, ex exchangeFunc)
 			}
 			q := ex(ctx, i, name, qtype, false)
 			if req.OnQuery != nil {
-				res.noteDelivered(q)
+				res.noteDelivered(&q)
 				req.OnQuery(q)
 			} else {
 				res.Queries = append(res.Queries, q)
@@ -78,7 +78,7 @@ func runQueries(ctx context.Context, req *Request, res *Result, ex exchangeFunc)
 			cancel()
 			mu.Lock()
 			if req.OnQuery != nil {
-				res.noteDelivered(q)
+				res.noteDelivered(&q)
 			} else {
 				out = append(out, q)
 			}
