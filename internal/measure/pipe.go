@@ -75,8 +75,8 @@ type pipe struct {
 	fifo    []*pending // send order = deadline order (one QueryTimeout for all), from head
 	head    int
 	free    []*pending // ended and out of fifo: reused for the next queries
-	out     []Query // outcomes not yet delivered (Request.OnQuery) or kept
-	spare   []Query // with Request.OnQuery: the other buffer of out
+	out     []Query    // outcomes not yet delivered (Request.OnQuery) or kept
+	spare   []Query    // with Request.OnQuery: the other buffer of out
 	failed  bool
 	sent    bool // the sender has stopped
 }
