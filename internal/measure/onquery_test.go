@@ -2,6 +2,7 @@ package measure_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"slices"
 	"sync"
@@ -107,7 +108,7 @@ func TestOnQueryStatusIsFirstFailure(t *testing.T) {
 				t.Errorf("streams %d, %s: seq %d %s %v; want %s", streams, names[i], q.Seq, q.Status, q.Err, want[i])
 			}
 		}
-		if res.Status != measure.StatusBadResponse || res.Err != qs[1].Err {
+		if res.Status != measure.StatusBadResponse || !errors.Is(res.Err, qs[1].Err) {
 			t.Errorf("streams %d: exchange %s %v; want query 1's %v", streams, res.Status, res.Err, qs[1].Err)
 		}
 	}
