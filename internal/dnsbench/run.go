@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -273,15 +274,35 @@ func (b *bench) persistentWorker(ctx context.Context) {
 		if !ok {
 			return
 		}
-		issued, deadlines := []time.Time{at0}, []time.Time{at0.Add(b.c.Timeout)}
+		// The session's queries issued and not yet recorded, by seq: each is recorded as
+		// its outcome arrives (measure.Request.OnQuery), so a long session keeps none.
+		var mu sync.Mutex
+		open := map[int]issue{0: {at0, at0.Add(b.c.Timeout)}}
+		last := 0 // the last seq issued
 		sctx, cancel := context.WithCancel(ctx)
 		var timedOut atomic.Bool
 		arm := func() *time.Timer {
 			return time.AfterFunc(b.c.Timeout, func() { timedOut.Store(true); cancel() })
 		}
 		timer := arm()
+		// outcome records query seq's outcome q once (later ones are dropped).
+		outcome := func(q measure.Query) {
+			mu.Lock()
+			is, ok := open[q.Seq]
+			delete(open, q.Seq)
+			isLast := q.Seq == last
+			mu.Unlock()
+			if !ok {
+				return
+			}
+			if q.Status != measure.StatusOK && isLast && timedOut.Load() {
+				q.Status, q.Err = measure.StatusTimeout, fmt.Errorf("no answer within %v: %v", b.c.Timeout, q.Err)
+			}
+			b.record(is.at, is.deadline, q)
+		}
 		req := b.request(q0)
 		req.Mode = measure.ModePersistent
+		req.OnQuery = outcome
 		// The session's own bound; each query is bounded by the timer above, or with
 		// several streams by QueryTimeout.
 		req.Timeout = b.c.Timeout * time.Duration(b.c.SessionQueries+1)
@@ -295,7 +316,9 @@ func (b *bench) persistentWorker(ctx context.Context) {
 			if seq == 0 {
 				if streams && timer.Stop() {
 					// Set up in time: from here the first query has its own bound.
-					deadlines[0] = time.Now().Add(b.c.Timeout)
+					mu.Lock()
+					open[0] = issue{at0, time.Now().Add(b.c.Timeout)}
+					mu.Unlock()
 				}
 				return q0.Name, q0.QType, true
 			}
@@ -309,7 +332,9 @@ func (b *bench) persistentWorker(ctx context.Context) {
 			if !ok {
 				return "", 0, false
 			}
-			issued, deadlines = append(issued, at), append(deadlines, at.Add(b.c.Timeout))
+			mu.Lock()
+			open[seq], last = issue{at, at.Add(b.c.Timeout)}, seq
+			mu.Unlock()
 			if !streams {
 				timer.Reset(b.c.Timeout) // the session's one timer, for this query
 			}
@@ -318,26 +343,33 @@ func (b *bench) persistentWorker(ctx context.Context) {
 		res := b.m.Measure(sctx, req)
 		timer.Stop()
 		cancel()
-		for i, at := range issued {
-			var q measure.Query
-			if i < len(res.Queries) {
-				q = res.Queries[i]
-			} else {
-				q = measure.Query{Status: res.Status, Err: res.Err}
-				if q.Status == measure.StatusOK {
-					q.Status, q.Err = measure.StatusError, fmt.Errorf("query not sent")
-				}
+		// Outcomes the client kept rather than delivered, then the issued queries it
+		// never ran: they fail with the session.
+		for _, q := range res.Queries {
+			outcome(q)
+		}
+		mu.Lock()
+		left := make([]int, 0, len(open))
+		for seq := range open {
+			left = append(left, seq)
+		}
+		mu.Unlock()
+		slices.Sort(left)
+		for _, seq := range left {
+			q := measure.Query{Seq: seq, Status: res.Status, Err: res.Err}
+			if q.Status == measure.StatusOK {
+				q.Status, q.Err = measure.StatusError, fmt.Errorf("query not sent")
 			}
-			if q.Status != measure.StatusOK && timedOut.Load() && i == len(issued)-1 {
-				q.Status, q.Err = measure.StatusTimeout, fmt.Errorf("no answer within %v: %v", b.c.Timeout, q.Err)
-			}
-			b.record(at, deadlines[i], q)
+			outcome(q)
 		}
 		if ctx.Err() != nil {
 			return
 		}
 	}
 }
+
+// issue is when a query was issued and when its own bound runs out.
+type issue struct{ at, deadline time.Time }
 
 // watchRamp stops a ramp at the first complete second whose loss exceeds the threshold
 // and keeps the highest answered rate of the seconds before it.

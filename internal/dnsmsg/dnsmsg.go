@@ -34,18 +34,23 @@ type Query struct {
 
 // Build returns the wire form of q with RD set (the study's method).
 func Build(q Query) ([]byte, error) {
+	return AppendBuild(make([]byte, 0, 64), q)
+}
+
+// AppendBuild appends what Build returns to b (a load generator reuses b's memory).
+func AppendBuild(b []byte, q Query) ([]byte, error) {
 	if _, ok := dns.IsDomainName(q.Name); !ok || q.Name == "" {
 		return nil, fmt.Errorf("bad query name %q", q.Name)
 	}
-	if b, ok := appendQuery(make([]byte, 0, 64), q); ok {
-		return b, nil // the same bytes as miekg/dns packs (TestBuildWire)
+	if out, ok := appendQuery(b, q); ok {
+		return out, nil // the same bytes as miekg/dns packs (TestBuildWire)
 	}
 	m := Message(q)
-	b, err := m.Pack()
+	packed, err := m.Pack()
 	if err != nil {
 		return nil, fmt.Errorf("pack query %s: %w", q.Name, err)
 	}
-	return b, nil
+	return append(b, packed...), nil
 }
 
 // Message returns q as a dns.Msg.

@@ -57,30 +57,52 @@ func Recv(rc syscall.RawConn, p []byte, stream bool) (n int, from unix.Sockaddr,
 // cannot be skipped by waiting for readiness first: RawRead clears a readiness that
 // arrived before it was called, so a datagram that came in between would go unnoticed.
 func recv(rc syscall.RawConn, p []byte, stream, wantFrom bool) (n int, from unix.Sockaddr, at time.Time, err error) {
-	var oob [oobSize]byte
-	var oobn int
-	var rerr error
-	var name *unix.RawSockaddrAny
-	if wantFrom {
-		name = new(unix.RawSockaddrAny)
-	}
-	err = rc.Read(func(fd uintptr) bool {
-		n, oobn, rerr = recvmsg(int(fd), p, oob[:], name)
-		return !errors.Is(rerr, unix.EAGAIN) && !errors.Is(rerr, unix.EWOULDBLOCK)
-	})
-	if err != nil {
+	r := recvs.Get().(*recvState)
+	defer func() { r.p = nil; recvs.Put(r) }()
+	r.p, r.wantFrom = p, wantFrom
+	if err := rc.Read(r.call); err != nil {
 		return 0, nil, time.Time{}, err
 	}
-	if rerr != nil {
-		return 0, nil, time.Time{}, &net.OpError{Op: "read", Net: "recvmsg", Err: rerr}
+	if r.err != nil {
+		return 0, nil, time.Time{}, &net.OpError{Op: "read", Net: "recvmsg", Err: r.err}
 	}
-	if name != nil {
-		from = sockaddr(name)
+	if wantFrom {
+		from = sockaddr(&r.name)
 	}
-	if stream && n == 0 && len(p) > 0 {
+	if stream && r.n == 0 && len(p) > 0 {
 		return 0, from, time.Time{}, io.EOF
 	}
-	return n, from, Parse(oob[:oobn]), nil
+	return r.n, from, Parse(r.oob[:r.oobn]), nil
+}
+
+// recvState is one recv's syscall state, pooled with its call (a closure made per
+// recv, capturing its results and control buffer, cost four allocations per read).
+type recvState struct {
+	oob      [oobSize]byte
+	name     unix.RawSockaddrAny
+	p        []byte
+	wantFrom bool
+	n, oobn  int
+	err      error
+	call     func(fd uintptr) bool
+}
+
+var recvs = sync.Pool{New: func() any {
+	r := new(recvState)
+	r.call = r.syscall
+	return r
+}}
+
+// syscall is one recvmsg for rawconn.Read: false (wait for readiness) when the socket
+// has nothing yet.
+func (r *recvState) syscall(fd uintptr) bool {
+	var name *unix.RawSockaddrAny
+	if r.wantFrom {
+		r.name = unix.RawSockaddrAny{} // no address (a stream socket's): no stale one
+		name = &r.name
+	}
+	r.n, r.oobn, r.err = recvmsg(int(fd), r.p, r.oob[:], name)
+	return !errors.Is(r.err, unix.EAGAIN) && !errors.Is(r.err, unix.EWOULDBLOCK)
 }
 
 // recvmsg is recvmsg(2) of one buffer with control data; name, when not nil, receives

@@ -182,6 +182,11 @@ type Request struct {
 	// the later messages of a burst leave up to the write's duration after it. Without
 	// Burst each query is sent as soon as Next returns it (a paced Next waits between).
 	Burst bool
+	// OnQuery, when set, receives each query's outcome as soon as it is known, in place
+	// of Result.Queries (which then stays empty), so a long session keeps none of its
+	// queries (a load generator). It may be called from several goroutines at once, in any seq order,
+	// and never after Measure returns. Result.Status and Err are still the first failure.
+	OnQuery func(Query)
 	// listenPacket, when set, opens a DoQ/DoH3 connection's socket in place of a
 	// kernel-timestamped UDP socket (tests: an in-process link); the Log it returns stays
 	// empty when the socket has no kernel timestamps, and the qlog's times are taken.
@@ -246,6 +251,10 @@ type Result struct {
 	Status        Status // of the whole exchange: the first failure, or ok
 	Err           error
 	Queries       []Query
+	// failed is the lowest-seq failure among the queries delivered to Request.OnQuery
+	// (hasFailed: there is one).
+	failed    Query
+	hasFailed bool
 
 	TLSVersion    uint16
 	TLSCipher     string
@@ -313,13 +322,28 @@ func (r *Result) fail(err error) *Result {
 // finish sets the exchange status from its queries.
 func (r *Result) finish() *Result {
 	r.Status = StatusOK
-	for _, q := range r.Queries {
-		if q.Status != StatusOK {
-			r.Status, r.Err = q.Status, q.Err
+	var first *Query
+	for i := range r.Queries {
+		if r.Queries[i].Status != StatusOK {
+			first = &r.Queries[i]
 			break
 		}
 	}
+	if r.hasFailed && (first == nil || r.failed.Seq < first.Seq) {
+		first = &r.failed
+	}
+	if first != nil {
+		r.Status, r.Err = first.Status, first.Err
+	}
 	return r
+}
+
+// noteDelivered remembers q, handed to Request.OnQuery, for finish if it is the
+// lowest-seq failure so far (callers delivering from several goroutines hold a lock).
+func (r *Result) noteDelivered(q *Query) {
+	if q.Status != StatusOK && (!r.hasFailed || q.Seq < r.failed.Seq) {
+		r.failed, r.hasFailed = *q, true
+	}
 }
 
 // Measurer is one protocol's client. Measure never returns without a classified Status

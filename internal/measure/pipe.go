@@ -32,6 +32,7 @@ type pending struct {
 	deadline time.Time
 	lastBad  error
 	done     bool
+	wire     []byte // the query's message (memory kept when the pending is reused)
 }
 
 // message is one message a pipe read: its bytes (valid until the next read), the
@@ -71,13 +72,17 @@ type pipe struct {
 
 	mu      sync.Mutex
 	pending map[uint16]*pending
-	fifo    []*pending // send order = deadline order (one QueryTimeout for all)
-	out     []Query
+	fifo    []*pending // send order = deadline order (one QueryTimeout for all), from head
+	head    int
+	free    []*pending // ended and out of fifo: reused for the next queries
+	out     []Query    // outcomes not yet delivered (Request.OnQuery) or kept
+	spare   []Query    // with Request.OnQuery: the other buffer of out
 	failed  bool
 	sent    bool // the sender has stopped
 }
 
-// runPipe runs req's queries over pio and appends their outcomes to res in seq order.
+// runPipe runs req's queries over pio and appends their outcomes to res in seq order
+// (with req.OnQuery: hands each to it from the receiving goroutine as it ends).
 func runPipe(ctx context.Context, req *Request, res *Result, pio pipeIO, keepalive bool) {
 	qt := req.QueryTimeout
 	if qt <= 0 {
@@ -86,8 +91,12 @@ func runPipe(ctx context.Context, req *Request, res *Result, pio pipeIO, keepali
 	p := &pipe{io: pio, req: req, qt: qt, keepalive: keepalive, slots: make(chan struct{}, req.streams()),
 		sendDone: make(chan struct{}), pending: make(map[uint16]*pending, req.streams())}
 	go func() { p.send(ctx); close(p.sendDone) }()
-	p.receive(ctx)
+	p.receive(ctx, res)
 	<-p.sendDone
+	if req.OnQuery != nil {
+		p.deliver(res)
+		return
+	}
 	slices.SortFunc(p.out, func(a, b Query) int { return a.Seq - b.Seq })
 	res.Queries = append(res.Queries, p.out...)
 }
@@ -212,15 +221,35 @@ func (p *pipe) register(u *pending) ([]byte, bool) {
 		id = newID()
 	}
 	u.q.ID = id
-	msg, err := dnsmsg.Build(u.q)
+	msg, err := dnsmsg.AppendBuild(u.wire[:0], u.q)
 	if err != nil {
 		q := u.out
 		q.Status, q.Err = StatusError, err
 		p.finish(u, q)
 		return nil, false
 	}
+	u.wire = msg
 	p.pending[id] = u
 	return msg, true
+}
+
+// newPending returns a pending for query seq, reusing one that ended if there is one:
+// a pending leaves fifo once, after its outcome, and only the sender (this caller)
+// holds it after that; its message memory is reused only after the write that sent it.
+func (p *pipe) newPending(name string, qtype uint16, seq int) *pending {
+	p.mu.Lock()
+	var u *pending
+	if n := len(p.free); n > 0 {
+		u, p.free[n-1] = p.free[n-1], nil
+		p.free = p.free[:n-1]
+	}
+	p.mu.Unlock()
+	if u == nil {
+		u = new(pending)
+	}
+	*u = pending{q: dnsmsg.Query{Name: name, Type: qtype, TCPKeepalive: p.keepalive, RcodeOnly: p.req.RcodeOnly},
+		out: Query{Seq: seq, KeepaliveTimeout: -1}, wire: u.wire[:0]}
+	return u
 }
 
 func (p *pipe) stopped(ctx context.Context) bool {
@@ -260,8 +289,7 @@ func (p *pipe) send(ctx context.Context) {
 				break
 			}
 			held--
-			u := &pending{q: dnsmsg.Query{Name: name, Type: qtype, TCPKeepalive: p.keepalive, RcodeOnly: p.req.RcodeOnly},
-				out: Query{Seq: seq, KeepaliveTimeout: -1}}
+			u := p.newPending(name, qtype, seq)
 			seq++
 			if msg, ok := p.register(u); ok {
 				msgs, sending = append(msgs, msg), append(sending, u)
@@ -283,7 +311,7 @@ func (p *pipe) send(ctx context.Context) {
 			p.mu.Lock()
 			for _, u := range sending {
 				u.out.StartedAt, u.deadline = now, now.Add(p.qt)
-				p.fifo = append(p.fifo, u)
+				p.push(u)
 			}
 			p.mu.Unlock()
 			if n, err := p.io.write(msgs); err != nil {
@@ -304,11 +332,22 @@ func (p *pipe) send(ctx context.Context) {
 	}
 }
 
+// push appends u to fifo, first moving what is left of it to the front of its memory
+// when that is full (so a session that is never empty does not grow it forever).
+func (p *pipe) push(u *pending) {
+	if len(p.fifo) == cap(p.fifo) && p.head > 0 {
+		n := copy(p.fifo, p.fifo[p.head:])
+		clear(p.fifo[n:])
+		p.fifo, p.head = p.fifo[:n], 0
+	}
+	p.fifo = append(p.fifo, u)
+}
+
 // expire ends the outstanding queries whose time ran out (all of them when all is set,
 // with readErr when the socket failed), oldest first (p.mu held).
 func (p *pipe) expire(now time.Time, all bool, readErr error) {
-	for len(p.fifo) > 0 {
-		u := p.fifo[0]
+	for p.head < len(p.fifo) {
+		u := p.fifo[p.head]
 		if !u.done {
 			if readErr == nil && !all && now.Before(u.deadline) {
 				return
@@ -325,27 +364,52 @@ func (p *pipe) expire(now time.Time, all bool, readErr error) {
 			}
 			p.finish(u, q)
 		}
-		p.fifo[0] = nil
-		p.fifo = p.fifo[1:]
+		p.fifo[p.head] = nil
+		p.head++
+		if p.head == len(p.fifo) {
+			// Empty: the next queries reuse its memory from the start.
+			p.fifo, p.head = p.fifo[:0], 0
+		}
+		p.free = append(p.free, u)
 	}
 }
 
+// deliver hands the outcomes finished so far to Request.OnQuery (no-op without it).
+func (p *pipe) deliver(res *Result) {
+	if p.req.OnQuery == nil {
+		return
+	}
+	p.mu.Lock()
+	out := p.out
+	p.out, p.spare = p.spare[:0], nil
+	p.mu.Unlock()
+	for i := range out {
+		res.noteDelivered(&out[i])
+		p.req.OnQuery(out[i])
+		out[i] = Query{}
+	}
+	p.mu.Lock()
+	p.spare = out[:0]
+	p.mu.Unlock()
+}
+
 // receive reads answers until the sender has stopped and no query is outstanding.
-func (p *pipe) receive(ctx context.Context) {
+func (p *pipe) receive(ctx context.Context, res *Result) {
 	over := func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.sent && len(p.pending) == 0 && len(p.fifo) == 0
+		return p.sent && len(p.pending) == 0 && p.head == len(p.fifo)
 	}
 	for {
 		now := time.Now()
 		p.mu.Lock()
 		p.expire(now, ctx.Err() != nil, nil)
 		d := now.Add(p.qt)
-		if len(p.fifo) > 0 {
-			d = p.fifo[0].deadline
+		if p.head < len(p.fifo) {
+			d = p.fifo[p.head].deadline
 		}
 		p.mu.Unlock()
+		p.deliver(res)
 		_ = p.io.setReadDeadline(d)
 		// After the deadline is set: the sender's stop and ctx's end (which set the
 		// deadline to now) either show here or cut the read short.
@@ -402,5 +466,6 @@ func (p *pipe) receive(ctx context.Context) {
 			}
 		}
 		p.mu.Unlock()
+		p.deliver(res)
 	}
 }

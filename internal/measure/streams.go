@@ -20,7 +20,7 @@ func (r *Request) streams() int {
 type exchangeFunc func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query
 
 // runQueries runs req's queries on one session through ex and appends their outcomes
-// to res in seq order. With Streams <= 1 they run one after another and the first
+// to res in seq order (with req.OnQuery: hands each to it as it ends). With Streams <= 1 they run one after another and the first
 // failure ends the session. With Streams = N > 1 up to N are outstanding at once, each
 // bounded by QueryTimeout (0: the exchange's Timeout); after a failure no new query is
 // asked for, and runQueries returns once every query it started has its outcome.
@@ -33,7 +33,12 @@ func runQueries(ctx context.Context, req *Request, res *Result, ex exchangeFunc)
 				return
 			}
 			q := ex(ctx, i, name, qtype, false)
-			res.Queries = append(res.Queries, q)
+			if req.OnQuery != nil {
+				res.noteDelivered(&q)
+				req.OnQuery(q)
+			} else {
+				res.Queries = append(res.Queries, q)
+			}
 			if q.Status != StatusOK {
 				return
 			}
@@ -72,9 +77,16 @@ func runQueries(ctx context.Context, req *Request, res *Result, ex exchangeFunc)
 			q := ex(qctx, i, name, qtype, true)
 			cancel()
 			mu.Lock()
-			out = append(out, q)
+			if req.OnQuery != nil {
+				res.noteDelivered(&q)
+			} else {
+				out = append(out, q)
+			}
 			failed = failed || q.Status != StatusOK
 			mu.Unlock()
+			if req.OnQuery != nil {
+				req.OnQuery(q)
+			}
 			<-slots
 		})
 	}
