@@ -172,9 +172,6 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			}
 			for _, shape := range shapes {
 				w, st := shape[0], shape[1]
-				if st > 1 && c.mode == "doh" {
-					continue
-				}
 				r, dr, err := runDnsbench(ctx, bin, append(common, "--workers", itoa(w), "--streams", itoa(st),
 					"--duration", itoa(secs)+"s", c.scheme+"://"+c.addr.String())...)
 				if err != nil {
