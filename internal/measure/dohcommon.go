@@ -13,7 +13,6 @@ import (
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/kstamp"
-	"golang.org/x/net/http2"
 )
 
 // DoH (RFC 8484) request details shared by DoH over HTTP/2 and HTTP/3.
@@ -87,10 +86,10 @@ func dohResponse(resp *http.Response, end context.CancelFunc) ([]byte, error) {
 
 // dohQueries runs req's queries as DoH requests over rt (an HTTP/2 or HTTP/3 client
 // connection, concurrent requests with Streams > 1), timed on clk (the Log of the
-// socket under it), appending them to res. Over HTTP/2 each request has a context of
-// its own, canceled once its answer is read (see dohResponse).
-func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk *kstamp.Log) {
-	_, h2 := rt.(*http2.ClientConn)
+// socket under it), appending them to res. With h2 (rt is x/net's HTTP/2 ClientConn)
+// each request has a context of its own, canceled once its answer is read (see
+// dohResponse).
+func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk *kstamp.Log, h2 bool) {
 	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
 		q := dnsmsg.Query{Name: name, Type: qtype, ID: 0, RcodeOnly: req.RcodeOnly}
 		out := Query{Seq: seq, KeepaliveTimeout: -1}
