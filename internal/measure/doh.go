@@ -33,7 +33,7 @@ func measureDoH(ctx context.Context, req *Request, res *Result) *Result {
 			return res.fail(fmt.Errorf("http2 client: %w", err))
 		}
 		defer cc.Close()
-		dohQueries(ctx, req, res, cc, c.log)
+		dohQueries(ctx, req, res, cc, c.log, true)
 		return res.finish()
 	})
 }

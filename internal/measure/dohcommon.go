@@ -61,8 +61,12 @@ func dohRequest(ctx context.Context, req *Request, q dnsmsg.Query) (*http.Reques
 	return hr, nil
 }
 
-// dohResponse reads and checks an HTTP response to a DoH query.
-func dohResponse(resp *http.Response) ([]byte, error) {
+// dohResponse reads and checks an HTTP response to a DoH query. end, when not nil,
+// cancels the request's context and is called once the body was read to its end,
+// before Body.Close: x/net's HTTP/2 Close then returns at once (the stream is closed
+// on both sides, so no RST_STREAM is sent) instead of waiting for the transport's
+// per-request goroutine to finish, which kept the query's slot busy.
+func dohResponse(resp *http.Response, end context.CancelFunc) ([]byte, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w %d", errHTTPStatus, resp.StatusCode)
@@ -74,16 +78,26 @@ func dohResponse(resp *http.Response) ([]byte, error) {
 	if len(body) > dohMaxBody {
 		return nil, fmt.Errorf("%w: DoH body longer than %d bytes", errBadLength, dohMaxBody)
 	}
+	if end != nil {
+		end()
+	}
 	return body, nil
 }
 
 // dohQueries runs req's queries as DoH requests over rt (an HTTP/2 or HTTP/3 client
 // connection, concurrent requests with Streams > 1), timed on clk (the Log of the
-// socket under it), appending them to res.
-func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk *kstamp.Log) {
+// socket under it), appending them to res. With h2 (rt is x/net's HTTP/2 ClientConn)
+// each request has a context of its own, canceled once its answer is read (see
+// dohResponse).
+func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk *kstamp.Log, h2 bool) {
 	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
 		q := dnsmsg.Query{Name: name, Type: qtype, ID: 0, RcodeOnly: req.RcodeOnly}
 		out := Query{Seq: seq, KeepaliveTimeout: -1}
+		var end context.CancelFunc
+		if h2 {
+			ctx, end = context.WithCancel(ctx)
+			defer end()
+		}
 		hr, err := dohRequest(ctx, req, q)
 		if err != nil {
 			out.Status, out.Err = StatusError, err
@@ -96,7 +110,7 @@ func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTri
 		resp, err := rt.RoundTrip(hr)
 		var raw []byte
 		if err == nil {
-			raw, err = dohResponse(resp)
+			raw, err = dohResponse(resp, end)
 		}
 		out.StartedAt = before
 		if !shared {
