@@ -3,6 +3,7 @@ package measure_test
 import (
 	"context"
 	"net"
+	"net/netip"
 	"runtime"
 	"testing"
 	"time"
@@ -13,6 +14,19 @@ import (
 // echoAnswerer answers every datagram on a loopback socket with itself, QR set (a valid
 // answer without records), allocating nothing per datagram.
 func echoAnswerer(t testing.TB) *net.UDPConn {
+	return serveLoopbackUDP(t, func(c *net.UDPConn, msg []byte, from netip.AddrPort) {
+		if len(msg) < 12 {
+			return
+		}
+		msg[2] |= 0x80
+		_, _ = c.WriteToUDPAddrPort(msg, from)
+	})
+}
+
+// serveLoopbackUDP listens on 127.0.0.7 and hands every datagram to answer (the buffer
+// is reused: answer must not keep msg) until the test ends. The loop itself allocates
+// nothing per datagram.
+func serveLoopbackUDP(t testing.TB, answer func(c *net.UDPConn, msg []byte, from netip.AddrPort)) *net.UDPConn {
 	t.Helper()
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 7)})
 	if err != nil {
@@ -26,11 +40,7 @@ func echoAnswerer(t testing.TB) *net.UDPConn {
 			if err != nil {
 				return
 			}
-			if n < 12 {
-				continue
-			}
-			buf[2] |= 0x80
-			_, _ = c.WriteToUDPAddrPort(buf[:n], from)
+			answer(c, buf[:n], from)
 		}
 	}()
 	return c

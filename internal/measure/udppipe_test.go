@@ -17,44 +17,30 @@ import (
 // a datagram of another ID first, then the answer; big.example with an answer padded
 // past 4096 bytes; wrong.example with an answer for another question.
 func udpAnswerer(t *testing.T) *net.UDPConn {
-	t.Helper()
-	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 7)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := c.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			q := new(dns.Msg)
-			if q.Unpack(buf[:n]) != nil || len(q.Question) != 1 {
-				continue
-			}
-			m := new(dns.Msg)
-			m.SetReply(q)
-			switch q.Question[0].Name {
-			case "ok.example.":
-				other := m.Copy()
-				other.Id++
-				b, _ := other.Pack()
-				_, _ = c.WriteToUDP(b, from)
-				b, _ = m.Pack()
-				_, _ = c.WriteToUDP(b, from)
-			case "big.example.":
-				b, _ := m.Pack()
-				_, _ = c.WriteToUDP(append(b, make([]byte, 5000)...), from)
-			case "wrong.example.":
-				m.Question[0].Name = "other.example."
-				b, _ := m.Pack()
-				_, _ = c.WriteToUDP(b, from)
-			}
+	return serveLoopbackUDP(t, func(c *net.UDPConn, msg []byte, from netip.AddrPort) {
+		q := new(dns.Msg)
+		if q.Unpack(msg) != nil || len(q.Question) != 1 {
+			return
 		}
-	}()
-	return c
+		m := new(dns.Msg)
+		m.SetReply(q)
+		switch q.Question[0].Name {
+		case "ok.example.":
+			other := m.Copy()
+			other.Id++
+			b, _ := other.Pack()
+			_, _ = c.WriteToUDPAddrPort(b, from)
+			b, _ = m.Pack()
+			_, _ = c.WriteToUDPAddrPort(b, from)
+		case "big.example.":
+			b, _ := m.Pack()
+			_, _ = c.WriteToUDPAddrPort(append(b, make([]byte, 5000)...), from)
+		case "wrong.example.":
+			m.Question[0].Name = "other.example."
+			b, _ := m.Pack()
+			_, _ = c.WriteToUDPAddrPort(b, from)
+		}
+	})
 }
 
 // TestUDPPipelineHostile: with several queries outstanding on one DoUDP socket, a
