@@ -323,13 +323,8 @@ func StartZmap(ctx context.Context, binary string, args []string, log *slog.Logg
 				status <- st
 				continue
 			}
-			switch {
-			case strings.Contains(line, "[FATAL]") || strings.Contains(line, "[ERROR]"):
-				log.Error("zmap", "line", strings.TrimSpace(line))
-			case strings.Contains(line, "[WARN]"):
-				log.Warn("zmap", "line", strings.TrimSpace(line))
-			default:
-				log.Debug("zmap", "line", strings.TrimSpace(line))
+			if line = strings.TrimSpace(line); line != "" {
+				log.Log(context.Background(), zmapLineLevel(line), "zmap", "line", line)
 			}
 		}
 	}()
@@ -344,4 +339,22 @@ func (z ZmapRun) PacketsPerSecond(payloadLen int) (float64, error) {
 		return float64(z.Rate), nil
 	}
 	return rateFromBandwidth(z.Bandwidth, payloadLen)
+}
+
+// zmapLineLevel is the log level for a line zmap wrote to stderr (other than a status
+// line): its own [FATAL]/[ERROR] and [WARN] lines at error and warn, its other tagged
+// lines at debug, and an untagged line at warn: zmap tags everything it logs itself, so
+// an untagged line comes from elsewhere, such as the C library's message before an
+// abort ("double free or corruption", a failed assertion), and says why zmap died.
+func zmapLineLevel(line string) slog.Level {
+	switch {
+	case strings.Contains(line, "[FATAL]") || strings.Contains(line, "[ERROR]"):
+		return slog.LevelError
+	case strings.Contains(line, "[WARN]"):
+		return slog.LevelWarn
+	case strings.Contains(line, "[INFO]") || strings.Contains(line, "[DEBUG]") || strings.Contains(line, "[TRACE]"):
+		return slog.LevelDebug
+	default:
+		return slog.LevelWarn
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -344,5 +345,42 @@ func TestDetectZmap(t *testing.T) {
 	t.Logf("zmap --version: %q (%s)", v.Raw, v.Dialect.Name)
 	if _, err := DetectZmap(context.Background(), filepath.Join(t.TempDir(), "zmap")); !errors.Is(err, ErrNoZmap) {
 		t.Fatalf("missing binary: %v, want ErrNoZmap", err)
+	}
+}
+
+// TestZmapLineLevel: zmap's own tagged lines keep their level (info and debug at
+// debug); an untagged line, such as the C library's message before an abort, is a
+// warning, and no line of a real run's stderr is.
+func TestZmapLineLevel(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want slog.Level
+	}{
+		{"Nov 22 04:30:11.679 [INFO] zmap: output module: csv", slog.LevelDebug},
+		{"Nov 22 04:30:11.679 [DEBUG] send: thread 0 finished", slog.LevelDebug},
+		{"Nov 22 04:30:11.679 [WARN] zmap: too few targets", slog.LevelWarn},
+		{"Nov 22 04:30:11.679 [FATAL] recv: could not open device", slog.LevelError},
+		{"Nov 22 04:30:11.679 [ERROR] send: sendto failed", slog.LevelError},
+		{"double free or corruption (out)", slog.LevelWarn},
+		{"zmap: src/send.c:120: send_run: Assertion `x' failed.", slog.LevelWarn},
+	} {
+		if got := zmapLineLevel(c.line); got != c.want {
+			t.Errorf("%q: level %v, want %v", c.line, got, c.want)
+		}
+	}
+	b, err := os.ReadFile("testdata/zmap/quic-784.stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l == "" {
+			continue
+		}
+		if _, ok := ParseZmapStatus(l); ok {
+			continue
+		}
+		if lv := zmapLineLevel(l); lv != slog.LevelDebug {
+			t.Errorf("a real run's line %q at %v, want debug", l, lv)
+		}
 	}
 }
