@@ -98,8 +98,12 @@ func TestScheduleCompressedClock(t *testing.T) {
 	out := t.TempDir()
 	at := func(tm time.Time) string { return tm.Format(time.RFC3339) }
 	// The week comes from jobrun ($DOQSCAN_RUN_KEY), as in deploy/weekly.sh.
+	// A fixed --seed fixes zmap's permutation of the /24. Debian's zmap 2.1.1 aborts on
+	// some permutations of a target set this small (constraint_lookup_index: Assertion
+	// `index < con->root->count' failed; zmap issue #310, fixed upstream by PR #786), so
+	// an unseeded run of this test failed now and then; docs/zprobe.md says so.
 	scanArgs := []string{"--testbed", "198.19.0.0/16", "--targets", p24.String(), "--quic-ports", fmt.Sprint(port),
-		"--dns-ports=", "--rate", "3000", "--cooldown", "2", "--out", out}
+		"--dns-ports=", "--rate", "3000", "--cooldown", "2", "--seed", "1", "--out", out}
 	verifyArgs := []string{"--ports", fmt.Sprint(port), "--handshake-timeout", "1s", "--target-timeout", "4s"}
 	scanCmd := append([]string{bin("zprobe"), "scan", "--vantage", "vp0"}, scanArgs...)
 	verifyCmd := append([]string{bin("verify"), "--vantage", "vp0"}, verifyArgs...)
