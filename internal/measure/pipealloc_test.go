@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // echoAnswerer answers every datagram on a loopback socket with itself, QR set (a valid
@@ -23,9 +24,8 @@ func echoAnswerer(t testing.TB) *net.UDPConn {
 	})
 }
 
-// serveLoopbackUDP listens on 127.0.0.7 and hands every datagram to answer (the buffer
-// is reused: answer must not keep msg) until the test ends. The loop itself allocates
-// nothing per datagram.
+// serveLoopbackUDP listens on 127.0.0.7 and serves it with answer
+// (testsupport.ServeUDP, which allocates nothing per datagram) until the test ends.
 func serveLoopbackUDP(t testing.TB, answer func(c *net.UDPConn, msg []byte, from netip.AddrPort)) *net.UDPConn {
 	t.Helper()
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 7)})
@@ -33,16 +33,7 @@ func serveLoopbackUDP(t testing.TB, answer func(c *net.UDPConn, msg []byte, from
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := c.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			answer(c, buf[:n], from)
-		}
-	}()
+	testsupport.ServeUDP(c, answer)
 	return c
 }
 

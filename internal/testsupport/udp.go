@@ -2,6 +2,7 @@ package testsupport
 
 import (
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 )
@@ -34,6 +35,22 @@ func Echo(pc net.PacketConn) {
 				return
 			}
 			_, _ = pc.WriteTo(buf[:n], from)
+		}
+	}()
+}
+
+// ServeUDP hands every datagram arriving at c to answer (msg is a reused buffer: answer
+// must not keep it) until c is closed. The loop allocates nothing per datagram, so tests
+// that count allocations can run their server in-process.
+func ServeUDP(c *net.UDPConn, answer func(c *net.UDPConn, msg []byte, from netip.AddrPort)) {
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			answer(c, buf[:n], from)
 		}
 	}()
 }
