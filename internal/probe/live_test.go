@@ -6,12 +6,14 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,29 +149,139 @@ func TestLiveNgtcp2(t *testing.T) {
 	kder, _ := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
 	os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600)
 	os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600)
-	// Reserve a free port, then hand it to the server.
+	addr := startGtlsserver(t, bin, dir)
+	checkStack(t, "ngtcp2", addr, []uint32{quicver.V1})
+}
+
+// startGtlsserver starts gtlsserver on a free loopback port and returns its address once
+// it answers a probe from the socket it bound. The port is found free and handed over,
+// so another process may take it in between: an answer counts only while gtlsserver
+// holds the port (/proc), and a server that could not bind it (it exits) or whose port
+// another process answers on is stopped and started on another port.
+func startGtlsserver(t *testing.T, bin, dir string) string {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := pc.LocalAddr().(*net.UDPAddr).Port
+		pc.Close()
+		cmd := exec.Command(bin, "--quiet", "127.0.0.1", strconv.Itoa(port), filepath.Join(dir, "key.pem"), filepath.Join(dir, "cert.pem"))
+		cmd.Dir = dir
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		var werr error
+		go func() { werr = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		why := waitGtlsserver(t, cmd.Process.Pid, port, addr, exited, &werr)
+		if why == "" {
+			return addr
+		}
+		_ = cmd.Process.Kill()
+		if attempt == 5 {
+			t.Fatalf("gtlsserver: %s (port %d, attempt %d)", why, port, attempt)
+		}
+		t.Logf("gtlsserver on port %d: %s; another port", port, why)
+	}
+}
+
+// waitGtlsserver waits until gtlsserver (pid) holds port and answers a probe there
+// (polled by probing); it returns why not: it exited, another process answers on the
+// port, or no answer within 10 s.
+func waitGtlsserver(t *testing.T, pid, port int, addr string, exited <-chan struct{}, werr *error) string {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Sprintf("exited before answering (%v)", *werr)
+		default:
+		}
+		_, err := exchange(t, addr, quicProbe(t, quicver.ProbeGrease), 200*time.Millisecond)
+		owns, oerr := ownsUDP(pid, port)
+		if oerr != nil {
+			t.Fatal(oerr)
+		}
+		switch {
+		case err == nil && owns:
+			return ""
+		case err == nil:
+			return "another process answered on its port"
+		}
+	}
+	return "no answer within 10 s"
+}
+
+// ownsUDP reports whether process pid has a UDP socket bound to 127.0.0.1:port: one of
+// its file descriptors is the socket inode /proc/net/udp lists for that address.
+func ownsUDP(pid, port int) (bool, error) {
+	table, err := os.ReadFile("/proc/net/udp")
+	if err != nil {
+		return false, err
+	}
+	local := fmt.Sprintf("0100007F:%04X", port) // 127.0.0.1 as the kernel prints it (little-endian)
+	sockets := map[string]bool{}
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		if f := strings.Fields(line); len(f) > 9 && f[1] == local {
+			sockets["socket:["+f[9]+"]"] = true
+		}
+	}
+	if len(sockets) == 0 {
+		return false, nil
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false, nil // the process is gone
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && sockets[l] {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// TestOwnsUDP: ownsUDP finds this process's own loopback UDP socket, and not for another
+// process or a port nobody holds.
+func TestOwnsUDP(t *testing.T) {
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := pc.LocalAddr().(*net.UDPAddr).Port
+	if owns, err := ownsUDP(os.Getpid(), port); err != nil || !owns {
+		t.Errorf("own socket: %v %v", owns, err)
+	}
+	if owns, err := ownsUDP(1, port); err != nil || owns {
+		t.Errorf("pid 1 owns our socket: %v %v", owns, err)
+	}
 	pc.Close()
-	cmd := exec.Command(bin, "--quiet", "127.0.0.1", strconv.Itoa(port), filepath.Join(dir, "key.pem"), filepath.Join(dir, "cert.pem"))
-	cmd.Dir = dir
+	if owns, err := ownsUDP(os.Getpid(), port); err != nil || owns {
+		t.Errorf("closed socket: %v %v", owns, err)
+	}
+}
+
+// TestWaitGtlsserverOtherAnswer: an answer from a process other than the server started
+// (here quic-go in this process, the "server" a sleep) does not count as the server's.
+func TestWaitGtlsserverOtherAnswer(t *testing.T) {
+	ln, err := quic.ListenAddr("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}, NextProtos: []string{"doq"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	// Wait until the server answers (its start-up is the condition, polled by probing).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := exchange(t, addr, quicProbe(t, quicver.ProbeGrease), 200*time.Millisecond); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("gtlsserver never answered")
-		}
+	exited := make(chan struct{})
+	var werr error
+	go func() { werr = cmd.Wait(); close(exited) }()
+	defer func() { _ = cmd.Process.Kill(); <-exited }()
+	port := ln.Addr().(*net.UDPAddr).Port
+	if why := waitGtlsserver(t, cmd.Process.Pid, port, ln.Addr().String(), exited, &werr); why != "another process answered on its port" {
+		t.Errorf("waitGtlsserver: %q", why)
 	}
-	checkStack(t, "ngtcp2", addr, []uint32{quicver.V1})
 }
