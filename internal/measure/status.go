@@ -89,7 +89,7 @@ func Classify(err error) Status {
 		h2GoAway    http2.GoAwayError
 	)
 	switch {
-	case errors.Is(err, dnsmsg.ErrBadResponse), errors.Is(err, errBadLength):
+	case errors.Is(err, dnsmsg.ErrBadResponse), errors.Is(err, errBadLength), errors.Is(err, errBadHTTP):
 		return StatusBadResponse
 	case errors.Is(err, errALPN):
 		return StatusALPNMismatch
