@@ -20,10 +20,10 @@ import (
 
 // HTTP/2 limits of the DoH client (RFC 9113 §6.5.2 and §6.9.2 defaults).
 const (
-	h2DefaultWindow     = 65535   // initial flow-control window, stream and connection
-	h2DefaultFrameSize  = 16384   // SETTINGS_MAX_FRAME_SIZE until the peer says more
-	h2DefaultTableSize  = 4096    // SETTINGS_HEADER_TABLE_SIZE (HPACK dynamic table)
-	h2InitialMaxStreams = 100     // concurrent streams assumed before the peer's SETTINGS
+	h2DefaultWindow     = 65535 // initial flow-control window, stream and connection
+	h2DefaultFrameSize  = 16384 // SETTINGS_MAX_FRAME_SIZE until the peer says more
+	h2DefaultTableSize  = 4096  // SETTINGS_HEADER_TABLE_SIZE (HPACK dynamic table)
+	h2InitialMaxStreams = 100   // concurrent streams assumed before the peer's SETTINGS
 	h2MaxStreamID       = 1<<31 - 1
 )
 
@@ -32,6 +32,9 @@ const (
 // stream's end, or a connection error of the protocol (a frame of the wrong size or
 // place, a compression error, a push the client disabled).
 var errBadHTTP = errors.New("malformed HTTP/2 response")
+
+// errGoAway ends the streams a server's GOAWAY left out, and every request after it.
+var errGoAway = errors.New("http2: server sent GOAWAY")
 
 // h2Client is the DoH client connection over HTTP/2 (RFC 9113): requests are HEADERS
 // (and for POST one DATA) frames written through one buffered writer, answers are read
@@ -511,7 +514,7 @@ func (h *h2Client) onSettings(f *http2.SettingsFrame) error {
 
 // onGoAway ends the streams the peer will not process and refuses new ones.
 func (h *h2Client) onGoAway(f *http2.GoAwayFrame) {
-	err := http2.GoAwayError{LastStreamID: f.LastStreamID, ErrCode: f.ErrCode, DebugData: string(f.DebugData())}
+	err := fmt.Errorf("%w: last stream %d, %v, debug %q", errGoAway, f.LastStreamID, f.ErrCode, f.DebugData())
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.refuse = err
