@@ -14,6 +14,6 @@ const alpnH3 = "h3"
 func measureDoH3(ctx context.Context, req *Request, res *Result) *Result {
 	return overQUIC(ctx, req, res, []string{alpnH3}, func(conn *quicConn) {
 		tr := &http3.Transport{MaxResponseHeaderBytes: dohMaxHeaderBytes}
-		dohQueries(ctx, req, res, tr.NewClientConn(conn.Conn), conn.log, false)
+		dohQueries(ctx, req, res, roundTripper(req, tr.NewClientConn(conn.Conn)), conn.log)
 	})
 }

@@ -28,23 +28,26 @@ const (
 	dohReceiveBuffer = 128 << 10
 )
 
-// dohRequest builds the HTTP request for q (RFC 8484 §4.1: GET with dns=base64url, or
-// POST with the message as body). The DNS ID is 0 for HTTP cache friendliness (§4.1).
-func dohRequest(ctx context.Context, req *Request, q dnsmsg.Query) (*http.Request, error) {
-	msg, err := dnsmsg.Build(q)
-	if err != nil {
-		return nil, err
+// dohTarget is the authority and path of req's DoH requests (RFC 8484 §4.1: the URI
+// template's host, or the address; its path, or /dns-query).
+func dohTarget(req *Request) (authority, path string) {
+	authority, path = req.ServerName, req.Path
+	if authority == "" {
+		authority = req.Addr.String()
 	}
-	host := req.ServerName
-	if host == "" {
-		host = req.Addr.String()
-	}
-	path := req.Path
 	if path == "" {
 		path = dohDefaultPath
 	}
+	return authority, path
+}
+
+// dohRequest builds the HTTP request carrying msg (RFC 8484 §4.1: GET with
+// dns=base64url, or POST with the message as body).
+func dohRequest(ctx context.Context, req *Request, msg []byte) (*http.Request, error) {
+	host, path := dohTarget(req)
 	u := url.URL{Scheme: "https", Host: host, Path: path}
 	var hr *http.Request
+	var err error
 	if strings.EqualFold(req.Variant, VariantPOST) {
 		hr, err = http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(msg))
 		if err == nil {
@@ -61,12 +64,8 @@ func dohRequest(ctx context.Context, req *Request, q dnsmsg.Query) (*http.Reques
 	return hr, nil
 }
 
-// dohResponse reads and checks an HTTP response to a DoH query. end, when not nil,
-// cancels the request's context and is called once the body was read to its end,
-// before Body.Close: x/net's HTTP/2 Close then returns at once (the stream is closed
-// on both sides, so no RST_STREAM is sent) instead of waiting for the transport's
-// per-request goroutine to finish, which kept the query's slot busy.
-func dohResponse(resp *http.Response, end context.CancelFunc) ([]byte, error) {
+// dohResponse reads and checks an HTTP response to a DoH query.
+func dohResponse(resp *http.Response) ([]byte, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w %d", errHTTPStatus, resp.StatusCode)
@@ -78,45 +77,61 @@ func dohResponse(resp *http.Response, end context.CancelFunc) ([]byte, error) {
 	if len(body) > dohMaxBody {
 		return nil, fmt.Errorf("%w: DoH body longer than %d bytes", errBadLength, dohMaxBody)
 	}
-	if end != nil {
-		end()
-	}
 	return body, nil
 }
 
-// dohQueries runs req's queries as DoH requests over rt (an HTTP/2 or HTTP/3 client
-// connection, concurrent requests with Streams > 1), timed on clk (the Log of the
-// socket under it), appending them to res. With h2 (rt is x/net's HTTP/2 ClientConn)
-// each request has a context of its own, canceled once its answer is read (see
-// dohResponse).
-func dohQueries(ctx context.Context, req *Request, res *Result, rt http.RoundTripper, clk *kstamp.Log, h2 bool) {
+// dohExchange sends one DoH query (its DNS message) and returns the response body and
+// when the client had it (zero: when it returned); sending is called just before the
+// query's first write.
+type dohExchange func(ctx context.Context, msg []byte, sending func()) (body []byte, at time.Time, err error)
+
+// roundTripper is the dohExchange of an HTTP client connection (DoH3: quic-go's).
+func roundTripper(req *Request, rt http.RoundTripper) dohExchange {
+	return func(ctx context.Context, msg []byte, sending func()) ([]byte, time.Time, error) {
+		hr, err := dohRequest(ctx, req, msg)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		sending()
+		resp, err := rt.RoundTrip(hr)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		body, err := dohResponse(resp)
+		return body, time.Time{}, err
+	}
+}
+
+// dohQueries runs req's queries as DoH requests through ex (concurrent requests with
+// Streams > 1), timed on clk (the Log of the socket under it), appending them to res.
+// The DNS ID is 0 for HTTP cache friendliness (RFC 8484 §4.1).
+func dohQueries(ctx context.Context, req *Request, res *Result, ex dohExchange, clk *kstamp.Log) {
 	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
 		q := dnsmsg.Query{Name: name, Type: qtype, ID: 0, RcodeOnly: req.RcodeOnly}
 		out := Query{Seq: seq, KeepaliveTimeout: -1}
-		var end context.CancelFunc
-		if h2 {
-			ctx, end = context.WithCancel(ctx)
-			defer end()
-		}
-		hr, err := dohRequest(ctx, req, q)
+		msg, err := dnsmsg.Build(q)
 		if err != nil {
 			out.Status, out.Err = StatusError, err
 			return out
 		}
-		before := time.Now()
-		if !shared {
-			clk.Arm()
-		}
-		resp, err := rt.RoundTrip(hr)
-		var raw []byte
-		if err == nil {
-			raw, err = dohResponse(resp, end)
+		var before time.Time
+		raw, at, err := ex(ctx, msg, func() {
+			before = time.Now()
+			if !shared {
+				clk.Arm()
+			}
+		})
+		if before.IsZero() { // it failed before anything was sent
+			before = time.Now()
 		}
 		out.StartedAt = before
 		if !shared {
 			out.StartedAt = clk.SentAt(before)
 		}
-		done := clk.ArrivedBy(out.StartedAt, time.Now())
+		if at.IsZero() {
+			at = time.Now()
+		}
+		done := clk.ArrivedBy(out.StartedAt, at)
 		if err != nil {
 			out.Status, out.Err = Classify(err), err
 			return out

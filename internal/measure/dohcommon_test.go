@@ -20,31 +20,27 @@ import (
 	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
-// TestDoHResponseEnd: dohResponse calls end (which cancels the request's context)
-// exactly when it read the whole body, and never for a failed response.
-func TestDoHResponseEnd(t *testing.T) {
+// TestDoHResponse: dohResponse returns the body of a 200 response and classifies the
+// others (DoH3's responses).
+func TestDoHResponse(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		status  int
-		body    io.Reader
-		wantEnd bool
+		name   string
+		status int
+		body   io.Reader
+		want   Status
 	}{
-		{"answer", http.StatusOK, strings.NewReader("abc"), true},
-		{"status", http.StatusBadRequest, strings.NewReader("abc"), false},
-		{"too long", http.StatusOK, bytes.NewReader(make([]byte, dohMaxBody+1)), false},
-		{"read error", http.StatusOK, io.MultiReader(strings.NewReader("ab"), errReader{}), false},
+		{"answer", http.StatusOK, strings.NewReader("abc"), StatusOK},
+		{"status", http.StatusBadRequest, strings.NewReader("abc"), StatusHTTPError},
+		{"too long", http.StatusOK, bytes.NewReader(make([]byte, dohMaxBody+1)), StatusBadResponse},
+		{"read error", http.StatusOK, io.MultiReader(strings.NewReader("ab"), errReader{}), StatusError},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ends := 0
-			body, err := dohResponse(&http.Response{StatusCode: c.status, Body: io.NopCloser(c.body)}, func() { ends++ })
-			if got := ends == 1; got != c.wantEnd || ends > 1 {
-				t.Errorf("end called %d times, want it called: %v", ends, c.wantEnd)
+			body, err := dohResponse(&http.Response{StatusCode: c.status, Body: io.NopCloser(c.body)})
+			if got := Classify(err); got != c.want {
+				t.Errorf("status %s (%v), want %s", got, err, c.want)
 			}
-			if c.wantEnd && (err != nil || string(body) != "abc") {
-				t.Errorf("body %q, err %v", body, err)
-			}
-			if !c.wantEnd && err == nil {
-				t.Errorf("no error for a failed response")
+			if c.want == StatusOK && string(body) != "abc" {
+				t.Errorf("body %q", body)
 			}
 		})
 	}
@@ -68,13 +64,12 @@ func (c *teeConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// TestDoHConcurrentNoReset: concurrent DoH GET requests on one HTTP/2 connection (an
-// h2c loopback server) all get their answers, and the client writes one HEADERS frame
-// per request and no RST_STREAM: canceling a request's context once its answer was
-// read must not reset its stream.
+// TestDoHConcurrentNoReset: concurrent DoH GET requests on one HTTP/2 connection (the
+// h2c server of net/http on loopback) all get their answers, and the client writes
+// one HEADERS frame per request and no RST_STREAM: a stream that ended is not reset.
 func TestDoHConcurrentNoReset(t *testing.T) {
 	const queries, streams = 40, 8
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, err := base64.RawURLEncoding.DecodeString(r.URL.Query().Get("dns"))
 		var q dns.Msg
 		if err == nil {
@@ -95,7 +90,7 @@ func TestDoHConcurrentNoReset(t *testing.T) {
 	})
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: h, Protocols: &p}
+	srv := &http.Server{Handler: handler, Protocols: &p}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -108,20 +103,17 @@ func TestDoHConcurrentNoReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := &teeConn{Conn: raw}
-	// The same x/net client connection as measureDoH (see .golangci.yml on doh.go).
-	tr, err := http2.ConfigureTransports(&http.Transport{}) //nolint:staticcheck // as measureDoH
+	h, err := newH2Client(conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := tr.NewClientConn(conn) //nolint:staticcheck // as measureDoH
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
 	req := &Request{Mode: ModePersistent, Queries: queries, Streams: streams, Timeout: 10 * time.Second, Name: "a.example",
 		Addr: netip.MustParseAddrPort(ln.Addr().String())}
 	res := &Result{}
-	dohQueries(context.Background(), req, res, cc, &kstamp.Log{}, true)
+	authority, path := dohTarget(req)
+	dohQueries(context.Background(), req, res, func(ctx context.Context, msg []byte, sending func()) ([]byte, time.Time, error) {
+		return h.exchange(ctx, authority, path, false, msg, sending)
+	}, &kstamp.Log{})
 	if len(res.Queries) != queries {
 		t.Fatalf("%d outcomes, want %d: %+v", len(res.Queries), queries, res.Queries)
 	}
@@ -130,13 +122,8 @@ func TestDoHConcurrentNoReset(t *testing.T) {
 			t.Fatalf("query %d: %s %v", q.Seq, q.Status, q.Err)
 		}
 	}
-	// Shutdown returns once every stream is forgotten, which comes after any reset
-	// the transport writes for it.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := cc.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// close waits for the reader: every frame the client wrote is in conn.out.
+	h.close()
 	conn.mu.Lock()
 	written := bytes.Clone(conn.out.Bytes())
 	conn.mu.Unlock()

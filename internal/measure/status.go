@@ -86,10 +86,9 @@ func Classify(err error) Status {
 		hostErr     x509.HostnameError
 		netErr      net.Error
 		h2Stream    http2.StreamError
-		h2GoAway    http2.GoAwayError
 	)
 	switch {
-	case errors.Is(err, dnsmsg.ErrBadResponse), errors.Is(err, errBadLength):
+	case errors.Is(err, dnsmsg.ErrBadResponse), errors.Is(err, errBadLength), errors.Is(err, errBadHTTP):
 		return StatusBadResponse
 	case errors.Is(err, errALPN):
 		return StatusALPNMismatch
@@ -106,7 +105,7 @@ func Classify(err error) Status {
 			return StatusTLSError
 		}
 		return StatusQUICError
-	case errors.As(err, &streamErr), errors.As(err, &h2Stream), errors.As(err, &h2GoAway):
+	case errors.As(err, &streamErr), errors.As(err, &h2Stream), errors.Is(err, errGoAway):
 		return StatusReset
 	case errors.As(err, &appErr), errors.As(err, &vnErr):
 		return StatusQUICError
