@@ -71,7 +71,7 @@ func (c *vnConn) ReadFrom(b []byte) (int, net.Addr, error) {
 			return n, from, nil
 		}
 		if n >= minProbeSize {
-			vn := versionNegotiation(dcid, scid, append(slices.Clone(c.wire), greaseVersion()), false)
+			vn := versionNegotiation(dcid, scid, append(slices.Clone(c.wire), greaseVersion(version)), false)
 			_, _ = c.PacketConn.WriteTo(vn, from)
 		}
 	}

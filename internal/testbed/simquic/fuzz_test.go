@@ -6,6 +6,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
@@ -65,4 +66,18 @@ func FuzzAnswer(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestGreaseVersionNeverTheClients: the grease version a VN lists is reserved
+// (0x?a?a?a?a) and never the version the client sent, here the scanner's grease probe
+// version, which a random reserved version would equal once in 65,536 draws (about 16
+// times in the draws below).
+func TestGreaseVersionNeverTheClients(t *testing.T) {
+	const client = quicver.ProbeGrease
+	for range 1 << 20 {
+		v := greaseVersion(client)
+		if v == client || v&0x0f0f0f0f != 0x0a0a0a0a {
+			t.Fatalf("grease version %#08x for a client of %#08x", v, client)
+		}
+	}
 }

@@ -62,10 +62,19 @@ func versionNegotiation(dcid, scid []byte, versions []uint32, cut bool) []byte {
 	return out
 }
 
-// greaseVersion returns a reserved version 0x?a?a?a?a (RFC 9000 §15), as quic-go and
-// quinn add to their VN lists so clients never rely on the list being exhaustive.
-func greaseVersion() uint32 {
-	return rand.Uint32()&0xf0f0f0f0 | 0x0a0a0a0a
+// greaseVersion returns a random reserved version 0x?a?a?a?a (RFC 9000 §15), as quic-go
+// and quinn add to their VN lists so clients never rely on the list being exhaustive,
+// other than client (the version the client sent). A real stack lists the client's own
+// version by chance once in 65,536 VN packets (the scanner's grease probe version is
+// one of the 65,536), and a client must discard such a VN (RFC 9000 §6.2; zprobe's
+// classifier says quic-vn-invalid, covered by its unit tests). The testbed leaves that
+// coincidence out, so that what a scan finds is a function of the population.
+func greaseVersion(client uint32) uint32 {
+	for {
+		if v := rand.Uint32()&0xf0f0f0f0 | 0x0a0a0a0a; v != client {
+			return v
+		}
+	}
 }
 
 func garbage() []byte {

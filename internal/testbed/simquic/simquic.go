@@ -448,7 +448,7 @@ func (s *Server) handle(port uint16, sock *net.UDPConn, b, oob []byte, src *net.
 	if version, dcid, scid, ok := longHeaderIDs(b); ok && version != 0 && !slices.Contains(t.wire, version) {
 		if len(b) >= minProbeSize { // RFC 9000 §6.1: VN only for datagrams a client could have sent as its first
 			s.Stats.Raw.Add(1)
-			vn := versionNegotiation(dcid, scid, append(slices.Clone(t.wire), greaseVersion()), false)
+			vn := versionNegotiation(dcid, scid, append(slices.Clone(t.wire), greaseVersion(version)), false)
 			if _, _, err := sock.WriteMsgUDP(vn, sockopt.PktinfoSrc(dst), src); err != nil {
 				s.log.Debug("simquic: VN", "to", src, "err", err)
 			}
