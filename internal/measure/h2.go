@@ -57,6 +57,7 @@ type h2Client struct {
 
 	mu         sync.Mutex
 	streams    map[uint32]*h2Stream
+	opening    int   // requests admitted by acquire that open has not registered yet
 	refuse     error // set: no new streams (GOAWAY, or the connection ended)
 	maxStreams uint32
 	peerWindow uint32        // the peer's SETTINGS_INITIAL_WINDOW_SIZE (a new stream's send window)
@@ -190,8 +191,9 @@ func (h *h2Client) field(name, value string, sensitive bool) {
 	_ = h.henc.WriteField(hpack.HeaderField{Name: name, Value: value, Sensitive: sensitive})
 }
 
-// acquire waits until a new stream is allowed (the peer's concurrent stream limit) and,
-// for a body of need bytes, the send windows hold it, which it then takes.
+// acquire waits until a new stream is allowed (the peer's concurrent stream limit, with
+// the streams admitted but not yet opened) and, for a body of need bytes, the send
+// windows hold it, which it then takes.
 func (h *h2Client) acquire(ctx context.Context, need int64) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -199,8 +201,9 @@ func (h *h2Client) acquire(ctx context.Context, need int64) error {
 		if h.refuse != nil {
 			return h.refuse
 		}
-		if uint32(len(h.streams)) < h.maxStreams && need <= h.sendWindow && need <= int64(h.peerWindow) {
+		if uint32(len(h.streams)+h.opening) < h.maxStreams && need <= h.sendWindow && need <= int64(h.peerWindow) {
 			h.sendWindow -= need
+			h.opening++ // the slot is held until open registers the stream
 			return nil
 		}
 		ch := h.changed
@@ -218,11 +221,14 @@ func (h *h2Client) acquire(ctx context.Context, need int64) error {
 	}
 }
 
-// open gives st the next stream ID and registers it (wmu held: IDs go out in order).
+// open gives st the next stream ID and registers it in the slot acquire held (wmu held:
+// IDs go out in order).
 func (h *h2Client) open(st *h2Stream) (uint32, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.opening--
 	if h.refuse != nil {
+		h.wake()
 		return 0, h.refuse
 	}
 	if h.nextID > h2MaxStreamID {
