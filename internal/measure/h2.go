@@ -320,11 +320,11 @@ func (h *h2Client) readLoop() {
 				h.streamError(se.StreamID, fmt.Errorf("%w: %w", errBadHTTP, se), se.Code)
 				continue
 			}
-			h.fail(readError(err))
-			_ = h.conn.Close()
-			return
+			err = readError(err)
+		} else {
+			err = h.handle(f)
 		}
-		if err := h.handle(f); err != nil {
+		if err != nil {
 			h.fail(err)
 			_ = h.conn.Close()
 			return

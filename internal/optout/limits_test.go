@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/doqscan/doqscan/internal/optout/optouttest"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
@@ -101,8 +102,8 @@ func TestFloodOfSourcesDoesNotLockOutNewcomers(t *testing.T) {
 			t.Fatalf("flood source %d: status %d", i, code)
 		}
 	}
-	c := newClient(t, hs.URL)
-	code, body := c.post(url.Values{"csrf": {c.token()}, "range": {"198.19.70.0/24"}, "email": {"noc@example.net"}})
+	c := optouttest.NewClient(t, hs.URL)
+	code, body := c.Post(url.Values{"csrf": {c.Token()}, "range": {"198.19.70.0/24"}, "email": {"noc@example.net"}})
 	if code != http.StatusOK || !strings.Contains(body, `id="confirmation"`) {
 		t.Fatalf("newcomer after a flood of %d sources: status %d, body %.300s", DefaultSources+1, code, body)
 	}
@@ -174,8 +175,8 @@ func TestRefusedSubmissionsDoNotQueryTheDatabase(t *testing.T) {
 		PostsPerMinute: 1, Burst: 1}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	c := newClient(t, hs.URL)
-	tok := c.token()
+	c := optouttest.NewClient(t, hs.URL)
+	tok := c.Token()
 	qc.take()
 	for _, tc := range []struct {
 		name string
@@ -186,7 +187,7 @@ func TestRefusedSubmissionsDoNotQueryTheDatabase(t *testing.T) {
 		{"rate-limited", url.Values{"csrf": {tok}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}}, 429},
 		{"rate-limited again", url.Values{"csrf": {tok}, "range": {"x"}, "email": {"noc@example.net"}}, 429},
 	} {
-		code, body := c.post(tc.form)
+		code, body := c.Post(tc.form)
 		if code != tc.code {
 			t.Errorf("%s: status %d, want %d; body %.200s", tc.name, code, tc.code, body)
 		}
@@ -290,7 +291,7 @@ func checkUnavailablePage(t *testing.T, name string, code int, body string) {
 // script in the note, the longest email; one byte over the limit is refused with 413.
 func TestBodyLimitFitsTheLargestValidForm(t *testing.T) {
 	srv, hs, _ := newTestServer(t)
-	c := newClient(t, hs.URL)
+	c := optouttest.NewClient(t, hs.URL)
 	email := strings.Repeat("n", MaxEmailLen-len("@example.net")) + "@example.net"
 	for i, tc := range []struct{ name, char string }{
 		{"3-byte script (Devanagari)", "क"},
@@ -300,9 +301,9 @@ func TestBodyLimitFitsTheLargestValidForm(t *testing.T) {
 	} {
 		note := strings.Repeat(tc.char, MaxNoteLen)
 		rng := "2001:0db8:" + strconv.Itoa(1000+i) + ":0000:0000:0000:0000:0000/128"
-		form := url.Values{"csrf": {c.token()}, "range": {rng}, "email": {email}, "note": {note}}
+		form := url.Values{"csrf": {c.Token()}, "range": {rng}, "email": {email}, "note": {note}}
 		size := len(form.Encode())
-		code, body := c.post(form)
+		code, body := c.Post(form)
 		if code != http.StatusOK || !strings.Contains(body, `id="confirmation"`) {
 			t.Errorf("%s: a %d-byte form: status %d, body %.300s", tc.name, size, code, body)
 			continue
@@ -330,11 +331,11 @@ func TestBodyLimitFitsTheLargestValidForm(t *testing.T) {
 
 	// A body of exactly MaxBodySize bytes is read (and refused for its content); one more
 	// byte is refused as too large.
-	tok := c.token()
+	tok := c.Token()
 	for _, extra := range []int{0, 1} {
 		prefix := url.Values{"csrf": {tok}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}}.Encode() + "&note="
 		body := prefix + strings.Repeat("x", MaxBodySize+extra-len(prefix))
-		resp, err := c.http.Post(hs.URL+"/optout", "application/x-www-form-urlencoded", strings.NewReader(body))
+		resp, err := c.HTTP.Post(hs.URL+"/optout", "application/x-www-form-urlencoded", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/optout/optouttest"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
@@ -120,44 +120,6 @@ func TestWriteBlocklistIsZmapFormat(t *testing.T) {
 	}
 }
 
-// client is a browser-like client: it keeps the CSRF cookie and reads the form's token.
-type client struct {
-	t    *testing.T
-	base string
-	http *http.Client
-}
-
-func newClient(t *testing.T, base string) *client {
-	jar, _ := cookiejar.New(nil)
-	return &client{t: t, base: base, http: &http.Client{Jar: jar}}
-}
-
-var tokenRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
-
-func (c *client) token() string {
-	resp, err := c.http.Get(c.base + "/")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	m := tokenRE.FindSubmatch(b)
-	if m == nil {
-		c.t.Fatalf("no CSRF token in the page")
-	}
-	return string(m[1])
-}
-
-func (c *client) post(form url.Values) (int, string) {
-	resp, err := c.http.PostForm(c.base+"/optout", form)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 func newTestServer(t *testing.T) (*Server, *httptest.Server, string) {
 	st := storetest.Open(t)
 	dir := t.TempDir()
@@ -172,14 +134,14 @@ func newTestServer(t *testing.T) (*Server, *httptest.Server, string) {
 
 func TestSubmitStoresAndWritesBlocklist(t *testing.T) {
 	srv, hs, dir := newTestServer(t)
-	c := newClient(t, hs.URL)
-	code, body := c.post(url.Values{"csrf": {c.token()}, "range": {"198.19.7.0/24"}, "email": {"noc@example.net"},
+	c := optouttest.NewClient(t, hs.URL)
+	code, body := c.Post(url.Values{"csrf": {c.Token()}, "range": {"198.19.7.0/24"}, "email": {"noc@example.net"},
 		"note": {"please exclude"}})
 	if code != http.StatusOK || !strings.Contains(body, `id="confirmation"`) {
 		t.Fatalf("status %d, body %s", code, body)
 	}
 	// The same request again adds nothing.
-	c.post(url.Values{"csrf": {c.token()}, "range": {"198.19.7.0/24"}, "email": {"noc@example.net"}})
+	c.Post(url.Values{"csrf": {c.Token()}, "range": {"198.19.7.0/24"}, "email": {"noc@example.net"}})
 	reqs, err := Accepted(context.Background(), srv.Store)
 	if err != nil || len(reqs) != 1 || reqs[0].Prefix.String() != "198.19.7.0/24" {
 		t.Fatalf("stored %v, %v", reqs, err)
@@ -192,7 +154,7 @@ func TestSubmitStoresAndWritesBlocklist(t *testing.T) {
 
 func TestSubmitRefusals(t *testing.T) {
 	srv, hs, _ := newTestServer(t)
-	c := newClient(t, hs.URL)
+	c := optouttest.NewClient(t, hs.URL)
 	cases := []struct {
 		name string
 		form url.Values
@@ -201,14 +163,14 @@ func TestSubmitRefusals(t *testing.T) {
 	}{
 		{"no csrf", url.Values{"range": {"198.19.1.0/24"}, "email": {"noc@example.net"}}, 403, "reload the page"},
 		{"forged csrf", url.Values{"csrf": {strings.Repeat("ab", 32)}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}}, 403, "reload the page"},
-		{"not an address", url.Values{"csrf": {c.token()}, "range": {"example.com"}, "email": {"noc@example.net"}}, 400, "not an IP address"},
-		{"too large", url.Values{"csrf": {c.token()}, "range": {"0.0.0.0/0"}, "email": {"noc@example.net"}}, 400, "prefix too large"},
-		{"script", url.Values{"csrf": {c.token()}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}, "note": {"<script>x</script>"}}, 400, "HTML or script"},
-		{"bad email", url.Values{"csrf": {c.token()}, "range": {"198.19.1.0/24"}, "email": {"<b>@x"}}, 400, "not an email"},
-		{"huge body", url.Values{"csrf": {c.token()}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}, "note": {strings.Repeat("x", MaxBodySize)}}, 413, "too large"},
+		{"not an address", url.Values{"csrf": {c.Token()}, "range": {"example.com"}, "email": {"noc@example.net"}}, 400, "not an IP address"},
+		{"too large", url.Values{"csrf": {c.Token()}, "range": {"0.0.0.0/0"}, "email": {"noc@example.net"}}, 400, "prefix too large"},
+		{"script", url.Values{"csrf": {c.Token()}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}, "note": {"<script>x</script>"}}, 400, "HTML or script"},
+		{"bad email", url.Values{"csrf": {c.Token()}, "range": {"198.19.1.0/24"}, "email": {"<b>@x"}}, 400, "not an email"},
+		{"huge body", url.Values{"csrf": {c.Token()}, "range": {"198.19.1.0/24"}, "email": {"noc@example.net"}, "note": {strings.Repeat("x", MaxBodySize)}}, 413, "too large"},
 	}
 	for _, tc := range cases {
-		code, body := c.post(tc.form)
+		code, body := c.Post(tc.form)
 		if code != tc.code || !strings.Contains(body, tc.msg) {
 			t.Errorf("%s: status %d, want %d with %q; body %.300s", tc.name, code, tc.code, tc.msg, body)
 		}
@@ -223,7 +185,7 @@ func TestSubmitRefusals(t *testing.T) {
 	req, _ := http.NewRequest("POST", hs.URL+"/optout", strings.NewReader("range=198.19.1.0/24"))
 	req.Header.Set("Origin", "https://evil.example")
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := c.http.Do(req)
+	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,10 +198,10 @@ func TestSubmitRefusals(t *testing.T) {
 func TestRateLimitPerSource(t *testing.T) {
 	srv, hs, _ := newTestServer(t)
 	srv.PostsPerMinute, srv.Burst = 1, 2
-	c := newClient(t, hs.URL)
+	c := optouttest.NewClient(t, hs.URL)
 	var limited int
 	for i := 0; i < 5; i++ {
-		code, _ := c.post(url.Values{"csrf": {c.token()}, "range": {"198.19.9.0/24"}, "email": {"noc@example.net"}})
+		code, _ := c.Post(url.Values{"csrf": {c.Token()}, "range": {"198.19.9.0/24"}, "email": {"noc@example.net"}})
 		if code == http.StatusTooManyRequests {
 			limited++
 		}

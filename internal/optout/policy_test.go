@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/optout/optouttest"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -63,7 +64,7 @@ func TestPolicyDecide(t *testing.T) {
 func postFrom(t *testing.T, srv *Server, remote, prefix, email string) (int, string) {
 	t.Helper()
 	w := serve(srv, "GET", "/", remote, nil)
-	m := tokenRE.FindStringSubmatch(w.Body.String())
+	m := optouttest.CSRFToken.FindStringSubmatch(w.Body.String())
 	if m == nil {
 		t.Fatalf("no CSRF token on the page: %.300s", w.Body.String())
 	}

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/binary"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -665,36 +664,6 @@ func (f *flushWriter) Write(b []byte) (int, error) {
 type doqStream struct{ *quic.Stream }
 
 func (d *doqStream) Close() error { return d.Stream.Close() }
-
-// ErrNoServer is returned by Unused when no free port could be found.
-var ErrNoServer = errors.New("no free port")
-
-// UnusedPort returns a loopback UDP/TCP address where nothing listens (ICMP port
-// unreachable / RST), found by binding and closing.
-func UnusedPort(tb testing.TB, network, host string) netip.AddrPort {
-	addr := net.JoinHostPort(host, "0")
-	var (
-		sock  io.Closer
-		local net.Addr
-		err   error
-	)
-	if network == "udp" {
-		var pc net.PacketConn
-		if pc, err = net.ListenPacket("udp", addr); err == nil {
-			sock, local = pc, pc.LocalAddr()
-		}
-	} else {
-		var ln net.Listener
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			sock, local = ln, ln.Addr()
-		}
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sock.Close()
-	return measure.AddrPortOf(local)
-}
 
 // serveMiekg starts srv on its socket, waits until it serves, and shuts it down at cleanup.
 // A stream (DoTCP, DoT) is served until the client closes it or it idles: miekg's

@@ -5,48 +5,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/optout"
+	"github.com/doqscan/doqscan/internal/optout/optouttest"
 )
-
-var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
-
-// submitOptOut fills the opt-out form like a browser (page, CSRF cookie and token, POST).
-func submitOptOut(t *testing.T, base, prefix, email string) string {
-	t.Helper()
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar}
-	resp, err := c.Get(base + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	m := csrfRE.FindSubmatch(page)
-	if m == nil {
-		t.Fatal("no CSRF token on the opt-out page")
-	}
-	resp, err = c.PostForm(base+"/optout", url.Values{"csrf": {string(m[1])}, "range": {prefix}, "email": {email}, "note": {"e2e"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), prefix) {
-		t.Fatalf("opt-out of %s: HTTP %d\n%s", prefix, resp.StatusCode, body)
-	}
-	return string(body)
-}
 
 // TestOptOutHonouredOnTargetSide: an opt-out submitted through the page for a range of
 // the testbed population from outside that range (the test's 127.0.0.1) is left pending
@@ -73,7 +41,7 @@ func TestOptOutHonouredOnTargetSide(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	page := submitOptOut(t, hs.URL, opted.String(), "noc@example.net")
+	page := optouttest.NewClient(t, hs.URL).Submit(opted.String(), "noc@example.net", "e2e")
 	if !strings.Contains(page, `id="pending"`) {
 		t.Fatalf("a request from outside %s was not left pending:\n%s", opted, page)
 	}
