@@ -56,11 +56,30 @@ type ExchangeOptions struct {
 // follows ctx: its deadline, and its cancellation at any time. A reply that breaks the
 // framing cancels the read with DOQ_PROTOCOL_ERROR (§4.3), a read that fails otherwise
 // with DOQ_REQUEST_CANCELLED. Errors are *ExchangeError naming the step.
+//
+// On a connection dialed for 0-RTT (quic.Transport.DialEarly) whose early data the
+// server rejected, the query sent in 0-RTT is lost (RFC 9001 §4.6.2) and quic-go fails
+// its stream with quic.Err0RTTRejected: Exchange then waits for the handshake
+// (Conn.NextConnection) and sends the query once more on a new stream. OnSend runs for
+// the first send only, so a start time taken there includes the rejected attempt.
 func Exchange(ctx context.Context, conn *quic.Conn, f Framing, msg []byte, o ExchangeOptions) ([]byte, error) {
 	framed, err := Frame(f, msg)
 	if err != nil {
 		return nil, &ExchangeError{StepWrite, err}
 	}
+	reply, err := exchange(ctx, conn, f, framed, o)
+	if !errors.Is(err, quic.Err0RTTRejected) {
+		return reply, err
+	}
+	if _, err := conn.NextConnection(ctx); err != nil {
+		return nil, &ExchangeError{StepOpen, err}
+	}
+	o.OnSend = nil
+	return exchange(ctx, conn, f, framed, o)
+}
+
+// exchange sends the framed query on a new stream of conn and reads the reply.
+func exchange(ctx context.Context, conn *quic.Conn, f Framing, framed []byte, o ExchangeOptions) ([]byte, error) {
 	str, err := conn.OpenStreamSync(ctx)
 	if err != nil {
 		return nil, &ExchangeError{StepOpen, err}

@@ -41,6 +41,9 @@ func dohTarget(req *Request) (authority, path string) {
 	return authority, path
 }
 
+// isPOST reports whether DoH requests are POSTs (Variant "post"); GET otherwise.
+func (r *Request) isPOST() bool { return strings.EqualFold(r.Variant, VariantPOST) }
+
 // dohRequest builds the HTTP request carrying msg (RFC 8484 §4.1: GET with
 // dns=base64url, or POST with the message as body).
 func dohRequest(ctx context.Context, req *Request, msg []byte) (*http.Request, error) {
@@ -48,7 +51,7 @@ func dohRequest(ctx context.Context, req *Request, msg []byte) (*http.Request, e
 	u := url.URL{Scheme: "https", Host: host, Path: path}
 	var hr *http.Request
 	var err error
-	if strings.EqualFold(req.Variant, VariantPOST) {
+	if req.isPOST() {
 		hr, err = http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(msg))
 		if err == nil {
 			hr.Header.Set("Content-Type", dohMediaType)
@@ -84,23 +87,6 @@ func dohResponse(resp *http.Response) ([]byte, error) {
 // when the client had it (zero: when it returned); sending is called just before the
 // query's first write.
 type dohExchange func(ctx context.Context, msg []byte, sending func()) (body []byte, at time.Time, err error)
-
-// roundTripper is the dohExchange of an HTTP client connection (DoH3: quic-go's).
-func roundTripper(req *Request, rt http.RoundTripper) dohExchange {
-	return func(ctx context.Context, msg []byte, sending func()) ([]byte, time.Time, error) {
-		hr, err := dohRequest(ctx, req, msg)
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		sending()
-		resp, err := rt.RoundTrip(hr)
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		body, err := dohResponse(resp)
-		return body, time.Time{}, err
-	}
-}
 
 // dohQueries runs req's queries as DoH requests through ex (concurrent requests with
 // Streams > 1), timed on clk (the Log of the socket under it), appending them to res.

@@ -19,7 +19,7 @@ func measureDoQ(ctx context.Context, req *Request, res *Result) *Result {
 	}
 	return overQUIC(ctx, req, res, alpn, func(conn *quicConn) {
 		runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
-			return doqExchange(ctx, conn, req, dnsmsg.Query{Name: name, Type: qtype, RcodeOnly: req.RcodeOnly}, seq, shared)
+			return doqExchange(ctx, conn, alpn, dnsmsg.Query{Name: name, Type: qtype, RcodeOnly: req.RcodeOnly}, seq, shared)
 		})
 	})
 }
@@ -48,14 +48,17 @@ func overQUIC(ctx context.Context, req *Request, res *Result, alpn []string, que
 }
 
 // doqExchange runs q (its ID 0: RFC 9250 §4.2.1, the DNS Message ID MUST be 0) on a new
-// stream of conn. shared: other queries are outstanding on conn (see exchangeFunc).
-func doqExchange(ctx context.Context, conn *quicConn, req *Request, q dnsmsg.Query, seq int, shared bool) Query {
+// stream of conn, dialed offering the ALPNs offered. shared: other queries are
+// outstanding on conn (see exchangeFunc).
+func doqExchange(ctx context.Context, conn *quicConn, offered []string, q dnsmsg.Query, seq int, shared bool) Query {
 	out := Query{Seq: seq, KeepaliveTimeout: -1}
-	alpn := conn.ConnectionState().TLS.NegotiatedProtocol
-	framing, err := doq.FramingFor(alpn)
+	st := conn.ConnectionState().TLS
+	framing, err := doq.FramingFor(st.NegotiatedProtocol)
 	if err != nil {
-		if alpn == "" && req.Mode == Mode0RTT && len(req.ALPN) > 0 {
-			framing, _ = doq.FramingFor(req.ALPN[0]) // 0-RTT: the resumed session's ALPN
+		if !st.HandshakeComplete && len(offered) > 0 {
+			// Before the handshake completes (0-RTT) nothing is negotiated yet: the
+			// resumed session's ALPN, the one the client offers first.
+			framing, _ = doq.FramingFor(offered[0])
 		} else {
 			out.Status, out.Err = StatusALPNMismatch, err
 			return out

@@ -71,6 +71,11 @@ type Config struct {
 	// issues them but does not honour them, as the study found resolvers doing.
 	IgnoreTokens bool
 	Allow0RTT    bool
+	// Reject0RTT (DoQ/DoH3) issues session tickets that allow 0-RTT, then resumes a
+	// session but rejects its early data, as a server does whose ticket's 0-RTT state it
+	// no longer holds (a restart with the same ticket keys, another server behind the
+	// address): the client must send again in 1-RTT what it sent in 0-RTT.
+	Reject0RTT bool
 	// QUICVersions the QUIC servers speak (default quic-go's v1, v2); v2 alone makes a
 	// v1-first client go through Version Negotiation.
 	QUICVersions []quic.Version
@@ -556,7 +561,10 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 		alpn = http3.NextProtoH3
 	}
 	tconf := &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{alpn}}
-	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT, MaxIdleTimeout: 10 * time.Second, Versions: cfg.QUICVersions}
+	if cfg.Reject0RTT {
+		rejectEarlyData(tb, tconf)
+	}
+	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT || cfg.Reject0RTT, MaxIdleTimeout: 10 * time.Second, Versions: cfg.QUICVersions}
 	if h3 && cfg.Behavior != Flood {
 		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
 		srv := &http3.Server{Handler: s.dohHandler(ctx, cfg), TLSConfig: tconf, QUICConfig: qconf}
@@ -588,6 +596,25 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 		go serve(conn)
 		return nil
 	})
+}
+
+// rejectEarlyData makes tconf resume the sessions of the tickets it issued without their
+// early data (RFC 8446 §4.2.10: the server then omits early_data from its
+// EncryptedExtensions). The ticket keys are fixed so that the clones quic-go and http3
+// make of tconf decrypt what tconf does.
+func rejectEarlyData(tb testing.TB, tconf *tls.Config) {
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		tb.Fatal(err)
+	}
+	tconf.SetSessionTicketKeys([][32]byte{key})
+	tconf.UnwrapSession = func(identity []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
+		ss, err := tconf.DecryptTicket(identity, cs)
+		if ss != nil {
+			ss.EarlyData = false
+		}
+		return ss, err
+	}
 }
 
 func (s *Servers) serveDoQ(ctx context.Context, cfg Config, conn *quic.Conn) {
