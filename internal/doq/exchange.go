@@ -60,7 +60,8 @@ type ExchangeOptions struct {
 // On a connection dialed for 0-RTT (quic.Transport.DialEarly) whose early data the
 // server rejected, the query sent in 0-RTT is lost (RFC 9001 §4.6.2) and quic-go fails
 // its stream with quic.Err0RTTRejected: Exchange then waits for the handshake
-// (Conn.NextConnection) and sends the query once more on a new stream. OnSend runs for
+// (Conn.NextConnection) and sends the query once more on a new stream, framed for the
+// ALPN the handshake negotiated. OnSend runs for
 // the first send only, so a start time taken there includes the rejected attempt.
 func Exchange(ctx context.Context, conn *quic.Conn, f Framing, msg []byte, o ExchangeOptions) ([]byte, error) {
 	framed, err := Frame(f, msg)
@@ -73,6 +74,14 @@ func Exchange(ctx context.Context, conn *quic.Conn, f Framing, msg []byte, o Exc
 	}
 	if _, err := conn.NextConnection(ctx); err != nil {
 		return nil, &ExchangeError{StepOpen, err}
+	}
+	// A rejection may come with another application protocol than the resumed
+	// session's (RFC 9001 §4.6.2): the query goes in the framing now negotiated.
+	if nf, err := FramingFor(conn.ConnectionState().TLS.NegotiatedProtocol); err == nil && nf != f {
+		f = nf
+		if framed, err = Frame(f, msg); err != nil {
+			return nil, &ExchangeError{StepWrite, err}
+		}
 	}
 	o.OnSend = nil
 	return exchange(ctx, conn, f, framed, o)

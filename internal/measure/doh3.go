@@ -65,22 +65,19 @@ func (h *h3Conn) after0RTT(ctx context.Context, failed *http3.ClientConn) (*http
 // send, so a request sent again after a 0-RTT rejection keeps the start of its first.
 func (h *h3Conn) exchange(req *Request) dohExchange {
 	return func(ctx context.Context, msg []byte, sending func()) ([]byte, time.Time, error) {
-		var body []byte
-		var err error
-		switch {
-		case req.Mode == Mode0RTT && !req.isPOST():
-			body, err = h.earlyGet(ctx, req, msg, sending)
-		case req.Mode == Mode0RTT:
+		if req.Mode == Mode0RTT {
+			if !req.isPOST() {
+				body, err := h.earlyGet(ctx, req, msg, sending)
+				return body, time.Time{}, err
+			}
 			// The start is the POST's own, not the wait for the handshake.
 			select {
 			case <-h.conn.HandshakeComplete():
 			case <-ctx.Done():
 				return nil, time.Time{}, ctx.Err()
 			}
-			fallthrough
-		default:
-			body, err = h.roundTrip(ctx, req, msg, sending)
 		}
+		body, err := h.roundTrip(ctx, req, msg, sending)
 		return body, time.Time{}, err
 	}
 }
