@@ -13,10 +13,15 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/simdns"
 )
 
-// resolveTolerance is the share of the path RTT a single exchange may deviate by here
-// (the testbed's paths are lossless and jitter-free; the error is the line's forwarding
-// and the scheduling of a shared 2-core machine).
+// resolveTolerance is the share of the path RTT the fastest of tfoSamples exchanges may
+// deviate by here. The testbed's paths are lossless and jitter-free, but a single
+// exchange also carries the scheduling of the delay line and of the server's goroutine
+// on a shared 2-core machine (seen: +4.7 ms on a 20 ms path). That noise only ever adds
+// time, so the minimum over a few exchanges is the path's own figure.
 const resolveTolerance = 0.1
+
+// tfoSamples is how many connections after the cookie's are measured per server.
+const tfoSamples = 5
 
 // silentAddr returns an address of the simulated internet the population leaves silent.
 func silentAddr(t *testing.T, v *testbed.Vantage) netip.Addr {
@@ -58,31 +63,46 @@ func TestTCPFastOpenCheck(t *testing.T) {
 	port := uint16(srv.Addr(simdns.DoTCP).(*net.TCPAddr).Port)
 
 	m, _ := measure.For(measure.DoTCP)
-	tfo := func(a netip.AddrPort) *measure.Result {
+	// tfo opens one connection (the first gets the cookie, if any), then tfoSamples more,
+	// each of which must succeed and report want as its TFO; it returns the smallest
+	// resolve and handshake among those.
+	tfo := func(a netip.AddrPort, want bool) (resolve, handshake time.Duration) {
 		req := measure.Request{Addr: a, FastOpen: true, Timeout: 5 * time.Second}
-		var res *measure.Result
-		for i := 0; i < 2; i++ { // the first connection gets the cookie
-			res = m.Measure(ctx, &req)
+		for i := 0; i <= tfoSamples; i++ {
+			res := m.Measure(ctx, &req)
 			if res.Status != measure.StatusOK {
 				t.Fatalf("DoTCP with TFO to %s (connection %d): %s %v", a, i+1, res.Status, res.Err)
 			}
+			if i == 0 {
+				continue
+			}
+			if res.TFO == nil || *res.TFO != want {
+				t.Fatalf("%s (connection %d): TFO = %v, want %v", a, i+1, res.TFO, want)
+			}
+			if !res.HasHandshake {
+				t.Fatalf("%s (connection %d): no handshake sample", a, i+1)
+			}
+			t.Logf("%s (connection %d): handshake %v, resolve %v", a, i+1, res.Handshake, res.First().Resolve)
+			if i == 1 || res.First().Resolve < resolve {
+				resolve = res.First().Resolve
+			}
+			if i == 1 || res.Handshake < handshake {
+				handshake = res.Handshake
+			}
 		}
-		return res
+		return resolve, handshake
 	}
-	res := tfo(netip.AddrPortFrom(addr, port))
-	if res.TFO == nil || !*res.TFO {
-		t.Fatalf("TFO server %s:%d: TFO = %v, want true", addr, port, res.TFO)
-	}
-	// The query rode in the SYN: one round trip for everything, and the SYN/SYN-ACK
-	// sample is that same round trip.
+	resolve, handshake := tfo(netip.AddrPortFrom(addr, port), true)
+	// The query rode in the SYN: one round trip for everything (two if it had waited for
+	// the handshake), and the SYN/SYN-ACK sample is that same round trip.
 	path := v.Population.PathOf(addr).RTT
 	tol := time.Duration(resolveTolerance * float64(path))
-	t.Logf("TFO server: handshake %v, resolve %v (path %v)", res.Handshake, res.First().Resolve, path)
-	if d := res.First().Resolve - path; d < -tol || d > tol {
-		t.Errorf("TFO resolve %v, want the path's RTT %v +- %v", res.First().Resolve, path, tol)
+	t.Logf("TFO server, fastest of %d: handshake %v, resolve %v (path %v)", tfoSamples, handshake, resolve, path)
+	if d := resolve - path; d < -tol || d > tol {
+		t.Errorf("TFO resolve %v, want the path's RTT %v +- %v", resolve, path, tol)
 	}
-	if !res.HasHandshake || res.Handshake < path-tol || res.Handshake > path+tol {
-		t.Errorf("TFO handshake %v (known %v), want the path's RTT %v +- %v", res.Handshake, res.HasHandshake, path, tol)
+	if d := handshake - path; d < -tol || d > tol {
+		t.Errorf("TFO handshake %v, want the path's RTT %v +- %v", handshake, path, tol)
 	}
 
 	// Control: a population DoTCP server (no TFO listener) never accepts data in the SYN.
@@ -94,8 +114,5 @@ func TestTCPFastOpenCheck(t *testing.T) {
 	if !plain.IsValid() {
 		t.Fatal("no DoTCP endpoint in the population")
 	}
-	res = tfo(netip.AddrPortFrom(plain, 53))
-	if res.TFO == nil || *res.TFO {
-		t.Fatalf("plain server %s: TFO = %v, want false", plain, res.TFO)
-	}
+	tfo(netip.AddrPortFrom(plain, 53), false)
 }
