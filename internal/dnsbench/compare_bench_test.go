@@ -10,9 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/doqscan/doqscan/internal/dnsbench"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
@@ -38,9 +43,12 @@ type toolRun struct {
 }
 
 // runTool runs a tool bounded by ctx (a tool that hangs is killed at the deadline and
-// reported with its output).
-func runTool(ctx context.Context, name string, args ...string) (toolRun, error) {
+// reported with its output), on the CPUs cpus lists (taskset -c; "": anywhere).
+func runTool(ctx context.Context, cpus, name string, args ...string) (toolRun, error) {
 	var stdout, stderr bytes.Buffer
+	if cpus != "" {
+		name, args = "taskset", append([]string{"-c", cpus, name}, args...)
+	}
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -58,8 +66,8 @@ func runTool(ctx context.Context, name string, args ...string) (toolRun, error) 
 }
 
 // runDnsbench runs the dnsbench command with --json and returns its one report.
-func runDnsbench(ctx context.Context, bin string, args ...string) (*dnsbench.Report, toolRun, error) {
-	r, err := runTool(ctx, bin, append([]string{"--json", "--progress", "0"}, args...)...)
+func runDnsbench(ctx context.Context, cpus, bin string, args ...string) (*dnsbench.Report, toolRun, error) {
+	r, err := runTool(ctx, cpus, bin, append([]string{"--json", "--progress", "0"}, args...)...)
 	if err != nil {
 		return nil, r, err
 	}
@@ -82,6 +90,65 @@ func float(re *regexp.Regexp, out []byte) (float64, error) {
 		return 0, fmt.Errorf("no %q in the output", re)
 	}
 	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// splitCPUs runs the comparison as on two hosts: this process (the server) on the first
+// half of the CPUs it may use, every client (taskset) on the other half, so that no
+// client's CPU time is taken from the server it loads and each tool has the same CPUs.
+// It returns the clients' CPU list for taskset, "" (everything shared) with fewer than
+// two CPUs, without taskset, or with DNSBENCH_COMPARE_CPUS=shared. The server's threads
+// are pinned until the benchmark ends (threads started later inherit it).
+func splitCPUs(b *testing.B) string {
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		b.Logf("CPU affinity: %v; server and clients share the CPUs", err)
+		return ""
+	}
+	var cpus []int
+	for i := range 1024 {
+		if all.IsSet(i) {
+			cpus = append(cpus, i)
+		}
+	}
+	if _, err := exec.LookPath("taskset"); err != nil || len(cpus) < 2 || os.Getenv("DNSBENCH_COMPARE_CPUS") == "shared" {
+		b.Logf("server and clients share CPUs %v", cpus)
+		return ""
+	}
+	server, clients := cpus[:len(cpus)/2], cpus[len(cpus)/2:]
+	var set unix.CPUSet
+	for _, c := range server {
+		set.Set(c)
+	}
+	pin := func(set *unix.CPUSet) {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, t := range tasks {
+			if tid, err := strconv.Atoi(t.Name()); err == nil {
+				_ = unix.SchedSetaffinity(tid, set) // a thread that just exited: nothing to pin
+			}
+		}
+	}
+	pin(&set)
+	prev := runtime.GOMAXPROCS(len(server))
+	b.Cleanup(func() { pin(&all); runtime.GOMAXPROCS(prev) })
+	list := make([]string, len(clients))
+	for i, c := range clients {
+		list[i] = strconv.Itoa(c)
+	}
+	b.Logf("server (this process) on CPUs %v, every client on %v", server, clients)
+	return strings.Join(list, ",")
+}
+
+// median of xs (xs is sorted).
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // dnsperfResult is dnsperf's summary: answered queries per second, mean latency (ms)
@@ -109,11 +176,13 @@ func parseDnsperf(out []byte) (dnsperfResult, error) {
 
 // BenchmarkVersusDnsperf runs, against the same loopback server (measuretest in the
 // benchmark's process; streams served until the client closes them), every client as
-// a process of its own (the dnsbench command, built into a temporary directory):
+// a process of its own (the dnsbench command, built into a temporary directory), the
+// server on half of the CPUs and the clients on the other half (splitCPUs):
 //
 //   - dnsperf (-m udp, dot, doh) and dnsbench in max mode over the same protocol with
-//     the same outstanding limit (dnsperf -c W -q W: one connection per outstanding
-//     query, as dnsbench's W persistent workers), 3 s each;
+//     the same outstanding limit and the same number of sockets or connections
+//     (dnsperf -c W -q W*S as dnsbench --workers W --streams S: 64 x 1, 4 x 16, 1 x 64),
+//     3 s each, the two in turns for three rounds per shape, their medians compared;
 //   - resperf (-M udp, dot) and dnsbench's ramp to the same maximum rate over the same
 //     ramp time and the same loss threshold, both counting answers per second (-i 1),
 //     with the same outstanding limit;
@@ -134,6 +203,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/doqscan/doqscan/cmd/dnsbench").CombinedOutput(); err != nil {
 		b.Fatalf("go build cmd/dnsbench: %v\n%s", err, out)
 	}
+	cpus := splitCPUs(b)
 	s := measuretest.Start(b, measuretest.Config{Host: "127.0.0.5"})
 	qf := filepath.Join(dir, "q.txt")
 	if err := os.WriteFile(qf, []byte("a.example A\nb.example AAAA\n"), 0o644); err != nil {
@@ -146,9 +216,11 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 		// The ramps: 0 to rampMax q/s over rampSecs; the maximum is taken before the
 		// first second above 5 % loss.
 		rampMax, rampSecs, rampLoss, rampWorkers = 40000, 10, 0.05, 500
+		rounds                                   = 3 // turns of dnsperf and dnsbench per shape
 	)
-	// dnsbench's shapes of the same workers outstanding queries: one per worker (as
-	// dnsperf's one per socket), and the same total over fewer sessions (--streams).
+	// The shapes of the same workers outstanding queries: one per socket or connection,
+	// and the same total over fewer of them (dnsbench --streams, dnsperf -c < -q; one
+	// socket is dnsperf's default).
 	shapes := [][2]int{{workers, 1}, {4, workers / 4}, {1, workers}}
 	itoa := strconv.Itoa
 	common := []string{"--queries", qf, "--timeout", timeout.String(), "--session-queries", "100000000"}
@@ -161,27 +233,55 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			{"dot", "dot", s.DoT},
 			{"doh", "doh-get", s.DoH}, // dnsperf's default method is GET
 		} {
-			ctx, cancel := context.WithTimeout(context.Background(), secs*time.Second+time.Minute)
-			pr, err := runTool(ctx, "dnsperf", "-m", c.mode, "-s", c.addr.Addr().String(),
-				"-p", itoa(int(c.addr.Port())), "-d", qf, "-l", itoa(secs),
-				"-t", itoa(int(timeout/time.Second)), "-c", itoa(workers), "-q", itoa(workers))
-			p, perr := parseDnsperf(pr.out)
-			if err != nil || perr != nil {
-				cancel()
-				b.Fatalf("dnsperf: %v %v\n%s", err, perr, pr.out)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2*rounds*len(shapes))*(secs*time.Second+time.Minute))
+			perf := func(clients, outstanding int) (dnsperfResult, float64) {
+				pr, err := runTool(ctx, cpus, "dnsperf", "-m", c.mode, "-s", c.addr.Addr().String(),
+					"-p", itoa(int(c.addr.Port())), "-d", qf, "-l", itoa(secs),
+					"-t", itoa(int(timeout/time.Second)), "-c", itoa(clients), "-q", itoa(outstanding))
+				p, perr := parseDnsperf(pr.out)
+				if err != nil || perr != nil {
+					cancel()
+					b.Fatalf("dnsperf: %v %v\n%s", err, perr, pr.out)
+				}
+				return p, usPer(pr.cpu, p.QPS*secs)
 			}
-			for _, shape := range shapes {
-				w, st := shape[0], shape[1]
-				r, dr, err := runDnsbench(ctx, bin, append(common, "--workers", itoa(w), "--streams", itoa(st),
+			bench := func(w, st int) (*dnsbench.Report, float64) {
+				r, dr, err := runDnsbench(ctx, cpus, bin, append(common, "--workers", itoa(w), "--streams", itoa(st),
 					"--duration", itoa(secs)+"s", c.scheme+"://"+c.addr.String())...)
 				if err != nil {
 					cancel()
 					b.Fatal(err)
 				}
-				b.Logf("%s max, %d workers x %d streams: dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer (success %.4f); dnsperf %.0f q/s, mean %.3f ms, %.1f us CPU/answer (lost %d); QPS ratio %.2f",
-					c.scheme, w, st, r.QPS, r.Latency.Mean, usPer(dr.cpu, float64(r.Answered)), r.SuccessRate,
-					p.QPS, p.MeanMS, usPer(pr.cpu, p.QPS*secs), p.Lost, r.QPS/p.QPS)
-				b.ReportMetric(r.QPS/p.QPS, fmt.Sprintf("%s-%dx%d-qps-ratio", c.mode, w, st))
+				return r, usPer(dr.cpu, float64(r.Answered))
+			}
+			// Each shape against its like in dnsperf (-c sockets or connections, -q
+			// outstanding queries in all): the two take turns, rounds times, and their
+			// medians are compared, so that a change of the machine's load during the run
+			// weighs on both.
+			for _, shape := range shapes {
+				w, st := shape[0], shape[1]
+				var perfQPS, benchQPS, perfCPU, benchCPU []float64
+				perfLost := 0
+				for round := 1; round <= rounds; round++ {
+					p, pcpu := perf(w, w*st)
+					r, rcpu := bench(w, st)
+					perfLost += p.Lost
+					perfQPS, benchQPS = append(perfQPS, p.QPS), append(benchQPS, r.QPS)
+					perfCPU, benchCPU = append(perfCPU, pcpu), append(benchCPU, rcpu)
+					b.Logf("%s max, %d x %d, round %d: dnsperf %.0f q/s, mean %.3f ms, %.1f us CPU/answer (lost %d); dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer (success %.4f); QPS ratio %.2f",
+						c.scheme, w, st, round, p.QPS, p.MeanMS, pcpu, p.Lost, r.QPS, r.Latency.Mean, rcpu, r.SuccessRate, r.QPS/p.QPS)
+				}
+				pq, bq := median(perfQPS), median(benchQPS)
+				b.Logf("%s max, %d x %d (dnsperf -c %d -q %d, dnsbench --workers %d --streams %d), medians of %d rounds: dnsperf %.0f q/s, %.1f us CPU/answer; dnsbench %.0f q/s, %.1f us CPU/answer; QPS ratio %.2f, CPU/answer ratio %.2f",
+					c.scheme, w, st, w, w*st, w, st, rounds, pq, median(perfCPU), bq, median(benchCPU), bq/pq, median(benchCPU)/median(perfCPU))
+				if perfLost > 0 {
+					// dnsperf 2.10's DoH loses answers that come together on one
+					// connection (it reports them under "HTTP/2 return codes" yet times the
+					// queries out: DNS-OARC/dnsperf#240), so its QPS is no measure there.
+					b.Logf("%s max, %d x %d: no ratio: dnsperf lost %d queries in %d rounds (a loopback server that drops nothing)", c.scheme, w, st, perfLost, rounds)
+					continue
+				}
+				b.ReportMetric(bq/pq, fmt.Sprintf("%s-%dx%d-qps-ratio", c.mode, w, st))
 			}
 			cancel()
 		}
@@ -193,7 +293,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			{"dot", "dot", s.DoT},
 		} {
 			ctx, cancel := context.WithTimeout(context.Background(), rampSecs*time.Second+time.Minute)
-			pr, err := runTool(ctx, "resperf", "-M", c.mode, "-s", c.addr.Addr().String(),
+			pr, err := runTool(ctx, cpus, "resperf", "-M", c.mode, "-s", c.addr.Addr().String(),
 				"-p", itoa(int(c.addr.Port())), "-d", qf, "-R", "-m", itoa(rampMax),
 				"-r", itoa(rampSecs), "-L", itoa(int(rampLoss*100)), "-t", itoa(int(timeout/time.Second)),
 				"-q", itoa(rampWorkers), "-C", itoa(workers), "-i", "1", "-P", filepath.Join(dir, "resperf-"+c.mode+".gnuplot"))
@@ -203,7 +303,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 				cancel()
 				b.Fatalf("resperf: %v %v\n%s", err, perr, pr.out)
 			}
-			r, _, err := runDnsbench(ctx, bin, append(common, "--workers", itoa(rampWorkers),
+			r, _, err := runDnsbench(ctx, cpus, bin, append(common, "--workers", itoa(rampWorkers),
 				"--duration", itoa(rampSecs)+"s", "--ramp-max", itoa(rampMax), "--ramp-loss", strconv.FormatFloat(rampLoss, 'g', -1, 64),
 				c.scheme+"://"+c.addr.String())...)
 			cancel()
@@ -226,7 +326,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			b.ReportMetric(r.Ramp.MaxQPS/pmax, c.mode+"-ramp-ratio")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), secs*time.Second+time.Minute)
-		r, dr, err := runDnsbench(ctx, bin, append(common, "--workers", itoa(workers), "--duration", itoa(secs)+"s",
+		r, dr, err := runDnsbench(ctx, cpus, bin, append(common, "--workers", itoa(workers), "--duration", itoa(secs)+"s",
 			"doq://"+s.DoQ.String())...)
 		cancel()
 		if err != nil {

@@ -1,6 +1,7 @@
 package kstamp
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"syscall"
@@ -73,6 +74,28 @@ func (c *PacketConn) ReadStamped(p []byte) (int, time.Time, error) {
 	}
 	c.Log.Received(at)
 	return n, at, nil
+}
+
+// Exchange sends q on the connected socket and reads one datagram into p (sendRecv:
+// no first read that fails while the answer is on its way). It returns when q left
+// (just before the send system call; zero if q was not sent, and then the error is the
+// send's) and the datagram with its kernel receive time (zero if the kernel gave none),
+// also logged. The datagram may be an older one than q's answer: the caller reads on.
+func (c *PacketConn) Exchange(q, p []byte) (sent time.Time, n int, at time.Time, err error) {
+	c.Log.Wrote()
+	sent, n, at, err = sendRecv(c.rc, q, p)
+	if errors.Is(err, errSendBusy) { // send buffer full: wait for room, then read
+		sent = time.Now()
+		if _, err = c.c.Write(q); err != nil {
+			return time.Time{}, 0, time.Time{}, err
+		}
+		n, _, at, err = recv(c.rc, p, false, false)
+	}
+	if err != nil {
+		return sent, 0, time.Time{}, err
+	}
+	c.Log.Received(at)
+	return sent, n, at, nil
 }
 
 // WriteTo notes the first write after Log.Arm and sends.

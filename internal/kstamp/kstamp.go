@@ -15,6 +15,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -56,6 +57,7 @@ func Recv(rc syscall.RawConn, p []byte, stream bool) (n int, from unix.Sockaddr,
 // The first recvmsg of a read whose data is still to arrive fails with EAGAIN; it
 // cannot be skipped by waiting for readiness first: RawRead clears a readiness that
 // arrived before it was called, so a datagram that came in between would go unnoticed.
+// sendRecv avoids it where the read answers a send of its own.
 func recv(rc syscall.RawConn, p []byte, stream, wantFrom bool) (n int, from unix.Sockaddr, at time.Time, err error) {
 	r := recvs.Get().(*recvState)
 	defer func() { r.p = nil; recvs.Put(r) }()
@@ -63,6 +65,42 @@ func recv(rc syscall.RawConn, p []byte, stream, wantFrom bool) (n int, from unix
 	if err := rc.Read(r.call); err != nil {
 		return 0, nil, time.Time{}, err
 	}
+	return r.result(p, stream, wantFrom)
+}
+
+// errSendBusy is sendRecv's word that the socket's send buffer is full (EAGAIN): nothing
+// was sent and nothing read; the caller sends the blocking way.
+var errSendBusy = errors.New("kstamp: send buffer full")
+
+// sendRecv writes q to the connected datagram socket behind rc, then reads one
+// datagram into p as recv does, and returns when q left (taken just before the send
+// system call). The send happens inside the read, after RawRead has cleared the
+// socket's old readiness: the answer's arrival is then always noticed, and the read
+// waits for it at once instead of first trying a recvmsg that fails (EAGAIN) while the
+// answer is on its way, one system call less per exchange. A failed send is returned
+// as a write error with sent zero; errSendBusy when the send buffer was full.
+func sendRecv(rc syscall.RawConn, q, p []byte) (sent time.Time, n int, at time.Time, err error) {
+	r := recvs.Get().(*recvState)
+	defer func() { r.p, r.send, r.sent = nil, nil, time.Time{}; recvs.Put(r) }()
+	// The state keeps a copy of q: keeping q itself would move every caller's query
+	// buffer to the heap.
+	r.sendBuf = append(r.sendBuf[:0], q...)
+	r.p, r.wantFrom, r.send = p, false, r.sendBuf
+	if err := rc.Read(r.call); err != nil {
+		return r.sent, 0, time.Time{}, err
+	}
+	if r.send != nil { // the send failed
+		if errors.Is(r.err, unix.EAGAIN) || errors.Is(r.err, unix.EWOULDBLOCK) {
+			return time.Time{}, 0, time.Time{}, errSendBusy
+		}
+		return time.Time{}, 0, time.Time{}, &net.OpError{Op: "write", Net: "udp", Err: os.NewSyscallError("write", r.err)}
+	}
+	n, _, at, err = r.result(p, false, false)
+	return r.sent, n, at, err
+}
+
+// result is what one recv read, as recv returns it.
+func (r *recvState) result(p []byte, stream, wantFrom bool) (n int, from unix.Sockaddr, at time.Time, err error) {
 	if r.err != nil {
 		return 0, nil, time.Time{}, &net.OpError{Op: "read", Net: "recvmsg", Err: r.err}
 	}
@@ -85,6 +123,11 @@ type recvState struct {
 	n, oobn  int
 	err      error
 	call     func(fd uintptr) bool
+	// send, when not nil, is written before the first recvmsg (sendRecv); it is nil
+	// again once sent, at sent.
+	send    []byte
+	sendBuf []byte
+	sent    time.Time
 }
 
 var recvs = sync.Pool{New: func() any {
@@ -96,6 +139,14 @@ var recvs = sync.Pool{New: func() any {
 // syscall is one recvmsg for rawconn.Read: false (wait for readiness) when the socket
 // has nothing yet.
 func (r *recvState) syscall(fd uintptr) bool {
+	if r.send != nil {
+		r.sent = time.Now()
+		if _, r.err = unix.Write(int(fd), r.send); r.err != nil {
+			return true
+		}
+		r.send = nil
+		return false // the answer is not here yet: wait for it
+	}
 	var name *unix.RawSockaddrAny
 	if r.wantFrom {
 		r.name = unix.RawSockaddrAny{} // no address (a stream socket's): no stale one

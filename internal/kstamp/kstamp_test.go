@@ -208,3 +208,77 @@ func loopbackPair(t *testing.T) (*net.UDPConn, *PacketConn) {
 	t.Cleanup(func() { c.Close() })
 	return srv, c
 }
+
+// TestExchange: Exchange sends and reads the answer with its kernel time; a datagram
+// that was waiting before the call is returned first and the call still returns (the
+// answer's arrival wakes it); a refused, an oversized and a late exchange each give
+// their error, sent telling whether the query left.
+func TestExchange(t *testing.T) {
+	srv, c := loopbackPair(t)
+	go func() { // echo every datagram back
+		buf := make([]byte, 64)
+		for {
+			n, from, err := srv.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			_, _ = srv.WriteToUDP(buf[:n], from)
+		}
+	}()
+	buf := make([]byte, 64)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	before := time.Now()
+	sent, n, at, err := c.Exchange([]byte("one"), buf)
+	done := time.Now()
+	if err != nil || string(buf[:n]) != "one" {
+		t.Fatalf("Exchange = %q, %v", buf[:n], err)
+	}
+	if sent.Before(before) || at.Before(sent) || at.After(done) {
+		t.Fatalf("sent %v, kernel time %v: want %v <= sent <= kernel time <= %v", sent, at, before, done)
+	}
+
+	// A stale datagram, in the socket's queue before Exchange starts (poll(2) says so).
+	if _, err := srv.WriteToUDP([]byte("stale"), c.LocalAddr().(*net.UDPAddr)); err != nil {
+		t.Fatal(err)
+	}
+	rc, _ := c.SyscallConn()
+	var perr error
+	_ = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		_, perr = unix.Poll(fds, 5000)
+		if perr == nil && fds[0].Revents&unix.POLLIN == 0 {
+			perr = errors.New("no datagram within 5 s")
+		}
+	})
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	if _, n, _, err := c.Exchange([]byte("two"), buf); err != nil || string(buf[:n]) != "stale" {
+		t.Fatalf("Exchange with a stale datagram queued = %q, %v; want stale", buf[:n], err)
+	}
+	if n, _, err := c.ReadStamped(buf); err != nil || string(buf[:n]) != "two" {
+		t.Fatalf("then ReadStamped = %q, %v; want two", buf[:n], err)
+	}
+
+	// Oversized: the send fails, nothing left.
+	if sent, _, _, err := c.Exchange(make([]byte, 70000), buf); !sent.IsZero() || !errors.Is(err, unix.EMSGSIZE) {
+		t.Fatalf("oversized Exchange: sent %v, %v; want zero, EMSGSIZE", sent, err)
+	} else if oe := (*net.OpError)(nil); !errors.As(err, &oe) || oe.Op != "write" {
+		t.Fatalf("oversized Exchange: %v is not a write error", err)
+	}
+
+	// Past the deadline: a timeout, nothing sent.
+	_ = c.SetReadDeadline(time.Now())
+	if sent, _, _, err := c.Exchange([]byte("late"), buf); !sent.IsZero() {
+		t.Fatalf("Exchange past the deadline sent at %v", sent)
+	} else if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("Exchange past the deadline: %v is not a timeout", err)
+	}
+
+	// Refused: the port is closed, the query left and ICMP port unreachable came back.
+	srv.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if sent, _, _, err := c.Exchange([]byte("three"), buf); sent.IsZero() || !errors.Is(err, unix.ECONNREFUSED) {
+		t.Fatalf("Exchange to a closed port: sent %v, %v; want a send time, ECONNREFUSED", sent, err)
+	}
+}

@@ -56,17 +56,26 @@ func udpExchange(ctx context.Context, conn *kstamp.PacketConn, q dnsmsg.Query, s
 		out.Status, out.Err = StatusError, err
 		return out
 	}
-	out.StartedAt = time.Now()
-	if _, err := conn.Write(msg); err != nil {
-		out.Status, out.Err = Classify(err), fmt.Errorf("send query: %w", err)
-		return out
-	}
 	bp := udpBufs.Get().(*[]byte)
 	defer udpBufs.Put(bp)
 	buf := *bp
 	var lastBad error
-	for {
-		n, at, err := conn.ReadStamped(buf)
+	for first := true; ; first = false {
+		var n int
+		var at time.Time
+		if first { // send, then read: one system call less than Write and ReadStamped
+			out.StartedAt, n, at, err = conn.Exchange(msg, buf)
+			if out.StartedAt.IsZero() {
+				out.StartedAt = time.Now()
+				if ctx.Err() != nil {
+					err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
+				}
+				out.Status, out.Err = Classify(err), fmt.Errorf("send query: %w", err)
+				return out
+			}
+		} else {
+			n, at, err = conn.ReadStamped(buf)
+		}
 		done := time.Now()
 		if !at.IsZero() && !at.Before(out.StartedAt) && !at.After(done) {
 			done = at
