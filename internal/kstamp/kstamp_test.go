@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // TestPacketConnStamps: a datagram over loopback gets a kernel time between its send and
@@ -215,16 +217,7 @@ func loopbackPair(t *testing.T) (*net.UDPConn, *PacketConn) {
 // their error, sent telling whether the query left.
 func TestExchange(t *testing.T) {
 	srv, c := loopbackPair(t)
-	go func() { // echo every datagram back
-		buf := make([]byte, 64)
-		for {
-			n, from, err := srv.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			_, _ = srv.WriteToUDP(buf[:n], from)
-		}
-	}()
+	testsupport.Echo(srv)
 	buf := make([]byte, 64)
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	before := time.Now()
