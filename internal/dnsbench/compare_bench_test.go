@@ -78,6 +78,15 @@ func runDnsbench(ctx context.Context, cpus, bin string, args ...string) (*dnsben
 	return rs[0], r, nil
 }
 
+// serverCPU is the CPU time (user + system) this process, the server, has used so far.
+func serverCPU(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // usPer is CPU microseconds per answered query.
 func usPer(cpu time.Duration, answered float64) float64 {
 	return float64(cpu.Microseconds()) / answered
@@ -177,7 +186,9 @@ func parseDnsperf(out []byte) (dnsperfResult, error) {
 // BenchmarkVersusDnsperf runs, against the same loopback server (measuretest in the
 // benchmark's process; streams served until the client closes them), every client as
 // a process of its own (the dnsbench command, built into a temporary directory), the
-// server on half of the CPUs and the clients on the other half (splitCPUs):
+// server on half of the CPUs and the clients on the other half (splitCPUs), dnsperf
+// and resperf with -e so that their queries are dnsbench's (RD and an EDNS OPT record:
+// the server's work per query is the same whichever client sent it):
 //
 //   - dnsperf (-m udp, dot, doh) and dnsbench in max mode over the same protocol with
 //     the same outstanding limit and the same number of sockets or connections
@@ -188,7 +199,8 @@ func parseDnsperf(out []byte) (dnsperfResult, error) {
 //     with the same outstanding limit;
 //   - dnsbench over DoQ in max mode (no peer has DoQ);
 //
-// and prints each pair's QPS, mean latency, CPU time per answer and the QPS ratio
+// and prints each pair's QPS, mean latency, CPU time per answer (client's and
+// server's) and the QPS ratio
 // (goal: dnsbench / peer >= 1). Needs dnsperf and resperf (`apt-get install dnsperf`,
 // Debian's 2.10; `./dev install` installs it). The client-side latency error is
 // measured on the simulated internet: BenchmarkLatencyError in internal/dnsbench/e2e.
@@ -234,8 +246,11 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			{"doh", "doh-get", s.DoH}, // dnsperf's default method is GET
 		} {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2*rounds*len(shapes))*(secs*time.Second+time.Minute))
-			perf := func(clients, outstanding int) (dnsperfResult, float64) {
-				pr, err := runTool(ctx, cpus, "dnsperf", "-m", c.mode, "-s", c.addr.Addr().String(),
+			// perf and bench return a run's result, its client's CPU per answer and the
+			// server's (this process's, which serves nothing else meanwhile).
+			perf := func(clients, outstanding int) (dnsperfResult, float64, float64) {
+				s0 := serverCPU(b)
+				pr, err := runTool(ctx, cpus, "dnsperf", "-e", "-m", c.mode, "-s", c.addr.Addr().String(),
 					"-p", itoa(int(c.addr.Port())), "-d", qf, "-l", itoa(secs),
 					"-t", itoa(int(timeout/time.Second)), "-c", itoa(clients), "-q", itoa(outstanding))
 				p, perr := parseDnsperf(pr.out)
@@ -243,16 +258,17 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 					cancel()
 					b.Fatalf("dnsperf: %v %v\n%s", err, perr, pr.out)
 				}
-				return p, usPer(pr.cpu, p.QPS*secs)
+				return p, usPer(pr.cpu, p.QPS*secs), usPer(serverCPU(b)-s0, p.QPS*secs)
 			}
-			bench := func(w, st int) (*dnsbench.Report, float64) {
+			bench := func(w, st int) (*dnsbench.Report, float64, float64) {
+				s0 := serverCPU(b)
 				r, dr, err := runDnsbench(ctx, cpus, bin, append(common, "--workers", itoa(w), "--streams", itoa(st),
 					"--duration", itoa(secs)+"s", c.scheme+"://"+c.addr.String())...)
 				if err != nil {
 					cancel()
 					b.Fatal(err)
 				}
-				return r, usPer(dr.cpu, float64(r.Answered))
+				return r, usPer(dr.cpu, float64(r.Answered)), usPer(serverCPU(b)-s0, float64(r.Answered))
 			}
 			// Each shape against its like in dnsperf (-c sockets or connections, -q
 			// outstanding queries in all): the two take turns, rounds times, and their
@@ -263,13 +279,13 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 				var perfQPS, benchQPS, perfCPU, benchCPU []float64
 				perfLost := 0
 				for round := 1; round <= rounds; round++ {
-					p, pcpu := perf(w, w*st)
-					r, rcpu := bench(w, st)
+					p, pcpu, pserver := perf(w, w*st)
+					r, rcpu, rserver := bench(w, st)
 					perfLost += p.Lost
 					perfQPS, benchQPS = append(perfQPS, p.QPS), append(benchQPS, r.QPS)
 					perfCPU, benchCPU = append(perfCPU, pcpu), append(benchCPU, rcpu)
-					b.Logf("%s max, %d x %d, round %d: dnsperf %.0f q/s, mean %.3f ms, %.1f us CPU/answer (lost %d); dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer (success %.4f); QPS ratio %.2f",
-						c.scheme, w, st, round, p.QPS, p.MeanMS, pcpu, p.Lost, r.QPS, r.Latency.Mean, rcpu, r.SuccessRate, r.QPS/p.QPS)
+					b.Logf("%s max, %d x %d, round %d: dnsperf %.0f q/s, mean %.3f ms, %.1f us CPU/answer, server %.1f (lost %d); dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer, server %.1f (success %.4f); QPS ratio %.2f",
+						c.scheme, w, st, round, p.QPS, p.MeanMS, pcpu, pserver, p.Lost, r.QPS, r.Latency.Mean, rcpu, rserver, r.SuccessRate, r.QPS/p.QPS)
 				}
 				pq, bq := median(perfQPS), median(benchQPS)
 				b.Logf("%s max, %d x %d (dnsperf -c %d -q %d, dnsbench --workers %d --streams %d), medians of %d rounds: dnsperf %.0f q/s, %.1f us CPU/answer; dnsbench %.0f q/s, %.1f us CPU/answer; QPS ratio %.2f, CPU/answer ratio %.2f",
@@ -293,7 +309,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			{"dot", "dot", s.DoT},
 		} {
 			ctx, cancel := context.WithTimeout(context.Background(), rampSecs*time.Second+time.Minute)
-			pr, err := runTool(ctx, cpus, "resperf", "-M", c.mode, "-s", c.addr.Addr().String(),
+			pr, err := runTool(ctx, cpus, "resperf", "-e", "-M", c.mode, "-s", c.addr.Addr().String(),
 				"-p", itoa(int(c.addr.Port())), "-d", qf, "-R", "-m", itoa(rampMax),
 				"-r", itoa(rampSecs), "-L", itoa(int(rampLoss*100)), "-t", itoa(int(timeout/time.Second)),
 				"-q", itoa(rampWorkers), "-C", itoa(workers), "-i", "1", "-P", filepath.Join(dir, "resperf-"+c.mode+".gnuplot"))
