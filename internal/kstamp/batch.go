@@ -86,7 +86,8 @@ func (b *Batch) grow(n int, oob bool) {
 
 // ReadBatch reads at least one and at most len(bufs) datagrams of a connected socket in
 // one recvmmsg(2) (waiting, honouring the read deadline, until one is there) and
-// describes each in out (len(out) >= len(bufs)); every arrival is logged.
+// describes each in out (len(out) >= len(bufs)), its kernel receive time included (so
+// Log is left alone).
 func (c *PacketConn) ReadBatch(b *Batch, bufs [][]byte, out []Datagram) (int, error) {
 	n := min(len(bufs), len(out))
 	if n == 0 {
@@ -121,7 +122,6 @@ func (c *PacketConn) ReadBatch(b *Batch, bufs [][]byte, out []Datagram) (int, er
 		if out[i].N > len(bufs[i]) {
 			out[i].N = len(bufs[i])
 		}
-		c.Log.Received(at)
 	}
 	return got, nil
 }

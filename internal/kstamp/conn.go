@@ -66,23 +66,22 @@ func (c *PacketConn) Read(p []byte) (int, error) {
 }
 
 // ReadStamped reads one datagram and returns it with its kernel receive time (zero if
-// the kernel gave none), also logged.
+// the kernel gave none). The caller has the time, so Log is left alone.
 func (c *PacketConn) ReadStamped(p []byte) (int, time.Time, error) {
 	n, _, at, err := recv(c.rc, p, false, false)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	c.Log.Received(at)
 	return n, at, nil
 }
 
 // Exchange sends q on the connected socket and reads one datagram into p (sendRecv:
 // no first read that fails while the answer is on its way). It returns when q left
 // (just before the send system call; zero if q was not sent, and then the error is the
-// send's) and the datagram with its kernel receive time (zero if the kernel gave none),
-// also logged. The datagram may be an older one than q's answer: the caller reads on.
+// send's) and the datagram with its kernel receive time (zero if the kernel gave none).
+// The caller has both times, so Log is left alone. The datagram may be an older one
+// than q's answer: the caller reads on.
 func (c *PacketConn) Exchange(q, p []byte) (sent time.Time, n int, at time.Time, err error) {
-	c.Log.Wrote()
 	sent, n, at, err = sendRecv(c.rc, q, p)
 	if errors.Is(err, errSendBusy) { // send buffer full: wait for room, then read
 		sent = time.Now()
@@ -94,7 +93,6 @@ func (c *PacketConn) Exchange(q, p []byte) (sent time.Time, n int, at time.Time,
 	if err != nil {
 		return sent, 0, time.Time{}, err
 	}
-	c.Log.Received(at)
 	return sent, n, at, nil
 }
 
