@@ -179,10 +179,10 @@ func (b *bench) pace() {
 // so work done after the outcome was known (closing the session, analysing its qlog, a
 // busy machine's scheduling) delays neither the outcome nor the run's elapsed time.
 func (b *bench) record(issued, deadline time.Time, q measure.Query) {
-	done := time.Now()
+	var done time.Time
 	if q.Status == measure.StatusOK {
 		done = q.StartedAt.Add(q.Resolve)
-	} else if done.After(deadline) {
+	} else if done = time.Now(); done.After(deadline) {
 		done = deadline
 	}
 	if b.onRecord != nil {
@@ -281,10 +281,7 @@ func (b *bench) persistentWorker(ctx context.Context) {
 		last := 0 // the last seq issued
 		sctx, cancel := context.WithCancel(ctx)
 		var timedOut atomic.Bool
-		arm := func() *time.Timer {
-			return time.AfterFunc(b.c.Timeout, func() { timedOut.Store(true); cancel() })
-		}
-		timer := arm()
+		timer := newWatchdog(at0.Add(b.c.Timeout), b.c.Timeout, func() { timedOut.Store(true); cancel() })
 		// outcome records query seq's outcome q once (later ones are dropped).
 		outcome := func(q measure.Query) {
 			mu.Lock()
@@ -323,7 +320,7 @@ func (b *bench) persistentWorker(ctx context.Context) {
 				return q0.Name, q0.QType, true
 			}
 			if !streams {
-				timer.Stop()
+				timer.Pause() // waiting for the right to issue is no query's time
 			}
 			if seq >= b.c.SessionQueries {
 				return "", 0, false
@@ -336,7 +333,7 @@ func (b *bench) persistentWorker(ctx context.Context) {
 			open[seq], last = issue{at, at.Add(b.c.Timeout)}, seq
 			mu.Unlock()
 			if !streams {
-				timer.Reset(b.c.Timeout) // the session's one timer, for this query
+				timer.Set(at.Add(b.c.Timeout)) // the session's one timer, for this query
 			}
 			return q.Name, q.QType, true
 		}
@@ -366,6 +363,80 @@ func (b *bench) persistentWorker(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// watchdog calls fire once, when the time last set passes, as time.AfterFunc does; but
+// setting its time only stores it, where a timer's Reset moves the runtime's timer: a
+// worker with one query outstanding sets it for each query, each later than the last.
+// Its timer wakes at the time it was armed for and re-arms for the time set since (or,
+// paused, a period later); only a time set before the timer's wake-up moves the timer.
+type watchdog struct {
+	mu      sync.Mutex
+	due     time.Time // zero: paused
+	wake    time.Time // when the timer wakes
+	period  time.Duration
+	stopped bool
+	wakes   int // how often the timer woke (a test's count)
+	t       *time.Timer
+	fire    func()
+}
+
+func newWatchdog(due time.Time, period time.Duration, fire func()) *watchdog {
+	w := &watchdog{due: due, wake: due, period: period, fire: fire}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.t = time.AfterFunc(time.Until(due), w.check)
+	return w
+}
+
+// arm wakes the timer at t (w.mu held).
+func (w *watchdog) arm(t, now time.Time) {
+	w.wake = t
+	w.t.Reset(t.Sub(now))
+}
+
+func (w *watchdog) check() {
+	w.mu.Lock()
+	w.wakes++
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	if now := time.Now(); w.due.IsZero() || now.Before(w.due) {
+		next := now.Add(w.period)
+		if !w.due.IsZero() {
+			next = w.due
+		}
+		w.arm(next, now)
+		w.mu.Unlock()
+		return
+	}
+	w.stopped = true
+	w.mu.Unlock()
+	w.fire()
+}
+
+// Set makes due the time at which fire runs.
+func (w *watchdog) Set(due time.Time) {
+	w.mu.Lock()
+	w.due = due
+	if !w.stopped && !due.IsZero() && due.Before(w.wake) {
+		w.arm(due, time.Now())
+	}
+	w.mu.Unlock()
+}
+
+// Pause keeps fire from running until the next Set.
+func (w *watchdog) Pause() { w.Set(time.Time{}) }
+
+// Stop ends the watchdog; it reports whether fire had not run (and now never will).
+func (w *watchdog) Stop() bool {
+	w.mu.Lock()
+	was := !w.stopped
+	w.stopped = true
+	w.mu.Unlock()
+	w.t.Stop()
+	return was
 }
 
 // issue is when a query was issued and when its own bound runs out.
