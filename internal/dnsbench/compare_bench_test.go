@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/dnsbench"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // dnsperf's and resperf's summary lines (2.10).
@@ -76,6 +78,26 @@ func runDnsbench(ctx context.Context, cpus, bin string, args ...string) (*dnsben
 		return nil, r, fmt.Errorf("dnsbench --json: %d reports, %v\n%s", len(rs), err, r.out)
 	}
 	return rs[0], r, nil
+}
+
+// reflector serves DoUDP on loopback by sending each query back as its own answer (QR
+// set: NOERROR, no records, the query's OPT record kept), for as little work per answer
+// as a server can do, so that the clients' own speed sets the QPS. It allocates nothing
+// per query and runs on the benchmark's (the server's) CPUs.
+func reflector(b *testing.B) netip.AddrPort {
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.5:0")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	testsupport.ServeUDP(c, func(c *net.UDPConn, msg []byte, from netip.AddrPort) {
+		if len(msg) < 12 {
+			return
+		}
+		msg[2] |= 0x80 // QR
+		_, _ = c.WriteToUDPAddrPort(msg, from)
+	})
+	return c.LocalAddr().(*net.UDPAddr).AddrPort()
 }
 
 // serverCPU is the CPU time (user + system) this process, the server, has used so far.
@@ -194,6 +216,9 @@ func parseDnsperf(out []byte) (dnsperfResult, error) {
 //     the same outstanding limit and the same number of sockets or connections
 //     (dnsperf -c W -q W*S as dnsbench --workers W --streams S: 64 x 1, 4 x 16, 1 x 64),
 //     3 s each, the two in turns for three rounds per shape, their medians compared;
+//     DoUDP twice: against the server (miekg/dns, which sets the QPS of both when the
+//     two clients keep it busy) and against a reflector, whose answers cost so little
+//     that the clients' own speed sets the QPS;
 //   - resperf (-M udp, dot) and dnsbench's ramp to the same maximum rate over the same
 //     ramp time and the same loss threshold, both counting answers per second (-i 1),
 //     with the same outstanding limit;
@@ -236,14 +261,17 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 	shapes := [][2]int{{workers, 1}, {4, workers / 4}, {1, workers}}
 	itoa := strconv.Itoa
 	common := []string{"--queries", qf, "--timeout", timeout.String(), "--session-queries", "100000000"}
+	refl := reflector(b)
 	for range b.N {
 		for _, c := range []struct {
-			mode, scheme string
-			addr         netip.AddrPort
+			name, mode, scheme string
+			addr               netip.AddrPort
 		}{
-			{"udp", "doudp", s.UDP},
-			{"dot", "dot", s.DoT},
-			{"doh", "doh-get", s.DoH}, // dnsperf's default method is GET
+			{"doudp", "udp", "doudp", s.UDP},
+			// The clients' own speed: a server that costs less per answer than either.
+			{"doudp-reflector", "udp", "doudp", refl},
+			{"dot", "dot", "dot", s.DoT},
+			{"doh-get", "doh", "doh-get", s.DoH}, // dnsperf's default method is GET
 		} {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2*rounds*len(shapes))*(secs*time.Second+time.Minute))
 			// perf and bench return a run's result, its client's CPU per answer and the
@@ -285,19 +313,19 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 					perfQPS, benchQPS = append(perfQPS, p.QPS), append(benchQPS, r.QPS)
 					perfCPU, benchCPU = append(perfCPU, pcpu), append(benchCPU, rcpu)
 					b.Logf("%s max, %d x %d, round %d: dnsperf %.0f q/s, mean %.3f ms, %.1f us CPU/answer, server %.1f (lost %d); dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer, server %.1f (success %.4f); QPS ratio %.2f",
-						c.scheme, w, st, round, p.QPS, p.MeanMS, pcpu, pserver, p.Lost, r.QPS, r.Latency.Mean, rcpu, rserver, r.SuccessRate, r.QPS/p.QPS)
+						c.name, w, st, round, p.QPS, p.MeanMS, pcpu, pserver, p.Lost, r.QPS, r.Latency.Mean, rcpu, rserver, r.SuccessRate, r.QPS/p.QPS)
 				}
 				pq, bq := median(perfQPS), median(benchQPS)
 				b.Logf("%s max, %d x %d (dnsperf -c %d -q %d, dnsbench --workers %d --streams %d), medians of %d rounds: dnsperf %.0f q/s, %.1f us CPU/answer; dnsbench %.0f q/s, %.1f us CPU/answer; QPS ratio %.2f, CPU/answer ratio %.2f",
-					c.scheme, w, st, w, w*st, w, st, rounds, pq, median(perfCPU), bq, median(benchCPU), bq/pq, median(benchCPU)/median(perfCPU))
+					c.name, w, st, w, w*st, w, st, rounds, pq, median(perfCPU), bq, median(benchCPU), bq/pq, median(benchCPU)/median(perfCPU))
 				if perfLost > 0 {
 					// dnsperf 2.10's DoH loses answers that come together on one
 					// connection (it reports them under "HTTP/2 return codes" yet times the
 					// queries out: DNS-OARC/dnsperf#240), so its QPS is no measure there.
-					b.Logf("%s max, %d x %d: no ratio: dnsperf lost %d queries in %d rounds (a loopback server that drops nothing)", c.scheme, w, st, perfLost, rounds)
+					b.Logf("%s max, %d x %d: no ratio: dnsperf lost %d queries in %d rounds (a loopback server that drops nothing)", c.name, w, st, perfLost, rounds)
 					continue
 				}
-				b.ReportMetric(bq/pq, fmt.Sprintf("%s-%dx%d-qps-ratio", c.mode, w, st))
+				b.ReportMetric(bq/pq, fmt.Sprintf("%s-%dx%d-qps-ratio", c.name, w, st))
 			}
 			cancel()
 		}
