@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/doqscan/doqscan/internal/benchpool"
 	"github.com/doqscan/doqscan/internal/dnsbench"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/testsupport"
@@ -80,33 +81,17 @@ func runDnsbench(ctx context.Context, cpus, bin string, args ...string) (*dnsben
 	return rs[0], r, nil
 }
 
-// reflector serves DoUDP on loopback by sending each query back as its own answer (QR
-// set: NOERROR, no records, the query's OPT record kept), for as little work per answer
-// as a server can do, so that the clients' own speed sets the QPS. It allocates nothing
-// per query and runs on the benchmark's (the server's) CPUs.
+// reflector serves DoUDP on loopback by sending each query back as its own answer
+// (testsupport.ReflectQuery), for as little work per answer as a server can do, so that
+// the clients' own speed sets the QPS. It runs on the benchmark's (the server's) CPUs.
 func reflector(b *testing.B) netip.AddrPort {
 	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.5:0")))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { c.Close() })
-	testsupport.ServeUDP(c, func(c *net.UDPConn, msg []byte, from netip.AddrPort) {
-		if len(msg) < 12 {
-			return
-		}
-		msg[2] |= 0x80 // QR
-		_, _ = c.WriteToUDPAddrPort(msg, from)
-	})
+	testsupport.ServeUDP(c, testsupport.ReflectQuery)
 	return c.LocalAddr().(*net.UDPAddr).AddrPort()
-}
-
-// serverCPU is the CPU time (user + system) this process, the server, has used so far.
-func serverCPU(b *testing.B) time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // usPer is CPU microseconds per answered query.
@@ -277,7 +262,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			// perf and bench return a run's result, its client's CPU per answer and the
 			// server's (this process's, which serves nothing else meanwhile).
 			perf := func(clients, outstanding int) (dnsperfResult, float64, float64) {
-				s0 := serverCPU(b)
+				s0 := benchpool.CPUTime()
 				pr, err := runTool(ctx, cpus, "dnsperf", "-e", "-m", c.mode, "-s", c.addr.Addr().String(),
 					"-p", itoa(int(c.addr.Port())), "-d", qf, "-l", itoa(secs),
 					"-t", itoa(int(timeout/time.Second)), "-c", itoa(clients), "-q", itoa(outstanding))
@@ -286,17 +271,17 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 					cancel()
 					b.Fatalf("dnsperf: %v %v\n%s", err, perr, pr.out)
 				}
-				return p, usPer(pr.cpu, p.QPS*secs), usPer(serverCPU(b)-s0, p.QPS*secs)
+				return p, usPer(pr.cpu, p.QPS*secs), usPer(benchpool.CPUTime()-s0, p.QPS*secs)
 			}
 			bench := func(w, st int) (*dnsbench.Report, float64, float64) {
-				s0 := serverCPU(b)
+				s0 := benchpool.CPUTime()
 				r, dr, err := runDnsbench(ctx, cpus, bin, append(common, "--workers", itoa(w), "--streams", itoa(st),
 					"--duration", itoa(secs)+"s", c.scheme+"://"+c.addr.String())...)
 				if err != nil {
 					cancel()
 					b.Fatal(err)
 				}
-				return r, usPer(dr.cpu, float64(r.Answered)), usPer(serverCPU(b)-s0, float64(r.Answered))
+				return r, usPer(dr.cpu, float64(r.Answered)), usPer(benchpool.CPUTime()-s0, float64(r.Answered))
 			}
 			// Each shape against its like in dnsperf (-c sockets or connections, -q
 			// outstanding queries in all): the two take turns, rounds times, and their
@@ -367,7 +352,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			}
 			b.Logf("%s ramp to %d q/s over %d s: dnsbench max %.0f q/s (at offered %.0f; %s); resperf maximum throughput %.0f q/s (lost %.2f %% then; %s); ratio %.2f",
 				c.scheme, rampMax, rampSecs, r.Ramp.MaxQPS, r.Ramp.MaxQPSRate, stop, pmax, plost, pstop, r.Ramp.MaxQPS/pmax)
-			b.ReportMetric(r.Ramp.MaxQPS/pmax, c.mode+"-ramp-ratio")
+			b.ReportMetric(r.Ramp.MaxQPS/pmax, c.scheme+"-ramp-ratio")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), secs*time.Second+time.Minute)
 		r, dr, err := runDnsbench(ctx, cpus, bin, append(common, "--workers", itoa(workers), "--duration", itoa(secs)+"s",

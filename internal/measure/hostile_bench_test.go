@@ -14,10 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/benchpool"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
@@ -148,7 +148,7 @@ func BenchmarkHostileMemory(b *testing.B) {
 					}
 				}()
 				schedBefore := schedLatencies()
-				cpuBefore, wallBefore := processCPU(), time.Now()
+				cpuBefore, wallBefore := benchpool.CPUTime(), time.Now()
 				var wg sync.WaitGroup
 				var mu sync.Mutex
 				for j := 0; j < conc; j++ {
@@ -178,7 +178,7 @@ func BenchmarkHostileMemory(b *testing.B) {
 					}()
 				}
 				wg.Wait()
-				cpu := processCPU() - cpuBefore
+				cpu := benchpool.CPUTime() - cpuBefore
 				wall := time.Since(wallBefore)
 				lastWave = fmt.Sprintf("last wave: process CPU %v over %v wall (%.0f%% of %d cores); Go scheduling latency %s",
 					cpu.Round(time.Millisecond), wall.Round(time.Millisecond), 100*cpu.Seconds()/wall.Seconds()/float64(runtime.GOMAXPROCS(0)),
@@ -198,15 +198,6 @@ func BenchmarkHostileMemory(b *testing.B) {
 			phases.print(b.Name())
 		})
 	}
-}
-
-// processCPU is the user and system CPU time the process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // schedHist is the runtime's histogram of how long goroutines waited runnable.

@@ -15,13 +15,7 @@ import (
 // echoAnswerer answers every datagram on a loopback socket with itself, QR set (a valid
 // answer without records), allocating nothing per datagram.
 func echoAnswerer(t testing.TB) *net.UDPConn {
-	return serveLoopbackUDP(t, func(c *net.UDPConn, msg []byte, from netip.AddrPort) {
-		if len(msg) < 12 {
-			return
-		}
-		msg[2] |= 0x80
-		_, _ = c.WriteToUDPAddrPort(msg, from)
-	})
+	return serveLoopbackUDP(t, testsupport.ReflectQuery)
 }
 
 // serveLoopbackUDP listens on 127.0.0.7 and serves it with answer

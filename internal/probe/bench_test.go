@@ -9,10 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/benchpool"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -47,23 +47,15 @@ func recordedLine(tb testing.TB, path string) string {
 	return strings.Split(string(raw), "\n")[1]
 }
 
-// cpuTime is this process's user+system CPU time: on a machine shared with other jobs
-// the wall-clock rate measures the contention, the CPU-time rate measures the code.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // bench runs f b.N times and reports the rate per wall-clock second and per CPU second
 // (all of the process's threads, GC included) and its ratio to the ingest goal.
 func bench(b *testing.B, perOp int, name string, f func()) {
 	b.ResetTimer()
-	c0 := cpuTime()
+	c0 := benchpool.CPUTime()
 	for i := 0; i < b.N; i++ {
 		f()
 	}
-	cpu := cpuTime() - c0
+	cpu := benchpool.CPUTime() - c0
 	b.StopTimer()
 	n := float64(b.N * perOp)
 	b.ReportMetric(n/b.Elapsed().Seconds(), name+"/s")

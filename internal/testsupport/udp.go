@@ -39,6 +39,18 @@ func Echo(pc net.PacketConn) {
 	}()
 }
 
+// ReflectQuery is an answer for ServeUDP that sends a DNS query back to its sender as
+// its own answer: QR set, so NOERROR without records (the query's OPT record kept),
+// which passes any client's check of ID and question. It allocates nothing, so a
+// server of it costs less per answer than any client that loads it.
+func ReflectQuery(c *net.UDPConn, msg []byte, from netip.AddrPort) {
+	if len(msg) < 12 {
+		return
+	}
+	msg[2] |= 0x80 // QR
+	_, _ = c.WriteToUDPAddrPort(msg, from)
+}
+
 // ServeUDP hands every datagram arriving at c to answer (msg is a reused buffer: answer
 // must not keep it) until c is closed. The loop allocates nothing per datagram, so tests
 // that count allocations can run their server in-process.

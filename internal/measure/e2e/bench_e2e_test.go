@@ -8,10 +8,10 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/benchpool"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/store/storetest"
@@ -137,13 +137,6 @@ func timingError(b *testing.B, v *testbed.Vantage, pop *population.Population, p
 	b.ReportMetric(float64(failed), "failed")
 }
 
-// cpuTime is the process's user+system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkTestbedRoundThroughput runs full campaign rounds (DoUDP, DoTCP, DoT, DoH GET
 // and POST, DoQ on every verified port: warm-up + measured, RTT samples, qlog analyses,
 // rows written to PostgreSQL) over b.N of the population's DoQ-verified, lossless,
@@ -208,7 +201,7 @@ func BenchmarkTestbedRoundThroughput(b *testing.B) {
 			}
 			stopWire := startWire(b, v)
 			b.ResetTimer()
-			cpu0, start := cpuTime(), time.Now()
+			cpu0, start := benchpool.CPUTime(), time.Now()
 			for r := 0; r < rounds; r++ {
 				wg.Add(1)
 				go func() {
@@ -224,7 +217,7 @@ func BenchmarkTestbedRoundThroughput(b *testing.B) {
 				}()
 			}
 			wg.Wait()
-			el, cpu := time.Since(start), cpuTime()-cpu0
+			el, cpu := time.Since(start), benchpool.CPUTime()-cpu0
 			b.StopTimer()
 			reportWire(b, wire.figures(stopWire()), true)
 			for _, err := range errs {
