@@ -19,6 +19,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -61,20 +62,38 @@ def peak_rss_mb() -> tuple[float, float]:
     return own, kids
 
 
-def _execute(name: str, out: str, params: dict, timeout: int) -> tuple[float, str | None]:
-    """Execute notebooks/<name>.ipynb into out/<name>.ipynb and .html; (seconds, error)."""
+def kernel_config(sockets: str):
+    """Kernel settings for one notebook: its channels are Unix sockets in the private
+    directory `sockets`. Over TCP each kernel manager picks five free ports by binding
+    and closing them, and a kernel started in another process at the same moment can
+    take one first: that kernel died with "Address already in use" and the other read
+    messages signed with a foreign key ("Invalid Signature")."""
+    from traitlets.config import Config
+    c = Config()
+    c.KernelManager.transport = "ipc"
+    # The sockets are named after the connection file: <sockets>/kernel-ipc-1 ... -5.
+    c.KernelManager.connection_file = os.path.join(sockets, "kernel.json")
+    return c
+
+
+def _execute(name: str, out: str, params: dict, timeout: int,
+             folder: str = os.path.join(REPO, "notebooks")) -> tuple[float, str | None]:
+    """Execute <folder>/<name>.ipynb (notebooks/ by default) into out/<name>.ipynb and
+    .html; (seconds, error)."""
     import nbformat
     import papermill as pm
     from nbconvert import HTMLExporter
 
-    src = os.path.join(REPO, "notebooks", f"{name}.ipynb")
+    src = os.path.join(folder, f"{name}.ipynb")
     dst = os.path.join(out, f"{name}.ipynb")
     t0 = time.monotonic()
     log.info("executing %s", src)
     error = None
     try:
-        pm.execute_notebook(src, dst, parameters=params, kernel_name="python3", cwd=os.path.join(REPO, "notebooks"),
-                            progress_bar=False, execution_timeout=timeout, log_output=False)
+        with tempfile.TemporaryDirectory(prefix="doqscan-kernel-") as sockets:
+            pm.execute_notebook(src, dst, parameters=params, kernel_name="python3", cwd=folder,
+                                progress_bar=False, execution_timeout=timeout, log_output=False,
+                                config=kernel_config(sockets))
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's traceback
         # PapermillExecutionError's text starts with an empty line; its ename/evalue say
         # what failed (the full traceback is in the executed notebook).

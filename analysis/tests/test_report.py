@@ -94,3 +94,29 @@ def test_benchmarks_without_runs(executed):
     assert "No benchmark runs are stored" in text
     assert "No loss sweep is stored" in text and "No policy comparison is stored" in text
     assert not [f for f in executed["figures"] if f.startswith(("loss_sweep", "connection_reuse"))]
+
+
+def test_kernel_channels_are_unix_sockets(tmp_path):
+    """Each notebook's kernel talks over Unix sockets in a directory of its own, so kernels
+    started at once in several processes share no TCP port. The notebook reads the
+    connection file its kernel was started with."""
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell("marker = ''")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(
+        "import json, ipykernel.connect\n"
+        "info = json.load(open(ipykernel.connect.get_connection_file()))\n"
+        "print(marker, info['transport'], info['ip'])")]
+    nbformat.write(nb, folder / "channels.ipynb")
+    out = tmp_path / "out"
+    out.mkdir()
+    secs, error = report._execute("channels", str(out), {"marker": "channels:"}, 120, folder=str(folder))
+    assert error is None
+    line = next(ln for ln in _text(out / "channels.ipynb").splitlines() if ln.startswith("channels:"))
+    _, transport, ip = line.split()
+    assert transport == "ipc"
+    assert os.path.basename(os.path.dirname(ip)).startswith("doqscan-kernel-")
+    assert not os.path.exists(os.path.dirname(ip)), "the socket directory outlived the notebook"
