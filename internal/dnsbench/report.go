@@ -98,8 +98,16 @@ func (b *bench) report() *Report {
 	r := &Report{RunKey: b.runKey, Target: b.t.String(), Protocol: string(b.t.Protocol), Variant: b.t.Variant,
 		Address: b.t.Addr.String(), Policy: string(b.c.Policy), Load: b.c.Load, Workers: b.c.Workers, Streams: b.c.Streams,
 		Label: b.c.Label, Started: b.start.UTC(), Sent: b.sent, Answered: b.ok,
-		Latency: latencyOf(&b.lat), Total: latencyOf(&b.total), Rcodes: b.rcodes,
-		Statuses: b.statuses, ErrorSamples: b.errSample, Ramp: b.ramp}
+		Latency: latencyOf(&b.lat), Total: latencyOf(&b.total), Rcodes: maps.Clone(b.rcodes),
+		Statuses: maps.Clone(b.statuses), ErrorSamples: maps.Clone(b.errSample), Ramp: b.ramp}
+	for rc, n := range b.rcodeN {
+		if n > 0 {
+			r.Rcodes[rcodeName(rc)] += n
+		}
+	}
+	if b.ok > 0 {
+		r.Statuses[measure.StatusOK] = b.ok
+	}
 	if b.c.Load == LoadRate {
 		r.Rate = b.c.Rate
 	} else if b.c.Load == LoadRamp {

@@ -76,9 +76,11 @@ func udpExchange(ctx context.Context, conn *kstamp.PacketConn, q dnsmsg.Query, s
 		} else {
 			n, at, err = conn.ReadStamped(buf)
 		}
-		done := time.Now()
-		if !at.IsZero() && !at.Before(out.StartedAt) && !at.After(done) {
-			done = at
+		// The kernel's stamp, else the clock now (no stamp, or one before the send: the
+		// clock was stepped back).
+		done := at
+		if at.IsZero() || at.Before(out.StartedAt) {
+			done = time.Now()
 		}
 		if err != nil {
 			if lastBad != nil && ctx.Err() != nil {
