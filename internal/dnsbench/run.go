@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -278,7 +279,7 @@ func (b *bench) sessionWorker(ctx context.Context) {
 // (measure.Request.Streams): the set-up has Timeout, then each query has its own
 // Timeout (measure.Request.QueryTimeout), and a failed query ends the session once the
 // queries outstanding on it have their outcomes.
-func (b *bench) persistentWorker(ctx context.Context) {
+func (b *bench) persistentWorker(ctx context.Context, loop *measure.UDPLoop) {
 	streams := b.c.Streams > 1
 	for {
 		q0, at0, ok := b.gate()
@@ -311,6 +312,7 @@ func (b *bench) persistentWorker(ctx context.Context) {
 		req := b.request(q0)
 		req.Mode = measure.ModePersistent
 		req.OnQuery = outcome
+		req.Loop = loop
 		// The session's own bound; each query is bounded by the timer above, or with
 		// several streams by QueryTimeout.
 		req.Timeout = b.c.Timeout * time.Duration(b.c.SessionQueries+1)
@@ -463,11 +465,32 @@ func (b *bench) run(ctx context.Context, log *slog.Logger) *Report {
 	if c.Progress > 0 {
 		go b.progress(log, workersDone)
 	}
+	// Unpaced DoUDP with one query per worker: the workers' sessions on a loop per
+	// CPU (GOMAXPROCS), not a goroutine each (their Next never waits: gate has no
+	// permits to wait for).
+	var loops []*measure.UDPLoop
+	if b.t.Protocol == measure.DoUDP && c.Load == LoadMax && c.Policy == measure.ModePersistent && c.Streams <= 1 {
+		for range min(runtime.GOMAXPROCS(0), c.Workers) {
+			loop, err := measure.NewUDPLoop()
+			if err != nil {
+				if log != nil {
+					log.Warn("DoUDP loop unavailable: one goroutine per worker instead", "err", err)
+				}
+				break
+			}
+			loops = append(loops, loop)
+			defer func() { _ = loop.Close() }()
+		}
+	}
 	var wg sync.WaitGroup
-	for range c.Workers {
+	for i := range c.Workers {
+		var loop *measure.UDPLoop
+		if len(loops) > 0 {
+			loop = loops[i%len(loops)]
+		}
 		wg.Go(func() {
 			if c.Policy == measure.ModePersistent {
-				b.persistentWorker(ctx)
+				b.persistentWorker(ctx, loop)
 			} else {
 				b.sessionWorker(ctx)
 			}

@@ -22,6 +22,9 @@ var udpBufs = sync.Pool{New: func() any { b := make([]byte, maxUDPResponse); ret
 
 // measureUDP is DNS over UDP (RFC 1035 §4.2.1): no session, one datagram each way.
 func measureUDP(ctx context.Context, req *Request, res *Result) *Result {
+	if req.Loop != nil && req.streams() == 1 {
+		return req.Loop.measure(ctx, req, res)
+	}
 	res.StartedAt = time.Now()
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "udp", req.Addr.String()) // a fresh random source port

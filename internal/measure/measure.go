@@ -187,6 +187,10 @@ type Request struct {
 	// queries (a load generator). It may be called from several goroutines at once, in any seq order,
 	// and never after Measure returns. Result.Status and Err are still the first failure.
 	OnQuery func(Query)
+	// Loop, when set, runs a DoUDP session of one query at a time (Streams <= 1) on the
+	// loop's goroutine (see UDPLoop): Next and OnQuery are then called there, and Next
+	// must not block.
+	Loop *UDPLoop
 	// listenPacket, when set, opens a DoQ/DoH3 connection's socket in place of a
 	// kernel-timestamped UDP socket (tests: an in-process link); the Log it returns stays
 	// empty when the socket has no kernel timestamps, and the qlog's times are taken.

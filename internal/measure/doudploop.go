@@ -1,0 +1,290 @@
+package measure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"github.com/doqscan/doqscan/internal/kstamp"
+)
+
+// UDPLoop runs DoUDP sessions of one query at a time (Streams <= 1) on one goroutine of
+// its own, for a load generator with many sockets and one query outstanding on each:
+// one epoll wait (kstamp.Poller) reports every socket with an answer, where a session
+// on its caller's goroutine parks and is woken through Go's netpoller for each answer.
+// A query is timed as udpExchange times it (from just before the send to the answer's
+// kernel arrival stamp) and classified the same way.
+//
+// A Request with Loop set runs there; its Next and OnQuery are then called on the
+// loop's goroutine, so Next must not block (an unpaced load) and OnQuery must be quick:
+// every session of the loop waits meanwhile.
+type UDPLoop struct {
+	p    *kstamp.Poller
+	keys atomic.Uint64 // the last socket key handed out
+
+	mu      sync.Mutex
+	posted  []*loopSession // sessions to start, or whose context ended (the loop's inbox)
+	closing bool
+	err     error // the poller failed: the loop has ended
+	done    chan struct{}
+
+	// The loop goroutine's own.
+	active map[uint64]*loopSession
+	buf    []byte // one read's datagram
+	msg    []byte // one query's message
+	ready  []uint64
+	inbox  []*loopSession
+}
+
+// loopSession is one Measure call on the loop.
+type loopSession struct {
+	ctx  context.Context
+	req  *Request
+	res  *Result
+	sock *kstamp.Socket
+	key  uint64
+	done chan struct{} // closed by the loop when the session is over
+	err  error         // the loop failed before the session started
+
+	// The loop goroutine's own.
+	started, over bool
+	seq           int
+	q             dnsmsg.Query
+	out           Query // the query outstanding
+	lastBad       error // the last datagram that was not its answer
+}
+
+// NewUDPLoop starts a loop; Close ends it.
+func NewUDPLoop() (*UDPLoop, error) {
+	p, err := kstamp.NewPoller()
+	if err != nil {
+		return nil, fmt.Errorf("DoUDP loop: %w", err)
+	}
+	l := &UDPLoop{p: p, done: make(chan struct{}), active: map[uint64]*loopSession{}, buf: make([]byte, maxUDPResponse)}
+	go l.run()
+	return l, nil
+}
+
+// Close waits for the sessions in progress to end, then stops the loop.
+func (l *UDPLoop) Close() error {
+	l.mu.Lock()
+	l.closing = true
+	l.mu.Unlock()
+	_ = l.p.Wake()
+	<-l.done
+	return l.p.Close()
+}
+
+// errLoopClosed is a session's start on a loop that is closing.
+var errLoopClosed = errors.New("DoUDP loop: closed")
+
+// post hands s to the loop: to start it (start), or to end its query outstanding (its
+// context is done).
+func (l *UDPLoop) post(s *loopSession, start bool) error {
+	l.mu.Lock()
+	switch {
+	case l.err != nil:
+		l.mu.Unlock()
+		return l.err
+	case l.closing && start:
+		l.mu.Unlock()
+		return errLoopClosed
+	}
+	l.posted = append(l.posted, s)
+	l.mu.Unlock()
+	return l.p.Wake()
+}
+
+// measure is measureUDP on the loop.
+func (l *UDPLoop) measure(ctx context.Context, req *Request, res *Result) *Result {
+	res.StartedAt = time.Now()
+	key := l.keys.Add(1)
+	sock, err := l.p.Dial(req.Addr, key)
+	if err != nil {
+		return res.fail(err)
+	}
+	res.Local = sock.Local
+	s := &loopSession{ctx: ctx, req: req, res: res, sock: sock, key: key, done: make(chan struct{})}
+	if err := l.post(s, true); err != nil {
+		_ = sock.Close()
+		return res.fail(err)
+	}
+	// The loop ends the query outstanding when ctx ends (a post of a started session).
+	stop := context.AfterFunc(ctx, func() { _ = l.post(s, false) })
+	<-s.done
+	stop()
+	if s.err != nil {
+		return res.fail(s.err)
+	}
+	return res.finish()
+}
+
+func (l *UDPLoop) run() {
+	defer close(l.done)
+	for {
+		l.mu.Lock()
+		l.inbox, l.posted = l.posted, l.inbox[:0]
+		closing := l.closing
+		l.mu.Unlock()
+		for _, s := range l.inbox {
+			switch {
+			case s.over:
+			case !s.started:
+				l.start(s)
+			default: // its context is done: an answer already waiting still counts
+				l.readable(s)
+				if !s.over {
+					l.expire(s)
+				}
+			}
+		}
+		clear(l.inbox)
+		if closing && len(l.active) == 0 {
+			return
+		}
+		var err error
+		if l.ready, err = l.p.Wait(l.ready[:0]); err != nil {
+			l.fail(fmt.Errorf("DoUDP loop: %w", err))
+			return
+		}
+		for _, key := range l.ready {
+			if s := l.active[key]; s != nil {
+				l.readable(s)
+			}
+		}
+	}
+}
+
+// fail ends every session, started (its query outstanding fails) or not (its Measure
+// fails), when the poller failed; later sessions fail at their start.
+func (l *UDPLoop) fail(err error) {
+	l.mu.Lock()
+	l.err = err
+	posted := l.posted
+	l.posted = nil
+	l.mu.Unlock()
+	for _, s := range l.active {
+		s.out.Status, s.out.Err = StatusError, err
+		l.deliver(s, s.out)
+	}
+	for _, s := range posted {
+		if !s.started && !s.over {
+			s.err, s.over = err, true
+			_ = s.sock.Close()
+			close(s.done)
+		}
+	}
+}
+
+func (l *UDPLoop) start(s *loopSession) {
+	s.started = true
+	l.active[s.key] = s
+	l.next(s)
+}
+
+// next sends the session's next query, or ends the session when there is none.
+func (l *UDPLoop) next(s *loopSession) {
+	name, qtype, ok := s.req.next(s.ctx, s.seq)
+	if !ok {
+		l.end(s)
+		return
+	}
+	s.q = dnsmsg.Query{Name: name, Type: qtype, ID: newID(), RcodeOnly: s.req.RcodeOnly}
+	s.out, s.lastBad = Query{Seq: s.seq, KeepaliveTimeout: -1}, nil
+	msg, err := dnsmsg.AppendBuild(l.msg[:0], s.q)
+	if err != nil {
+		s.out.Status, s.out.Err = StatusError, err
+		l.deliver(s, s.out)
+		return
+	}
+	l.msg = msg
+	if s.ctx.Err() != nil { // as a send on a socket whose deadline has passed
+		s.out.StartedAt = time.Now()
+		err = fmt.Errorf("%w: %v", context.DeadlineExceeded, os.ErrDeadlineExceeded)
+	} else {
+		s.out.StartedAt, err = s.sock.Send(msg)
+	}
+	if err != nil {
+		s.out.Status, s.out.Err = Classify(err), fmt.Errorf("send query: %w", err)
+		l.deliver(s, s.out)
+	}
+}
+
+// readable reads the session's socket up to its query's answer, as udpExchange reads
+// after its send:
+// a datagram that is not the answer (wrong ID or garbage) may be an off-path injection
+// (RFC 5452 §9.1), so the query keeps waiting for its answer.
+func (l *UDPLoop) readable(s *loopSession) {
+	for !s.over {
+		n, at, err := s.sock.Recv(l.buf)
+		if errors.Is(err, kstamp.ErrWouldBlock) {
+			return
+		}
+		if err != nil {
+			if s.lastBad != nil && s.ctx.Err() != nil {
+				s.out.Status, s.out.Err = StatusBadResponse, s.lastBad
+			} else {
+				if s.ctx.Err() != nil {
+					err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
+				}
+				s.out.Status, s.out.Err = Classify(err), err
+			}
+			l.deliver(s, s.out)
+			return
+		}
+		// The kernel's stamp, else the clock now (no stamp, or one before the send).
+		done := at
+		if at.IsZero() || at.Before(s.out.StartedAt) {
+			done = time.Now()
+		}
+		r := finishQuery(s.out, s.q, l.buf[:n], done)
+		if r.Status == StatusOK || !errors.Is(r.Err, dnsmsg.ErrBadResponse) {
+			// The next query is out (or the session over): no read that would find
+			// nothing yet; a datagram already waiting makes the next Wait report the
+			// socket again (level-triggered).
+			l.deliver(s, r)
+			return
+		}
+		s.lastBad = r.Err
+	}
+}
+
+// expire ends the query outstanding when the session's context is done.
+func (l *UDPLoop) expire(s *loopSession) {
+	if s.lastBad != nil {
+		s.out.Status, s.out.Err = StatusBadResponse, s.lastBad
+	} else {
+		err := fmt.Errorf("%w: %v", context.DeadlineExceeded, os.ErrDeadlineExceeded)
+		s.out.Status, s.out.Err = Classify(err), err
+	}
+	l.deliver(s, s.out)
+}
+
+// deliver hands over one outcome, as runQueries does; the session goes on to its next
+// query after an answer and ends after a failure.
+func (l *UDPLoop) deliver(s *loopSession, q Query) {
+	if s.req.OnQuery != nil {
+		s.res.noteDelivered(&q)
+		s.req.OnQuery(q)
+	} else {
+		s.res.Queries = append(s.res.Queries, q)
+	}
+	if q.Status != StatusOK {
+		l.end(s)
+		return
+	}
+	s.seq++
+	l.next(s)
+}
+
+func (l *UDPLoop) end(s *loopSession) {
+	s.over = true
+	delete(l.active, s.key)
+	_ = s.sock.Close()
+	close(s.done)
+}

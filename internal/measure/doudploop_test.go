@@ -1,0 +1,195 @@
+package measure_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/measuretest"
+)
+
+func newLoop(t *testing.T) *measure.UDPLoop {
+	t.Helper()
+	l, err := measure.NewUDPLoop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return l
+}
+
+// names is a Next of the given names, one per query.
+func names(ns ...string) func(context.Context, int) (string, uint16, bool) {
+	return func(_ context.Context, seq int) (string, uint16, bool) {
+		if seq >= len(ns) {
+			return "", 0, false
+		}
+		return ns[seq], dns.TypeA, true
+	}
+}
+
+// sameOutcomes fails unless a session on the loop and one on its own goroutine
+// (udpExchange) ended alike: the same status and error presence, and query by query the
+// same status, rcode, answers and keepalive; an answered query has a resolve time.
+func sameOutcomes(t *testing.T, what string, plain, looped *measure.Result) {
+	t.Helper()
+	if plain.Status != looped.Status || (plain.Err == nil) != (looped.Err == nil) {
+		t.Errorf("%s: loop %s (%v), own goroutine %s (%v)", what, looped.Status, looped.Err, plain.Status, plain.Err)
+	}
+	if len(plain.Queries) != len(looped.Queries) {
+		t.Fatalf("%s: loop %d queries, own goroutine %d", what, len(looped.Queries), len(plain.Queries))
+	}
+	for i, p := range plain.Queries {
+		l := looped.Queries[i]
+		if l.Seq != p.Seq || l.Status != p.Status || l.Rcode != p.Rcode || fmt.Sprint(l.Answers) != fmt.Sprint(p.Answers) ||
+			l.KeepaliveTimeout != p.KeepaliveTimeout {
+			t.Errorf("%s, query %d: loop %+v, own goroutine %+v", what, i, l, p)
+		}
+		if l.Status == measure.StatusOK && (l.Resolve <= 0 || l.StartedAt.IsZero()) {
+			t.Errorf("%s, query %d: resolve %v from %v", what, i, l.Resolve, l.StartedAt)
+		}
+	}
+	if !looped.Local.IsValid() || looped.Local == plain.Local {
+		t.Errorf("%s: local address %v (own goroutine's %v): not a socket of its own", what, looped.Local, plain.Local)
+	}
+}
+
+// A DoUDP session on the loop ends as one on its caller's goroutine does, against a
+// server that answers, each hostile server, a closed port, and datagrams that are not
+// the answer.
+func TestUDPLoopClassifiesAsUdpExchange(t *testing.T) {
+	loop := newLoop(t)
+	m, _ := measure.For(measure.DoUDP)
+	both := func(t *testing.T, what string, mk func() *measure.Request, bound time.Duration) *measure.Result {
+		t.Helper()
+		plain := m.Measure(context.Background(), mk())
+		req := mk()
+		req.Loop = loop
+		begin := time.Now()
+		looped := m.Measure(context.Background(), req)
+		if took := time.Since(begin); took > bound {
+			t.Errorf("%s: the loop took %v, bound %v", what, took, bound)
+		}
+		sameOutcomes(t, what, plain, looped)
+		return looped
+	}
+
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.4"})
+	for _, rcodeOnly := range []bool{false, true} {
+		res := both(t, fmt.Sprintf("answers, rcodeOnly %v", rcodeOnly), func() *measure.Request {
+			return &measure.Request{Addr: s.UDP, Timeout: 3 * time.Second, Mode: measure.ModePersistent,
+				RcodeOnly: rcodeOnly, Next: names("a.example", "b.example", "c.example")}
+		}, 3*time.Second)
+		if res.Status != measure.StatusOK || len(res.Queries) != 3 {
+			t.Errorf("answers: %s %v, %d queries", res.Status, res.Err, len(res.Queries))
+		}
+	}
+
+	for _, b := range measuretest.Behaviors {
+		h := measuretest.Start(t, measuretest.Config{Host: "127.0.0.4", Behavior: b})
+		res := both(t, string(b), func() *measure.Request {
+			return &measure.Request{Addr: h.UDP, Timeout: hostileTimeout, Mode: measure.ModePersistent, Next: names("a.example", "b.example")}
+		}, hostileTimeout+hostileSlack)
+		if want := expected(measure.DoUDP, b); res.Status != want {
+			t.Errorf("%s: %s (%v), want %s", b, res.Status, res.Err, want)
+		}
+	}
+
+	res := both(t, "closed port", func() *measure.Request {
+		return &measure.Request{Addr: measuretest.UnusedPort(t, "udp", "127.0.0.5"), Timeout: time.Second}
+	}, time.Second)
+	if res.Status != measure.StatusConnRefused {
+		t.Errorf("closed port: %s %v", res.Status, res.Err)
+	}
+
+	// ok.example: a datagram of another ID, then the answer; wrong.example: an answer to
+	// another question only; big.example: an answer padded past 4,096 bytes.
+	srv := udpAnswerer(t)
+	for _, name := range []string{"ok.example", "wrong.example", "big.example"} {
+		both(t, name, func() *measure.Request {
+			return &measure.Request{Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Timeout: 300 * time.Millisecond,
+				Mode: measure.ModePersistent, Next: names(name, name)}
+		}, 300*time.Millisecond+hostileSlack)
+	}
+}
+
+// Many sessions share the loop at once, each with its outcomes delivered through
+// OnQuery as they end; a session whose context is cancelled ends its query outstanding
+// then, as a timeout; a session started after Close fails.
+func TestUDPLoopManySessions(t *testing.T) {
+	l, err := measure.NewUDPLoop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.4"})
+	m, _ := measure.For(measure.DoUDP)
+	const sessions, queries = 64, 50
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	for range sessions {
+		wg.Go(func() {
+			req := &measure.Request{Addr: s.UDP, Timeout: 10 * time.Second, Mode: measure.ModePersistent, RcodeOnly: true, Loop: l,
+				Next: func(_ context.Context, seq int) (string, uint16, bool) { return "a.example", dns.TypeA, seq < queries }}
+			req.OnQuery = func(q measure.Query) {
+				if q.Status == measure.StatusOK && q.Rcode == dns.RcodeSuccess {
+					answered.Add(1)
+				}
+			}
+			if res := m.Measure(context.Background(), req); res.Status != measure.StatusOK || len(res.Queries) != 0 {
+				t.Errorf("session: %s %v, %d queries kept (OnQuery set)", res.Status, res.Err, len(res.Queries))
+			}
+		})
+	}
+	wg.Wait()
+	if n := answered.Load(); n != sessions*queries {
+		t.Errorf("%d answers, want %d", n, sessions*queries)
+	}
+
+	// The server cancels the context when the second query reaches it, and leaves that
+	// query unanswered.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := serveLoopbackUDP(t, func(c *net.UDPConn, msg []byte, from netip.AddrPort) {
+		q := new(dns.Msg)
+		if q.Unpack(msg) != nil || len(q.Question) != 1 {
+			return
+		}
+		if q.Question[0].Name == "silent.example." {
+			cancel()
+			return
+		}
+		a := new(dns.Msg)
+		a.SetReply(q)
+		b, _ := a.Pack()
+		_, _ = c.WriteToUDPAddrPort(b, from)
+	})
+	req := &measure.Request{Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Timeout: 30 * time.Second, Mode: measure.ModePersistent,
+		Loop: l, Next: names("ok.example", "silent.example", "never.example")}
+	begin := time.Now()
+	res := m.Measure(ctx, req)
+	if len(res.Queries) != 2 || res.Queries[0].Status != measure.StatusOK || res.Queries[1].Status != measure.StatusTimeout ||
+		!errors.Is(res.Err, context.DeadlineExceeded) || time.Since(begin) > 10*time.Second {
+		t.Errorf("cancelled: %s %v, queries %+v, after %v", res.Status, res.Err, res.Queries, time.Since(begin))
+	}
+
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res = m.Measure(context.Background(), &measure.Request{Addr: s.UDP, Timeout: time.Second, Loop: l})
+	if res.Status == measure.StatusOK || res.Err == nil {
+		t.Errorf("after Close: %s %v", res.Status, res.Err)
+	}
+}
