@@ -81,7 +81,15 @@ func (p *Poller) Dial(addr netip.AddrPort, key uint64) (*Socket, error) {
 	if key == wakeKey {
 		return nil, fmt.Errorf("kstamp: socket key %d is reserved", key)
 	}
-	family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16()})
+	sa6 := &unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16()}
+	if zone := addr.Addr().Zone(); zone != "" { // a link-local address's interface
+		ifi, err := net.InterfaceByName(zone)
+		if err != nil {
+			return nil, &net.OpError{Op: "dial", Net: "udp", Addr: net.UDPAddrFromAddrPort(addr), Err: err}
+		}
+		sa6.ZoneId = uint32(ifi.Index)
+	}
+	family, sa := unix.AF_INET6, unix.Sockaddr(sa6)
 	if addr.Addr().Is4() || addr.Addr().Is4In6() {
 		family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().Unmap().As4()}
 	}

@@ -75,6 +75,21 @@ func TestPollerSockets(t *testing.T) {
 	}
 }
 
+// An IPv6 address's zone names the interface of a link-local destination: a zone that
+// is an interface dials, one that is not fails.
+func TestPollerZone(t *testing.T) {
+	p := newPoller(t)
+	srv := echo(t, "udp6", "[::1]:0")
+	s, err := p.Dial(netip.AddrPortFrom(srv.Addr().WithZone("lo"), srv.Port()), 1)
+	if err != nil {
+		t.Fatalf("zone lo: %v", err)
+	}
+	s.Close()
+	if _, err := p.Dial(netip.AddrPortFrom(srv.Addr().WithZone("no-such-interface"), srv.Port()), 2); err == nil {
+		t.Error("a zone that is no interface dialled")
+	}
+}
+
 // Wake ends a Wait with no keys; a closed port's ICMP error wakes the Wait and is
 // Recv's ECONNREFUSED; a closed Poller dials nothing.
 func TestPollerWakeRefusedClose(t *testing.T) {
