@@ -34,11 +34,12 @@ type UDPLoop struct {
 	done    chan struct{}
 
 	// The loop goroutine's own.
-	active map[uint64]*loopSession
-	buf    []byte // one read's datagram
-	msg    []byte // one query's message
-	ready  []uint64
-	inbox  []*loopSession
+	active   map[uint64]*loopSession
+	buf      []byte // one read's datagram
+	msg      []byte // one query's message
+	ready    []uint64
+	inbox    []*loopSession
+	answered []*loopSession // sessions whose next query is to be sent (sendNext)
 }
 
 // loopSession is one Measure call on the loop.
@@ -53,6 +54,7 @@ type loopSession struct {
 
 	// The loop goroutine's own.
 	started, over bool
+	outstanding   bool // a query is sent and its outcome not yet delivered
 	seq           int
 	q             dnsmsg.Query
 	out           Query // the query outstanding
@@ -136,14 +138,15 @@ func (l *UDPLoop) run() {
 			case s.over:
 			case !s.started:
 				l.start(s)
-			default: // its context is done: an answer already waiting still counts
+			case s.outstanding: // its context is done: an answer already waiting still counts
 				l.readable(s)
-				if !s.over {
+				if s.outstanding {
 					l.expire(s)
 				}
 			}
 		}
 		clear(l.inbox)
+		l.sendNext()
 		if closing && len(l.active) == 0 {
 			return
 		}
@@ -157,11 +160,13 @@ func (l *UDPLoop) run() {
 				l.readable(s)
 			}
 		}
+		l.sendNext()
 	}
 }
 
-// fail ends every session, started (its query outstanding fails) or not (its Measure
-// fails), when the poller failed; later sessions fail at their start.
+// fail ends every session when the poller failed: a query outstanding fails, and a
+// session without one (not started, or between an answer and its next query) fails its
+// Measure; later sessions fail at their start.
 func (l *UDPLoop) fail(err error) {
 	l.mu.Lock()
 	l.err = err
@@ -169,8 +174,13 @@ func (l *UDPLoop) fail(err error) {
 	l.posted = nil
 	l.mu.Unlock()
 	for _, s := range l.active {
-		s.out.Status, s.out.Err = StatusError, err
-		l.deliver(s, s.out)
+		if s.outstanding {
+			s.out.Status, s.out.Err = StatusError, err
+			l.deliver(s, s.out)
+		} else { // between an answer and its next query
+			s.err = err
+			l.end(s)
+		}
 	}
 	for _, s := range posted {
 		if !s.started && !s.over {
@@ -212,7 +222,9 @@ func (l *UDPLoop) next(s *loopSession) {
 	if err != nil {
 		s.out.Status, s.out.Err = Classify(err), fmt.Errorf("send query: %w", err)
 		l.deliver(s, s.out)
+		return
 	}
+	s.outstanding = true
 }
 
 // readable reads the session's socket up to its query's answer, as udpExchange reads
@@ -220,7 +232,7 @@ func (l *UDPLoop) next(s *loopSession) {
 // a datagram that is not the answer (wrong ID or garbage) may be an off-path injection
 // (RFC 5452 §9.1), so the query keeps waiting for its answer.
 func (l *UDPLoop) readable(s *loopSession) {
-	for !s.over {
+	for s.outstanding {
 		n, at, err := s.sock.Recv(l.buf)
 		if errors.Is(err, kstamp.ErrWouldBlock) {
 			return
@@ -268,6 +280,7 @@ func (l *UDPLoop) expire(s *loopSession) {
 // deliver hands over one outcome, as runQueries does; the session goes on to its next
 // query after an answer and ends after a failure.
 func (l *UDPLoop) deliver(s *loopSession, q Query) {
+	s.outstanding = false
 	if s.req.OnQuery != nil {
 		s.res.noteDelivered(&q)
 		s.req.OnQuery(q)
@@ -279,7 +292,20 @@ func (l *UDPLoop) deliver(s *loopSession, q Query) {
 		return
 	}
 	s.seq++
-	l.next(s)
+	l.answered = append(l.answered, s)
+}
+
+// sendNext sends the next query of every session answered since the last call: the
+// answers a Wait reported are read first, then the queries go out together, so a
+// server sees them come in one burst rather than spread between reads.
+func (l *UDPLoop) sendNext() {
+	for i, s := range l.answered {
+		if !s.over {
+			l.next(s)
+		}
+		l.answered[i] = nil
+	}
+	l.answered = l.answered[:0]
 }
 
 func (l *UDPLoop) end(s *loopSession) {
