@@ -286,14 +286,25 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			// Each shape against its like in dnsperf (-c sockets or connections, -q
 			// outstanding queries in all): the two take turns, rounds times, and their
 			// medians are compared, so that a change of the machine's load during the run
-			// weighs on both.
+			// weighs on both. Odd rounds run dnsperf first, even ones dnsbench, so that
+			// neither always meets the server as the other left it.
 			for _, shape := range shapes {
 				w, st := shape[0], shape[1]
 				var perfQPS, benchQPS, perfCPU, benchCPU []float64
 				perfLost := 0
 				for round := 1; round <= rounds; round++ {
-					p, pcpu, pserver := perf(w, w*st)
-					r, rcpu, rserver := bench(w, st)
+					var (
+						p                            dnsperfResult
+						r                            *dnsbench.Report
+						pcpu, pserver, rcpu, rserver float64
+					)
+					if round%2 == 1 {
+						p, pcpu, pserver = perf(w, w*st)
+						r, rcpu, rserver = bench(w, st)
+					} else {
+						r, rcpu, rserver = bench(w, st)
+						p, pcpu, pserver = perf(w, w*st)
+					}
 					perfLost += p.Lost
 					perfQPS, benchQPS = append(perfQPS, p.QPS), append(benchQPS, r.QPS)
 					perfCPU, benchCPU = append(perfCPU, pcpu), append(benchCPU, rcpu)
