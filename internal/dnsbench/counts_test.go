@@ -28,7 +28,7 @@ func TestReportCounts(t *testing.T) {
 	for range 2 {
 		b.record(b.start, b.start.Add(time.Second), measure.Query{Status: measure.StatusTimeout, Err: fmt.Errorf("no answer")})
 	}
-	want := map[string]int64{"NOERROR": 3, "NXDOMAIN": 2, dns.RcodeToString[dns.RcodeBadSig]: 1, "4000": 1}
+	want := map[string]int64{"NOERROR": 3, "NXDOMAIN": 2, dns.RcodeToString[dns.RcodeBadSig]: 1, "RCODE4000": 1}
 	for i := range 2 {
 		r := b.report()
 		if !maps.Equal(r.Rcodes, want) {

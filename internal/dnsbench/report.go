@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/measure"
 )
 
@@ -102,7 +103,7 @@ func (b *bench) report() *Report {
 		Statuses: maps.Clone(b.statuses), ErrorSamples: maps.Clone(b.errSample), Ramp: b.ramp}
 	for rc, n := range b.rcodeN {
 		if n > 0 {
-			r.Rcodes[rcodeName(rc)] += n
+			r.Rcodes[dnsmsg.RcodeName(rc)] += n
 		}
 	}
 	if b.ok > 0 {

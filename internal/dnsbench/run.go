@@ -10,8 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/miekg/dns"
-
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/doq"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/measure"
@@ -214,16 +213,8 @@ func (b *bench) record(issued, deadline time.Time, q measure.Query) {
 	if q.Rcode >= 0 && q.Rcode < len(b.rcodeN) {
 		b.rcodeN[q.Rcode]++
 	} else {
-		b.rcodes[rcodeName(q.Rcode)]++
+		b.rcodes[dnsmsg.RcodeName(q.Rcode)]++
 	}
-}
-
-// rcodeName is the rcode's mnemonic (NOERROR, SERVFAIL, ...), else its number.
-func rcodeName(rc int) string {
-	if s := dns.RcodeToString[rc]; s != "" {
-		return s
-	}
-	return fmt.Sprint(rc)
 }
 
 func (b *bench) request(q Question) *measure.Request {

@@ -79,25 +79,11 @@ func udpExchange(ctx context.Context, conn *kstamp.PacketConn, q dnsmsg.Query, s
 		} else {
 			n, at, err = conn.ReadStamped(buf)
 		}
-		// The kernel's stamp, else the clock now (no stamp, or one before the send: the
-		// clock was stepped back).
-		done := at
-		if at.IsZero() || at.Before(out.StartedAt) {
-			done = time.Now()
-		}
 		if err != nil {
-			if lastBad != nil && ctx.Err() != nil {
-				// Only wrong answers arrived before the deadline.
-				out.Status, out.Err = StatusBadResponse, lastBad
-				return out
-			}
-			if ctx.Err() != nil {
-				err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
-			}
-			out.Status, out.Err = Classify(err), err
+			out.Status, out.Err = readFailure(ctx, lastBad, err)
 			return out
 		}
-		r := finishQuery(out, q, buf[:n], done)
+		r := finishQuery(out, q, buf[:n], arrival(at, out.StartedAt))
 		if r.Status == StatusOK {
 			return r
 		}
@@ -108,4 +94,26 @@ func udpExchange(ctx context.Context, conn *kstamp.PacketConn, q dnsmsg.Query, s
 			return r
 		}
 	}
+}
+
+// arrival is an answer's arrival time: the kernel's stamp at, else the clock now (no
+// stamp, or one before the send at sent: the clock was stepped back).
+func arrival(at, sent time.Time) time.Time {
+	if at.IsZero() || at.Before(sent) {
+		return time.Now()
+	}
+	return at
+}
+
+// readFailure classifies a read for an answer that failed with err: once the query's
+// context is done it is a timeout, or a bad response if only datagrams that were not
+// the answer came (lastBad, the last of them).
+func readFailure(ctx context.Context, lastBad, err error) (Status, error) {
+	if ctx.Err() != nil {
+		if lastBad != nil {
+			return StatusBadResponse, lastBad
+		}
+		err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
+	}
+	return Classify(err), err
 }

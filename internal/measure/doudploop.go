@@ -238,23 +238,11 @@ func (l *UDPLoop) readable(s *loopSession) {
 			return
 		}
 		if err != nil {
-			if s.lastBad != nil && s.ctx.Err() != nil {
-				s.out.Status, s.out.Err = StatusBadResponse, s.lastBad
-			} else {
-				if s.ctx.Err() != nil {
-					err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
-				}
-				s.out.Status, s.out.Err = Classify(err), err
-			}
+			s.out.Status, s.out.Err = readFailure(s.ctx, s.lastBad, err)
 			l.deliver(s, s.out)
 			return
 		}
-		// The kernel's stamp, else the clock now (no stamp, or one before the send).
-		done := at
-		if at.IsZero() || at.Before(s.out.StartedAt) {
-			done = time.Now()
-		}
-		r := finishQuery(s.out, s.q, l.buf[:n], done)
+		r := finishQuery(s.out, s.q, l.buf[:n], arrival(at, s.out.StartedAt))
 		if r.Status == StatusOK || !errors.Is(r.Err, dnsmsg.ErrBadResponse) {
 			// The next query is out (or the session over): no read that would find
 			// nothing yet; a datagram already waiting makes the next Wait report the
@@ -268,12 +256,7 @@ func (l *UDPLoop) readable(s *loopSession) {
 
 // expire ends the query outstanding when the session's context is done.
 func (l *UDPLoop) expire(s *loopSession) {
-	if s.lastBad != nil {
-		s.out.Status, s.out.Err = StatusBadResponse, s.lastBad
-	} else {
-		err := fmt.Errorf("%w: %v", context.DeadlineExceeded, os.ErrDeadlineExceeded)
-		s.out.Status, s.out.Err = Classify(err), err
-	}
+	s.out.Status, s.out.Err = readFailure(s.ctx, s.lastBad, os.ErrDeadlineExceeded)
 	l.deliver(s, s.out)
 }
 
