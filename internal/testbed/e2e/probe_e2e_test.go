@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
+	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
@@ -316,21 +317,27 @@ func zmapUDP(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix stri
 }
 
 // zmapScan runs zmap's udp module with a probe (--probe-args) from vantage 0.
-func zmapScan(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix string, port int, probe string, rate int) (map[string]bool, error) {
+func zmapScan(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix string, port int, probeArgs string, rate int) (map[string]bool, error) {
 	dir := t.TempDir()
-	allow, block, out := dir+"/allow", dir+"/block", dir+"/out.csv"
+	allow, block, out, meta := dir+"/allow", dir+"/block", dir+"/out.csv", dir+"/meta.json"
 	if err := writeFile(allow, prefix+"\n"); err != nil {
 		return nil, err
 	}
 	if err := writeFile(block, testbed.BlocklistOutsideTestbed()); err != nil {
 		return nil, err
 	}
-	cmd := tb.Command(ctx, 0, "zmap", "-M", "udp", "-p", strconv.Itoa(port), "--probe-args="+probe,
+	cmd := tb.Command(ctx, 0, "zmap", "-M", "udp", "-p", strconv.Itoa(port), "--probe-args="+probeArgs,
 		"-i", tb.VantageIf(0), "-G", tb.GatewayMAC(0), "-S", tb.VantageAddr(0).String(),
 		"-w", allow, "-b", block, "-r", strconv.Itoa(rate), "-c", "3", "--seed", "7",
-		"-O", "csv", "-f", "saddr,success", "-o", out, "-q")
+		"-O", "csv", "-f", "saddr,success", "-o", out, "-m", meta, "-q")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("zmap: %w\n%s", err, b)
+	}
+	if m, err := probe.ReadZmapMeta(meta); err != nil {
+		t.Logf("zmap metadata: %v", err)
+	} else {
+		t.Logf("zmap: sent %d, capture passed %d, capture dropped %d, %d successes (%d unique)",
+			m.TotalSent, m.PcapRecv, m.PcapDrop, m.SuccessTotal, m.SuccessUnique)
 	}
 	b, err := readFile(out)
 	if err != nil {
