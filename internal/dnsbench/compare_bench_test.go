@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -158,6 +159,59 @@ func splitCPUs(b *testing.B) string {
 }
 
 // median of xs (xs is sorted).
+// medianInterval returns a distribution-free confidence interval of at least 95 % for
+// the median of xs: the k-th smallest and k-th largest values, with k the largest rank
+// such that P(Binomial(n, 1/2) < k) <= 2.5 %. ok is false when n is too small for one
+// (fewer than 6 values).
+func medianInterval(xs []float64) (lo, hi float64, ok bool) {
+	n := len(xs)
+	ys := slices.Clone(xs)
+	slices.Sort(ys)
+	// cdf accumulates P(Binomial(n, 1/2) <= j) with exact binomial terms.
+	term, cdf, k := math.Pow(0.5, float64(n)), 0.0, 0
+	for j := 0; j < n; j++ {
+		cdf += term
+		if cdf > 0.025 {
+			break
+		}
+		k = j + 1 // P(B < k) = P(B <= j) <= 2.5 %
+		term = term * float64(n-j) / float64(j+1)
+	}
+	if k < 1 {
+		return 0, 0, false
+	}
+	return ys[k-1], ys[n-k], true
+}
+
+// compareRounds is how many turns each shape gets (DNSBENCH_COMPARE_ROUNDS, default 3).
+func compareRounds(b *testing.B) int {
+	v := os.Getenv("DNSBENCH_COMPARE_ROUNDS")
+	if v == "" {
+		return 3
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("DNSBENCH_COMPARE_ROUNDS=%q: want a count of rounds, 1 or more", v)
+	}
+	return n
+}
+
+// compareCells returns whether a cell of the comparison runs: every cell when
+// DNSBENCH_COMPARE_CELLS is unset, else the ones it lists by comma ("doudp/64x1",
+// "doh-get/1x64", "doudp/ramp", "dot/ramp", "doq").
+func compareCells(b *testing.B) func(cell string) bool {
+	v := os.Getenv("DNSBENCH_COMPARE_CELLS")
+	if v == "" {
+		return func(string) bool { return true }
+	}
+	want := map[string]bool{}
+	for _, c := range strings.Split(v, ",") {
+		want[strings.TrimSpace(c)] = true
+	}
+	b.Logf("cells: %s (DNSBENCH_COMPARE_CELLS)", v)
+	return func(cell string) bool { return want[cell] }
+}
+
 func median(xs []float64) float64 {
 	slices.Sort(xs)
 	n := len(xs)
@@ -238,8 +292,9 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 		// The ramps: 0 to rampMax q/s over rampSecs; the maximum is taken before the
 		// first second above 5 % loss.
 		rampMax, rampSecs, rampLoss, rampWorkers = 40000, 10, 0.05, 500
-		rounds                                   = 3 // turns of dnsperf and dnsbench per shape
 	)
+	rounds := compareRounds(b) // turns of dnsperf and dnsbench per shape
+	runs := compareCells(b)
 	// The shapes of the same workers outstanding queries: one per socket or connection,
 	// and the same total over fewer of them (dnsbench --streams, dnsperf -c < -q; one
 	// socket is dnsperf's default).
@@ -290,7 +345,10 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			// neither always meets the server as the other left it.
 			for _, shape := range shapes {
 				w, st := shape[0], shape[1]
-				var perfQPS, benchQPS, perfCPU, benchCPU []float64
+				if !runs(fmt.Sprintf("%s/%dx%d", c.name, w, st)) {
+					continue
+				}
+				var perfQPS, benchQPS, perfCPU, benchCPU, ratios []float64
 				perfLost := 0
 				for round := 1; round <= rounds; round++ {
 					var (
@@ -308,12 +366,28 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 					perfLost += p.Lost
 					perfQPS, benchQPS = append(perfQPS, p.QPS), append(benchQPS, r.QPS)
 					perfCPU, benchCPU = append(perfCPU, pcpu), append(benchCPU, rcpu)
+					ratios = append(ratios, r.QPS/p.QPS)
 					b.Logf("%s max, %d x %d, round %d: dnsperf %.0f q/s, mean %.3f ms, %.1f us CPU/answer, server %.1f (lost %d); dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer, server %.1f (success %.4f); QPS ratio %.2f",
 						c.name, w, st, round, p.QPS, p.MeanMS, pcpu, pserver, p.Lost, r.QPS, r.Latency.Mean, rcpu, rserver, r.SuccessRate, r.QPS/p.QPS)
 				}
 				pq, bq := median(perfQPS), median(benchQPS)
 				b.Logf("%s max, %d x %d (dnsperf -c %d -q %d, dnsbench --workers %d --streams %d), medians of %d rounds: dnsperf %.0f q/s, %.1f us CPU/answer; dnsbench %.0f q/s, %.1f us CPU/answer; QPS ratio %.2f, CPU/answer ratio %.2f",
 					c.name, w, st, w, w*st, w, st, rounds, pq, median(perfCPU), bq, median(benchCPU), bq/pq, median(benchCPU)/median(perfCPU))
+				// The rounds pair the tools under the same load of the machine, so the
+				// ratio of each pair is what varies least; its median with an interval
+				// says whether the QPS goal is met, missed, or beyond this machine's
+				// noise to tell.
+				if lo, hi, ok := medianInterval(ratios); ok {
+					verdict := "cannot tell from 1.0"
+					switch {
+					case lo >= 1:
+						verdict = "at least 1.0"
+					case hi < 1:
+						verdict = "below 1.0"
+					}
+					b.Logf("%s max, %d x %d: paired QPS ratio median %.3f, 95 %% interval [%.3f, %.3f] over %d rounds: %s",
+						c.name, w, st, median(slices.Clone(ratios)), lo, hi, rounds, verdict)
+				}
 				if perfLost > 0 {
 					// dnsperf 2.10's DoH loses answers that come together on one
 					// connection (it reports them under "HTTP/2 return codes" yet times the
@@ -332,6 +406,9 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			{"udp", "doudp", s.UDP},
 			{"dot", "dot", s.DoT},
 		} {
+			if !runs(c.scheme + "/ramp") {
+				continue
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), rampSecs*time.Second+time.Minute)
 			pr, err := runTool(ctx, cpus, "resperf", "-e", "-M", c.mode, "-s", c.addr.Addr().String(),
 				"-p", itoa(int(c.addr.Port())), "-d", qf, "-R", "-m", itoa(rampMax),
@@ -365,6 +442,9 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 				c.scheme, rampMax, rampSecs, r.Ramp.MaxQPS, r.Ramp.MaxQPSRate, stop, pmax, plost, pstop, r.Ramp.MaxQPS/pmax)
 			b.ReportMetric(r.Ramp.MaxQPS/pmax, c.scheme+"-ramp-ratio")
 		}
+		if !runs("doq") {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), secs*time.Second+time.Minute)
 		r, dr, err := runDnsbench(ctx, cpus, bin, append(common, "--workers", itoa(workers), "--duration", itoa(secs)+"s",
 			"doq://"+s.DoQ.String())...)
@@ -375,5 +455,27 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 		b.Logf("doq max: dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer (success %.4f); no peer has DoQ",
 			r.QPS, r.Latency.Mean, usPer(dr.cpu, float64(r.Answered)), r.SuccessRate)
 		b.ReportMetric(r.QPS, "doq-qps")
+	}
+}
+
+// TestMedianInterval checks the interval's ranks against the binomial table of the
+// median's confidence interval (n = 6: 1st and 6th; 10: 2nd and 9th; 15: 4th and 12th)
+// and that five values give none.
+func TestMedianInterval(t *testing.T) {
+	for _, c := range []struct{ n, lo, hi int }{{6, 1, 6}, {10, 2, 9}, {15, 4, 12}, {30, 10, 21}} {
+		xs := make([]float64, c.n)
+		for i := range xs {
+			xs[i] = float64(c.n - i) // descending: the function must sort
+		}
+		lo, hi, ok := medianInterval(xs)
+		if !ok || lo != float64(c.lo) || hi != float64(c.hi) {
+			t.Errorf("n=%d: [%v, %v] %v, want [%d, %d]", c.n, lo, hi, ok, c.lo, c.hi)
+		}
+		if xs[0] != float64(c.n) {
+			t.Errorf("n=%d: medianInterval sorted its argument", c.n)
+		}
+	}
+	if _, _, ok := medianInterval([]float64{1, 2, 3, 4, 5}); ok {
+		t.Error("n=5: an interval, want none")
 	}
 }
