@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/testbed"
-	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
 
 // QUIC long-header probe that forces Version Negotiation (RFC 9000 §6, §17.2; RFC 8999
@@ -77,19 +75,23 @@ func TestZmapFindsPopulationQUIC(t *testing.T) {
 		t.Fatal(err)
 	}
 	rate := envInt("DOQSCAN_ZMAP_RATE", 5000)
-	got, err := zmapScan(context.Background(), t, tb, pop.Prefix.String(), doqPort, "file:"+probe, rate)
+	got, raceDiscards, err := zmapScan(context.Background(), t, tb, pop.Prefix.String(), doqPort, "file:"+probe, rate)
 	if err != nil {
 		t.Fatal(err)
 	}
 	missedLossy := 0
+	var missed []string
 	for a := range want {
 		if !got[a] {
 			if lossy[a] {
 				missedLossy++
 				continue
 			}
-			t.Errorf("%s (%s) answers UDP/%d in the population but not to zmap", a, pop.Lookup(netip.MustParseAddr(a)).Class, doqPort)
+			missed = append(missed, a)
 		}
+	}
+	for _, a := range excuseZmapDiscards(t, missed, raceDiscards) {
+		t.Errorf("%s (%s) answers UDP/%d in the population but not to zmap", a, pop.Lookup(netip.MustParseAddr(a)).Class, doqPort)
 	}
 	for a := range got {
 		if !want[a] {
@@ -103,29 +105,11 @@ func TestZmapFindsPopulationQUIC(t *testing.T) {
 	}
 	t.Logf("delay line: %+v", readStats(tb))
 	if t.Failed() {
-		logDropCounters(t, tb)
+		// Where did the answers go? The internet side's UDP counters (a server that
+		// cannot keep up drops there).
+		snmp, _ := tb.InetCommand(context.Background(), "grep", "^Udp:", "/proc/net/snmp").CombinedOutput()
+		t.Logf("inet namespace /proc/net/snmp:\n%s", snmp)
 	}
 	t.Logf("zmap over %v UDP/%d: %d answered; truth %d (+%d peer addresses not started); %d on lossy paths missed",
 		pop.Prefix, doqPort, len(got), len(want), peersSkipped, missedLossy)
-}
-
-// logDropCounters logs where a datagram can be lost on its way between zmap and the
-// servers: the internet side's UDP counters (a server that cannot keep up drops there),
-// the router's forwarding counters and every link's drop counters (the delay line's
-// stats and zmap's capture counters are logged beside them), and the per-CPU backlog
-// drops (second column of softnet_stat, machine-wide).
-func logDropCounters(t *testing.T, tb *testbed.Testbed) {
-	ctx := context.Background()
-	show := func(what string, c *exec.Cmd) {
-		out, err := c.CombinedOutput()
-		if err != nil {
-			t.Logf("%s: %v", what, err)
-		}
-		t.Logf("%s:\n%s", what, out)
-	}
-	show("inet namespace UDP counters", tb.InetCommand(ctx, "grep", "^Udp:", "/proc/net/snmp"))
-	show("router namespace IP counters", netns.Exec(ctx, tb.Router(), "grep", "^Ip:", "/proc/net/snmp"))
-	show("router links", netns.Exec(ctx, tb.Router(), "ip", "-s", "link"))
-	show("vantage 0 links", tb.Command(ctx, 0, "ip", "-s", "link"))
-	show("softnet_stat", exec.CommandContext(ctx, "cat", "/proc/net/softnet_stat"))
 }

@@ -311,37 +311,49 @@ func flood(ctx context.Context, tb *testbed.Testbed, dst string, rate, size int)
 }
 
 // zmapUDP runs zmap's udp module from vantage 0 over prefix on port and returns the
-// addresses that answered with UDP (success=1).
-func zmapUDP(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix string, port int) (map[string]bool, error) {
+// addresses that answered with UDP (success=1) and the replies zmap discarded to its
+// validation race (zmapScan).
+func zmapUDP(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix string, port int) (map[string]bool, int64, error) {
 	return zmapScan(ctx, t, tb, prefix, port, "text:doqscan-testbed", 10000)
 }
 
-// zmapScan runs zmap's udp module with a probe (--probe-args) from vantage 0.
-func zmapScan(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix string, port int, probeArgs string, rate int) (map[string]bool, error) {
+// zmapScan runs zmap's udp module with a probe (--probe-args) from vantage 0. Besides
+// the addresses that answered, it returns how many replies zmap 2.x discarded to the
+// race of its validation (excuseZmapDiscards): the replies its capture passed that it
+// counted neither as a success nor as a failure, or 0 for a zmap without the race.
+func zmapScan(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix string, port int, probeArgs string, rate int) (map[string]bool, int64, error) {
 	dir := t.TempDir()
 	allow, block, out, meta := dir+"/allow", dir+"/block", dir+"/out.csv", dir+"/meta.json"
 	if err := writeFile(allow, prefix+"\n"); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := writeFile(block, testbed.BlocklistOutsideTestbed()); err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	zv, err := probe.DetectZmap(ctx, "zmap")
+	if err != nil {
+		return nil, 0, err
 	}
 	cmd := tb.Command(ctx, 0, "zmap", "-M", "udp", "-p", strconv.Itoa(port), "--probe-args="+probeArgs,
 		"-i", tb.VantageIf(0), "-G", tb.GatewayMAC(0), "-S", tb.VantageAddr(0).String(),
 		"-w", allow, "-b", block, "-r", strconv.Itoa(rate), "-c", "3", "--seed", "7",
 		"-O", "csv", "-f", "saddr,success", "-o", out, "-m", meta, "-q")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("zmap: %w\n%s", err, b)
+		return nil, 0, fmt.Errorf("zmap: %w\n%s", err, b)
 	}
-	if m, err := probe.ReadZmapMeta(meta); err != nil {
-		t.Logf("zmap metadata: %v", err)
-	} else {
-		t.Logf("zmap: sent %d, capture passed %d, capture dropped %d, %d successes (%d unique)",
-			m.TotalSent, m.PcapRecv, m.PcapDrop, m.SuccessTotal, m.SuccessUnique)
+	m, err := probe.ReadZmapMeta(meta)
+	if err != nil {
+		return nil, 0, err
+	}
+	discarded := m.PcapRecv - m.SuccessTotal - m.FailureTotal
+	t.Logf("zmap %s: sent %d, capture passed %d = %d successes (%d unique) + %d failures (ICMP) + %d discarded; capture dropped %d",
+		zv, m.TotalSent, m.PcapRecv, m.SuccessTotal, m.SuccessUnique, m.FailureTotal, discarded, m.PcapDrop)
+	if zv.Major != 2 {
+		discarded = 0
 	}
 	b, err := readFile(out)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	got := map[string]bool{}
 	for _, line := range splitLines(b) {
@@ -350,5 +362,45 @@ func zmapScan(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix str
 			got[addr] = true
 		}
 	}
-	return got, nil
+	return got, discarded, nil
+}
+
+// excuseZmapDiscards returns the missed addresses that zmap's own accounting does not
+// explain. zmap 2.x computes a reply's validation in a static buffer that its send
+// and receive threads share (validate_gen's aes_input; zmap#519, fixed in 3.0.0 by
+// zmap#612): while zmap still sends, the send thread can overwrite the receive thread's
+// input, and a reply is checked against another target's source port and discarded.
+// The reply was on the wire with the probe's ports (tcpdump in the vantage) and zmap's
+// capture counted it. In the testbed this hit about 1 reply in 20,000 under load (4 in
+// 81 runs of 996 replies) and none of 15,000 on an idle machine. Misses are excused,
+// and logged, only when zmap's metadata counts at least as many discarded replies
+// (raceDiscards, from zmapScan); otherwise every miss is returned.
+func excuseZmapDiscards(t testing.TB, missed []string, raceDiscards int64) []string {
+	if len(missed) == 0 || int64(len(missed)) > raceDiscards {
+		return missed
+	}
+	for _, a := range missed {
+		t.Logf("%s: not found; zmap discarded %d captured replies (zmap 2.x validation race, zmap#519)", a, raceDiscards)
+	}
+	return nil
+}
+
+// TestExcuseZmapDiscards checks that a miss is excused only when zmap counted at least
+// as many discarded replies as there are misses.
+func TestExcuseZmapDiscards(t *testing.T) {
+	for _, c := range []struct {
+		missed   []string
+		discards int64
+		want     int
+	}{
+		{nil, 0, 0},
+		{[]string{"198.19.0.1"}, 0, 1},
+		{[]string{"198.19.0.1"}, 1, 0},
+		{[]string{"198.19.0.1", "198.19.0.2"}, 1, 2},
+		{[]string{"198.19.0.1", "198.19.0.2"}, 3, 0},
+	} {
+		if got := excuseZmapDiscards(t, c.missed, c.discards); len(got) != c.want {
+			t.Errorf("%d missed, %d discarded: %d unexplained, want %d", len(c.missed), c.discards, len(got), c.want)
+		}
+	}
 }
