@@ -158,7 +158,6 @@ func splitCPUs(b *testing.B) string {
 	return strings.Join(list, ",")
 }
 
-// median of xs (xs is sorted).
 // medianInterval returns a distribution-free confidence interval of at least 95 % for
 // the median of xs: the k-th smallest and k-th largest values, with k the largest rank
 // such that P(Binomial(n, 1/2) < k) <= 2.5 %. ok is false when n is too small for one
@@ -212,6 +211,7 @@ func compareCells(b *testing.B) func(cell string) bool {
 	return func(cell string) bool { return want[cell] }
 }
 
+// median of xs (sorts xs in place).
 func median(xs []float64) float64 {
 	slices.Sort(xs)
 	n := len(xs)
@@ -386,7 +386,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 						verdict = "below 1.0"
 					}
 					b.Logf("%s max, %d x %d: paired QPS ratio median %.3f, 95 %% interval [%.3f, %.3f] over %d rounds: %s",
-						c.name, w, st, median(slices.Clone(ratios)), lo, hi, rounds, verdict)
+						c.name, w, st, median(ratios), lo, hi, rounds, verdict)
 				}
 				if perfLost > 0 {
 					// dnsperf 2.10's DoH loses answers that come together on one

@@ -240,6 +240,11 @@ type ZmapMeta struct {
 	TargetPorts     []uint16 `json:"target_ports"`         // 4.x (2.1: target_port)
 }
 
+// Discarded is how many packets zmap's capture passed that it counted neither as a
+// success nor as a failure: replies that failed its validation (on zmap 2.x also
+// good replies lost to ZmapDialect.ValidationRace).
+func (m *ZmapMeta) Discarded() int64 { return m.PcapRecv - m.SuccessTotal - m.FailureTotal }
+
 // zmapMeta3 holds the keys 3.0 renamed.
 type zmapMeta3 struct {
 	PacketsSent    *int64   `json:"packets_sent"`

@@ -33,6 +33,12 @@ type ZmapDialect struct {
 	// Metadata (-m) keys.
 	MetaSent    string // probes sent: total_sent (2.1), packets_sent (3+)
 	MetaAllowed string // addresses allowed by the allow/blocklists
+
+	// ValidationRace: validate_gen builds its AES input in a static buffer that the
+	// send and receive threads share (2.x; zmap#519, fixed in 3.0.0 by zmap#612), so a
+	// reply that arrives while zmap still sends can be checked against another target
+	// and discarded (ZmapMeta.Discarded counts it).
+	ValidationRace bool
 }
 
 // zmapDialects by major version: the one table of zmap's dialects.
@@ -47,7 +53,7 @@ type ZmapDialect struct {
 var zmapDialects = map[int]*ZmapDialect{
 	2: {Name: "2.1", PortFlag: "--target-port", BlocklistFlag: "--blacklist-file", AllowlistFlag: "--whitelist-file",
 		TimestampSec: "timestamp-ts", TimestampUsec: "timestamp-us", ICMPClass: "icmp-unreach",
-		MetaSent: "total_sent", MetaAllowed: "blacklist_total_allowed"},
+		MetaSent: "total_sent", MetaAllowed: "blacklist_total_allowed", ValidationRace: true},
 	3: {Name: "3", PortFlag: "--target-port", BlocklistFlag: "--blocklist-file", AllowlistFlag: "--allowlist-file",
 		TimestampSec: "timestamp_ts", TimestampUsec: "timestamp_us", ICMPClass: "icmp",
 		MetaSent: "packets_sent", MetaAllowed: "blocklist_total_allowed"},

@@ -277,7 +277,7 @@ func TestScanTestbed(t *testing.T) {
 	for _, f := range metas {
 		if m, err := probe.ReadZmapMeta(f); err == nil {
 			t.Logf("zmap %s: pcap_recv %d = success %d + failure %d + discarded %d", filepath.Base(f),
-				m.PcapRecv, m.SuccessTotal, m.FailureTotal, m.PcapRecv-m.SuccessTotal-m.FailureTotal)
+				m.PcapRecv, m.SuccessTotal, m.FailureTotal, m.Discarded())
 		}
 	}
 	if n := capture.stop(t); n != 0 {

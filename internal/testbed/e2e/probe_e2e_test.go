@@ -345,10 +345,10 @@ func zmapScan(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix str
 	if err != nil {
 		return nil, 0, err
 	}
-	discarded := m.PcapRecv - m.SuccessTotal - m.FailureTotal
+	discarded := m.Discarded()
 	t.Logf("zmap %s: sent %d, capture passed %d = %d successes (%d unique) + %d failures (ICMP) + %d discarded; capture dropped %d",
 		zv, m.TotalSent, m.PcapRecv, m.SuccessTotal, m.SuccessUnique, m.FailureTotal, discarded, m.PcapDrop)
-	if zv.Major != 2 {
+	if !zv.Dialect.ValidationRace {
 		discarded = 0
 	}
 	b, err := readFile(out)
@@ -366,15 +366,12 @@ func zmapScan(ctx context.Context, t testing.TB, tb *testbed.Testbed, prefix str
 }
 
 // excuseZmapDiscards returns the missed addresses that zmap's own accounting does not
-// explain. zmap 2.x computes a reply's validation in a static buffer that its send
-// and receive threads share (validate_gen's aes_input; zmap#519, fixed in 3.0.0 by
-// zmap#612): while zmap still sends, the send thread can overwrite the receive thread's
-// input, and a reply is checked against another target's source port and discarded.
-// The reply was on the wire with the probe's ports (tcpdump in the vantage) and zmap's
-// capture counted it. In the testbed this hit about 1 reply in 20,000 under load (4 in
-// 81 runs of 996 replies) and none of 15,000 on an idle machine. Misses are excused,
-// and logged, only when zmap's metadata counts at least as many discarded replies
-// (raceDiscards, from zmapScan); otherwise every miss is returned.
+// explain: a zmap with probe.ZmapDialect.ValidationRace (2.x) can discard a good reply.
+// Here the reply was on the wire with the probe's ports (tcpdump in the vantage) and
+// zmap's capture counted it; in the testbed this hit about 1 reply in 20,000 under load
+// (4 in 81 runs of 996 replies) and none of 15,000 on an idle machine. Misses are
+// excused, and logged, only when zmap's metadata counts at least as many discarded
+// replies (raceDiscards, from zmapScan); otherwise every miss is returned.
 func excuseZmapDiscards(t testing.TB, missed []string, raceDiscards int64) []string {
 	if len(missed) == 0 || int64(len(missed)) > raceDiscards {
 		return missed
