@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -154,9 +155,14 @@ func (s *Socket) Close() error { return unix.Close(s.fd) }
 // Wait blocks until a socket has a datagram or Wake is called, and appends the keys of
 // the sockets with one to keys. A key may come once more after its socket was closed
 // (the wait had already collected it): a caller checks its key is still open.
-func (p *Poller) Wait(keys []uint64) ([]uint64, error) {
+func (p *Poller) Wait(keys []uint64) ([]uint64, error) { return p.WaitFor(keys, -1) }
+
+// WaitFor is Wait bounded by d: after d without a datagram or a Wake it returns keys as
+// they were (d < 0: no bound; 0: only what is there now). d is kept to the nanosecond
+// (epoll_pwait2(2); on a kernel before 5.11, epoll_wait rounds it up to a millisecond).
+func (p *Poller) WaitFor(keys []uint64, d time.Duration) ([]uint64, error) {
 	for {
-		n, err := unix.EpollWait(p.ep, p.evs, -1)
+		n, err := p.epollWait(d)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -174,6 +180,28 @@ func (p *Poller) Wait(keys []uint64) ([]uint64, error) {
 		}
 		return keys, nil
 	}
+}
+
+// noPwait2 is set once epoll_pwait2 is found missing (ENOSYS).
+var noPwait2 atomic.Bool
+
+func (p *Poller) epollWait(d time.Duration) (int, error) {
+	if d < 0 {
+		return unix.EpollWait(p.ep, p.evs, -1)
+	}
+	if !noPwait2.Load() {
+		ts := unix.NsecToTimespec(int64(d))
+		r, _, e := unix.Syscall6(unix.SYS_EPOLL_PWAIT2, uintptr(p.ep), uintptr(unsafe.Pointer(&p.evs[0])),
+			uintptr(len(p.evs)), uintptr(unsafe.Pointer(&ts)), 0, 0)
+		if e != unix.ENOSYS {
+			if e != 0 {
+				return 0, e
+			}
+			return int(r), nil
+		}
+		noPwait2.Store(true)
+	}
+	return unix.EpollWait(p.ep, p.evs, int((d+time.Millisecond-1)/time.Millisecond))
 }
 
 // Wake ends a Wait in progress, or the next one.

@@ -126,3 +126,41 @@ func TestPollerWakeRefusedClose(t *testing.T) {
 		t.Errorf("Wake after Close: %v", err)
 	}
 }
+
+// WaitFor: with nothing to report it returns no key, at once for 0 and not before its
+// bound for a bound; a datagram or a Wake ends a long bound early.
+func TestPollerWaitFor(t *testing.T) {
+	p := newPoller(t)
+	if keys, err := p.WaitFor(nil, 0); err != nil || len(keys) != 0 {
+		t.Fatalf("WaitFor(0) with nothing: %v %v", keys, err)
+	}
+	const bound = 3 * time.Millisecond
+	start := time.Now()
+	if keys, err := p.WaitFor(nil, bound); err != nil || len(keys) != 0 {
+		t.Fatalf("WaitFor(%v) with nothing: %v %v", bound, keys, err)
+	}
+	if waited := time.Since(start); waited < bound {
+		t.Errorf("WaitFor(%v) returned after %v", bound, waited)
+	}
+
+	s, err := p.Dial(echo(t, "udp4", "127.0.0.6:0"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Send([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := p.WaitFor(nil, time.Minute); err != nil || !slices.Equal(keys, []uint64{3}) {
+		t.Fatalf("WaitFor with an answer coming: %v %v, want [3]", keys, err)
+	}
+	if _, _, err := s.Recv(make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wake(); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := p.WaitFor(nil, time.Minute); err != nil || len(keys) != 0 {
+		t.Fatalf("WaitFor after Wake: %v %v", keys, err)
+	}
+}

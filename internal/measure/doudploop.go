@@ -20,6 +20,13 @@ import (
 // A query is timed as udpExchange times it (from just before the send to the answer's
 // kernel arrival stamp) and classified the same way.
 //
+// The loop gathers its sends: the next queries of the sessions answered go out together,
+// once an eighth of its sessions (at least one) wait for theirs or the first of them has
+// waited loopBatchWait, as a network card's interrupt moderation gathers packets. A
+// server then takes a burst of queries per wake-up rather than one (on a 2-CPU machine
+// it spent about a tenth less CPU per answer). A query's time starts at its send, so the
+// wait is not in its latency.
+//
 // A Request with Loop set runs there; its Next and OnQuery are then called on the
 // loop's goroutine, so Next must not block (an unpaced load) and OnQuery must be quick:
 // every session of the loop waits meanwhile.
@@ -34,13 +41,21 @@ type UDPLoop struct {
 	done    chan struct{}
 
 	// The loop goroutine's own.
-	active   map[uint64]*loopSession
-	buf      []byte // one read's datagram
-	msg      []byte // one query's message
-	ready    []uint64
-	inbox    []*loopSession
-	answered []*loopSession // sessions whose next query is to be sent (sendNext)
+	active    map[uint64]*loopSession
+	buf       []byte // one read's datagram
+	msg       []byte // one query's message
+	ready     []uint64
+	inbox     []*loopSession
+	answered  []*loopSession // sessions whose next query is to be sent (sendDue)
+	heldSince time.Time      // when the first of answered was answered
 }
+
+// loopBatchShare and loopBatchWait: the loop sends its answered sessions' next queries
+// once 1/loopBatchShare of its sessions wait for them, or loopBatchWait after the first.
+const (
+	loopBatchShare = 8
+	loopBatchWait  = 50 * time.Microsecond
+)
 
 // loopSession is one Measure call on the loop.
 type loopSession struct {
@@ -146,12 +161,16 @@ func (l *UDPLoop) run() {
 			}
 		}
 		clear(l.inbox)
-		l.sendNext()
+		l.sendDue()
 		if closing && len(l.active) == 0 {
 			return
 		}
+		wait := time.Duration(-1) // until an answer
+		if len(l.answered) > 0 {
+			wait = max(0, loopBatchWait-time.Since(l.heldSince))
+		}
 		var err error
-		if l.ready, err = l.p.Wait(l.ready[:0]); err != nil {
+		if l.ready, err = l.p.WaitFor(l.ready[:0], wait); err != nil {
 			l.fail(fmt.Errorf("DoUDP loop: %w", err))
 			return
 		}
@@ -160,7 +179,7 @@ func (l *UDPLoop) run() {
 				l.readable(s)
 			}
 		}
-		l.sendNext()
+		l.sendDue()
 	}
 }
 
@@ -275,13 +294,21 @@ func (l *UDPLoop) deliver(s *loopSession, q Query) {
 		return
 	}
 	s.seq++
+	if len(l.answered) == 0 {
+		l.heldSince = time.Now()
+	}
 	l.answered = append(l.answered, s)
 }
 
-// sendNext sends the next query of every session answered since the last call: the
-// answers a Wait reported are read first, then the queries go out together, so a
-// server sees them come in one burst rather than spread between reads.
-func (l *UDPLoop) sendNext() {
+// sendDue sends the next query of every session answered since the last send, when
+// enough of them wait or the first has waited loopBatchWait (see UDPLoop). The answers a
+// Wait reported are read first, then the queries go out together, so a server sees them
+// come in one burst rather than spread between reads.
+func (l *UDPLoop) sendDue() {
+	if len(l.answered) == 0 ||
+		len(l.answered)*loopBatchShare < len(l.active) && time.Since(l.heldSince) < loopBatchWait {
+		return
+	}
 	for i, s := range l.answered {
 		if !s.over {
 			l.next(s)

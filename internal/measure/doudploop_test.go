@@ -193,3 +193,48 @@ func TestUDPLoopManySessions(t *testing.T) {
 		t.Errorf("after Close: %s %v", res.Status, res.Err)
 	}
 }
+
+// The loop gathers its sends until an eighth of its sessions were answered, but no
+// longer than a bound: one session whose server answers goes through all its queries
+// while the 15 others' queries stay unanswered (each waits out its own timeout only
+// after the first one's end).
+func TestUDPLoopSendsWithFewAnswered(t *testing.T) {
+	l := newLoop(t)
+	srv := serveLoopbackUDP(t, func(c *net.UDPConn, msg []byte, from netip.AddrPort) {
+		q := new(dns.Msg)
+		if q.Unpack(msg) != nil || len(q.Question) != 1 || q.Question[0].Name != "talk.example." {
+			return
+		}
+		a := new(dns.Msg)
+		a.SetReply(q)
+		b, _ := a.Pack()
+		_, _ = c.WriteToUDPAddrPort(b, from)
+	})
+	m, _ := measure.For(measure.DoUDP)
+	addr := srv.LocalAddr().(*net.UDPAddr).AddrPort()
+	ctx, cancel := context.WithCancel(context.Background())
+	var quietEnded atomic.Int64
+	var wg sync.WaitGroup
+	for range 15 {
+		wg.Go(func() {
+			res := m.Measure(ctx, &measure.Request{Addr: addr, Timeout: time.Minute, Mode: measure.ModePersistent, Loop: l,
+				Next: names("quiet.example")})
+			quietEnded.Add(1)
+			if len(res.Queries) != 1 || res.Queries[0].Status != measure.StatusTimeout {
+				t.Errorf("quiet session: %s %v, queries %+v", res.Status, res.Err, res.Queries)
+			}
+		})
+	}
+	const queries = 200
+	res := m.Measure(context.Background(), &measure.Request{Addr: addr, Timeout: time.Minute, Mode: measure.ModePersistent, Loop: l,
+		Next: func(_ context.Context, seq int) (string, uint16, bool) { return "talk.example", dns.TypeA, seq < queries }})
+	ended := quietEnded.Load()
+	cancel()
+	wg.Wait()
+	if res.Status != measure.StatusOK || len(res.Queries) != queries {
+		t.Errorf("answered session: %s %v, %d queries", res.Status, res.Err, len(res.Queries))
+	}
+	if ended != 0 {
+		t.Errorf("%d quiet sessions ended before the answered one: its queries waited for theirs", ended)
+	}
+}
