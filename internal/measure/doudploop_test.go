@@ -227,7 +227,9 @@ func TestUDPLoopSendsWithFewAnswered(t *testing.T) {
 	}
 	const queries = 200
 	res := m.Measure(context.Background(), &measure.Request{Addr: addr, Timeout: time.Minute, Mode: measure.ModePersistent, Loop: l,
-		Next: func(_ context.Context, seq int) (string, uint16, bool) { return "talk.example", dns.TypeA, seq < queries }})
+		Next: func(_ context.Context, seq int) (string, uint16, bool) {
+			return "talk.example", dns.TypeA, seq < queries
+		}})
 	ended := quietEnded.Load()
 	cancel()
 	wg.Wait()
