@@ -47,11 +47,12 @@ type toolRun struct {
 }
 
 // runTool runs a tool bounded by ctx (a tool that hangs is killed at the deadline and
-// reported with its output), on the CPUs cpus lists (taskset -c; "": anywhere).
-func runTool(ctx context.Context, cpus, name string, args ...string) (toolRun, error) {
+// reported with its output), started through launch (benchNet.launch: taskset, ip netns
+// exec; nil: directly).
+func runTool(ctx context.Context, launch []string, name string, args ...string) (toolRun, error) {
 	var stdout, stderr bytes.Buffer
-	if cpus != "" {
-		name, args = "taskset", append([]string{"-c", cpus, name}, args...)
+	if len(launch) > 0 {
+		name, args = launch[0], append(append(append([]string{}, launch[1:]...), name), args...)
 	}
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -70,8 +71,8 @@ func runTool(ctx context.Context, cpus, name string, args ...string) (toolRun, e
 }
 
 // runDnsbench runs the dnsbench command with --json and returns its one report.
-func runDnsbench(ctx context.Context, cpus, bin string, args ...string) (*dnsbench.Report, toolRun, error) {
-	r, err := runTool(ctx, cpus, bin, append([]string{"--json", "--progress", "0"}, args...)...)
+func runDnsbench(ctx context.Context, launch []string, bin string, args ...string) (*dnsbench.Report, toolRun, error) {
+	r, err := runTool(ctx, launch, bin, append([]string{"--json", "--progress", "0"}, args...)...)
 	if err != nil {
 		return nil, r, err
 	}
@@ -82,11 +83,11 @@ func runDnsbench(ctx context.Context, cpus, bin string, args ...string) (*dnsben
 	return rs[0], r, nil
 }
 
-// reflector serves DoUDP on loopback by sending each query back as its own answer
+// reflector serves DoUDP on host by sending each query back as its own answer
 // (testsupport.ReflectQuery), for as little work per answer as a server can do, so that
 // the clients' own speed sets the QPS. It runs on the benchmark's (the server's) CPUs.
-func reflector(b *testing.B) netip.AddrPort {
-	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.5:0")))
+func reflector(b *testing.B, host string) netip.AddrPort {
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(host), 0)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,14 +113,14 @@ func float(re *regexp.Regexp, out []byte) (float64, error) {
 // splitCPUs runs the comparison as on two hosts: this process (the server) on the first
 // half of the CPUs it may use, every client (taskset) on the other half, so that no
 // client's CPU time is taken from the server it loads and each tool has the same CPUs.
-// It returns the clients' CPU list for taskset, "" (everything shared) with fewer than
+// It returns the server's and the clients' CPUs, nil (everything shared) with fewer than
 // two CPUs, without taskset, or with DNSBENCH_COMPARE_CPUS=shared. The server's threads
 // are pinned until the benchmark ends (threads started later inherit it).
-func splitCPUs(b *testing.B) string {
+func splitCPUs(b *testing.B) (server, clients []int) {
 	var all unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &all); err != nil {
 		b.Logf("CPU affinity: %v; server and clients share the CPUs", err)
-		return ""
+		return nil, nil
 	}
 	var cpus []int
 	for i := range 1024 {
@@ -129,9 +130,9 @@ func splitCPUs(b *testing.B) string {
 	}
 	if _, err := exec.LookPath("taskset"); err != nil || len(cpus) < 2 || os.Getenv("DNSBENCH_COMPARE_CPUS") == "shared" {
 		b.Logf("server and clients share CPUs %v", cpus)
-		return ""
+		return nil, nil
 	}
-	server, clients := cpus[:len(cpus)/2], cpus[len(cpus)/2:]
+	server, clients = cpus[:len(cpus)/2], cpus[len(cpus)/2:]
 	var set unix.CPUSet
 	for _, c := range server {
 		set.Set(c)
@@ -150,12 +151,8 @@ func splitCPUs(b *testing.B) string {
 	pin(&set)
 	prev := runtime.GOMAXPROCS(len(server))
 	b.Cleanup(func() { pin(&all); runtime.GOMAXPROCS(prev) })
-	list := make([]string, len(clients))
-	for i, c := range clients {
-		list[i] = strconv.Itoa(c)
-	}
 	b.Logf("server (this process) on CPUs %v, every client on %v", server, clients)
-	return strings.Join(list, ",")
+	return server, clients
 }
 
 // medianInterval returns a distribution-free confidence interval of at least 95 % for
@@ -244,17 +241,19 @@ func parseDnsperf(out []byte) (dnsperfResult, error) {
 	return dnsperfResult{QPS: q, MeanMS: l * 1000, Lost: int(lost)}, nil
 }
 
-// BenchmarkVersusDnsperf runs, against the same loopback server (measuretest in the
-// benchmark's process; streams served until the client closes them), every client as
-// a process of its own (the dnsbench command, built into a temporary directory), the
-// server on half of the CPUs and the clients on the other half (splitCPUs), dnsperf
+// BenchmarkVersusDnsperf runs, against the same server (measuretest in the benchmark's
+// process; streams served until the client closes them), every client as a process of
+// its own (the dnsbench command, built into a temporary directory), the server on half
+// of the CPUs and the clients on the other half (splitCPUs), server and clients on the
+// two ends of a veth pair, or on loopback (compareNet), dnsperf
 // and resperf with -e so that their queries are dnsbench's (RD and an EDNS OPT record:
 // the server's work per query is the same whichever client sent it):
 //
 //   - dnsperf (-m udp, dot, doh) and dnsbench in max mode over the same protocol with
 //     the same outstanding limit and the same number of sockets or connections
 //     (dnsperf -c W -q W*S as dnsbench --workers W --streams S: 64 x 1, 4 x 16, 1 x 64),
-//     3 s each, the two in turns for three rounds per shape, their medians compared;
+//     3 s each, the two in turns for three rounds per shape (compareRounds), their
+//     medians compared;
 //     DoUDP twice: against the server (miekg/dns, which sets the QPS of both when the
 //     two clients keep it busy) and against a reflector, whose answers cost so little
 //     that the clients' own speed sets the QPS;
@@ -279,8 +278,17 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/doqscan/doqscan/cmd/dnsbench").CombinedOutput(); err != nil {
 		b.Fatalf("go build cmd/dnsbench: %v\n%s", err, out)
 	}
-	cpus := splitCPUs(b)
-	s := measuretest.Start(b, measuretest.Config{Host: "127.0.0.5"})
+	serverCPUs, clientCPUs := splitCPUs(b)
+	bn := compareNet(b, serverCPUs, clientCPUs)
+	var (
+		s    *measuretest.Servers
+		refl netip.AddrPort
+	)
+	bn.listen(b, func() {
+		s = measuretest.Start(b, measuretest.Config{Host: bn.host})
+		// The clients' own speed: a server that costs less per answer than either.
+		refl = reflector(b, bn.host)
+	})
 	qf := filepath.Join(dir, "q.txt")
 	if err := os.WriteFile(qf, []byte("a.example A\nb.example AAAA\n"), 0o644); err != nil {
 		b.Fatal(err)
@@ -301,7 +309,6 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 	shapes := [][2]int{{workers, 1}, {4, workers / 4}, {1, workers}}
 	itoa := strconv.Itoa
 	common := []string{"--queries", qf, "--timeout", timeout.String(), "--session-queries", "100000000"}
-	refl := reflector(b)
 	for range b.N {
 		for _, c := range []struct {
 			name, mode, scheme string
@@ -318,7 +325,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			// server's (this process's, which serves nothing else meanwhile).
 			perf := func(clients, outstanding int) (dnsperfResult, float64, float64) {
 				s0 := benchpool.CPUTime()
-				pr, err := runTool(ctx, cpus, "dnsperf", "-e", "-m", c.mode, "-s", c.addr.Addr().String(),
+				pr, err := runTool(ctx, bn.launch, "dnsperf", "-e", "-m", c.mode, "-s", c.addr.Addr().String(),
 					"-p", itoa(int(c.addr.Port())), "-d", qf, "-l", itoa(secs),
 					"-t", itoa(int(timeout/time.Second)), "-c", itoa(clients), "-q", itoa(outstanding))
 				p, perr := parseDnsperf(pr.out)
@@ -330,7 +337,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			}
 			bench := func(w, st int) (*dnsbench.Report, float64, float64) {
 				s0 := benchpool.CPUTime()
-				r, dr, err := runDnsbench(ctx, cpus, bin, append(common, "--workers", itoa(w), "--streams", itoa(st),
+				r, dr, err := runDnsbench(ctx, bn.launch, bin, append(common, "--workers", itoa(w), "--streams", itoa(st),
 					"--duration", itoa(secs)+"s", c.scheme+"://"+c.addr.String())...)
 				if err != nil {
 					cancel()
@@ -392,7 +399,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 					// dnsperf 2.10's DoH loses answers that come together on one
 					// connection (it reports them under "HTTP/2 return codes" yet times the
 					// queries out: DNS-OARC/dnsperf#240), so its QPS is no measure there.
-					b.Logf("%s max, %d x %d: no ratio: dnsperf lost %d queries in %d rounds (a loopback server that drops nothing)", c.name, w, st, perfLost, rounds)
+					b.Logf("%s max, %d x %d: no ratio: dnsperf lost %d queries in %d rounds (a server and path that drop nothing)", c.name, w, st, perfLost, rounds)
 					continue
 				}
 				b.ReportMetric(bq/pq, fmt.Sprintf("%s-%dx%d-qps-ratio", c.name, w, st))
@@ -410,7 +417,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), rampSecs*time.Second+time.Minute)
-			pr, err := runTool(ctx, cpus, "resperf", "-e", "-M", c.mode, "-s", c.addr.Addr().String(),
+			pr, err := runTool(ctx, bn.launch, "resperf", "-e", "-M", c.mode, "-s", c.addr.Addr().String(),
 				"-p", itoa(int(c.addr.Port())), "-d", qf, "-R", "-m", itoa(rampMax),
 				"-r", itoa(rampSecs), "-L", itoa(int(rampLoss*100)), "-t", itoa(int(timeout/time.Second)),
 				"-q", itoa(rampWorkers), "-C", itoa(workers), "-i", "1", "-P", filepath.Join(dir, "resperf-"+c.mode+".gnuplot"))
@@ -420,7 +427,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 				cancel()
 				b.Fatalf("resperf: %v %v\n%s", err, perr, pr.out)
 			}
-			r, _, err := runDnsbench(ctx, cpus, bin, append(common, "--workers", itoa(rampWorkers),
+			r, _, err := runDnsbench(ctx, bn.launch, bin, append(common, "--workers", itoa(rampWorkers),
 				"--duration", itoa(rampSecs)+"s", "--ramp-max", itoa(rampMax), "--ramp-loss", strconv.FormatFloat(rampLoss, 'g', -1, 64),
 				c.scheme+"://"+c.addr.String())...)
 			cancel()
@@ -446,7 +453,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), secs*time.Second+time.Minute)
-		r, dr, err := runDnsbench(ctx, cpus, bin, append(common, "--workers", itoa(workers), "--duration", itoa(secs)+"s",
+		r, dr, err := runDnsbench(ctx, bn.launch, bin, append(common, "--workers", itoa(workers), "--duration", itoa(secs)+"s",
 			"doq://"+s.DoQ.String())...)
 		cancel()
 		if err != nil {
