@@ -23,9 +23,9 @@ import (
 // The loop gathers its sends: the next queries of the sessions answered go out together,
 // once an eighth of its sessions (at least one) wait for theirs or the first of them has
 // waited loopBatchWait, as a network card's interrupt moderation gathers packets. A
-// server then takes a burst of queries per wake-up rather than one (on a 2-CPU machine
-// it spent about a tenth less CPU per answer). A query's time starts at its send, so the
-// wait is not in its latency.
+// server then takes a burst of queries per interrupt rather than one (on a veth pair,
+// 0.66 to 0.74 interrupts per answer on the server's CPU instead of 0.84 to 0.89). A
+// query's time starts at its send, so the wait is not in its latency.
 //
 // A Request with Loop set runs there; its Next and OnQuery are then called on the
 // loop's goroutine, so Next must not block (an unpaced load) and OnQuery must be quick:
