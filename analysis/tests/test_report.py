@@ -3,6 +3,7 @@ synthetic database; the report must hold the HTML, the study's figures as PNG an
 and the numbers derived from the spec (version-pair totals, port shares, retention,
 DoX count, DoQ round-trip classes) in the executed notebooks."""
 
+import json
 import os
 
 import nbformat
@@ -39,6 +40,19 @@ def test_notebooks_run_clean(executed):
     for n in report.NOTEBOOKS:
         assert os.path.getsize(os.path.join(executed["folder"], f"{n}.html")) > 10_000
     assert os.path.exists(os.path.join(executed["folder"], "index.html"))
+
+
+@pytest.mark.parametrize("name", report.NOTEBOOKS)
+def test_source_notebooks_valid(name):
+    """Each source notebook is valid nbformat 4.5 as written: every cell has its id
+    (nbformat warns on every read otherwise, and will refuse)."""
+    with open(os.path.join(report.REPO, "notebooks", f"{name}.ipynb"), encoding="utf-8") as f:
+        raw = json.load(f)  # as written: nbformat's reader adds missing ids itself
+    missing = [i for i, c in enumerate(raw["cells"]) if "id" not in c]
+    assert not missing, f"{name}.ipynb: cells {missing} have no id"
+    nbformat.validate(nbformat.from_dict(raw))
+    ids = [c["id"] for c in raw["cells"]]
+    assert len(set(ids)) == len(ids), f"{name}.ipynb: duplicate cell ids"
 
 
 def test_figures_written(executed, spec):
