@@ -52,7 +52,7 @@ type toolRun struct {
 func runTool(ctx context.Context, launch []string, name string, args ...string) (toolRun, error) {
 	var stdout, stderr bytes.Buffer
 	if len(launch) > 0 {
-		name, args = launch[0], append(append(append([]string{}, launch[1:]...), name), args...)
+		name, args = launch[0], slices.Concat(launch[1:], []string{name}, args)
 	}
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -22,7 +22,6 @@ const (
 
 // benchNet is where the comparison's server listens and how its clients are started.
 type benchNet struct {
-	name   string   // "loopback" or "veth"
 	host   string   // the server's address
 	launch []string // the command line a client's own goes after (taskset, ip netns exec)
 	server string   // namespace the server's sockets are made in ("": this one)
@@ -37,7 +36,7 @@ type benchNet struct {
 // pays for them: more the more often the client's CPU sleeps. serverCPUs and clientCPUs
 // are splitCPUs's halves (nil: shared).
 func compareNet(b *testing.B, serverCPUs, clientCPUs []int) benchNet {
-	loop := benchNet{name: "loopback", host: "127.0.0.5"}
+	loop := benchNet{host: "127.0.0.5"}
 	if len(clientCPUs) > 0 {
 		loop.launch = []string{"taskset", "-c", cpuList(clientCPUs)}
 	}
@@ -51,11 +50,10 @@ func compareNet(b *testing.B, serverCPUs, clientCPUs []int) benchNet {
 		b.Fatalf("DNSBENCH_COMPARE_NET=%q: want veth or loopback", want)
 	}
 	why := ""
-	switch {
-	case len(clientCPUs) == 0:
+	if len(clientCPUs) == 0 {
 		why = "server and clients share the CPUs"
-	case netns.Preflight() != nil:
-		why = netns.Preflight().Error()
+	} else if err := netns.Preflight(); err != nil {
+		why = err.Error()
 	}
 	if why != "" {
 		if want == "veth" {
@@ -66,16 +64,15 @@ func compareNet(b *testing.B, serverCPUs, clientCPUs []int) benchNet {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pid := strconv.Itoa(os.Getpid())
-	srv, cli := "dnsbench"+pid+"-srv", "dnsbench"+pid+"-cli"
+	// Both namespaces are "<prefix>-...", which netns's Down and VerifyNoRouteOut cover.
+	prefix := "dnsbench" + strconv.Itoa(os.Getpid())
+	srv, cli := prefix+"-srv", prefix+"-cli"
 	var r netns.Runner
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		for _, ns := range []string{srv, cli} {
-			if _, err := r.IP(ctx, "netns", "del", ns); err != nil && !strings.Contains(err.Error(), "No such file") {
-				b.Errorf("two hosts: %v", err)
-			}
+		if err := r.Down(ctx, prefix); err != nil {
+			b.Errorf("two hosts: %v", err)
 		}
 	})
 	alias := labnet.Alias("dnsbench")
@@ -98,20 +95,13 @@ func compareNet(b *testing.B, serverCPUs, clientCPUs []int) benchNet {
 			b.Fatalf("two hosts: %v", err)
 		}
 	}
-	// Nothing may lead out: each namespace has only its /30 and loopback.
-	for _, ns := range []string{srv, cli} {
-		routes, err := r.IP(ctx, "-n", ns, "route", "show", "table", "all")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if strings.Contains(routes, "default") {
-			b.Fatalf("two hosts: namespace %s has a default route:\n%s", ns, routes)
-		}
+	// Nothing may lead out: no route outside the lab prefixes and loopback.
+	if err := r.VerifyNoRouteOut(ctx, netns.Instance{Name: prefix}); err != nil {
+		b.Fatalf("two hosts: %v", err)
 	}
 	b.Logf("network: two hosts on a veth pair (namespaces %s %s, %s -> %s), receive steered to CPUs %v (server) and %v (clients)",
 		srv, cli, twoHostsClient, twoHostsServer, serverCPUs, clientCPUs)
 	return benchNet{
-		name:   "veth",
 		host:   twoHostsServer,
 		launch: append([]string{"ip", "netns", "exec", cli}, loop.launch...),
 		server: srv,
