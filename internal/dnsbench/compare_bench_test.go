@@ -252,8 +252,9 @@ func parseDnsperf(out []byte) (dnsperfResult, error) {
 //   - dnsperf (-m udp, dot, doh) and dnsbench in max mode over the same protocol with
 //     the same outstanding limit and the same number of sockets or connections
 //     (dnsperf -c W -q W*S as dnsbench --workers W --streams S: 64 x 1, 4 x 16, 1 x 64),
-//     3 s each, the two in turns for three rounds per shape (compareRounds), their
-//     medians compared;
+//     3 s each, in rounds of dnsperf, dnsbench, dnsperf (three per shape,
+//     compareRounds), with the paired ratios' median and its interval, beside the
+//     control: the second dnsperf run over the first;
 //     DoUDP twice: against the server (miekg/dns, which sets the QPS of both when the
 //     two clients keep it busy) and against a reflector, whose answers cost so little
 //     that the clients' own speed sets the QPS;
@@ -346,36 +347,31 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 				return r, usPer(dr.cpu, float64(r.Answered)), usPer(benchpool.CPUTime()-s0, float64(r.Answered))
 			}
 			// Each shape against its like in dnsperf (-c sockets or connections, -q
-			// outstanding queries in all): the two take turns, rounds times, and their
-			// medians are compared, so that a change of the machine's load during the run
-			// weighs on both. Odd rounds run dnsperf first, even ones dnsbench, so that
-			// neither always meets the server as the other left it.
+			// outstanding queries in all): each round runs dnsperf, dnsbench, dnsperf, so
+			// that a drift of the machine's speed during a round weighs on both tools
+			// alike; the round's ratio is dnsbench's QPS over the geometric mean of the two
+			// dnsperf runs. The second dnsperf over the first is the control: what the
+			// same tool reads against itself on this machine, the spread a ratio of 1.0
+			// has here.
 			for _, shape := range shapes {
 				w, st := shape[0], shape[1]
 				if !runs(fmt.Sprintf("%s/%dx%d", c.name, w, st)) {
 					continue
 				}
-				var perfQPS, benchQPS, perfCPU, benchCPU, ratios []float64
+				var perfQPS, benchQPS, perfCPU, benchCPU, ratios, controls []float64
 				perfLost := 0
 				for round := 1; round <= rounds; round++ {
-					var (
-						p                            dnsperfResult
-						r                            *dnsbench.Report
-						pcpu, pserver, rcpu, rserver float64
-					)
-					if round%2 == 1 {
-						p, pcpu, pserver = perf(w, w*st)
-						r, rcpu, rserver = bench(w, st)
-					} else {
-						r, rcpu, rserver = bench(w, st)
-						p, pcpu, pserver = perf(w, w*st)
-					}
-					perfLost += p.Lost
-					perfQPS, benchQPS = append(perfQPS, p.QPS), append(benchQPS, r.QPS)
-					perfCPU, benchCPU = append(perfCPU, pcpu), append(benchCPU, rcpu)
-					ratios = append(ratios, r.QPS/p.QPS)
-					b.Logf("%s max, %d x %d, round %d: dnsperf %.0f q/s, mean %.3f ms, %.1f us CPU/answer, server %.1f (lost %d); dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer, server %.1f (success %.4f); QPS ratio %.2f",
-						c.name, w, st, round, p.QPS, p.MeanMS, pcpu, pserver, p.Lost, r.QPS, r.Latency.Mean, rcpu, rserver, r.SuccessRate, r.QPS/p.QPS)
+					p, pcpu, pserver := perf(w, w*st)
+					r, rcpu, rserver := bench(w, st)
+					p2, pcpu2, pserver2 := perf(w, w*st)
+					perfLost += p.Lost + p2.Lost
+					pboth := math.Sqrt(p.QPS * p2.QPS)
+					perfQPS, benchQPS = append(perfQPS, pboth), append(benchQPS, r.QPS)
+					perfCPU, benchCPU = append(perfCPU, (pcpu+pcpu2)/2), append(benchCPU, rcpu)
+					ratios, controls = append(ratios, r.QPS/pboth), append(controls, p2.QPS/p.QPS)
+					b.Logf("%s max, %d x %d, round %d: dnsperf %.0f and %.0f q/s, mean %.3f and %.3f ms, %.1f and %.1f us CPU/answer, server %.1f and %.1f (lost %d); dnsbench %.0f q/s, mean %.3f ms, %.1f us CPU/answer, server %.1f (success %.4f); QPS ratio %.2f, control %.2f",
+						c.name, w, st, round, p.QPS, p2.QPS, p.MeanMS, p2.MeanMS, pcpu, pcpu2, pserver, pserver2, p.Lost+p2.Lost,
+						r.QPS, r.Latency.Mean, rcpu, rserver, r.SuccessRate, r.QPS/pboth, p2.QPS/p.QPS)
 				}
 				pq, bq := median(perfQPS), median(benchQPS)
 				b.Logf("%s max, %d x %d (dnsperf -c %d -q %d, dnsbench --workers %d --streams %d), medians of %d rounds: dnsperf %.0f q/s, %.1f us CPU/answer; dnsbench %.0f q/s, %.1f us CPU/answer; QPS ratio %.2f, CPU/answer ratio %.2f",
@@ -392,8 +388,9 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 					case hi < 1:
 						verdict = "below 1.0"
 					}
-					b.Logf("%s max, %d x %d: paired QPS ratio median %.3f, 95 %% interval [%.3f, %.3f] over %d rounds: %s",
-						c.name, w, st, median(ratios), lo, hi, rounds, verdict)
+					clo, chi, _ := medianInterval(controls)
+					b.Logf("%s max, %d x %d: paired QPS ratio median %.3f, 95 %% interval [%.3f, %.3f] over %d rounds: %s; control (dnsperf against itself) %.3f [%.3f, %.3f]",
+						c.name, w, st, median(ratios), lo, hi, rounds, verdict, median(controls), clo, chi)
 				}
 				if perfLost > 0 {
 					// dnsperf 2.10's DoH loses answers that come together on one
