@@ -320,6 +320,18 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 	// socket is dnsperf's default).
 	shapes := [][2]int{{workers, 1}, {4, workers / 4}, {1, workers}}
 	itoa := strconv.Itoa
+	// pairs prints the median of the paired QPS ratios with its interval, which says
+	// whether the QPS goal is met, missed, or beyond this machine's noise to tell,
+	// beside the control's, which says how far from 1.0 dnsperf reads against itself.
+	pairs := func(what string, ratios, controls []float64) {
+		lo, hi, ok := medianInterval(ratios)
+		if !ok {
+			return
+		}
+		clo, chi, _ := medianInterval(controls)
+		b.Logf("%s: paired QPS ratio median %.3f, 95 %% interval [%.3f, %.3f] over %d rounds: %s; control (dnsperf against itself) %.3f [%.3f, %.3f]: %s",
+			what, median(ratios), lo, hi, len(ratios), verdict(lo, hi), median(controls), clo, chi, verdict(clo, chi))
+	}
 	common := []string{"--queries", qf, "--timeout", timeout.String(), "--session-queries", "100000000"}
 	for range b.N {
 		for _, c := range []struct {
@@ -364,6 +376,8 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			// dnsperf runs. The second dnsperf over the first is the control: what the
 			// same tool reads against itself on this machine, the spread a ratio of 1.0
 			// has here.
+			var allRatios, allControls []float64 // of the shapes with a ratio
+			cells := 0
 			for _, shape := range shapes {
 				w, st := shape[0], shape[1]
 				if !runs(fmt.Sprintf("%s/%dx%d", c.name, w, st)) {
@@ -395,16 +409,16 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 					continue
 				}
 				// The rounds pair the tools under the same load of the machine, so the
-				// ratio of each pair is what varies least; its median with an interval
-				// says whether the QPS goal is met, missed, or beyond this machine's
-				// noise to tell, and the control's says how far from 1.0 dnsperf reads
-				// against itself.
-				if lo, hi, ok := medianInterval(ratios); ok {
-					clo, chi, _ := medianInterval(controls)
-					b.Logf("%s max, %d x %d: paired QPS ratio median %.3f, 95 %% interval [%.3f, %.3f] over %d rounds: %s; control (dnsperf against itself) %.3f [%.3f, %.3f]: %s",
-						c.name, w, st, median(ratios), lo, hi, rounds, verdict(lo, hi), median(controls), clo, chi, verdict(clo, chi))
-				}
+				// ratio of each pair is what varies least.
+				pairs(fmt.Sprintf("%s max, %d x %d", c.name, w, st), ratios, controls)
+				allRatios, allControls = append(allRatios, ratios...), append(allControls, controls...)
+				cells++
 				b.ReportMetric(bq/pq, fmt.Sprintf("%s-%dx%d-qps-ratio", c.name, w, st))
+			}
+			// The rounds of every shape together: one shape's interval is often as wide
+			// as the machine's noise; the rounds of several narrow it.
+			if cells > 1 {
+				pairs(fmt.Sprintf("%s max, %d shapes", c.name, cells), allRatios, allControls)
 			}
 			cancel()
 		}
@@ -486,5 +500,23 @@ func TestMedianInterval(t *testing.T) {
 	}
 	if _, _, ok := medianInterval([]float64{1, 2, 3, 4, 5}); ok {
 		t.Error("n=5: an interval, want none")
+	}
+}
+
+// TestVerdict checks where an interval lies against 1.0, its bounds included.
+func TestVerdict(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi float64
+		want   string
+	}{
+		{1.0, 1.2, "at least 1.0"},
+		{1.01, 1.2, "at least 1.0"},
+		{0.8, 0.99, "below 1.0"},
+		{0.8, 1.0, "cannot tell from 1.0"},
+		{0.99, 1.01, "cannot tell from 1.0"},
+	} {
+		if got := verdict(c.lo, c.hi); got != c.want {
+			t.Errorf("verdict(%v, %v) = %q, want %q", c.lo, c.hi, got, c.want)
+		}
 	}
 }
