@@ -344,7 +344,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			{"dot", "dot", "dot", s.DoT},
 			{"doh-get", "doh", "doh-get", s.DoH}, // dnsperf's default method is GET
 		} {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2*rounds*len(shapes))*(secs*time.Second+time.Minute))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(3*rounds*len(shapes))*(secs*time.Second+time.Minute))
 			// perf and bench return a run's result, its client's CPU per answer and the
 			// server's (this process's, which serves nothing else meanwhile).
 			perf := func(clients, outstanding int) (dnsperfResult, float64, float64) {
