@@ -75,15 +75,17 @@ func compareNet(b *testing.B, serverCPUs, clientCPUs []int) benchNet {
 			b.Errorf("two hosts: %v", err)
 		}
 	})
-	alias := labnet.Alias("dnsbench")
+	for _, ns := range []string{srv, cli} {
+		if _, err := r.IP(ctx, "netns", "add", ns); err != nil {
+			b.Fatalf("two hosts: %v", err)
+		}
+	}
+	if err := r.Veth(ctx, labnet.Alias("dnsbench"), srv, "srv0", "02:d9:00:01:00:01", cli, "cli0", "02:d9:00:01:00:02"); err != nil {
+		b.Fatalf("two hosts: %v", err)
+	}
 	steps := [][]string{
-		{"netns", "add", srv},
-		{"netns", "add", cli},
-		{"-n", srv, "link", "add", "srv0", "type", "veth", "peer", "name", "cli0", "netns", cli},
 		{"-n", srv, "address", "add", twoHostsServer + "/30", "dev", "srv0"},
 		{"-n", cli, "address", "add", twoHostsClient + "/30", "dev", "cli0"},
-		{"-n", srv, "link", "set", "srv0", "up", "alias", alias},
-		{"-n", cli, "link", "set", "cli0", "up", "alias", alias},
 		{"-n", srv, "link", "set", "lo", "up"},
 		{"-n", cli, "link", "set", "lo", "up"},
 		// Each side's received packets are processed on its own CPUs.

@@ -282,11 +282,11 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 	}
 	// Links are created inside the namespaces: no interface ever appears on the host.
 	for i := 0; i < in.Vantages; i++ {
-		if err := r.veth(ctx, labnet.Alias(in.Name), R, in.RouterIf(i), GatewayMAC(i), in.Vantage(i), in.VantageIf(i), VantageMAC(i)); err != nil {
+		if err := r.Veth(ctx, labnet.Alias(in.Name), R, in.RouterIf(i), GatewayMAC(i), in.Vantage(i), in.VantageIf(i), VantageMAC(i)); err != nil {
 			return err
 		}
 	}
-	if err := r.veth(ctx, labnet.Alias(in.Name), R, in.RouterInetIf(), "02:d9:00:00:ff:00", I, in.InetIf(), "02:d9:00:00:ff:01"); err != nil {
+	if err := r.Veth(ctx, labnet.Alias(in.Name), R, in.RouterInetIf(), "02:d9:00:00:ff:00", I, in.InetIf(), "02:d9:00:00:ff:01"); err != nil {
 		return err
 	}
 	steps := [][]string{}
@@ -322,7 +322,10 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 	return r.VerifyNoRouteOut(ctx, in)
 }
 
-func (r Runner) veth(ctx context.Context, alias, nsA, a, macA, nsB, b, macB string) error {
+// Veth joins namespaces nsA and nsB by a veth pair, a (MAC macA) in nsA and b (macB) in
+// nsB, brings both ends up marked with alias (labnet.Alias) and keeps IPv6 from
+// configuring itself on them. An existing a is kept as it is.
+func (r Runner) Veth(ctx context.Context, alias, nsA, a, macA, nsB, b, macB string) error {
 	if !r.linkExists(ctx, nsA, a) {
 		// A half-built pair (peer moved away or deleted) cannot exist: veths die in pairs.
 		if _, err := r.IP(ctx, "-n", nsA, "link", "add", a, "mtu", MTU, "address", macA, "type", "veth",
