@@ -147,6 +147,14 @@ class TreeMemory:
         self._thread.join()
 
 
+def parameters(db: str, out: str, weeks=None, vantages=None, siblings: str = "") -> dict:
+    """The parameters every notebook gets (each one's parameters cell declares them all,
+    those it does not use too, so that papermill warns of none)."""
+    # The notebooks run in notebooks/: a relative siblings path would be read from there.
+    return {"database_url": db, "weeks": weeks, "vantages": vantages, "output_dir": out,
+            "siblings_file": os.path.abspath(siblings) if siblings else ""}
+
+
 def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
         timeout: int = 1800, parallel: bool = True, siblings: str = "") -> dict:
     """Execute the notebooks into a new dated folder; return a summary dict.
@@ -159,9 +167,7 @@ def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     summary = {"folder": out, "database": _redact(db), "weeks": weeks, "vantages": vantages,
                "started": dt.datetime.now(dt.UTC).isoformat(), "notebooks": {}}
-    # The notebooks run in notebooks/: a relative siblings path would be read from there.
-    params = {"database_url": db, "weeks": weeks, "vantages": vantages, "output_dir": out,
-              "siblings_file": os.path.abspath(siblings) if siblings else ""}
+    params = parameters(db, out, weeks, vantages, siblings)
     with TreeMemory() as mem:
         if parallel and len(notebooks) > 1:
             # spawn, not fork: a fork while TreeMemory's thread (or psycopg's, logging's)

@@ -3,6 +3,7 @@ synthetic database; the report must hold the HTML, the study's figures as PNG an
 and the numbers derived from the spec (version-pair totals, port shares, retention,
 DoX count, DoQ round-trip classes) in the executed notebooks."""
 
+import ast
 import json
 import os
 
@@ -53,6 +54,19 @@ def test_source_notebooks_valid(name):
     nbformat.validate(nbformat.from_dict(raw))
     ids = [c["id"] for c in raw["cells"]]
     assert len(set(ids)) == len(ids), f"{name}.ipynb: duplicate cell ids"
+
+
+@pytest.mark.parametrize("name", report.NOTEBOOKS)
+def test_notebooks_declare_every_parameter(name):
+    """Each notebook's parameters cell assigns every parameter the report passes, so
+    papermill injects none it does not know (it warns "Passed unknown parameter")."""
+    nb = nbformat.read(os.path.join(report.REPO, "notebooks", f"{name}.ipynb"), as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(cells) == 1, f"{name}.ipynb: {len(cells)} parameters cells"
+    declared = {t.id for node in ast.walk(ast.parse(cells[0].source)) if isinstance(node, ast.Assign)
+                for t in node.targets if isinstance(t, ast.Name)}
+    missing = set(report.parameters("", "")) - declared
+    assert not missing, f"{name}.ipynb: parameters cell lacks {sorted(missing)}"
 
 
 def test_figures_written(executed, spec):
