@@ -49,13 +49,14 @@ func NewPacketConn(c *net.UDPConn) (*PacketConn, error) {
 	return &PacketConn{c: c, rc: rc}, nil
 }
 
-// ReadFrom reads one datagram and logs its kernel receive time.
+// ReadFrom reads one datagram and logs its kernel receive time (and a long-header
+// datagram's checksum: Log.ArrivalOfDatagram).
 func (c *PacketConn) ReadFrom(p []byte) (int, net.Addr, error) {
 	n, from, at, err := Recv(c.rc, p, false)
 	if err != nil {
 		return 0, nil, err
 	}
-	c.Log.Received(at)
+	c.Log.ReceivedDatagram(p[:n], at)
 	return n, udpAddr(from), nil
 }
 

@@ -13,6 +13,7 @@ package kstamp
 import (
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"io"
 	"net"
 	"os"
@@ -256,16 +257,39 @@ func timespec(data []byte) time.Time {
 // floods the socket only pushes old entries out.
 const maxLog = 256
 
+// maxDatagrams bounds the long-header datagrams a Log keeps by checksum (see
+// ArrivalOfDatagram): a QUIC handshake takes a handful; the first ones are kept, so a
+// flood that follows a handshake cannot push the handshake's out.
+const maxDatagrams = 64
+
 // Log remembers, for each read of a connection, when the read returned (user time) and
-// when its packet reached the host (kernel time), and the first write after Arm.
+// when its packet reached the host (kernel time); the first write of the socket and the
+// first write after Arm; and, for the first long-header QUIC datagrams read (RFC 9000
+// §17.2), their payload checksum with their kernel time.
 type Log struct {
 	mu         sync.Mutex
 	recs       []rec
 	armed      bool
 	firstWrite time.Time
+	origin     time.Time // the socket's first write
+	datagrams  []datagram
 }
 
 type rec struct{ user, kernel time.Time }
+
+// datagram is a long-header datagram's CRC-32C (Castagnoli) over its UDP payload, the
+// checksum quic-go's qlog gives each received long-header packet
+// (datagram_payload_checksum), and its kernel receive time.
+type datagram struct {
+	sum    uint32
+	kernel time.Time
+}
+
+// castagnoli is the CRC-32C table (quic-go's qlog.CalculateDatagramPayloadChecksum).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// DatagramChecksum is the checksum ArrivalOfDatagram matches: CRC-32C of the UDP payload.
+func DatagramChecksum(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
 
 // Received records a read that returned now with kernel time at (ignored when zero).
 func (l *Log) Received(at time.Time) {
@@ -274,12 +298,52 @@ func (l *Log) Received(at time.Time) {
 	}
 	now := time.Now()
 	l.mu.Lock()
+	l.push(rec{user: now, kernel: at})
+	l.mu.Unlock()
+}
+
+// ReceivedDatagram records the read of datagram p that returned now with kernel time at
+// (ignored when zero), keeping the checksum of a long-header datagram (see
+// ArrivalOfDatagram).
+func (l *Log) ReceivedDatagram(p []byte, at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	now := time.Now()
+	var sum uint32
+	long := len(p) > 0 && p[0]&0x80 != 0 // RFC 9000 §17.2: the header form bit
+	if long {
+		sum = DatagramChecksum(p)
+	}
+	l.mu.Lock()
+	l.push(rec{user: now, kernel: at})
+	if long && len(l.datagrams) < maxDatagrams {
+		l.datagrams = append(l.datagrams, datagram{sum: sum, kernel: at})
+	}
+	l.mu.Unlock()
+}
+
+func (l *Log) push(r rec) {
 	if len(l.recs) == maxLog {
 		copy(l.recs, l.recs[maxLog/2:])
 		l.recs = l.recs[:maxLog/2]
 	}
-	l.recs = append(l.recs, rec{user: now, kernel: at})
-	l.mu.Unlock()
+	l.recs = append(l.recs, r)
+}
+
+// ArrivalOfDatagram returns the kernel receive time of the first long-header datagram
+// read whose payload checksum is sum (DatagramChecksum) and that arrived at or after
+// since: the datagram a QUIC stack's qlog names by its checksum (a duplicate that arrived
+// later is not the one that counted). It reports false when no such datagram was kept.
+func (l *Log) ArrivalOfDatagram(sum uint32, since time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, d := range l.datagrams {
+		if d.sum == sum && !d.kernel.Before(since) {
+			return d.kernel, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // Arrival returns the kernel receive time of the latest read that returned at or before
@@ -310,13 +374,27 @@ func (l *Log) Arm() {
 	l.mu.Unlock()
 }
 
-// Wrote records a write about to be issued (the first after Arm counts).
+// Wrote records a write about to be issued (the first after Arm counts, and the
+// socket's first of all: see FirstSent).
 func (l *Log) Wrote() {
+	now := time.Now()
 	l.mu.Lock()
 	if l.armed && l.firstWrite.IsZero() {
-		l.firstWrite = time.Now()
+		l.firstWrite = now
+	}
+	if l.origin.IsZero() {
+		l.origin = now
 	}
 	l.mu.Unlock()
+}
+
+// FirstSent returns the time of the socket's first write (taken right before the
+// syscall), whatever Arm did since, or false if nothing was written: a QUIC
+// connection's first Initial on the connection's own socket.
+func (l *Log) FirstSent() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.origin, !l.origin.IsZero()
 }
 
 // Sent returns the time of the first write since Arm (taken right before the syscall),

@@ -260,8 +260,12 @@ func (c *quicConn) close() {
 // version and NEW_TOKEN token (so neither Version Negotiation nor Retry can affect the
 // measured handshake, the study's Sect. 2), and its session ticket in resumed/0-RTT modes.
 // The handshake time runs from the first Initial's send to the arrival (kernel
-// timestamp) of the datagram that completed the handshake, so neither building the
-// ClientHello nor our processing of the server's flight is counted.
+// timestamp) of the datagram whose packet completed the handshake, in every mode (0-RTT
+// too, where the dial returns before the handshake completes): the qlog names that
+// datagram by its checksum (finishQUIC), so neither building the ClientHello, nor our
+// processing of the server's flight, nor a datagram that arrived after it (0.5-RTT data,
+// an answer to 0-RTT data) is counted. Until finishQUIC has the qlog, and where there is
+// none (Request.NoQlog), the handshake ends at the last arrival before the dial returned.
 func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql *qlogBuffer) (*quicConn, error) {
 	tconf, err := tlsConfig(req, alpn)
 	if err != nil {
@@ -328,7 +332,7 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 	if req.Mode != Mode0RTT {
 		done := time.Now()
 		res.HandshakeWall, res.HasHandshake = done.Sub(res.StartedAt), true
-		if first, ok := log.Sent(); ok {
+		if first, ok := log.FirstSent(); ok {
 			if k, ok := log.Arrival(first, done); ok {
 				res.Handshake, res.handshakeStamped = k.Sub(first), true
 				res.CryptoFrom, res.CryptoTo = first, k
@@ -337,6 +341,27 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		recordQUICState(req, res, conn)
 	}
 	return qc, nil
+}
+
+// stampHandshake ends the handshake at the kernel arrival of the datagram the qlog says
+// completed it (Trace.CompletedBy), from the socket's first write; false when the log
+// has no such datagram (then the handshake keeps what it had).
+func stampHandshake(res *Result, log *kstamp.Log, tr *qlogana.Trace) bool {
+	sum, ok := tr.CompletedBy()
+	if !ok || log == nil {
+		return false
+	}
+	first, ok := log.FirstSent()
+	if !ok {
+		return false
+	}
+	k, ok := log.ArrivalOfDatagram(sum, first)
+	if !ok {
+		return false
+	}
+	res.Handshake, res.handshakeStamped = k.Sub(first), true
+	res.CryptoFrom, res.CryptoTo = first, k
+	return true
 }
 
 // listenStamped opens the UDP socket of a connection to addr, bound to the route's
@@ -376,9 +401,11 @@ func recordQUICState(req *Request, res *Result, conn *quic.Conn) {
 }
 
 // finishQUIC closes conn, collects the qlog and takes the handshake time and the
-// token/Retry/VN flags from it: packet timestamps are taken by quic-go's connection
-// goroutine right at the send/receive, closer to the wire than the wall clock around
-// DialAddr (kept in HandshakeWall).
+// token/Retry/VN flags from it. The handshake ends at the kernel arrival of the datagram
+// the qlog names (stampHandshake); failing that, at the last arrival before the dial
+// returned (dialQUIC), else at the qlog's own time of completion (quic-go's connection
+// goroutine takes it when it got to the packet), else the wall clock around the dial
+// (HandshakeWall).
 func finishQUIC(conn *quicConn, res *Result, ql *qlogBuffer) {
 	start := time.Now()
 	if conn != nil {
@@ -418,11 +445,22 @@ func finishQUIC(conn *quicConn, res *Result, ql *qlogBuffer) {
 		res.TokenUsed = boolp(true)
 	}
 	res.RetrySeen, res.VNSeen = boolp(a.Retry), boolp(a.VersionNegotiation)
+	if a.HandshakeNS > 0 {
+		res.HasHandshake = true // 0-RTT: the handshake completed after the wait for it ended
+	}
+	if !res.HasHandshake {
+		return
+	}
+	var log *kstamp.Log
+	if conn != nil {
+		log = conn.log
+	}
 	switch {
-	case res.handshakeStamped: // kernel timestamps beat the qlog's (taken when quic-go got to the packet)
+	case stampHandshake(res, log, tr):
+	case res.handshakeStamped:
 	case a.HandshakeNS > 0:
-		res.Handshake, res.HasHandshake = time.Duration(a.HandshakeNS), true
-	case res.HasHandshake:
+		res.Handshake = time.Duration(a.HandshakeNS)
+	default:
 		res.Handshake = res.HandshakeWall
 	}
 }

@@ -122,7 +122,10 @@ type packetData struct {
 	Raw struct {
 		Length int `json:"length"`
 	} `json:"raw"`
-	Frames []struct {
+	// Checksum is quic-go's datagram_payload_checksum of a received long-header packet:
+	// CRC-32C of the datagram that carried it.
+	Checksum *uint32 `json:"datagram_payload_checksum"`
+	Frames   []struct {
 		FrameType string `json:"frame_type"`
 		Offset    int64  `json:"offset"`
 		Length    int64  `json:"length"`
@@ -154,7 +157,18 @@ type Trace struct {
 	haveMinRTT  bool
 	lostAt      []int64
 	truncated   bool // cut: a TruncatedEvent record, or the input ended inside a record
+	// completedBy is the datagram_payload_checksum of the packet whose processing
+	// completed the handshake (the last packet received before the handshake_complete
+	// state update, in record order); hasCompletedBy: the qlog names one.
+	completedBy    uint32
+	hasCompletedBy bool
 }
+
+// CompletedBy returns the checksum (CRC-32C of the UDP payload, as quic-go's qlog gives
+// it) of the datagram whose packet completed the handshake: the server's flight's last
+// datagram that the client needed, whenever the client got to it. false when the
+// handshake did not complete or the qlog does not give the checksum.
+func (tr *Trace) CompletedBy() (uint32, bool) { return tr.completedBy, tr.hasCompletedBy }
 
 // Truncated reports whether the qlog was cut: it ends with a TruncatedEvent record
 // (its writer reached its bound) or inside a record (cut by a crash or a copy).
@@ -173,17 +187,20 @@ func Analyze(qlog []byte, opts ...Options) (*Analysis, error) {
 // NDJSON, JSON, gzip of any), one or more traces. It never panics on any input.
 func Parse(qlog []byte) (*Trace, error) {
 	var (
-		pkts       []packet
-		completeNS int64 = -1
-		minRTT     float64
-		lostAt     []int64
-		haveMinRTT bool
-		truncated  bool
-		firstRef   time.Time
-		offset     int64
-		version    string // the last long-header version the server used
-		chosen     string // version_information's chosen_version
-		offered    string // the version of our last long-header packet
+		pkts           []packet
+		completeNS     int64 = -1
+		minRTT         float64
+		lostAt         []int64
+		haveMinRTT     bool
+		truncated      bool
+		firstRef       time.Time
+		offset         int64
+		lastRecvSum    *uint32 // the checksum of the last packet received, in record order
+		completedBy    uint32
+		hasCompletedBy bool
+		version        string // the last long-header version the server used
+		chosen         string // version_information's chosen_version
+		offered        string // the version of our last long-header packet
 	)
 	src, err := readEvents(qlog, func(e *event) error {
 		if e.header {
@@ -223,6 +240,9 @@ func Parse(qlog []byte) (*Trace, error) {
 				version = d.Header.Version
 			}
 			pkts = append(pkts, p)
+			if !p.sent {
+				lastRecvSum = d.Checksum
+			}
 		case "transport:version_information":
 			var d struct {
 				Chosen string `json:"chosen_version"`
@@ -236,6 +256,9 @@ func Parse(qlog []byte) (*Trace, error) {
 			}
 			if json.Unmarshal(e.data, &d) == nil && d.New == "handshake_complete" && completeNS < 0 {
 				completeNS = t
+				if lastRecvSum != nil {
+					completedBy, hasCompletedBy = *lastRecvSum, true
+				}
 			}
 		case "recovery:metrics_updated":
 			var d struct {
@@ -269,7 +292,7 @@ func Parse(qlog []byte) (*Trace, error) {
 		}
 	}
 	tr := &Trace{pkts: pkts, completeNS: completeNS, minRTT: minRTT, haveMinRTT: haveMinRTT, lostAt: lostAt, Source: src,
-		truncated: truncated || src.Truncated}
+		truncated: truncated || src.Truncated, completedBy: completedBy, hasCompletedBy: hasCompletedBy}
 	if v, err := strconv.ParseUint(strings.TrimPrefix(version, "0x"), 16, 32); err == nil && v != 0 {
 		tr.QUICVersion = uint32(v)
 	}
