@@ -103,6 +103,18 @@ type Analysis struct {
 	// analysed as usual; a handshake that does not complete within it is not explained
 	// (Cause unknown, HandshakeNS 0), as a lost end could hold any cause.
 	Truncated bool
+
+	lostAt []int64 // when quic-go declared our packets lost, before the handshake completed
+}
+
+// lostBefore reports whether quic-go had declared a packet of ours lost at or before t.
+func (a *Analysis) lostBefore(t int64) bool {
+	for _, l := range a.lostAt {
+		if l <= t {
+			return true
+		}
+	}
+	return false
 }
 
 // Flight is one server flight: packets received together.
@@ -310,6 +322,7 @@ func (tr *Trace) Analyze(opts ...Options) (*Analysis, error) {
 	for _, t := range lostAt {
 		if completeNS < 0 || t <= completeNS { // loss after the handshake does not explain it
 			a.LostPackets++
+			a.lostAt = append(a.lostAt, t)
 		}
 	}
 	if opt.RTTNS > 0 {
@@ -337,18 +350,32 @@ func (tr *Trace) Analyze(opts ...Options) (*Analysis, error) {
 }
 
 // scan walks the packets: flags, retransmissions, flights and the stall test.
+//
+// A server flight is what the server sent without waiting for us. The server's
+// packets may reach us spread out (its own processing, pacing, a loaded host: a
+// datagram of the flight can even arrive after an ACK of ours), and our client's timers
+// may send probes in between: neither makes a round trip. A received packet that moves
+// the handshake on starts a new flight only when the server had to wait for something
+// we sent (newFlight), or retransmits CRYPTO it had sent (its own loss recovery).
 func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	firstInitial := true
-	clientRetrans, serverRetrans := 0, 0
+	serverRetrans := 0
 	sentCrypto := map[string]bool{}
 	recvCrypto := map[string]bool{}
+	sentEnd := map[string]int64{} // per packet type: the end of the CRYPTO data we sent
+	// The server's CRYPTO stream per packet type: where it ends so far, and since when a
+	// hole below that end is open (data beyond it arrived first). A hole filled at least
+	// gap later was lost and sent again (the server learnt of it from our ACK, or its
+	// timer fired); one filled sooner was reordering.
+	recvEnd := map[string]int64{}
+	holeSince := map[string]int64{}
+	recovered := false // the server resent CRYPTO it had lost
 	gap := int64(float64(a.RTTNS) * flightGapRatio)
-	sentSince := true
+	var sends []send // our packets of the current attempt
+	flightSends := 0 // index into sends: the first sent since the current flight began
 	lastProgress := int64(math.MinInt64)
-	preFlightBytes := 0
-	attemptClientBytes, attemptStartFlight := 0, 0
-	attemptFirstSend := int64(-1)
-	seenRecvInAttempt := false
+	preFlightBytes, serverBytes := 0, 0 // the server's bytes before the attempt's first flight, in the attempt
+	attemptClientBytes, attemptStartFlight, attemptFlights := 0, 0, 0
 	for _, p := range pkts {
 		if p.sent && p.ptype == "initial" && firstInitial {
 			a.TokenUsed, firstInitial = p.token, false
@@ -361,22 +388,42 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 		if completeNS >= 0 && p.t > completeNS {
 			continue // what happens after the handshake completed does not explain it
 		}
+		retrans, newCrypto, filled := false, false, false
 		for _, c := range p.crypto {
 			k := fmt.Sprintf("%s/%d", p.ptype, c[0])
 			m := recvCrypto
 			if p.sent {
 				m = sentCrypto
 			}
-			if m[k] {
+			dup := m[k]
+			if dup {
 				a.Retransmissions++
-				if p.sent {
-					clientRetrans++
-				} else {
+				retrans = true
+				if !p.sent {
 					serverRetrans++
 				}
 			}
 			m[k] = true
+			end := c[0] + c[1]
+			switch {
+			case p.sent:
+				if end > sentEnd[p.ptype] {
+					sentEnd[p.ptype], newCrypto = end, true
+				}
+			case c[0] > recvEnd[p.ptype]:
+				if _, open := holeSince[p.ptype]; !open {
+					holeSince[p.ptype] = p.t
+				}
+			case c[0] < recvEnd[p.ptype] && !dup:
+				if since, open := holeSince[p.ptype]; open && p.t-since >= gap {
+					filled = true
+				}
+			}
+			if !p.sent && end > recvEnd[p.ptype] {
+				recvEnd[p.ptype] = end
+			}
 		}
+		recovered = recovered || filled
 		if !p.sent && p.ptype == "version_negotiation" {
 			a.VersionNegotiation = true
 		}
@@ -384,27 +431,37 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 			a.Retry = true
 		}
 		if p.sent {
-			sentSince = true
-			// The budget of the server's first flight is what our first burst gave it.
-			// A PTO probe sent later (on a path longer than the client's initial PTO,
-			// ~200 ms in quic-go) raises the budget only after the first flight left.
-			if attemptFirstSend < 0 {
-				attemptFirstSend = p.t
-			}
-			if !seenRecvInAttempt && (gap <= 0 || p.t-attemptFirstSend < gap) {
-				attemptClientBytes += p.length
-			}
+			sends = append(sends, send{t: p.t, length: p.length, newCrypto: newCrypto})
 			continue
 		}
-		// Only packets that move the handshake on (CRYPTO, Retry, VN) start a flight: a
-		// server's ACK-only reply to our first Initial (two Initials with a hybrid key
-		// share) belongs to the flight that answers the ClientHello.
-		progress := len(p.crypto) > 0 || p.ptype == "retry" || p.ptype == "version_negotiation"
-		if progress && (len(a.Flights) == 0 || (sentSince && p.t-lastProgress >= gap && p.t > lastProgress)) {
-			a.Flights = append(a.Flights, Flight{StartNS: p.t, Bytes: preFlightBytes})
-			preFlightBytes = 0
+		serverBytes += p.length
+		restart := p.ptype == "retry" || p.ptype == "version_negotiation"
+		progress := len(p.crypto) > 0 || restart
+		if progress {
+			var starts bool
+			switch {
+			case attemptFlights == 0:
+				// The attempt's first flight. Its budget is what reached the server
+				// before it left: what we sent at least gap before it arrived (the
+				// second Initial of a hybrid key share leaves a millisecond after the
+				// first; a probe sent just before the flight arrived came too late).
+				attemptClientBytes = bytesUntil(sends, p.t-gap)
+				starts = true
+			case restart:
+				starts = true
+			case retrans || filled:
+				starts = p.t-lastProgress >= gap
+			default:
+				starts = a.newFlight(p.t, sends[flightSends:], gap, serverBytes-p.length, bytesUntil(sends, lastProgress-gap))
+			}
+			if starts {
+				a.Flights = append(a.Flights, Flight{StartNS: p.t, Bytes: preFlightBytes})
+				preFlightBytes = 0
+				flightSends = len(sends)
+				attemptFlights++
+			}
 		}
-		if len(a.Flights) == 0 {
+		if len(a.Flights) == 0 || attemptFlights == 0 {
 			preFlightBytes += p.length
 			continue
 		}
@@ -415,18 +472,19 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 			f.HandshakeCrypt = true
 		}
 		if progress {
-			lastProgress, sentSince = p.t, false
+			lastProgress = p.t
 		}
-		seenRecvInAttempt = true
-		if p.ptype == "retry" || p.ptype == "version_negotiation" {
+		if restart {
 			// A new attempt starts: Initial state and the budget start over
-			// (RFC 9000 §6.2, §17.2.5.2).
-			attemptClientBytes, attemptStartFlight, seenRecvInAttempt, preFlightBytes = 0, len(a.Flights), false, 0
-			attemptFirstSend = -1
-			sentSince = true
-			// The new attempt resends the ClientHello from offset 0: not a retransmission.
+			// (RFC 9000 §6.2, §17.2.5.2). The new attempt resends the ClientHello from
+			// offset 0: not a retransmission.
+			attemptClientBytes, attemptStartFlight, attemptFlights = 0, len(a.Flights), 0
+			sends, flightSends, preFlightBytes, serverBytes = nil, 0, 0, 0
 			clear(sentCrypto)
 			clear(recvCrypto)
+			clear(sentEnd)
+			clear(recvEnd)
+			clear(holeSince)
 		}
 	}
 	a.RoundTrips = len(a.Flights)
@@ -438,8 +496,7 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	}
 	// A stall: at some flight boundary of the final attempt, everything the server had
 	// sent so far is about its 3x budget, and the next flight carries more Handshake
-	// CRYPTO (the rest of its first flight, released by our ACK). Usually the boundary
-	// is the first one; a loaded client can split a flight, so every boundary is tried.
+	// CRYPTO (the rest of its first flight, released by our ACK).
 	budget := AmplificationFactor * attemptClientBytes
 	cum := 0
 	for k := 0; k+1 < len(att) && attemptClientBytes > 0; k++ {
@@ -454,17 +511,54 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 			break
 		}
 	}
-	// Loss: quic-go declared a packet lost, or the server's CRYPTO arrived twice, or we
-	// retransmitted and the handshake took more flights than the other causes explain.
-	// A retransmission on PTO while the reply is still on its way (the first PTO on a
-	// long path fires before the first RTT sample) is spurious and costs nothing.
-	explained := 1
-	for _, f := range []bool{a.VersionNegotiation, a.Retry, a.AmplificationStall} {
-		if f {
-			explained++
+	// Loss: quic-go declared a packet of ours lost, or the server's CRYPTO arrived twice
+	// (it retransmitted) or filled a hole late (it resent what the path lost). Our own
+	// retransmissions are not evidence: a probe our client sends on its timer while the
+	// server's flight is on its way (a quick ACK gave a small RTT sample, the first PTO
+	// on a long path) costs nothing.
+	a.Loss = a.LostPackets > 0 || serverRetrans > 0 || recovered
+}
+
+// send is a packet we sent: when, its length, and whether it carried CRYPTO data we had
+// not sent before (a ClientHello after a HelloRetryRequest, our Finished).
+type send struct {
+	t         int64
+	length    int
+	newCrypto bool
+}
+
+// bytesUntil is the length of the sends at or before t.
+func bytesUntil(sends []send, t int64) int {
+	n := 0
+	for _, s := range sends {
+		if s.t <= t {
+			n += s.length
 		}
 	}
-	a.Loss = a.LostPackets > 0 || serverRetrans > 0 || (clientRetrans > 0 && a.RoundTrips > explained)
+	return n
+}
+
+// newFlight reports whether a packet that moves the handshake on, received at t, began a
+// new server flight: the server waited for one of the packets we sent since the current
+// flight began (since: those packets), at least gap before t (it cannot answer sooner),
+// because that packet carried CRYPTO data it needed, or because it had used its
+// anti-amplification budget (serverBytes, the attempt's bytes before this packet, reached
+// stallFillRatio of 3x clientBytes, our bytes that reached it before its last packet; our
+// packet raised the budget), or because quic-go had declared one of our packets lost
+// (what we sent replaced what the server never got).
+func (a *Analysis) newFlight(t int64, since []send, gap int64, serverBytes, clientBytes int) bool {
+	for _, s := range since {
+		if t-s.t < gap {
+			break
+		}
+		if s.newCrypto || a.lostBefore(t) {
+			return true
+		}
+		if clientBytes > 0 && float64(serverBytes) >= stallFillRatio*float64(AmplificationFactor*clientBytes) {
+			return true
+		}
+	}
+	return false
 }
 
 // amplificationSlack tolerates per-packet accounting differences between the qlog's
