@@ -83,6 +83,12 @@ func (c captures) exchange(local, remote netip.AddrPort, proto uint8, from, to t
 	if !ok {
 		return span{}, false
 	}
+	return c.span(local, remote, proto, s, e)
+}
+
+// span is the wire span s..e (at the vantage's link) of the flow between local and
+// remote, with the server's and the client's turns in it.
+func (c captures) span(local, remote netip.AddrPort, proto uint8, s, e time.Time) (span, bool) {
 	si, ok1 := c.vant.Across(c.inet, local, remote, proto, s)
 	ei, ok2 := c.vant.Across(c.inet, remote, local, proto, e)
 	if !ok1 || !ok2 {
@@ -95,7 +101,8 @@ func (c captures) exchange(local, remote netip.AddrPort, proto uint8, from, to t
 
 // handshake is the handshake's span, composed as the measurer composes it (TCP: SYN to
 // SYN-ACK; TLS: ClientHello to the server's last flight; QUIC: first Initial to the
-// datagram that completed the handshake).
+// datagram that ended the server's handshake flight, told from the packet types on the
+// wire, wirecap.Index.QUICHandshake, not from the stamp the client reported).
 func (w *wireSpans) handshake(c captures, it wireItem) (span, bool) {
 	res, local := it.res, it.res.Local
 	var d span
@@ -110,12 +117,15 @@ func (w *wireSpans) handshake(c captures, it wireItem) (span, bool) {
 		}
 		d = d.plus(span{vh.Duration(), ih.Reply.Sub(ih.LastSYN), 0})
 	}
-	if !res.CryptoFrom.IsZero() {
-		proto := uint8(wirecap.ProtoTCP)
-		if res.Protocol == measure.DoQ || res.Protocol == measure.DoH3 {
-			proto = wirecap.ProtoUDP
+	if res.Protocol == measure.DoQ || res.Protocol == measure.DoH3 {
+		s, e, ok := c.vant.QUICHandshake(local, it.remote, res.CryptoFrom)
+		if !ok {
+			return span{}, false
 		}
-		x, ok := c.exchange(local, it.remote, proto, res.CryptoFrom, res.CryptoTo)
+		return c.span(local, it.remote, wirecap.ProtoUDP, s, e)
+	}
+	if !res.CryptoFrom.IsZero() {
+		x, ok := c.exchange(local, it.remote, wirecap.ProtoTCP, res.CryptoFrom, res.CryptoTo)
 		if !ok {
 			return span{}, false
 		}
@@ -124,9 +134,8 @@ func (w *wireSpans) handshake(c captures, it wireItem) (span, bool) {
 	return d, true
 }
 
-// resolve is the first query's span.
-func (w *wireSpans) resolve(c captures, it wireItem) (span, bool) {
-	q := it.res.First()
+// resolve is query q's span.
+func (w *wireSpans) resolve(c captures, it wireItem, q measure.Query) (span, bool) {
 	proto := uint8(wirecap.ProtoTCP)
 	switch it.res.Protocol {
 	case measure.DoUDP, measure.DoQ, measure.DoH3:
@@ -158,16 +167,22 @@ func (w *wireSpans) figures(c captures) wireFigures {
 				f.unmatched++
 			}
 		}
-		if d, ok := w.resolve(c, it); ok {
+		for _, q := range it.res.Queries {
+			if q.Status != measure.StatusOK {
+				continue
+			}
+			d, ok := w.resolve(c, it, q)
+			if !ok {
+				f.unmatched++
+				continue
+			}
 			for _, g := range []*wireFigures{&f, pf} {
-				g.resClient = append(g.resClient, it.res.First().Resolve-d.wire)
+				g.resClient = append(g.resClient, q.Resolve-d.wire)
 				g.resServer = append(g.resServer, d.server)
 				if it.wantRes > 0 {
 					g.resLine = append(g.resLine, d.wire-d.server-d.client-it.wantRes)
 				}
 			}
-		} else {
-			f.unmatched++
 		}
 	}
 	return f

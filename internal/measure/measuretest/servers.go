@@ -81,6 +81,11 @@ type Config struct {
 	QUICVersions []quic.Version
 	// DropDatagrams: indices (0-based) of the DoQ server's outgoing datagrams to drop.
 	DropDatagrams []int
+	// SplitFlight holds the second datagram the QUIC servers send to each client
+	// address (and what follows it to that address) for this long: a server whose first
+	// flight leaves as two datagrams apart (its own processing, a loaded host), with the
+	// client's ACK of the first in between on a short path.
+	SplitFlight time.Duration
 	// QUICDelay delays every datagram the QUIC servers send: an emulated RTT on
 	// loopback (the testbed's delay line does this for every protocol).
 	QUICDelay time.Duration
@@ -485,12 +490,15 @@ func (s *Servers) startDoH(tb testing.TB, ctx context.Context, cfg Config) {
 
 // shapedConn drops the listed outgoing datagrams (0-based indices) and delays the others
 // by a fixed one-way delay, in order: an emulated path for the QUIC servers on loopback.
+// split holds each client address's second datagram (Config.SplitFlight).
 type shapedConn struct {
 	net.PacketConn
 	mu    sync.Mutex
 	n     int
 	drop  map[int]bool
 	delay time.Duration
+	split time.Duration
+	sent  map[string]int // datagrams sent to each address (split)
 	queue chan delayed
 }
 
@@ -508,10 +516,25 @@ func (c *shapedConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 	if c.drop[i] {
 		return len(b), nil
 	}
-	if c.delay <= 0 {
+	due := time.Now().Add(c.delay)
+	if c.split > 0 {
+		// The address's second datagram waits; what follows it to the address goes
+		// through the queue too, which is sent in order, so it stays behind.
+		c.mu.Lock()
+		k := addr.String()
+		c.sent[k]++
+		n := c.sent[k]
+		c.mu.Unlock()
+		switch {
+		case n == 2:
+			due = due.Add(c.split)
+		case n < 2 && c.delay <= 0:
+			return c.PacketConn.WriteTo(b, addr)
+		}
+	} else if c.delay <= 0 {
 		return c.PacketConn.WriteTo(b, addr)
 	}
-	c.queue <- delayed{due: time.Now().Add(c.delay), b: append([]byte(nil), b...), addr: addr}
+	c.queue <- delayed{due: due, b: append([]byte(nil), b...), addr: addr}
 	return len(b), nil
 }
 
@@ -541,8 +564,9 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 		tb.Fatal(err)
 	}
 	var pc net.PacketConn = udp
-	if len(cfg.DropDatagrams) > 0 || cfg.QUICDelay > 0 {
-		sc := &shapedConn{PacketConn: udp, drop: map[int]bool{}, delay: cfg.QUICDelay, queue: make(chan delayed, 4096)}
+	if len(cfg.DropDatagrams) > 0 || cfg.QUICDelay > 0 || cfg.SplitFlight > 0 {
+		sc := &shapedConn{PacketConn: udp, drop: map[int]bool{}, delay: cfg.QUICDelay, split: cfg.SplitFlight,
+			sent: map[string]int{}, queue: make(chan delayed, 4096)}
 		for _, i := range cfg.DropDatagrams {
 			sc.drop[i] = true
 		}

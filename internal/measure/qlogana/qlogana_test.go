@@ -92,6 +92,15 @@ func TestAnalyzeNormal(t *testing.T) {
 	}
 }
 
+// TestAnalyzeSplitFlight: a server whose first flight leaves as two datagrams 12 ms apart
+// (one RTT is 15 ms here), with our ACK of the first in between, took one round trip.
+func TestAnalyzeSplitFlight(t *testing.T) {
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", QUICDelay: delay, SplitFlight: 12 * time.Millisecond, ChainBytes: 1200})
+	w, m := pair(t, s)
+	check(t, "warm-up", w, qlogana.Cause1RTT, 1)
+	check(t, "measured", m, qlogana.Cause1RTT, 1)
+}
+
 func TestAnalyzeRetry(t *testing.T) {
 	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", QUICDelay: delay, Retry: true})
 	w, m := pair(t, s)

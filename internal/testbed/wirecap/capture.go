@@ -27,11 +27,13 @@ import (
 // tcpdump settings of a capture.
 const (
 	tcpdumpBin = "tcpdump"
-	// SnapLen holds the link, IPv4 (with options) and TCP (with options) headers; the
-	// payload size comes from the IP total length, so nothing else is needed.
-	SnapLen = 128
-	// BufferKiB is the kernel capture buffer (tcpdump -B): ~250,000 snapped packets.
-	BufferKiB = 32768
+	// SnapLen holds a whole packet of the testbed's 1,500-byte links: the payload size
+	// comes from the IP total length, but the QUIC packets coalesced into a datagram can
+	// only be told by walking their headers (Packet.QUIC), and a server's Initial
+	// carrying a hybrid key share's ServerHello is itself over a thousand bytes.
+	SnapLen = 1600
+	// BufferKiB is the kernel capture buffer (tcpdump -B): ~80,000 full packets.
+	BufferKiB = 131072
 	// VantageFilter is what ForVantage captures (the measurements' traffic).
 	VantageFilter = "tcp or udp"
 	// flushTimeout bounds the wait for the end-of-capture marker in Stop, and
@@ -110,7 +112,7 @@ type Capture struct {
 
 // Start runs tcpdump on iface inside network namespace ns ("" for the current one):
 //
-//	ip netns exec <ns> tcpdump -i <iface> -n -s 128 --time-stamp-precision=nano -B 32768 \
+//	ip netns exec <ns> tcpdump -i <iface> -n -s 1600 --time-stamp-precision=nano -B 131072 \
 //	    --immediate-mode -U -w - '(<filter>) or <end-of-capture marker>'
 //
 // and returns once tcpdump reports that it is listening. The capture is streamed

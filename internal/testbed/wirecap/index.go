@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/quicwire"
 )
 
 // ExchangeSlack is how far before the client's own send stamp a packet may carry its
@@ -171,6 +173,44 @@ func (ix *Index) Exchange(local, remote netip.AddrPort, proto uint8, from, to ti
 		}
 	}
 	return time.Time{}, time.Time{}, false
+}
+
+// QUICHandshake returns the wire span of the QUIC handshake a client at local started
+// towards remote at from (stamped just before it sent its first Initial):
+//
+//   - start: the first local->remote datagram carrying an Initial packet at or after
+//     from less ExchangeSlack (a measurement opens a socket, so a flow of its own, per
+//     connection);
+//   - end: the server datagram that ended its handshake flight, the last remote->local
+//     datagram after start carrying a Handshake packet, up to and including the first
+//     one carrying a 1-RTT packet (a server sends 1-RTT packets once its flight is out,
+//     RFC 9001 §4.1.4, and Handshake packets after that are retransmissions). Read from
+//     the packet types alone (Packet.QUIC), not from anything the client reported.
+//
+// ok is false when either is missing.
+func (ix *Index) QUICHandshake(local, remote netip.AddrPort, from time.Time) (start, end time.Time, ok bool) {
+	f := ix.Flow(local, remote, ProtoUDP)
+	i := sort.Search(len(f), func(i int) bool { return !f[i].At.Before(from.Add(-ExchangeSlack)) })
+	for ; i < len(f); i++ {
+		if p := f[i]; p.Src == local && p.Dst == remote && p.QUIC.Has(quicwire.Initial) {
+			break
+		}
+	}
+	if i == len(f) {
+		return time.Time{}, time.Time{}, false
+	}
+	for _, p := range f[i:] {
+		if p.Src != remote || p.Dst != local {
+			continue
+		}
+		if p.QUIC.Has(quicwire.Handshake) {
+			end, ok = p.At, true
+		}
+		if p.QUIC.Has(quicwire.Short) {
+			break
+		}
+	}
+	return f[i].At, end, ok
 }
 
 // TCPSetup is the wire span of a session set-up over TCP that goes on with an exchange

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/quicwire"
 )
 
 // shuffled returns pkts in a random order (the index must sort by wire time).
@@ -347,5 +349,58 @@ func TestAcrossTCPSegmentation(t *testing.T) {
 	// A byte the other capture never saw.
 	if _, ok := vix.Across(NewIndex(inet[:1]), s, c, ProtoTCP, ms(20.5)); ok {
 		t.Fatal("matched a segment the other capture does not have")
+	}
+}
+
+// TestQUICHandshake: the handshake ends at the server's last datagram with Handshake
+// packets up to its first with a 1-RTT packet, whatever follows (0.5-RTT data, an
+// answer, a retransmitted Handshake packet), and starts at the client's first Initial.
+func TestQUICHandshake(t *testing.T) {
+	local := netip.MustParseAddrPort("198.18.0.2:40000")
+	remote := netip.MustParseAddrPort("198.19.1.2:853")
+	at := func(us int) time.Time { return t0.Add(time.Duration(us) * time.Microsecond) }
+	types := func(ts ...quicwire.Type) QUICTypes {
+		var q QUICTypes
+		for _, x := range ts {
+			q |= 1 << x
+		}
+		return q
+	}
+	c2s := func(us int, ts ...quicwire.Type) Packet {
+		return Packet{At: at(us), Src: local, Dst: remote, Proto: ProtoUDP, Payload: 1200, QUIC: types(ts...)}
+	}
+	s2c := func(us int, ts ...quicwire.Type) Packet {
+		return Packet{At: at(us), Src: remote, Dst: local, Proto: ProtoUDP, Payload: 1200, QUIC: types(ts...)}
+	}
+	I, H, S, Z := quicwire.Initial, quicwire.Handshake, quicwire.Short, quicwire.ZeroRTT
+	for _, c := range []struct {
+		name  string
+		pkts  []Packet
+		from  int
+		start int
+		end   int
+		ok    bool
+	}{
+		{"flight, 0.5-RTT datagram, retransmission", []Packet{
+			c2s(100, I), s2c(10100, I, H), c2s(10110, I), s2c(10120, H), s2c(10130, S), c2s(10200, H, S), s2c(30000, H)},
+			90, 100, 10120, true},
+		{"coalesced 1-RTT ends it", []Packet{
+			c2s(100, I), s2c(10100, I), s2c(10110, H, S), s2c(10120, S)}, 100, 100, 10110, true},
+		{"0-RTT: the answer follows", []Packet{
+			c2s(100, I, Z), s2c(10100, I, H, S), s2c(10105, S)}, 100, 100, 10100, true},
+		{"Retry: the second Initial's flight", []Packet{
+			c2s(100, I), s2c(10100, quicwire.Retry), c2s(10110, I), s2c(20100, I, H), s2c(20110, S)}, 100, 100, 20100, true},
+		{"an earlier connection's packets are not it", []Packet{
+			s2c(50, H), c2s(100, I), s2c(10100, I)}, 100, 100, 0, false},
+		{"no Initial", []Packet{s2c(10100, I, H)}, 100, 0, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ix := NewIndex(c.pkts)
+			start, end, ok := ix.QUICHandshake(local, remote, at(c.from))
+			if ok != c.ok || (ok && (!start.Equal(at(c.start)) || !end.Equal(at(c.end)))) {
+				t.Errorf("QUICHandshake = %v, %v, %v; want %v, %v, %v", start.Sub(t0), end.Sub(t0), ok,
+					at(c.start).Sub(t0), at(c.end).Sub(t0), c.ok)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/ipv4hdr"
 	"github.com/doqscan/doqscan/internal/ipv6hdr"
+	"github.com/doqscan/doqscan/internal/quicwire"
 )
 
 // Classic pcap file layout (draft-ietf-opsawg-pcap, "PCAP Capture File Format":
@@ -84,6 +85,30 @@ type Packet struct {
 	// captured length, which the snaplen cuts). For the first fragment of a fragmented
 	// datagram it is what that fragment carries; later fragments are skipped.
 	Payload int
+	// QUIC is what a UDP datagram's payload shows read as QUIC without keys
+	// (quicwire.Packets: the types of its coalesced packets, as far as the snaplen
+	// lets them be read); meaningless for a datagram that is not QUIC.
+	QUIC QUICTypes
+}
+
+// QUICTypes is a set of QUIC packet types (quicwire.Type).
+type QUICTypes uint8
+
+// Has reports whether t is in the set.
+func (q QUICTypes) Has(t quicwire.Type) bool { return q&(1<<t) != 0 }
+
+// quicTypes reads the packet types of a QUIC datagram of size bytes whose first bytes
+// are b. A datagram whose first byte lacks the fixed bit is not QUIC (RFC 9000 §17.2,
+// §17.3; the testbed's servers do not grease it, RFC 9287): none.
+func quicTypes(b []byte, size int) QUICTypes {
+	if len(b) == 0 || b[0]&0x40 == 0 {
+		return 0
+	}
+	var q QUICTypes
+	for _, p := range quicwire.Packets(b, size) {
+		q |= 1 << p.Type
+	}
+	return q
 }
 
 // Errors of Parse and Reader.Next (wrapped with the record number and offset).
@@ -301,6 +326,7 @@ func decodeTransport(b []byte, src, dst netip.Addr, proto uint8, ihl, total, fra
 			return Packet{}, fmt.Errorf("%w: IP total length %d too short for UDP", ErrBadPacket, total)
 		}
 		p.Payload = total - ihl - udpHeaderLen
+		p.QUIC = quicTypes(t[udpHeaderLen:], p.Payload)
 	}
 	p.Src = netip.AddrPortFrom(src, binary.BigEndian.Uint16(t[0:]))
 	p.Dst = netip.AddrPortFrom(dst, binary.BigEndian.Uint16(t[2:]))

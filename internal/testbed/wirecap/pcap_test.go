@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/ipv4hdr"
+	"github.com/doqscan/doqscan/internal/quicwire"
 )
 
 // spec describes a packet the tests build byte by byte.
@@ -381,7 +382,7 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// BenchmarkParse decodes a 100,000-packet Ethernet capture (TCP and UDP, snaplen 128,
+// BenchmarkParse decodes a 100,000-packet Ethernet capture (TCP and UDP, snaplen 1600,
 // what ForVantage writes) and reports packets per second: the reader must keep up with
 // tcpdump at the testbed's rates (the delay line tops out near 50,000 packets/s).
 func BenchmarkParse(b *testing.B) {
@@ -481,5 +482,56 @@ func TestParseIPv6(t *testing.T) {
 	f := pcapFile(binary.LittleEndian, true, LinkIPv4, 0, []record{{at: t0, data: udp}})
 	if _, err := Parse(bytes.NewReader(f)); !errors.Is(err, ErrBadPacket) {
 		t.Errorf("IPv6 on an IPv4 link: %v, want ErrBadPacket", err)
+	}
+}
+
+// TestQUICTypes: a UDP datagram's coalesced QUIC packets are read through the pcap
+// path, as far as the snap length lets their headers be walked; a datagram without the
+// QUIC fixed bit reads as no QUIC at all.
+func TestQUICTypes(t *testing.T) {
+	long := func(typ byte, n int) []byte { // a QUIC v1 long-header packet of n bytes in all
+		h := []byte{0xc0 | typ<<4, 0, 0, 0, 1, 0, 4, 1, 2, 3, 4}
+		if typ == 0 { // Initial: an empty token
+			h = append(h, 0)
+		}
+		rest := n - len(h) - 2
+		return append(append(h, 0x40|byte(rest>>8), byte(rest)), make([]byte, rest)...)
+	}
+	initialHS := append(long(0, 150), long(2, 1100)...)
+	short := append([]byte{0x40}, make([]byte, 99)...)
+	for _, c := range []struct {
+		name    string
+		payload []byte
+		snap    int
+		want    []quicwire.Type
+	}{
+		{"initial+handshake", initialHS, 0, []quicwire.Type{quicwire.Initial, quicwire.Handshake}},
+		{"snapped after the second header", initialHS, 28 + 160, []quicwire.Type{quicwire.Initial, quicwire.Handshake}},
+		{"snapped inside the first", initialHS, 28 + 100, []quicwire.Type{quicwire.Initial}},
+		{"handshake+1rtt", append(long(2, 600), short...), 0, []quicwire.Type{quicwire.Handshake, quicwire.Short}},
+		{"1rtt", short, 0, []quicwire.Type{quicwire.Short}},
+		{"no fixed bit (DNS)", make([]byte, 40), 0, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sp := spec{at: t0, src: server, dst: client, proto: ProtoUDP, payload: len(c.payload)}
+			ip := sp.ipv4()
+			copy(ip[len(ip)-len(c.payload):], c.payload)
+			pkts, err := Parse(bytes.NewReader(pcapFile(binary.LittleEndian, true, LinkRaw, c.snap, []record{{at: t0, data: ip}})))
+			if err != nil || len(pkts) != 1 {
+				t.Fatalf("Parse: %d packets, %v", len(pkts), err)
+			}
+			var want QUICTypes
+			for _, typ := range c.want {
+				want |= 1 << typ
+			}
+			if pkts[0].QUIC != want {
+				t.Errorf("QUIC types %08b, want %08b", pkts[0].QUIC, want)
+			}
+			for _, typ := range c.want {
+				if !pkts[0].QUIC.Has(typ) {
+					t.Errorf("Has(%v) false", typ)
+				}
+			}
+		})
 	}
 }
