@@ -496,17 +496,21 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	}
 	// A stall: at some flight boundary of the final attempt, everything the server had
 	// sent so far is about its 3x budget, and the next flight carries more Handshake
-	// CRYPTO (the rest of its first flight, released by our ACK).
-	budget := AmplificationFactor * attemptClientBytes
+	// CRYPTO (the rest of its flight, released by our ACK). The budget is 3x what we had
+	// sent by then (at least gap before the flight's end reached us): the ACKs of our
+	// first flight raise it while the server sends, which on a short path lets a big
+	// flight run past 3x our first datagram before it stops.
 	cum := 0
-	for k := 0; k+1 < len(att) && attemptClientBytes > 0; k++ {
+	for k := 0; k+1 < len(att); k++ {
 		cum += att[k].Bytes
-		if cum > budget+amplificationSlack {
-			break
+		client := bytesUntil(sends, att[k].EndNS-gap)
+		budget := AmplificationFactor * client
+		if client == 0 || cum > budget+amplificationSlack {
+			continue
 		}
 		if float64(cum) >= stallFillRatio*float64(budget) && att[k+1].HandshakeCrypt {
 			a.AmplificationStall = true
-			a.ServerBytesPreAck = cum
+			a.ClientInitialBytes, a.ServerBytesPreAck = client, cum
 			a.StallNS = att[k+1].StartNS - att[k].EndNS
 			break
 		}
