@@ -106,98 +106,119 @@ func procStatusKB(name string) int64 {
 // level before the wave, divided by 64; beyond-qlog-KB is the heap figure less the
 // qlog bound (measure.QlogLimit), the rest of an exchange's memory.
 // max-took/timeout is the slowest exchange's duration over its timeout.
+// DOQSCAN_BENCH_CONCURRENCY sets the exchanges in flight (default 64; "64,256,512"
+// runs each).
+//
+//	DOQSCAN_BENCH_CONCURRENCY=64,256,512 go test -run '^$' -bench HostileMemory -benchtime 2x ./internal/measure/
 func BenchmarkHostileMemory(b *testing.B) {
-	const conc = 64
+	concs := []int{64}
+	if s := os.Getenv("DOQSCAN_BENCH_CONCURRENCY"); s != "" {
+		concs = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("DOQSCAN_BENCH_CONCURRENCY=%q: want positive integers separated by commas", s)
+			}
+			concs = append(concs, n)
+		}
+	}
 	addrs, _ := startFloodServer(b)
-	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
-		b.Run(fmt.Sprintf("%s/conc=%d", p, conc), func(b *testing.B) {
-			m, _ := measure.For(p)
-			var peakHeap, peakRSS, qlogBytes, truncated, timeouts, exchanges int64
-			var maxTook time.Duration
-			var phases exchangePhases
-			var lastWave string
-			phaseOf := map[*measure.Result]finishPhase{}
-			restore := measure.SetFinishPhases(func(res *measure.Result, began time.Time, closing, qlogWait, analysis time.Duration) {
-				phaseMu.Lock()
-				phaseOf[res] = finishPhase{began, closing, qlogWait, analysis}
-				phaseMu.Unlock()
-			})
-			defer restore()
-			sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-			for i := 0; i < b.N; i++ {
-				runtime.GC()
-				metrics.Read(sample)
-				baseHeap := int64(sample[0].Value.Uint64())
-				_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // reset VmHWM
-				baseRSS := procStatusKB("VmRSS") << 10
-				stop := make(chan struct{})
-				sampled := make(chan int64)
+	for _, conc := range concs {
+		for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
+			hostileMemory(b, p, conc, addrs)
+		}
+	}
+}
+
+// hostileMemory is one cell of BenchmarkHostileMemory: conc exchanges of p in flight.
+func hostileMemory(b *testing.B, p measure.Protocol, conc int, addrs map[string]string) {
+	b.Run(fmt.Sprintf("%s/conc=%d", p, conc), func(b *testing.B) {
+		m, _ := measure.For(p)
+		var peakHeap, peakRSS, qlogBytes, truncated, timeouts, exchanges int64
+		var maxTook time.Duration
+		var phases exchangePhases
+		var lastWave string
+		phaseOf := map[*measure.Result]finishPhase{}
+		restore := measure.SetFinishPhases(func(res *measure.Result, began time.Time, closing, qlogWait, analysis time.Duration) {
+			phaseMu.Lock()
+			phaseOf[res] = finishPhase{began, closing, qlogWait, analysis}
+			phaseMu.Unlock()
+		})
+		defer restore()
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		for i := 0; i < b.N; i++ {
+			runtime.GC()
+			metrics.Read(sample)
+			baseHeap := int64(sample[0].Value.Uint64())
+			_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // reset VmHWM
+			baseRSS := procStatusKB("VmRSS") << 10
+			stop := make(chan struct{})
+			sampled := make(chan int64)
+			go func() {
+				var peak int64
+				t := time.NewTicker(5 * time.Millisecond)
+				defer t.Stop()
+				for {
+					metrics.Read(sample)
+					peak = max(peak, int64(sample[0].Value.Uint64()))
+					select {
+					case <-stop:
+						sampled <- peak
+						return
+					case <-t.C:
+					}
+				}
+			}()
+			schedBefore := schedLatencies()
+			cpuBefore, wallBefore := benchpool.CPUTime(), time.Now()
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			for j := 0; j < conc; j++ {
+				wg.Add(1)
 				go func() {
-					var peak int64
-					t := time.NewTicker(5 * time.Millisecond)
-					defer t.Stop()
-					for {
-						metrics.Read(sample)
-						peak = max(peak, int64(sample[0].Value.Uint64()))
-						select {
-						case <-stop:
-							sampled <- peak
-							return
-						case <-t.C:
-						}
+					defer wg.Done()
+					req := &measure.Request{Addr: mustAddrPort(b, addrs[string(p)]), Timeout: floodBenchTimeout, KeyShare: measure.KeyShareX25519}
+					begin := time.Now()
+					res := m.Measure(context.Background(), req)
+					took := time.Since(begin)
+					phaseMu.Lock()
+					ph := phaseOf[res]
+					delete(phaseOf, res)
+					phaseMu.Unlock()
+					mu.Lock()
+					maxTook = max(maxTook, took)
+					phases.add(begin.Add(req.Timeout), ph, took)
+					defer mu.Unlock()
+					exchanges++
+					qlogBytes += int64(len(res.Qlog))
+					if res.QlogTruncated {
+						truncated++
+					}
+					if res.Status == measure.StatusTimeout {
+						timeouts++
 					}
 				}()
-				schedBefore := schedLatencies()
-				cpuBefore, wallBefore := benchpool.CPUTime(), time.Now()
-				var wg sync.WaitGroup
-				var mu sync.Mutex
-				for j := 0; j < conc; j++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						req := &measure.Request{Addr: mustAddrPort(b, addrs[string(p)]), Timeout: floodBenchTimeout, KeyShare: measure.KeyShareX25519}
-						begin := time.Now()
-						res := m.Measure(context.Background(), req)
-						took := time.Since(begin)
-						phaseMu.Lock()
-						ph := phaseOf[res]
-						delete(phaseOf, res)
-						phaseMu.Unlock()
-						mu.Lock()
-						maxTook = max(maxTook, took)
-						phases.add(begin.Add(req.Timeout), ph, took)
-						defer mu.Unlock()
-						exchanges++
-						qlogBytes += int64(len(res.Qlog))
-						if res.QlogTruncated {
-							truncated++
-						}
-						if res.Status == measure.StatusTimeout {
-							timeouts++
-						}
-					}()
-				}
-				wg.Wait()
-				cpu := benchpool.CPUTime() - cpuBefore
-				wall := time.Since(wallBefore)
-				lastWave = fmt.Sprintf("last wave: process CPU %v over %v wall (%.0f%% of %d cores); Go scheduling latency %s",
-					cpu.Round(time.Millisecond), wall.Round(time.Millisecond), 100*cpu.Seconds()/wall.Seconds()/float64(runtime.GOMAXPROCS(0)),
-					runtime.GOMAXPROCS(0), schedLatencies().since(schedBefore))
-				close(stop)
-				peakHeap = max(peakHeap, <-sampled-baseHeap)
-				peakRSS = max(peakRSS, procStatusKB("VmHWM")<<10-baseRSS)
 			}
-			b.ReportMetric(float64(peakHeap)/conc/1024, "peak-heap-KB/exch")
-			b.ReportMetric(float64(peakRSS)/conc/1024, "peak-rss-KB/exch")
-			b.ReportMetric(float64(peakHeap/conc-measure.QlogLimit)/1024, "beyond-qlog-KB")
-			b.ReportMetric(float64(qlogBytes)/float64(exchanges)/1024, "qlog-KB/exch")
-			b.ReportMetric(float64(truncated)/float64(exchanges), "truncated-ratio")
-			b.ReportMetric(float64(timeouts)/float64(exchanges), "timeout-ratio")
-			b.ReportMetric(maxTook.Seconds()/floodBenchTimeout.Seconds(), "max-took/timeout")
-			fmt.Printf("%s N=%d %s\n", b.Name(), b.N, lastWave)
-			phases.print(b.Name())
-		})
-	}
+			wg.Wait()
+			cpu := benchpool.CPUTime() - cpuBefore
+			wall := time.Since(wallBefore)
+			lastWave = fmt.Sprintf("last wave: process CPU %v over %v wall (%.0f%% of %d cores); Go scheduling latency %s",
+				cpu.Round(time.Millisecond), wall.Round(time.Millisecond), 100*cpu.Seconds()/wall.Seconds()/float64(runtime.GOMAXPROCS(0)),
+				runtime.GOMAXPROCS(0), schedLatencies().since(schedBefore))
+			close(stop)
+			peakHeap = max(peakHeap, <-sampled-baseHeap)
+			peakRSS = max(peakRSS, procStatusKB("VmHWM")<<10-baseRSS)
+		}
+		b.ReportMetric(float64(peakHeap)/float64(conc)/1024, "peak-heap-KB/exch")
+		b.ReportMetric(float64(peakRSS)/float64(conc)/1024, "peak-rss-KB/exch")
+		b.ReportMetric(float64(peakHeap/int64(conc)-measure.QlogLimit)/1024, "beyond-qlog-KB")
+		b.ReportMetric(float64(qlogBytes)/float64(exchanges)/1024, "qlog-KB/exch")
+		b.ReportMetric(float64(truncated)/float64(exchanges), "truncated-ratio")
+		b.ReportMetric(float64(timeouts)/float64(exchanges), "timeout-ratio")
+		b.ReportMetric(maxTook.Seconds()/floodBenchTimeout.Seconds(), "max-took/timeout")
+		fmt.Printf("%s N=%d %s\n", b.Name(), b.N, lastWave)
+		phases.print(b.Name())
+	})
 }
 
 // schedHist is the runtime's histogram of how long goroutines waited runnable.
