@@ -154,6 +154,10 @@ type Trace struct {
 	haveMinRTT  bool
 	lostAt      []int64
 	truncated   bool // cut: a TruncatedEvent record, or the input ended inside a record
+
+	// Close is how the connection ended (the last trace's connection_closed event), nil
+	// if the qlog does not say.
+	Close *Close
 }
 
 // Truncated reports whether the qlog was cut: it ends with a TruncatedEvent record
@@ -184,6 +188,7 @@ func Parse(qlog []byte) (*Trace, error) {
 		version    string // the last long-header version the server used
 		chosen     string // version_information's chosen_version
 		offered    string // the version of our last long-header packet
+		closed     *Close
 	)
 	src, err := readEvents(qlog, func(e *event) error {
 		if e.header {
@@ -246,6 +251,10 @@ func Parse(qlog []byte) (*Trace, error) {
 					minRTT, haveMinRTT = *d.MinRTT, true
 				}
 			}
+		case "transport:connection_closed":
+			if c := parseClose(e.data); c != nil {
+				closed = c
+			}
 		case "recovery:packet_lost":
 			lostAt = append(lostAt, t)
 		case TruncatedEvent:
@@ -269,7 +278,7 @@ func Parse(qlog []byte) (*Trace, error) {
 		}
 	}
 	tr := &Trace{pkts: pkts, completeNS: completeNS, minRTT: minRTT, haveMinRTT: haveMinRTT, lostAt: lostAt, Source: src,
-		truncated: truncated || src.Truncated}
+		truncated: truncated || src.Truncated, Close: closed}
 	if v, err := strconv.ParseUint(strings.TrimPrefix(version, "0x"), 16, 32); err == nil && v != 0 {
 		tr.QUICVersion = uint32(v)
 	}
