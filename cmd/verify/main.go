@@ -23,7 +23,7 @@ var cmd = cli.Command{
 		"verify --targets hosts.txt --label adhoc  # addr, addr:port or [v6]:port per line",
 		"verify --sni-names dns.example,doh.example --roots /etc/ssl/certs/ca-certificates.crt",
 	},
-	Notes: `Outcomes: doq-verified, doq-refused, doq-dns-error, quic-not-doq, version-mismatch,
+	Notes: `Outcomes: doq-verified, doq-refused, doq-dns-error, quic-not-doq, doq-no-alpn, version-mismatch,
 sni-required, timeout, tls-error, protocol-error, unreachable, error (docs/verify.md says what each means).
 Targets file: addr, addr:port or [v6]:port per line, '#' comments; a target listed twice is verified once.
 A run is identified by ISO week + vantage + label; running it again resumes it (verified

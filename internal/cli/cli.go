@@ -198,6 +198,26 @@ func parseSubcommand(fs *flag.FlagSet, args []string) ([]string, error) {
 	return append(sub, fs.Args()...), nil
 }
 
+// helpAfterArgument says whether -h, -help or --help follows a positional argument of a
+// command without Command.Subcommand ("testnet up --help"): parsing stopped at the
+// argument, so the flag package never saw it, and the command would run instead of
+// showing its help. Arguments after a "--" belong to a command being wrapped
+// ("testnet exec -- dig --help", "jobrun --job x -- measure --help") and are left alone.
+func helpAfterArgument(all, rest []string) bool {
+	if n := len(all) - len(rest); n > 0 && all[n-1] == "--" {
+		return false // the flag parser took the "--": everything left follows it
+	}
+	for _, a := range rest {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
+
 // ErrHelp is what Parse returns after printing --help; it means exit code 0.
 var ErrHelp = errors.New("help shown")
 
@@ -235,6 +255,11 @@ func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer, 
 		args, err = parseSubcommand(fs, args)
 	} else {
 		err = Parse(fs, args)
+		if err == nil && helpAfterArgument(args, fs.Args()) {
+			fs.SetOutput(os.Stdout)
+			fs.Usage()
+			err = ErrHelp
+		}
 		args = fs.Args()
 	}
 	if err != nil {

@@ -318,8 +318,10 @@ func (r *Result) First() Query {
 	return r.Queries[0]
 }
 
-func (r *Result) fail(err error) *Result {
-	r.Status, r.Err = Classify(err), err
+// fail ends the exchange before its queries: setting up its session (socket, connect,
+// handshake) under ctx failed with err.
+func (r *Result) fail(ctx context.Context, err error) *Result {
+	r.Status, r.Err = failure(ctx, StepHandshake, err)
 	return r
 }
 

@@ -623,7 +623,7 @@ func (s *Summary) WriteText(w io.Writer) {
 	if len(s.Versions) > 0 {
 		fmt.Fprintf(w, "\nDoQ ALPN   QUIC   handshakes\n")
 		for _, v := range s.Versions {
-			fmt.Fprintf(w, "%-10s %-6s %6d\n", v.ALPN, v.QUICVersion, v.Count)
+			fmt.Fprintf(w, "%-10s %-6s %6d\n", cmp.Or(v.ALPN, "(none)"), v.QUICVersion, v.Count) // alpn '': doq-no-alpn
 		}
 	}
 }

@@ -122,8 +122,9 @@ func MissingBlocklistDir(t *testing.T, c Command) {
 	}
 }
 
-// Help checks that --help exits 0 and that the help text holds every want (usage line,
-// flags, examples, exit codes).
+// Help checks that --help exits 0, that the help text holds every want (usage line,
+// flags, examples, exit codes) and no "panic" (the flag package prints "panic calling
+// String method ..." into the help when a flag's zero value panics, and carries on).
 func Help(t *testing.T, c Command, want ...string) {
 	t.Helper()
 	if code, out := Run(t, c, "--help"); code != cli.ExitOK {
@@ -133,6 +134,9 @@ func Help(t *testing.T, c Command, want ...string) {
 	var b bytes.Buffer
 	fs.SetOutput(&b)
 	fs.Usage()
+	if strings.Contains(b.String(), "panic") {
+		t.Errorf("help holds a panic:\n%s", b.String())
+	}
 	for _, w := range append(want, "Examples:", "Exit codes") {
 		if !strings.Contains(b.String(), w) {
 			t.Errorf("help lacks %q:\n%s", w, b.String())

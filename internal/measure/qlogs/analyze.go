@@ -63,6 +63,10 @@ type Findings struct {
 	Loss               bool    `json:"loss"`
 	RoundTrips         int     `json:"round_trips"`
 	Cause              string  `json:"cause"`
+	// Close is how the connection ended, when the handshake did not complete and the
+	// qlog says (who closed it, the error and its code, the reason, a trigger such as
+	// idle_timeout): a refused handshake says why.
+	Close *qlogana.Close `json:"close,omitempty"`
 }
 
 // FileError is a file's classified failure.
@@ -100,6 +104,8 @@ func AnalyzeBytes(name string, b []byte, rtt time.Duration) Report {
 	}
 	if a.HandshakeComplete {
 		f.HandshakeMS = float64(a.HandshakeNS) / 1e6
+	} else {
+		f.Close = tr.Close
 	}
 	r.Findings = f
 	return r
