@@ -373,8 +373,8 @@ loop:
 			if !ok {
 				break loop
 			}
-			if mctx.Err() != nil && b.interrupted {
-				continue // cut short by the interrupt: measure it again next time
+			if b.interrupted {
+				continue // cut short by the stop: the resumed round measures it again
 			}
 			for _, a := range b.batch.analyses {
 				sum.Causes[a.Cause]++
@@ -466,7 +466,8 @@ func write(ctx context.Context, s *store.Store, b *batch) error {
 	})
 }
 
-// resolverResult is one resolver's rows and whether an interrupt cut them short.
+// resolverResult is one resolver's rows, or interrupted: the round was stopped before
+// the resolver was measured completely, and none of its rows are kept.
 type resolverResult struct {
 	batch       batch
 	interrupted bool
@@ -649,10 +650,14 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 	}
 	if r.cfg.Features {
 		r.checkFeatures(ctx, t, setFeature)
-		if ctx.Err() != nil {
-			out.interrupted = true
-			return out
-		}
+	}
+	// A resolver is stored whole or not at all. If the round was stopped while it was
+	// measured (a signal, the database away past the deadline), something was cut short:
+	// an RTT probe's remaining samples come back as timeouts or not at all, a support
+	// check is left out. None of it is kept; the resumed round measures the resolver again.
+	if ctx.Err() != nil {
+		out.interrupted = true
+		return out
 	}
 	keys := make([]string, 0, len(feat))
 	for k := range feat {
