@@ -57,7 +57,7 @@ func TestStopMidResolverStoresNoneOfIt(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("stopped round returned %v, want context.Canceled", err)
 	}
-	for table, keys := range rowKeys(t, s, "cut") {
+	for table, keys := range storetest.CampaignKeys(t, s, "cut") {
 		for _, k := range keys {
 			if strings.HasPrefix(k, hosts[1]+"/") {
 				t.Errorf("stopped round stored %s row %s of the resolver it cut short", table, k)
@@ -75,5 +75,5 @@ func TestStopMidResolverStoresNoneOfIt(t *testing.T) {
 	if rest.Skipped != 1 || rest.Measured != 1 {
 		t.Errorf("resumed round skipped %d and measured %d, want 1 and 1", rest.Skipped, rest.Measured)
 	}
-	sameRows(t, s, "cut", "whole")
+	storetest.SameCampaignRows(t, s, "cut", "whole")
 }
