@@ -524,6 +524,13 @@ func (r *runner) units(t Target) []unit {
 	return out
 }
 
+// featureKey is a resolver_features row of one resolver.
+type featureKey struct {
+	p    measure.Protocol
+	port uint16
+	name string
+}
+
 type rttKey struct {
 	t    rtt.Transport
 	port uint16
@@ -545,17 +552,13 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 		wall  time.Duration
 	}
 	var quicRows []pending
-	feat := map[string]*store.ResolverFeature{}
-	setFeature := func(p measure.Protocol, port uint16, name string, v *bool, detail string) {
-		if v == nil {
-			return
+	feat := map[featureKey]observation{}
+	setFeature := func(p measure.Protocol, port uint16, name string, o observation) {
+		k := featureKey{p, port, name}
+		if f, ok := feat[k]; ok && f.rank() >= o.rank() {
+			return // supported wins over unsupported, which wins over unknown; else the first
 		}
-		k := fmt.Sprintf("%s/%d/%s", p, port, name)
-		if f, ok := feat[k]; ok && f.Supported != nil && *f.Supported {
-			return // a positive observation wins
-		}
-		feat[k] = &store.ResolverFeature{CampaignID: r.cid, Address: t.Addr, Protocol: string(p), Port: int32(port),
-			Feature: name, Supported: v, Detail: detail}
+		feat[k] = o
 	}
 	for _, u := range r.units(t) {
 		if ctx.Err() != nil {
@@ -626,16 +629,18 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 			}
 			rtts[tk] = median(ok)
 		}
-		// Support observations from the regular exchanges.
+		// Support observations from the regular exchanges (each unknown unless the
+		// exchanges got far enough to show it).
 		if u.ep.Protocol == measure.DoQ && u.mode == measure.ModeFresh {
-			setFeature(measure.DoQ, u.ep.Port, "new-token", warm.TokenReceived, "NEW_TOKEN frame in the warm-up connection")
-			setFeature(measure.DoQ, u.ep.Port, "retry", warm.RetrySeen, "Retry in the warm-up connection")
+			setFeature(measure.DoQ, u.ep.Port, FeatureNewToken, newTokenShown(warm))
+			setFeature(measure.DoQ, u.ep.Port, FeatureRetry, retryShown(warm))
 		}
-		if u.mode == measure.ModeResumed && meas.Status == measure.StatusOK {
-			setFeature(u.ep.Protocol, u.ep.Port, "session-ticket", meas.Resumed, "measured session resumed the warm-up's ticket")
+		if u.mode == measure.ModeResumed {
+			setFeature(u.ep.Protocol, u.ep.Port, FeatureSessionTicket, ticketShown(warm, meas))
 		}
-		if u.mode == measure.Mode0RTT && meas.Status == measure.StatusOK && (u.ep.Protocol == measure.DoQ || u.ep.Protocol == measure.DoH3) {
-			setFeature(u.ep.Protocol, u.ep.Port, "0rtt", meas.Used0RTT, "early data accepted")
+		// A DoH3 POST is never early data (not safe to replay): only GETs show 0-RTT.
+		if u.mode == measure.Mode0RTT && (u.ep.Protocol == measure.DoQ || u.ep.Protocol == measure.DoH3) && u.variant != measure.VariantPOST {
+			setFeature(u.ep.Protocol, u.ep.Port, Feature0RTT, zeroRTTShown(warm, meas))
 		}
 	}
 	for _, q := range quicRows {
@@ -659,14 +664,14 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 		out.interrupted = true
 		return out
 	}
-	keys := make([]string, 0, len(feat))
-	for k := range feat {
-		keys = append(keys, k)
+	for k, o := range feat {
+		b.features = append(b.features, store.ResolverFeature{CampaignID: r.cid, Address: t.Addr, Protocol: string(k.p),
+			Port: int32(k.port), Feature: k.name, Supported: o.Supported, Detail: o.Detail})
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		b.features = append(b.features, *feat[k])
-	}
+	sort.Slice(b.features, func(i, j int) bool {
+		x, y := b.features[i], b.features[j]
+		return cmp.Or(cmp.Compare(x.Protocol, y.Protocol), cmp.Compare(x.Port, y.Port), cmp.Compare(x.Feature, y.Feature)) < 0
+	})
 	return out
 }
 
