@@ -31,6 +31,7 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
 	"github.com/doqscan/doqscan/internal/provenance"
+	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -199,7 +200,7 @@ func (b *batch) add(o *batch) {
 }
 
 // Run measures targets in the campaign of cfg (created or resumed) and finishes it.
-func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log *slog.Logger) (*Summary, error) {
+func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log *slog.Logger) (_ *Summary, retErr error) {
 	cfg.defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -219,6 +220,18 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	})
 	prov := provenance.New("measure", provenance.Vantage{ID: cfg.VantageID, Location: cfg.VantageLocation, Contact: cfg.VantageContact}).JSON()
 	policy := store.RetryPolicy{Deadline: cfg.DBDeadline}
+	// One run of a round at a time: a second run of the same (vantage, label, hour) ends
+	// here with a *store.LockedError (exit 75) and sends nothing. If another run takes the
+	// lock while this one's connection is down (a database restart), this one stops.
+	ctx, release, err := s.HoldLock(ctx, LockKey(cfg.VantageID, cfg.Label, cfg.Hour), policy, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if lost := release(); lost != nil && retErr == nil {
+			retErr = lost
+		}
+	}()
 	// Results an earlier round could not store (its database stayed away) first.
 	if _, err := ReplaySpill(ctx, s, cfg.SpillDir, policy, log); err != nil {
 		return nil, err
@@ -422,9 +435,15 @@ loop:
 		return sum, writeErr
 	}
 	if ctx.Err() != nil {
-		return sum, ctx.Err()
+		return sum, context.Cause(ctx) // the stop's cause: context.Canceled, or the lock lost
 	}
 	return sum, nil
+}
+
+// LockKey is the advisory lock of a round (store.RunKey): its vantage point, label and
+// hour.
+func LockKey(vantage, label string, hour time.Time) string {
+	return store.RunKey("measure", vantage, label, runkey.Hour(hour))
 }
 
 // storedTargets returns the resolvers whose rows are already stored for the campaign.

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -14,10 +15,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // restartMaxRTT bounds the paths of the restart test's targets (it is about rows, not
@@ -33,6 +36,31 @@ const (
 	restartStops    = 3
 )
 
+// doqTCPTargets are the targets-file lines of every address of the well-behaved DoQ
+// classes with DNS over TCP, on short loss-free paths (a /30 gives four resolvers of one
+// behaviour): its verified DoQ port, then DoTCP (then the protocols not named), each
+// exchange answered. A resolver's last step is the TCP probe after DoTCP
+// (--rtt-samples SYNs, one RTT each).
+func doqTCPTargets(pop *population.Population) []string {
+	var lines []string
+	seen := map[netip.Addr]bool{}
+	for _, ep := range endpoints(pop, true) {
+		if ep.proto != measure.DoQ || !ep.rec.HasDNS("tcp") || ep.rec.Peer != "" || seen[ep.addr] ||
+			pop.PathOf(ep.addr).RTT > restartMaxRTT || pop.PathOf(ep.addr).Loss > 0 {
+			continue
+		}
+		seen[ep.addr] = true
+		for a := ep.rec.Prefix.Addr(); ep.rec.Prefix.Contains(a); a = a.Next() {
+			line := a.String()
+			if ep.sni != "" {
+				line += " sni=" + ep.sni
+			}
+			lines = append(lines, fmt.Sprintf("%s doq=%d/%s dotcp=53", line, ep.port, ep.alpn))
+		}
+	}
+	return lines
+}
+
 // TestStoppedMeasureLosesAndDuplicatesNothing runs bin/measure (built from this tree) as
 // a process on the testbed and stops it restartStops times during one round, each time
 // right after the process stored its first batch of resolvers (observed in the
@@ -42,40 +70,20 @@ const (
 // by key, with an uninterrupted round of the same targets: every measurement, qlog,
 // analysis and RTT sample, none lost and none twice.
 //
-// The targets' last exchange is DoQ, followed by --rtt-samples QUIC probes: a round
-// stopped while a resolver probes used to store that resolver with the samples the stop
-// cut short (fewer keys), and the resumed round skipped it.
+// The targets are doqTCPTargets (DoQ, then DoTCP); --rtt-samples 6 makes the TCP probe
+// that ends each resolver about a third of its time, so a stop finds some of the eight
+// resolvers in flight there. A round stopped while a resolver probed used to store that
+// resolver with the samples the stop cut short (a timeout, the rest missing), and the
+// resumed round skipped it.
 func TestStoppedMeasureLosesAndDuplicatesNothing(t *testing.T) {
 	_, pop := testbed.RequirePopulation(t)
-	bin := filepath.Join(t.TempDir(), "measure")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/doqscan/doqscan/cmd/measure").CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/measure: %v\n%s", err, out)
-	}
-	// Every address of the well-behaved DoQ classes on short paths (a /30 gives four
-	// resolvers of one behaviour), all five protocols.
-	targetsOf := func(pop *population.Population) []string {
-		var lines []string
-		seen := map[netip.Addr]bool{}
-		for _, ep := range endpoints(pop, true) {
-			if ep.rec.Peer != "" || pop.PathOf(ep.addr).RTT > restartMaxRTT || pop.PathOf(ep.addr).Loss > 0 || seen[ep.addr] {
-				continue
-			}
-			seen[ep.addr] = true
-			for a := ep.rec.Prefix.Addr(); ep.rec.Prefix.Contains(a); a = a.Next() {
-				line := a.String()
-				if ep.sni != "" {
-					line += " sni=" + ep.sni
-				}
-				lines = append(lines, line)
-			}
-		}
-		return lines
-	}
+	bin := filepath.Join(testsupport.Commands(t, "measure"), "measure")
 	// Enough resolvers that each of the stopped runs stores its first batch (16
 	// resolvers, or what is done at the 10 s progress tick) well before the round ends;
 	// the IPv6 ones of the dual-stack population spread over the round, so that some are
 	// measured before each stop and some after.
-	v4, v6 := targetsOf(pop), targetsOf(pop.IPv6())
+	v4, v6 := doqTCPTargets(pop), doqTCPTargets(pop.IPv6())
+	t.Logf("%d IPv4 and %d IPv6 targets on paths up to %v", len(v4), len(v6), restartMaxRTT)
 	v6 = v6[:min(len(v6), restartTargets6)]
 	v4 = v4[:min(len(v4), restartTargets-len(v6))]
 	if len(v4)+len(v6) < restartTargets || len(v6) == 0 {
@@ -110,7 +118,7 @@ func TestStoppedMeasureLosesAndDuplicatesNothing(t *testing.T) {
 	hour := time.Now().UTC().Truncate(time.Hour).Format(time.RFC3339)
 	command := func(label string) *exec.Cmd {
 		c := exec.Command(bin, "--targets", targets, "--label", label, "--hour", hour, "--vantage", "testbed",
-			"--protocols", "doudp,dotcp,dot,doh,doq", "--concurrency", "8", "--timeout", "2s", "--rtt-samples", "6",
+			"--protocols", "doq,dotcp", "--concurrency", "8", "--timeout", "2s", "--rtt-samples", "6",
 			"--log-level", "warn")
 		c.Env = append(os.Environ(), "DATABASE_URL="+dsn)
 		c.Stderr = os.Stderr
