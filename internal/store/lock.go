@@ -189,7 +189,7 @@ func (l *Lock) Keep(ctx context.Context, interval time.Duration, log *slog.Logge
 		}
 		log.Warn("the database connection holding the run's lock dropped: taking the lock again", "key", l.Key, "err", oneLine(err))
 		l.close(ctx)
-		err = Retry(ctx, lockPolicy(RetryPolicy{Deadline: keepDeadline}), log, "take the run's lock again", func(actx context.Context) error {
+		err = Retry(ctx, lockPolicy(RetryPolicy{Deadline: NoDeadline}), log, "take the run's lock again", func(actx context.Context) error {
 			// Retry's attempt outlives ctx (for writes); this one need not.
 			actx, cancel := context.WithCancel(actx)
 			defer context.AfterFunc(ctx, cancel)()
@@ -205,9 +205,6 @@ func (l *Lock) Keep(ctx context.Context, interval time.Duration, log *slog.Logge
 		log.Warn("run's lock taken again", "key", l.Key)
 	}
 }
-
-// keepDeadline: Keep waits for the database without a deadline of its own.
-const keepDeadline = time.Duration(1<<63 - 1)
 
 // lockPolicy is p with room in each attempt for the lock statement's wait (LockWait):
 // an attempt cut short by its own timeout would look like an unavailable database.
