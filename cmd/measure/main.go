@@ -16,6 +16,7 @@ var cmd = cli.Command{
 	Name:    "measure",
 	Summary: "measure DNS response times (handshake, resolve, RTT) of DoQ-verified resolvers over every protocol",
 	Usage:   "measure [flags]",
+	Locks:   "the round (vantage, label, hour)",
 	Examples: []string{
 		"measure                                  # one round now, targets from the latest verification run",
 		"measure --every 1h                       # hourly rounds, spread over the hour, until interrupted",

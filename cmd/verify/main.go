@@ -16,6 +16,7 @@ var cmd = cli.Command{
 	Name:    "verify",
 	Summary: "verify which QUIC hosts of a scan are DoQ resolvers (ALPN, versions, DNS query, certificates, AS/location)",
 	Usage:   "verify [flags]",
+	Locks:   "the verification run (week, vantage, label)",
 	Examples: []string{
 		"verify                                   # the latest scan's QUIC hosts on 784/853/8853",
 		"verify --week 2026-W47 --vantage dq-vantage --geoip-city GeoLite2-City.mmdb --geoip-asn GeoLite2-ASN.mmdb",

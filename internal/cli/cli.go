@@ -30,6 +30,10 @@ const (
 	ExitSchema      = 4   // database schema newer than this binary
 	ExitEnvironment = 5   // missing prerequisite (zmap, root, testbed, files)
 	ExitInterrupted = 130 // stopped by SIGINT/SIGTERM; what was measured is stored
+	// ExitLocked (sysexits EX_TEMPFAIL): another run of the same unit (a scan's week and
+	// shard, a verification run, a measurement round, a jobrun job) holds its lock
+	// (store.ErrLocked); nothing was done. Units treat it as success.
+	ExitLocked = 75
 )
 
 // ExitError carries an exit code with an error.
@@ -93,6 +97,8 @@ func ExitCode(err error) int {
 		return ExitUsage
 	case errors.As(err, &openErr):
 		return ExitEnvironment
+	case errors.Is(err, store.ErrLocked):
+		return ExitLocked
 	case errors.Is(err, store.ErrSchemaNewer):
 		return ExitSchema
 	case errors.Is(err, store.ErrUnavailable):
@@ -114,6 +120,9 @@ type Command struct {
 	// follow it ("qlogs export --campaign 3 --out d"): Main parses the flags on both
 	// sides of it and passes the subcommand as the run function's first argument.
 	Subcommand bool
+	// Locks names the unit of work whose lock the command takes, with its key ("a
+	// measurement round (vantage, label, hour)"); the help then lists exit code 75.
+	Locks string
 }
 
 // Common flags every command has.
@@ -160,6 +169,9 @@ func PrintHelp(w io.Writer, c Command, fs *flag.FlagSet) {
 		fmt.Fprintf(w, "  DOQSCAN_HOME  the installation; --blocklist-dir defaults to its blocklist/\n")
 	}
 	fmt.Fprintf(w, "\nExit codes:\n  0 ok, 1 run failed, 2 bad usage, 3 database unavailable, 4 database schema newer than binary,\n  5 missing prerequisite, 130 interrupted (measured rows are kept)\n")
+	if c.Locks != "" {
+		fmt.Fprintf(w, "  %d another run of %s holds its lock: nothing done\n", ExitLocked, c.Locks)
+	}
 }
 
 // Parse parses args; --help exits 0 after printing help, a bad flag returns a usage error.

@@ -408,3 +408,13 @@ func (p Protocol) Transport() rtt.Transport {
 }
 
 func boolp(b bool) *bool { return &b }
+
+// shown is what a connection showed of something it may or may not have seen: true
+// once seen; false only if the connection got far enough that it would have been
+// (known); otherwise nil, unknown.
+func shown(seen, known bool) *bool {
+	if !seen && !known {
+		return nil
+	}
+	return boolp(seen)
+}

@@ -90,7 +90,7 @@ var ErrNothingRecovered = errors.New("no reply recovered")
 // run stays 'ok'); then the scan: 'ok' when every port is, else a scan left 'running'
 // becomes 'interrupted'. A file with no data line of a port zmap did not finish returns
 // the result and ErrNothingRecovered. A missing file or manifest wraps os.ErrNotExist.
-func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logger) (*ReplayResult, error) {
+func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logger) (_ *ReplayResult, retErr error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -106,6 +106,16 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 	if err := json.Unmarshal(mb, &man); err != nil {
 		return nil, fmt.Errorf("replay: manifest: %w", err)
 	}
+	// Not while a run of the same scan sends: its ports are not settled yet.
+	ctx, release, err := holdScanLock(ctx, s, ScanLockKey(man.Week, man.Vantage, man.Label, man.Shard), log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if lost := release(); lost != nil {
+			retErr = errors.Join(retErr, lost)
+		}
+	}()
 	filePorts, _, err := ParseRawName(csvPath)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)

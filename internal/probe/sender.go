@@ -51,11 +51,20 @@ type target struct {
 // Send probes every (address, port) of the hitlist at the configured rate and ingests
 // the replies. An address outside the allowlist refuses the whole run before any packet
 // is sent; a blocklisted address is skipped and counted.
-func Send(ctx context.Context, c SendConfig) (*Summary, error) {
+func Send(ctx context.Context, c SendConfig) (_ *Summary, retErr error) {
 	if c.Label == "" {
 		c.Label = "hitlist"
 	}
 	defaultRun(&c.Log, &c.Week, &c.QUICPorts, &c.DNSPorts, &c.QUIC, &c.DNS)
+	ctx, release, err := holdScanLock(ctx, c.Store, ScanLockKey(c.Week, c.VantageID, c.Label, 0), c.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if lost := release(); lost != nil {
+			retErr = errors.Join(retErr, lost)
+		}
+	}()
 	if c.Rate <= 0 {
 		return nil, fmt.Errorf("%w: send needs a rate above 0 probes/s, got %v", ErrBadRate, c.Rate)
 	}

@@ -141,7 +141,7 @@ type VersionCount struct {
 // resolvers and their locations, and returns the summary. Starting the same run (week,
 // vantage, label) again resumes it: targets already verified are skipped, and rows
 // written twice are not duplicated.
-func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (*Summary, error) {
+func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (_ *Summary, retErr error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -192,6 +192,18 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 			return nil, err
 		}
 	}
+
+	// One process at a time verifies a run (week, vantage, label): a second one ends
+	// here with a *store.LockedError (exit 75) before it contacts anything.
+	ctx, release, err := s.HoldLock(ctx, LockKey(sum.Week, cfg.Vantage, cfg.Label), store.RetryPolicy{}, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if lost := release(); lost != nil {
+			retErr = errors.Join(retErr, lost)
+		}
+	}()
 
 	// Geo databases and the run row.
 	var gdb *geo.DB
@@ -272,6 +284,12 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		runErr = err
 	}
 	return sum, runErr
+}
+
+// LockKey is the advisory lock of a verification run (store.RunKey): its week,
+// vantage point and label, the natural key of verification_runs.
+func LockKey(week, vantage, label string) string {
+	return store.RunKey("verify", week, vantage, label)
 }
 
 func doneTargets(ctx context.Context, s *store.Store, runID int64) (map[netip.AddrPort]bool, error) {

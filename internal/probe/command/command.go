@@ -26,6 +26,7 @@ var Cmd = cli.Command{
 	Name:    "zprobe",
 	Summary: "scan for QUIC (UDP/784, 853, 8853) and DNS (UDP/53) with zmap; classify and store every reply",
 	Usage:   "zprobe [flags] scan|send|ingest|probes|blocklist [subcommand flags]",
+	Locks:   "the scan (week, vantage, label, shard; scan, send, ingest)",
 	Examples: []string{
 		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000      # the testbed's whole /16, all four ports",
 		"zprobe scan --vantage fra1 --allowlist targets.conf --rate 40000 --seed 42 --shards 4 --shard 0",
