@@ -28,6 +28,21 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"--count", "1", "--loss-sweep", "5,200", "doudp://127.0.0.1"}, cli.ExitUsage},
 		{[]string{"--count", "1", "--compare-policies", "fresh,sometimes", "doudp://127.0.0.1"}, cli.ExitUsage},
 		{[]string{"--count", "1", "doudp://198.18.0.1"}, cli.ExitEnvironment}, // a testbed address outside the testbed
+		// Numeric flags out of range, NaN, infinite or overflowing are usage errors: none
+		// falls back to a default or wraps (--workers 0 used to run one worker, --rate -1
+		// as fast as answered, --timeout 0s with the default timeout).
+		{[]string{"--count", "1", "--workers", "0", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--workers", "4294967297", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--rate", "-1", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--rate", "NaN", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--rate", "Inf", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--ramp-max", "1e400", "--duration", "1s", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--ramp-max", "10", "--ramp-loss", "1", "--duration", "1s", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--timeout", "0s", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--timeout", "-1s", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "-1", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--session-queries", "0", "doudp://127.0.0.1"}, cli.ExitUsage},
+		{[]string{"--count", "1", "--progress", "-1s", "doudp://127.0.0.1"}, cli.ExitUsage},
 	} {
 		if got, stderr := clitest.Run(t, command, c.args...); got != c.code {
 			t.Errorf("%v: exit %d, want %d (%s)", c.args, got, c.code, stderr)

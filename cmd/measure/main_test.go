@@ -42,6 +42,10 @@ func TestBadFlagsExitUsage(t *testing.T) {
 		clitest.Usage("--hour", "--hour", "yesterday"),
 		clitest.Usage("--hour", "--hour", "2026-11-22T04", "--every", "1h"),
 		clitest.Usage("-concurrency", "--concurrency", "x"),
+		clitest.Usage("--concurrency", "--concurrency", "4294967297"),
+		clitest.Usage("--timeout", "--timeout", "9999999999h"),
+		clitest.Usage("--run-id", "--run-id", "9223372036854775808"),
+		clitest.Usage("--spread", "--spread", "NaN"),
 		clitest.Usage("unexpected arguments", "stray"),
 	}, "--targets", missing)
 }

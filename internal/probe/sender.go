@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"strings"
@@ -56,8 +57,8 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 		c.Label = "hitlist"
 	}
 	defaultRun(&c.Log, &c.Week, &c.QUICPorts, &c.DNSPorts, &c.QUIC, &c.DNS)
-	if c.Rate <= 0 {
-		return nil, fmt.Errorf("%w: send needs a rate above 0 probes/s, got %v", ErrBadRate, c.Rate)
+	if !(c.Rate >= MinSendRate && c.Rate <= MaxRate) { // NaN too
+		return nil, fmt.Errorf("%w: send needs a rate of %v..%d probes/s, got %v", ErrBadRate, MinSendRate, MaxRate, c.Rate)
 	}
 	if c.Cooldown <= 0 {
 		c.Cooldown = 3 * time.Second
@@ -96,7 +97,7 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 			return nil, err
 		}
 		pv := int64(c.QUIC.Version)
-		r := int32(c.Rate)
+		r := int32(math.Round(c.Rate)) // MinSendRate..MaxRate: inside an int32
 		var tg []string
 		for _, t := range c.Safety.Targets {
 			tg = append(tg, t.String())

@@ -43,6 +43,9 @@ qlog JSON document (.qlog). Both open in qvis. Exporting again rewrites the same
 Exit code 2 if the campaign does not exist. See docs/qlogs.md.`,
 }
 
+// MaxRTT bounds --rtt (a path RTT; the testbed's longest is 300 ms).
+const MaxRTT = time.Minute
+
 // Config is what the flags and arguments of `qlogs` ask for.
 type Config struct {
 	Command string   // "analyze" or "export"
@@ -70,8 +73,8 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer, log *slog.Logger) er
 		if len(cfg.Paths) == 0 {
 			return cli.Usagef("analyze: want at least one FILE or DIR")
 		}
-		if cfg.RTT < 0 {
-			return cli.Usagef("analyze: --rtt %v is negative", cfg.RTT)
+		if err := cli.InRange("rtt", cfg.RTT, 0, MaxRTT); err != nil {
+			return err
 		}
 		err := Analyze(ctx, cfg.Paths, cfg.RTT, stdout, log)
 		if errors.Is(err, ErrUnreadable) {

@@ -195,7 +195,7 @@ func (p *probeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.version, "version", "0x1a2a3a4a", "QUIC version in the probe: a reserved 0x?a?a?a?a (default), 0xffffffff (the original study's) or 0 (dropped by modern stacks)")
 	fs.StringVar(&p.dcid, "dcid", "", "probe DCID, 8..20 bytes, as text or hex:... (default \"doqscan-vn-dcid!\")")
 	fs.StringVar(&p.scid, "scid", "", "probe SCID, 0..20 bytes, as text or hex:... (default \"doqscan-scid\")")
-	fs.IntVar(&p.size, "size", probe.MinInitialDatagram, "QUIC probe datagram size (1200..1472)")
+	cli.IntVar(fs, &p.size, "size", probe.MinInitialDatagram, probe.MinInitialDatagram, probe.MaxProbeDatagram, "QUIC probe datagram size")
 	fs.StringVar(&p.qname, "query-name", probe.DefaultQName, "name the DNS probe asks for (A, RD set)")
 	cli.Deprecate(fs, "qname", "query-name")
 }

@@ -68,6 +68,26 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", "/nonexistent/hitlist.txt"}, cli.ExitEnvironment},
 		{[]string{"blocklist", "--no-db", "--testbed", "198.19.0.0/16", "--allowlist", empty}, cli.ExitUsage},
 		{[]string{"ingest", "/nonexistent.csv"}, cli.ExitEnvironment},
+		// Numbers zmap or the database would wrap or read as "no limit" are refused
+		// before anything runs: 2^32 packets/s reached zmap as -r 0; NaN probes/s sent
+		// as fast as possible and was stored as rate_pps -2147483648.
+		{append(scan, "--rate", "4294967296"), cli.ExitUsage},
+		{append(scan, "--rate", "100000001"), cli.ExitUsage},
+		{append(scan, "--rate", "1e6"), cli.ExitUsage},
+		{append(scan, "--seed", "-1"), cli.ExitUsage},
+		{append(scan, "--seed", "18446744073709551616"), cli.ExitUsage},
+		{append(scan, "--shards", "256", "--shard", "1"), cli.ExitUsage},
+		{append(scan, "--sender-threads", "0"), cli.ExitUsage},
+		{append(scan, "--sender-threads", "4294967297"), cli.ExitUsage},
+		{append(scan, "--probes-per-host", "0"), cli.ExitUsage},
+		{append(scan, "--cooldown", "-1"), cli.ExitUsage},
+		{append(scan, "--size", "1199"), cli.ExitUsage},
+		{append(scan, "--size", "1473"), cli.ExitUsage},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--rate", "NaN"}, cli.ExitUsage},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--rate", "Inf"}, cli.ExitUsage},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--rate", "-1"}, cli.ExitUsage},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--rate", "3e9"}, cli.ExitUsage},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--cooldown", "0s"}, cli.ExitUsage},
 	} {
 		err := Run(context.Background(), log, c.args)
 		if code := cli.ExitCode(err); code != c.code {

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/home"
@@ -64,13 +66,13 @@ type Flags struct {
 func (f *Flags) Register(fs *flag.FlagSet) {
 	o := &f.Options
 	fs.StringVar(&o.Name, "name", "", "instance name (default $DOQSCAN_TESTNET, else dq)")
-	fs.IntVar(&o.Vantages, "vantages", 1, "number of vantage namespaces (up)")
+	cli.IntVar(fs, &o.Vantages, "vantages", 1, 1, netns.MaxVantages, "number of vantage namespaces (up)")
 	fs.StringVar(&o.Population, "population", "", "population file (default testbed/population.txt)")
 	fs.BoolVar(&f.NoServers, "no-servers", false, "up: start only namespaces and the delay line")
 	fs.BoolVar(&o.NoPeers, "no-peers", false, "up: start bin/simserver but not the third-party peers")
-	fs.Uint64Var(&o.Seed, "seed", 1, "delay-line loss/jitter RNG seed (up)")
-	fs.DurationVar(&o.Lead, "lead", 0, "delay-line release lead (up; 0: the default 100us, negative: none)")
-	fs.IntVar(&f.Vantage, "vantage", 0, "exec: vantage index (0 = <name>-vantage)")
+	cli.Uint64Var(fs, &o.Seed, "seed", 1, 0, math.MaxUint64, "delay-line loss/jitter RNG seed (up)")
+	cli.DurationVar(fs, &o.Lead, "lead", 0, -time.Second, time.Second, "delay-line release lead (up; 0: the default 100us, negative: none)")
+	cli.IntVar(fs, &f.Vantage, "vantage", 0, 0, netns.MaxVantages-1, "exec: vantage index (0 = <name>-vantage)")
 	fs.BoolVar(&f.JSON, "json", false, "status: print JSON")
 }
 
