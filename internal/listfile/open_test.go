@@ -7,36 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-)
 
-// fifo makes a named pipe at dir/name with a writer waiting for a reader (a plain open
-// of the pipe for reading would then return, read nothing and see the writer close, so
-// a reader that does not refuse the pipe ends instead of hanging); the writer is released
-// when the test ends.
-func fifo(t *testing.T, dir, name string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := syscall.Mkfifo(p, 0o644); err != nil {
-		t.Skipf("mkfifo: %v (the file system refuses named pipes)", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if w, err := os.OpenFile(p, os.O_WRONLY, 0); err == nil {
-			w.Close()
-		}
-	}()
-	t.Cleanup(func() {
-		// A reader that holds the pipe open lets the writer's open return.
-		if r, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
-			<-done
-			r.Close()
-		}
-	})
-	return p
-}
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
+)
 
 // specials makes one of every kind of path that is not a regular file in dir and
 // returns them by name.
@@ -52,7 +26,7 @@ func specials(t *testing.T, dir string) map[string]string {
 	if err := os.Symlink(filepath.Join(dir, "absent"), dangling); err != nil {
 		t.Fatal(err)
 	}
-	return map[string]string{"fifo": fifo(t, dir, "fifo"), "socket": sock, "dangling link": dangling,
+	return map[string]string{"fifo": listfiletest.FIFO(t, dir, "fifo"), "socket": sock, "dangling link": dangling,
 		"directory": dir, "character device": "/dev/null"}
 }
 
@@ -134,7 +108,7 @@ func TestWalkFollowsLinksAndNamesTheRest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fifo(t, sub, "pipe")
+	listfiletest.FIFO(t, sub, "pipe")
 
 	type entry struct {
 		path string

@@ -28,7 +28,8 @@ var Cmd = cli.Command{
 	Notes: `analyze reads quic-go's JSON-SEQ (.sqlog, today), the qlog draft-02 NDJSON that quic-go
 v0.21 to v0.2x wrote, qlog JSON documents ({"traces":[...]}) and a JSON array of NDJSON
 records, each gzip-compressed or not (detected from the bytes, not the name). A directory
-means every regular file under it. Each line has file, format, odcid, quic_version,
+(or a link to one) means every file under it, links followed. A FIFO, socket, device, link
+to nothing or empty directory gets an "unreadable" line; the other paths are still read. Each line has file, format, odcid, quic_version,
 handshake_complete, retry, version_negotiation, amplification_stall, loss, round_trips,
 cause (as in handshake_analyses); a file cut short is analysed up to the cut and marked
 "truncated"; a file that cannot be analysed has "error": {"class", "message"} with class
