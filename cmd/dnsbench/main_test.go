@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/cli/clitest"
 )
@@ -23,6 +24,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"--count", "1", "--rate", "5", "--ramp-max", "9", "doudp://127.0.0.1"}, cli.ExitUsage},
 		{[]string{"--count", "1", "--queries", bad, "doudp://127.0.0.1"}, cli.ExitUsage},
 		{[]string{"--count", "1", "--queries", filepath.Join(dir, "absent"), "doudp://127.0.0.1"}, cli.ExitEnvironment},
+		{[]string{"--count", "1", "--queries", listfiletest.FIFO(t, dir, "fifo.txt"), "doudp://127.0.0.1"}, cli.ExitEnvironment},
+		{[]string{"--count", "1", "--queries", dir, "doudp://127.0.0.1"}, cli.ExitEnvironment},
 		{[]string{"--count", "1", "--streams", "4", "--policy", "fresh", "doq://127.0.0.1"}, cli.ExitUsage},
 		{[]string{"--count", "1", "--streams", "-1", "doq://127.0.0.1"}, cli.ExitUsage},
 		{[]string{"--count", "1", "--loss-sweep", "5,200", "doudp://127.0.0.1"}, cli.ExitUsage},

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/cli/clitest"
 	"github.com/doqscan/doqscan/internal/store/storetest"
@@ -43,6 +44,7 @@ func TestBadFlags(t *testing.T) {
 		clitest.Usage("--vantage", "--vantage", ""),
 		clitest.Usage("unexpected arguments", "stray"),
 		{Args: []string{"--roots", "/nonexistent/roots.pem"}, Code: cli.ExitEnvironment, Want: "roots.pem"},
+		{Args: []string{"--roots", listfiletest.FIFO(t, t.TempDir(), "roots.pem")}, Code: cli.ExitEnvironment, Want: "roots.pem: not a regular file: a named pipe"},
 	}, "--targets", missing)
 }
 

@@ -280,7 +280,7 @@ func ReadHitlist(path string) ([]netip.Addr, error) {
 	out := make([]netip.Addr, 0, len(ps))
 	for _, p := range ps {
 		if !p.IsSingleIP() {
-			return nil, fmt.Errorf("hitlist %s: %s is a prefix, want addresses", path, p)
+			return nil, fmt.Errorf("%w: hitlist %s: %s is a prefix, want addresses", ErrBadTargets, path, p)
 		}
 		out = append(out, p.Addr())
 	}

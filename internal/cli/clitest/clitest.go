@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
 )
@@ -76,9 +77,11 @@ func WriteFile(t testing.TB, dir, name, content string) string {
 	return p
 }
 
-// TargetsFileErrors checks --targets: a missing file is a missing prerequisite (5), a
-// bad third line (badThirdLine is a file's content whose third line is bad) or a 200 KB
-// line is bad input (2), and the message names the file and the line.
+// TargetsFileErrors checks --targets: a missing file, a FIFO (whose plain open would
+// wait for a writer forever), a directory or a link to nothing is a missing prerequisite
+// (5) saying what it is; a bad third line (badThirdLine is a file's content whose third
+// line is bad) or a 200 KB line is bad input (2), and the message names the file and the
+// line.
 func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -88,6 +91,9 @@ func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
 		want       string
 	}{
 		{"missing", filepath.Join(dir, "absent.txt"), cli.ExitEnvironment, "absent.txt"},
+		{"FIFO", listfiletest.FIFO(t, dir, "fifo.txt"), cli.ExitEnvironment, "fifo.txt: not a regular file: a named pipe"},
+		{"directory", dir, cli.ExitEnvironment, "not a regular file: a directory"},
+		{"link to nothing", listfiletest.Symlink(t, filepath.Join(dir, "gone.txt"), filepath.Join(dir, "dangling.txt")), cli.ExitEnvironment, "dangling.txt: a symbolic link to nothing"},
 		{"bad line", WriteFile(t, dir, "bad.txt", badThirdLine), cli.ExitUsage, "bad.txt:3: "},
 		{"200 KB line", WriteFile(t, dir, "long.txt", "127.0.0.1\n# a\n"+strings.Repeat("1", 200<<10)+"\n"), cli.ExitUsage, "long.txt:3: line longer than"},
 	} {

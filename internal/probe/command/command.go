@@ -7,9 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 
@@ -160,10 +160,10 @@ func (t *targetFlags) prefixes(positional []string) ([]netip.Prefix, *netip.Pref
 	if t.allowlist != "" {
 		ps, err := probe.ReadPrefixFile(t.allowlist)
 		switch {
-		case errors.Is(err, os.ErrNotExist):
-			return nil, nil, cli.Environmentf("--allowlist: %v", err)
 		case err != nil:
-			return nil, nil, cli.Usagef("--allowlist: %v", err)
+			// Exit code from the error's type: a file that cannot be opened 5, a bad
+			// line 2 (listfile's errors, cli.ExitCode).
+			return nil, nil, fmt.Errorf("--allowlist: %w", err)
 		case len(ps) == 0:
 			// Never fall back to a default target (with --testbed: the whole prefix).
 			return nil, nil, cli.Usagef("--allowlist %s lists no prefix or address: refusing to scan without the targets it was meant to name", t.allowlist)

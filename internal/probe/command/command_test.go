@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/optout/pace"
 )
@@ -46,6 +47,7 @@ func TestFlagErrors(t *testing.T) {
 	scan := []string{"scan", "--vantage", "x", "--testbed", "198.19.0.0/16", "--seed", "1"}
 	// A zmap whose --version names no release (a development build): refused before
 	// anything else.
+	fifo := listfiletest.FIFO(t, t.TempDir(), "fifo.csv")
 	devZmap := tempFile(t, "zmap", "#!/bin/sh\necho 'zmap Development Build. Commit 8de8833 - Mon Oct 6'\n", 0o755)
 	for _, c := range []struct {
 		args []string
@@ -68,6 +70,12 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", "/nonexistent/hitlist.txt"}, cli.ExitEnvironment},
 		{[]string{"blocklist", "--no-db", "--testbed", "198.19.0.0/16", "--allowlist", empty}, cli.ExitUsage},
 		{[]string{"ingest", "/nonexistent.csv"}, cli.ExitEnvironment},
+		// Files that are not regular files are refused at once (a FIFO's plain open
+		// waited for a writer), by type: a missing prerequisite.
+		{append(scan, "--allowlist", fifo), cli.ExitEnvironment},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", fifo}, cli.ExitEnvironment},
+		{[]string{"ingest", fifo}, cli.ExitEnvironment},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", tempFile(t, "prefix.txt", "198.19.0.0/24\n", 0o644)}, cli.ExitUsage},
 		// Numbers zmap or the database would wrap or read as "no limit" are refused
 		// before anything runs: 2^32 packets/s reached zmap as -r 0; NaN probes/s sent
 		// as fast as possible and was stored as rate_pps -2147483648.

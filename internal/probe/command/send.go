@@ -2,10 +2,9 @@ package command
 
 import (
 	"context"
-	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -39,11 +38,8 @@ func sendFlags(fs *flag.FlagSet) runFunc {
 			return err
 		}
 		hl, err := probe.ReadHitlist(hitlist)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			return cli.Environmentf("--hitlist: %v", err)
-		case err != nil:
-			return cli.Usagef("%v", err)
+		if err != nil {
+			return classify(fmt.Errorf("--hitlist: %w", err)) // 5 unopenable, 2 a bad line or a prefix
 		}
 		if err := pace.CheckSendPace(rate, hl); err != nil {
 			return classify(err)
