@@ -256,6 +256,11 @@ func decider(action string) func(IO, []string) int {
 			if *actor == "" {
 				return cli.Usagef("--actor must not be empty")
 			}
+			for _, f := range []struct{ name, v string }{{"reason", *reason}, {"actor", *actor}} {
+				if err := optout.CheckText("--"+f.name, f.v, false); err != nil {
+					return cli.Usagef("%v", err)
+				}
+			}
 			st, err := cli.OpenStore(ctx, log)
 			if err != nil {
 				return err

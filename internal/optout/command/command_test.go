@@ -61,14 +61,16 @@ func TestSubcommands(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"reject", id(1), "--blocklist-dir", dir}, cli.ExitUsage},                          // no reason
-		{[]string{"reject", id(0), "--reason", "x", "--blocklist-dir", dir}, cli.ExitUsage},         // accepted: withdraw it instead
-		{[]string{"accept", "999999", "--blocklist-dir", dir}, cli.ExitUsage},                       // no such request
-		{[]string{"accept", "abc", "--blocklist-dir", dir}, cli.ExitUsage},                          // not an id
-		{[]string{"accept", "--blocklist-dir", dir}, cli.ExitUsage},                                 // no id
-		{[]string{"frobnicate"}, cli.ExitUsage},                                                     // no such subcommand
-		{[]string{"list", "--status", "done"}, cli.ExitUsage},                                       // no such status
-		{[]string{"--policy", "everyone", "--rewrite-only", "--blocklist-dir", dir}, cli.ExitUsage}, // no such policy
+		{[]string{"reject", id(1), "--blocklist-dir", dir}, cli.ExitUsage},                                          // no reason
+		{[]string{"reject", id(0), "--reason", "x", "--blocklist-dir", dir}, cli.ExitUsage},                         // accepted: withdraw it instead
+		{[]string{"accept", "999999", "--blocklist-dir", dir}, cli.ExitUsage},                                       // no such request
+		{[]string{"accept", "abc", "--blocklist-dir", dir}, cli.ExitUsage},                                          // not an id
+		{[]string{"accept", "--blocklist-dir", dir}, cli.ExitUsage},                                                 // no id
+		{[]string{"frobnicate"}, cli.ExitUsage},                                                                     // no such subcommand
+		{[]string{"list", "--status", "done"}, cli.ExitUsage},                                                       // no such status
+		{[]string{"--policy", "everyone", "--rewrite-only", "--blocklist-dir", dir}, cli.ExitUsage},                 // no such policy
+		{[]string{"reject", id(1), "--reason", "ok\u202edab", "--blocklist-dir", dir}, cli.ExitUsage},               // a bidi override in the reason
+		{[]string{"reject", id(1), "--reason", "x", "--actor", "al\x1bice", "--blocklist-dir", dir}, cli.ExitUsage}, // a control character
 	} {
 		if code, out, errs := run(t, tc.args...); code != tc.code {
 			t.Errorf("optout %s: exit %d, want %d\n%s%s", strings.Join(tc.args, " "), code, tc.code, out, errs)
