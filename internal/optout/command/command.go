@@ -119,6 +119,19 @@ func runServe(io IO, args []string) int {
 		if *tlsListen != "" && (*tlsCert == "" || *tlsKey == "") {
 			return cli.Usagef("--tls-listen needs --tls-cert and --tls-key")
 		}
+		// Before the database: an address no listener can take is a usage error (it was
+		// exit 1 when the listener failed), a missing blocklist directory a missing
+		// prerequisite (it was created, and the page served).
+		for _, l := range []struct{ flag, addr string }{{"listen", *listen}, {"tls-listen", *tlsListen}} {
+			if l.addr != "" && !*rewrite {
+				if err := cli.CheckListenAddr(l.flag, l.addr); err != nil {
+					return err
+				}
+			}
+		}
+		if err := cli.CheckBlocklistDir("blocklist-dir", *dir); err != nil {
+			return err
+		}
 		st, err := cli.OpenStore(ctx, log)
 		if err != nil {
 			return err
@@ -260,6 +273,9 @@ func decider(action string) func(IO, []string) int {
 				if err := optout.CheckText("--"+f.name, f.v, false); err != nil {
 					return cli.Usagef("%v", err)
 				}
+			}
+			if err := cli.CheckBlocklistDir("blocklist-dir", *dir); err != nil {
+				return err
 			}
 			st, err := cli.OpenStore(ctx, log)
 			if err != nil {
