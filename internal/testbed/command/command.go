@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -151,6 +152,16 @@ func Run(ctx context.Context, log *slog.Logger, f Flags, args []string, stdout i
 		}
 		name := instanceName(o.Name)
 		in := netns.Instance{Name: name, Vantages: f.Vantage + 1}
+		// The namespace must be there: `ip netns exec` of a missing one exits 255, which
+		// read as the command's own exit code.
+		all, err := netns.Runner{}.ListNamespaces(ctx)
+		if err != nil {
+			return cli.Environmentf("list the network namespaces: %v", err)
+		}
+		if !slices.Contains(all, in.Vantage(f.Vantage)) {
+			return cli.Environmentf("testbed %s has no vantage namespace %s (is it up? `testnet --name %s --vantages %d up`)",
+				name, in.Vantage(f.Vantage), name, f.Vantage+1)
+		}
 		c := netns.Command(in.Vantage(f.Vantage), argv...)
 		c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 		c.Env = append(os.Environ(), netns.EnvInstance+"="+name)
