@@ -52,3 +52,17 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestDocumentedExitCodes runs the exit codes docs/dnsbench.md documents that need a
+// run: 0 when every query has a classified outcome (here one query to a closed loopback
+// port: refused or timed out, a result), 3 and 4 when --store meets the database.
+func TestDocumentedExitCodes(t *testing.T) {
+	run := []string{"--count", "1", "--workers", "1", "--timeout", "200ms", "--progress", "0s", "doudp://127.0.0.1:9"}
+	cases := []clitest.ExitCase{
+		{Code: cli.ExitOK, Why: "every query has a classified outcome", Args: run},
+		{Code: cli.ExitUsage, Why: "bad flags", Args: append([]string{"--workers", "0"}, run...)},
+		{Code: cli.ExitEnvironment, Why: "missing query file", Args: append([]string{"--queries", filepath.Join(t.TempDir(), "absent")}, run...)},
+	}
+	cases = append(cases, clitest.DatabaseCases(t, append([]string{"--store"}, run...)...)...)
+	clitest.ExitCodes(t, command, cases)
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
 // Command is what a main's command() returns: its flag set bound to the stage's config,
@@ -64,7 +66,48 @@ func OneLineErrors(t *testing.T, c Command, cases []Case, extra ...string) {
 // command refuses before it opens the database: one that got that far fails fast
 // instead of reaching a real database.
 func NoDatabase(t testing.TB) {
-	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1")
+	t.Setenv("DATABASE_URL", NoDatabaseURL)
+}
+
+// NoDatabaseURL names a server that does not exist (a command that opens it stops with
+// exit code 3 within a second).
+const NoDatabaseURL = "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1"
+
+// ExitCase is one exit code a command documents and an invocation that gives it.
+type ExitCase struct {
+	Code int
+	Why  string            // the code's documented meaning, for the failure message
+	Args []string          // the command's arguments
+	Env  map[string]string // environment for the case (e.g. DATABASE_URL)
+	Want string            // a part of stderr, if not empty
+}
+
+// ExitCodes runs every case of a command's exit-code table (one per documented code
+// and cause) as a subtest and checks its exit code: the code comes from the error's
+// type, so each must be reached by the cause it documents.
+func ExitCodes(t *testing.T, c Command, cases []ExitCase) {
+	t.Helper()
+	for _, cs := range cases {
+		t.Run(fmt.Sprintf("%d %s", cs.Code, cs.Why), func(t *testing.T) {
+			for k, v := range cs.Env {
+				t.Setenv(k, v)
+			}
+			code, out := Run(t, c, cs.Args...)
+			if code != cs.Code || !strings.Contains(out, cs.Want) {
+				t.Errorf("%q: exit %d, stderr %.400q; want %d (%s) and %q", cs.Args, code, out, cs.Code, cs.Why, cs.Want)
+			}
+		})
+	}
+}
+
+// DatabaseCases are the exit codes of a command that opens the database when run with
+// args: 3 when no server answers, 4 when the database's schema is newer than the
+// binary (a fresh database of the test server, see storetest.NewerSchema).
+func DatabaseCases(t testing.TB, args ...string) []ExitCase {
+	return []ExitCase{
+		{Code: cli.ExitDatabase, Why: "database unavailable", Args: args, Env: map[string]string{"DATABASE_URL": NoDatabaseURL}},
+		{Code: cli.ExitSchema, Why: "schema newer than the binary", Args: args, Env: map[string]string{"DATABASE_URL": storetest.NewerSchema(t)}},
+	}
 }
 
 // WriteFile writes content to dir/name and returns its path.

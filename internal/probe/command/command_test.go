@@ -10,9 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/cli/clitest"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/optout/pace"
+	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
 // TestRefusals: the scan refuses to start without targets, with a testbed prefix
@@ -156,4 +158,31 @@ func tempFile(t *testing.T, name, body string, mode os.FileMode) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestExitCodes runs zprobe's documented exit codes (docs/zprobe.md) that TestFlagErrors
+// does not: 0, and 3 and 4 from the database (the blocklist subcommand reads the
+// opt-outs from it).
+func TestExitCodes(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	args := []string{"blocklist", "--testbed", "198.19.0.0/16"}
+	for _, c := range []struct {
+		why  string
+		args []string
+		url  string
+		code int
+	}{
+		{"ok without the database", append(args, "--no-db"), "", cli.ExitOK},
+		{"ok", args, storetest.NewDatabase(t), cli.ExitOK},
+		{"database unavailable", args, clitest.NoDatabaseURL, cli.ExitDatabase},
+		{"schema newer than the binary", args, storetest.NewerSchema(t), cli.ExitSchema},
+	} {
+		if c.url != "" {
+			t.Setenv("DATABASE_URL", c.url)
+		}
+		err := Run(context.Background(), log, c.args) // prints the blocklist on stdout
+		if code := cli.ExitCode(err); code != c.code {
+			t.Errorf("%s: %v: exit %d (%v), want %d", c.why, c.args, code, err, c.code)
+		}
+	}
 }
