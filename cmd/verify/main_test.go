@@ -4,9 +4,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/cli/clitest"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 

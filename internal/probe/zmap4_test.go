@@ -335,7 +335,7 @@ func TestZmapFullDisk(t *testing.T) {
 	if err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "doqscan-fulldisk", out).Run(); err != nil {
 		t.Skipf("mount tmpfs: %v (needed to simulate a full disk)", err)
 	}
-	t.Cleanup(func() { exec.Command("umount", out).Run() }) //nolint:errcheck // best effort
+	t.Cleanup(func() { _ = exec.Command("umount", out).Run() })
 	filler, err := os.Create(filepath.Join(out, "filler"))
 	if err != nil {
 		t.Fatal(err)
