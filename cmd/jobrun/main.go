@@ -43,7 +43,7 @@ func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	fs.StringVar(&cfg.Job, "job", cfg.Job, "job name: scan, verify, measure, report or blocklist")
 	fs.StringVar(&cfg.Vantage, "vantage", cfg.Vantage, "vantage point id: one lock per job and vantage point; passed to the command as DOQSCAN_VANTAGE (env "+cli.EnvVantage+"; default "+cli.DefaultVantageID+")")
 	fs.StringVar(&cfg.Now, "now", cfg.Now, "run as if the time were this (RFC 3339; tests with a compressed clock; env DOQSCAN_NOW)")
-	fs.DurationVar(&cfg.LockCheck, "lock-check", cfg.LockCheck, "ping the lock's database connection this often while the command runs")
+	cli.DurationVar(fs, &cfg.LockCheck, "lock-check", cfg.LockCheck, jobs.MinLockCheck, jobs.MaxLockCheck, "ping the lock's database connection this often while the command runs")
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		return jobs.Command(ctx, log, cfg, args)
 	}

@@ -185,6 +185,9 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		return ErrHelp
 	}
 	if err != nil {
+		if fe := refused(fs); fe != nil {
+			err = fe // the numeric flag's own error, by type (numflag.go)
+		}
 		return Usagef("%v (see --help)", err)
 	}
 	return nil

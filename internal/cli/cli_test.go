@@ -152,8 +152,10 @@ func TestSilentDatabaseTimesOut(t *testing.T) {
 	if len(accepted) == 0 {
 		t.Errorf("the client never connected to the silent server")
 	}
-	if took < timeout || took > timeout+5*time.Second {
-		t.Errorf("gave up after %v, want the connect timeout %v", took, timeout)
+	// It waits the URL's connect timeout (load only adds time), not the default one
+	// (the decision the upper bound tells apart; not a scheduling bound).
+	if took < timeout || took >= store.DefaultConnectTimeout {
+		t.Errorf("gave up after %v, want the URL's connect timeout %v (not the default %v)", took, timeout, store.DefaultConnectTimeout)
 	}
 	if !strings.Contains(out, "waiting for database") {
 		t.Errorf("no waiting line while the server was silent: %q", out)

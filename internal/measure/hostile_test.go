@@ -14,12 +14,15 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 )
 
-// hostileTimeout is the per-exchange timeout against hostile servers; every exchange must
-// end within it (plus slack for a loaded machine).
-const (
-	hostileTimeout = 800 * time.Millisecond
-	hostileSlack   = 400 * time.Millisecond
-)
+// hostileTimeout is the per-exchange timeout against hostile servers. An exchange ends
+// on it, not on measure.DefaultTimeout (what tooLate tells apart); how far past its
+// deadline it ends, on the wall clock, is BenchmarkHostileMemory's figure ("time past the
+// deadline by phase"): a bound near the timeout tests the scheduler of a loaded machine.
+const hostileTimeout = 800 * time.Millisecond
+
+// tooLate says whether an exchange with the hostile timeout took as long as the default
+// timeout: it ended on some other deadline than its own.
+func tooLate(took time.Duration) bool { return took >= measure.DefaultTimeout }
 
 // expected classification of each hostile behaviour per protocol. DoH has no "wrong
 // length" (HTTP frames the body): the test server answers 503 there instead.
@@ -64,8 +67,8 @@ func TestHostileServersAreClassified(t *testing.T) {
 				if res.Status != measure.StatusOK && res.Err == nil {
 					t.Error("failure without an error detail")
 				}
-				if took > hostileTimeout+hostileSlack {
-					t.Errorf("took %v, timeout %v", took, hostileTimeout)
+				if tooLate(took) {
+					t.Errorf("took %v with a timeout of %v: it ended on another deadline", took, hostileTimeout)
 				}
 			})
 		}
@@ -115,8 +118,8 @@ func TestFloodBoundsTheQlog(t *testing.T) {
 			if finishBegan.IsZero() {
 				t.Fatal("finishing the QUIC exchange was never reported")
 			}
-			if ended := finishBegan.Sub(begin); ended > req.Timeout+hostileSlack {
-				t.Errorf("the exchange ended %v after it began, timeout %v", ended, req.Timeout)
+			if ended := finishBegan.Sub(begin); tooLate(ended) {
+				t.Errorf("the exchange ended %v after it began, timeout %v: on another deadline", ended, req.Timeout)
 			}
 			t.Logf("took %v: exchange %v, finishing %v (qlog %d bytes)", took, finishBegan.Sub(begin), finishing, len(res.Qlog))
 		})

@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -94,11 +94,13 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if _, err := os.Stat(csvPath); err != nil {
+	if f, err := listfile.Open(csvPath); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
+	} else {
+		f.Close()
 	}
 	dir := filepath.Dir(csvPath)
-	mb, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	mb, err := listfile.ReadAll(filepath.Join(dir, "manifest.json"), 0)
 	if err != nil {
 		return nil, fmt.Errorf("replay %s: the scan's manifest.json must be next to it: %w", csvPath, err)
 	}
@@ -195,7 +197,7 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 		}
 		runs[p] = run
 	}
-	f, err := os.Open(csvPath)
+	f, err := listfile.Open(csvPath)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +248,7 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 // readProbe reads a probe file kept with a scan and returns its bytes and the probe
 // parsed from them.
 func readProbe[T any](path string, parse func([]byte) (T, error)) ([]byte, T, error) {
-	b, err := os.ReadFile(path)
+	b, err := listfile.ReadAll(path, 0)
 	if err != nil {
 		var zero T
 		return nil, zero, err

@@ -63,8 +63,9 @@ type Config struct {
 
 // Limits of the per-target settings (the flags' ranges), checked by Validate.
 const (
-	MaxTimeout        = 5 * time.Minute // --handshake-timeout, --query-timeout, --target-timeout
-	MaxSNIAttemptsCap = 16              // --max-sni-attempts
+	MinTimeout        = time.Millisecond // --handshake-timeout, --query-timeout, --target-timeout
+	MaxTimeout        = 5 * time.Minute
+	MaxSNIAttemptsCap = 16 // --max-sni-attempts
 )
 
 // Validate checks the settings: every timeout in 1ms..MaxTimeout, the SNI attempts in
@@ -72,9 +73,9 @@ const (
 // them with the defaults first); errors are usage errors naming the flag.
 func (c *Config) Validate() error {
 	if err := cli.FirstError(
-		cli.InRange("handshake-timeout", c.HandshakeTimeout, time.Millisecond, MaxTimeout),
-		cli.InRange("query-timeout", c.QueryTimeout, time.Millisecond, MaxTimeout),
-		cli.InRange("target-timeout", c.TargetTimeout, time.Millisecond, MaxTimeout),
+		cli.InRange("handshake-timeout", c.HandshakeTimeout, MinTimeout, MaxTimeout),
+		cli.InRange("query-timeout", c.QueryTimeout, MinTimeout, MaxTimeout),
+		cli.InRange("target-timeout", c.TargetTimeout, MinTimeout, MaxTimeout),
 		cli.InRange("max-sni-attempts", c.MaxSNIAttempts, 1, MaxSNIAttemptsCap),
 	); err != nil {
 		return err

@@ -9,14 +9,17 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
 // Command is what a main's command() returns: its flag set bound to the stage's config,
@@ -63,7 +66,48 @@ func OneLineErrors(t *testing.T, c Command, cases []Case, extra ...string) {
 // command refuses before it opens the database: one that got that far fails fast
 // instead of reaching a real database.
 func NoDatabase(t testing.TB) {
-	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1")
+	t.Setenv("DATABASE_URL", NoDatabaseURL)
+}
+
+// NoDatabaseURL names a server that does not exist (a command that opens it stops with
+// exit code 3 within a second).
+const NoDatabaseURL = "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1"
+
+// ExitCase is one exit code a command documents and an invocation that gives it.
+type ExitCase struct {
+	Code int
+	Why  string            // the code's documented meaning, for the failure message
+	Args []string          // the command's arguments
+	Env  map[string]string // environment for the case (e.g. DATABASE_URL)
+	Want string            // a part of stderr, if not empty
+}
+
+// ExitCodes runs every case of a command's exit-code table (one per documented code
+// and cause) as a subtest and checks its exit code: the code comes from the error's
+// type, so each must be reached by the cause it documents.
+func ExitCodes(t *testing.T, c Command, cases []ExitCase) {
+	t.Helper()
+	for _, cs := range cases {
+		t.Run(fmt.Sprintf("%d %s", cs.Code, cs.Why), func(t *testing.T) {
+			for k, v := range cs.Env {
+				t.Setenv(k, v)
+			}
+			code, out := Run(t, c, cs.Args...)
+			if code != cs.Code || !strings.Contains(out, cs.Want) {
+				t.Errorf("%q: exit %d, stderr %.400q; want %d (%s) and %q", cs.Args, code, out, cs.Code, cs.Why, cs.Want)
+			}
+		})
+	}
+}
+
+// DatabaseCases are the exit codes of a command that opens the database when run with
+// args: 3 when no server answers, 4 when the database's schema is newer than the
+// binary (a fresh database of the test server, see storetest.NewerSchema).
+func DatabaseCases(t testing.TB, args ...string) []ExitCase {
+	return []ExitCase{
+		{Code: cli.ExitDatabase, Why: "database unavailable", Args: args, Env: map[string]string{"DATABASE_URL": NoDatabaseURL}},
+		{Code: cli.ExitSchema, Why: "schema newer than the binary", Args: args, Env: map[string]string{"DATABASE_URL": storetest.NewerSchema(t)}},
+	}
 }
 
 // WriteFile writes content to dir/name and returns its path.
@@ -76,9 +120,11 @@ func WriteFile(t testing.TB, dir, name, content string) string {
 	return p
 }
 
-// TargetsFileErrors checks --targets: a missing file is a missing prerequisite (5), a
-// bad third line (badThirdLine is a file's content whose third line is bad) or a 200 KB
-// line is bad input (2), and the message names the file and the line.
+// TargetsFileErrors checks --targets: a missing file, a FIFO (whose plain open would
+// wait for a writer forever), a directory or a link to nothing is a missing prerequisite
+// (5) saying what it is; a bad third line (badThirdLine is a file's content whose third
+// line is bad) or a 200 KB line is bad input (2), and the message names the file and the
+// line.
 func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -88,6 +134,9 @@ func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
 		want       string
 	}{
 		{"missing", filepath.Join(dir, "absent.txt"), cli.ExitEnvironment, "absent.txt"},
+		{"FIFO", listfiletest.FIFO(t, dir, "fifo.txt"), cli.ExitEnvironment, "fifo.txt: not a regular file: a named pipe"},
+		{"directory", dir, cli.ExitEnvironment, "not a regular file: a directory"},
+		{"link to nothing", listfiletest.Symlink(t, filepath.Join(dir, "gone.txt"), filepath.Join(dir, "dangling.txt")), cli.ExitEnvironment, "dangling.txt: a symbolic link to nothing"},
 		{"bad line", WriteFile(t, dir, "bad.txt", badThirdLine), cli.ExitUsage, "bad.txt:3: "},
 		{"200 KB line", WriteFile(t, dir, "long.txt", "127.0.0.1\n# a\n"+strings.Repeat("1", 200<<10)+"\n"), cli.ExitUsage, "long.txt:3: line longer than"},
 	} {

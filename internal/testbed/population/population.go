@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/home"
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/quicver"
 )
 
@@ -226,9 +227,10 @@ func (p *Population) AllRecords() []*Record {
 	return out
 }
 
-// Load reads and parses a population file.
+// Load reads and parses a population file (opened with listfile.Open: a FIFO or a
+// directory is an error, never a wait).
 func Load(path string) (*Population, error) {
-	f, err := os.Open(path)
+	f, err := listfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("population: %w", err)
 	}

@@ -2,6 +2,7 @@ package population
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/listfile"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 )
 
 func loadCommitted(t *testing.T) *Population {
@@ -344,5 +347,14 @@ func TestIPv6Grammar(t *testing.T) {
 	noPrefix6 := strings.Replace(head, "prefix6 2001:2:0:8000::/49\n", "", 1)
 	if _, err := Parse(strings.NewReader(noPrefix6 + ok)); err == nil {
 		t.Error("IPv6 hosts without prefix6: accepted")
+	}
+}
+
+// TestLoadRefusesAFIFO: a population file that is a FIFO (testnet --population) is
+// refused at once, by type (a plain open waited for a writer).
+func TestLoadRefusesAFIFO(t *testing.T) {
+	_, err := Load(listfiletest.FIFO(t, t.TempDir(), "population.txt"))
+	if !errors.Is(err, listfile.ErrNotRegular) {
+		t.Fatalf("Load(FIFO) = %v, want %v", err, listfile.ErrNotRegular)
 	}
 }
