@@ -47,7 +47,7 @@ type Config struct {
 
 // DefaultDir is where a release is written when no directory is given: release/ of the
 // doqscan home, beside reports/.
-func DefaultDir() string { return filepath.Join(home.Dir(), "release") }
+func DefaultDir() string { return manifest.DefaultDir(home.Dir()) }
 
 // Summary is what an export did.
 type Summary struct {

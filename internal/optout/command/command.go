@@ -22,7 +22,9 @@ import (
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/optout"
+	"github.com/doqscan/doqscan/internal/release/manifest"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -99,6 +101,8 @@ func runServe(io IO, args []string) int {
 	contact := fs.String("contact", optout.DefaultInfo.Contact, "contact email shown on the page")
 	operator := fs.String("operator", optout.DefaultInfo.Operator, "who runs the scans")
 	project := fs.String("project-url", "", "link to the project page (optional)")
+	releaseDir := fs.String("release-dir", manifest.DefaultDir(home.Dir()), "the data release the page describes under \"What we publish\" (dataset export's directory)")
+	releaseURL := fs.String("release-url", "", "where the release is published (empty: on request from --contact)")
 	maxV4 := fs.Int("max-v4-prefix", optout.DefaultLimits.MinBitsV4, "shortest IPv4 prefix one request may exclude")
 	maxV6 := fs.Int("max-v6-prefix", optout.DefaultLimits.MinBitsV6, "shortest IPv6 prefix one request may exclude")
 	policy := fs.String("policy", string(optout.PolicyOwnRange), "which requests are honoured at once: own-range, all or review-all")
@@ -135,7 +139,8 @@ func runServe(io IO, args []string) int {
 		info.Contact, info.Operator, info.ProjectURL = *contact, *operator, *project
 		srv := &optout.Server{Store: st, BlocklistDir: *dir, Info: info, Log: log, PostsPerMinute: *perMin,
 			Limits: optout.Limits{MinBitsV4: *maxV4, MinBitsV6: *maxV6}, SecureCookies: *tlsListen != "" && *listen == "",
-			Policy: pol, OwnRange: optout.Limits{MinBitsV4: *ownV4, MinBitsV6: *ownV6}}
+			Policy: pol, OwnRange: optout.Limits{MinBitsV4: *ownV4, MinBitsV6: *ownV6},
+			ReleaseDir: *releaseDir, ReleaseURL: *releaseURL}
 		path, err := srv.Rewrite(ctx)
 		if err != nil {
 			return err

@@ -144,3 +144,7 @@ func (m *Manifest) Weeks() (first, last string, vantages []string) {
 	sort.Strings(vantages)
 	return first, last, vantages
 }
+
+// DefaultDir is where a release is written when no directory is given: release/ of the
+// doqscan home (home: the checkout, or $DOQSCAN_HOME), beside reports/.
+func DefaultDir(home string) string { return filepath.Join(home, "release") }
