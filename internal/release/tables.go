@@ -105,9 +105,15 @@ var tables = []tableSQL{
 		       host(m.address) AS address, m.protocol, m.port, m.variant, m.mode, m.key_share, m.phase, m.seq,
 		       m.started_at, m.handshake_ns, m.resolve_ns, m.status, m.error, m.rcode, m.answers, m.tls_version,
 		       m.tls_cipher, m.quic_version, m.alpn, m.token_received, m.token_used, m.retry_seen, m.vn_seen,
-		       m.resumed, m.used_0rtt, m.tfo, m.qlog_id::text AS qlog_id, ` + qlogFileSQL + ` AS qlog_file
+		       m.resumed, m.used_0rtt, m.tfo, m.qlog_id::text AS qlog_id, ` + qlogFileSQL + ` AS qlog_file,
+		       r.rtt_ns::float8 AS rtt_median_ns
 		  FROM measurements m JOIN campaigns c USING (campaign_id)
 		  LEFT JOIN qlogs q ON q.qlog_id = m.qlog_id
+		  LEFT JOIN (SELECT s.address, s.transport, s.port, percentile_cont(0.5) WITHIN GROUP (ORDER BY s.rtt_ns) AS rtt_ns
+		               FROM rtt_samples s WHERE s.campaign_id = $1 AND s.status = 'ok' AND s.rtt_ns > 0
+		              GROUP BY 1, 2, 3) r
+		    ON r.address = m.address AND r.port = m.port
+		   AND r.transport = CASE m.protocol WHEN 'doudp' THEN 'udp' WHEN 'doq' THEN 'quic' WHEN 'doh3' THEN 'quic' ELSE 'tcp' END
 		 WHERE m.campaign_id = $1 AND NOT (m.address <<= ANY($3::text[]::cidr[]))
 		 ORDER BY m.protocol, m.phase, m.address, m.port, m.variant, m.mode, m.key_share, m.seq`},
 	{name: "rtt_samples", perCampaign: true, sql: `
