@@ -87,6 +87,27 @@ def connect(url: str, work_mem: str = "128MB", engine: str = "duckdb", master: s
     return conn
 
 
+def default_source(source: str | None = None) -> str:
+    """The source to read: `source` (a release directory or a PostgreSQL URL), else
+    $DATABASE_URL, else the private cluster's URL (bin/dbctl url)."""
+    if source:
+        return source
+    if os.environ.get("DATABASE_URL"):
+        return os.environ["DATABASE_URL"]
+    import subprocess
+    dbctl = Path(__file__).resolve().parents[2] / "bin" / "dbctl"
+    out = subprocess.run([str(dbctl), "url"], capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def describe(conn) -> str:
+    """What a connection reads, for the notebooks' first lines (no password)."""
+    if isinstance(conn, lake.Lake):
+        return f"release {conn.path} (schema version {conn.manifest.get('schema_version')}) on {conn.engine}"
+    info = conn.info
+    return f"PostgreSQL database {info.dbname} on {info.host}"
+
+
 def _frame(conn: psycopg.Connection, sql: str, params: dict | None = None) -> pd.DataFrame:
     with conn.cursor() as cur:
         cur.execute(sql, params or {})

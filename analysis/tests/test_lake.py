@@ -62,6 +62,8 @@ def same(a: pd.DataFrame, b: pd.DataFrame, sort: bool = False) -> None:
                 assert _missing(x) and _missing(y), f"{c} row {i}: {x!r} vs {y!r}"
             elif isinstance(x, (int, float, np.number)) and not isinstance(x, bool):
                 assert float(x) == pytest.approx(float(y), rel=1e-12, abs=1e-9), f"{c} row {i}: {x!r} vs {y!r}"
+            elif _num(x) is not None and _num(y) is not None:
+                assert _num(x) == pytest.approx(_num(y), rel=1e-12, abs=1e-9), f"{c} row {i}: {x!r} vs {y!r}"
             else:
                 assert str(x) == str(y), f"{c} row {i}: {x!r} vs {y!r}"
 
@@ -73,6 +75,13 @@ def _sorted(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         return tuple((0, float(v), "") if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
                      else (1, 0.0, str(v)) for v in (df[k].iloc[i] for k in keys))
     return df.iloc[sorted(range(len(df)), key=key)].reset_index(drop=True)
+
+
+def _num(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
 
 
 def _missing(x) -> bool:
@@ -125,3 +134,34 @@ def test_order_statistics_exact(lk):
     (m, byrank), = got.values()
     assert m == n
     assert [byrank[r] for r in ranks] == [vals[r - 1] for r in ranks]
+
+
+def compare_report_csvs(a: str, b: str) -> list[str]:
+    """Every CSV table the notebooks wrote into report folders a and b is in both and
+    holds the same rows (numbers as numbers, to 1e-12 relative; rows in value order
+    where the SQL leaves ties open). Returns the names compared."""
+    fa = sorted(f for f in os.listdir(os.path.join(a, "figures")) if f.endswith(".csv"))
+    fb = sorted(f for f in os.listdir(os.path.join(b, "figures")) if f.endswith(".csv"))
+    assert fa == fb
+    for f in fa:
+        x = pd.read_csv(os.path.join(a, "figures", f), keep_default_na=False)
+        y = pd.read_csv(os.path.join(b, "figures", f), keep_default_na=False)
+        try:
+            same(x, y, sort=True)
+        except AssertionError as e:
+            raise AssertionError(f"{f}: {e}") from e
+    return fa
+
+
+def test_report_from_release_equals_postgres(synth_db, release, tmp_path):
+    """The whole report from the release (DuckDB) writes the same CSV tables as from
+    PostgreSQL: every figure's numbers."""
+    from doqscan_analysis import report
+    a = report.run(synth_db, str(tmp_path / "pg"))
+    b = report.run(release, str(tmp_path / "lake"))
+    assert a["ok"] and b["ok"], (a["notebooks"], b["notebooks"])
+    assert b["source"] == "release" and b["engine"] == "duckdb"
+    names = compare_report_csvs(a["folder"], b["folder"])
+    for want in ("fig1_doq_quic_versions_per_week.csv", "response_times_quantiles.csv", "doq_causes.csv",
+                 "vantage_comparison.csv", "fig2_world_map.csv", "answering.csv"):
+        assert want in names
