@@ -75,7 +75,10 @@ class Lake:
             from pyspark.sql import SparkSession
             b = SparkSession.builder.appName("doqscan-report").master(master or os.environ.get("SPARK_MASTER", "local[2]"))
             b = b.config("spark.sql.session.timeZone", "UTC").config("spark.sql.execution.arrow.pyspark.enabled", "true")
-            b = b.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "8")
+            # local[N]: N shuffle partitions (the default 200 tasks per shuffle dominate small queries)
+            m = master or os.environ.get("SPARK_MASTER", "local[2]")
+            parts = m[6:-1] if m.startswith("local[") and m[6:-1].isdigit() else "16"
+            b = b.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", parts)
             if memory_limit:
                 b = b.config("spark.driver.memory", memory_limit)
             self.spark = b.getOrCreate()
@@ -508,9 +511,10 @@ def geo_counts(lake: Lake, by: str, week: str | None = None, vantages=None) -> p
 
 
 def geo_points(lake: Lake, week: str | None = None, vantages=None, grid_deg: float = 0.5) -> pd.DataFrame:
-    g = repr(float(grid_deg))
+    g = f"CAST({float(grid_deg)!r} AS DOUBLE)"
     df = lake.sql(_geo(lake, week, vantages) + f"""
-        SELECT {_rint(f'latitude / {g}')} * {g} AS latitude, {_rint(f'longitude / {g}')} * {g} AS longitude,
+        SELECT CAST({_rint(f'latitude / {g}')} * {g} AS DOUBLE) AS latitude,
+               CAST({_rint(f'longitude / {g}')} * {g} AS DOUBLE) AS longitude,
                count(*) AS resolvers
           FROM geo WHERE latitude IS NOT NULL AND longitude IS NOT NULL GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2""")
     return _ints(df, ["resolvers"])
