@@ -7,9 +7,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from test_lake import ADOPTION, export_release, same
 
 from doqscan_analysis import lake, load
-from test_lake import ADOPTION, export_release, same
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs Java (17) on PATH")
 
