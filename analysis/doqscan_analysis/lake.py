@@ -64,9 +64,9 @@ class Lake:
         self.tables = set()
         if engine == "duckdb":
             import duckdb
-            cfg = {}
-            if memory_limit:
-                cfg["memory_limit"] = memory_limit
+            # A kernel's DuckDB holds at most this much (it spills past it): the report runs
+            # three notebooks at once within the 4 GB goal.
+            cfg = {"memory_limit": memory_limit or os.environ.get("DOQSCAN_DUCKDB_MEMORY", "1GB")}
             if threads:
                 cfg["threads"] = threads
             self.db = duckdb.connect(config=cfg)
