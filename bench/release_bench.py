@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import psycopg  # noqa: E402
 from psycopg.conninfo import make_conninfo  # noqa: E402
 
-from doqscan_analysis import report, synth  # noqa: E402
+from doqscan_analysis import compare, report, synth  # noqa: E402
 
 GOAL_SECONDS = 120
 GOAL_MB = 4096
@@ -132,8 +132,7 @@ def main() -> int:
             show(f"report at {n:,} measurements from Parquet (DuckDB)", b)
             print(f"ratio Parquet/PostgreSQL: time {b['wall'] / a['wall']:.2f}, peak memory "
                   f"{b['peak_rss_mb']['all_processes'] / a['peak_rss_mb']['all_processes']:.2f}", flush=True)
-            import test_lake
-            names = test_lake.compare_report_csvs(a["folder"], b["folder"])
+            names = compare.report_csvs(a["folder"], b["folder"])
             print(f"the {len(names)} CSV tables are equal", flush=True)
 
     if "year" in steps:
@@ -167,8 +166,7 @@ def main() -> int:
         sp = run_report(year, os.path.join(reports, "year-spark"), engine="spark")
         show("report over the year on Spark local[2]", sp)
         if duck:
-            import test_lake
-            names = test_lake.compare_report_csvs(duck["folder"], sp["folder"])
+            names = compare.report_csvs(duck["folder"], sp["folder"])
             print(f"Spark and DuckDB: the {len(names)} CSV tables are equal", flush=True)
     if not args.keep:
         for p in (rel10, year):

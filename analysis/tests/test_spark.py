@@ -7,9 +7,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from test_lake import ADOPTION, export_release, same
+from test_lake import ADOPTION, export_release
 
 from doqscan_analysis import lake, load
+from doqscan_analysis.compare import same
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs Java (17) on PATH")
 
