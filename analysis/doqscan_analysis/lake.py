@@ -42,7 +42,7 @@ GLOBAL_TABLES = ["vantage_points", "datasets"]
 # Value buckets of the order-statistics search: floor(ln(x) * BUCKETS_PER_E). Any
 # monotonic bucketing gives the exact values; finer buckets mean fewer values fetched in
 # the second pass.
-BUCKETS_PER_E = 2000
+BUCKETS_PER_E = 4000
 
 
 def is_release(path) -> bool:
@@ -560,55 +560,72 @@ def answering(lake: Lake, weeks=None, vantages=None, refresh: bool = True, facts
     return df.sort_values(["vantage_id", "protocol"], kind="stable").reset_index(drop=True)
 
 
-def _bucket(x: str) -> str:
-    return f"CASE WHEN {x} > 0 THEN CAST(floor(ln({x}) * {BUCKETS_PER_E}) AS BIGINT) ELSE -9223372036854775807 END"
+def _bucket(x: str, per_e: int) -> str:
+    return f"CASE WHEN {x} > 0 THEN CAST(floor(ln({x}) * {per_e}) AS BIGINT) ELSE -9223372036854775807 END"
 
 
-def order_statistics(lake: Lake, rel: str, groups: list[str], value: str, ranks_of) -> dict:
-    """Exact order statistics of `value` per group of `rel` (SQL text of a relation):
-    ranks_of(n) gives the 1-based ranks wanted in a group of n non-null values. Two
-    passes: counts per (group, value bucket), then the values of the buckets holding a
-    wanted rank only. Returns {group tuple: (n, {rank: value})}."""
-    g = ", ".join(groups)
-    gsel = (g + ", ") if groups else ""
-    counts = lake.sql(f"""SELECT {gsel}b_, count(*) AS c_ FROM (SELECT {gsel}{_bucket(value)} AS b_ FROM {rel} r
-                          WHERE {value} IS NOT NULL AND NOT isnan(CAST({value} AS DOUBLE))) x GROUP BY {gsel}b_""")
+def order_statistics(lake: Lake, rel: str, groups: list[str], value: str, ranks_of, per_e: int = BUCKETS_PER_E) -> dict:
+    """Exact order statistics of `value` per group of `rel`: order_statistics_of with one
+    value. Returns {group tuple: (n, {rank: value})}."""
+    return order_statistics_of(lake, rel, groups, [value], ranks_of, per_e)[value]
+
+
+def order_statistics_of(lake: Lake, rel: str, groups: list[str], values: list[str], ranks_of,
+                        per_e: int = BUCKETS_PER_E) -> dict:
+    """Exact order statistics of each of `values` (SQL expressions over `rel`, the SQL text
+    of a relation) per group: ranks_of(n) gives the 1-based ranks wanted in a group of n
+    non-null values. Two passes over the rows per value: counts
+    per (group, value, value bucket), whose number is bounded by the buckets (per_e per
+    factor e of the values), not by the rows; then, in the engine, the values of the
+    buckets that hold a wanted rank, numbered within their bucket, of which only the
+    wanted ones come back. Returns {value: {group tuple: (n, {rank: value})}}."""
+    if len(values) > 1:
+        # one value at a time: stacking them (a cross join with the value's number) made
+        # DuckDB's passes slower than separate scans
+        return {v: order_statistics_of(lake, rel, groups, [v], ranks_of, per_e)[v] for v in values}
+    gsel = "".join(f"{c}, " for c in groups)
+    stacked = f"SELECT {gsel}0 AS m_, CAST({values[0]} AS DOUBLE) AS x_ FROM {rel} r"
+    vals = (f"SELECT {gsel}m_, {_bucket('x_', per_e)} AS b_, x_ FROM ({stacked}) s "
+            f"WHERE x_ IS NOT NULL AND NOT isnan(x_)")
+    keys = groups + ["m_"]
+    counts = lake.sql(f"SELECT {gsel}m_, b_, count(*) AS c_ FROM ({vals}) x GROUP BY {gsel}m_, b_")
+    out = {v: {} for v in values}
     if counts.empty:
-        return {}
-    counts = counts.sort_values(groups + ["b_"], kind="stable")
-    want_rows = []
-    info = {}
-    for key, part in (counts.groupby(groups, sort=False, dropna=False) if groups else [((), counts)]):
+        return out
+    counts = counts.sort_values(keys + ["b_"], kind="stable")
+    wanted = []  # (group..., metric, bucket, rank within the bucket, rank)
+    sizes = {}
+    for key, part in counts.groupby(keys, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         c = part["c_"].to_numpy(np.int64)
         cum = np.cumsum(c)
         n = int(cum[-1])
-        ranks = sorted(set(ranks_of(n)))
-        idx = np.searchsorted(cum, np.asarray(ranks, dtype=np.int64), side="left")  # bucket holding each rank
+        sizes[key] = n
+        ranks = np.asarray(sorted(set(ranks_of(n))), dtype=np.int64)
+        idx = np.searchsorted(cum, ranks, side="left")  # the bucket holding each rank
         start = np.concatenate(([0], cum[:-1]))
         bs = part["b_"].to_numpy(np.int64)
-        info[key] = (n, ranks, {int(bs[i]): int(start[i]) for i in set(idx.tolist())}, dict(zip(ranks, bs[idx].tolist())))
-        for b in sorted(set(bs[idx].tolist())):
-            want_rows.append(key + (int(b),))
-    targets = pd.DataFrame(want_rows, columns=groups + ["b_"])
-    for c in groups:
-        targets[c] = targets[c].astype(counts[c].dtype) if counts[c].dtype != object else targets[c].astype(object)
-    lake.register("os_targets", targets)
-    on = " AND ".join([f"t.{c} = v.{c}" for c in groups] + ["t.b_ = v.b_"])
-    vals = lake.sql(f"""SELECT v.* FROM (SELECT {gsel}{_bucket(value)} AS b_, CAST({value} AS DOUBLE) AS x_ FROM {rel} r
-                                         WHERE {value} IS NOT NULL AND NOT isnan(CAST({value} AS DOUBLE))) v
-                        JOIN os_targets t ON {on}""")
-    out = {}
-    byb = {}
-    for key, part in (vals.groupby(groups + ["b_"], sort=False, dropna=False)):
-        key = key if isinstance(key, tuple) else (key,)
-        byb[key] = np.sort(part["x_"].to_numpy(np.float64))
-    for key, (n, ranks, starts, rank_bucket) in info.items():
-        got = {}
-        for r in ranks:
-            b = rank_bucket[r]
-            got[r] = float(byb[key + (b,)][r - 1 - starts[b]])
-        out[key] = (n, got)
+        for r, i in zip(ranks.tolist(), idx.tolist()):
+            wanted.append(key + (int(bs[i]), int(r - start[i]), int(r)))
+    w = pd.DataFrame(wanted, columns=keys + ["b_", "k_", "rank_"])
+    for c in keys:
+        if counts[c].dtype != object:
+            w[c] = w[c].astype(counts[c].dtype)
+    lake.register("os_wanted", w)
+    on_b = " AND ".join([f"t.{c} = v.{c}" for c in keys] + ["t.b_ = v.b_"])
+    on = " AND ".join([f"w.{c} = x.{c}" for c in keys] + ["w.b_ = x.b_", "w.k_ = x.k_"])
+    part_by = ", ".join([f"v.{c}" for c in keys] + ["v.b_"])
+    got = lake.sql(f"""
+        SELECT {''.join(f'w.{c}, ' for c in keys)}w.rank_, x.x_ FROM (
+          SELECT v.*, row_number() OVER (PARTITION BY {part_by} ORDER BY v.x_) AS k_
+            FROM ({vals}) v JOIN (SELECT DISTINCT {gsel}m_, b_ FROM os_wanted) t ON {on_b}) x
+        JOIN os_wanted w ON {on}""")
+    for key, n in sizes.items():
+        out[values[int(key[-1])]][key[:-1]] = (n, {})
+    cols = [got[c].tolist() for c in keys]
+    for i, (r, x) in enumerate(zip(got["rank_"].tolist(), got["x_"].tolist())):
+        key = tuple(col[i] for col in cols)
+        out[values[int(key[-1])]][key[:-1]][1][int(r)] = float(x)
     return out
 
 
@@ -659,7 +676,7 @@ def response_times(lake: Lake, weeks=None, vantages=None, dox_only: bool = False
     def ranks_of(n):
         return sorted(set(np.clip(np.ceil(probs * n).astype(np.int64), 1, n).tolist()) | set(_median_ranks(n)))
 
-    stats = {m: order_statistics(lake, rel, group_by, m, ranks_of) for m in METRICS}
+    stats = order_statistics_of(lake, rel, group_by, METRICS, ranks_of)
     rows = []
     for r in base.itertuples(index=False):
         rec = {c: getattr(r, c) for c in group_by}
@@ -698,8 +715,11 @@ def per_resolver_medians(lake: Lake, weeks=None, vantages=None, phase: str = "me
     cols = ["vantage_id", "protocol", "address", "queries", "resolve_ns", "handshake_ns", "rtt_ns"]
     if base.empty:
         return pd.DataFrame(columns=cols)
-    for m in ("resolve_ns", "handshake_ns", "rtt_ns"):
-        st = order_statistics(lake, rel, groups, m, _median_ranks)
+    # two ranks per resolver: coarse buckets keep the first pass's counts few
+    metrics = ["resolve_ns", "handshake_ns", "rtt_ns"]
+    stats = order_statistics_of(lake, rel, groups, metrics, _median_ranks, per_e=200)
+    for m in metrics:
+        st = stats[m]
         base[m] = [(_median(*st[k]) if k in st else np.nan)
                    for k in zip(base["vantage_id"], base["protocol"], base["address"])]
     base["queries"] = base["queries"].astype(int)
