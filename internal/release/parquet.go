@@ -202,6 +202,9 @@ func (tw *tableWriter) finish(table string) (manifest.File, error) {
 	if err := tw.tmp.Close(); err != nil {
 		return manifest.File{}, err
 	}
+	if err := os.Chmod(tw.tmp.Name(), 0o644); err != nil { // published: readable by all
+		return manifest.File{}, err
+	}
 	if err := os.Rename(tw.tmp.Name(), tw.path); err != nil {
 		return manifest.File{}, err
 	}

@@ -100,6 +100,9 @@ func writeQlogs(ctx context.Context, st *store.Store, path, week string, campaig
 	if err := f.Close(); err != nil {
 		return manifest.File{}, err
 	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil { // published: readable by all
+		return manifest.File{}, err
+	}
 	if err := os.Rename(f.Name(), path); err != nil {
 		return manifest.File{}, err
 	}

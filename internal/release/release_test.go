@@ -187,6 +187,9 @@ func TestExportIsIdempotentAndItsManifestTrue(t *testing.T) {
 			t.Errorf("manifest lists %s, not on disk", f.Path)
 			continue
 		}
+		if st, err := os.Stat(filepath.Join(a, f.Path)); err != nil || st.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %v, want 0644 (a published file)", f.Path, st.Mode().Perm())
+		}
 		h := sha256.Sum256(data)
 		if hex.EncodeToString(h[:]) != f.SHA256 || int64(len(data)) != f.Bytes {
 			t.Errorf("%s: manifest sha256/bytes do not match the file", f.Path)

@@ -108,7 +108,7 @@ var tables = []tableSQL{
 		       m.resumed, m.used_0rtt, m.tfo, m.qlog_id::text AS qlog_id, ` + qlogFileSQL + ` AS qlog_file,
 		       r.rtt_ns::float8 AS rtt_median_ns
 		  FROM measurements m JOIN campaigns c USING (campaign_id)
-		  LEFT JOIN qlogs q ON q.qlog_id = m.qlog_id
+		  LEFT JOIN LATERAL (SELECT q.format FROM qlogs q WHERE q.qlog_id = m.qlog_id OFFSET 0) q ON true
 		  LEFT JOIN (SELECT s.address, s.transport, s.port, percentile_cont(0.5) WITHIN GROUP (ORDER BY s.rtt_ns) AS rtt_ns
 		               FROM rtt_samples s WHERE s.campaign_id = $1 AND s.status = 'ok' AND s.rtt_ns > 0
 		              GROUP BY 1, 2, 3) r
@@ -126,7 +126,10 @@ var tables = []tableSQL{
 		SELECT $2::text AS iso_week, c.vantage_id, m.campaign_id, h.measurement_id::text AS measurement_id, h.rtt_ns,
 		       h.ratio, h.round_trips, h.one_rtt, h.version_negotiation, h.retry, h.amplification_stall, h.loss,
 		       h.client_initial_bytes, h.server_bytes_pre_ack, h.stall_ns, h.cause, h.detail::text AS detail
-		  FROM handshake_analyses h JOIN measurements m USING (measurement_id) JOIN campaigns c ON c.campaign_id = m.campaign_id
+		  FROM measurements m JOIN campaigns c ON c.campaign_id = m.campaign_id
+		 -- one primary-key lookup per measurement of the campaign ("OFFSET 0" keeps the
+		 -- planner from hashing the whole table once per campaign instead)
+		 CROSS JOIN LATERAL (SELECT * FROM handshake_analyses h WHERE h.measurement_id = m.measurement_id OFFSET 0) h
 		 WHERE m.campaign_id = $1 AND NOT (m.address <<= ANY($3::text[]::cidr[]))
 		 ORDER BY m.protocol, m.phase, m.address, m.port, m.variant, m.mode, m.key_share, m.seq`},
 	{name: "resolver_features", perCampaign: true, sql: `
