@@ -417,7 +417,7 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
                  CASE WHEN protocol = 'doq' THEN cause = 'retry' OR (phase = 'warmup') END,
                  CASE WHEN protocol IN ('dot', 'doh', 'doq') THEN mode IN ('resumed', '0rtt') END,
                  CASE WHEN protocol = 'doq' THEN mode = '0rtt' END
-            FROM s_rows""")
+            FROM s_rows ORDER BY campaign_id""")  # a campaign's rows together, as measure writes them
     say("rtt samples")
     # RTT samples: three per (campaign, address, transport, port) the resolver is measured on;
     # UDP/53 probes go unanswered (as in the study).
@@ -433,7 +433,8 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
                                                ('tcp', 443, true), ('quic', t.doq_port, false))
                                         AS x(transport, port, dox_only)
                    WHERE t.dox OR NOT x.dox_only) k
-           CROSS JOIN generate_series(0, 2) AS s(seq)""")
+           CROSS JOIN generate_series(0, 2) AS s(seq)
+           ORDER BY k.campaign_id""")
     say("handshake analyses")
     ex("""INSERT INTO handshake_analyses (measurement_id, rtt_ns, ratio, round_trips, one_rtt, version_negotiation,
                                           retry, amplification_stall, loss, cause)
