@@ -95,6 +95,7 @@ def main() -> int:
     ap.add_argument("--dir", default=os.path.join(ROOT, "var", "bench"))
     ap.add_argument("--db-name", default="doqscan_bench", help="the 10^7 database (bench/report_bench.py)")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--year", default="", help="the release the duckdb and spark steps read (default: DIR/year)")
     args = ap.parse_args()
     steps = set(args.steps.split(","))
     os.makedirs(args.dir, exist_ok=True)
@@ -103,7 +104,7 @@ def main() -> int:
     subprocess.run(["go", "build", "-o", "bin/", "./cmd/dataset"], cwd=ROOT, check=True,
                    env={**os.environ, "PATH": os.environ.get("PATH", "") + ":/usr/local/go/bin"})
     rel10 = os.path.join(args.dir, "release-1e7")
-    year = os.path.join(args.dir, "year")
+    year = args.year or os.path.join(args.dir, "year")
     reports = tempfile.mkdtemp(prefix="doqscan-release-bench-")
 
     if "export" in steps or "compare" in steps:
@@ -167,10 +168,10 @@ def main() -> int:
     duck = None
     if "duckdb" in steps:
         duck = run_report(year, os.path.join(reports, "year-duckdb"))
-        show("report over the year on DuckDB", duck)
+        show(f"report over {year} on DuckDB", duck)
     if "spark" in steps:
         sp = run_report(year, os.path.join(reports, "year-spark"), engine="spark")
-        show("report over the year on Spark local[2]", sp)
+        show(f"report over {year} on Spark local[2]", sp)
         if duck:
             names = compare.report_csvs(duck["folder"], sp["folder"])
             print(f"Spark and DuckDB: the {len(names)} CSV tables are equal", flush=True)
