@@ -121,6 +121,23 @@ if [ -x .venv/bin/python ] && [ -d analysis ]; then
   ./dev report --siblings "$ROOT/$STATE/siblings.csv" || echo "report failed (see above)" >&2
 fi
 
+say "release: dataset export (Parquet, one file set per ISO week and vantage point) into release/"
+# Resumable: a second demo rewrites only the weeks whose runs changed. The opt-out page
+# (its \"What we publish\") reads the same directory's manifest.
+bin/dataset export --log-level warn "$ROOT/release" >/dev/null
+RELEASE_SETS=$(grep -c '"iso_week"' "$ROOT/release/manifest.json" || true)
+if [ -x .venv/bin/python ]; then
+  # No opted-out address in any file of the release (dataset export leaves them out).
+  LEAKED=$(.venv/bin/python -c "import duckdb, ipaddress, sys; rel, rng = sys.argv[1], ipaddress.ip_network(sys.argv[2])
+addrs = duckdb.sql(f\"SELECT DISTINCT address FROM read_parquet('{rel}/*/*/measurements.parquet') UNION SELECT DISTINCT address FROM read_parquet('{rel}/*/*/scan_replies.parquet')\").fetchall()
+print(sum(1 for (a,) in addrs if ipaddress.ip_address(a) in rng))" "$ROOT/release" "$OPTOUT_RANGE")
+  echo "release: $RELEASE_SETS file sets; addresses of $OPTOUT_RANGE in it: $LEAKED (must be 0)" >&2
+  if [ "$LEAKED" != 0 ]; then
+    echo "demo: FAILED: the release holds addresses of the opted-out range $OPTOUT_RANGE" >&2
+    exit 1
+  fi
+fi
+
 URL=$(bin/dbctl url 2>/dev/null)
 say "opt-out honoured: rows for $OPTOUT_RANGE since it was opted out (each must be 0)"
 HONOURED=$(psql "$URL" -Atc "SELECT 'scan replies: ' || count(*) FROM scan_replies
@@ -175,4 +192,6 @@ The results are in PostgreSQL ($URL):
     FROM measurements WHERE status = 'ok' GROUP BY 1, 2 ORDER BY 1, 2;
   SELECT cause, count(*) FROM handshake_analyses GROUP BY 1;
 Raw zmap output: var/scans/   Reports: reports/ (newest folder)
+Data release (Parquet, docs/data-release.md): $ROOT/release/ (manifest.json lists every file)
+  the report from it:  ./dev report --source release/          (DuckDB; --engine spark for Apache Spark)
 EOF

@@ -431,7 +431,7 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
                  CASE WHEN protocol = 'doq' THEN cause = 'retry' OR (phase = 'warmup') END,
                  CASE WHEN protocol IN ('dot', 'doh', 'doq') THEN mode IN ('resumed', '0rtt') END,
                  CASE WHEN protocol = 'doq' THEN mode = '0rtt' END
-            FROM s_rows""")
+            FROM s_rows ORDER BY campaign_id""")  # a campaign's rows together, as measure writes them
     say("rtt samples")
     # RTT samples: three per (campaign, address, transport, port) the resolver is measured on;
     # UDP/53 probes go unanswered (as in the study).
@@ -447,7 +447,8 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
                                                ('tcp', 443, true), ('quic', t.doq_port, false))
                                         AS x(transport, port, dox_only)
                    WHERE t.dox OR NOT x.dox_only) k
-           CROSS JOIN generate_series(0, 2) AS s(seq)""")
+           CROSS JOIN generate_series(0, 2) AS s(seq)
+           ORDER BY k.campaign_id""")
     say("handshake analyses")
     ex("""INSERT INTO handshake_analyses (measurement_id, rtt_ns, ratio, round_trips, one_rtt, version_negotiation,
                                           retry, amplification_stall, loss, cause)
@@ -458,3 +459,111 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
           SELECT DISTINCT campaign_id, address, 'doq', port, '0rtt', (i % 4 = 0)
             FROM s_rows WHERE protocol = 'doq' AND cnum = 0""")
     ex("DROP TABLE s_rows")
+
+
+# ----------------------------------------------------------------------------------
+# A synthetic year written straight to Parquet (the benchmark of the release analysis).
+
+def write_year(template: str, out: str, weeks: int = 52, first_monday: dt.date = dt.date(2025, 12, 29),
+               hours_per_week: int = 168, progress=None) -> dict:
+    """Write a release directory `out` of `weeks` ISO weeks of hourly campaigns, straight
+    to Parquet with DuckDB, from `template`: a release written by `dataset export` of a
+    database `generate` filled (one campaign). Every file has the export's columns and
+    types (rows are the template's, re-keyed and jittered): each hour of each week
+    repeats the template campaign's measurements, RTT samples, handshake analyses and
+    features with a new campaign id, times shifted to the hour and every duration
+    scaled by a per-row factor in [0.95, 1.05) derived from the row and the hour (the
+    RTT median with the same factor as its resolver's samples); each week's scans and
+    verification are the template's week (w mod its weeks) renamed. manifest.json lists
+    every file with rows, bytes and SHA-256. Returns {table: rows}."""
+    import hashlib
+    import json as _json
+    import os
+    import shutil
+
+    import duckdb
+
+    say = progress or (lambda msg: None)
+    tm = _json.load(open(os.path.join(template, "manifest.json")))
+    sets = [s for s in tm["file_sets"] if not s["vantage_id"].startswith("_")]
+    tweeks = sorted({s["iso_week"] for s in sets})
+    vantage = sets[0]["vantage_id"]
+    camp_set = next(s for s in sets if any(f["table"] == "campaigns" and f["rows"] > 0 for f in s["files"]))
+    cdir = os.path.join(template, camp_set["iso_week"], vantage)
+    db = duckdb.connect()
+    db.execute("SET preserve_insertion_order = true")
+    first_camp = db.execute(f"SELECT min(campaign_id), min(round_hour) FROM read_parquet('{cdir}/campaigns.parquet')").fetchone()
+    os.makedirs(out, exist_ok=True)
+    for f in tm["files"]:
+        shutil.copy(os.path.join(template, f["path"]), os.path.join(out, f["path"]))
+    manifest = {"format": "doqscan-release", "schema_version": tm["schema_version"], "docs": tm["docs"],
+                "updated_at": tm["updated_at"], "optouts_excluded": 0, "files": tm["files"], "file_sets": []}
+    totals: dict = {}
+    copy = "(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 262144)"
+    # factor(key): a per-row jitter in [0.95, 1.05) from a hash of the key and the hour
+    jit = "(0.95 + 0.1 * ((hash({key} || '|' || CAST(h AS VARCHAR)) % 1000000) / 1000000.0))"
+    for w in range(weeks):
+        monday = first_monday + dt.timedelta(weeks=w)
+        y, wk, _ = monday.isocalendar()
+        week = f"{y}-W{wk:02d}"
+        src = os.path.join(template, tweeks[w % len(tweeks)], vantage)
+        dst = os.path.join(out, week, vantage)
+        os.makedirs(dst, exist_ok=True)
+        base_hour = dt.datetime.combine(monday, dt.time(0), dt.UTC)
+        cid0 = 1_000_000 + w * hours_per_week
+        hours = f"(SELECT h FROM range({hours_per_week}) t(h))"
+        shift = f"(TIMESTAMPTZ '{base_hour.isoformat()}' - TIMESTAMPTZ '{first_camp[1].isoformat()}' + to_hours(CAST(h AS BIGINT)))"
+        stmts = {
+            "campaigns": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id, round_hour, started_at, finished_at),
+                                    CAST({cid0} + h AS BIGINT) AS campaign_id, round_hour + {shift} AS round_hour,
+                                    started_at + {shift} AS started_at, finished_at + {shift} AS finished_at
+                               FROM read_parquet('{cdir}/campaigns.parquet'), {hours}""",
+            "measurements": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id, measurement_id, started_at,
+                                       handshake_ns, resolve_ns, rtt_median_ns),
+                                       CAST({cid0} + h AS BIGINT) AS campaign_id,
+                                       md5(measurement_id || '|' || CAST(h AS VARCHAR)) AS measurement_id,
+                                       started_at + {shift} AS started_at,
+                                       CAST(handshake_ns * {jit.format(key='measurement_id')} AS BIGINT) AS handshake_ns,
+                                       CAST(resolve_ns * {jit.format(key='measurement_id')} AS BIGINT) AS resolve_ns,
+                                       rtt_median_ns * {jit.format(key="address || CAST(port AS VARCHAR)")} AS rtt_median_ns
+                                  FROM read_parquet('{cdir}/measurements.parquet'), {hours}""",
+            "rtt_samples": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id, sent_at, rtt_ns),
+                                      CAST({cid0} + h AS BIGINT) AS campaign_id, sent_at + {shift} AS sent_at,
+                                      CAST(rtt_ns * {jit.format(key="address || CAST(port AS VARCHAR)")} AS BIGINT) AS rtt_ns
+                                 FROM read_parquet('{cdir}/rtt_samples.parquet'), {hours}""",
+            "handshake_analyses": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id, measurement_id),
+                                             CAST({cid0} + h AS BIGINT) AS campaign_id,
+                                             md5(measurement_id || '|' || CAST(h AS VARCHAR)) AS measurement_id
+                                        FROM read_parquet('{cdir}/handshake_analyses.parquet'), {hours}""",
+            "resolver_features": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id),
+                                            CAST({cid0} + h AS BIGINT) AS campaign_id
+                                       FROM read_parquet('{cdir}/resolver_features.parquet'), {hours}""",
+        }
+        files = []
+        for t in ("scans", "scan_runs", "scan_replies", "verification_runs", "verification_results", "certificates",
+                  "observed_certificates", "resolvers", "resolver_geo", "campaigns", "measurements", "rtt_samples",
+                  "handshake_analyses", "resolver_features"):
+            path = os.path.join(dst, t + ".parquet")
+            cols = [r[0] for r in db.execute(f"DESCRIBE SELECT * FROM read_parquet('{src if t not in stmts else cdir}/{t}.parquet')").fetchall()]
+            if t in stmts:
+                q = stmts[t]
+            else:
+                q = f"SELECT '{week}' AS iso_week, * EXCLUDE (iso_week) FROM read_parquet('{src}/{t}.parquet')"
+            # the export's column order and types
+            types = dict(db.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM read_parquet('{src if t not in stmts else cdir}/{t}.parquet'))").fetchall())
+            sel = ", ".join(f'CAST("{c}" AS {types[c]}) AS "{c}"' for c in cols)
+            db.execute(f"COPY (SELECT {sel} FROM ({q}) x) TO '{path}' {copy}")
+            rows = db.execute(f"SELECT count(*) FROM read_parquet('{path}')").fetchone()[0]
+            totals[t] = totals.get(t, 0) + rows
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            files.append({"path": f"{week}/{vantage}/{t}.parquet", "table": t, "rows": rows,
+                          "bytes": os.path.getsize(path), "sha256": h.hexdigest()})
+        manifest["file_sets"].append({"iso_week": week, "vantage_id": vantage, "fingerprint": "synthetic",
+                                      "written_at": tm["updated_at"], "files": files})
+        say(f"{week}: {files[10]['rows']:,} measurements")
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        _json.dump(manifest, f, indent=2)
+    return totals
