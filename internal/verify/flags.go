@@ -31,6 +31,7 @@ type Flags struct {
 	scanID                        int64
 	ports, alpns, versions, names string
 	roots                         string
+	identify                      bool
 }
 
 var weekRE = regexp.MustCompile(`^[0-9]{4}-W(0[1-9]|[1-4][0-9]|5[0-3])$`)
@@ -61,6 +62,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.ASNDB, "geoip-asn", "", "MaxMind ASN mmdb (with --geoip-city)")
 	fs.IntVar(&cfg.BatchSize, "batch", DefaultBatchSize, "results per database write, 1..100000")
 	fs.DurationVar(&cfg.Progress, "progress", DefaultProgress, "progress log interval, 100ms..1h")
+	fs.BoolVar(&f.identify, "identify", true, "identify each QUIC server's library (quic_stacks): its handshake's qlog and one handshake offering an unknown ALPN")
 	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
 	fs.BoolVar(&f.JSON, "json", false, "print the summary as JSON on stdout")
 	fs.StringVar(&cfg.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
@@ -113,6 +115,7 @@ func (f *Flags) Resolve() (RunConfig, error) {
 		cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version(n))
 	}
 	cfg.Verify.SNINames = cli.SplitList(f.names)
+	cfg.Verify.NoIdentify = f.fs != nil && !f.identify
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}

@@ -127,7 +127,9 @@ type Summary struct {
 	Rate     float64         `json:"targets_per_s"` // this invocation
 	Outcomes map[Outcome]int `json:"outcomes"`      // whole run
 	Versions []VersionCount  `json:"versions"`      // whole run, completed handshakes
-	Status   store.RunStatus `json:"status"`        // ok | interrupted | failed
+	// Libraries counts the QUIC library identifications (quic_stacks) of the whole run.
+	Libraries map[string]int  `json:"libraries,omitempty"`
+	Status    store.RunStatus `json:"status"` // ok | interrupted | failed
 }
 
 // VersionCount counts completed handshakes per DoQ (ALPN) and QUIC version pair.
@@ -237,6 +239,7 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		"query_name": vc.QueryName, "sni_names": vc.SNINames, "max_sni_attempts": vc.MaxSNIAttempts,
 		"concurrency": cfg.Concurrency, "rate": cfg.Rate, "ports": cfg.Ports, "scan_ids": sum.ScanIDs,
 		"targets_file": cfg.TargetsFile, "geoip_city": cfg.CityDB, "geoip_asn": cfg.ASNDB,
+		"identify": !vc.NoIdentify,
 	})
 	runID, existed, err := s.StartVerificationRun(ctx, store.VerificationRun{ISOWeek: sum.Week, VantageID: cfg.Vantage,
 		Label: cfg.Label, ScanID: scanID, Source: sum.Source, Config: conf, CityDataset: cityID, ASNDataset: asnID, Provenance: prov.JSON()})
@@ -487,11 +490,15 @@ type writer struct {
 	results       []store.VerificationResult
 	resolvers     []store.Resolver
 	geo           []store.ResolverGeo
+	stacks        []store.QUICStack
 	seenResolver  map[netip.Addr]bool
 }
 
 func (w *writer) add(r Result) error {
 	w.results = append(w.results, toRow(w.runID, r))
+	if r.Stack != nil {
+		w.stacks = append(w.stacks, stackRow(w.runID, r))
+	}
 	rows, _ := certs.Chain(r.Chain, r.At)
 	w.certs.Add(rows...)
 	// A resolver: an address that answered a DNS query over DoQ with a well-formed
@@ -530,6 +537,9 @@ func (w *writer) flush(ctx context.Context) (int, error) {
 	if _, err := store.Insert(ctx, w.s, store.TableVerificationResults, w.results); err != nil {
 		return 0, err
 	}
+	if _, err := store.Insert(ctx, w.s, store.TableQUICStacks, w.stacks); err != nil {
+		return 0, err
+	}
 	if _, err := store.Insert(ctx, w.s, store.TableResolvers, w.resolvers); err != nil {
 		return 0, err
 	}
@@ -551,7 +561,7 @@ func (w *writer) flush(ctx context.Context) (int, error) {
 	if _, err := store.Insert(ctx, w.s, store.TableResolverGeo, w.geo); err != nil {
 		return 0, err
 	}
-	w.results, w.resolvers, w.geo = w.results[:0], w.resolvers[:0], w.geo[:0]
+	w.results, w.resolvers, w.geo, w.stacks = w.results[:0], w.resolvers[:0], w.geo[:0], w.stacks[:0]
 	return n, nil
 }
 
@@ -585,6 +595,20 @@ func toRow(runID int64, r Result) store.VerificationResult {
 	return row
 }
 
+// stackRow converts a result's identification into its quic_stacks row.
+func stackRow(runID int64, r Result) store.QUICStack {
+	st := r.Stack
+	return store.QUICStack{RunID: runID, Address: r.Addr.Addr(), Port: int32(r.Addr.Port()), Library: st.Library,
+		Matched: nonNil(st.Matched), Conflicts: nonNil(st.Conflicts), Evidence: st.Evidence.evidenceJSON()}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
 // runSummary fills the whole-run counts from the database.
 func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) error {
 	sum.Outcomes = map[Outcome]int{}
@@ -600,6 +624,21 @@ func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) 
 			return err
 		}
 		sum.Outcomes[Outcome(o)] = n
+	}
+	rows.Close()
+	sum.Libraries = map[string]int{}
+	rows, err = s.Pool.Query(ctx, `SELECT library, count(*) FROM quic_stacks WHERE run_id = $1 GROUP BY library`, runID)
+	if err != nil {
+		return fmt.Errorf("summary: %w", err)
+	}
+	for rows.Next() {
+		var lib string
+		var n int
+		if err := rows.Scan(&lib, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		sum.Libraries[lib] = n
 	}
 	rows.Close()
 	rows, err = s.Pool.Query(ctx, `SELECT alpn, quic_version, count(*) FROM verification_results
@@ -642,6 +681,14 @@ func (s *Summary) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "\nDoQ ALPN   QUIC   handshakes\n")
 		for _, v := range s.Versions {
 			fmt.Fprintf(w, "%-10s %-6s %6d\n", cmp.Or(v.ALPN, "(none)"), v.QUICVersion, v.Count) // alpn '': doq-no-alpn
+		}
+	}
+	if len(s.Libraries) > 0 {
+		fmt.Fprintf(w, "\nQUIC library   endpoints\n")
+		for _, lib := range append(Libraries(), LibraryUnknown) {
+			if n := s.Libraries[lib]; n > 0 {
+				fmt.Fprintf(w, "%-14s %6d\n", lib, n)
+			}
 		}
 	}
 }

@@ -178,6 +178,8 @@ type Trace struct {
 	// Close is how the connection ended (the last trace's connection_closed event), nil
 	// if the qlog does not say.
 	Close *Close
+
+	server ServerView
 }
 
 // CompletedBy returns the checksum (CRC-32C of the UDP payload, as quic-go's qlog gives
@@ -218,6 +220,7 @@ func Parse(qlog []byte) (*Trace, error) {
 		chosen         string // version_information's chosen_version
 		offered        string // the version of our last long-header packet
 		closed         *Close
+		server         serverReader
 	)
 	src, err := readEvents(qlog, func(e *event) error {
 		if e.header {
@@ -237,6 +240,9 @@ func Parse(qlog []byte) (*Trace, error) {
 		t := int64(e.ms*1e6) + offset
 		switch e.name {
 		case "transport:packet_sent", "transport:packet_received":
+			if e.name == "transport:packet_received" {
+				server.received(e.data)
+			}
 			var d packetData
 			if err := json.Unmarshal(e.data, &d); err != nil {
 				return nil
@@ -260,6 +266,8 @@ func Parse(qlog []byte) (*Trace, error) {
 			if !p.sent {
 				lastRecvSum = d.Checksum
 			}
+		case "transport:parameters_set":
+			server.parameters(e.data)
 		case "transport:version_information":
 			var d struct {
 				Chosen string `json:"chosen_version"`
@@ -313,7 +321,8 @@ func Parse(qlog []byte) (*Trace, error) {
 		}
 	}
 	tr := &Trace{pkts: pkts, completeNS: completeNS, minRTT: minRTT, haveMinRTT: haveMinRTT, lostAt: lostAt, Source: src,
-		truncated: truncated || src.Truncated, completedBy: completedBy, hasCompletedBy: hasCompletedBy, Close: closed}
+		truncated: truncated || src.Truncated, completedBy: completedBy, hasCompletedBy: hasCompletedBy, Close: closed,
+		server: server.v}
 	if v, err := strconv.ParseUint(strings.TrimPrefix(version, "0x"), 16, 32); err == nil && v != 0 {
 		tr.QUICVersion = uint32(v)
 	}
