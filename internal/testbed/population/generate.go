@@ -86,6 +86,12 @@ var genCerts = []genCert{
 	{"self-signed", "doq.self-signed.test", "", "self", 0, 0},
 	{"chain-mid", "mid.provider-e.test", "", "ca-a", 3, 700},
 	{"chain-big", "big.provider-e.test", "", "ca-a", 6, 1500},
+	// Chains whose first flight lies between the 3x budgets of the Initial sizes a client
+	// may pad to (1,200 / 1,350 / 1,452 bytes): chain-edge-x between 3 x 1,200 and 3 x
+	// 1,350 with an X25519 share (one Initial), chain-edge-m between 3 x 2 x 1,200 and
+	// 3 x 2 x 1,350 with an X25519MLKEM768 share (two Initials).
+	{"chain-edge-x", "edge-x.provider-e.test", "", "ca-b", 3, 370},
+	{"chain-edge-m", "edge-m.provider-e.test", "", "ca-b", 5, 540},
 }
 
 // Services most DoQ resolvers also offer (so measure can compare every protocol).
@@ -144,6 +150,20 @@ var fixedSpecials = []struct {
 }{
 	{"doq-no-alpn", "accepts only a QUIC handshake offering no ALPN (refuses any offered one with no_application_protocol, as rustls/quinn with none configured); DNS on it framed as RFC 9250",
 		"quic=784,853 alpn=none versions=v1,v2 token=honour cert=provider-c dns=udp,tcp", "path=eu-20ms asn=AS64502 site=ams"},
+	{"doq-policy", "DoQ and DoT with known connection limits: a connection ends after 40 queries, 4 s idle timeout, 8 concurrent DoQ streams, no 0-RTT",
+		"quic=853 alpn=doq versions=v1,v2 token=honour cert=provider-b dns=udp,tcp dot=853 maxq=40 idle=4s streams=8 0rtt=no", "path=eu-5ms asn=AS64497 site=fra"},
+	{"ddr-doq-port", "plain DNS designating (DDR, RFC 9462) DoQ on UDP/10853, a port no scan probes, and DoT on 853, both at its own address",
+		"quic=10853 alpn=doq versions=v1,v2 token=honour cert=provider-a dns=udp,tcp dot=853 ddr=doq@10853,dot@853", "path=eu-20ms asn=AS64496 site=ams"},
+	{"ddr-doq-853", "a DoQ resolver on 853 (the scan finds it too) designating DoQ 853, DoT 853 and DoH 443",
+		"quic=853 alpn=doq versions=v1,v2 token=honour cert=provider-b dns=udp,tcp dot=853 doh=443 ddr=doq@853,dot@853,h2@443", "path=eu-20ms asn=AS64497 site=lon"},
+	{"ddr-dead", "plain DNS designating DoQ on UDP/8530 at its own address, where nothing answers",
+		"dns=udp,tcp ddr=doq@8530", "path=na-80ms asn=AS64501 site=iad"},
+	{"ddr-elsewhere", "plain DNS designating the DoQ resolver at 198.19.1.140 (ddr-doq-port) on UDP/10853",
+		"dns=udp,tcp ddr=doq@10853/198.19.1.140", "path=eu-20ms asn=AS64501 site=ams"},
+	{"doq-edgechain-x", "chain-edge-x, tokens ignored: its first flight exceeds 3x a 1,200-byte X25519 Initial only",
+		"quic=853 alpn=doq versions=v1,v2 token=ignore cert=chain-edge-x dns=udp,tcp", "path=eu-20ms asn=AS64500 site=fra"},
+	{"doq-edgechain-m", "chain-edge-m, tokens ignored: its first flight exceeds 3x two 1,200-byte X25519MLKEM768 Initials only (and every X25519 budget)",
+		"quic=853 alpn=doq versions=v1,v2 token=ignore cert=chain-edge-m dns=udp,tcp", "path=eu-20ms asn=AS64500 site=fra"},
 }
 
 // Third-party peers, one address each in 198.19.3.0/24. the peers package starts them; the

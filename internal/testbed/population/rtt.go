@@ -39,6 +39,24 @@ var (
 	ClientMLKEM = ClientHello{Name: "x25519mlkem768", InitialBytes: 2 * 1280, ServerShare: 1120}
 )
 
+// Initial sizes a client may pad its Initial datagrams to (quic-go's
+// Config.InitialPacketSize): RFC 9000's minimum, a common middle, and the most a
+// 1,500-byte Ethernet MTU carries (quic-go's MaxPacketBufferSize).
+var InitialSizes = []int{1200, 1350, 1452}
+
+// ClientFor is the first flight of a quic-go client padding its Initials to size with key
+// share keyShare ("x25519" or "x25519mlkem768"). The hybrid ClientHello spans two
+// Initials at every size up to 1,452 bytes (measured: 2,400, 2,700, 2,904 bytes).
+func ClientFor(keyShare string, size int) (ClientHello, bool) {
+	switch keyShare {
+	case ClientX25519.Name:
+		return ClientHello{Name: keyShare, InitialBytes: size, ServerShare: ClientX25519.ServerShare}, true
+	case ClientMLKEM.Name:
+		return ClientHello{Name: keyShare, InitialBytes: 2 * size, ServerShare: ClientMLKEM.ServerShare}, true
+	}
+	return ClientHello{}, false
+}
+
 // AmplificationFactor is the anti-amplification limit (RFC 9000 §8.1).
 const AmplificationFactor = 3
 
@@ -47,7 +65,7 @@ const AmplificationFactor = 3
 const (
 	approxCertBase     = 420 // an Ed25519 certificate without filler, DER bytes
 	approxPadOverhead  = 16  // the filler extension's OID and headers
-	approxFlightFixed  = 400 // ServerHello (without key share), EncryptedExtensions, CertificateVerify, Finished, QUIC headers
+	approxFlightFixed  = 530 // ServerHello (without key share), EncryptedExtensions, CertificateVerify, Finished, QUIC headers and padding (quic-go, measured)
 	approxPerCertFrame = 5   // TLS Certificate entry framing
 )
 
