@@ -123,6 +123,9 @@ type Flight struct {
 	Bytes          int
 	HandshakeCrypt bool // carries Handshake-level CRYPTO
 	Types          []string
+
+	last    int     // bytes of the flight's last datagram
+	lastSum *uint32 // its datagram_payload_checksum (nil: not logged)
 }
 
 type packetData struct {
@@ -145,6 +148,7 @@ type packetData struct {
 }
 
 type packet struct {
+	sum    *uint32 // received: datagram_payload_checksum (long headers)
 	t      int64
 	sent   bool
 	ptype  string
@@ -247,7 +251,7 @@ func Parse(qlog []byte) (*Trace, error) {
 			if err := json.Unmarshal(e.data, &d); err != nil {
 				return nil
 			}
-			p := packet{t: t, sent: e.name == "transport:packet_sent", ptype: d.Header.PacketType, length: d.Raw.Length}
+			p := packet{t: t, sent: e.name == "transport:packet_sent", ptype: d.Header.PacketType, length: d.Raw.Length, sum: d.Checksum}
 			p.token = len(d.Header.Token) > 0 && string(d.Header.Token) != "null"
 			for _, f := range d.Frames {
 				p.frames = append(p.frames, f.FrameType)
@@ -485,6 +489,11 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 		}
 		f := &a.Flights[len(a.Flights)-1]
 		f.EndNS, f.Bytes = p.t, f.Bytes+p.length
+		if p.sum != nil && f.lastSum != nil && *p.sum == *f.lastSum {
+			f.last += p.length // coalesced into the same datagram
+		} else {
+			f.last, f.lastSum = p.length, p.sum
+		}
 		f.Types = appendUnique(f.Types, p.ptype)
 		if p.ptype == "handshake" && len(p.crypto) > 0 {
 			f.HandshakeCrypt = true
@@ -517,13 +526,16 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	// CRYPTO (the rest of its flight, released by our ACK). The budget is 3x what we had
 	// sent by then (at least gap before the flight's end reached us): the ACKs of our
 	// first flight raise it while the server sends, which on a short path lets a big
-	// flight run past 3x our first datagram before it stops.
+	// flight run past 3x our first datagram before it stops. A server may start a
+	// datagram while under its budget and end it above (quic-go sends while its bytes
+	// sent are below 3x those received): the flight's last datagram must have begun
+	// within the budget, the whole flight may pass it by that datagram.
 	cum := 0
 	for k := 0; k+1 < len(att); k++ {
 		cum += att[k].Bytes
 		client := bytesUntil(sends, att[k].EndNS-gap)
 		budget := AmplificationFactor * client
-		if client == 0 || cum > budget+amplificationSlack {
+		if client == 0 || cum-att[k].last > budget+amplificationSlack {
 			continue
 		}
 		if float64(cum) >= stallFillRatio*float64(budget) && att[k+1].HandshakeCrypt {

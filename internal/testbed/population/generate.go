@@ -86,12 +86,13 @@ var genCerts = []genCert{
 	{"self-signed", "doq.self-signed.test", "", "self", 0, 0},
 	{"chain-mid", "mid.provider-e.test", "", "ca-a", 3, 700},
 	{"chain-big", "big.provider-e.test", "", "ca-a", 6, 1500},
-	// Chains whose first flight lies between the 3x budgets of the Initial sizes a client
-	// may pad to (1,200 / 1,350 / 1,452 bytes): chain-edge-x between 3 x 1,200 and 3 x
-	// 1,350 with an X25519 share (one Initial), chain-edge-m between 3 x 2 x 1,200 and
-	// 3 x 2 x 1,350 with an X25519MLKEM768 share (two Initials).
-	{"chain-edge-x", "edge-x.provider-e.test", "", "ca-b", 3, 370},
-	{"chain-edge-m", "edge-m.provider-e.test", "", "ca-b", 5, 540},
+	// Chains whose first flight lies between what an unvalidated quic-go server sends to
+	// a client padding its Initials to 1,200 and to 1,350 bytes (SendableUnvalidated:
+	// 3,840 and 5,120 bytes for one X25519 Initial, 7,680 and 8,960 for the two of an
+	// X25519MLKEM768 ClientHello): chain-edge-x with an X25519 share, chain-edge-m with
+	// an X25519MLKEM768 one.
+	{"chain-edge-x", "edge-x.provider-e.test", "", "ca-b", 3, 522},
+	{"chain-edge-m", "edge-m.provider-e.test", "", "ca-b", 5, 627},
 }
 
 // Services most DoQ resolvers also offer (so measure can compare every protocol).
@@ -150,8 +151,8 @@ var fixedSpecials = []struct {
 }{
 	{"doq-no-alpn", "accepts only a QUIC handshake offering no ALPN (refuses any offered one with no_application_protocol, as rustls/quinn with none configured); DNS on it framed as RFC 9250",
 		"quic=784,853 alpn=none versions=v1,v2 token=honour cert=provider-c dns=udp,tcp", "path=eu-20ms asn=AS64502 site=ams"},
-	{"doq-policy", "DoQ and DoT with known connection limits: a connection ends after 40 queries, 4 s idle timeout, 8 concurrent DoQ streams, no 0-RTT",
-		"quic=853 alpn=doq versions=v1,v2 token=honour cert=provider-b dns=udp,tcp dot=853 maxq=40 idle=4s streams=8 0rtt=no", "path=eu-5ms asn=AS64497 site=fra"},
+	{"doq-policy", "DoQ and DoT with known connection limits: a connection ends after 40 queries, 7 s idle timeout, 8 concurrent DoQ streams, no 0-RTT",
+		"quic=853 alpn=doq versions=v1,v2 token=honour cert=provider-b dns=udp,tcp dot=853 maxq=40 idle=7s streams=8 0rtt=no", "path=eu-5ms asn=AS64497 site=fra"},
 	{"ddr-doq-port", "plain DNS designating (DDR, RFC 9462) DoQ on UDP/10853, a port no scan probes, and DoT on 853, both at its own address",
 		"quic=10853 alpn=doq versions=v1,v2 token=honour cert=provider-a dns=udp,tcp dot=853 ddr=doq@10853,dot@853", "path=eu-20ms asn=AS64496 site=ams"},
 	{"ddr-doq-853", "a DoQ resolver on 853 (the scan finds it too) designating DoQ 853, DoT 853 and DoH 443",
@@ -160,9 +161,9 @@ var fixedSpecials = []struct {
 		"dns=udp,tcp ddr=doq@8530", "path=na-80ms asn=AS64501 site=iad"},
 	{"ddr-elsewhere", "plain DNS designating the DoQ resolver at 198.19.1.140 (ddr-doq-port) on UDP/10853",
 		"dns=udp,tcp ddr=doq@10853/198.19.1.140", "path=eu-20ms asn=AS64501 site=ams"},
-	{"doq-edgechain-x", "chain-edge-x, tokens ignored: its first flight exceeds 3x a 1,200-byte X25519 Initial only",
+	{"doq-edgechain-x", "chain-edge-x, tokens ignored: its first flight exceeds what may be sent to a 1,200-byte X25519 Initial only",
 		"quic=853 alpn=doq versions=v1,v2 token=ignore cert=chain-edge-x dns=udp,tcp", "path=eu-20ms asn=AS64500 site=fra"},
-	{"doq-edgechain-m", "chain-edge-m, tokens ignored: its first flight exceeds 3x two 1,200-byte X25519MLKEM768 Initials only (and every X25519 budget)",
+	{"doq-edgechain-m", "chain-edge-m, tokens ignored: its first flight exceeds what may be sent to two 1,200-byte X25519MLKEM768 Initials only (and every X25519 budget)",
 		"quic=853 alpn=doq versions=v1,v2 token=ignore cert=chain-edge-m dns=udp,tcp", "path=eu-20ms asn=AS64500 site=fra"},
 }
 

@@ -19,6 +19,10 @@ const (
 	SimStreams = 100              // quic.Config.MaxIncomingStreams (quic-go's default)
 )
 
+// SimDNSIdle is when simserver's DoTCP/DoT close an idle connection (simdns's default
+// Limits.IdleTimeout; a record's idle= overrides it).
+const SimDNSIdle = 10 * time.Second
+
 // GoTicketLifetime is the lifetime crypto/tls gives every session ticket it issues (its
 // maxSessionTicketLifetime, RFC 8446 §4.6.1's limit): simserver, CoreDNS and dnsproxy.
 const GoTicketLifetime = 7 * 24 * time.Hour
@@ -207,6 +211,9 @@ func (p *Population) ExpectPolicy(addr netip.Addr, port uint16, proto string) (P
 			return Policy{}, false
 		}
 		pol.Idle, pol.ZeroRTT, pol.Token = r.Idle, false, ""
+		if r.Peer == "" {
+			pol.Idle = cmp.Or(r.Idle, SimDNSIdle)
+		}
 	default:
 		return Policy{}, false
 	}

@@ -84,10 +84,25 @@ func (c Cert) ServerFlightBytes(client ClientHello) int {
 	return approxFlightFixed + client.ServerShare + c.ApproxChainBytes()
 }
 
+// ServerDatagramBytes is the size of a quic-go server's first-flight datagrams (its
+// InitialPacketSize).
+const ServerDatagramBytes = 1280
+
+// SendableUnvalidated is how many bytes an unvalidated quic-go server sends before it
+// waits for the client: it sends a datagram whenever its bytes sent are below 3x those
+// received (RFC 9000 §8.1's limit, checked before each datagram), so it stops at the
+// first multiple of its datagram size at or above the budget (3,840 for a 1,200-byte
+// Initial, 5,120 for 1,350 and 1,452).
+func SendableUnvalidated(client ClientHello) int {
+	budget := AmplificationFactor * client.InitialBytes
+	return (budget + ServerDatagramBytes - 1) / ServerDatagramBytes * ServerDatagramBytes
+}
+
 // ExceedsAmplification reports whether the server's first flight with this certificate
-// exceeds 3x what the client sent, so an unvalidated server stalls for one round trip.
+// exceeds what an unvalidated server may send to client (SendableUnvalidated), so it
+// stalls for one round trip.
 func (c Cert) ExceedsAmplification(client ClientHello) bool {
-	return c.ServerFlightBytes(client) > AmplificationFactor*client.InitialBytes
+	return c.ServerFlightBytes(client) > SendableUnvalidated(client)
 }
 
 // HandshakeRTTs returns how many round trips the handshake of proto to (addr, port) takes

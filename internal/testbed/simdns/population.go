@@ -69,12 +69,12 @@ func (d *PopulationDirectory) Behaviour(addr netip.Addr, p Protocol) (Behaviour,
 		SessionTickets: true,
 		MaxQueries:     r.MaxQueries,
 		Idle:           r.Idle,
-		DDR:            ddrRecords(d.pop, addr),
+		DDR:            DDRRecords(d.pop, addr),
 	}, true
 }
 
-// ddrRecords are the SVCB records of addr's DDR designations (population.DDR).
-func ddrRecords(pop *population.Population, addr netip.Addr) []dns.RR {
+// DDRRecords are the SVCB records of addr's DDR designations (population.DDR).
+func DDRRecords(pop *population.Population, addr netip.Addr) []dns.RR {
 	var out []dns.RR
 	for _, d := range pop.DDR(addr) {
 		rr := &dns.SVCB{Hdr: dns.RR_Header{Name: DDRName, Rrtype: dns.TypeSVCB, Class: dns.ClassINET, Ttl: pop.AnswerTTL},
