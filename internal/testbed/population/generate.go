@@ -170,11 +170,11 @@ var fixedSpecials = []struct {
 // Third-party peers, one address each in 198.19.3.0/24. the peers package starts them; the
 // versions listed are what each stack's VN advertises (FIELD-NOTES).
 var peers = []special{
-	{"peer-coredns", "CoreDNS 1.15 (quic-go): DoUDP, DoTCP, DoT, DoH, DoQ", "peer=coredns quic=784,853 alpn=doq versions=v1,v2 token=honour cert=provider-b " + allDNS, false, true},
-	{"peer-hickory", "hickory-dns 0.26 (quinn): DoQ; VN lists v1 and drafts 29-34", "peer=hickory quic=853 alpn=doq versions=v1,draft-29,draft-30,draft-31,draft-32,draft-33,draft-34 token=none cert=provider-c dns=udp,tcp", false, true},
-	{"peer-aioquic", "aioquic 1.7 doq_server: no NEW_TOKEN", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=provider-a", false, true},
-	{"peer-aioquic-retry", "aioquic 1.7 doq_server --retry", "peer=aioquic quic=784 alpn=doq versions=v1,v2 retry=always token=none cert=provider-a", false, true},
-	{"peer-aioquic-bigchain", "aioquic with chain-big and no NEW_TOKEN: the 2-RTT case through a non-Go stack", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=chain-big", false, true},
+	{"peer-coredns", "CoreDNS 1.15 (quic-go): DoUDP, DoTCP, DoT, DoH, DoQ", "peer=coredns quic=784,853 alpn=doq versions=v1,v2 token=honour cert=provider-b idle=10s streams=256 " + allDNS, false, true},
+	{"peer-hickory", "hickory-dns 0.26 (quinn): DoQ; VN lists v1 and drafts 29-34", "peer=hickory quic=853 alpn=doq versions=v1,draft-29,draft-30,draft-31,draft-32,draft-33,draft-34 token=none cert=provider-c idle=5s streams=100 0rtt=no dns=udp,tcp", false, true},
+	{"peer-aioquic", "aioquic 1.7 doq_server: no NEW_TOKEN", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=provider-a idle=60s streams=128", false, true},
+	{"peer-aioquic-retry", "aioquic 1.7 doq_server --retry", "peer=aioquic quic=784 alpn=doq versions=v1,v2 retry=always token=none cert=provider-a idle=60s streams=128", false, true},
+	{"peer-aioquic-bigchain", "aioquic with chain-big and no NEW_TOKEN: the 2-RTT case through a non-Go stack", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=chain-big idle=60s streams=128", false, true},
 	{"peer-ngtcp2", "ngtcp2 server: QUIC, not DoQ (h3)", "peer=ngtcp2 quic=784 alpn=h3 versions=v1 token=honour cert=provider-a", false, true},
 }
 
@@ -188,10 +188,10 @@ var dnsproxyPeers = []struct {
 	class, comment, fields, geo string
 }{
 	{"peer-dnsproxy", "AdGuard dnsproxy 0.78 with AdGuard Home's defaults: DoQ on 853 and on 784 (older deployments), DoT, DoH, DoH3, plain DNS",
-		"peer=dnsproxy quic=784,853 alpn=doq,doq-i02,doq-i00,dq versions=v1,v2 retry=first token=honour cert=provider-a doh3=443 " + allDNS,
+		"peer=dnsproxy quic=784,853 alpn=doq,doq-i02,doq-i00,dq versions=v1,v2 retry=first token=honour cert=provider-a idle=5m streams=65535 doh3=443 " + allDNS,
 		"path=eu-20ms asn=AS64501 site=fra"},
 	{"peer-dnsproxy-public", "AdGuard dnsproxy 0.78 as a public resolver: a 7-certificate chain (chain-big), DoQ on 853, DoT, DoH, DoH3, plain DNS",
-		"peer=dnsproxy quic=853 alpn=doq,doq-i02,doq-i00,dq versions=v1,v2 retry=first token=honour cert=chain-big doh3=443 " + allDNS,
+		"peer=dnsproxy quic=853 alpn=doq,doq-i02,doq-i00,dq versions=v1,v2 retry=first token=honour cert=chain-big idle=5m streams=65535 doh3=443 " + allDNS,
 		"path=na-80ms asn=AS64496 site=iad"},
 }
 

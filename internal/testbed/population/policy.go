@@ -165,15 +165,56 @@ const (
 	RetryPolicyAlways = "always"
 )
 
+// peerAdvertisedIdle is the max_idle_timeout a peer advertises where it differs from when
+// it drops an idle connection (its idle= key): hickory-dns closes a connection that
+// carried no request for its tcp_request_timeout (5 s) while quinn advertises its
+// default 30 s.
+var peerAdvertisedIdle = map[string]time.Duration{PeerHickory: 30 * time.Second}
+
+// peerTicketLifetime is the session ticket lifetime of the peers not built on crypto/tls:
+// rustls's ticketer under hickory-dns and aioquic both give a day.
+var peerTicketLifetime = map[string]time.Duration{PeerHickory: 24 * time.Hour, PeerAioquic: 24 * time.Hour}
+
+// Libraries: the QUIC implementation behind each server of the population.
+const (
+	LibQuicGo  = "quic-go"
+	LibQuinn   = "quinn"
+	LibAioquic = "aioquic"
+	LibNgtcp2  = "ngtcp2"
+)
+
+var peerLibraries = map[string]string{
+	PeerCoreDNS: LibQuicGo, PeerDNSProxy: LibQuicGo, PeerHickory: LibQuinn, PeerAioquic: LibAioquic, PeerNgtcp2: LibNgtcp2,
+}
+
+// ExpectLibrary returns the QUIC library of the server at addr ("" when nothing there
+// speaks QUIC: silent, or a hostile raw responder). simserver's hosts are quic-go.
+func (p *Population) ExpectLibrary(addr netip.Addr) string {
+	r := p.Lookup(addr)
+	if r == nil || len(r.QUICPorts) == 0 {
+		return ""
+	}
+	switch r.Hostile {
+	case HostileGarbage, HostileBadVN, HostileDraftOnly:
+		return ""
+	}
+	if r.Peer != "" {
+		return peerLibraries[r.Peer]
+	}
+	return LibQuicGo
+}
+
 // Policy is what a server allows one connection of a protocol: the connection check's
 // ground truth.
 type Policy struct {
 	MaxQueries int           // 0: the server never ends a connection for its query count
-	Idle       time.Duration // DoQ: the max_idle_timeout it advertises and applies; DoT: when it closes an idle connection; 0: not known here
-	MaxStreams int           // DoQ: initial_max_streams_bidi (0: not known here)
-	ZeroRTT    bool          // DoQ: early data accepted
-	Token      string        // DoQ: TokenHonour, TokenIgnore, TokenNone
-	Retry      string        // DoQ: RetryPolicy*
+	Idle       time.Duration // when the server drops an idle connection (0: not known here)
+	// IdleAdvertised is the max_idle_timeout a DoQ server advertises (0: not known here).
+	IdleAdvertised time.Duration
+	MaxStreams     int    // DoQ: initial_max_streams_bidi (0: not known here)
+	ZeroRTT        bool   // DoQ: early data accepted
+	Token          string // DoQ: TokenHonour, TokenIgnore, TokenNone
+	Retry          string // DoQ: RetryPolicy*
 	// TicketLifetime is the session tickets' lifetime (0: not known here).
 	TicketLifetime time.Duration
 }
@@ -189,6 +230,8 @@ func (p *Population) ExpectPolicy(addr netip.Addr, port uint16, proto string) (P
 	quicGo := r.Peer == "" || r.Peer == PeerCoreDNS || r.Peer == PeerDNSProxy
 	if quicGo {
 		pol.TicketLifetime = GoTicketLifetime
+	} else {
+		pol.TicketLifetime = peerTicketLifetime[r.Peer]
 	}
 	switch proto {
 	case ProtoDoQ:
@@ -199,6 +242,7 @@ func (p *Population) ExpectPolicy(addr netip.Addr, port uint16, proto string) (P
 		if r.Peer == "" {
 			pol.Idle, pol.MaxStreams = cmp.Or(r.Idle, SimIdle), cmp.Or(r.Streams, SimStreams)
 		}
+		pol.IdleAdvertised = cmp.Or(peerAdvertisedIdle[r.Peer], pol.Idle)
 		pol.Retry = RetryPolicyNever
 		switch {
 		case r.Retry:
