@@ -247,6 +247,15 @@ func (v *Verifier) Verify(ctx context.Context, t Target) Result {
 			ev.Handshake = vw
 		}
 	}
+	if ev.Handshake == nil || ev.Handshake.Params == nil {
+		// No handshake of ours completed: a server that refused every DoQ ALPN (an h3
+		// server) shows its transport parameters to a handshake offering HTTP/3's.
+		if u := ev.UnknownALPN; u != nil && u.Close != nil && u.Close.TLSAlert != nil && *u.Close.TLSAlert == alertNoApplicationProto {
+			if h := v.probeALPN(ctx, t, IdentifyALPN); h != nil && h.Params != nil {
+				ev.Handshake = h
+			}
+		}
+	}
 	for _, sv := range t.ScanVersions {
 		ev.VN = append(ev.VN, uint32(sv))
 	}

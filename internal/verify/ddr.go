@@ -89,14 +89,19 @@ func QueryDDR(ctx context.Context, resolver netip.Addr, timeout time.Duration) D
 	addr := netip.AddrPortFrom(resolver, 53).String()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c := &dns.Client{Net: "udp", Timeout: timeout}
+	// Two tries over UDP, each half the time: one datagram lost on the way is not the
+	// resolver's silence.
+	c := &dns.Client{Net: "udp", Timeout: timeout / 2}
 	r, _, err := c.ExchangeContext(ctx, q, addr)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+		r, _, err = c.ExchangeContext(ctx, q, addr)
+	}
 	if err == nil && r.Truncated {
 		c.Net = "tcp"
 		r, _, err = c.ExchangeContext(ctx, q, addr)
 	}
 	if err != nil {
-		var ne net.Error
 		switch {
 		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 			ans.Status, ans.Detail = DDRTimeout, "no answer within "+timeout.String()

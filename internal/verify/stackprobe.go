@@ -96,6 +96,16 @@ func (q *qlogCapture) view() *qlogana.ServerView {
 // no SNI and returns what the server showed; nil when it showed nothing (silent, not
 // QUIC). It never completes a handshake with a server that follows RFC 7301.
 func (v *Verifier) probeUnknownALPN(ctx context.Context, t Target) *qlogana.ServerView {
+	return v.probeALPN(ctx, t, UnknownALPN)
+}
+
+// IdentifyALPN is the ALPN offered to a QUIC server that refused every DoQ ALPN, for
+// its transport parameters: HTTP/3's, the protocol such servers speak most.
+const IdentifyALPN = "h3"
+
+// probeALPN makes one handshake offering alpn (X25519 only, no SNI), closes it at once
+// if it completes, and returns what the server showed.
+func (v *Verifier) probeALPN(ctx context.Context, t Target, alpn string) *qlogana.ServerView {
 	raddr := net.UDPAddrFromAddrPort(t.Addr)
 	uc, err := net.DialUDP("udp", nil, raddr)
 	if err != nil {
@@ -105,7 +115,7 @@ func (v *Verifier) probeUnknownALPN(ctx context.Context, t Target) *qlogana.Serv
 	tr := &quic.Transport{Conn: &connectedConn{c: uc, raddr: raddr}}
 	tlsConf := &tls.Config{
 		InsecureSkipVerify: true, //nolint:gosec // the probe reads how the server refuses, nothing is trusted
-		NextProtos:         []string{UnknownALPN},
+		NextProtos:         []string{alpn},
 		MinVersion:         tls.VersionTLS13,
 		ServerName:         t.Addr.Addr().Unmap().String(), // an IP literal: no SNI is sent
 		CurvePreferences:   []tls.CurveID{tls.X25519},
