@@ -195,6 +195,16 @@ var dnsproxyPeers = []struct {
 		"path=na-80ms asn=AS64496 site=iad"},
 }
 
+// Third-party peers added after dnsproxy (198.19.3.9 on), with a fixed site, AS and
+// path so that adding them moved no other line.
+var laterPeers = []struct {
+	class, comment, fields, geo string
+}{
+	{"peer-lazydns", "lazydns 0.2.63 (Rust, quinn): DoQ without an ALPN (rustls refuses any offered one), RFC 9250 framing; NEW_TOKEN issued",
+		"peer=lazydns quic=853 alpn=none versions=v1,draft-29,draft-30,draft-31,draft-32,draft-33,draft-34 token=honour cert=provider-c idle=30s streams=100",
+		"path=eu-20ms asn=AS64500 site=ams"},
+}
+
 type gen struct {
 	rng *rand.Rand
 	buf bytes.Buffer
@@ -289,6 +299,10 @@ func Generate(seed uint64) []byte {
 	for i, s := range dnsproxyPeers {
 		fmt.Fprintf(w, "# %s: %s\n", s.class, s.comment)
 		g.host(netip.PrefixFrom(addr(198, 19, 3, 1+len(peers)+i), 32), s.class, s.fields, s.geo)
+	}
+	for i, s := range laterPeers {
+		fmt.Fprintf(w, "# %s: %s\n", s.class, s.comment)
+		g.host(netip.PrefixFrom(addr(198, 19, 3, 1+len(peers)+len(dnsproxyPeers)+i), 32), s.class, s.fields, s.geo)
 	}
 
 	fmt.Fprintf(w, "\n# Bulk: plain DNS resolvers, 198.19.16.0/20 in /26 blocks (some REFUSED, some UDP only).\n")

@@ -185,6 +185,7 @@ const (
 
 var peerLibraries = map[string]string{
 	PeerCoreDNS: LibQuicGo, PeerDNSProxy: LibQuicGo, PeerHickory: LibQuinn, PeerAioquic: LibAioquic, PeerNgtcp2: LibNgtcp2,
+	PeerLazyDNS: LibQuinn,
 }
 
 // ExpectLibrary returns the QUIC library of the server at addr ("" when nothing there

@@ -69,6 +69,7 @@ const (
 	PeerAioquic  = "aioquic"
 	PeerNgtcp2   = "ngtcp2"
 	PeerDNSProxy = "dnsproxy"
+	PeerLazyDNS  = "lazydns"
 )
 
 // Retry modes (key retry).
@@ -691,7 +692,7 @@ func parseHost(toks []string, line int) (Record, error) {
 	}
 	r.Peer = m["peer"]
 	switch r.Peer {
-	case "", PeerCoreDNS, PeerHickory, PeerAioquic, PeerNgtcp2, PeerDNSProxy:
+	case "", PeerCoreDNS, PeerHickory, PeerAioquic, PeerNgtcp2, PeerDNSProxy, PeerLazyDNS:
 	default:
 		return r, fmt.Errorf("host %s: peer=%q", toks[0], r.Peer)
 	}
