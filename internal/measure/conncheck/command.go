@@ -45,6 +45,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.keyShares, "key-shares", "x25519,x25519mlkem768", "key shares of the amplification handshakes")
 	fs.StringVar(&c.Name, "query-name", "test.com", "query name (A record, RD set)")
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "endpoints checked at once, 1..1024")
+	fs.IntVar(&c.Sample, "sample", 0, "check at most this many resolvers, spread evenly over the address order (0: all)")
 	fs.StringVar(&c.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
 	fs.BoolVar(&f.JSON, "json", false, "print the summary as JSON on stdout")
 }

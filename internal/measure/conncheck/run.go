@@ -38,6 +38,9 @@ type Config struct {
 	Protocols    []measure.Protocol
 	Concurrency  int // resolvers checked at once
 	BlocklistDir string
+	// Sample > 0 checks at most this many resolver addresses, spread evenly over the
+	// address order (the same ones every week while the population stays).
+	Sample int
 }
 
 // Defaults and limits of a run.
@@ -53,6 +56,7 @@ func (c *Config) Validate() error {
 		cli.InRange("max-queries", c.MaxQueries, 1, 100000),
 		cli.InRange("streams", c.Streams, 1, 256),
 		cli.InRange("timeout", c.Timeout, time.Millisecond, 5*time.Minute),
+		cli.InRange("sample", c.Sample, 0, 1<<30),
 	); err != nil {
 		return err
 	}
@@ -144,6 +148,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, log *slog.Logger) (_ *
 			return nil, err
 		}
 	}
+	eps = sample(eps, cfg.Sample)
 	var err error
 	if eps, sum.Excluded, err = blocklist.ExcludeForContact(ctx, s, cfg.BlocklistDir, eps, func(e Endpoint) netip.Addr { return e.Addr.Addr() }, "endpoint", log); err != nil {
 		return nil, err
@@ -169,7 +174,8 @@ func Run(ctx context.Context, s *store.Store, cfg Config, log *slog.Logger) (_ *
 	prov := provenance.New("conncheck", provenance.Vantage{ID: cfg.Vantage, Location: cfg.VantageLocation, Contact: cfg.VantageContact})
 	conf, _ := json.Marshal(map[string]any{"max_queries": cfg.MaxQueries, "streams": cfg.Streams, "idle_waits_ms": msList(cfg.IdleWaits),
 		"timeout_ms": cfg.Timeout.Milliseconds(), "initial_sizes": cfg.InitialSizes, "key_shares": cfg.KeyShares,
-		"amplification": !cfg.NoAmplification, "protocols": cfg.Protocols, "concurrency": cfg.Concurrency, "targets_file": cfg.TargetsFile})
+		"amplification": !cfg.NoAmplification, "protocols": cfg.Protocols, "concurrency": cfg.Concurrency, "targets_file": cfg.TargetsFile,
+		"sample": cfg.Sample})
 	source := "verification"
 	if cfg.TargetsFile != "" {
 		source = "file"
@@ -215,6 +221,34 @@ func Run(ctx context.Context, s *store.Store, cfg Config, log *slog.Logger) (_ *
 		runErr = err
 	}
 	return sum, runErr
+}
+
+// sample keeps the endpoints of at most n addresses (0: all), every k-th address in
+// address order.
+func sample(eps []Endpoint, n int) []Endpoint {
+	var addrs []netip.Addr
+	seen := map[netip.Addr]bool{}
+	for _, e := range eps {
+		if a := e.Addr.Addr(); !seen[a] {
+			seen[a] = true
+			addrs = append(addrs, a)
+		}
+	}
+	if n <= 0 || len(addrs) <= n {
+		return eps
+	}
+	sort.Slice(addrs, func(i, j int) bool { return addrs[i].Less(addrs[j]) })
+	keep := map[netip.Addr]bool{}
+	for i := 0; i < n; i++ {
+		keep[addrs[i*len(addrs)/n]] = true
+	}
+	out := eps[:0]
+	for _, e := range eps {
+		if keep[e.Addr.Addr()] {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func msList(ds []time.Duration) []int64 {
