@@ -124,3 +124,8 @@ CREATE TABLE IF NOT EXISTS amplification_probes (
     checked_at           timestamptz NOT NULL,
     PRIMARY KEY (run_id, address, port, initial_size, key_share)
 );
+
+-- The weekly chain runs conncheck under jobrun after verify.
+ALTER TABLE job_runs DROP CONSTRAINT IF EXISTS job_runs_job_check;
+ALTER TABLE job_runs ADD CONSTRAINT job_runs_job_check
+    CHECK (job IN ('scan', 'verify', 'conncheck', 'measure', 'report', 'blocklist')) NOT VALID;
