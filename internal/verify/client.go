@@ -233,13 +233,9 @@ func (v *Verifier) Verify(ctx context.Context, t Target) Result {
 	if v.cfg.NoIdentify {
 		return v.verify(ctx, t, nil)
 	}
-	// The identification probe runs beside the verification: it costs one round trip of
-	// its own, not of the target's.
-	probe := make(chan *qlogana.ServerView, 1)
-	go func() { probe <- v.probeUnknownALPN(ctx, t) }()
 	var views []*qlogana.ServerView
 	r := v.verify(ctx, t, &views)
-	ev := StackEvidence{UnknownALPN: <-probe}
+	var ev StackEvidence
 	for _, vw := range views {
 		// The attempt that got furthest: its handshake completed, else the first that
 		// heard from the server.
@@ -247,20 +243,25 @@ func (v *Verifier) Verify(ctx context.Context, t Target) Result {
 			ev.Handshake = vw
 		}
 	}
-	if ev.Handshake == nil || ev.Handshake.Params == nil {
-		// No handshake of ours completed: a server that refused every DoQ ALPN (an h3
-		// server) shows its transport parameters to a handshake offering HTTP/3's.
-		if u := ev.UnknownALPN; u != nil && u.Close != nil && u.Close.TLSAlert != nil && *u.Close.TLSAlert == alertNoApplicationProto {
-			if h := v.probeALPN(ctx, t, IdentifyALPN); h != nil && h.Params != nil {
-				ev.Handshake = h
-			}
-		}
-	}
 	for _, sv := range t.ScanVersions {
 		ev.VN = append(ev.VN, uint32(sv))
 	}
+	st := Identify(ev)
+	if st.Library == LibraryUnknown && (ev.Handshake != nil || len(ev.VN) > 0) {
+		// The verification's own handshakes left it undecided: one handshake offering an
+		// ALPN no server speaks (how it refuses differs between stacks), and for a server
+		// that refuses every ALPN we offered, one offering h3 (its transport parameters).
+		ev.UnknownALPN = v.probeUnknownALPN(ctx, t)
+		if ev.Handshake == nil || ev.Handshake.Params == nil {
+			if u := ev.UnknownALPN; u != nil && u.Close != nil && u.Close.TLSAlert != nil && *u.Close.TLSAlert == alertNoApplicationProto {
+				if h := v.probeALPN(ctx, t, IdentifyALPN); h != nil && h.Params != nil {
+					ev.Handshake = h
+				}
+			}
+		}
+		st = Identify(ev)
+	}
 	if !ev.Empty() {
-		st := Identify(ev)
 		r.Stack = &st
 	}
 	return r

@@ -18,78 +18,39 @@ import (
 // words (the CONNECTION_CLOSE's reason and trigger frame, the packet's size).
 const UnknownALPN = "doqscan-stack-probe"
 
-// qlogLimit bounds a captured qlog: the server view needs the first flight and a few
-// 1-RTT packets (a verification's whole connection logs 10-20 KB).
-const qlogLimit = 96 << 10
-
-// qlogTraceWait is how long a closed connection's qlog writer may take to finish.
+// qlogTraceWait is how long a closed connection's trace may take to end.
 const qlogTraceWait = 250 * time.Millisecond
 
-// qlogCapture is a quic.Config.Tracer keeping the qlog of a connection (every attempt
-// quic-go makes for one dial: a new trace after Version Negotiation) in memory, up to
-// qlogLimit bytes; writes beyond it are dropped (qlogana reads a cut qlog).
+// qlogCapture is a quic.Config.Tracer keeping what each connection attempt of a dial
+// (quic-go starts a new trace after Version Negotiation) shows of the server: a
+// qlogana.LiveView per attempt, read from quic-go's events without a qlog.
 type qlogCapture struct {
-	mu     sync.Mutex
-	buf    []byte
-	closed []chan struct{}
+	mu    sync.Mutex
+	views []*qlogana.LiveView
 }
 
-type captureWriter struct {
-	q    *qlogCapture
-	done chan struct{}
-	once sync.Once
-}
-
-func (w *captureWriter) Write(p []byte) (int, error) {
-	w.q.mu.Lock()
-	defer w.q.mu.Unlock()
-	if room := qlogLimit - len(w.q.buf); room > 0 {
-		w.q.buf = append(w.q.buf, p[:min(len(p), room)]...)
-	}
-	return len(p), nil
-}
-
-func (w *captureWriter) Close() error {
-	w.once.Do(func() { close(w.done) })
-	return nil
-}
-
-func (q *qlogCapture) tracer(_ context.Context, isClient bool, odcid quic.ConnectionID) qlogwriter.Trace {
-	w := &captureWriter{q: q, done: make(chan struct{})}
+func (q *qlogCapture) tracer(context.Context, bool, quic.ConnectionID) qlogwriter.Trace {
+	v := qlogana.NewLiveView()
 	q.mu.Lock()
-	q.closed = append(q.closed, w.done)
+	q.views = append(q.views, v)
 	q.mu.Unlock()
-	fs := qlogwriter.NewConnectionFileSeq(w, isClient, odcid)
-	go fs.Run()
-	return fs
+	return v
 }
 
-// view waits (at most qlogTraceWait) for the writers of the closed connection and reads
-// the server's side of the qlog; nil when it holds nothing usable.
+// view waits (at most qlogTraceWait) for the traces of the closed connection and returns
+// what the last attempt that heard the server showed; nil when none did.
 func (q *qlogCapture) view() *qlogana.ServerView {
 	q.mu.Lock()
-	closed := append([]chan struct{}(nil), q.closed...)
+	views := append([]*qlogana.LiveView(nil), q.views...)
 	q.mu.Unlock()
-	timer := time.NewTimer(qlogTraceWait)
-	defer timer.Stop()
-	for _, c := range closed {
-		select {
-		case <-c:
-		case <-timer.C:
+	deadline := time.Now().Add(qlogTraceWait)
+	var out *qlogana.ServerView
+	for _, v := range views {
+		if sv := v.View(max(time.Until(deadline), 0)); sv != nil {
+			out = sv
 		}
 	}
-	q.mu.Lock()
-	b := append([]byte(nil), q.buf...)
-	q.mu.Unlock()
-	tr, err := qlogana.Parse(b)
-	if err != nil {
-		return nil
-	}
-	v := tr.Server()
-	if viewEmpty(&v) {
-		return nil
-	}
-	return &v
+	return out
 }
 
 // probeUnknownALPN offers UnknownALPN (and an X25519 key share only: one Initial) with

@@ -131,53 +131,92 @@ func (r *serverReader) parameters(data json.RawMessage) {
 	r.v.Params = m
 }
 
+// receivedView is what the view reads of one received packet, from a stored qlog's JSON
+// or from quic-go's event (LiveView).
+type receivedView struct {
+	ptype         string
+	length        int
+	scidLen       int // -1: not a long header, or not logged
+	checksum      *uint32
+	retryTokenLen *int
+	frames        []frameView
+}
+
+type frameView struct {
+	name        string
+	newTokenLen *int
+	close       *Close
+}
+
 func (r *serverReader) received(data json.RawMessage) {
-	if r.packets >= maxServerPackets {
-		return
-	}
-	r.packets++
 	var p receivedPacket
 	if json.Unmarshal(data, &p) != nil {
 		return
 	}
-	t := p.Header.PacketType
-	long := t == "initial" || t == "handshake" || t == "0RTT" || t == "retry"
-	if long && r.v.SCIDLen == nil && isHex(p.Header.SCID) {
-		n := len(p.Header.SCID) / 2
-		r.v.SCIDLen = &n
-	}
-	if t == "retry" {
-		if r.v.RetryTokenLen == nil && p.Header.Token != nil {
-			n := tokenLen(p.Header.Token.Raw.Data, p.Header.Token.Raw.Length)
-			r.v.RetryTokenLen = &n
+	rp := receivedView{ptype: p.Header.PacketType, length: p.Raw.Length, scidLen: -1, checksum: p.Checksum}
+	switch rp.ptype {
+	case "initial", "handshake", "0RTT", "retry":
+		if isHex(p.Header.SCID) {
+			rp.scidLen = len(p.Header.SCID) / 2
 		}
-		// The attempt after a Retry starts over: its first datagram is the one to read.
-		r.v.FirstDatagram, r.firstSum, r.firstOpen, r.v.InitialFrames = nil, nil, false, nil
-		return
 	}
-	frames := make([]string, 0, len(p.Frames))
-	pingOnly := len(p.Frames) > 0
+	if rp.ptype == "retry" && p.Header.Token != nil {
+		n := tokenLen(p.Header.Token.Raw.Data, p.Header.Token.Raw.Length)
+		rp.retryTokenLen = &n
+	}
 	for _, raw := range p.Frames {
 		var f frameHead
 		if json.Unmarshal(raw, &f) != nil {
 			continue
 		}
-		frames = append(frames, f.FrameType)
-		if f.FrameType != "ping" && f.FrameType != "padding" {
-			pingOnly = false
-		}
+		fv := frameView{name: f.FrameType}
 		switch f.FrameType {
 		case "new_token":
-			if r.v.NewTokenLen == nil && f.Token != nil {
+			if f.Token != nil {
 				n := tokenLen(f.Token.Raw.Data, f.Token.Raw.Length)
-				r.v.NewTokenLen = &n
+				fv.newTokenLen = &n
 			}
 		case "connection_close":
-			if r.v.Close == nil {
-				r.v.Close = frameClose(f)
-				n := p.Raw.Length
-				r.v.ClosePacketLen = &n
-			}
+			fv.close = frameClose(f)
+		}
+		rp.frames = append(rp.frames, fv)
+	}
+	r.add(rp)
+}
+
+// add reads one received packet into the view, in the order they were received.
+func (r *serverReader) add(p receivedView) {
+	if r.packets >= maxServerPackets {
+		return
+	}
+	r.packets++
+	t := p.ptype
+	if p.scidLen >= 0 && r.v.SCIDLen == nil {
+		n := p.scidLen
+		r.v.SCIDLen = &n
+	}
+	if t == "retry" {
+		if r.v.RetryTokenLen == nil {
+			r.v.RetryTokenLen = p.retryTokenLen
+		}
+		// The attempt after a Retry starts over: its first datagram is the one to read.
+		r.v.FirstDatagram, r.firstSum, r.firstOpen, r.v.InitialFrames = nil, nil, false, nil
+		return
+	}
+	frames := make([]string, 0, len(p.frames))
+	pingOnly := len(p.frames) > 0
+	for _, f := range p.frames {
+		frames = append(frames, f.name)
+		if f.name != "ping" && f.name != "padding" {
+			pingOnly = false
+		}
+		if f.newTokenLen != nil && r.v.NewTokenLen == nil {
+			r.v.NewTokenLen = f.newTokenLen
+		}
+		if f.close != nil && r.v.Close == nil {
+			r.v.Close = f.close
+			n := p.length
+			r.v.ClosePacketLen = &n
 		}
 	}
 	if t == "initial" && r.v.InitialFrames == nil {
@@ -194,11 +233,11 @@ func (r *serverReader) received(data json.RawMessage) {
 	// The first datagram: quic-go logs each coalesced packet with the checksum of the
 	// datagram that carried it, so packets in a row with one checksum are one datagram.
 	switch {
-	case (t == "initial" || t == "handshake") && r.v.FirstDatagram == nil && p.Checksum != nil:
-		r.v.FirstDatagram = &Datagram{Bytes: p.Raw.Length, Packets: []string{t}}
-		r.firstSum, r.firstOpen = p.Checksum, true
-	case r.firstOpen && p.Checksum != nil && *p.Checksum == *r.firstSum:
-		r.v.FirstDatagram.Bytes += p.Raw.Length
+	case (t == "initial" || t == "handshake") && r.v.FirstDatagram == nil && p.checksum != nil:
+		r.v.FirstDatagram = &Datagram{Bytes: p.length, Packets: []string{t}}
+		r.firstSum, r.firstOpen = p.checksum, true
+	case r.firstOpen && p.checksum != nil && *p.checksum == *r.firstSum:
+		r.v.FirstDatagram.Bytes += p.length
 		r.v.FirstDatagram.Packets = append(r.v.FirstDatagram.Packets, t)
 	default:
 		r.firstOpen = false
