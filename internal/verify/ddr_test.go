@@ -23,13 +23,13 @@ func startDNS(t *testing.T, addr string, handler dns.HandlerFunc) {
 		srv := &dns.Server{Addr: net.JoinHostPort(addr, "53"), Net: network, Handler: handler}
 		started := make(chan struct{})
 		srv.NotifyStartedFunc = func() { close(started) }
-		go srv.ListenAndServe() //nolint:errcheck // a failed bind shows as a query timeout
+		go srv.ListenAndServe()
 		select {
 		case <-started:
 		case <-time.After(5 * time.Second):
 			t.Fatalf("DNS server on %s/%s did not start", addr, network)
 		}
-		t.Cleanup(func() { srv.Shutdown() }) //nolint:errcheck // test teardown
+		t.Cleanup(func() { srv.Shutdown() })
 	}
 }
 
@@ -60,9 +60,9 @@ func TestQueryDDR(t *testing.T) {
 		{"127.0.88.1", func(w dns.ResponseWriter, r *dns.Msg) {
 			m := new(dns.Msg).SetReply(r)
 			m.Answer = designations
-			w.WriteMsg(m) //nolint:errcheck // test server
+			w.WriteMsg(m)
 		}, DDRDesignations, 2},
-		{"127.0.88.2", func(w dns.ResponseWriter, r *dns.Msg) { w.WriteMsg(new(dns.Msg).SetReply(r)) }, DDRNone, 0}, //nolint:errcheck // test server
+		{"127.0.88.2", func(w dns.ResponseWriter, r *dns.Msg) { w.WriteMsg(new(dns.Msg).SetReply(r)) }, DDRNone, 0},
 		{"127.0.88.3", func(w dns.ResponseWriter, r *dns.Msg) { w.WriteMsg(new(dns.Msg).SetRcode(r, dns.RcodeNameError)) }, DDRNXDomain, 0},
 		{"127.0.88.4", func(w dns.ResponseWriter, r *dns.Msg) { w.WriteMsg(new(dns.Msg).SetRcode(r, dns.RcodeRefused)) }, DDRRefused, 0},
 		{"127.0.88.5", func(w dns.ResponseWriter, r *dns.Msg) { w.WriteMsg(new(dns.Msg).SetRcode(r, dns.RcodeServerFailure)) }, DDRDNSError, 0},
@@ -70,14 +70,14 @@ func TestQueryDDR(t *testing.T) {
 		{"127.0.88.7", func(w dns.ResponseWriter, r *dns.Msg) {
 			m := new(dns.Msg).SetReply(r)
 			m.Question[0].Name = "other.example."
-			w.WriteMsg(m) //nolint:errcheck // test server
+			w.WriteMsg(m)
 		}, DDRBadResponse, 0},
 		{"127.0.88.8", func(w dns.ResponseWriter, r *dns.Msg) {
 			m := new(dns.Msg).SetReply(r)
 			m.Answer = many
 			r.IsEdns0().SetUDPSize(512)
 			m.Truncate(dnsSize(w, r))
-			w.WriteMsg(m) //nolint:errcheck // test server
+			w.WriteMsg(m)
 		}, DDRDesignations, 40},
 	}
 	for _, c := range cases {

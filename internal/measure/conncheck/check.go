@@ -12,7 +12,6 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -410,5 +409,3 @@ func (p *Policy) detailJSON() []byte {
 	}
 	return b
 }
-
-var errNoHandshake = errors.New("no handshake")

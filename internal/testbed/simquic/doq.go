@@ -78,7 +78,7 @@ func (s *Server) serveConn(t *tport, conn *quic.Conn) {
 			case <-time.After(2*rtt + 10*time.Millisecond):
 			case <-ctx.Done():
 			}
-			conn.CloseWithError(quic.ApplicationErrorCode(doq.CodeNoError), "query limit reached") //nolint:errcheck // the connection ends either way
+			conn.CloseWithError(quic.ApplicationErrorCode(doq.CodeNoError), "query limit reached")
 			return
 		}
 		answered.Add(1)
