@@ -29,6 +29,7 @@ func TestBadFlags(t *testing.T) {
 		clitest.Usage("--week", "--week", "2026-47"),
 		clitest.Usage("--run-id", "--run-id", "-1"),
 		clitest.Usage("--sample", "--sample", "-1"),
+		clitest.Usage("--only", "--only", "198.19.1.0"),
 		clitest.Usage("--vantage", "--vantage", ""),
 		clitest.Usage("unexpected arguments", "stray"),
 		{Args: []string{"--targets", missing}, Code: cli.ExitEnvironment, Want: "absent.txt"},

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
@@ -21,8 +22,8 @@ type Flags struct {
 	Vantage cli.VantageFlags
 	JSON    bool
 
-	protocols, idleWaits, sizes, keyShares string
-	amplification                          bool
+	protocols, idleWaits, sizes, keyShares, only string
+	amplification                                bool
 }
 
 var weekRE = regexp.MustCompile(`^[0-9]{4}-W(0[1-9]|[1-4][0-9]|5[0-3])$`)
@@ -45,6 +46,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.keyShares, "key-shares", "x25519,x25519mlkem768", "key shares of the amplification handshakes")
 	fs.StringVar(&c.Name, "query-name", "test.com", "query name (A record, RD set)")
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "endpoints checked at once, 1..1024")
+	fs.StringVar(&f.only, "only", "", "check only the resolvers inside these prefixes (comma-separated CIDRs)")
 	fs.IntVar(&c.Sample, "sample", 0, "check at most this many resolvers, spread evenly over the address order (0: all)")
 	fs.StringVar(&c.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
 	fs.BoolVar(&f.JSON, "json", false, "print the summary as JSON on stdout")
@@ -85,6 +87,14 @@ func (f *Flags) Resolve() (Config, error) {
 		c.KeyShares = append(c.KeyShares, measure.KeyShare(k))
 	}
 	c.NoAmplification = !f.amplification
+	c.Only = nil
+	for _, p := range cli.SplitList(f.only) {
+		pf, err := netip.ParsePrefix(p)
+		if err != nil {
+			return c, cli.Usagef("--only: %q is not a prefix (CIDR)", p)
+		}
+		c.Only = append(c.Only, pf.Masked())
+	}
 	if c.RunID < 0 {
 		return c, cli.Usagef("--run-id must not be negative")
 	}

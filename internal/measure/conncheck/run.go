@@ -41,6 +41,8 @@ type Config struct {
 	// Sample > 0 checks at most this many resolver addresses, spread evenly over the
 	// address order (the same ones every week while the population stays).
 	Sample int
+	// Only, when not empty, keeps the resolvers inside these prefixes (before Sample).
+	Only []netip.Prefix
 }
 
 // Defaults and limits of a run.
@@ -148,7 +150,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, log *slog.Logger) (_ *
 			return nil, err
 		}
 	}
-	eps = sample(eps, cfg.Sample)
+	eps = sample(only(eps, cfg.Only), cfg.Sample)
 	var err error
 	if eps, sum.Excluded, err = blocklist.ExcludeForContact(ctx, s, cfg.BlocklistDir, eps, func(e Endpoint) netip.Addr { return e.Addr.Addr() }, "endpoint", log); err != nil {
 		return nil, err
@@ -175,7 +177,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, log *slog.Logger) (_ *
 	conf, _ := json.Marshal(map[string]any{"max_queries": cfg.MaxQueries, "streams": cfg.Streams, "idle_waits_ms": msList(cfg.IdleWaits),
 		"timeout_ms": cfg.Timeout.Milliseconds(), "initial_sizes": cfg.InitialSizes, "key_shares": cfg.KeyShares,
 		"amplification": !cfg.NoAmplification, "protocols": cfg.Protocols, "concurrency": cfg.Concurrency, "targets_file": cfg.TargetsFile,
-		"sample": cfg.Sample})
+		"sample": cfg.Sample, "only": cfg.Only})
 	source := "verification"
 	if cfg.TargetsFile != "" {
 		source = "file"
@@ -221,6 +223,23 @@ func Run(ctx context.Context, s *store.Store, cfg Config, log *slog.Logger) (_ *
 		runErr = err
 	}
 	return sum, runErr
+}
+
+// only keeps the endpoints inside one of prefixes (all when none is given).
+func only(eps []Endpoint, prefixes []netip.Prefix) []Endpoint {
+	if len(prefixes) == 0 {
+		return eps
+	}
+	out := eps[:0]
+	for _, e := range eps {
+		for _, p := range prefixes {
+			if p.Contains(e.Addr.Addr()) {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // sample keeps the endpoints of at most n addresses (0: all), every k-th address in
