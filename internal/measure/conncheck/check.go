@@ -192,10 +192,16 @@ func (p *Policy) count(ctx context.Context, st Settings, peer *measure.Peer) *me
 		}
 		p.QueriesAnswered++
 	}
-	if failed == nil && len(statuses) < st.MaxQueries && res.Status != measure.StatusOK {
-		// The session ended before every query was sent (DoT/DoH pipelines stop at the
-		// first failure): the exchange's status is that end.
-		failed = &measure.Query{Seq: len(statuses), Status: res.Status, Err: res.Err}
+	if failed == nil && len(statuses) < st.MaxQueries {
+		// The session ended before every query was sent: a DoT/DoH pipeline stops at the
+		// first failure (the exchange's status), and when the server closes the
+		// connection while no query is outstanding, measure's pipe ends the session
+		// without one (status ok, fewer queries than asked).
+		end := measure.Query{Seq: len(statuses), Status: res.Status, Err: res.Err}
+		if res.Status == measure.StatusOK {
+			end.Status, end.Err = measure.StatusReset, fmt.Errorf("the session ended after %d of %d queries", len(statuses), st.MaxQueries)
+		}
+		failed = &end
 		p.QueriesSent++
 	}
 	p.Status = measure.StatusOK
