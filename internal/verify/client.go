@@ -432,6 +432,9 @@ func (v *Verifier) tryConn(ctx context.Context, t Target, sni string, alpns []st
 		a.outcome, a.detail = classifyHandshake(err)
 		return a
 	}
+	// Deferred first, so it runs last: quic.Transport.Close leaves open a socket it did
+	// not create.
+	defer uc.Close()
 	tr := &quic.Transport{Conn: &connectedConn{c: uc, raddr: raddr}}
 	defer tr.Close()
 
