@@ -244,16 +244,21 @@ def amplification_cells(amp: pd.DataFrame) -> pd.DataFrame:
 
 def amplification_figure(cells: pd.DataFrame):
     """Two rows (stall probability, extra round trips) by chain size, a panel per key
-    share, a line per client Initial size."""
+    share, a line per client Initial size. Extra round trips count every cause but a
+    Retry (Version Negotiation and loss too)."""
     shares = sorted(cells["key_share"].unique()) if len(cells) else ["x25519", "x25519mlkem768"]
     fig, axes = plt.subplots(2, len(shares), figsize=(5.5 * len(shares), 7), sharex=True, squeeze=False)
     for j, ks in enumerate(shares):
         c = cells[cells["key_share"] == ks]
-        for size, g in c.groupby("initial_size"):
+        for k, (size, g) in enumerate(c.groupby("initial_size")):
             g = g.set_index("chain").reindex([lab for lab in CHAIN_LABELS if lab in set(c["chain"])])
             x = np.arange(len(g))
-            axes[0][j].plot(x, g["stall_share"], marker="o", label=f"Initial {size} B")
-            axes[1][j].plot(x, g["extra_rtts"], marker="o", label=f"Initial {size} B")
+            # Sizes often coincide (a quic-go server sends whole datagrams: 1,350 and
+            # 1,452 get the same): distinct dashes and markers keep every line visible.
+            style = dict(linestyle=("-", "--", ":")[k % 3], marker="os^"[k % 3], markersize=8 - 2 * (k % 3),
+                         label=f"Initial {size} B")
+            axes[0][j].plot(x, g["stall_share"], **style)
+            axes[1][j].plot(x, g["extra_rtts"], **style)
             for ax in (axes[0][j], axes[1][j]):
                 ax.set_xticks(x, g.index, rotation=30, ha="right")
         axes[0][j].set_title(f"key share {ks}")
