@@ -8,7 +8,11 @@
 #                      page honours it at once (a larger range is accepted with `optout
 #                      accept`); every later stage honours it
 #   3. zprobe scan     the whole 198.19.0.0/16 on UDP/784, 853, 8853 (QUIC VN) and 53 (DNS)
-#   4. verify          DoQ verification of every QUIC-capable host the scan found
+#   4. verify          DoQ verification of every QUIC-capable host the scan found, each
+#                      one's QUIC library, and the DoQ endpoints the DNS responders
+#                      designate (DDR), whatever their port
+#      conncheck       the weekly connection check of a sample of those resolvers:
+#                      connection policies and the amplification budget
 #   5. measure         one measurement round over DoUDP, DoTCP, DoT, DoH, DoQ (and DoH3)
 #      then IPv6: zprobe send over the IPv6 hitlist, verify and measure (label demo6)
 #   6. report          the notebooks, executed headless (when the analysis package is there),
@@ -103,6 +107,14 @@ SNI=$(awk '/^\[hosts\]/{h=1} h && / sni=/{for(i=1;i<=NF;i++) if ($i ~ /^sni=/) {
 if [ -n "$SNI" ]; then VERIFY_ARGS+=(--sni-names "$SNI"); fi
 in_vantage bin/verify "${VERIFY_ARGS[@]}"
 
+say "conncheck: connection policies and the amplification budget of a sample of the resolvers"
+# The weekly check, shortened for the demo: the behaviour classes and the third-party peers
+# (198.19.1.0/24, 198.19.3.0/24: every chain size and policy of the population), shorter
+# idle waits.
+in_vantage bin/conncheck --vantage "$VANTAGE" --label demo --week "$WEEK" --run-id "$(psql "$(bin/dbctl url 2>/dev/null)" -Atc \
+  "SELECT run_id FROM verification_runs WHERE vantage_id = '$VANTAGE' AND label = 'demo' AND iso_week = '$WEEK'")" \
+  --only 198.19.1.0/24,198.19.3.0/24 --idle-waits 2s,8s --max-queries 60 --concurrency 48 --blocklist-dir blocklist
+
 say "measure: one round over every protocol for the DoQ-verified resolvers"
 # The run to measure by name: by default measure takes the latest run of any label,
 # which on a re-run of the demo would be the IPv6 one.
@@ -191,6 +203,9 @@ The results are in PostgreSQL ($URL):
   SELECT protocol, phase, count(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY handshake_ns)/1e6 AS hs_ms
     FROM measurements WHERE status = 'ok' GROUP BY 1, 2 ORDER BY 1, 2;
   SELECT cause, count(*) FROM handshake_analyses GROUP BY 1;
+  SELECT library, count(*) FROM quic_stacks GROUP BY 1;
+  SELECT status, count(*) FROM ddr_queries GROUP BY 1;
+  SELECT protocol, retry_policy, count(*) FROM connection_policies GROUP BY 1, 2;
 Raw zmap output: var/scans/   Reports: reports/ (newest folder)
 Data release (Parquet, docs/data-release.md): $ROOT/release/ (manifest.json lists every file)
   the report from it:  ./dev report --source release/          (DuckDB; --engine spark for Apache Spark)

@@ -288,6 +288,7 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		InitialConnectionReceiveWindow: quicConnWindow,
 		MaxConnectionReceiveWindow:     quicConnWindow,
 	}
+	qconf.InitialPacketSize = req.InitialPacketSize
 	if req.NoQlog {
 		qconf.Tracer = nil
 	}

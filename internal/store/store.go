@@ -69,9 +69,12 @@ func migrations() ([]migration, error) {
 		out = append(out, migration{version: v, name: m[2], sql: string(body)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	for i := range out {
-		if out[i].version != i+1 {
-			return nil, fmt.Errorf("migrations: expected version %d, found %d (%s)", i+1, out[i].version, out[i].name)
+	// Versions increase but may leave gaps: branches developed side by side take numbers
+	// apart, and Migrate applies every version a database has not recorded, whatever
+	// newer ones it has.
+	for i := 1; i < len(out); i++ {
+		if out[i].version == out[i-1].version {
+			return nil, fmt.Errorf("migrations: version %d twice (%s, %s)", out[i].version, out[i-1].name, out[i].name)
 		}
 	}
 	return out, nil
@@ -198,6 +201,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	applied, err := appliedVersions(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
 	known := ms[len(ms)-1].version
 	if current > known {
 		return fmt.Errorf("%w: database is at version %d, this binary knows up to %d; upgrade doqscan",
@@ -206,7 +213,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	for _, m := range ms {
 		// schema.sql is idempotent and applied every time (it creates what a partial or
 		// older database lacks); later migrations run once.
-		if m.version > 1 && m.version <= current {
+		if m.version > 1 && applied[m.version] {
 			continue
 		}
 		tx, err := conn.Begin(ctx)
@@ -248,6 +255,29 @@ func currentVersion(ctx context.Context, conn *pgx.Conn) (int, error) {
 		return 0, fmt.Errorf("read schema version: %w", err)
 	}
 	return v, nil
+}
+
+// appliedVersions returns every version schema_migrations records (none on an empty
+// database).
+func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]bool, error) {
+	out := map[int]bool{}
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return out, err
+	}
+	rows, err := conn.Query(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("read schema versions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out[v] = true
+	}
+	return out, rows.Err()
 }
 
 // Version reports the database's newest applied schema version.

@@ -32,6 +32,7 @@ type Flags struct {
 	scanID                        int64
 	ports, alpns, versions, names string
 	roots                         string
+	identify, ddr                 bool
 }
 
 var weekRE = regexp.MustCompile(`^[0-9]{4}-W(0[1-9]|[1-4][0-9]|5[0-3])$`)
@@ -62,6 +63,9 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.ASNDB, "geoip-asn", "", "MaxMind ASN mmdb (with --geoip-city)")
 	cli.IntVar(fs, &cfg.BatchSize, "batch", DefaultBatchSize, 1, MaxBatchSize, "results per database write")
 	cli.DurationVar(fs, &cfg.Progress, "progress", DefaultProgress, MinProgress, MaxProgress, "progress log interval")
+	fs.BoolVar(&f.ddr, "ddr", true, "ask every DNS/53 responder of the scan for its designated resolvers (_dns.resolver.arpa SVCB, RFC 9462) and verify the designated DoQ endpoints on any port")
+	fs.StringVar(&cfg.DDRTargetsFile, "ddr-targets", "", "also ask the DNS resolvers in this file (addr per line) for their designated resolvers")
+	fs.BoolVar(&f.identify, "identify", true, "identify each QUIC server's library (quic_stacks): its handshake's qlog and one handshake offering an unknown ALPN")
 	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
 	fs.BoolVar(&f.JSON, "json", false, "print the summary as JSON on stdout")
 	fs.StringVar(&cfg.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
@@ -114,13 +118,15 @@ func (f *Flags) Resolve() (RunConfig, error) {
 		cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version(n))
 	}
 	cfg.Verify.SNINames = cli.SplitList(f.names)
+	cfg.Verify.NoIdentify = f.fs != nil && !f.identify
+	cfg.NoDDR = f.fs != nil && !f.ddr
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
 	if err := cli.CheckBlocklistDir("blocklist-dir", cfg.BlocklistDir); err != nil {
 		return cfg, err
 	}
-	for _, p := range []string{cfg.CityDB, cfg.ASNDB, f.roots} {
+	for _, p := range []string{cfg.CityDB, cfg.ASNDB, f.roots, cfg.DDRTargetsFile} {
 		if p != "" {
 			if _, err := os.Stat(p); err != nil {
 				return cfg, cli.Environmentf("%v", err)

@@ -158,6 +158,9 @@ type Flight struct {
 	Bytes          int
 	HandshakeCrypt bool // carries Handshake-level CRYPTO
 	Types          []string
+
+	last    int     // bytes of the flight's last datagram
+	lastSum *uint32 // its datagram_payload_checksum (nil: not logged)
 }
 
 type packetData struct {
@@ -216,6 +219,8 @@ type Trace struct {
 	// Close is how the connection ended (the last trace's connection_closed event), nil
 	// if the qlog does not say.
 	Close *Close
+
+	server ServerView
 }
 
 // CompletedBy returns the checksum (CRC-32C of the UDP payload, as quic-go's qlog gives
@@ -257,6 +262,7 @@ func Parse(qlog []byte) (*Trace, error) {
 		offered        string // the version of our last long-header packet
 		closed         *Close
 		arrivals       = map[uint32]int64{} // checksum -> unix ns (ArrivalsEvent)
+		server         serverReader
 	)
 	src, err := readEvents(qlog, func(e *event) error {
 		if e.header {
@@ -276,6 +282,9 @@ func Parse(qlog []byte) (*Trace, error) {
 		t := int64(e.ms*1e6) + offset
 		switch e.name {
 		case "transport:packet_sent", "transport:packet_received":
+			if e.name == "transport:packet_received" {
+				server.received(e.data)
+			}
 			var d packetData
 			if err := json.Unmarshal(e.data, &d); err != nil {
 				return nil
@@ -302,6 +311,8 @@ func Parse(qlog []byte) (*Trace, error) {
 				lastRecvSum, p.sum = d.Checksum, d.Checksum
 			}
 			pkts = append(pkts, p)
+		case "transport:parameters_set":
+			server.parameters(e.data)
 		case "transport:version_information":
 			var d struct {
 				Chosen string `json:"chosen_version"`
@@ -377,7 +388,8 @@ func Parse(qlog []byte) (*Trace, error) {
 		}
 	}
 	tr := &Trace{pkts: pkts, completeNS: completeNS, minRTT: minRTT, haveMinRTT: haveMinRTT, lostAt: lostAt, Source: src,
-		truncated: truncated || src.Truncated, completedBy: completedBy, hasCompletedBy: hasCompletedBy, Close: closed}
+		truncated: truncated || src.Truncated, completedBy: completedBy, hasCompletedBy: hasCompletedBy, Close: closed,
+		server: server.v}
 	if v, err := strconv.ParseUint(strings.TrimPrefix(version, "0x"), 16, 32); err == nil && v != 0 {
 		tr.QUICVersion = uint32(v)
 	}
@@ -547,6 +559,11 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 		}
 		f := &a.Flights[len(a.Flights)-1]
 		f.EndNS, f.Bytes = p.t, f.Bytes+p.length
+		if p.sum != nil && f.lastSum != nil && *p.sum == *f.lastSum {
+			f.last += p.length // coalesced into the same datagram
+		} else {
+			f.last, f.lastSum = p.length, p.sum
+		}
 		f.Types = appendUnique(f.Types, p.ptype)
 		if p.ptype == "handshake" && len(p.crypto) > 0 {
 			f.HandshakeCrypt = true
@@ -580,13 +597,16 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	// CRYPTO (the rest of its flight, released by our ACK). The budget is 3x what we had
 	// sent by then (at least gap before the flight's end reached us): the ACKs of our
 	// first flight raise it while the server sends, which on a short path lets a big
-	// flight run past 3x our first datagram before it stops.
+	// flight run past 3x our first datagram before it stops. A server may start a
+	// datagram while under its budget and end it above (quic-go sends while its bytes
+	// sent are below 3x those received): the flight's last datagram must have begun
+	// within the budget, the whole flight may pass it by that datagram.
 	cum := 0
 	for k := 0; k+1 < len(att); k++ {
 		cum += att[k].Bytes
 		client := bytesUntil(sends, att[k].EndNS-gap)
 		budget := AmplificationFactor * client
-		if client == 0 || cum > budget+amplificationSlack {
+		if client == 0 || cum-att[k].last > budget+amplificationSlack {
 			continue
 		}
 		if float64(cum) >= stallFillRatio*float64(budget) && att[k+1].HandshakeCrypt {

@@ -20,6 +20,7 @@ var peerKinds = map[string]Kind{
 	population.PeerAioquic:  Aioquic,
 	population.PeerNgtcp2:   Ngtcp2,
 	population.PeerDNSProxy: DNSProxy,
+	population.PeerLazyDNS:  LazyDNS,
 }
 
 // dnsPort is plain DNS (RFC 1035 §4.2).
