@@ -7,7 +7,8 @@
 #   aioquic 1.7.2 examples  -> var/peers/aioquic-1.7.2/       (PyPI sdist; doq_server.py)
 #   ngtcp2 server/client    -> /usr/sbin/gtlsserver, /usr/bin/gtlsclient (Debian packages)
 #   AdGuard dnsproxy v0.78.0 -> var/peers/bin/dnsproxy        (Go module proxy, pinned in testbed/tools/dnsproxy)
-#   lazydns 0.2.63          -> var/peers/bin/lazydns          (crates.io; quinn, Rust; DoQ without ALPN)
+#   lazydns 0.2.63          -> var/peers/bin/lazydns          (crates.io; quinn, Rust; DoQ without ALPN;
+#                              optional: only `install-peers.sh lazydns` or DOQSCAN_PEERS_OPTIONAL=lazydns)
 #
 # Idempotent and quiet when everything is installed at the right version: it rebuilds
 # only what is missing or at another version. Slow builds are cached where the machine
@@ -168,7 +169,9 @@ all)
 	install_aioquic
 	install_hickory
 	install_dnsproxy
-	install_lazydns
+	# lazydns is optional (peers.Optional): ~25 min of cargo build the first time, so
+	# only when asked: scripts/install-peers.sh lazydns, or DOQSCAN_PEERS_OPTIONAL=lazydns.
+	case " ${DOQSCAN_PEERS_OPTIONAL:-} " in *" lazydns "*) install_lazydns ;; esac
 	;;
 lazydns) install_lazydns ;;
 dnsproxy) install_dnsproxy ;;
