@@ -38,6 +38,8 @@ var ErrUnavailable = errors.New("database unavailable")
 // Store is a connection pool to doqscan's database.
 type Store struct {
 	Pool *pgxpool.Pool
+	// Log receives progress of long schema work (moving rows into partitions); nil: none.
+	Log *slog.Logger
 }
 
 // migration is one versioned schema change.
@@ -145,7 +147,7 @@ func OpenLogged(ctx context.Context, url string, log *slog.Logger) (*Store, erro
 		}
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, msg)
 	}
-	s := &Store{Pool: pool}
+	s := &Store{Pool: pool, Log: log}
 	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -176,9 +178,13 @@ func ParseConfig(url string) (*pgxpool.Config, error) {
 // Close releases the pool.
 func (s *Store) Close() { s.Pool.Close() }
 
-// Migrate applies schema.sql and every newer migration, under an advisory lock. Applying
-// it again changes nothing. A database whose newest version is above SchemaVersion() is
-// refused with ErrSchemaNewer before anything is written.
+// Migrate applies schema.sql and every newer migration, under an advisory lock, moves
+// the rows of tables a migration set aside into their partitioned successors
+// (MoveUnpartitioned), and creates the partitions of the coming months and weeks.
+// Applying it again changes nothing. A database whose newest version is above
+// SchemaVersion() is refused with ErrSchemaNewer before anything is written; one at
+// SchemaVersion() is not written to at all (a role that may not alter the schema, such
+// as a vantage point's on a central database, opens it too).
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := migrations()
 	if err != nil {
@@ -203,10 +209,28 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return fmt.Errorf("%w: database is at version %d, this binary knows up to %d; upgrade doqscan",
 			ErrSchemaNewer, current, known)
 	}
+	if err := applyMigrations(ctx, conn.Conn(), ms, current, known); err != nil {
+		return err
+	}
+	if err := s.moveUnpartitioned(ctx, conn.Conn()); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "SELECT doqscan_ensure_ahead()"); err != nil {
+		return fmt.Errorf("partitions ahead of time: %w", err)
+	}
+	return nil
+}
+
+// applyMigrations brings a database at version current up to version upTo: schema.sql
+// (which is idempotent and creates what a partial or older database lacks) and then
+// every migration above current, each in its own transaction. A database at upTo is left
+// alone.
+func applyMigrations(ctx context.Context, conn *pgx.Conn, ms []migration, current, upTo int) error {
+	if current >= upTo {
+		return nil
+	}
 	for _, m := range ms {
-		// schema.sql is idempotent and applied every time (it creates what a partial or
-		// older database lacks); later migrations run once.
-		if m.version > 1 && m.version <= current {
+		if (m.version > 1 && m.version <= current) || m.version > upTo {
 			continue
 		}
 		tx, err := conn.Begin(ctx)

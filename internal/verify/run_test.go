@@ -67,11 +67,11 @@ func TestRunWritesAndRerunAddsNothing(t *testing.T) {
 	var replies []store.ScanReply
 	for _, sv := range servers {
 		replies = append(replies, store.ScanReply{ScanID: scanID, Port: int32(sv.addr.Port()), Address: sv.addr.Addr(),
-			ReplyKind: "quic-vn", QUICVersions: advertised, ReceivedAt: time.Now()})
+			ReplyKind: "quic-vn", QUICVersions: advertised, ReceivedAt: time.Now(), ISOWeek: "2026-W47"})
 	}
 	// Not QUIC-capable: must not become a target.
 	replies = append(replies, store.ScanReply{ScanID: scanID, Port: portList[0], Address: netip.MustParseAddr("127.0.99.1"),
-		ReplyKind: "not-quic", ReceivedAt: time.Now()})
+		ReplyKind: "not-quic", ReceivedAt: time.Now(), ISOWeek: "2026-W47"})
 	if _, err := store.Insert(ctx, s, store.TableScanReplies, replies); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,27 @@
+package store
+
+import (
+	"context"
+)
+
+// MigrateTo applies the schema up to version (tests of migrations build an older
+// database with it).
+func MigrateTo(ctx context.Context, s *Store, version int) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	conn, err := s.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	current, err := currentVersion(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
+	return applyMigrations(ctx, conn.Conn(), ms, current, version)
+}
+
+// SetAfterMoveBatch sets the hook run after each batch of moveUnpartitioned.
+func SetAfterMoveBatch(f func(table string, moved int64)) { afterMoveBatch = f }
