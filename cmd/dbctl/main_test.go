@@ -7,14 +7,16 @@ import (
 )
 
 func TestHelp(t *testing.T) {
-	clitest.Help(t, command, "dbctl [flags] up|status|url|stop", "Subcommands:", "dbctl stop")
+	clitest.Help(t, command, "dbctl [flags] up|migrate|status|url|stop|retention|fleet", "Subcommands:", "dbctl stop", "dbctl retention")
 }
 
 // TestBadArgs: anything but one known subcommand is a usage error (exit 2, one line).
 func TestBadArgs(t *testing.T) {
 	clitest.OneLineErrors(t, command, []clitest.Case{
 		clitest.Usage("subcommand"),
-		clitest.Usage("subcommand", "up", "stop"),
+		clitest.Usage("up takes no arguments", "up", "stop"),
+		clitest.Usage("--keep must be positive", "retention", "--keep", "0"),
+		clitest.Usage("fleet add-vantage takes one vantage point id", "fleet", "add-vantage"),
 		clitest.Usage(`"frob"`, "frob"),
 		clitest.Usage("no-such-flag", "--no-such-flag", "up"),
 	})
