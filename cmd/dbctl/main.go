@@ -17,7 +17,7 @@ import (
 var cmd = cli.Command{
 	Name:       "dbctl",
 	Summary:    "set up, inspect, archive and stop doqscan's PostgreSQL database",
-	Usage:      "dbctl [flags] up|migrate|status|url|stop|retention|fleet ...",
+	Usage:      "dbctl [flags] up|migrate|status|url|stop|retention|fleet-init|add-vantage ID|fleet-serve",
 	Subcommand: true,
 	Examples: []string{
 		"dbctl up                      # start the private cluster (if DATABASE_URL is unset) and apply schema.sql",
@@ -25,8 +25,8 @@ var cmd = cli.Command{
 		"dbctl status                  # schema version, every partition with its size and state",
 		"DATABASE_URL=postgres://u@db/doqscan dbctl status   # the same for another server",
 		"dbctl retention --keep 8760h --archive-dir /srv/archive --dry-run   # what a year's retention would archive",
-		"dbctl fleet init --server-names db.example.net,192.0.2.10   # CA and server certificate in var/fleet",
-		"dbctl fleet add-vantage --host db.example.net vp-tokyo       # role, client certificate; prints its DATABASE_URL",
+		"dbctl fleet-init --server-names db.example.net,192.0.2.10   # CA and server certificate in var/fleet",
+		"dbctl add-vantage --host db.example.net vp-tokyo   # role, client certificate; prints its DATABASE_URL",
 		"dbctl stop                    # stop the private cluster",
 	},
 	Notes: `Subcommands:
@@ -42,11 +42,11 @@ var cmd = cli.Command{
                 export it with pg_dump to --archive-dir, verify the file against the rows,
                 and only then drop it; with --qlog-sample-after, thin older qlogs to a
                 --qlog-sample share after exporting them whole (docs/fleet.md)
-  fleet init    a CA and the server certificate for --server-names in --fleet-dir
-  fleet add-vantage ID   the vantage point's role (its own rows only) and client
-                certificate; prints the DATABASE_URL it connects with (--host, --port)
-  fleet serve   make the private cluster serve the fleet on --listen (TLS, client
-                certificates); a real server is configured by hand (docs/runbook.md)`,
+  fleet-init    a CA and the server certificate for --server-names in --fleet-dir
+  add-vantage ID  the vantage point's role (its own rows only) and client certificate;
+                prints the DATABASE_URL it connects with (--host, --port)
+  fleet-serve   make the private cluster serve the fleet on --listen (TLS, client
+                certificates); a real server is configured by hand (docs/fleet.md)`,
 }
 
 func main() { cli.Main(command()) }
@@ -62,11 +62,11 @@ func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	fs.Float64Var(&o.QlogSample, "qlog-sample", o.QlogSample, "retention: share of qlogs kept after --qlog-sample-after, 0..1")
 	fs.StringVar(&o.ArchiveDir, "archive-dir", o.ArchiveDir, "retention: where the pg_dump files of archived partitions go")
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "retention: say what would be archived, change nothing")
-	fs.StringVar(&o.FleetDir, "fleet-dir", o.FleetDir, "fleet: directory of the CA, server and client certificates")
-	fs.StringVar(&o.ServerNames, "server-names", o.ServerNames, "fleet init: names and addresses of the database server (comma-separated)")
-	fs.StringVar(&o.Host, "host", o.Host, "fleet add-vantage: the database's name or address as vantage points reach it")
-	fs.IntVar(&o.Port, "port", o.Port, "fleet add-vantage: the database's TCP port")
-	fs.StringVar(&o.Listen, "listen", o.Listen, "fleet serve: the address the private cluster listens on for vantage points")
+	fs.StringVar(&o.FleetDir, "fleet-dir", o.FleetDir, "fleet-init, add-vantage, fleet-serve: directory of the CA, server and client certificates")
+	fs.StringVar(&o.ServerNames, "server-names", o.ServerNames, "fleet-init: names and addresses of the database server (comma-separated)")
+	fs.StringVar(&o.Host, "host", o.Host, "add-vantage: the database's name or address as vantage points reach it")
+	fs.IntVar(&o.Port, "port", o.Port, "add-vantage: the database's TCP port")
+	fs.StringVar(&o.Listen, "listen", o.Listen, "fleet-serve: the address the private cluster listens on for vantage points")
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		return dbctl.Run(ctx, log, o, args, os.Stdout)
 	}

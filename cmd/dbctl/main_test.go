@@ -7,7 +7,7 @@ import (
 )
 
 func TestHelp(t *testing.T) {
-	clitest.Help(t, command, "dbctl [flags] up|migrate|status|url|stop|retention|fleet", "Subcommands:", "dbctl stop", "dbctl retention")
+	clitest.Help(t, command, "dbctl [flags] up|migrate|status|url|stop|retention|fleet-init|add-vantage ID|fleet-serve", "Subcommands:", "dbctl stop", "dbctl retention")
 }
 
 // TestBadArgs: anything but one known subcommand is a usage error (exit 2, one line).
@@ -16,7 +16,7 @@ func TestBadArgs(t *testing.T) {
 		clitest.Usage("subcommand"),
 		clitest.Usage("up takes no arguments", "up", "stop"),
 		clitest.Usage("--keep must be positive", "retention", "--keep", "0"),
-		clitest.Usage("fleet add-vantage takes one vantage point id", "fleet", "add-vantage"),
+		clitest.Usage("add-vantage takes one vantage point id", "add-vantage"),
 		clitest.Usage(`"frob"`, "frob"),
 		clitest.Usage("no-such-flag", "--no-such-flag", "up"),
 	})

@@ -46,7 +46,7 @@ func DefaultOptions() Options {
 		ArchiveDir: home.Path("var", "archive"), FleetDir: home.Path("var", "fleet")}
 }
 
-const usage = "want a subcommand: up, migrate, status, url, stop, retention, fleet init|add-vantage|serve"
+const usage = "want a subcommand: up, migrate, status, url, stop, retention, fleet-init, add-vantage, fleet-serve"
 
 // Run runs one subcommand and writes what it prints to stdout. A cluster that cannot be
 // found or started is exit code 3; a missing or unknown subcommand is a usage error (2).
@@ -92,8 +92,8 @@ func Run(ctx context.Context, log *slog.Logger, o Options, args []string, stdout
 		return c.Stop(ctx)
 	case "retention":
 		return retention(ctx, log, o, args[1:], stdout)
-	case "fleet":
-		return fleetCmd(ctx, log, o, args[1:], stdout)
+	case "fleet-init", "add-vantage", "fleet-serve":
+		return fleetCmd(ctx, log, o, args, stdout)
 	}
 	return cli.Usagef("unknown subcommand %q: %s", args[0], usage)
 }
@@ -186,14 +186,19 @@ func retention(ctx context.Context, log *slog.Logger, o Options, args []string, 
 }
 
 func fleetCmd(ctx context.Context, log *slog.Logger, o Options, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return cli.Usagef("fleet wants init, add-vantage ID or serve")
+	dir, err := filepath.Abs(o.FleetDir) // the URLs name the certificates by absolute path
+	if err != nil {
+		return err
 	}
+	o.FleetDir = dir
 	switch args[0] {
-	case "init":
+	case "fleet-init":
+		if len(args) != 1 {
+			return cli.Usagef("fleet-init takes no arguments (--server-names, --fleet-dir)")
+		}
 		names := cli.SplitList(o.ServerNames)
 		if len(names) == 0 {
-			return cli.Usagef("fleet init needs --server-names (the names and addresses vantage points connect to)")
+			return cli.Usagef("fleet-init needs --server-names (the names and addresses vantage points connect to)")
 		}
 		if err := fleet.Init(o.FleetDir, names); err != nil {
 			return err
@@ -202,10 +207,10 @@ func fleetCmd(ctx context.Context, log *slog.Logger, o Options, args []string, s
 		return nil
 	case "add-vantage":
 		if len(args) != 2 {
-			return cli.Usagef("fleet add-vantage takes one vantage point id")
+			return cli.Usagef("add-vantage takes one vantage point id")
 		}
 		if o.Host == "" {
-			return cli.Usagef("fleet add-vantage needs --host (the database's address as vantage points reach it)")
+			return cli.Usagef("add-vantage needs --host (the database's address as vantage points reach it)")
 		}
 		s, err := cli.OpenStore(ctx, log)
 		if err != nil {
@@ -226,12 +231,15 @@ func fleetCmd(ctx context.Context, log *slog.Logger, o Options, args []string, s
 		}
 		fmt.Fprintln(stdout, c.URL(o.Host, o.Port, db))
 		return nil
-	case "serve":
+	case "fleet-serve":
+		if len(args) != 1 {
+			return cli.Usagef("fleet-serve takes no arguments (--listen, --fleet-dir)")
+		}
 		if o.Listen == "" {
-			return cli.Usagef("fleet serve needs --listen ADDRESS")
+			return cli.Usagef("fleet-serve needs --listen ADDRESS")
 		}
 		if os.Getenv("DATABASE_URL") != "" {
-			return cli.Usagef("fleet serve configures the private cluster; with DATABASE_URL set, configure that server (docs/fleet.md)")
+			return cli.Usagef("fleet-serve configures the private cluster; with DATABASE_URL set, configure that server (docs/fleet.md)")
 		}
 		c, err := pgcluster.Default()
 		if err != nil {
@@ -243,5 +251,5 @@ func fleetCmd(ctx context.Context, log *slog.Logger, o Options, args []string, s
 		fmt.Fprintf(stdout, "private cluster serves TLS with client certificates on %s:5432\n", o.Listen)
 		return nil
 	}
-	return cli.Usagef("unknown fleet subcommand %q: want init, add-vantage or serve", args[0])
+	return cli.Usagef("unknown subcommand %q", args[0])
 }

@@ -42,7 +42,7 @@ var ErrExists = errors.New("fleet directory already has a CA")
 // addresses vantage points connect to) in dir. It refuses a dir that has a CA already.
 func Init(dir string, names []string) error {
 	if len(names) == 0 {
-		return errors.New("fleet init: the server needs at least one name or address")
+		return errors.New("fleet-init: the server needs at least one name or address")
 	}
 	if _, err := os.Stat(filepath.Join(dir, CAKey)); err == nil {
 		return fmt.Errorf("%w: %s", ErrExists, dir)
@@ -138,7 +138,7 @@ func IssueClient(dir, vantage, role string) (Client, error) {
 func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	cb, err := os.ReadFile(filepath.Join(dir, CACert))
 	if err != nil {
-		return nil, nil, fmt.Errorf("fleet CA (run dbctl fleet init first): %w", err)
+		return nil, nil, fmt.Errorf("fleet CA (run dbctl fleet-init first): %w", err)
 	}
 	kb, err := os.ReadFile(filepath.Join(dir, CAKey))
 	if err != nil {

@@ -1,6 +1,6 @@
 -- One central database for a fleet of vantage points (docs/fleet.md).
 --
--- Each vantage point logs in with a role of its own (created by `dbctl fleet
+-- Each vantage point logs in with a role of its own (created by `dbctl
 -- add-vantage`, which calls doqscan_grant_vantage below), mapped to its vantage point in
 -- vantage_roles. Two mechanisms keep vantage points apart, each where it is cheapest:
 --
@@ -87,7 +87,7 @@ CREATE POLICY own_vantage ON handshake_analyses FOR SELECT
     USING (doqscan_vantage() IS NULL OR measurement_id IN (SELECT measurement_id FROM measurements));
 CREATE POLICY insert_checked ON handshake_analyses FOR INSERT WITH CHECK (true);
 
--- The grants of a vantage point's role (dbctl fleet add-vantage). Run by the admin.
+-- The grants of a vantage point's role (dbctl add-vantage). Run by the admin.
 CREATE OR REPLACE FUNCTION doqscan_grant_vantage(role text) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     t text;

@@ -298,7 +298,7 @@ func (c *Cluster) ServeFleet(ctx context.Context, listen, fleetDir string) error
 	for src, dst := range map[string]string{"server.crt": "fleet-server.crt", "server.key": "fleet-server.key", "ca.crt": "fleet-ca.crt"} {
 		b, err := os.ReadFile(filepath.Join(fleetDir, src))
 		if err != nil {
-			return fmt.Errorf("fleet certificates (dbctl fleet init): %w", err)
+			return fmt.Errorf("fleet certificates (dbctl fleet-init): %w", err)
 		}
 		path := filepath.Join(c.DataDir(), dst)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
