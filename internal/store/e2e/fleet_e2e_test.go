@@ -49,7 +49,7 @@ func cutFor(t *testing.T) time.Duration {
 // fleetBed brings up a testbed with fleetVantages vantage namespaces and the central
 // database behind an 80 ms path with 1 % loss each way, and returns it with each vantage
 // point's DATABASE_URL (its role and client certificate) and the admin's store.
-func fleetBed(t *testing.T, servers bool) (*testbed.Testbed, []string, *store.Store) {
+func fleetBed(t testing.TB, servers bool) (*testbed.Testbed, []string, *store.Store) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: the fleet test needs root (network namespaces)")
@@ -84,6 +84,9 @@ func fleetBed(t *testing.T, servers bool) (*testbed.Testbed, []string, *store.St
 	}
 	return tb, urls, admin
 }
+
+// fleetBedB is fleetBed for a benchmark: no servers, no population.
+func fleetBedB(b *testing.B) (*testbed.Testbed, []string, *store.Store) { return fleetBed(b, false) }
 
 // TestFleetWritesOneDatabase: three vantage points scan one shard each, verify their own
 // scans and measure their own runs into one central database over an 80 ms path with
