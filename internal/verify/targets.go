@@ -64,8 +64,12 @@ type ScanSelection struct {
 	ScanID  *int64
 	Week    string // ISO week; all shards of that week's scans; "" = the latest week
 	Label   string // scan label; default "weekly"
-	Vantage string // the scans' vantage point (verify: its own unless --scan-vantage)
+	Vantage string // the scans' vantage point (verify: its own unless --scan-vantage); AnyVantage: all
 }
+
+// AnyVantage as ScanSelection.Vantage takes the scans of every vantage point: the shards
+// of one scan split over several machines, verified together.
+const AnyVantage = "*"
 
 // ErrNoScan is returned when no scan matches the selection.
 var ErrNoScan = errors.New("no scan matches")
@@ -91,6 +95,14 @@ func ResolveScans(ctx context.Context, s *store.Store, sel ScanSelection) (ids [
 		rows, err = s.Pool.Query(ctx, `SELECT scan_id, iso_week FROM scans WHERE scan_id = $1`, *sel.ScanID)
 	case sel.Vantage == "":
 		return nil, "", errors.New("scan selection names no vantage point")
+	case sel.Vantage == AnyVantage && sel.Week != "":
+		rows, err = s.Pool.Query(ctx, `SELECT scan_id, iso_week FROM scans
+			WHERE iso_week = $1 AND label = $2 ORDER BY scan_id`, sel.Week, label)
+	case sel.Vantage == AnyVantage:
+		rows, err = s.Pool.Query(ctx, `SELECT s.scan_id, s.iso_week FROM scans s
+			JOIN (SELECT iso_week FROM scans WHERE label = $1 ORDER BY started_at DESC, scan_id DESC LIMIT 1) l
+			  USING (iso_week)
+			WHERE s.label = $1 ORDER BY s.scan_id`, label)
 	case sel.Week != "":
 		rows, err = s.Pool.Query(ctx, `SELECT scan_id, iso_week FROM scans
 			WHERE iso_week = $1 AND label = $2 AND vantage_id = $3 ORDER BY scan_id`, sel.Week, label, sel.Vantage)

@@ -40,6 +40,9 @@ func TestResolveScansIsTheVantagePointsOwn(t *testing.T) {
 		}
 		k := sc.week + "/" + sc.vantage + "/" + sc.label
 		ids[k] = append(ids[k], id)
+		if sc.label == "weekly" {
+			ids[sc.week+"/any/weekly"] = append(ids[sc.week+"/any/weekly"], id)
+		}
 	}
 	for _, tc := range []struct {
 		sel  ScanSelection
@@ -50,6 +53,8 @@ func TestResolveScansIsTheVantagePointsOwn(t *testing.T) {
 		{ScanSelection{Vantage: "vp-a", Label: "extra"}, "2026-W48/vp-a/extra"},
 		{ScanSelection{Vantage: "vp-b"}, "2026-W48/vp-b/weekly"},
 		{ScanSelection{Vantage: "vp-b", Week: "2026-W47"}, "2026-W47/vp-b/weekly"},
+		{ScanSelection{Vantage: AnyVantage, Week: "2026-W47"}, "2026-W47/any/weekly"},
+		{ScanSelection{Vantage: AnyVantage}, "2026-W48/vp-b/weekly"},
 	} {
 		got, week, err := ResolveScans(ctx, s, tc.sel)
 		if err != nil || fmt.Sprint(got) != fmt.Sprint(ids[tc.want]) || week+"/" != tc.want[:9] {
