@@ -179,7 +179,7 @@ func TestFleetWritesOneDatabase(t *testing.T) {
 					close(waitedCh)
 				}
 			}
-			io.Copy(io.Discard, pr) //nolint:errcheck // drains the pipe
+			io.Copy(io.Discard, pr) // drains the pipe
 			err := <-done
 			if !cutAt.IsZero() {
 				if waitedAt.IsZero() {
