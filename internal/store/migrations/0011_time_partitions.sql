@@ -144,7 +144,9 @@ BEGIN
         IF (SELECT c.relkind FROM pg_class c WHERE c.oid = to_regclass(t)) IS DISTINCT FROM 'r' THEN
             CONTINUE;
         END IF;
-        FOR r IN SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(t) AND contype = 'f' LOOP
+        -- Foreign keys would act on the move; CHECKs would take their names from the new
+        -- tables' (constraint names are chosen unique in the schema).
+        FOR r IN SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(t) AND contype IN ('f', 'c') LOOP
             EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', t, r.conname);
         END LOOP;
         FOR r IN SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(t) AND NOT tgisinternal LOOP
@@ -287,9 +289,19 @@ CREATE TABLE IF NOT EXISTS scan_replies (
 ) PARTITION BY LIST (iso_week);
 CREATE INDEX IF NOT EXISTS scan_replies_kind_idx ON scan_replies (scan_id, reply_kind);
 CREATE INDEX IF NOT EXISTS scan_replies_addr_idx ON scan_replies (address);
+-- Migration 0006 widened these CHECKs NOT VALID on the old tables; applied again (over
+-- a database that has this one), it would leave them NOT VALID here: the same list,
+-- validated (a no-op when it is valid already).
+ALTER TABLE qlogs VALIDATE CONSTRAINT qlogs_format_check;
+ALTER TABLE scan_replies VALIDATE CONSTRAINT scan_replies_reply_kind_check;
 
-ALTER TABLE bench_runs DROP CONSTRAINT IF EXISTS bench_runs_id_started_key;
-ALTER TABLE bench_runs ADD CONSTRAINT bench_runs_id_started_key UNIQUE (bench_id, started_at);
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'bench_runs_id_started_key'
+                    AND conrelid = 'bench_runs'::regclass) THEN
+        ALTER TABLE bench_runs ADD CONSTRAINT bench_runs_id_started_key UNIQUE (bench_id, started_at);
+    END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS bench_samples (
     bench_id   bigint  NOT NULL,
     second     integer NOT NULL CHECK (second >= 0),
