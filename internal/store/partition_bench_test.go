@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
@@ -208,4 +210,69 @@ func BenchmarkPartitionedAtScale(b *testing.B) {
 	b.ReportMetric(p/f, "copy_ratio")
 	b.ReportMetric(p, "partitioned_rows/s")
 	b.ReportMetric(float64(qp.Microseconds()), "query_us")
+}
+
+// BenchmarkMoveIntoPartitions (-benchtime 1x) prints how fast Migrate moves an existing
+// database's measurements (DOQSCAN_BENCH_STORED rows, default 1,000,000, with one RTT
+// sample each) from the unpartitioned tables of schema version 10 into the partitions.
+func BenchmarkMoveIntoPartitions(b *testing.B) {
+	n := int64(1_000_000)
+	if v := os.Getenv("DOQSCAN_BENCH_STORED"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 1200 {
+			b.Fatalf("DOQSCAN_BENCH_STORED=%q", v)
+		}
+		n = int64(f)
+	}
+	ctx := context.Background()
+	url := storetest.NewDatabase(b)
+	if strings.Contains(url, "://") {
+		url += map[bool]string{true: "&", false: "?"}[strings.Contains(url, "?")] + "statement_timeout=0"
+	} else {
+		url += " statement_timeout=0"
+	}
+	cfg, err := store.ParseConfig(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	old := &store.Store{Pool: pool}
+	if err := store.MigrateTo(ctx, old, 10); err != nil {
+		b.Fatal(err)
+	}
+	campaigns := max(n/(1200*16), 1)
+	for _, q := range []string{
+		`INSERT INTO vantage_points (vantage_id) VALUES ('bench')`,
+		fmt.Sprintf(`INSERT INTO campaigns (vantage_id, round_hour) SELECT 'bench', '2026-01-01 00:00+00'::timestamptz + make_interval(hours => g * 7)
+			FROM generate_series(0, %d - 1) g`, campaigns),
+		`INSERT INTO measurements (measurement_id, campaign_id, address, protocol, port, phase, seq, started_at, status, resolve_ns)
+			SELECT md5(c.campaign_id || '|' || r || '|' || p)::uuid, c.campaign_id, '10.0.0.0'::inet + r, 'doq', 853,
+			       CASE WHEN p % 2 = 0 THEN 'warmup' ELSE 'measured' END, p / 2, c.round_hour, 'ok', 20000000 + r
+			  FROM campaigns c, generate_series(0, 1199) r, generate_series(0, 15) p`,
+		`INSERT INTO rtt_samples (campaign_id, address, transport, port, seq, sent_at, rtt_ns, status)
+			SELECT c.campaign_id, '10.0.0.0'::inet + r, 'quic', 853, p, c.round_hour, 20000000, 'ok'
+			  FROM campaigns c, generate_series(0, 1199) r, generate_series(0, 15) p`,
+		`VACUUM ANALYZE measurements`, `VACUUM ANALYZE rtt_samples`, `CHECKPOINT`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			b.Fatalf("%.60s: %v", q, err)
+		}
+	}
+	var rows int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM measurements) + (SELECT count(*) FROM rtt_samples)`).Scan(&rows); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	t0 := time.Now()
+	if err := old.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(t0)
+	b.StopTimer()
+	fmt.Printf("moved %d rows (%d measurements, as many RTT samples) into the partitions in %v: %.0f rows/s\n",
+		rows, rows/2, el.Round(time.Second), float64(rows)/el.Seconds())
 }
