@@ -161,12 +161,13 @@ func InsertTx[T any](ctx context.Context, tx pgx.Tx, table string, rows []T) (in
 	return insertVia(ctx, tx, table, ident, shape, rows)
 }
 
-// rlsActive caches whether row-level security applies to a (login role, table): it
-// does not change while a process runs.
-var rlsActive sync.Map // "user|table" -> bool
+// rlsActive caches whether row-level security applies to a (database, login role,
+// table): it does not change while a process runs.
+var rlsActive sync.Map // "host|port|database|user|table" -> bool
 
 func rowSecurityActive(ctx context.Context, tx pgx.Tx, table string) (bool, error) {
-	key := tx.Conn().Config().User + "|" + table
+	c := tx.Conn().Config()
+	key := fmt.Sprintf("%s|%d|%s|%s|%s", c.Host, c.Port, c.Database, c.User, table)
 	if v, ok := rlsActive.Load(key); ok {
 		return v.(bool), nil
 	}
