@@ -113,9 +113,13 @@ func TestFleetWritesOneDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	homes := make([]string, fleetVantages) // each vantage point's var/spill, apart from the tree's
+	for i := range homes {
+		homes[i] = t.TempDir()
+	}
 	run := func(i int, stderr io.Writer, argv ...string) error {
 		cmd := tb.Command(ctx, i, append([]string{filepath.Join(bins, argv[0])}, argv[1:]...)...)
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+urls[i], netns.EnvInstance+"="+tb.Name)
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+urls[i], netns.EnvInstance+"="+tb.Name, "DOQSCAN_HOME="+homes[i])
 		cmd.Stdout, cmd.Stderr = io.Discard, stderr
 		return cmd.Run()
 	}
