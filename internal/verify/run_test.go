@@ -81,8 +81,10 @@ func TestRunWritesAndRerunAddsNothing(t *testing.T) {
 		{Prefix: "127.0.0.0/8", ASN: 64512, ASOrg: "Loopback Networks", Country: "DE", Continent: "EU", City: "Kiel", Lat: 54.3, Lon: 10.1},
 	})
 
+	// The verifier takes another vantage point's scan only when told to.
 	cfg := RunConfig{Verify: testConfig(pki), Vantage: "verifier", Label: "weekly", Ports: portList,
-		Concurrency: 4, CityDB: cityPath, ASNDB: asnPath, BatchSize: 3, RetryTimeouts: true}
+		Scan: ScanSelection{Vantage: "scanner"}, Concurrency: 4, CityDB: cityPath, ASNDB: asnPath, BatchSize: 3,
+		RetryTimeouts: true}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sum, err := Run(ctx, s, cfg, log)
 	if err != nil {
