@@ -25,3 +25,6 @@ func MigrateTo(ctx context.Context, s *Store, version int) error {
 
 // SetAfterMoveBatch sets the hook run after each batch of moveUnpartitioned.
 func SetAfterMoveBatch(f func(table string, moved int64)) { afterMoveBatch = f }
+
+// PartitionEnd is partitionEnd for tests.
+var PartitionEnd = partitionEnd

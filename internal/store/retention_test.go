@@ -97,3 +97,21 @@ func TestRetentionArchivesBeforeDropping(t *testing.T) {
 		t.Errorf("Partitions does not list measurements_p2026_01 as dropped with its export: %+v", parts)
 	}
 }
+
+// A partition ends at the first instant after its month or ISO week.
+func TestPartitionEnd(t *testing.T) {
+	for name, want := range map[string]string{
+		"measurements_p2026_11":   "2026-12-01",
+		"qlogs_p2026_12":          "2027-01-01",
+		"scan_replies_p2026_w47":  "2026-11-23", // week 47 of 2026: Monday 16 November
+		"scan_replies_p2026_w01":  "2026-01-05", // 2026-W01 starts on Monday 29 December 2025
+		"scan_replies_p2020_w53":  "2021-01-04", // a 53-week year
+		"bench_samples_p2026_01":  "2026-02-01",
+		"handshake_analyses_junk": "",
+	} {
+		got, ok := store.PartitionEnd(name)
+		if (want == "") != !ok || (ok && got.Format(time.DateOnly) != want) {
+			t.Errorf("%s: %v %v, want %q", name, got, ok, want)
+		}
+	}
+}
