@@ -20,8 +20,8 @@
 -- Partitions are named <table>_pYYYY_MM (months) and scan_replies_pYYYY_wWW (weeks), and
 -- created by doqscan_ensure_month / doqscan_ensure_week: when a campaign, scan or bench
 -- run is inserted (a trigger on the parent, so every writer gets them before its first
--- child row), and ahead of time by every tool at start (doqscan_ensure_ahead: the
--- previous, this and the next two months; this and the next four weeks). These functions
+-- child row), and ahead of time by every tool at start (doqscan_ensure_ahead: this and
+-- the next month, this and the next week). These functions
 -- run with their owner's rights (SECURITY DEFINER), so a vantage role that may not alter
 -- the schema still gets its month's partitions; they create nothing else. A partition
 -- that retention has detached or dropped (partition_archive) is never created again:
@@ -29,7 +29,7 @@
 --
 -- An existing database's tables are renamed <table>_unpartitioned here (an empty one is
 -- dropped at once); internal/store moves their rows into the partitioned tables in
--- batches, with progress, resumable after a kill (store.MoveUnpartitioned, run by
+-- batches, with progress, resumable after a kill (internal/store/partition.go, run by
 -- Migrate), and drops each when it is empty.
 
 -- Retention's record of every partition it touched (dbctl retention; dbctl status).
@@ -104,17 +104,18 @@ BEGIN
         format('FOR VALUES IN (%L)', week));
 END $$;
 
--- Partitions ahead of time: the previous, this and the next two months; this and the
--- next four ISO weeks.
+-- Partitions ahead of time: this and the next month, this and the next ISO week (every
+-- tool calls it at start, and each partition costs tens of milliseconds to create; the
+-- parents' triggers make any other month's or week's on demand).
 CREATE OR REPLACE FUNCTION doqscan_ensure_ahead()
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     i int;
 BEGIN
-    FOR i IN -1..2 LOOP
+    FOR i IN 0..1 LOOP
         PERFORM doqscan_ensure_month(now() + make_interval(months => i));
     END LOOP;
-    FOR i IN 0..4 LOOP
+    FOR i IN 0..1 LOOP
         PERFORM doqscan_ensure_week(to_char((now() AT TIME ZONE 'UTC') + make_interval(weeks => i), 'IYYY-"W"IW'));
     END LOOP;
 END $$;
