@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Migration 0011 partitions the high-volume tables by time and sets an existing
+// Migration 0012 partitions the high-volume tables by time and sets an existing
 // database's tables aside as <table>_unpartitioned. moveUnpartitioned moves their rows
 // into the partitioned tables: block range by block range (a TID range scan, so a batch
 // never re-reads what earlier batches emptied), each batch one transaction that deletes

@@ -214,7 +214,7 @@ func BenchmarkPartitionedAtScale(b *testing.B) {
 
 // BenchmarkMoveIntoPartitions (-benchtime 1x) prints how fast Migrate moves an existing
 // database's measurements (DOQSCAN_BENCH_STORED rows, default 1,000,000, with one RTT
-// sample each) from the unpartitioned tables of schema version 10 into the partitions.
+// sample each) from the unpartitioned tables of schema version 11 into the partitions.
 func BenchmarkMoveIntoPartitions(b *testing.B) {
 	n := int64(1_000_000)
 	if v := os.Getenv("DOQSCAN_BENCH_STORED"); v != "" {
@@ -241,7 +241,7 @@ func BenchmarkMoveIntoPartitions(b *testing.B) {
 	}
 	defer pool.Close()
 	old := &store.Store{Pool: pool}
-	if err := store.MigrateTo(ctx, old, 10); err != nil {
+	if err := store.MigrateTo(ctx, old, 11); err != nil {
 		b.Fatal(err)
 	}
 	campaigns := max(n/(1200*16), 1)

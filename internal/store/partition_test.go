@@ -109,7 +109,7 @@ func TestPartitionKeyMustBeTheParents(t *testing.T) {
 	}
 }
 
-// legacyRows fills a database at schema version 10 (unpartitioned tables) with rows of
+// legacyRows fills a database at schema version 11 (unpartitioned tables) with rows of
 // every partitioned table, over two months and two weeks.
 const legacyRows = `
 INSERT INTO vantage_points (vantage_id) VALUES ('vp');
@@ -162,7 +162,7 @@ func TestMoveIntoPartitionsResumes(t *testing.T) {
 	}
 	defer pool.Close()
 	old := &store.Store{Pool: pool}
-	if err := store.MigrateTo(ctx, old, 10); err != nil {
+	if err := store.MigrateTo(ctx, old, 11); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, legacyRows); err != nil {

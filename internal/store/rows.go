@@ -38,7 +38,7 @@ type ScanReply struct {
 	PayloadLen   *int32     `db:"payload_len"`
 	Payload      []byte     `db:"payload"`
 	ReceivedAt   time.Time  `db:"received_at"`
-	ISOWeek      string     `db:"iso_week"` // the scan's week: the partition key (migration 0011)
+	ISOWeek      string     `db:"iso_week"` // the scan's week: the partition key (migration 0012)
 }
 
 // Certificate is one X.509 certificate, keyed by the SHA-256 of its DER.
@@ -118,7 +118,7 @@ type Qlog struct {
 	Data       []byte     `db:"data"`
 	CreatedAt  time.Time  `db:"created_at"`
 	Truncated  bool       `db:"truncated"`  // cut at the in-memory bound (migration 0005)
-	RoundHour  time.Time  `db:"round_hour"` // the campaign's hour: the partition key (migration 0011)
+	RoundHour  time.Time  `db:"round_hour"` // the campaign's hour: the partition key (migration 0012)
 }
 
 // Measurement is one timed DNS exchange (warm-up or measured) over one protocol.
@@ -153,7 +153,7 @@ type Measurement struct {
 	Used0RTT      *bool      `db:"used_0rtt"`
 	TFO           *bool      `db:"tfo"`
 	QlogID        *[16]byte  `db:"qlog_id"`
-	RoundHour     time.Time  `db:"round_hour"` // the campaign's hour: the partition key (migration 0011)
+	RoundHour     time.Time  `db:"round_hour"` // the campaign's hour: the partition key (migration 0012)
 }
 
 // RTTSample is one RTT probe to a resolver's port over one transport.
@@ -167,7 +167,7 @@ type RTTSample struct {
 	RTTNS      *int64     `db:"rtt_ns"`
 	Status     string     `db:"status"`
 	Detail     string     `db:"detail"`
-	RoundHour  time.Time  `db:"round_hour"` // the campaign's hour: the partition key (migration 0011)
+	RoundHour  time.Time  `db:"round_hour"` // the campaign's hour: the partition key (migration 0012)
 }
 
 // HandshakeAnalysis says why a handshake took the round trips it took.
@@ -186,7 +186,7 @@ type HandshakeAnalysis struct {
 	StallNS            *int64    `db:"stall_ns"`
 	Cause              string    `db:"cause"`
 	Detail             []byte    `db:"detail"`     // JSON
-	RoundHour          time.Time `db:"round_hour"` // the measurement's: the partition key (migration 0011)
+	RoundHour          time.Time `db:"round_hour"` // the measurement's: the partition key (migration 0012)
 }
 
 // ResolverFeature records whether a resolver supports one optional feature.
