@@ -124,9 +124,9 @@ func Dir(dir string) ([]Entry, error) {
 		if filepath.Base(n) == ReservedFile {
 			continue
 		}
-		f, err := os.Open(n)
+		f, err := listfile.Open(n) // a FIFO or directory named *.conf: an error, never a wait
 		if err != nil {
-			return nil, &listfile.OpenError{File: n, Err: err}
+			return nil, err
 		}
 		e, err := Parse(f, SourceFile, n)
 		f.Close()

@@ -3,12 +3,16 @@ package blocklist
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/doqscan/doqscan/internal/listfile"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 )
 
 func TestReservedPresent(t *testing.T) {
@@ -160,6 +164,33 @@ func TestForContactReopensIPv6Lab(t *testing.T) {
 		"2001:3::1": true, "2001:1::1": true, "198.19.1.0": false, "2001:db8::1": true} {
 		if got := l.Blocked(netip.MustParseAddr(a)); got != want {
 			t.Errorf("Blocked(%s) = %v, want %v", a, got, want)
+		}
+	}
+}
+
+// TestDirRefusesWhatIsNotAFile: a *.conf that is a FIFO (whose plain open waited for a
+// writer forever) or a directory stops Dir with a *listfile.OpenError naming it: the
+// operator's exclusions are never read partly.
+func TestDirRefusesWhatIsNotAFile(t *testing.T) {
+	for name, mk := range map[string]func(dir string) string{
+		"fifo.conf": func(dir string) string { return listfiletest.FIFO(t, dir, "fifo.conf") },
+		"dir.conf": func(dir string) string {
+			p := filepath.Join(dir, "dir.conf")
+			if err := os.Mkdir(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		},
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "a.conf"), []byte("192.0.2.0/24\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := mk(dir)
+		_, err := Dir(dir)
+		var oe *listfile.OpenError
+		if !errors.As(err, &oe) || oe.File != p || !errors.Is(err, listfile.ErrNotRegular) {
+			t.Errorf("%s: %v, want an OpenError naming it, not a regular file", name, err)
 		}
 	}
 }

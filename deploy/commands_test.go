@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // The configuration a deployment gives the scripts (what /etc/doqscan/doqscan.env or the
@@ -249,7 +251,7 @@ func buildTools(t *testing.T) string {
 func checkFlags(t *testing.T, origin, bin string, argv []string, env map[string]string) {
 	t.Helper()
 	tool := filepath.Base(argv[0])
-	args := append(append(unshareNet(), filepath.Join(bin, tool)), argv[1:]...)
+	args := append(append(testsupport.UnshareNet(), filepath.Join(bin, tool)), argv[1:]...)
 	args = append(args, "--help")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -268,15 +270,6 @@ func checkFlags(t *testing.T, origin, bin string, argv []string, env map[string]
 		t.Errorf("%s: %s %s: flags not accepted (%v)\n%s%s", origin, tool, strings.Join(argv[1:], " "), err,
 			stderr.String(), tail(stdout.String()))
 	}
-}
-
-// unshareNet is unshare's flags for a network namespace of its own: root creates one
-// directly; any other user inside a user namespace of its own, mapped to root there.
-func unshareNet() []string {
-	if os.Geteuid() == 0 {
-		return []string{"--net"}
-	}
-	return []string{"--map-root-user", "--net"}
 }
 
 func tail(s string) string {
@@ -408,8 +401,8 @@ func TestScheduledCommandLines(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("needs unshare (util-linux): the binaries' flag checks run in an empty network namespace")
 	}
-	if err := exec.Command("unshare", append(unshareNet(), "true")...).Run(); err != nil {
-		t.Skipf("unshare %s does not work here (user namespaces disabled?): %v", strings.Join(unshareNet(), " "), err)
+	if err := exec.Command("unshare", append(testsupport.UnshareNet(), "true")...).Run(); err != nil {
+		t.Skipf("unshare %s does not work here (user namespaces disabled?): %v", strings.Join(testsupport.UnshareNet(), " "), err)
 	}
 	bin := buildTools(t)
 	want := "measure optout report scan verify"

@@ -213,6 +213,21 @@ def sources(conn, vantages=None) -> pd.DataFrame:
          ORDER BY 1, 2""", _params(None, vantages))
 
 
+def verification_outcomes(conn, weeks=None, vantages=None) -> pd.DataFrame:
+    """Verified QUIC endpoints per week and outcome, every class of
+    verification_results.outcome (verify.Outcomes): how many hosts are DoQ resolvers,
+    how many speak QUIC but not DoQ, how many answer DNS over QUIC only without ALPN
+    (doq-no-alpn, not counted as resolvers elsewhere), and so on. Columns iso_week,
+    outcome, endpoints ((address, port) results) and addresses (distinct addresses)."""
+    return _frame(conn, """
+        SELECT vr.iso_week, r.outcome, count(*) AS endpoints, count(DISTINCT r.address) AS addresses
+          FROM verification_results r
+          JOIN verification_runs vr USING (run_id)
+         WHERE (%(weeks)s::text[] IS NULL OR vr.iso_week = ANY(%(weeks)s::text[]))
+           AND (%(vantages)s::text[] IS NULL OR vr.vantage_id = ANY(%(vantages)s::text[]))
+         GROUP BY 1, 2 ORDER BY 1, 2""", _params(weeks, vantages))
+
+
 def verified_by_pair(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """DoQ-verified resolvers per week and DoQ/QUIC version pair (the study's Fig. 1).
 

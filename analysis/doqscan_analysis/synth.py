@@ -14,7 +14,7 @@ spec alone, by plain Python over the same integer rules, never from the database
 Rules (all integer arithmetic on a resolver's index `i` within its pair's block):
   week w of pair p:   i in [shift_p * w, shift_p * w + counts_p[w])
   address:            198.18.0.0 + 8192 * p + i   (blocks of 8192; DoUDP uses block 15,
-                      other QUIC hosts block 14)
+                      other QUIC hosts block 14, DoQ-without-ALPN hosts block 13)
   DoQ port:           h = (37 * i) % 100: 784 if h < port_pct[784], then 853, then 8853;
                       and every i % dual_every == 0 whose port is not 853 answers on 853 too
   country:            COUNTRIES[(7 * i + 3 * p) % len(COUNTRIES)]
@@ -42,6 +42,7 @@ BLOCK = 8192
 BASE = ipaddress.IPv4Address("198.18.0.0")
 DOUDP_BLOCK = 15
 OTHER_QUIC_BLOCK = 14
+NO_ALPN_BLOCK = 13
 GREASE = 0x1A2A3A4A
 
 
@@ -66,6 +67,7 @@ class Spec:
     doudp_shift: int = 0
     refused_every: int = 10    # DoUDP replies with i % refused_every == 9 are REFUSED
     other_quic: int = 5        # QUIC hosts per week that are not DoQ
+    no_alpn: int = 2           # QUIC hosts per week that answer DNS only without ALPN (doq-no-alpn)
     # Measurements
     vantages: list[str] = field(default_factory=lambda: ["synth-a"])
     hours: int = 4
@@ -175,6 +177,13 @@ def expected(spec: Spec) -> dict:
         ud.append({i for i in range(spec.doudp_shift * w, spec.doudp_shift * w + n)
                    if not (spec.refused_every and i % spec.refused_every == 9)})
     out["doudp_retention"] = len(ud[0] & ud[-1]) / len(ud[0]) if ud and ud[0] else float("nan")
+    # Verification outcomes: addresses per (week, outcome)
+    out["outcomes"] = {}
+    for wk in weeks:
+        for outcome, n in (("doq-verified", out["totals"][wk]), ("quic-not-doq", spec.other_quic),
+                           ("doq-no-alpn", spec.no_alpn)):
+            if n:
+                out["outcomes"][(wk, outcome)] = n
     # Measurements
     targets = _targets(spec)
     out["targets"] = len(targets)
@@ -287,8 +296,13 @@ def generate(conn: psycopg.Connection, spec: Spec, progress=None) -> None:
               UNION ALL
               SELECT %(r)s, '198.18.0.0'::inet + (8192 * %(ob)s + g), 784, 'quic-not-doq', 1, NULL, 772,
                      NULL, NULL, ARRAY[1, 1785358954]::bigint[], NULL, NULL, %(t)s
-                FROM generate_series(0, %(oq)s - 1) g""",
-           {"r": run_id, "t": day, "ob": OTHER_QUIC_BLOCK, "oq": spec.other_quic})
+                FROM generate_series(0, %(oq)s - 1) g
+              UNION ALL
+              SELECT %(r)s, '198.18.0.0'::inet + (8192 * %(nb)s + g), 853, 'doq-no-alpn', 1, '', 772,
+                     50000000, NULL, NULL, 0, 1, %(t)s
+                FROM generate_series(0, %(na)s - 1) g""",
+           {"r": run_id, "t": day, "ob": OTHER_QUIC_BLOCK, "oq": spec.other_quic,
+            "nb": NO_ALPN_BLOCK, "na": spec.no_alpn})
         ex("""INSERT INTO certificates (sha256, der, subject, subject_cn, sans, issuer, issuer_cn, key_type)
               SELECT DISTINCT sha256(convert_to(cn, 'UTF8')), convert_to('synthetic ' || cn, 'UTF8'), 'CN=' || cn, cn,
                      ARRAY[cn], 'CN=Synthetic CA', 'Synthetic CA', 'ecdsa'

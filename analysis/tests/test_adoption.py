@@ -22,6 +22,16 @@ def test_resolvers_per_version_pair(conn, truth):
     assert per_week == truth["totals"]
 
 
+def test_verification_outcomes(conn, truth):
+    """Addresses per week and outcome, doq-no-alpn hosts counted apart from resolvers."""
+    df = load.verification_outcomes(conn)
+    got = {(r.iso_week, r.outcome): int(r.addresses) for r in df.itertuples()}
+    assert got == truth["outcomes"]
+    assert any(o == "doq-no-alpn" for _, o in got)
+    wk = truth["weeks"][0]
+    assert set(load.verification_outcomes(conn, weeks=[wk])["iso_week"]) == {wk}
+
+
 def test_port_shares(conn, truth):
     df = load.port_shares(conn)
     for r in df.itertuples():

@@ -31,7 +31,10 @@ unknown and stored as 0), DD-MM-YYYY-combined.csv (checked, not stored twice), c
 (certificate CSV), ip-location*.csv (locations), *.db (misc or performance SQLite, told
 apart by their tables). Other files are listed in dataset_files as not imported.
 One import is one transaction: a malformed file stops it with the file and line (or
-table and row) and nothing is written. Importing the same files again adds nothing.
+table and row) and nothing is written; so do a list or CSV file cut short (its last line
+without a line end), bytes that are not UTF-8, and an entry that is not a regular file or
+directory (FIFO, socket, link to nothing). A directory with nothing to import is a usage
+error (exit 2). Importing the same files again adds nothing.
 The summary (rows added per table) is printed as JSON on stdout. See docs/dataset.md.`,
 }
 

@@ -31,3 +31,24 @@ func TestBadArgs(t *testing.T) {
 		{Args: []string{"import", "--dry-run", missing}, Code: cli.ExitEnvironment, Want: "absent"},
 	})
 }
+
+// TestExitCodes runs every exit code dataset documents (docs/dataset.md), each from the
+// cause it names.
+func TestExitCodes(t *testing.T) {
+	excerpt := "../../internal/dataset/testdata/pam2022-excerpt"
+	bad := t.TempDir()
+	clitest.WriteFile(t, bad, "05-07-2021-784.csv", "192.0.2.1\nnot an address\n")
+	cut := t.TempDir()
+	clitest.WriteFile(t, cut, "05-07-2021-784.csv", "192.0.2.1\n192.0.2.13")
+	empty := t.TempDir()
+	cases := []clitest.ExitCase{
+		{Code: cli.ExitOK, Why: "read and checked", Args: []string{"import", "--dry-run", excerpt}},
+		{Code: cli.ExitFailure, Why: "a malformed file", Args: []string{"import", "--dry-run", bad}, Want: "05-07-2021-784.csv:2: "},
+		{Code: cli.ExitFailure, Why: "a file cut short", Args: []string{"import", "--dry-run", cut}, Want: "05-07-2021-784.csv:2: "},
+		{Code: cli.ExitUsage, Why: "usage", Args: []string{"import"}},
+		{Code: cli.ExitUsage, Why: "nothing to import", Args: []string{"import", "--dry-run", empty}, Want: "nothing to import"},
+		{Code: cli.ExitEnvironment, Why: "no such directory", Args: []string{"import", "--dry-run", filepath.Join(empty, "absent")}},
+	}
+	cases = append(cases, clitest.DatabaseCases(t, "import", excerpt)...)
+	clitest.ExitCodes(t, command, cases)
+}

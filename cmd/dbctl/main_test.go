@@ -3,7 +3,9 @@ package main
 import (
 	"testing"
 
+	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/cli/clitest"
+	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
 func TestHelp(t *testing.T) {
@@ -19,5 +21,16 @@ func TestBadArgs(t *testing.T) {
 		clitest.Usage("add-vantage takes one vantage point id", "add-vantage"),
 		clitest.Usage(`"frob"`, "frob"),
 		clitest.Usage("no-such-flag", "--no-such-flag", "up"),
+	})
+}
+
+// TestExitCodes: 0 (--help, status of a working database), 2 (bad arguments), 3 (a
+// database that does not answer).
+func TestExitCodes(t *testing.T) {
+	clitest.ExitCodes(t, command, []clitest.ExitCase{
+		{Code: cli.ExitOK, Why: "help", Args: []string{"--help"}},
+		{Code: cli.ExitOK, Why: "status", Args: []string{"status"}, Env: map[string]string{"DATABASE_URL": storetest.NewDatabase(t)}},
+		{Code: cli.ExitUsage, Why: "bad arguments", Args: []string{"frob"}},
+		{Code: cli.ExitDatabase, Why: "database unavailable", Args: []string{"status"}, Env: map[string]string{"DATABASE_URL": clitest.NoDatabaseURL}},
 	})
 }

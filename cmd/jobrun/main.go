@@ -15,6 +15,7 @@ var cmd = cli.Command{
 	Name:    "jobrun",
 	Summary: "run a scheduled job under an advisory lock, recording it (and missed periods) in job_runs",
 	Usage:   "jobrun --job scan|verify|measure|report|blocklist [--vantage ID] -- COMMAND [ARGS...]",
+	Locks:   "the job (job, vantage)",
 	Examples: []string{
 		"jobrun --job scan --vantage fra1 -- zprobe scan --testbed 198.19.0.0/16 --rate 10000   # this week's scan from fra1",
 		"jobrun --job verify --vantage fra1 -- verify                                           # verifies this week's scans",
@@ -42,7 +43,7 @@ func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	fs.StringVar(&cfg.Job, "job", cfg.Job, "job name: scan, verify, measure, report or blocklist")
 	fs.StringVar(&cfg.Vantage, "vantage", cfg.Vantage, "vantage point id: one lock per job and vantage point; passed to the command as DOQSCAN_VANTAGE (env "+cli.EnvVantage+"; default "+cli.DefaultVantageID+")")
 	fs.StringVar(&cfg.Now, "now", cfg.Now, "run as if the time were this (RFC 3339; tests with a compressed clock; env DOQSCAN_NOW)")
-	fs.DurationVar(&cfg.LockCheck, "lock-check", cfg.LockCheck, "ping the lock's database connection this often while the command runs")
+	cli.DurationVar(fs, &cfg.LockCheck, "lock-check", cfg.LockCheck, jobs.MinLockCheck, jobs.MaxLockCheck, "ping the lock's database connection this often while the command runs")
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		return jobs.Command(ctx, log, cfg, args)
 	}

@@ -16,6 +16,7 @@ var cmd = cli.Command{
 	Name:    "measure",
 	Summary: "measure DNS response times (handshake, resolve, RTT) of DoQ-verified resolvers over every protocol",
 	Usage:   "measure [flags]",
+	Locks:   "the round (vantage, label, hour)",
 	Examples: []string{
 		"measure                                  # one round now, targets from the latest verification run",
 		"measure --every 1h                       # hourly rounds, spread over the hour, until interrupted",
@@ -41,25 +42,25 @@ func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	fs := cli.NewFlagSet(cmd, &common)
 	o.Vantage.Register(fs)
 	fs.StringVar(&o.Label, "label", o.Label, "campaign label")
-	fs.Int64Var(&o.RunID, "run-id", o.RunID, "verification run whose DoQ-verified resolvers to measure (0: the latest of --run-vantage and --run-label)")
+	cli.Int64Var(fs, &o.RunID, "run-id", o.RunID, 0, 1<<62, "verification run whose DoQ-verified resolvers to measure (0: the latest of --run-vantage and --run-label)")
 	fs.StringVar(&o.Run.Vantage, "run-vantage", o.Run.Vantage, "vantage point whose verification run to measure (default: --vantage, this one's own)")
 	fs.StringVar(&o.Run.Label, "run-label", "weekly", "label of the verification run to measure")
 	fs.StringVar(&o.TargetsFile, "targets", o.TargetsFile, "read targets from this file instead of a verification run (- = stdin)")
-	fs.DurationVar(&o.Every, "every", o.Every, "repeat: one round per interval (whole hours, up to 168h), spread over it with jitter")
+	cli.DurationVar(fs, &o.Every, "every", o.Every, 0, campaign.MaxEvery, "repeat: one round per interval (whole hours; 0: one round), spread over it with jitter")
 	fs.StringVar(&o.Protocols, "protocols", o.Protocols, "protocols to measure")
 	fs.StringVar(&o.Modes, "modes", o.Modes, "session modes: fresh, resumed, 0rtt, persistent")
 	fs.StringVar(&o.KeyShares, "key-shares", o.KeyShares, "ClientHello key shares: x25519, x25519mlkem768")
 	fs.StringVar(&o.Variants, "doh-variants", o.Variants, "DoH request methods")
 	fs.StringVar(&o.Name, "query-name", o.Name, "query name (A record, RD set)")
 	cli.Deprecate(fs, "name", "query-name")
-	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "timeout per exchange (1ms..1m)")
-	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "resolvers measured at once, 1..1024 (bounded so timestamps stay honest)")
-	fs.IntVar(&o.RTTSamples, "rtt-samples", o.RTTSamples, "RTT samples per (transport, port), 1..100")
-	fs.IntVar(&o.Persistent, "persistent", o.Persistent, "queries per session in persistent mode, 2..100")
+	cli.DurationVar(fs, &o.Timeout, "timeout", o.Timeout, campaign.MinTimeout, campaign.MaxTimeout, "timeout per exchange")
+	cli.IntVar(fs, &o.Concurrency, "concurrency", o.Concurrency, 1, campaign.MaxConcurrency, "resolvers measured at once (bounded so timestamps stay honest)")
+	cli.IntVar(fs, &o.RTTSamples, "rtt-samples", o.RTTSamples, 1, campaign.MaxRTTSamples, "RTT samples per (transport, port)")
+	cli.IntVar(fs, &o.Persistent, "persistent", o.Persistent, campaign.MinPersistent, campaign.MaxPersistent, "queries per session in persistent mode")
 	fs.BoolVar(&o.Features, "features", o.Features, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
-	fs.DurationVar(&o.Spread, "spread", o.Spread, "one round: spread resolver starts over this long (0..1h)")
+	cli.DurationVar(fs, &o.Spread, "spread", o.Spread, 0, campaign.MaxSpread, "one round: spread resolver starts over this long")
 	fs.StringVar(&o.BlocklistDir, "blocklist-dir", o.BlocklistDir, "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
-	fs.DurationVar(&o.DBDeadline, "db-deadline", o.DBDeadline, "how long a round waits for an unavailable database (results wait in memory, then in var/spill/) before it stops: status interrupted, exit 3; the next round stores the spilled results")
+	cli.DurationVar(fs, &o.DBDeadline, "db-deadline", o.DBDeadline, campaign.MinDBDeadline, campaign.MaxDBDeadline, "how long a round waits for an unavailable database (results wait in memory, then in var/spill/) before it stops: status interrupted, exit 3; the next round stores the spilled results")
 	fs.StringVar(&o.RoundHour, "hour", o.RoundHour, "one round: the hour it is for, to run or resume (2026-11-22T04, or RFC 3339); default $DOQSCAN_RUN_KEY (set by jobrun), else now")
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		return campaign.Command(ctx, log, o, args)

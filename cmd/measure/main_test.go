@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/cli/clitest"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
@@ -42,6 +43,10 @@ func TestBadFlagsExitUsage(t *testing.T) {
 		clitest.Usage("--hour", "--hour", "yesterday"),
 		clitest.Usage("--hour", "--hour", "2026-11-22T04", "--every", "1h"),
 		clitest.Usage("-concurrency", "--concurrency", "x"),
+		clitest.Usage("--concurrency", "--concurrency", "4294967297"),
+		clitest.Usage("--timeout", "--timeout", "9999999999h"),
+		clitest.Usage("--run-id", "--run-id", "9223372036854775808"),
+		clitest.Usage("--spread", "--spread", "NaN"),
 		clitest.Usage("unexpected arguments", "stray"),
 	}, "--targets", missing)
 }
@@ -56,4 +61,25 @@ func TestTargetsFileErrors(t *testing.T) {
 // TestHelp: --help exits 0; the help names the flags and examples.
 func TestHelp(t *testing.T) {
 	clitest.Help(t, command, "measure [flags]", "-key-shares string", "-hour string", "measure --every 1h")
+}
+
+// TestExitCodes runs the exit codes measure documents (docs/measure.md) that the other
+// tests here do not: 0 (a round of one loopback resolver whose port is closed: every
+// exchange classified), 3 and 4 from the database, 5 a missing blocklist directory or
+// no target at all.
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	one := clitest.WriteFile(t, dir, "one.txt", "127.0.0.1 doudp=9\n")
+	blocklistDir := t.TempDir()
+	args := []string{"--targets", one, "--blocklist-dir", blocklistDir, "--vantage", "exitcodes", "--protocols", "doudp",
+		"--modes", "fresh", "--rtt-samples", "1", "--timeout", "200ms"}
+	cases := []clitest.ExitCase{
+		{Code: cli.ExitOK, Why: "a round", Args: args, Env: map[string]string{"DATABASE_URL": storetest.NewDatabase(t)}},
+		{Code: cli.ExitUsage, Why: "a flag out of range", Args: append([]string{"--concurrency", "0"}, args...)},
+		{Code: cli.ExitEnvironment, Why: "missing blocklist directory", Args: append(args, "--blocklist-dir", filepath.Join(dir, "absent"))},
+		{Code: cli.ExitEnvironment, Why: "no target", Args: append(args, "--targets", clitest.WriteFile(t, dir, "none.txt", "# none\n")),
+			Env: map[string]string{"DATABASE_URL": storetest.NewDatabase(t)}},
+	}
+	cases = append(cases, clitest.DatabaseCases(t, args...)...)
+	clitest.ExitCodes(t, command, cases)
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/cli/clitest"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
+	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
 func TestHelp(t *testing.T) {
@@ -29,4 +31,23 @@ func TestBadArgs(t *testing.T) {
 		{Args: []string{"analyze", "--rtt", "5ms", missing}, Code: cli.ExitEnvironment, Want: "could not be read"},
 		{Args: []string{"--rtt", "5ms", "analyze", missing}, Code: cli.ExitEnvironment, Want: "could not be read"},
 	})
+}
+
+// TestExitCodes runs every exit code qlogs documents (docs/qlogs.md), each from the cause
+// it names.
+func TestExitCodes(t *testing.T) {
+	fixtures := "../../internal/measure/qlogana/testdata/dns-analysis-2021/qlogs"
+	dir := t.TempDir()
+	notQlog := clitest.WriteFile(t, dir, "notes.txt", "not a qlog\n")
+	cases := []clitest.ExitCase{
+		{Code: cli.ExitOK, Why: "every file analysed", Args: []string{"analyze", fixtures}},
+		{Code: cli.ExitFailure, Why: "a file that is no analysable qlog", Args: []string{"analyze", fixtures, notQlog}},
+		{Code: cli.ExitUsage, Why: "no file given", Args: []string{"analyze"}},
+		{Code: cli.ExitUsage, Why: "no such campaign", Args: []string{"export", "--campaign", "999", "--out", dir},
+			Env: map[string]string{"DATABASE_URL": storetest.NewDatabase(t)}},
+		{Code: cli.ExitEnvironment, Why: "a file that could not be read", Args: []string{"analyze", fixtures, filepath.Join(dir, "absent.qlog")}},
+		{Code: cli.ExitEnvironment, Why: "a FIFO", Args: []string{"analyze", listfiletest.FIFO(t, dir, "pipe.qlog"), fixtures}},
+	}
+	cases = append(cases, clitest.DatabaseCases(t, "export", "--campaign", "1", "--out", dir)...)
+	clitest.ExitCodes(t, command, cases)
 }

@@ -31,3 +31,13 @@ func TestDelayLineSubcommandNeedsTable(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want %d", code, out, cli.ExitUsage)
 	}
 }
+
+// TestExitCodes: 0 (--help), 2 (bad flags), 5 (a testbed that is not up: exec in a
+// missing instance ran `ip netns exec`, whose 255 read as the command's exit code).
+func TestExitCodes(t *testing.T) {
+	clitest.ExitCodes(t, cmd, []clitest.ExitCase{
+		{Code: cli.ExitOK, Why: "help", Args: []string{"--help"}},
+		{Code: cli.ExitUsage, Why: "bad flags", Args: []string{"--vantages", "0", "up"}},
+		{Code: cli.ExitEnvironment, Why: "no such testbed", Args: []string{"--name", "nosuchtb", "exec", "--", "true"}},
+	})
+}

@@ -16,6 +16,7 @@ var cmd = cli.Command{
 	Name:    "verify",
 	Summary: "verify which QUIC hosts of a scan are DoQ resolvers (ALPN, versions, DNS query, certificates, AS/location)",
 	Usage:   "verify [flags]",
+	Locks:   "the verification run (week, vantage, label)",
 	Examples: []string{
 		"verify                                   # the latest scan's QUIC hosts on 784/853/8853",
 		"verify --week 2026-W47 --vantage dq-vantage --geoip-city GeoLite2-City.mmdb --geoip-asn GeoLite2-ASN.mmdb",
@@ -23,7 +24,7 @@ var cmd = cli.Command{
 		"verify --targets hosts.txt --label adhoc  # addr, addr:port or [v6]:port per line",
 		"verify --sni-names dns.example,doh.example --roots /etc/ssl/certs/ca-certificates.crt",
 	},
-	Notes: `Outcomes: doq-verified, doq-refused, doq-dns-error, quic-not-doq, version-mismatch,
+	Notes: `Outcomes: doq-verified, doq-refused, doq-dns-error, quic-not-doq, doq-no-alpn, version-mismatch,
 sni-required, timeout, tls-error, protocol-error, unreachable, error (docs/verify.md says what each means).
 Targets file: addr, addr:port or [v6]:port per line, '#' comments; a target listed twice is verified once.
 A run is identified by ISO week + vantage + label; running it again resumes it (verified

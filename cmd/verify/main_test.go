@@ -6,6 +6,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/cli/clitest"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
@@ -43,6 +44,7 @@ func TestBadFlags(t *testing.T) {
 		clitest.Usage("--vantage", "--vantage", ""),
 		clitest.Usage("unexpected arguments", "stray"),
 		{Args: []string{"--roots", "/nonexistent/roots.pem"}, Code: cli.ExitEnvironment, Want: "roots.pem"},
+		{Args: []string{"--roots", listfiletest.FIFO(t, t.TempDir(), "roots.pem")}, Code: cli.ExitEnvironment, Want: "roots.pem: not a regular file: a named pipe"},
 	}, "--targets", missing)
 }
 
@@ -56,4 +58,20 @@ func TestTargetsFileErrors(t *testing.T) {
 // TestHelp: --help exits 0; the help names the flags, examples and exit codes.
 func TestHelp(t *testing.T) {
 	clitest.Help(t, command, "verify [flags]", "-quic-versions string", "-scan-id int", "verify --targets hosts.txt")
+}
+
+// TestExitCodes runs the exit codes verify documents (docs/verify.md) that the other
+// tests here do not: 0 (a run of an empty targets file), 3 and 4 from the database, 5 a
+// missing blocklist directory.
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	empty := clitest.WriteFile(t, dir, "none.txt", "# no target\n")
+	args := []string{"--targets", empty, "--blocklist-dir", t.TempDir(), "--vantage", "exitcodes", "--label", "exitcodes"}
+	cases := []clitest.ExitCase{
+		{Code: cli.ExitOK, Why: "a run", Args: args, Env: map[string]string{"DATABASE_URL": storetest.NewDatabase(t)}},
+		{Code: cli.ExitUsage, Why: "a flag out of range", Args: append([]string{"--rate", "NaN"}, args...)},
+		{Code: cli.ExitEnvironment, Why: "missing blocklist directory", Args: append(args, "--blocklist-dir", filepath.Join(dir, "absent"))},
+	}
+	cases = append(cases, clitest.DatabaseCases(t, args...)...)
+	clitest.ExitCodes(t, command, cases)
 }

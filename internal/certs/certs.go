@@ -13,9 +13,9 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/netip"
-	"os"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -164,8 +164,11 @@ func ValidFor(chain []*x509.Certificate, serverName string, roots *x509.CertPool
 	return true, nil
 }
 
+// maxRootsFile bounds a PEM file of root certificates (Debian's bundle is about 200 KB).
+const maxRootsFile = 64 << 20
+
 // LoadPool reads PEM certificates from path into a pool; an empty path gives the
-// system pool.
+// system pool. The file is read with listfile.ReadAll (a FIFO or directory is an error).
 func LoadPool(path string) (*x509.CertPool, error) {
 	if path == "" {
 		p, err := x509.SystemCertPool()
@@ -174,7 +177,7 @@ func LoadPool(path string) (*x509.CertPool, error) {
 		}
 		return p, nil
 	}
-	b, err := os.ReadFile(path)
+	b, err := listfile.ReadAll(path, maxRootsFile)
 	if err != nil {
 		return nil, fmt.Errorf("roots: %w", err)
 	}

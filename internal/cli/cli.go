@@ -30,6 +30,10 @@ const (
 	ExitSchema      = 4   // database schema newer than this binary
 	ExitEnvironment = 5   // missing prerequisite (zmap, root, testbed, files)
 	ExitInterrupted = 130 // stopped by SIGINT/SIGTERM; what was measured is stored
+	// ExitLocked (sysexits EX_TEMPFAIL): another run of the same unit (a scan's week and
+	// shard, a verification run, a measurement round, a jobrun job) holds its lock
+	// (store.ErrLocked); nothing was done. Units treat it as success.
+	ExitLocked = 75
 )
 
 // ExitError carries an exit code with an error.
@@ -93,6 +97,8 @@ func ExitCode(err error) int {
 		return ExitUsage
 	case errors.As(err, &openErr):
 		return ExitEnvironment
+	case errors.Is(err, store.ErrLocked):
+		return ExitLocked
 	case errors.Is(err, store.ErrSchemaNewer):
 		return ExitSchema
 	case errors.Is(err, store.ErrUnavailable):
@@ -114,6 +120,9 @@ type Command struct {
 	// follow it ("qlogs export --campaign 3 --out d"): Main parses the flags on both
 	// sides of it and passes the subcommand as the run function's first argument.
 	Subcommand bool
+	// Locks names the unit of work whose lock the command takes, with its key ("a
+	// measurement round (vantage, label, hour)"); the help then lists exit code 75.
+	Locks string
 }
 
 // Common flags every command has.
@@ -160,6 +169,9 @@ func PrintHelp(w io.Writer, c Command, fs *flag.FlagSet) {
 		fmt.Fprintf(w, "  DOQSCAN_HOME  the installation; --blocklist-dir defaults to its blocklist/\n")
 	}
 	fmt.Fprintf(w, "\nExit codes:\n  0 ok, 1 run failed, 2 bad usage, 3 database unavailable, 4 database schema newer than binary,\n  5 missing prerequisite, 130 interrupted (measured rows are kept)\n")
+	if c.Locks != "" {
+		fmt.Fprintf(w, "  %d another run of %s holds its lock: nothing done\n", ExitLocked, c.Locks)
+	}
 }
 
 // Parse parses args; --help exits 0 after printing help, a bad flag returns a usage error.
@@ -173,6 +185,9 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		return ErrHelp
 	}
 	if err != nil {
+		if fe := refused(fs); fe != nil {
+			err = fe // the numeric flag's own error, by type (numflag.go)
+		}
 		return Usagef("%v (see --help)", err)
 	}
 	return nil
@@ -196,6 +211,26 @@ func parseSubcommand(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 	}
 	return append(sub, fs.Args()...), nil
+}
+
+// helpAfterArgument says whether -h, -help or --help follows a positional argument of a
+// command without Command.Subcommand ("testnet up --help"): parsing stopped at the
+// argument, so the flag package never saw it, and the command would run instead of
+// showing its help. Arguments after a "--" belong to a command being wrapped
+// ("testnet exec -- dig --help", "jobrun --job x -- measure --help") and are left alone.
+func helpAfterArgument(all, rest []string) bool {
+	if n := len(all) - len(rest); n > 0 && all[n-1] == "--" {
+		return false // the flag parser took the "--": everything left follows it
+	}
+	for _, a := range rest {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 // ErrHelp is what Parse returns after printing --help; it means exit code 0.
@@ -235,6 +270,11 @@ func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer, 
 		args, err = parseSubcommand(fs, args)
 	} else {
 		err = Parse(fs, args)
+		if err == nil && helpAfterArgument(args, fs.Args()) {
+			fs.SetOutput(os.Stdout)
+			fs.Usage()
+			err = ErrHelp
+		}
 		args = fs.Args()
 	}
 	if err != nil {

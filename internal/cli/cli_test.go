@@ -152,8 +152,10 @@ func TestSilentDatabaseTimesOut(t *testing.T) {
 	if len(accepted) == 0 {
 		t.Errorf("the client never connected to the silent server")
 	}
-	if took < timeout || took > timeout+5*time.Second {
-		t.Errorf("gave up after %v, want the connect timeout %v", took, timeout)
+	// It waits the URL's connect timeout (load only adds time), not the default one
+	// (the decision the upper bound tells apart; not a scheduling bound).
+	if took < timeout || took >= store.DefaultConnectTimeout {
+		t.Errorf("gave up after %v, want the URL's connect timeout %v (not the default %v)", took, timeout, store.DefaultConnectTimeout)
 	}
 	if !strings.Contains(out, "waiting for database") {
 		t.Errorf("no waiting line while the server was silent: %q", out)
@@ -272,5 +274,63 @@ func TestSplitList(t *testing.T) {
 		if got := cli.SplitList(c.in); !slices.Equal(got, c.want) {
 			t.Errorf("SplitList(%q) = %q, want %q", c.in, got, c.want)
 		}
+	}
+}
+
+// TestHelpAfterArgument: a command without Command.Subcommand stops parsing flags at its
+// first argument; --help after it ("testnet up --help") shows the help and exits 0
+// without running, while a --help after "--" goes to the wrapped command.
+func TestHelpAfterArgument(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		run  string // the arguments run got, "" when it must not run
+	}{
+		{[]string{"up", "--help"}, ""},
+		{[]string{"path", "set", "-h"}, ""},
+		{[]string{"up", "-help"}, ""},
+		{[]string{"exec", "--", "dig", "--help"}, "exec -- dig --help"},
+		{[]string{"--label", "x", "--", "measure", "--help"}, "measure --help"},
+		{[]string{"up", "--label", "x"}, "up --label x"},
+	} {
+		var common cli.Common
+		fs := cli.NewFlagSet(cli.Command{Name: "tool", Summary: "test", Usage: "tool up|exec"}, &common)
+		fs.String("label", "", "a flag")
+		var got []string
+		ran := false
+		var stderr bytes.Buffer
+		code := cli.RunMain(fs, &common, c.args, &stderr, func(_ context.Context, _ *slog.Logger, args []string) error {
+			got, ran = args, true
+			return nil
+		})
+		switch {
+		case code != cli.ExitOK || stderr.Len() != 0:
+			t.Errorf("%q: exit %d, stderr %q; want 0 and nothing on stderr", c.args, code, stderr.String())
+		case c.run == "" && ran:
+			t.Errorf("%q: ran with %q; want the help and no run", c.args, got)
+		case c.run != "" && strings.Join(got, " ") != c.run:
+			t.Errorf("%q: ran %v with %q; want a run with %q", c.args, ran, got, c.run)
+		}
+	}
+}
+
+// TestDeprecatedHelp: a deprecated flag name does not break --help: the flag package
+// calls String on a zero value of every flag's type, which must not panic (it prints
+// "panic calling String method" into the help and carries on).
+func TestDeprecatedHelp(t *testing.T) {
+	var common cli.Common
+	fs := cli.NewFlagSet(cli.Command{Name: "tool", Summary: "test", Usage: "tool"}, &common)
+	name := fs.String("query-name", "test.com", "the name")
+	cli.Deprecate(fs, "name", "query-name")
+	var b bytes.Buffer
+	fs.SetOutput(&b)
+	fs.Usage()
+	if strings.Contains(b.String(), "panic") || !strings.Contains(b.String(), "deprecated: use --query-name") {
+		t.Errorf("help:\n%s\nwant the deprecated flag described and no panic", b.String())
+	}
+	var stderr bytes.Buffer
+	if code := cli.RunMain(fs, &common, []string{"--name", "x.example"}, &stderr, func(context.Context, *slog.Logger, []string) error {
+		return nil
+	}); code != cli.ExitOK || *name != "x.example" {
+		t.Errorf("--name x.example: exit %d, --query-name %q; want 0 and x.example", code, *name)
 	}
 }

@@ -70,6 +70,16 @@ type deprecated struct {
 	old, new string
 }
 
+// String is the new flag's value. The zero deprecated (no flag behind it) is "": the
+// flag package calls String on a zero value of the type to decide whether --help
+// prints a default, and the embedded nil Value must not be called then.
+func (d *deprecated) String() string {
+	if d == nil || d.Value == nil {
+		return ""
+	}
+	return d.Value.String()
+}
+
 // Deprecate registers old as a deprecated spelling of the flag named new (already in
 // fs): it sets the same value, its help says which name to use, and WarnDeprecated logs
 // a warning when a run used it.

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
@@ -101,7 +102,7 @@ func Command(ctx context.Context, log *slog.Logger, cfg Config, args []string, s
 	switch {
 	case errors.Is(err, ErrNoDirectory):
 		return cli.Environmentf("%v", err)
-	case errors.Is(err, ErrBadName):
+	case errors.Is(err, ErrBadName), errors.Is(err, ErrNothingToImport):
 		return cli.Usagef("%v", err)
 	case err != nil:
 		return err
@@ -281,17 +282,29 @@ func (p *plan) week(path string, d time.Time) (*weekData, error) {
 func readDir(ctx context.Context, cfg Config) (*plan, error) {
 	p := &plan{weeks: map[string]*weekData{}}
 	var paths []string
-	err := filepath.WalkDir(cfg.Dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type().IsRegular() {
+	// Links are followed (to files and directories); anything the walk cannot read as a
+	// file or directory (a FIFO, socket, device, a link to nothing, an unreadable
+	// directory) and a directory named like a data file stop the import: a file the
+	// import should have read is never skipped without a word.
+	err := listfile.Walk(cfg.Dir, func(path string, mode fs.FileMode, err error) error {
+		rel, _ := filepath.Rel(cfg.Dir, path)
+		rel = filepath.ToSlash(rel)
+		switch {
+		case err != nil:
+			var oe *listfile.OpenError
+			if errors.As(err, &oe) {
+				err = oe.Err // FileError names the path
+			}
+			return &FileError{Path: rel, Err: fmt.Errorf("%w: cannot read it as a file: %w", ErrMalformed, err)}
+		case mode.IsDir() && path != cfg.Dir && dataFileName(filepath.Base(path)):
+			return &FileError{Path: rel, Err: malformed("a directory named like a data file")}
+		case mode.IsRegular():
 			paths = append(paths, path)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", cfg.Dir, err)
+		return nil, err
 	}
 	sort.Strings(paths)
 	for _, path := range paths {
@@ -334,7 +347,39 @@ func readDir(ctx context.Context, cfg Config) (*plan, error) {
 			}
 		}
 	}
-	return p, nil
+	return p, p.checkNotEmpty(cfg.Dir)
+}
+
+// ErrNothingToImport says the directory holds no file with a record to import (empty,
+// or laid out unlike the study's archives): importing it would record a dataset of
+// nothing.
+var ErrNothingToImport = errors.New("nothing to import")
+
+// checkNotEmpty refuses a plan without a single imported record.
+func (p *plan) checkNotEmpty(dir string) error {
+	other := 0
+	for _, f := range p.files {
+		if f.Format != formatNotImported && f.Records > 0 {
+			return nil
+		}
+		other++
+	}
+	return fmt.Errorf("%w in %s: %d file(s), none with a record in a format the importer knows "+
+		"(DD-MM-YYYY-<port>.csv, DD-MM-YYYY[-<port>]-verified.csv, certs*.csv, ip-location*.csv, *.db; see docs/dataset.md)",
+		ErrNothingToImport, dir, other)
+}
+
+// formatNotImported is the format of a file the importer lists but does not read.
+const formatNotImported = "not-imported"
+
+// dataFileName says whether name is one the importer reads as a data file.
+func dataFileName(name string) bool {
+	for _, re := range []*regexp.Regexp{reUnion, reVerified, reZmapList, reCertCSV, reLocationCSV, reSQLite} {
+		if re.MatchString(name) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *plan) weekList() []string {
@@ -348,8 +393,8 @@ func (p *plan) weekList() []string {
 
 // readFile classifies one file by its name and parses it.
 func (p *plan) readFile(ctx context.Context, path, rel string) (fileRec, error) {
-	rec := fileRec{Path: rel, Format: "not-imported"}
-	data, err := os.ReadFile(path)
+	rec := fileRec{Path: rel, Format: formatNotImported}
+	data, err := listfile.ReadAll(path, 0)
 	if err != nil {
 		return rec, fmt.Errorf("read %s: %w", rel, err)
 	}
@@ -357,6 +402,11 @@ func (p *plan) readFile(ctx context.Context, path, rel string) (fileRec, error) 
 	rec.SHA256, rec.Size = h[:], int64(len(data))
 	name := filepath.Base(rel)
 	fileErr := func(le *lineError) error { return &FileError{Path: rel, Line: le.Line, Err: le.Err} }
+	if dataFileName(name) && !reSQLite.MatchString(name) {
+		if le := checkText(data); le != nil {
+			return rec, fileErr(le)
+		}
+	}
 
 	switch {
 	case reUnion.MatchString(name):

@@ -8,13 +8,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/dataset"
 	"github.com/doqscan/doqscan/internal/datasets"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
@@ -309,6 +312,49 @@ func replaceLine(t *testing.T, path string, line int, text string) {
 	}
 }
 
+func truncate(t *testing.T, path string, size int64) {
+	t.Helper()
+	if err := os.Truncate(path, size); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// lineCount is the number of lines of a file that ends its last line.
+func lineCount(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
+}
+
+// editLine replaces old (which must be there) with new in one line of a file.
+func editLine(t *testing.T, path string, line int, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	if !strings.Contains(lines[line-1], old) {
+		t.Fatalf("%s:%d has no %q", path, line, old)
+	}
+	lines[line-1] = strings.Replace(lines[line-1], old, new, 1)
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A malformed file stops the import with its name and line, and nothing stays behind.
 func TestImportMalformed(t *testing.T) {
 	st := storetest.Open(t)
@@ -330,6 +376,49 @@ func TestImportMalformed(t *testing.T) {
 		{"not SQLite", "misc/19-07-2021-final.db", 0, func(t *testing.T, dir string) {
 			os.WriteFile(filepath.Join(dir, "misc/19-07-2021-final.db"), []byte("not a database, just text\n"), 0o644)
 		}},
+		// What cannot be read faithfully is refused at its file and line: a file cut
+		// mid-line (`head -c 400` stored 178.79.168.1 for 178.79.168.139), bytes that are
+		// not UTF-8 (PostgreSQL refused them with SQLSTATE 22021 and no file; JSON made
+		// them U+FFFD), NUL and lone surrogates in JSON names, in CSV, list and SQLite files.
+		{"location cut mid-line", "ip-location.csv", 4, func(t *testing.T, dir string) {
+			truncate(t, filepath.Join(dir, "ip-location.csv"), 400)
+		}},
+		{"verifier list cut short", "results/19-07-2021-verified.csv", lineCount(t, excerpt+"/results/19-07-2021-verified.csv"), func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "results/19-07-2021-verified.csv")
+			truncate(t, p, fileSize(t, p)-1)
+		}},
+		{"location not UTF-8", "ip-location.csv", 3, func(t *testing.T, dir string) {
+			replaceLine(t, filepath.Join(dir, "ip-location.csv"), 3, "Spain,ES,MD,Madrid,M\xe1drid,28001,40.4168,-3.70379,,AS202053 UpCloud Ltd,194.62.96.176")
+		}},
+		{"certificate name not UTF-8", "certs-last.csv", 2, func(t *testing.T, dir string) {
+			editLine(t, filepath.Join(dir, "certs-last.csv"), 2, "pogsli.de", "pogsl\xed.de")
+		}},
+		{"certificate name with NUL", "certs-last.csv", 2, func(t *testing.T, dir string) {
+			editLine(t, filepath.Join(dir, "certs-last.csv"), 2, "pogsli.de", `pogs\u0000li.de`)
+		}},
+		{"certificate name with a lone surrogate", "certs-last.csv", 2, func(t *testing.T, dir string) {
+			editLine(t, filepath.Join(dir, "certs-last.csv"), 2, "pogsli.de", `pogs\ud800li.de`)
+		}},
+		{"SQLite text not UTF-8", "misc/19-07-2021-final.db", 0, func(t *testing.T, dir string) {
+			db := openRW(t, filepath.Join(dir, "misc/19-07-2021-final.db"))
+			if _, err := db.Exec(`UPDATE q_versions SET draft_version = CAST(x'646f712dff' AS TEXT)`); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+		}},
+		// Entries that are not files the import can read stop it, naming them (they were
+		// skipped without a word).
+		{"FIFO", "results/26-07-2021-784.csv", 0, func(t *testing.T, dir string) {
+			listfiletest.FIFO(t, filepath.Join(dir, "results"), "26-07-2021-784.csv")
+		}},
+		{"link to nothing", "results/26-07-2021-853.csv", 0, func(t *testing.T, dir string) {
+			listfiletest.Symlink(t, filepath.Join(dir, "nowhere.csv"), filepath.Join(dir, "results/26-07-2021-853.csv"))
+		}},
+		{"directory named like a data file", "certs-more.csv", 0, func(t *testing.T, dir string) {
+			if err := os.Mkdir(filepath.Join(dir, "certs-more.csv"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		// Found while writing (after the dataset and file rows are in the transaction).
 		{"certificate DER", "misc/19-07-2021-final.db", 0, func(t *testing.T, dir string) {
 			db := openRW(t, filepath.Join(dir, "misc/19-07-2021-final.db"))
@@ -350,6 +439,9 @@ func TestImportMalformed(t *testing.T) {
 			}
 			if fe.Path != c.file || fe.Line != c.line || !strings.HasPrefix(err.Error(), c.file) {
 				t.Fatalf("error %q names %s line %d, want %s line %d", err, fe.Path, fe.Line, c.file, c.line)
+			}
+			if strings.Contains(err.Error(), "SQLSTATE") {
+				t.Errorf("error %q comes from PostgreSQL, not from reading the file", err)
 			}
 			if got := tableCounts(t, st); fmt.Sprint(got) != fmt.Sprint(empty) {
 				t.Fatalf("rows left behind: %v", got)
@@ -442,4 +534,41 @@ func weekOf(t *testing.T, ddmmyyyy string) string {
 	tm := timeDate(y, m, d)
 	yy, ww := tm.ISOWeek()
 	return fmt.Sprintf("%04d-W%02d", yy, ww)
+}
+
+// TestImportNothing: a directory without a single record the importer knows (empty,
+// laid out unlike the study's archives, or an empty SQLite file) is refused, importing
+// and in a dry run, as a bad argument (exit code 2); no dataset of nothing is recorded.
+func TestImportNothing(t *testing.T) {
+	st := storetest.Open(t)
+	before := tableCounts(t, st)
+	empty := t.TempDir()
+	wrong := t.TempDir()
+	for name, content := range map[string]string{"README.md": "# notes\n", "results/scan.txt": "1.2.3.4\n", "empty.db": ""} {
+		p := filepath.Join(wrong, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dir := range []string{empty, wrong} {
+		_, err := dataset.Import(context.Background(), st, dataset.Config{Dir: dir, Label: "nothing"})
+		if !errors.Is(err, dataset.ErrNothingToImport) {
+			t.Errorf("import %s: %v, want %v", dir, err, dataset.ErrNothingToImport)
+		}
+		_, err = dataset.Check(context.Background(), dataset.Config{Dir: dir, Label: "nothing"})
+		if !errors.Is(err, dataset.ErrNothingToImport) {
+			t.Errorf("dry run %s: %v, want %v", dir, err, dataset.ErrNothingToImport)
+		}
+		err = dataset.Command(context.Background(), nil, dataset.Config{DryRun: true}, []string{"import", dir}, io.Discard)
+		if code := cli.ExitCode(err); code != cli.ExitUsage {
+			t.Errorf("dataset import --dry-run %s: exit %d (%v), want %d", dir, code, err, cli.ExitUsage)
+		}
+		t.Log(err)
+	}
+	if got := tableCounts(t, st); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Errorf("rows written: %v, before %v", got, before)
+	}
 }

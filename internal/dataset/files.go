@@ -150,6 +150,19 @@ type CertInfo struct {
 	CertHash           string   `json:"CertHash"` // MD5 of the DER, hex
 }
 
+// checkText refuses a name the JSON held that is not faithful text (checkString): a NUL
+// or a lone surrogate escape, which the decoder turned into U+FFFD. raw is the JSON.
+func (ci *CertInfo) checkText(raw string) error {
+	replaced := strings.Count(raw, "\ufffd") + strings.Count(strings.ToLower(raw), `\ufffd`)
+	for _, s := range append([]string{ci.CommonName, ci.AuthorityID, ci.SubjectID, ci.PublicKeyAlgorithm,
+		ci.SignatureAlgorithm, ci.CertHash}, append(ci.Organization, ci.DNSNames...)...) {
+		if err := checkString(s, replaced); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // certRecord is one line of a certificate CSV.
 type certRecord struct {
 	Addr         netip.Addr
@@ -194,6 +207,9 @@ func parseCertCSV(r io.Reader) ([]certRecord, *lineError) {
 		}
 		if dec.More() {
 			return c, &lineError{line, malformed("column 4: text after the JSON object")}
+		}
+		if err := c.Info.checkText(rec[3]); err != nil {
+			return c, &lineError{line, fmt.Errorf("%w: column 4: %w", ErrMalformed, err)}
 		}
 		if c.Info.CertHash != "" {
 			if c.MD5, err = hex.DecodeString(c.Info.CertHash); err != nil || len(c.MD5) != 16 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"testing"
+	"unicode/utf8"
 )
 
 // The importer's byte parsers never panic; what they accept satisfies their promises.
@@ -79,4 +80,22 @@ func failed(t *testing.T, le *lineError, first int) bool {
 		t.Fatalf("bad error (want a cause and a line from %d): %+v", first, le)
 	}
 	return true
+}
+
+// FuzzCheckText: a text file passes exactly when it is UTF-8 without NUL and ends its
+// last line; a refusal names a line of the file.
+func FuzzCheckText(f *testing.F) {
+	for _, s := range []string{"", "a\n", "a", "a\nb", "M\xfcnchen\n", "x\x00y\n", "\ufeffh\n", "ok\n\xed\xa0\x80\n", "178.79.168.1"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		le := checkText(b)
+		ok := utf8.Valid(b) && bytes.IndexByte(b, 0) < 0 && (len(b) == 0 || b[len(b)-1] == '\n')
+		if (le == nil) != ok {
+			t.Fatalf("checkText(%q) = %v, want ok %v", b, le, ok)
+		}
+		if le != nil && (le.Line < 1 || le.Line > bytes.Count(b, []byte("\n"))+1) {
+			t.Fatalf("checkText(%q): line %d", b, le.Line)
+		}
+	})
 }

@@ -76,15 +76,24 @@ func (r *sqlRow) str(col string) string {
 	case nil:
 		return ""
 	case string:
-		return v
+		return r.text(col, v)
 	case []byte:
-		return string(v)
+		return r.text(col, string(v))
 	case int64:
 		return strconv.FormatInt(v, 10)
 	default:
 		r.fail(col, "want text, found %T", v)
 		return ""
 	}
+}
+
+// text refuses a text value that is not UTF-8 or holds a NUL (checkString).
+func (r *sqlRow) text(col, s string) string {
+	if err := checkString(s, strings.Count(s, "\ufffd")); err != nil {
+		r.fail(col, "%v", err)
+		return ""
+	}
+	return s
 }
 
 func (r *sqlRow) int(col string) *int64 {

@@ -187,9 +187,9 @@ func readQueries(path string, stdin io.Reader) ([]Question, error) {
 	if path == listfile.Stdin {
 		return ParseQueries(stdin, path)
 	}
-	f, err := os.Open(path)
+	f, err := listfile.Open(path)
 	if err != nil {
-		return nil, &listfile.OpenError{File: path, Err: err}
+		return nil, err
 	}
 	defer f.Close()
 	return ParseQueries(f, path)

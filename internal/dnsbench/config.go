@@ -128,10 +128,26 @@ type Config struct {
 	Progress time.Duration
 }
 
-// maxStreams bounds Config.Streams: quic-go's default limit of a peer's concurrent
-// bidirectional streams (quic.Config.MaxIncomingStreams) and HTTP/2's usual
-// SETTINGS_MAX_CONCURRENT_STREAMS are 100.
-const maxStreams = 100
+// Bounds of a Config (and of dnsbench's flags).
+const (
+	// MaxStreams bounds Config.Streams: quic-go's default limit of a peer's concurrent
+	// bidirectional streams (quic.Config.MaxIncomingStreams) and HTTP/2's usual
+	// SETTINGS_MAX_CONCURRENT_STREAMS are 100.
+	MaxStreams = 100
+	// MaxWorkers bounds Config.Workers.
+	MaxWorkers = 10000
+	// MaxRate bounds Config.Rate and Config.RampMax (queries/s).
+	MaxRate = 1e7
+	// MaxRampLoss bounds Config.RampLoss (a loss fraction below 1).
+	MaxRampLoss = 0.99
+	// MaxDuration bounds Config.Duration.
+	MaxDuration = 30 * 24 * time.Hour
+	// MaxSessionQueries bounds Config.SessionQueries.
+	MaxSessionQueries = 1_000_000_000
+	// MinTimeout and MaxTimeout bound Config.Timeout.
+	MinTimeout = time.Millisecond
+	MaxTimeout = time.Minute
+)
 
 // Validation errors (cmd/dnsbench maps them to exit code 2).
 var ErrConfig = errors.New("bad configuration")
@@ -161,11 +177,15 @@ func (c *Config) Validate() error {
 	if c.Workers == 0 {
 		c.Workers = 1
 	}
-	if c.Workers < 1 || c.Workers > 10000 {
-		return configErr("workers %d: want 1..10000", c.Workers)
+	if c.Workers < 1 || c.Workers > MaxWorkers {
+		return configErr("workers %d: want 1..%d", c.Workers, MaxWorkers)
 	}
-	if c.Duration < 0 || c.Count < 0 {
-		return configErr("negative duration or count")
+	if c.Duration < 0 || c.Duration > MaxDuration || c.Count < 0 {
+		return configErr("duration %v, count %d: want 0..%v and 0 or more", c.Duration, c.Count, MaxDuration)
+	}
+	// 0 is "no target rate" (and no ramp); negative, NaN and beyond MaxRate are no rate.
+	if !(c.Rate >= 0 && c.Rate <= MaxRate) || !(c.RampMax >= 0 && c.RampMax <= MaxRate) {
+		return configErr("rate %v, ramp maximum %v: want 0..%g queries/s", c.Rate, c.RampMax, float64(MaxRate))
 	}
 	if c.Load == "" {
 		c.Load = LoadMax
@@ -176,15 +196,15 @@ func (c *Config) Validate() error {
 	switch c.Load {
 	case LoadMax:
 	case LoadRate:
-		if !(c.Rate > 0 && c.Rate <= 1e7) {
-			return configErr("rate %v: want 0 < rate <= 1e7 queries/s", c.Rate)
+		if !(c.Rate > 0 && c.Rate <= MaxRate) {
+			return configErr("rate %v: want 0 < rate <= %g queries/s", c.Rate, float64(MaxRate))
 		}
 	case LoadRamp:
-		if !(c.RampMax > 0 && c.RampMax <= 1e7) {
-			return configErr("ramp maximum %v: want 0 < max <= 1e7 queries/s", c.RampMax)
+		if !(c.RampMax > 0 && c.RampMax <= MaxRate) {
+			return configErr("ramp maximum %v: want 0 < max <= %g queries/s", c.RampMax, float64(MaxRate))
 		}
-		if !(c.RampLoss >= 0 && c.RampLoss < 1) {
-			return configErr("ramp loss threshold %v: want 0 <= loss < 1", c.RampLoss)
+		if !(c.RampLoss >= 0 && c.RampLoss <= MaxRampLoss) {
+			return configErr("ramp loss threshold %v: want 0..%v", c.RampLoss, MaxRampLoss)
 		}
 		if c.Duration <= 0 {
 			return configErr("a ramp needs a duration (the time to reach the maximum)")
@@ -198,20 +218,20 @@ func (c *Config) Validate() error {
 	if c.Timeout == 0 {
 		c.Timeout = measure.DefaultTimeout
 	}
-	if c.Timeout < time.Millisecond || c.Timeout > time.Minute {
-		return configErr("timeout %v: want 1ms..1m", c.Timeout)
+	if c.Timeout < MinTimeout || c.Timeout > MaxTimeout {
+		return configErr("timeout %v: want %v..%v", c.Timeout, MinTimeout, MaxTimeout)
 	}
 	if c.SessionQueries == 0 {
 		c.SessionQueries = 1000
 	}
-	if c.SessionQueries < 1 {
-		return configErr("session queries %d: want >= 1", c.SessionQueries)
+	if c.SessionQueries < 1 || c.SessionQueries > MaxSessionQueries {
+		return configErr("session queries %d: want 1..%d", c.SessionQueries, MaxSessionQueries)
 	}
 	if c.Streams == 0 {
 		c.Streams = 1
 	}
-	if c.Streams < 1 || c.Streams > maxStreams {
-		return configErr("streams %d: want 1..%d", c.Streams, maxStreams)
+	if c.Streams < 1 || c.Streams > MaxStreams {
+		return configErr("streams %d: want 1..%d", c.Streams, MaxStreams)
 	}
 	if c.Streams > 1 && c.Policy != measure.ModePersistent {
 		return configErr("streams %d with policy %s: several queries outstanding need the persistent policy (the others run one query per session)", c.Streams, c.Policy)

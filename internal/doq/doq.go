@@ -44,6 +44,14 @@ const (
 	Raw
 )
 
+// NoALPNFraming frames a DNS exchange on a QUIC connection that negotiated no ALPN at
+// all: RFC 9250's, the current standard, since no ALPN names another. Such a server is
+// not RFC 9250 compliant (§4.1.1: the ALPN "doq" is how DoQ is agreed), but some accept
+// only connections offering no ALPN (rustls/quinn with no ALPN configured refuse any
+// offered protocol with no_application_protocol); the verifier records them apart
+// (outcome doq-no-alpn) and the testbed's no-ALPN servers answer this way.
+const NoALPNFraming = LengthPrefixed
+
 func (f Framing) String() string {
 	if f == Raw {
 		return "raw"

@@ -8,12 +8,11 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
-	"os"
 
 	"github.com/oschwald/geoip2-golang/v2"
 
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -29,20 +28,16 @@ type DB struct {
 	CityInfo, ASNInfo store.Dataset
 }
 
-// Info describes one mmdb file as a store.Dataset (kind, type, build time, hash).
-func Info(path, kind string, r *geoip2.Reader) (store.Dataset, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return store.Dataset{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return store.Dataset{}, fmt.Errorf("hash %s: %w", path, err)
-	}
+// maxDatabase bounds an mmdb file read into memory (GeoLite2-City is about 60 MB).
+const maxDatabase = 1 << 30
+
+// info describes one mmdb file as a store.Dataset (kind, type, build time, hash of b,
+// the file's bytes).
+func info(path, kind string, r *geoip2.Reader, b []byte) store.Dataset {
 	md := r.Metadata()
+	h := sha256.Sum256(b)
 	return store.Dataset{Kind: kind, DatabaseType: md.DatabaseType,
-		BuildTime: md.BuildTime().UTC(), SHA256: h.Sum(nil), Path: path}, nil
+		BuildTime: md.BuildTime().UTC(), SHA256: h[:], Path: path}
 }
 
 // Open opens the City and ASN databases. Both are required: resolver_geo rows name
@@ -51,24 +46,31 @@ func Open(cityPath, asnPath string) (*DB, error) {
 	if cityPath == "" || asnPath == "" {
 		return nil, errors.New("geo: both a City and an ASN database are needed")
 	}
-	city, err := geoip2.Open(cityPath)
+	// Read whole (listfile: a FIFO or a directory is an error, never a wait), then
+	// opened from memory and hashed from the same bytes.
+	cityBytes, err := listfile.ReadAll(cityPath, maxDatabase)
+	if err != nil {
+		return nil, fmt.Errorf("geo: city database: %w", err)
+	}
+	asnBytes, err := listfile.ReadAll(asnPath, maxDatabase)
+	if err != nil {
+		return nil, fmt.Errorf("geo: ASN database: %w", err)
+	}
+	city, err := geoip2.OpenBytes(cityBytes)
 	if err != nil {
 		return nil, fmt.Errorf("geo: city database %s: %w", cityPath, err)
 	}
-	asn, err := geoip2.Open(asnPath)
+	asn, err := geoip2.OpenBytes(asnBytes)
 	if err != nil {
 		city.Close()
 		return nil, fmt.Errorf("geo: ASN database %s: %w", asnPath, err)
 	}
 	db := &DB{city: city, asn: asn}
-	if db.CityInfo, err = Info(cityPath, KindCity, city); err == nil {
-		db.ASNInfo, err = Info(asnPath, KindASN, asn)
-	}
-	if err == nil {
-		// Fail early on swapped or wrong files, not on the first lookup.
-		if _, err = city.City(netip.IPv4Unspecified()); err == nil {
-			_, err = asn.ASN(netip.IPv4Unspecified())
-		}
+	db.CityInfo = info(cityPath, KindCity, city, cityBytes)
+	db.ASNInfo = info(asnPath, KindASN, asn, asnBytes)
+	// Fail early on swapped or wrong files, not on the first lookup.
+	if _, err = city.City(netip.IPv4Unspecified()); err == nil {
+		_, err = asn.ASN(netip.IPv4Unspecified())
 	}
 	if err != nil {
 		db.Close()

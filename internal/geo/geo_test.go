@@ -1,12 +1,15 @@
 package geo
 
 import (
+	"errors"
 	"net/netip"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/geo/geotest"
+	"github.com/doqscan/doqscan/internal/listfile"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 )
 
 func TestLookupFromWrittenDatabases(t *testing.T) {
@@ -67,5 +70,9 @@ func TestOpenErrors(t *testing.T) {
 	}
 	if _, err := Open(filepath.Join(t.TempDir(), "nope"), asnPath); err == nil {
 		t.Error("missing file accepted")
+	}
+	// A FIFO is refused at once (a plain open waited for a writer), by type.
+	if _, err := Open(cityPath, listfiletest.FIFO(t, t.TempDir(), "asn.mmdb")); !errors.Is(err, listfile.ErrNotRegular) {
+		t.Errorf("FIFO as the ASN database: %v, want %v", err, listfile.ErrNotRegular)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 // ExitLocked (sysexits EX_TEMPFAIL) says the job was skipped because another run of it
 // holds the lock; units treat it as success (SuccessExitStatus=75).
-const ExitLocked = 75
+const ExitLocked = cli.ExitLocked
 
 // Config is what jobrun's flags ask for (DefaultConfig gives their defaults).
 type Config struct {

@@ -9,13 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"os"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
@@ -30,8 +26,9 @@ var Cadence = map[string]time.Duration{
 	"blocklist": time.Hour,
 }
 
-// ErrLocked says another run of the same job holds the lock.
-var ErrLocked = errors.New("another run of this job is in progress")
+// ErrLocked says another run of the same job holds the lock (store.ErrLocked: the
+// error is a *store.LockedError naming the holder).
+var ErrLocked = store.ErrLocked
 
 // Key returns the run key of a job at time t: the ISO week for weekly jobs
 // ("2026-W47"), the hour for hourly ones ("2026-11-22T04").
@@ -47,16 +44,13 @@ func Key(job string, t time.Time) (string, error) {
 	return runkey.Hour(t), nil
 }
 
-// lockID is the advisory lock of (job, vantage).
-func lockID(job, vantage string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("doqscan-job|" + job + "|" + vantage))
-	return int64(h.Sum64())
-}
+// lockKey is the advisory lock of (job, vantage) (store.RunKey; its id is the same
+// FNV-1a hash of "doqscan-job|<job>|<vantage>" the lock always had).
+func lockKey(job, vantage string) string { return store.RunKey("job", job, vantage) }
 
 // ErrLockLost says the connection holding the job's lock dropped while the job ran:
 // PostgreSQL released the lock with the session, so another run could start.
-var ErrLockLost = errors.New("the database connection holding the job lock was lost")
+var ErrLockLost = store.ErrLockLost
 
 // LockCheck is how often the lock's connection is pinged while a job runs (a dropped
 // TCP connection may say nothing until written to). A terminated backend or a closed
@@ -86,29 +80,22 @@ func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage str
 	if err := s.EnsureVantage(ctx, store.Vantage{ID: vantage}); err != nil {
 		return err
 	}
-	conn, err := pgx.ConnectConfig(ctx, s.Pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return fmt.Errorf("%w: job lock connection: %v", store.ErrUnavailable, err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockID(job, vantage)).Scan(&got); err != nil {
-		return fmt.Errorf("job lock: %w", err)
-	}
+	lock, lockErr := s.TryLock(ctx, lockKey(job, vantage))
 	host, _ := os.Hostname()
-	if !got {
-		log.Warn("job skipped: another run holds the lock", "job", job, "key", key, "vantage", vantage)
+	if errors.Is(lockErr, store.ErrLocked) {
+		log.Warn("job skipped: another run holds the lock", "job", job, "key", key, "vantage", vantage, "err", lockErr)
 		_, err := s.Pool.Exec(ctx, `INSERT INTO job_runs (job, run_key, vantage_id, host, status, finished_at, detail)
-			VALUES ($1,$2,$3,$4,'skipped-locked', now(), 'another run of this job held the lock')
-			ON CONFLICT (job, run_key, vantage_id) DO NOTHING`, job, key, vantage, host)
+			VALUES ($1,$2,$3,$4,'skipped-locked', now(), $5)
+			ON CONFLICT (job, run_key, vantage_id) DO NOTHING`, job, key, vantage, host, lockErr.Error())
 		if err != nil {
 			return err
 		}
-		return ErrLocked
+		return lockErr
 	}
-	// Closing the connection (deferred above) releases the lock too; unlock first so a
-	// waiting run sees it free at once.
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockID(job, vantage)) //nolint:errcheck // closing the connection releases the lock anyway
+	if lockErr != nil {
+		return fmt.Errorf("job lock: %w", lockErr)
+	}
+	defer lock.Release()
 
 	if err := recordMissed(ctx, s, log, job, vantage, now); err != nil {
 		return err
@@ -123,7 +110,7 @@ func Run(ctx context.Context, s *store.Store, log *slog.Logger, job, vantage str
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watched := make(chan error, 1)
-	go func() { watched <- watchLock(runCtx, conn, LockCheck) }()
+	go func() { watched <- lock.Watch(runCtx, LockCheck) }()
 	fnDone := make(chan error, 1)
 	go func() { fnDone <- fn(runCtx, key) }()
 	var runErr, lost error
@@ -161,36 +148,6 @@ func orDone(err error) error {
 		return errors.New("it ended without error")
 	}
 	return err
-}
-
-// watchLock waits on the lock's connection until ctx ends (nil) or the connection fails
-// (its error). Waiting for a notification reads the socket, so a terminated backend or a
-// closed connection ends the wait at once; every interval without news, a ping checks
-// that a silent connection is still there.
-func watchLock(ctx context.Context, conn *pgx.Conn, interval time.Duration) error {
-	for {
-		wctx, cancel := context.WithTimeout(ctx, interval)
-		_, err := conn.WaitForNotification(wctx)
-		cancel()
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err == nil || !pgconn.Timeout(err) {
-			if err == nil {
-				continue // a notification: nobody sends any, but it is harmless
-			}
-			return err
-		}
-		pctx, cancel := context.WithTimeout(ctx, interval)
-		err = conn.Ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
 }
 
 // maxMissed bounds how many missed periods one run records (a scanner down for a month

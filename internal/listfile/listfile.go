@@ -35,13 +35,14 @@ type LineError struct {
 func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err) }
 func (e *LineError) Unwrap() error { return e.Err }
 
-// OpenError is a list file that cannot be opened (missing, unreadable).
+// OpenError is an input file that cannot be opened or read (missing, unreadable, not a
+// regular file, a link to nothing; see Open).
 type OpenError struct {
 	File string
 	Err  error
 }
 
-func (e *OpenError) Error() string { return fmt.Sprintf("list file %s: %v", e.File, e.Err) }
+func (e *OpenError) Error() string { return fmt.Sprintf("%s: %v", e.File, e.Err) }
 func (e *OpenError) Unwrap() error { return e.Err }
 
 // Line is one entry line of a list file.
@@ -88,14 +89,15 @@ func Scan(r io.Reader, name string, fn func(Line) error) error {
 	return nil
 }
 
-// ReadFile scans the list file at path ("-": standard input) with fn (see Scan).
+// ReadFile scans the list file at path ("-": standard input) with fn (see Scan). The
+// file is opened with Open: a FIFO or anything but a regular file is an *OpenError.
 func ReadFile(path string, fn func(Line) error) error {
 	if path == Stdin {
 		return Scan(os.Stdin, path, fn)
 	}
-	f, err := os.Open(path)
+	f, err := Open(path)
 	if err != nil {
-		return &OpenError{File: path, Err: err}
+		return err
 	}
 	defer f.Close()
 	return Scan(f, path, fn)

@@ -16,11 +16,11 @@ const alpnH2 = "h2"
 func measureDoH(ctx context.Context, req *Request, res *Result) *Result {
 	return overTLS(ctx, req, res, []string{alpnH2}, func(c *timedConn, tc *tls.Conn) *Result {
 		if res.ALPN != alpnH2 {
-			return res.fail(fmt.Errorf("%w: server chose ALPN %q, want h2", errALPN, res.ALPN))
+			return res.fail(ctx, fmt.Errorf("%w: server chose ALPN %q, want h2", errALPN, res.ALPN))
 		}
 		h, err := newH2Client(tc)
 		if err != nil {
-			return res.fail(err)
+			return res.fail(ctx, err)
 		}
 		defer h.close()
 		authority, path := dohTarget(req)

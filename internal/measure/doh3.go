@@ -3,6 +3,7 @@ package measure
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -12,6 +13,23 @@ import (
 
 // alpnH3 is HTTP/3 (RFC 9114 §3.1).
 const alpnH3 = "h3"
+
+// errBadH3 is an HTTP/3 response the client cannot take (see h3ResponseError).
+var errBadH3 = errors.New("malformed HTTP/3 response")
+
+// h3ResponseError classifies an error of quic-go's HTTP/3 client met while a request
+// was under way on ctx. The errors that client makes of its own, without a QUIC or
+// HTTP/3 error type, are its verdicts on what the server sent: a frame it cannot parse,
+// a HEADERS frame longer than MaxResponseHeaderBytes, an invalid header field, more than
+// five 1xx responses, a body longer than its Content-Length. Those are bad responses
+// (errBadH3), as the HTTP/2 client classifies the same faults; errors with a type, and
+// any once ctx is done, are left to Classify and failure.
+func h3ResponseError(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() == nil && Classify(err) == StatusError {
+		return fmt.Errorf("%w: %w", errBadH3, err)
+	}
+	return err
+}
 
 // measureDoH3 is DNS over HTTPS over HTTP/3 (RFC 8484 + RFC 9114), via quic-go's http3
 // package on a connection we dial (and time) ourselves.
@@ -68,7 +86,7 @@ func (h *h3Conn) exchange(req *Request) dohExchange {
 		if req.Mode == Mode0RTT {
 			if !req.isPOST() {
 				body, err := h.earlyGet(ctx, req, msg, sending)
-				return body, time.Time{}, err
+				return body, time.Time{}, h3ResponseError(ctx, err)
 			}
 			// The start is the POST's own, not the wait for the handshake.
 			select {
@@ -78,7 +96,7 @@ func (h *h3Conn) exchange(req *Request) dohExchange {
 			}
 		}
 		body, err := h.roundTrip(ctx, req, msg, sending)
-		return body, time.Time{}, err
+		return body, time.Time{}, h3ResponseError(ctx, err)
 	}
 }
 

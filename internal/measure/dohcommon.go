@@ -119,7 +119,7 @@ func dohQueries(ctx context.Context, req *Request, res *Result, ex dohExchange, 
 		}
 		done := clk.ArrivedBy(out.StartedAt, at)
 		if err != nil {
-			out.Status, out.Err = Classify(err), err
+			out.Status, out.Err = failure(ctx, StepAnswer, err)
 			return out
 		}
 		return finishQuery(out, q, raw, done)

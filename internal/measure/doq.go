@@ -32,7 +32,7 @@ func overQUIC(ctx context.Context, req *Request, res *Result, alpn []string, que
 	conn, err := dialQUIC(ctx, req, res, alpn, ql)
 	if err != nil {
 		finishQUIC(nil, res, ql)
-		return res.fail(err)
+		return res.fail(ctx, err)
 	}
 	defer func() { finishQUIC(conn, res, ql) }()
 	queries(conn)
@@ -80,7 +80,7 @@ func doqExchange(ctx context.Context, conn *quicConn, offered []string, q dnsmsg
 	}})
 	step := doq.StepOf(err)
 	if err != nil && step != doq.StepRead {
-		out.Status, out.Err = Classify(err), err
+		out.Status, out.Err = failure(ctx, StepAnswer, err)
 		return out
 	}
 	// From the query's first datagram (quic-go's send loop writes it after Write
@@ -90,12 +90,10 @@ func doqExchange(ctx context.Context, conn *quicConn, offered []string, q dnsmsg
 	}
 	done := conn.log.ArrivedBy(out.StartedAt, time.Now())
 	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
-		} else if !isQUICErr(err) {
+		if ctx.Err() == nil && !isQUICErr(err) {
 			err = fmt.Errorf("%w: %v", errBadLength, err)
 		}
-		out.Status, out.Err = Classify(err), err
+		out.Status, out.Err = failure(ctx, StepAnswer, err)
 		return out
 	}
 	return finishQuery(out, q, raw, done)

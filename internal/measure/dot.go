@@ -24,7 +24,7 @@ func measureDoT(ctx context.Context, req *Request, res *Result) *Result {
 func overTLS(ctx context.Context, req *Request, res *Result, alpn []string, measure func(c *timedConn, tc *tls.Conn) *Result) *Result {
 	c, tc, err := dialTLS(ctx, req, res, alpn)
 	if err != nil {
-		return res.fail(err)
+		return res.fail(ctx, err)
 	}
 	defer tc.Close()
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })

@@ -13,7 +13,7 @@ func measureTCP(ctx context.Context, req *Request, res *Result) *Result {
 	c, start, hs, err := dialTCP(ctx, req)
 	res.StartedAt = start
 	if err != nil {
-		return res.fail(err)
+		return res.fail(ctx, err)
 	}
 	defer c.Close()
 	res.Handshake, res.HasHandshake, res.TCPHandshake = hs, true, hs

@@ -29,13 +29,13 @@ func measureUDP(ctx context.Context, req *Request, res *Result) *Result {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "udp", req.Addr.String()) // a fresh random source port
 	if err != nil {
-		return res.fail(err)
+		return res.fail(ctx, err)
 	}
 	defer raw.Close()
 	res.Local = AddrPortOf(raw.LocalAddr())
 	conn, err := kstamp.NewPacketConn(raw.(*net.UDPConn))
 	if err != nil {
-		return res.fail(fmt.Errorf("receive timestamps: %w", err))
+		return res.fail(ctx, fmt.Errorf("receive timestamps: %w", err))
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
@@ -70,10 +70,7 @@ func udpExchange(ctx context.Context, conn *kstamp.PacketConn, q dnsmsg.Query, s
 			out.StartedAt, n, at, err = conn.Exchange(msg, buf)
 			if out.StartedAt.IsZero() {
 				out.StartedAt = time.Now()
-				if ctx.Err() != nil {
-					err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
-				}
-				out.Status, out.Err = Classify(err), fmt.Errorf("send query: %w", err)
+				out.Status, out.Err = failure(ctx, StepAnswer, fmt.Errorf("send query: %w", err))
 				return out
 			}
 		} else {
@@ -115,5 +112,5 @@ func readFailure(ctx context.Context, lastBad, err error) (Status, error) {
 		}
 		err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
 	}
-	return Classify(err), err
+	return failure(ctx, StepAnswer, err)
 }

@@ -123,20 +123,20 @@ func (l *UDPLoop) measure(ctx context.Context, req *Request, res *Result) *Resul
 	key := l.keys.Add(1)
 	sock, err := l.p.Dial(req.Addr, key)
 	if err != nil {
-		return res.fail(err)
+		return res.fail(ctx, err)
 	}
 	res.Local = sock.Local
 	s := &loopSession{ctx: ctx, req: req, res: res, sock: sock, key: key, done: make(chan struct{})}
 	if err := l.post(s, true); err != nil {
 		_ = sock.Close()
-		return res.fail(err)
+		return res.fail(ctx, err)
 	}
 	// The loop ends the query outstanding when ctx ends (a post of a started session).
 	stop := context.AfterFunc(ctx, func() { _ = l.post(s, false) })
 	<-s.done
 	stop()
 	if s.err != nil {
-		return res.fail(s.err)
+		return res.fail(ctx, s.err)
 	}
 	return res.finish()
 }
@@ -239,7 +239,7 @@ func (l *UDPLoop) next(s *loopSession) {
 		s.out.StartedAt, err = s.sock.Send(msg)
 	}
 	if err != nil {
-		s.out.Status, s.out.Err = Classify(err), fmt.Errorf("send query: %w", err)
+		s.out.Status, s.out.Err = failure(s.ctx, StepAnswer, fmt.Errorf("send query: %w", err))
 		l.deliver(s, s.out)
 		return
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/doqscan/doqscan/internal/benchpool"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // floodServerEnv makes TestFloodServerProcess serve: the benchmark runs the flood
@@ -111,19 +112,8 @@ func procStatusKB(name string) int64 {
 //
 //	DOQSCAN_BENCH_CONCURRENCY=64,256,512 go test -run '^$' -bench HostileMemory -benchtime 2x ./internal/measure/
 func BenchmarkHostileMemory(b *testing.B) {
-	concs := []int{64}
-	if s := os.Getenv("DOQSCAN_BENCH_CONCURRENCY"); s != "" {
-		concs = nil
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				b.Fatalf("DOQSCAN_BENCH_CONCURRENCY=%q: want positive integers separated by commas", s)
-			}
-			concs = append(concs, n)
-		}
-	}
 	addrs, _ := startFloodServer(b)
-	for _, conc := range concs {
+	for _, conc := range testsupport.EnvInts(b, "DOQSCAN_BENCH_CONCURRENCY", 64) {
 		for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
 			hostileMemory(b, p, conc, addrs)
 		}

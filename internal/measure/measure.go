@@ -318,8 +318,10 @@ func (r *Result) First() Query {
 	return r.Queries[0]
 }
 
-func (r *Result) fail(err error) *Result {
-	r.Status, r.Err = Classify(err), err
+// fail ends the exchange before its queries: setting up its session (socket, connect,
+// handshake) under ctx failed with err.
+func (r *Result) fail(ctx context.Context, err error) *Result {
+	r.Status, r.Err = failure(ctx, StepHandshake, err)
 	return r
 }
 
@@ -406,3 +408,13 @@ func (p Protocol) Transport() rtt.Transport {
 }
 
 func boolp(b bool) *bool { return &b }
+
+// shown is what a connection showed of something it may or may not have seen: true
+// once seen; false only if the connection got far enough that it would have been
+// (known); otherwise nil, unknown.
+func shown(seen, known bool) *bool {
+	if !seen && !known {
+		return nil
+	}
+	return boolp(seen)
+}

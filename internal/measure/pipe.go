@@ -319,7 +319,7 @@ func (p *pipe) send(ctx context.Context) {
 				for _, u := range sending[n:] {
 					if !u.done {
 						q := u.out
-						q.Status, q.Err = Classify(err), fmt.Errorf("send query: %w", err)
+						q.Status, q.Err = failure(ctx, StepAnswer, fmt.Errorf("send query: %w", err))
 						p.finish(u, q)
 					}
 				}
@@ -355,12 +355,11 @@ func (p *pipe) expire(now time.Time, all bool, readErr error) {
 			q := u.out
 			switch {
 			case readErr != nil:
-				q.Status, q.Err = Classify(readErr), readErr
+				q.Status, q.Err = failure(context.Background(), StepAnswer, readErr)
 			case u.lastBad != nil:
 				q.Status, q.Err = StatusBadResponse, u.lastBad
-			default:
-				err := fmt.Errorf("%w: no answer", context.DeadlineExceeded)
-				q.Status, q.Err = Classify(err), err
+			default: // the query's own deadline, or the session's
+				q.Status, q.Err = StatusTimeout, &TimeoutError{Step: StepAnswer, Err: context.DeadlineExceeded}
 			}
 			p.finish(u, q)
 		}

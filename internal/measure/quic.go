@@ -440,11 +440,14 @@ func finishQUIC(conn *quicConn, res *Result, ql *qlogBuffer) {
 		return
 	}
 	res.QlogTrace, res.QlogAnalysis = tr, a
-	res.TokenReceived = boolp(a.TokenReceived)
+	// A Retry or Version Negotiation comes before the handshake completes, a NEW_TOKEN
+	// frame after it: a connection whose handshake did not complete (nothing answered,
+	// or it failed) cannot tell that none came (nil), only that one did.
+	res.TokenReceived = shown(a.TokenReceived, a.HandshakeComplete)
 	if a.TokenUsed {
 		res.TokenUsed = boolp(true)
 	}
-	res.RetrySeen, res.VNSeen = boolp(a.Retry), boolp(a.VersionNegotiation)
+	res.RetrySeen, res.VNSeen = shown(a.Retry, a.HandshakeComplete), shown(a.VersionNegotiation, a.HandshakeComplete)
 	if a.HandshakeNS > 0 {
 		res.HasHandshake = true // 0-RTT: the handshake completed after the wait for it ended
 	}

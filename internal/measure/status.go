@@ -57,6 +57,43 @@ var (
 	errALPN        = errors.New("ALPN mismatch")
 )
 
+// The steps of an exchange a timeout can interrupt (TimeoutError.Step).
+const (
+	StepHandshake = "handshake" // TCP connect, TLS or QUIC handshake
+	StepAnswer    = "answer"    // the query sent (or queued), its answer not complete
+)
+
+// TimeoutError is an exchange that ran out of time. Whatever the transport made of the
+// deadline (the context's DeadlineExceeded, a socket's i/o timeout, quic-go's handshake
+// or idle timeout, which the clients set to the exchange's timeout, the HTTP/3 stream
+// quic-go cancels with H3_REQUEST_CANCELLED when the request's context ends), it is one
+// failure: status timeout and one text per step. Err is what the transport said; it is
+// kept for errors.Is/As, not in the text.
+type TimeoutError struct {
+	Step string // StepHandshake or StepAnswer
+	Err  error
+}
+
+func (e *TimeoutError) Error() string { return "timeout: " + e.Step + " not complete" }
+func (e *TimeoutError) Unwrap() error { return e.Err }
+
+// failure classifies err, which ended step of an exchange bounded by ctx. Once ctx is
+// done the failure is the deadline's, whatever error the transport reported for it; a
+// timeout of the transport's own (quic-go's idle timeout, a socket deadline) is the same
+// failure. Both are a TimeoutError; any other error is classified as it is.
+func failure(ctx context.Context, step string, err error) (Status, error) {
+	if err == nil {
+		return StatusOK, nil
+	}
+	if _, ok := errors.AsType[*TimeoutError](err); ok {
+		return StatusTimeout, err
+	}
+	if ctx.Err() != nil || Classify(err) == StatusTimeout {
+		return StatusTimeout, &TimeoutError{Step: step, Err: err}
+	}
+	return Classify(err), err
+}
+
 // tlsAlertNoApplicationProtocol is TLS alert 120 (RFC 7301 §3.2).
 const tlsAlertNoApplicationProtocol = 120
 
@@ -86,9 +123,12 @@ func Classify(err error) Status {
 		hostErr     x509.HostnameError
 		netErr      net.Error
 		h2Stream    http2.StreamError
+		timeout     *TimeoutError
 	)
 	switch {
-	case errors.Is(err, dnsmsg.ErrBadResponse), errors.Is(err, errBadLength), errors.Is(err, errBadHTTP):
+	case errors.As(err, &timeout):
+		return StatusTimeout
+	case errors.Is(err, dnsmsg.ErrBadResponse), errors.Is(err, errBadLength), errors.Is(err, errBadHTTP), errors.Is(err, errBadH3):
 		return StatusBadResponse
 	case errors.Is(err, errALPN):
 		return StatusALPNMismatch

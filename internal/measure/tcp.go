@@ -98,7 +98,7 @@ func tfoUsed(c net.Conn) *bool {
 
 // tcpExchange sends one length-prefixed DNS query (RFC 1035 §4.2.2) and reads the
 // response, timing from the first write to the complete valid response.
-func tcpExchange(c *timedConn, q dnsmsg.Query, seq int) Query {
+func tcpExchange(ctx context.Context, c *timedConn, q dnsmsg.Query, seq int) Query {
 	out := Query{Seq: seq, KeepaliveTimeout: -1}
 	msg, err := dnsmsg.Build(q)
 	if err != nil {
@@ -112,14 +112,14 @@ func tcpExchange(c *timedConn, q dnsmsg.Query, seq int) Query {
 	before := time.Now()
 	if _, err := c.Write(buf); err != nil {
 		out.StartedAt = before
-		out.Status, out.Err = Classify(err), fmt.Errorf("write query: %w", err)
+		out.Status, out.Err = failure(ctx, StepAnswer, fmt.Errorf("write query: %w", err))
 		return out
 	}
 	out.StartedAt = c.log.SentAt(before)
 	raw, err := readTCPMessage(c)
 	done := c.log.ArrivedBy(out.StartedAt, time.Now())
 	if err != nil {
-		out.Status, out.Err = Classify(err), err
+		out.Status, out.Err = failure(ctx, StepAnswer, err)
 		return out
 	}
 	return finishQuery(out, q, raw, done)
@@ -130,8 +130,8 @@ func tcpExchange(c *timedConn, q dnsmsg.Query, seq int) Query {
 // the kernel-timestamped TCP connection under c.
 func tcpQueries(ctx context.Context, req *Request, res *Result, c *timedConn) {
 	if req.streams() == 1 {
-		runQueries(ctx, req, res, func(_ context.Context, seq int, name string, qtype uint16, _ bool) Query {
-			return tcpExchange(c, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive, RcodeOnly: req.RcodeOnly}, seq)
+		runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
+			return tcpExchange(ctx, c, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive, RcodeOnly: req.RcodeOnly}, seq)
 		})
 		return
 	}

@@ -26,7 +26,9 @@ func Accepted(ctx context.Context, s *store.Store) ([]store.OptOutRequest, error
 
 // WriteBlocklist writes the accepted opt-outs to dir/optout.conf in zmap's format (one
 // CIDR a line, '#' comments with date and requester) atomically: a scan reading the file
-// at any moment sees the old list or the new one, never half of one.
+// at any moment sees the old list or the new one, never half of one. dir must exist: a
+// missing blocklist directory is the operator's to create (the scans refuse to run
+// without it), not this writer's.
 func WriteBlocklist(dir string, reqs []store.OptOutRequest, now time.Time) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# doqscan opt-outs: generated from the optout_requests table at %s.\n", now.UTC().Format(time.RFC3339))
@@ -39,9 +41,6 @@ func WriteBlocklist(dir string, reqs []store.OptOutRequest, now time.Time) (stri
 		}
 		seen[r.Prefix] = true
 		fmt.Fprintf(&b, "%s # %s opt-out by %s\n", r.Prefix, r.CreatedAt.UTC().Format("2006-01-02"), OneLine(r.Email))
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
 	}
 	path := filepath.Join(dir, OptOutFile)
 	tmp, err := os.CreateTemp(dir, ".optout-*.tmp")

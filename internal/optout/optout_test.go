@@ -50,6 +50,22 @@ func TestValidate(t *testing.T) {
 		{"192.0.2.1", "noc@example.net", strings.Repeat("x", MaxNoteLen+1), "note"},
 		{"192.0.2.1", "noc@example.net", "bell\x07", "note"},
 		{"192.0.2.1", "noc@example.net", "\xff\xfe", "note"},
+		// What an operator reads must read as what it is: no bidi override, no homoglyph
+		// domain (a Cyrillic а in a Latin label), no invisible characters.
+		{"192.0.2.1", "d\u202e@example.net", "", "email"},
+		{"192.0.2.1", "noc@ex\u0430mple.net", "", "email"},
+		{"192.0.2.1", "noc@\u0440\u0430ypal.com", "", "email"},
+		{"192.0.2.1", "noc@exa\u200bmple.net", "", "email"},
+		{"192.0.2.1", "noc@example.net\u202e", "", "email"},
+		{"192.0.2.1", "n\u00f6c@example.net", "", "email"},
+		{"192.0.2.1", "noc@-example.net", "", "email"},
+		{"192.0.2.1", "noc@example.net", "fine \u202eten\u202c", "note"},
+		{"192.0.2.1", "noc@example.net", "isolate \u2066x\u2069", "note"},
+		{"192.0.2.1", "noc@example.net", "mark \u200f", "note"},
+		{"192.0.2.1", "noc@example.net", "zero\u200bwidth", "note"},
+		{"192.0.2.1", "noc@example.net", "line\u2028separator", "note"},
+		{"192.0.2.1", "noc@example.net", "private \ue000", "note"},
+		{"192.0.2.1", "noc@example.net", "escape \x1b[31m", "note"},
 	}
 	for _, c := range cases {
 		r, err := Validate(c.rng, c.email, c.note, DefaultLimits)
@@ -66,9 +82,35 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateEmailDomains: an internationalised domain is accepted when it is a valid
+// IDNA2008 name with each label in one writing system, and kept in its ASCII form, so
+// that optout list and optout.conf show xn-- labels rather than letters that may look
+// like others; a note in any script (joiners included) is kept as written.
+func TestValidateEmailDomains(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"noc@example.net", "noc@example.net"},
+		{"NOC@Example.NET", "NOC@example.net"},
+		{"noc@b\u00fccher.de", "noc@xn--bcher-kva.de"},
+		{"noc@\u043f\u0440\u0438\u043c\u0435\u0440.\u0440\u0444", "noc@xn--e1afmkfd.xn--p1ai"},
+		{"noc@\u65e5\u672c\u8a9e\u30c9\u30e1\u30a4\u30f3.jp", "noc@xn--eckwd4c7c5976acvb2w6i.jp"},
+	} {
+		r, err := Validate("192.0.2.1", c.in, "", DefaultLimits)
+		if err != nil || r.Email != c.want {
+			t.Errorf("Validate(email %q) = %q, %v; want %q", c.in, r.Email, err, c.want)
+		}
+	}
+	note := "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645 \u2014 merci, \u0434\u044f\u043a\u0443\u044e\n\tline two"
+	if r, err := Validate("192.0.2.1", "noc@example.net", note, DefaultLimits); err != nil || r.Note != note {
+		t.Errorf("note %q: %q, %v", note, r.Note, err)
+	}
+}
+
 func FuzzValidate(f *testing.F) {
 	f.Add("192.0.2.0/24", "noc@example.net", "note")
 	f.Add("::/0", "a@b", "<")
+	f.Add("192.0.2.1", "d\u202e@example.net", "x\u2066y")
+	f.Add("192.0.2.1", "noc@ex\u0430mple.net", "")
+	f.Add("192.0.2.1", "noc@b\u00fccher.de", "\u200c")
 	f.Fuzz(func(t *testing.T, rng, email, note string) {
 		r, err := Validate(rng, email, note, DefaultLimits)
 		if err != nil {
@@ -76,6 +118,14 @@ func FuzzValidate(f *testing.F) {
 		}
 		if !r.Prefix.IsValid() || r.Prefix != r.Prefix.Masked() || strings.ContainsAny(r.Note+r.Email, "<>") {
 			t.Fatalf("accepted %+v", r)
+		}
+		for _, c := range r.Email {
+			if c <= ' ' || c > '~' {
+				t.Fatalf("accepted an email with %U: %+v", c, r)
+			}
+		}
+		if err := CheckText("note", r.Note, true); err != nil {
+			t.Fatalf("accepted a note that CheckText refuses (%v): %+v", err, r)
 		}
 		min := DefaultLimits.MinBitsV4
 		if r.Prefix.Addr().Is6() {

@@ -10,7 +10,6 @@ import (
 	"net/mail"
 	"net/netip"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -118,6 +117,12 @@ func Validate(rangeField, email, note string, lim Limits) (Request, error) {
 	if hasMarkup(email) {
 		return Request{}, &FieldError{"email", "HTML is not accepted"}
 	}
+	if email, err = asciiEmail(email); err != nil {
+		return Request{}, err
+	}
+	if len(email) > MaxEmailLen {
+		return Request{}, &FieldError{"email", "enter a contact email address (at most 254 characters, the domain in ASCII)"}
+	}
 	note = strings.TrimSpace(note)
 	if !utf8.ValidString(note) {
 		return Request{}, &FieldError{"note", "the note is not valid UTF-8 text"}
@@ -128,10 +133,8 @@ func Validate(rangeField, email, note string, lim Limits) (Request, error) {
 	if hasMarkup(note) {
 		return Request{}, &FieldError{"note", "HTML or script is not accepted in the note; plain text only"}
 	}
-	for _, r := range note {
-		if unicode.IsControl(r) && r != '\n' && r != '\r' && r != '\t' {
-			return Request{}, &FieldError{"note", "the note contains control characters"}
-		}
+	if err := CheckText("note", note, true); err != nil {
+		return Request{}, err
 	}
 	return Request{Prefix: p, Email: email, Note: note}, nil
 }

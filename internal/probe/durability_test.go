@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,4 +149,36 @@ func TestReplayEmptyAndPartial(t *testing.T) {
 	if r.Status != "ok" || r.ScanStatus != "ok" || r.Truncated || r.Replies != 101 || r.Inserted != 2 {
 		t.Errorf("complete file: %+v; want ok/ok, 101 replies, 2 new rows", r)
 	}
+}
+
+// TestStreamCSVFullDiskIsNotTheDatabase: a raw file that cannot be written (a full disk:
+// /dev/full answers every write with ENOSPC) stops the stream with the file's error,
+// which is not "database unavailable" (it was: exit code 3, and the rows were counted as
+// deferred to a raw file that never held them). No row reaches the database before its
+// line is on disk.
+func TestStreamCSVFullDiskIsNotTheDatabase(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("/dev/full: %v (needed to simulate a full disk)", err)
+	}
+	defer full.Close()
+	s := storetest.OpenVantage(t, "full")
+	ctx := context.Background()
+	scanID, _, err := s.StartScan(ctx, store.Scan{ISOWeek: "2026-W47", VantageID: "full", Ports: []int32{784}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := NewIngest(s, scanID, testClassifier(t), nil)
+	err = StreamCSV(ctx, bytes.NewReader(syntheticCSV(t, 3000)), full, 784, in, 50*time.Millisecond)
+	if err == nil || !errors.Is(err, syscall.ENOSPC) || store.IsUnavailable(err) || errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("StreamCSV onto a full disk: %v; want ENOSPC, not the database's unavailability", err)
+	}
+	if in.Deferred != 0 {
+		t.Errorf("%d rows counted as deferred to a raw file that holds none of them", in.Deferred)
+	}
+	var n int64
+	if err := s.Pool.QueryRow(ctx, "SELECT count(*) FROM scan_replies WHERE scan_id = $1", scanID).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d rows in the database (%v) whose lines never reached the raw file", n, err)
+	}
+	t.Log(err)
 }

@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -90,15 +90,17 @@ var ErrNothingRecovered = errors.New("no reply recovered")
 // run stays 'ok'); then the scan: 'ok' when every port is, else a scan left 'running'
 // becomes 'interrupted'. A file with no data line of a port zmap did not finish returns
 // the result and ErrNothingRecovered. A missing file or manifest wraps os.ErrNotExist.
-func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logger) (*ReplayResult, error) {
+func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logger) (_ *ReplayResult, retErr error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if _, err := os.Stat(csvPath); err != nil {
+	if f, err := listfile.Open(csvPath); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
+	} else {
+		f.Close()
 	}
 	dir := filepath.Dir(csvPath)
-	mb, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	mb, err := listfile.ReadAll(filepath.Join(dir, "manifest.json"), 0)
 	if err != nil {
 		return nil, fmt.Errorf("replay %s: the scan's manifest.json must be next to it: %w", csvPath, err)
 	}
@@ -106,6 +108,16 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 	if err := json.Unmarshal(mb, &man); err != nil {
 		return nil, fmt.Errorf("replay: manifest: %w", err)
 	}
+	// Not while a run of the same scan sends: its ports are not settled yet.
+	ctx, release, err := holdScanLock(ctx, s, ScanLockKey(man.Week, man.Vantage, man.Label, man.Shard), log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if lost := release(); lost != nil {
+			retErr = errors.Join(retErr, lost)
+		}
+	}()
 	filePorts, _, err := ParseRawName(csvPath)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
@@ -185,7 +197,7 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 		}
 		runs[p] = run
 	}
-	f, err := os.Open(csvPath)
+	f, err := listfile.Open(csvPath)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +248,7 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 // readProbe reads a probe file kept with a scan and returns its bytes and the probe
 // parsed from them.
 func readProbe[T any](path string, parse func([]byte) (T, error)) ([]byte, T, error) {
-	b, err := os.ReadFile(path)
+	b, err := listfile.ReadAll(path, 0)
 	if err != nil {
 		var zero T
 		return nil, zero, err

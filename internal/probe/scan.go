@@ -259,10 +259,39 @@ func PrepareSafety(ctx context.Context, s *store.Store, targets []netip.Prefix, 
 	return safety, nil
 }
 
+// ScanLockKey is the advisory lock of a scan (store.RunKey): its week, vantage point,
+// label and shard, the natural key of the scans row. zprobe scan, send and ingest take
+// it, so one process at a time sends, or settles, a scan.
+func ScanLockKey(week, vantage, label string, shard int) string {
+	return store.RunKey("scan", week, vantage, label, strconv.Itoa(shard))
+}
+
+// holdScanLock takes the scan's lock for a run with a store (HoldLock: a second run of
+// the scan gets a *store.LockedError, exit 75, before it writes or sends anything) and
+// returns the run's context (cancelled if another run takes the lock while this one's
+// connection is down) and the function that releases it and reports that loss. Without
+// a store there is no lock.
+func holdScanLock(ctx context.Context, s *store.Store, key string, log *slog.Logger) (context.Context, func() error, error) {
+	if s == nil {
+		return ctx, func() error { return nil }, nil
+	}
+	return s.HoldLock(ctx, key, store.RetryPolicy{}, log)
+}
+
 // Scan runs zmap once per port, streams every reply through the classifier into the
-// store while zmap runs, keeps zmap's raw CSV on disk, and returns the summary.
-func Scan(ctx context.Context, c ScanConfig) (*Summary, error) {
+// store while zmap runs, keeps zmap's raw CSV on disk, and returns the summary. It
+// holds the scan's lock (ScanLockKey) throughout.
+func Scan(ctx context.Context, c ScanConfig) (_ *Summary, retErr error) {
 	c.defaults()
+	ctx, release, err := holdScanLock(ctx, c.Store, ScanLockKey(c.Week, c.VantageID, c.Label, c.Shard), c.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if lost := release(); lost != nil {
+			retErr = errors.Join(retErr, lost)
+		}
+	}()
 	log := c.Log
 	safety := c.Safety
 	if safety == nil {

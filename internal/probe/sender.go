@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"strings"
@@ -51,14 +52,23 @@ type target struct {
 // Send probes every (address, port) of the hitlist at the configured rate and ingests
 // the replies. An address outside the allowlist refuses the whole run before any packet
 // is sent; a blocklisted address is skipped and counted.
-func Send(ctx context.Context, c SendConfig) (*Summary, error) {
+func Send(ctx context.Context, c SendConfig) (_ *Summary, retErr error) {
 	if c.Label == "" {
 		c.Label = "hitlist"
 	}
 	defaultRun(&c.Log, &c.Week, &c.QUICPorts, &c.DNSPorts, &c.QUIC, &c.DNS)
-	if c.Rate <= 0 {
-		return nil, fmt.Errorf("%w: send needs a rate above 0 probes/s, got %v", ErrBadRate, c.Rate)
+	if !(c.Rate >= MinSendRate && c.Rate <= MaxRate) { // NaN too
+		return nil, fmt.Errorf("%w: send needs a rate of %v..%d probes/s, got %v", ErrBadRate, MinSendRate, MaxRate, c.Rate)
 	}
+	ctx, release, err := holdScanLock(ctx, c.Store, ScanLockKey(c.Week, c.VantageID, c.Label, 0), c.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if lost := release(); lost != nil {
+			retErr = errors.Join(retErr, lost)
+		}
+	}()
 	if c.Cooldown <= 0 {
 		c.Cooldown = 3 * time.Second
 	}
@@ -96,7 +106,7 @@ func Send(ctx context.Context, c SendConfig) (*Summary, error) {
 			return nil, err
 		}
 		pv := int64(c.QUIC.Version)
-		r := int32(c.Rate)
+		r := int32(math.Round(c.Rate)) // MinSendRate..MaxRate: inside an int32
 		var tg []string
 		for _, t := range c.Safety.Targets {
 			tg = append(tg, t.String())
@@ -279,7 +289,7 @@ func ReadHitlist(path string) ([]netip.Addr, error) {
 	out := make([]netip.Addr, 0, len(ps))
 	for _, p := range ps {
 		if !p.IsSingleIP() {
-			return nil, fmt.Errorf("hitlist %s: %s is a prefix, want addresses", path, p)
+			return nil, fmt.Errorf("%w: hitlist %s: %s is a prefix, want addresses", ErrBadTargets, path, p)
 		}
 		out = append(out, p.Addr())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -162,4 +163,16 @@ func enableIPv6Loopback(t *testing.T) {
 		return
 	}
 	t.Cleanup(func() { os.WriteFile(knob, old, 0o644) })
+}
+
+// TestSendRefusesRatesThatWrap: a rate that is not a number of probes per second in
+// MinSendRate..MaxRate (NaN sent as fast as possible and was stored as rate_pps
+// -2147483648) is refused before anything is opened or sent.
+func TestSendRefusesRatesThatWrap(t *testing.T) {
+	for _, r := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -1, 0, 0.5, 3e9, MaxRate + 1} {
+		_, err := Send(context.Background(), SendConfig{VantageID: "x", Rate: r})
+		if !errors.Is(err, ErrBadRate) {
+			t.Errorf("rate %v: %v, want %v", r, err, ErrBadRate)
+		}
+	}
 }

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"slices"
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/labnet"
+	"github.com/doqscan/doqscan/internal/listfile"
 )
 
 // Safety is the target policy every sender obeys: targets come from explicit prefixes
@@ -36,9 +36,10 @@ func ReadPrefixes(r io.Reader, name string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// ReadPrefixFile reads ReadPrefixes from a file.
+// ReadPrefixFile reads ReadPrefixes from a file (opened with listfile.Open: a file that
+// cannot be opened, or is not a regular file, is a *listfile.OpenError).
 func ReadPrefixFile(path string) ([]netip.Prefix, error) {
-	f, err := os.Open(path)
+	f, err := listfile.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -96,8 +96,8 @@ func (z ZmapRun) Args() ([]string, error) {
 		return nil, fmt.Errorf("%w: zmap needs a rate (packets/s) or a bandwidth: without either it sends at its built-in default, never an unstated rate", ErrBadRate)
 	case z.Rate != 0 && z.Bandwidth != "":
 		return nil, fmt.Errorf("%w: give zmap a rate or a bandwidth, not both (zmap derives its rate from the bandwidth)", ErrBadRate)
-	case z.Rate < 0 && z.Rate != RateUnlimited:
-		return nil, fmt.Errorf("%w: %d packets/s", ErrBadRate, z.Rate)
+	case (z.Rate < 0 && z.Rate != RateUnlimited) || z.Rate > MaxRate:
+		return nil, fmt.Errorf("%w: %d packets/s, want 1..%d", ErrBadRate, z.Rate, MaxRate)
 	}
 	if shards > 1 && z.Seed == nil {
 		return nil, ErrSeedShards
@@ -160,6 +160,28 @@ func (z ZmapRun) Args() ([]string, error) {
 // RateUnlimited as ZmapRun.Rate (zprobe scan --rate -1) sends as fast as zmap can
 // (zmap -r 0): the benchmark's setting, never a production one.
 const RateUnlimited = -1
+
+// Bounds of a scan's settings (zprobe's flags). zmap reads its numbers into C ints and
+// narrower (a --rate of 2^32 reached it as 0, "no limit"): every value handed to it is
+// checked against these first.
+const (
+	// MaxRate bounds ZmapRun.Rate and SendConfig.Rate (packets/s): beyond what any link
+	// zmap drives carries (10 GbE is 14.9 M minimum-size frames/s), far inside an int32
+	// (zmap's -r, scans.rate_pps).
+	MaxRate = 100_000_000
+	// MinSendRate is the slowest rate of the built-in sender (packets/s; scans.rate_pps
+	// stores whole packets per second).
+	MinSendRate = 1
+	// MaxShards bounds ZmapRun.Shards (zmap --shards).
+	MaxShards = 255
+	// MaxSenderThreads bounds ZmapRun.SenderThreads (zmap -T; zmap numbers its sender
+	// threads in 8 bits).
+	MaxSenderThreads = 255
+	// MaxProbesPerHost bounds ZmapRun.ProbesPerHost (zmap -P).
+	MaxProbesPerHost = 255
+	// MaxCooldownSeconds bounds ZmapRun.Cooldown (zmap -c), a day.
+	MaxCooldownSeconds = 86400
+)
 
 // ZmapStatus is one of zmap's once-a-second status lines on stderr, e.g.
 // " 0:01 97%; send: 256 done (1.28 Kp/s avg); recv: 98 96 p/s (84 p/s avg); drops: 0 p/s (0 p/s avg); hitrate: 38.28%".

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -321,4 +322,39 @@ func TestInternetWideNeedsConfirmation(t *testing.T) {
 	if runs := zmapRuns(t, argvLog); len(runs) != 0 {
 		t.Fatalf("zmap ran: %q", runs)
 	}
+}
+
+// TestZmapFullDisk: a scan whose --out is on a full file system (a small tmpfs, filled)
+// fails with the disk's error, which is neither "database unavailable" (it was: exit
+// code 3) nor lost: the scan and its ports are recorded as failed, not interrupted.
+func TestZmapFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs to fill needs root")
+	}
+	out := t.TempDir()
+	if err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "doqscan-fulldisk", out).Run(); err != nil {
+		t.Skipf("mount tmpfs: %v (needed to simulate a full disk)", err)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", out).Run() })
+	filler, err := os.Create(filepath.Join(out, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for err == nil {
+		_, err = filler.Write(make([]byte, 4096))
+	}
+	filler.Close()
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the tmpfs: %v", err)
+	}
+	bin, _ := buildFakeZmap(t)
+	s := storetest.Open(t)
+	sum, err := Scan(context.Background(), fakeScanConfig(t, s, bin, out))
+	if err == nil || !errors.Is(err, syscall.ENOSPC) || store.IsUnavailable(err) || errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("scan onto a full disk: %v; want ENOSPC, not the database's unavailability", err)
+	}
+	if sum != nil && sum.Status != store.RunFailed {
+		t.Errorf("scan status %s, want %s", sum.Status, store.RunFailed)
+	}
+	t.Log(err)
 }

@@ -53,6 +53,8 @@ func TestZmapArgsSafety(t *testing.T) {
 		{"no rate, no bandwidth (zmap's unstated default)", func(z *ZmapRun) { z.Rate = 0 }, ErrBadRate},
 		{"rate and bandwidth", func(z *ZmapRun) { z.Bandwidth = "1G" }, ErrBadRate},
 		{"negative rate", func(z *ZmapRun) { z.Rate = -7 }, ErrBadRate},
+		{"rate zmap's int would wrap to 0", func(z *ZmapRun) { z.Rate = 1 << 32 }, ErrBadRate},
+		{"rate above MaxRate", func(z *ZmapRun) { z.Rate = MaxRate + 1 }, ErrBadRate},
 	}
 	for _, c := range cases {
 		z := base

@@ -48,7 +48,8 @@ func Transient(err error) bool {
 // RetryPolicy says how long work waits for an unavailable database.
 type RetryPolicy struct {
 	// Deadline is how long the database may stay unavailable (counted from the first
-	// failed attempt) before Retry gives up with ErrUnavailable.
+	// failed attempt) before Retry gives up with ErrUnavailable; NoDeadline: until the
+	// context ends.
 	Deadline time.Duration
 	// Attempt bounds one attempt (a hung server, or a network that drops packets, never
 	// fails a statement by itself); 0: DefaultAttemptTimeout.
@@ -59,6 +60,10 @@ type RetryPolicy struct {
 	// Attrs, if set, adds attributes to every warning (e.g. how much work is waiting).
 	Attrs func() []any
 }
+
+// NoDeadline is RetryPolicy.Deadline for work that waits for the database as long as
+// its context lasts.
+const NoDeadline time.Duration = -1
 
 // DefaultAttemptTimeout bounds one attempt of a retried database operation.
 const DefaultAttemptTimeout = 30 * time.Second
@@ -102,16 +107,19 @@ func Retry(ctx context.Context, p RetryPolicy, log *slog.Logger, what string, fn
 			first = time.Now()
 		}
 		outage := time.Since(first)
-		if outage >= p.Deadline || ctx.Err() != nil {
+		if (p.Deadline != NoDeadline && outage >= p.Deadline) || ctx.Err() != nil {
 			log.Error("database unavailable: giving up on "+what, append([]any{"attempts", attempt,
 				"outage", outage.Round(time.Millisecond), "deadline", p.Deadline, "err", oneLine(err)}, attrs(p)...)...)
 			return fmt.Errorf("%w: %s: still failing after %v (%d attempts; deadline %v): %s",
 				ErrUnavailable, what, outage.Round(time.Millisecond), attempt, p.Deadline, oneLine(err))
 		}
-		wait := min(backoff, p.Deadline-outage)
+		wait, deadline := backoff, any("none")
+		if p.Deadline != NoDeadline {
+			wait, deadline = min(backoff, p.Deadline-outage), p.Deadline
+		}
 		log.Warn("waiting for database: "+what+" failed, retrying", append([]any{"attempt", attempt,
 			"retry_in", wait.Round(time.Millisecond), "outage", outage.Round(time.Millisecond),
-			"deadline", p.Deadline, "err", oneLine(err)}, attrs(p)...)...)
+			"deadline", deadline, "err", oneLine(err)}, attrs(p)...)...)
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:

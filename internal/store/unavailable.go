@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"strings"
-	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -17,6 +17,12 @@ import (
 // up, a dead pooled connection), as opposed to an error of the statement itself. A
 // caller may wait for the database and retry the operation: every write of this
 // package is idempotent.
+//
+// Only errors of the database's connection count: pgconn's (connect errors, SQLSTATE
+// class 08 and 57P01..57P03, a closed connection, what pgconn says is safe to retry) and
+// a *net.OpError (a socket's dial, read or write), or a deadline. An error of a local
+// file is not one, whatever its errno: syscall.Errno satisfies net.Error, and a full disk
+// under the raw output (ENOSPC) was reported as "database unavailable" (exit code 3).
 func IsUnavailable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) { // the caller gave up, not the database
 		return false
@@ -31,13 +37,15 @@ func IsUnavailable(err error) bool {
 		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
 	}
 	var connErr *pgconn.ConnectError
-	var netErr net.Error
+	var opErr *net.OpError
+	var pathErr *fs.PathError
 	switch {
-	case errors.As(err, &connErr), errors.As(err, &netErr):
+	case errors.As(err, &connErr), errors.As(err, &opErr):
 		return true
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, syscall.ENOENT):
+	case errors.As(err, &pathErr):
+		return false // a file's error (the raw output, a spill file), not the connection's
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, net.ErrClosed):
 		return true
 	}
 	return errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err)

@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
 	"github.com/doqscan/doqscan/internal/testbed/proc"
 )
@@ -37,12 +40,15 @@ func DelayLineMain(args []string) int {
 	table := fs.String("table", "", "path table file (see docs/testbed.md); SIGHUP re-reads it")
 	stats := fs.String("stats", "", "write JSON counters here every second")
 	control := fs.String("control", "", "Unix socket for run-time path overrides (testnet path set/reset)")
-	seed := fs.Uint64("seed", 1, "seed of the loss/jitter RNG")
-	lead := fs.Duration("lead", 0, "release packets this much before their deadline (wake-up latency compensation)")
+	var seed uint64
+	var lead, quantum time.Duration
+	var queues int
+	cli.Uint64Var(fs, &seed, "seed", 1, 0, math.MaxUint64, "seed of the loss/jitter RNG")
+	cli.DurationVar(fs, &lead, "lead", 0, 0, time.Second, "release packets this much before their deadline (wake-up latency compensation)")
 	rt := fs.Bool("realtime", true, "run the reader and release threads SCHED_FIFO (root)")
 	qos := fs.Bool("hold-cpu-latency", true, "hold /dev/cpu_dma_latency at 0 while running (idle CPUs poll instead of halting; see docs/testbed.md)")
-	queues := fs.Int("queues", delayline.DefaultQueues, "TUN queues, one worker thread each (the kernel hashes flows onto them)")
-	quantum := fs.Duration("quantum", delayline.DefaultQuantum, "a wake-up also releases packets due within this much after the first (fewer wake-ups under load; see docs/testbed.md); negative: none")
+	cli.IntVar(fs, &queues, "queues", delayline.DefaultQueues, 1, 256, "TUN queues, one worker thread each (the kernel hashes flows onto them)")
+	cli.DurationVar(fs, &quantum, "quantum", delayline.DefaultQuantum, -time.Second, time.Second, "a wake-up also releases packets due within this much after the first (fewer wake-ups under load; see docs/testbed.md); negative: none")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -54,7 +60,7 @@ func DelayLineMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := delayline.Serve(ctx, delayline.ServeConfig{
-		TUN: *tun, TableFile: *table, StatsFile: *stats, ControlSocket: *control, Seed: *seed, Lead: *lead, RealTime: *rt, Queues: *queues, Quantum: *quantum, HoldCPULatency: *qos,
+		TUN: *tun, TableFile: *table, StatsFile: *stats, ControlSocket: *control, Seed: seed, Lead: lead, RealTime: *rt, Queues: queues, Quantum: quantum, HoldCPULatency: *qos,
 		Ready: proc.SignalReady, Log: log,
 	})
 	if err != nil {

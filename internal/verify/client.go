@@ -63,8 +63,9 @@ type Config struct {
 
 // Limits of the per-target settings (the flags' ranges), checked by Validate.
 const (
-	MaxTimeout        = 5 * time.Minute // --handshake-timeout, --query-timeout, --target-timeout
-	MaxSNIAttemptsCap = 16              // --max-sni-attempts
+	MinTimeout        = time.Millisecond // --handshake-timeout, --query-timeout, --target-timeout
+	MaxTimeout        = 5 * time.Minute
+	MaxSNIAttemptsCap = 16 // --max-sni-attempts
 )
 
 // Validate checks the settings: every timeout in 1ms..MaxTimeout, the SNI attempts in
@@ -72,9 +73,9 @@ const (
 // them with the defaults first); errors are usage errors naming the flag.
 func (c *Config) Validate() error {
 	if err := cli.FirstError(
-		cli.InRange("handshake-timeout", c.HandshakeTimeout, time.Millisecond, MaxTimeout),
-		cli.InRange("query-timeout", c.QueryTimeout, time.Millisecond, MaxTimeout),
-		cli.InRange("target-timeout", c.TargetTimeout, time.Millisecond, MaxTimeout),
+		cli.InRange("handshake-timeout", c.HandshakeTimeout, MinTimeout, MaxTimeout),
+		cli.InRange("query-timeout", c.QueryTimeout, MinTimeout, MaxTimeout),
+		cli.InRange("target-timeout", c.TargetTimeout, MinTimeout, MaxTimeout),
 		cli.InRange("max-sni-attempts", c.MaxSNIAttempts, 1, MaxSNIAttemptsCap),
 	); err != nil {
 		return err
@@ -223,9 +224,12 @@ func (v *Verifier) Verify(ctx context.Context, t Target) Result {
 	ctx, cancel := context.WithTimeout(ctx, v.cfg.TargetTimeout)
 	defer cancel()
 	start := time.Now()
-	first := v.try(ctx, t, "")
+	first := v.try(ctx, t, "", v.cfg.ALPNs)
 	res := first.result(t, SNINone)
 	res.Attempts = 1
+	if refusesEveryALPN(first.err) {
+		return v.retryWithoutALPN(ctx, t, res, start)
+	}
 	if first.hsDone || !suggestsSNI(first.err, len(first.certSeen) > 0) {
 		res.At = start
 		return res
@@ -255,7 +259,7 @@ func (v *Verifier) Verify(ctx context.Context, t Target) Result {
 			break
 		}
 		tried = append(tried, c.name)
-		a := v.try(ctx, t, c.name)
+		a := v.try(ctx, t, c.name, v.cfg.ALPNs)
 		res.Attempts++
 		if a.hsDone {
 			r := a.result(t, c.source)
@@ -275,6 +279,34 @@ func (v *Verifier) Verify(ctx context.Context, t Target) Result {
 	} else {
 		res.Detail += fmt.Sprintf("; retried with %d name(s) %s, none completed the handshake", len(tried), strings.Join(tried, ","))
 	}
+	return res
+}
+
+// refusesEveryALPN says whether a handshake failed because the server refused every
+// ALPN we offered: its TLS alert no_application_protocol (120, QUIC CRYPTO_ERROR 0x178).
+func refusesEveryALPN(err error) bool {
+	alert, remote, ok := tlsAlert(err)
+	return ok && remote && alert == alertNoApplicationProto
+}
+
+// retryWithoutALPN makes one more attempt offering no ALPN at all, for a server that
+// refused every DoQ ALPN (res, the quic-not-doq result of the first attempt): some
+// servers accept only such connections (rustls/quinn with no ALPN configured refuse any
+// offered protocol). If the handshake completes and a DNS query framed as RFC 9250
+// (doq.NoALPNFraming) gets a well-formed reply, the target is doq-no-alpn with that
+// connection's records (ALPN empty); otherwise it stays quic-not-doq, its detail saying
+// what the attempt without ALPN met.
+func (v *Verifier) retryWithoutALPN(ctx context.Context, t Target, res Result, start time.Time) Result {
+	a := v.try(ctx, t, "", nil)
+	res.Attempts++
+	res.At = start
+	if a.hsDone && a.outcome == OutcomeDoQNoALPN {
+		r := a.result(t, SNINone)
+		r.Attempts, r.At = res.Attempts, start
+		r.Detail = fmt.Sprintf("%s (with every DoQ ALPN: %s)", r.Detail, res.Detail)
+		return r
+	}
+	res.Detail += "; without ALPN: " + a.detail
 	return res
 }
 
@@ -321,9 +353,9 @@ func (c *connectedConn) SetWriteDeadline(t time.Time) error        { return c.c.
 func (c *connectedConn) SetReadBuffer(int) error  { return nil }
 func (c *connectedConn) SetWriteBuffer(int) error { return nil }
 
-// try makes one connection attempt with server name sni ("" = none) and, if the
-// handshake completes, one DNS exchange.
-func (v *Verifier) try(ctx context.Context, t Target, sni string) *attempt {
+// try makes one connection attempt with server name sni ("" = none) offering alpns (none
+// at all when empty) and, if the handshake completes, one DNS exchange.
+func (v *Verifier) try(ctx context.Context, t Target, sni string, alpns []string) *attempt {
 	a := &attempt{sni: sni}
 	raddr := net.UDPAddrFromAddrPort(t.Addr)
 	uc, err := net.DialUDP("udp", nil, raddr)
@@ -340,7 +372,7 @@ func (v *Verifier) try(ctx context.Context, t Target, sni string) *attempt {
 		// We verify the chain ourselves after the handshake (cert_valid_for_sni): a scan
 		// must see every server, valid certificate or not.
 		InsecureSkipVerify: true,
-		NextProtos:         v.cfg.ALPNs,
+		NextProtos:         alpns,
 		MinVersion:         tls.VersionTLS13,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			mu.Lock()
@@ -390,12 +422,20 @@ func (v *Verifier) try(ctx context.Context, t Target, sni string) *attempt {
 		a.res.CertValid = &ok
 	}
 	framing, err := doq.FramingFor(a.res.ALPN)
+	noALPN := len(alpns) == 0 && a.res.ALPN == ""
+	if noALPN {
+		framing, err = doq.NoALPNFraming, nil
+	}
 	if err != nil {
 		a.outcome, a.detail = OutcomeQUICNotDoQ, fmt.Sprintf("server selected ALPN %q", a.res.ALPN)
 		return a
 	}
 	var qerr error
 	a.outcome, a.detail, a.res.Rcode, a.res.Answers, qerr = v.exchange(ctx, conn, framing)
+	if noALPN && a.res.Rcode != nil && isResolverOutcome(a.outcome) {
+		// A well-formed reply (any rcode, kept in dns_rcode) without any ALPN.
+		a.outcome, a.detail = OutcomeDoQNoALPN, fmt.Sprintf("no ALPN, %s framing (RFC 9250): %s", framing, a.detail)
+	}
 	if _, _, ok := tlsAlert(qerr); ok {
 		// A TLS alert after Dial returned: the client had sent its Finished but the
 		// server rejected the handshake (TLS 1.3 client authentication, RFC 8446 §4.4.2).

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -39,7 +40,7 @@ var weekRE = regexp.MustCompile(`^[0-9]{4}-W(0[1-9]|[1-4][0-9]|5[0-3])$`)
 func (f *Flags) Register(fs *flag.FlagSet) {
 	f.fs = fs
 	cfg := &f.Config
-	fs.Int64Var(&f.scanID, "scan-id", 0, "verify this scan's QUIC hosts (default: the latest scan)")
+	cli.Int64Var(fs, &f.scanID, "scan-id", 0, 0, math.MaxInt64, "verify this scan's QUIC hosts (default: the latest scan)")
 	fs.StringVar(&cfg.Scan.Week, "week", "", "verify the QUIC hosts of this ISO week's scans (YYYY-Www, all shards); also names the run (default: $DOQSCAN_RUN_KEY under jobrun, else the latest scan)")
 	fs.StringVar(&cfg.Scan.Label, "scan-label", "weekly", "label of the scans to take (with --week or the latest)")
 	fs.StringVar(&cfg.Scan.Vantage, "scan-vantage", "", "vantage point of the scans to take (default: --vantage, this one's own; '*': every vantage point's, the shards of a scan split over machines)")
@@ -50,18 +51,18 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.alpns, "alpns", strings.Join(doq.ALPNs(), ","), "DoQ ALPNs offered, highest first")
 	fs.StringVar(&f.versions, "quic-versions", "v1,v2", "QUIC versions offered (quic-go supports v1 and v2)")
 	fs.StringVar(&f.names, "sni-names", "", "server names to retry with when a host seems to require SNI (comma-separated)")
-	fs.IntVar(&cfg.Verify.MaxSNIAttempts, "max-sni-attempts", DefaultMaxSNIAttempts, "retries with server names per target, 1..16")
+	cli.IntVar(fs, &cfg.Verify.MaxSNIAttempts, "max-sni-attempts", DefaultMaxSNIAttempts, 1, MaxSNIAttemptsCap, "retries with server names per target")
 	fs.StringVar(&cfg.Verify.QueryName, "query-name", DefaultQueryName, "name of the A query (RD set) sent over DoQ")
-	fs.DurationVar(&cfg.Verify.HandshakeTimeout, "handshake-timeout", DefaultHandshakeTimeout, "QUIC+TLS handshake timeout per attempt, 1ms..5m (the study: 2s)")
-	fs.DurationVar(&cfg.Verify.QueryTimeout, "query-timeout", DefaultQueryTimeout, "DNS exchange timeout after the handshake, 1ms..5m")
-	fs.DurationVar(&cfg.Verify.TargetTimeout, "target-timeout", DefaultTargetTimeout, "overall deadline per target, retries included, 1ms..5m")
+	cli.DurationVar(fs, &cfg.Verify.HandshakeTimeout, "handshake-timeout", DefaultHandshakeTimeout, MinTimeout, MaxTimeout, "QUIC+TLS handshake timeout per attempt (the study: 2s)")
+	cli.DurationVar(fs, &cfg.Verify.QueryTimeout, "query-timeout", DefaultQueryTimeout, MinTimeout, MaxTimeout, "DNS exchange timeout after the handshake")
+	cli.DurationVar(fs, &cfg.Verify.TargetTimeout, "target-timeout", DefaultTargetTimeout, MinTimeout, MaxTimeout, "overall deadline per target, retries included")
 	fs.StringVar(&f.roots, "roots", "", "PEM root certificates for cert_valid_for_sni (default: the system pool)")
-	fs.IntVar(&cfg.Concurrency, "concurrency", DefaultConcurrency, "targets verified in parallel, 1..10000")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "new targets per second, 0..1e6 (0 = no limit)")
+	cli.IntVar(fs, &cfg.Concurrency, "concurrency", DefaultConcurrency, 1, MaxConcurrency, "targets verified in parallel")
+	cli.FloatVar(fs, &cfg.Rate, "rate", 0, 0, MaxRate, "new targets per second (0 = no limit)")
 	fs.StringVar(&cfg.CityDB, "geoip-city", "", "MaxMind City mmdb (with --geoip-asn) for resolver_geo")
 	fs.StringVar(&cfg.ASNDB, "geoip-asn", "", "MaxMind ASN mmdb (with --geoip-city)")
-	fs.IntVar(&cfg.BatchSize, "batch", DefaultBatchSize, "results per database write, 1..100000")
-	fs.DurationVar(&cfg.Progress, "progress", DefaultProgress, "progress log interval, 100ms..1h")
+	cli.IntVar(fs, &cfg.BatchSize, "batch", DefaultBatchSize, 1, MaxBatchSize, "results per database write")
+	cli.DurationVar(fs, &cfg.Progress, "progress", DefaultProgress, MinProgress, MaxProgress, "progress log interval")
 	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
 	fs.BoolVar(&f.JSON, "json", false, "print the summary as JSON on stdout")
 	fs.StringVar(&cfg.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")

@@ -26,6 +26,7 @@ const (
 	OutcomeRefused         Outcome = "doq-refused"
 	OutcomeDNSError        Outcome = "doq-dns-error"
 	OutcomeQUICNotDoQ      Outcome = "quic-not-doq"
+	OutcomeDoQNoALPN       Outcome = "doq-no-alpn"
 	OutcomeVersionMismatch Outcome = "version-mismatch"
 	OutcomeSNIRequired     Outcome = "sni-required"
 	OutcomeTimeout         Outcome = "timeout"
@@ -41,6 +42,7 @@ var Outcomes = outcome.Table[Outcome]{
 	{Status: OutcomeRefused, Meaning: "DoQ handshake ok, the answer is REFUSED"},
 	{Status: OutcomeDNSError, Meaning: "DoQ handshake ok, a well-formed reply with another rcode (SERVFAIL, ...)"},
 	{Status: OutcomeQUICNotDoQ, Meaning: "QUIC, but none of our DoQ ALPNs accepted (no_application_protocol)"},
+	{Status: OutcomeDoQNoALPN, Meaning: "every DoQ ALPN refused (no_application_protocol), but a handshake offering no ALPN completed and a DNS query over it (RFC 9250 framing) got a well-formed reply (any rcode)"},
 	{Status: OutcomeVersionMismatch, Meaning: "no common QUIC version (the server's list is in the detail)"},
 	{Status: OutcomeSNIRequired, Meaning: "refused without a server name, and no name we tried worked"},
 	{Status: OutcomeTimeout, Meaning: "no complete handshake within the timeout, or no reply within the query timeout"},

@@ -142,7 +142,7 @@ type VersionCount struct {
 // resolvers and their locations, and returns the summary. Starting the same run (week,
 // vantage, label) again resumes it: targets already verified are skipped, and rows
 // written twice are not duplicated.
-func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (*Summary, error) {
+func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (_ *Summary, retErr error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -195,6 +195,18 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 			return nil, err
 		}
 	}
+
+	// One process at a time verifies a run (week, vantage, label): a second one ends
+	// here with a *store.LockedError (exit 75) before it contacts anything.
+	ctx, release, err := s.HoldLock(ctx, LockKey(sum.Week, cfg.Vantage, cfg.Label), store.RetryPolicy{}, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if lost := release(); lost != nil {
+			retErr = errors.Join(retErr, lost)
+		}
+	}()
 
 	// Geo databases and the run row.
 	var gdb *geo.DB
@@ -275,6 +287,12 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		runErr = err
 	}
 	return sum, runErr
+}
+
+// LockKey is the advisory lock of a verification run (store.RunKey): its week,
+// vantage point and label, the natural key of verification_runs.
+func LockKey(week, vantage, label string) string {
+	return store.RunKey("verify", week, vantage, label)
 }
 
 func doneTargets(ctx context.Context, s *store.Store, runID int64) (map[netip.AddrPort]bool, error) {
@@ -626,7 +644,7 @@ func (s *Summary) WriteText(w io.Writer) {
 	if len(s.Versions) > 0 {
 		fmt.Fprintf(w, "\nDoQ ALPN   QUIC   handshakes\n")
 		for _, v := range s.Versions {
-			fmt.Fprintf(w, "%-10s %-6s %6d\n", v.ALPN, v.QUICVersion, v.Count)
+			fmt.Fprintf(w, "%-10s %-6s %6d\n", cmp.Or(v.ALPN, "(none)"), v.QUICVersion, v.Count) // alpn '': doq-no-alpn
 		}
 	}
 }

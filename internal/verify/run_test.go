@@ -304,3 +304,41 @@ func TestPanickingTargetRecordedAsError(t *testing.T) {
 		t.Errorf("log lacks the panic and its stack:\n%s", l)
 	}
 }
+
+// TestRunUnderAnotherRunsLockDoesNothing: while another process holds the lock of a
+// verification run (week, vantage, label), Run of the same run ends with a
+// *store.LockedError (exit 75) before it contacts any target or writes a run row; once
+// the lock is free, the same Run verifies.
+func TestRunUnderAnotherRunsLockDoesNothing(t *testing.T) {
+	s, url := storetest.OpenURL(t)
+	ctx := context.Background()
+	pki := newPKI(t)
+	sv := startServer(t, pki, behaviour{name: "rfc9250"})
+	p := filepath.Join(t.TempDir(), "targets.txt")
+	if err := os.WriteFile(p, []byte(sv.addr.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	held, err := other.TryLock(ctx, LockKey("2026-W47", "verifier", "adhoc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := RunConfig{Verify: testConfig(pki), Vantage: "verifier", Label: "adhoc", TargetsFile: p, Week: "2026-W47"}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	_, err = Run(ctx, s, cfg, log)
+	if !errors.Is(err, store.ErrLocked) {
+		t.Fatalf("Run under another run's lock: %v, want ErrLocked", err)
+	}
+	if n := count(t, s, `SELECT count(*) FROM verification_runs`); n != 0 || sv.hits.Load() != 0 {
+		t.Errorf("Run under another run's lock wrote %d run rows and contacted the target %d times", n, sv.hits.Load())
+	}
+	held.Release()
+	sum, err := Run(ctx, s, cfg, log)
+	if err != nil || sum.Outcomes[OutcomeVerified] != 1 {
+		t.Fatalf("Run after the lock was released: %+v %v", sum, err)
+	}
+}

@@ -32,6 +32,7 @@ type behaviour struct {
 	tlsMode  string         // "" | sni-list (needs sniName) | sni-san (cert shown, client cert demanded without SNI) | client-cert
 	sniName  string
 	refuse   bool    // QUIC CONNECTION_REFUSED for every connection
+	noALPN   bool    // accepts only a ClientHello without ALPN, refuses any offered one (alert 120), as rustls/quinn with no ALPN configured
 	raw      string  // "" quic-go | stall | garbage | vn-draft | closed
 	ipv6     bool    // listen on ::1 instead of a 127.0.x.y address
 	want     Outcome // expected outcome (derived from the behaviour by its author)
@@ -118,6 +119,20 @@ func startServer(t testing.TB, pki *testPKI, b behaviour) *testServer {
 		tlsConf = base.Clone()
 		tlsConf.ClientAuth = tls.RequireAnyClientCert
 	}
+	if b.noALPN {
+		none := base.Clone()
+		none.NextProtos = nil
+		// crypto/tls refuses an offered ALPN outside NextProtos with no_application_protocol
+		// (QUIC, RFC 9001 §8.1) and takes a ClientHello without ALPN when NextProtos is empty.
+		refuse := base.Clone()
+		refuse.NextProtos = []string{"doqscan-test-none-offered"}
+		tlsConf = &tls.Config{GetConfigForClient: func(chi *tls.ClientHelloInfo) (*tls.Config, error) {
+			if len(chi.SupportedProtos) > 0 {
+				return refuse, nil
+			}
+			return none, nil
+		}}
+	}
 	qconf := &quic.Config{Versions: b.versions}
 	if b.refuse {
 		qconf.GetConfigForClient = func(*quic.ClientInfo) (*quic.Config, error) { return nil, errors.New("refused") }
@@ -148,6 +163,9 @@ func (s *testServer) serveConn(c *quic.Conn) {
 		return
 	}
 	f, err := doq.FramingFor(c.ConnectionState().TLS.NegotiatedProtocol)
+	if s.b.noALPN {
+		f, err = doq.NoALPNFraming, nil
+	}
 	if err != nil {
 		return
 	}
@@ -271,6 +289,9 @@ func behaviours() []behaviour {
 		{name: "close-app", dnsMode: "close-app", want: OutcomeProtocolError},
 		{name: "garbage-dns", dnsMode: "garbage-dns", want: OutcomeProtocolError},
 		{name: "h3-only", alpns: []string{"h3"}, want: OutcomeQUICNotDoQ},
+		{name: "no-alpn-only", noALPN: true, want: OutcomeDoQNoALPN},
+		{name: "no-alpn-only-refused", noALPN: true, rcode: dns.RcodeRefused, want: OutcomeDoQNoALPN},
+		{name: "no-alpn-only-stall", noALPN: true, dnsMode: "stall", want: OutcomeQUICNotDoQ},
 		{name: "sni-listed", tlsMode: "sni-list", sniName: "resolver.doq.test", want: OutcomeVerified},
 		{name: "sni-unknown", tlsMode: "sni-list", sniName: "secret.doq.test", want: OutcomeSNIRequired},
 		{name: "sni-from-san", tlsMode: "sni-san", sniName: "san-only.doq.test", want: OutcomeVerified},

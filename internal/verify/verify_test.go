@@ -74,7 +74,7 @@ func TestEveryOutcomeClass(t *testing.T) {
 		// crypto/tls servers pick by their own preference order among what we offer.
 		wantALPN := ""
 		for _, sa := range orDefault(b.alpns, []string{"doq"}) {
-			if _, ok := doq.Lookup(sa); ok && wantALPN == "" {
+			if _, ok := doq.Lookup(sa); ok && wantALPN == "" && !b.noALPN {
 				wantALPN = sa
 			}
 		}
@@ -110,9 +110,14 @@ func TestEveryOutcomeClass(t *testing.T) {
 				t.Errorf("%s: sni %q/%s after %d attempts", b.name, r.SNI, r.SNISource, r.Attempts)
 			}
 		default:
-			if r.SNI != "" || r.SNISource != SNINone || r.Attempts != 1 {
-				t.Errorf("%s: sni %q/%s after %d attempts", b.name, r.SNI, r.SNISource, r.Attempts)
+			// A no-ALPN server: the attempt with every DoQ ALPN, then one without.
+			attempts := map[bool]int{false: 1, true: 2}[b.noALPN]
+			if r.SNI != "" || r.SNISource != SNINone || r.Attempts != attempts {
+				t.Errorf("%s: sni %q/%s after %d attempts, want %d", b.name, r.SNI, r.SNISource, r.Attempts, attempts)
 			}
+		}
+		if b.noALPN && !strings.Contains(r.Detail, "no ALPN, length-prefixed framing (RFC 9250)") {
+			t.Errorf("%s: detail %q does not say what worked", b.name, r.Detail)
 		}
 	}
 	for _, o := range Outcomes.Values() {

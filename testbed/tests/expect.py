@@ -45,9 +45,14 @@ def doq(h: Host, sni: str | None) -> str:
     return h.rcode
 
 
+# alpn=none: the host accepts only a ClientHello without ALPN and refuses every offered
+# protocol with no_application_protocol (docs/population.md).
+NO_ALPN = "none"
+
+
 def handshake(h: Host, alpn: str, sni: str | None) -> bool:
     """Whether a QUIC handshake offering one ALPN completes (aioquic: v1, v2 after VN)."""
-    if h.hostile in ("garbage", "bad-vn", "draft-only") or not h.quic:
+    if h.hostile in ("garbage", "bad-vn", "draft-only") or not h.quic or h.alpn == [NO_ALPN]:
         return False
     if alpn not in h.alpn or not ({"v1", "v2"} & set(h.versions)):
         return False

@@ -8,15 +8,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
+	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
 // Command is what a main's command() returns: its flag set bound to the stage's config,
@@ -63,7 +69,48 @@ func OneLineErrors(t *testing.T, c Command, cases []Case, extra ...string) {
 // command refuses before it opens the database: one that got that far fails fast
 // instead of reaching a real database.
 func NoDatabase(t testing.TB) {
-	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1")
+	t.Setenv("DATABASE_URL", NoDatabaseURL)
+}
+
+// NoDatabaseURL names a server that does not exist (a command that opens it stops with
+// exit code 3 within a second).
+const NoDatabaseURL = "host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1"
+
+// ExitCase is one exit code a command documents and an invocation that gives it.
+type ExitCase struct {
+	Code int
+	Why  string            // the code's documented meaning, for the failure message
+	Args []string          // the command's arguments
+	Env  map[string]string // environment for the case (e.g. DATABASE_URL)
+	Want string            // a part of stderr, if not empty
+}
+
+// ExitCodes runs every case of a command's exit-code table (one per documented code
+// and cause) as a subtest and checks its exit code: the code comes from the error's
+// type, so each must be reached by the cause it documents.
+func ExitCodes(t *testing.T, c Command, cases []ExitCase) {
+	t.Helper()
+	for _, cs := range cases {
+		t.Run(fmt.Sprintf("%d %s", cs.Code, cs.Why), func(t *testing.T) {
+			for k, v := range cs.Env {
+				t.Setenv(k, v)
+			}
+			code, out := Run(t, c, cs.Args...)
+			if code != cs.Code || !strings.Contains(out, cs.Want) {
+				t.Errorf("%q: exit %d, stderr %.400q; want %d (%s) and %q", cs.Args, code, out, cs.Code, cs.Why, cs.Want)
+			}
+		})
+	}
+}
+
+// DatabaseCases are the exit codes of a command that opens the database when run with
+// args: 3 when no server answers, 4 when the database's schema is newer than the
+// binary (a fresh database of the test server, see storetest.NewerSchema).
+func DatabaseCases(t testing.TB, args ...string) []ExitCase {
+	return []ExitCase{
+		{Code: cli.ExitDatabase, Why: "database unavailable", Args: args, Env: map[string]string{"DATABASE_URL": NoDatabaseURL}},
+		{Code: cli.ExitSchema, Why: "schema newer than the binary", Args: args, Env: map[string]string{"DATABASE_URL": storetest.NewerSchema(t)}},
+	}
 }
 
 // WriteFile writes content to dir/name and returns its path.
@@ -76,9 +123,11 @@ func WriteFile(t testing.TB, dir, name, content string) string {
 	return p
 }
 
-// TargetsFileErrors checks --targets: a missing file is a missing prerequisite (5), a
-// bad third line (badThirdLine is a file's content whose third line is bad) or a 200 KB
-// line is bad input (2), and the message names the file and the line.
+// TargetsFileErrors checks --targets: a missing file, a FIFO (whose plain open would
+// wait for a writer forever), a directory or a link to nothing is a missing prerequisite
+// (5) saying what it is; a bad third line (badThirdLine is a file's content whose third
+// line is bad) or a 200 KB line is bad input (2), and the message names the file and the
+// line.
 func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -88,6 +137,9 @@ func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
 		want       string
 	}{
 		{"missing", filepath.Join(dir, "absent.txt"), cli.ExitEnvironment, "absent.txt"},
+		{"FIFO", listfiletest.FIFO(t, dir, "fifo.txt"), cli.ExitEnvironment, "fifo.txt: not a regular file: a named pipe"},
+		{"directory", dir, cli.ExitEnvironment, "not a regular file: a directory"},
+		{"link to nothing", listfiletest.Symlink(t, filepath.Join(dir, "gone.txt"), filepath.Join(dir, "dangling.txt")), cli.ExitEnvironment, "dangling.txt: a symbolic link to nothing"},
 		{"bad line", WriteFile(t, dir, "bad.txt", badThirdLine), cli.ExitUsage, "bad.txt:3: "},
 		{"200 KB line", WriteFile(t, dir, "long.txt", "127.0.0.1\n# a\n"+strings.Repeat("1", 200<<10)+"\n"), cli.ExitUsage, "long.txt:3: line longer than"},
 	} {
@@ -122,8 +174,9 @@ func MissingBlocklistDir(t *testing.T, c Command) {
 	}
 }
 
-// Help checks that --help exits 0 and that the help text holds every want (usage line,
-// flags, examples, exit codes).
+// Help checks that --help exits 0, that the help text holds every want (usage line,
+// flags, examples, exit codes) and no "panic" (the flag package prints "panic calling
+// String method ..." into the help when a flag's zero value panics, and carries on).
 func Help(t *testing.T, c Command, want ...string) {
 	t.Helper()
 	if code, out := Run(t, c, "--help"); code != cli.ExitOK {
@@ -133,6 +186,9 @@ func Help(t *testing.T, c Command, want ...string) {
 	var b bytes.Buffer
 	fs.SetOutput(&b)
 	fs.Usage()
+	if strings.Contains(b.String(), "panic") {
+		t.Errorf("help holds a panic:\n%s", b.String())
+	}
 	for _, w := range append(want, "Examples:", "Exit codes") {
 		if !strings.Contains(b.String(), w) {
 			t.Errorf("help lacks %q:\n%s", w, b.String())
@@ -171,4 +227,48 @@ func RunProvenance(t *testing.T, url, runTable, label, tool string, want provena
 	if r := recs[0]; r.Tool != tool || r.Vantage != want || r.Build != provenance.ReadBuild() || r.Host == "" {
 		t.Errorf("%s: provenance %+v", want.ID, r)
 	}
+}
+
+// LockedOut runs the process of a second run of one unit while first (started, its Wait
+// result coming on firstDone) runs: it waits until the database shows the advisory lock
+// on key held (failing if first ends before), runs second (its stderr in secondErr) and
+// checks that it exits cli.ExitLocked saying that first's pid holds the lock. It reports
+// whether second was locked out, and fails if first ended before second gave up (the
+// two did not overlap).
+func LockedOut(t *testing.T, s *store.Store, key string, first *exec.Cmd, firstDone chan error, second *exec.Cmd, secondErr *bytes.Buffer) bool {
+	t.Helper()
+	ctx := context.Background()
+	id := store.LockID(key)
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for held := false; !held; {
+		select {
+		case err := <-firstDone:
+			t.Fatalf("the first run ended (%v) before it was seen holding the lock %s", err, key)
+		case <-poll.C:
+		}
+		if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND classid::bigint = $1 AND objid::bigint = $2)`, int64(uint64(id)>>32), int64(uint64(id)&0xffffffff)).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := second.Run()
+	var ee *exec.ExitError
+	locked := errors.As(err, &ee) && ee.ExitCode() == cli.ExitLocked
+	if !locked {
+		t.Errorf("second run: %v, want exit code %d\n%s", err, cli.ExitLocked, secondErr.String())
+	}
+	if msg := secondErr.String(); !strings.Contains(msg, "another run holds the lock") || !strings.Contains(msg, fmt.Sprintf("pid %d ", first.Process.Pid)) {
+		t.Errorf("the second run does not say that the first (pid %d) holds the lock:\n%s", first.Process.Pid, msg)
+	}
+	t.Logf("second run: %s", strings.TrimSpace(secondErr.String()))
+	select {
+	case err := <-firstDone:
+		if locked {
+			t.Fatalf("the first run ended (%v) before the second gave up: they did not overlap", err)
+		}
+		firstDone <- err
+	default:
+	}
+	return locked
 }

@@ -271,7 +271,7 @@ func TestJobrunLockConnectionLost(t *testing.T) {
 		}
 	}
 	helperGone(t, w.helper)
-	if status, detail := jobRow(t, s); status != "failed" || !strings.Contains(detail, "job lock was lost") {
+	if status, detail := jobRow(t, s); status != "failed" || !strings.Contains(detail, store.ErrLockLost.Error()) {
 		t.Errorf("job_runs: %s %q, want failed with the lock's loss", status, detail)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
 	"github.com/doqscan/doqscan/internal/provenance"
+	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -199,7 +200,7 @@ func (b *batch) add(o *batch) {
 }
 
 // Run measures targets in the campaign of cfg (created or resumed) and finishes it.
-func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log *slog.Logger) (*Summary, error) {
+func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log *slog.Logger) (_ *Summary, retErr error) {
 	cfg.defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -219,6 +220,18 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	})
 	prov := provenance.New("measure", provenance.Vantage{ID: cfg.VantageID, Location: cfg.VantageLocation, Contact: cfg.VantageContact}).JSON()
 	policy := store.RetryPolicy{Deadline: cfg.DBDeadline}
+	// One run of a round at a time: a second run of the same (vantage, label, hour) ends
+	// here with a *store.LockedError (exit 75) and sends nothing. If another run takes the
+	// lock while this one's connection is down (a database restart), this one stops.
+	ctx, release, err := s.HoldLock(ctx, LockKey(cfg.VantageID, cfg.Label, cfg.Hour), policy, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if lost := release(); lost != nil && retErr == nil {
+			retErr = lost
+		}
+	}()
 	// Results an earlier round could not store (its database stayed away) first.
 	if _, err := ReplaySpill(ctx, s, cfg.SpillDir, policy, log); err != nil {
 		return nil, err
@@ -373,8 +386,8 @@ loop:
 			if !ok {
 				break loop
 			}
-			if mctx.Err() != nil && b.interrupted {
-				continue // cut short by the interrupt: measure it again next time
+			if b.interrupted {
+				continue // cut short by the stop: the resumed round measures it again
 			}
 			for _, a := range b.batch.analyses {
 				sum.Causes[a.Cause]++
@@ -422,9 +435,15 @@ loop:
 		return sum, writeErr
 	}
 	if ctx.Err() != nil {
-		return sum, ctx.Err()
+		return sum, context.Cause(ctx) // the stop's cause: context.Canceled, or the lock lost
 	}
 	return sum, nil
+}
+
+// LockKey is the advisory lock of a round (store.RunKey): its vantage point, label and
+// hour.
+func LockKey(vantage, label string, hour time.Time) string {
+	return store.RunKey("measure", vantage, label, runkey.Hour(hour))
 }
 
 // storedTargets returns the resolvers whose rows are already stored for the campaign.
@@ -466,7 +485,8 @@ func write(ctx context.Context, s *store.Store, b *batch) error {
 	})
 }
 
-// resolverResult is one resolver's rows and whether an interrupt cut them short.
+// resolverResult is one resolver's rows, or interrupted: the round was stopped before
+// the resolver was measured completely, and none of its rows are kept.
 type resolverResult struct {
 	batch       batch
 	interrupted bool
@@ -524,6 +544,13 @@ func (r *runner) units(t Target) []unit {
 	return out
 }
 
+// featureKey is a resolver_features row of one resolver.
+type featureKey struct {
+	p    measure.Protocol
+	port uint16
+	name string
+}
+
 type rttKey struct {
 	t    rtt.Transport
 	port uint16
@@ -545,17 +572,13 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 		wall  time.Duration
 	}
 	var quicRows []pending
-	feat := map[string]*store.ResolverFeature{}
-	setFeature := func(p measure.Protocol, port uint16, name string, v *bool, detail string) {
-		if v == nil {
-			return
+	feat := map[featureKey]observation{}
+	setFeature := func(p measure.Protocol, port uint16, name string, o observation) {
+		k := featureKey{p, port, name}
+		if f, ok := feat[k]; ok && f.rank() >= o.rank() {
+			return // supported wins over unsupported, which wins over unknown; else the first
 		}
-		k := fmt.Sprintf("%s/%d/%s", p, port, name)
-		if f, ok := feat[k]; ok && f.Supported != nil && *f.Supported {
-			return // a positive observation wins
-		}
-		feat[k] = &store.ResolverFeature{CampaignID: r.cid, Address: t.Addr, Protocol: string(p), Port: int32(port),
-			Feature: name, Supported: v, Detail: detail}
+		feat[k] = o
 	}
 	for _, u := range r.units(t) {
 		if ctx.Err() != nil {
@@ -626,16 +649,18 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 			}
 			rtts[tk] = median(ok)
 		}
-		// Support observations from the regular exchanges.
+		// Support observations from the regular exchanges (each unknown unless the
+		// exchanges got far enough to show it).
 		if u.ep.Protocol == measure.DoQ && u.mode == measure.ModeFresh {
-			setFeature(measure.DoQ, u.ep.Port, "new-token", warm.TokenReceived, "NEW_TOKEN frame in the warm-up connection")
-			setFeature(measure.DoQ, u.ep.Port, "retry", warm.RetrySeen, "Retry in the warm-up connection")
+			setFeature(measure.DoQ, u.ep.Port, FeatureNewToken, newTokenShown(warm))
+			setFeature(measure.DoQ, u.ep.Port, FeatureRetry, retryShown(warm))
 		}
-		if u.mode == measure.ModeResumed && meas.Status == measure.StatusOK {
-			setFeature(u.ep.Protocol, u.ep.Port, "session-ticket", meas.Resumed, "measured session resumed the warm-up's ticket")
+		if u.mode == measure.ModeResumed {
+			setFeature(u.ep.Protocol, u.ep.Port, FeatureSessionTicket, ticketShown(warm, meas))
 		}
-		if u.mode == measure.Mode0RTT && meas.Status == measure.StatusOK && (u.ep.Protocol == measure.DoQ || u.ep.Protocol == measure.DoH3) {
-			setFeature(u.ep.Protocol, u.ep.Port, "0rtt", meas.Used0RTT, "early data accepted")
+		// A DoH3 POST is never early data (not safe to replay): only GETs show 0-RTT.
+		if u.mode == measure.Mode0RTT && (u.ep.Protocol == measure.DoQ || u.ep.Protocol == measure.DoH3) && u.variant != measure.VariantPOST {
+			setFeature(u.ep.Protocol, u.ep.Port, Feature0RTT, zeroRTTShown(warm, meas))
 		}
 	}
 	for _, q := range quicRows {
@@ -650,19 +675,23 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 	}
 	if r.cfg.Features {
 		r.checkFeatures(ctx, t, setFeature)
-		if ctx.Err() != nil {
-			out.interrupted = true
-			return out
-		}
 	}
-	keys := make([]string, 0, len(feat))
-	for k := range feat {
-		keys = append(keys, k)
+	// A resolver is stored whole or not at all. If the round was stopped while it was
+	// measured (a signal, the database away past the deadline), something was cut short:
+	// an RTT probe's remaining samples come back as timeouts or not at all, a support
+	// check is left out. None of it is kept; the resumed round measures the resolver again.
+	if ctx.Err() != nil {
+		out.interrupted = true
+		return out
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		b.features = append(b.features, *feat[k])
+	for k, o := range feat {
+		b.features = append(b.features, store.ResolverFeature{CampaignID: r.cid, Address: t.Addr, Protocol: string(k.p),
+			Port: int32(k.port), Feature: k.name, Supported: o.Supported, Detail: o.Detail})
 	}
+	sort.Slice(b.features, func(i, j int) bool {
+		x, y := b.features[i], b.features[j]
+		return cmp.Or(cmp.Compare(x.Protocol, y.Protocol), cmp.Compare(x.Port, y.Port), cmp.Compare(x.Feature, y.Feature)) < 0
+	})
 	return out
 }
 

@@ -178,7 +178,11 @@ func Rounds(ctx context.Context, s *store.Store, o Options, log *slog.Logger) er
 			if _, refused := errors.AsType[*labnet.RefusedError](err); refused {
 				return err // no later round can do better from here
 			}
-			log.Error("round failed", "hour", slot.Format(time.RFC3339), "err", err)
+			if errors.Is(err, store.ErrLocked) {
+				log.Warn("round skipped: another run of it holds its lock", "hour", slot.Format(time.RFC3339), "err", err)
+			} else {
+				log.Error("round failed", "hour", slot.Format(time.RFC3339), "err", err)
+			}
 		}
 		next := slot.Add(o.Every)
 		if now2 := time.Now(); !next.After(now2) {

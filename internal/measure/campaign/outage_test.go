@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,72 +58,6 @@ func countingLogger() (*slog.Logger, *atomic.Int64, <-chan struct{}) {
 	var once sync.Once
 	return slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}),
 		n, func() { once.Do(func() { close(gaveUp) }) }}), n, gaveUp
-}
-
-// rowKeys returns, per table, the natural keys (without the campaign) of a campaign's
-// rows, sorted; a key stored twice appears twice.
-func rowKeys(t *testing.T, s *store.Store, label string) map[string][]string {
-	t.Helper()
-	const mkey = "m.address::text, m.protocol, m.port::text, m.variant, m.mode, m.key_share, m.phase, m.seq::text"
-	out := map[string][]string{}
-	for table, q := range map[string]string{
-		"measurements":       `SELECT concat_ws('|', ` + mkey + `) FROM measurements m JOIN campaigns c USING (campaign_id) WHERE c.label = $1`,
-		"rtt_samples":        `SELECT concat_ws('|', r.address::text, r.transport, r.port::text, r.seq::text) FROM rtt_samples r JOIN campaigns c USING (campaign_id) WHERE c.label = $1`,
-		"qlogs":              `SELECT concat_ws('|', ` + mkey + `) FROM qlogs q JOIN campaigns c USING (campaign_id) JOIN measurements m ON m.qlog_id = q.qlog_id AND m.seq = 0 WHERE c.label = $1`,
-		"handshake_analyses": `SELECT concat_ws('|', ` + mkey + `) FROM handshake_analyses a JOIN measurements m USING (measurement_id) JOIN campaigns c ON c.campaign_id = m.campaign_id WHERE c.label = $1`,
-		"resolver_features":  `SELECT concat_ws('|', f.address::text, f.protocol, f.port::text, f.feature) FROM resolver_features f JOIN campaigns c USING (campaign_id) WHERE c.label = $1`,
-	} {
-		rows, err := s.Pool.Query(context.Background(), q, label)
-		if err != nil {
-			t.Fatalf("%s: %v", table, err)
-		}
-		var keys []string
-		for rows.Next() {
-			var k string
-			if err := rows.Scan(&k); err != nil {
-				t.Fatal(err)
-			}
-			keys = append(keys, k)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		slices.Sort(keys)
-		out[table] = keys
-	}
-	// Every qlog must be reached by the join above (one measurement with seq 0 each).
-	var qlogs int64
-	if err := s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM qlogs q JOIN campaigns c USING (campaign_id) WHERE c.label = $1`,
-		label).Scan(&qlogs); err != nil {
-		t.Fatal(err)
-	}
-	if int(qlogs) != len(out["qlogs"]) {
-		t.Errorf("%s: %d qlogs, %d reached from their measurements", label, qlogs, len(out["qlogs"]))
-	}
-	return out
-}
-
-// sameRows compares a round's rows with the reference round's: equal keys, none twice.
-func sameRows(t *testing.T, s *store.Store, label, refLabel string) {
-	t.Helper()
-	got, want := rowKeys(t, s, label), rowKeys(t, s, refLabel)
-	for _, table := range []string{"measurements", "rtt_samples", "qlogs", "handshake_analyses", "resolver_features"} {
-		g, w := got[table], want[table]
-		dup := len(g) - len(slices.Compact(slices.Clone(g)))
-		lost := 0
-		for _, k := range w {
-			if _, ok := slices.BinarySearch(g, k); !ok {
-				lost++
-			}
-		}
-		t.Logf("%s: %s %d rows, reference %d rows; %d lost, %d duplicated", table, label, len(g), len(w), lost, dup)
-		if dup > 0 || lost > 0 || len(g) != len(w) {
-			t.Errorf("%s: %d rows (%d lost, %d duplicated), the reference round %d", table, len(g), lost, dup, len(w))
-		}
-		if len(w) == 0 && table != "resolver_features" {
-			t.Errorf("%s: the reference round stored none", table)
-		}
-	}
 }
 
 // outageTargets starts servers for n resolvers and returns them with their addresses.
@@ -295,7 +228,7 @@ func TestDatabaseOutageMidRoundLosesNothing(t *testing.T) {
 	if status != "ok" {
 		t.Errorf("campaign status %q, want ok", status)
 	}
-	sameRows(t, s, "outage", "reference")
+	storetest.SameCampaignRows(t, s, "outage", "reference")
 	if left, _ := filepath.Glob(filepath.Join(home, "var", "spill", "*")); len(left) != 0 {
 		t.Errorf("spill files left after the database came back: %v", left)
 	}
@@ -385,7 +318,7 @@ func TestDatabaseAwayPastDeadline(t *testing.T) {
 	if rest.Skipped != before+sum.Spilled || rest.Skipped+rest.Measured != len(targets) {
 		t.Errorf("resumed round skipped %d and measured %d of %d", rest.Skipped, rest.Measured, len(targets))
 	}
-	sameRows(t, s, "away", "reference")
+	storetest.SameCampaignRows(t, s, "away", "reference")
 }
 
 // TestDBDeadlineFlag: --db-deadline must be 1s..24h.

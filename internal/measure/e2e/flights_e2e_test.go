@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 	"github.com/doqscan/doqscan/internal/testbed/wirecap"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // flightPath is the path of TestOneServerFlightIsOneRoundTrip: a round trip so short
@@ -98,13 +97,7 @@ func serverFlights(inet, vant *wirecap.Index, local, remote netip.AddrPort, from
 // analysed so. DOQSCAN_FLIGHT_HANDSHAKES sets the number of handshakes (default 200).
 func TestOneServerFlightIsOneRoundTrip(t *testing.T) {
 	v, pop := testbed.RequirePopulation(t)
-	n := 200
-	if s := os.Getenv("DOQSCAN_FLIGHT_HANDSHAKES"); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil || n < 1 {
-			t.Fatalf("DOQSCAN_FLIGHT_HANDSHAKES=%q: want a positive integer", s)
-		}
-	}
+	n := testsupport.EnvInts(t, "DOQSCAN_FLIGHT_HANDSHAKES", 200)[0]
 	type target struct {
 		name string
 		ap   netip.AddrPort

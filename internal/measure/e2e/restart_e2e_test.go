@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -12,10 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // restartMaxRTT bounds the paths of the restart test's targets (it is about rows, not
@@ -23,48 +28,62 @@ import (
 const restartMaxRTT = 80 * time.Millisecond
 
 // restartTargets is how many resolvers the restart test's round measures, of them up to
-// restartTargets6 over IPv6.
+// restartTargets6 over IPv6; restartStops how often one round is stopped before it is
+// let finish.
 const (
-	restartTargets  = 40
-	restartTargets6 = 6
+	restartTargets  = 72
+	restartTargets6 = 8
+	restartStops    = 3
 )
 
-// TestKilledMeasureLosesAndDuplicatesNothing runs bin/measure (built from this tree) as a
-// process on the testbed, SIGKILLs it once some resolvers are stored (no graceful
-// shutdown: the worst case), restarts it for the same round (--hour), and compares the
-// stored rows with an uninterrupted round of the same targets: the same number of rows
-// of every kind and no natural key twice.
-func TestKilledMeasureLosesAndDuplicatesNothing(t *testing.T) {
-	_, pop := testbed.RequirePopulation(t)
-	bin := filepath.Join(t.TempDir(), "measure")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/doqscan/doqscan/cmd/measure").CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/measure: %v\n%s", err, out)
-	}
-	// Every address of the well-behaved DoQ classes on short paths (a /30 gives four
-	// resolvers of one behaviour), all five protocols.
-	targetsOf := func(pop *population.Population) []string {
-		var lines []string
-		seen := map[netip.Addr]bool{}
-		for _, ep := range endpoints(pop, true) {
-			if ep.rec.Peer != "" || pop.PathOf(ep.addr).RTT > restartMaxRTT || pop.PathOf(ep.addr).Loss > 0 || seen[ep.addr] {
-				continue
-			}
-			seen[ep.addr] = true
-			for a := ep.rec.Prefix.Addr(); ep.rec.Prefix.Contains(a); a = a.Next() {
-				line := a.String()
-				if ep.sni != "" {
-					line += " sni=" + ep.sni
-				}
-				lines = append(lines, line)
-			}
+// doqTCPTargets are the targets-file lines of every address of the well-behaved DoQ
+// classes with DNS over TCP, on short loss-free paths (a /30 gives four resolvers of one
+// behaviour): its verified DoQ port, then DoTCP (then the protocols not named), each
+// exchange answered. A resolver's last step is the TCP probe after DoTCP
+// (--rtt-samples SYNs, one RTT each).
+func doqTCPTargets(pop *population.Population) []string {
+	var lines []string
+	seen := map[netip.Addr]bool{}
+	for _, ep := range endpoints(pop, true) {
+		if ep.proto != measure.DoQ || !ep.rec.HasDNS("tcp") || ep.rec.Peer != "" || seen[ep.addr] ||
+			pop.PathOf(ep.addr).RTT > restartMaxRTT || pop.PathOf(ep.addr).Loss > 0 {
+			continue
 		}
-		return lines
+		seen[ep.addr] = true
+		for a := ep.rec.Prefix.Addr(); ep.rec.Prefix.Contains(a); a = a.Next() {
+			line := a.String()
+			if ep.sni != "" {
+				line += " sni=" + ep.sni
+			}
+			lines = append(lines, fmt.Sprintf("%s doq=%d/%s dotcp=53", line, ep.port, ep.alpn))
+		}
 	}
-	// Enough resolvers that the first write (after 10 s, the progress interval) comes
-	// well before the end at concurrency 4 (~1 resolver/s), few enough for CI time; the
-	// IPv6 ones of the dual-stack population spread over the round, so that some are
-	// measured before the kill and some after.
-	v4, v6 := targetsOf(pop), targetsOf(pop.IPv6())
+	return lines
+}
+
+// TestStoppedMeasureLosesAndDuplicatesNothing runs bin/measure (built from this tree) as
+// a process on the testbed and stops it restartStops times during one round, each time
+// right after the process stored its first batch of resolvers (observed in the
+// database), then lets a last run finish the round (--hour). Once with SIGTERM (a
+// graceful stop: exit 130, the resolvers in flight are dropped, not stored cut short)
+// and once with SIGKILL (no shutdown at all). Each round's stored rows are compared, key
+// by key, with an uninterrupted round of the same targets: every measurement, qlog,
+// analysis and RTT sample, none lost and none twice.
+//
+// The targets are doqTCPTargets (DoQ, then DoTCP); --rtt-samples 6 makes the TCP probe
+// that ends each resolver about a third of its time, so a stop finds some of the eight
+// resolvers in flight there. A round stopped while a resolver probed used to store that
+// resolver with the samples the stop cut short (a timeout, the rest missing), and the
+// resumed round skipped it.
+func TestStoppedMeasureLosesAndDuplicatesNothing(t *testing.T) {
+	_, pop := testbed.RequirePopulation(t)
+	bin := filepath.Join(testsupport.Commands(t, "measure"), "measure")
+	// Enough resolvers that each of the stopped runs stores its first batch (16
+	// resolvers, or what is done at the 10 s progress tick) well before the round ends;
+	// the IPv6 ones of the dual-stack population spread over the round, so that some are
+	// measured before each stop and some after.
+	v4, v6 := doqTCPTargets(pop), doqTCPTargets(pop.IPv6())
+	t.Logf("%d IPv4 and %d IPv6 targets on paths up to %v", len(v4), len(v6), restartMaxRTT)
 	v6 = v6[:min(len(v6), restartTargets6)]
 	v4 = v4[:min(len(v4), restartTargets-len(v6))]
 	if len(v4)+len(v6) < restartTargets || len(v6) == 0 {
@@ -99,7 +118,7 @@ func TestKilledMeasureLosesAndDuplicatesNothing(t *testing.T) {
 	hour := time.Now().UTC().Truncate(time.Hour).Format(time.RFC3339)
 	command := func(label string) *exec.Cmd {
 		c := exec.Command(bin, "--targets", targets, "--label", label, "--hour", hour, "--vantage", "testbed",
-			"--protocols", "doudp,dotcp,dot,doh,doq", "--concurrency", "4", "--timeout", "2s", "--rtt-samples", "2",
+			"--protocols", "doq,dotcp", "--concurrency", "8", "--timeout", "2s", "--rtt-samples", "6",
 			"--log-level", "warn")
 		c.Env = append(os.Environ(), "DATABASE_URL="+dsn)
 		c.Stderr = os.Stderr
@@ -113,74 +132,73 @@ func TestKilledMeasureLosesAndDuplicatesNothing(t *testing.T) {
 		}
 		return n
 	}
-
-	// Interrupted: killed once some resolvers are stored, before all are.
-	cut := command("killed")
-	if err := cut.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cut.Wait() }()
-	poll := time.NewTicker(200 * time.Millisecond)
-	defer poll.Stop()
-	var atKill int64
-wait:
-	for {
-		select {
-		case err := <-exited:
-			t.Fatalf("measure ended (%v) before it could be killed mid-round (%d of %d stored)", err, stored("killed"), len(lines))
-		case <-poll.C:
-			if atKill = stored("killed"); atKill > 0 {
-				if err := cut.Process.Signal(syscall.SIGKILL); err != nil {
+	// stopAfterFirstBatch runs measure for label and sends it sig as soon as the database
+	// holds more of the round's resolvers than when it started (the process stored its
+	// first batch), then waits for it to end: exit 130 after SIGTERM, killed by SIGKILL.
+	stopAfterFirstBatch := func(t *testing.T, label string, sig syscall.Signal) {
+		t.Helper()
+		before := stored(label)
+		c := command(label)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- c.Wait() }()
+		poll := time.NewTicker(50 * time.Millisecond)
+		defer poll.Stop()
+		for {
+			select {
+			case err := <-exited:
+				t.Fatalf("measure ended (%v) before its first batch was seen (%d of %d stored): nothing to stop (raise restartTargets)",
+					err, stored(label), len(lines))
+			case <-poll.C:
+				if stored(label) == before {
+					continue
+				}
+				if err := c.Process.Signal(sig); err != nil {
 					t.Fatal(err)
 				}
-				<-exited
-				break wait
+				err := <-exited
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) {
+					t.Fatalf("measure after %v: %v", sig, err)
+				}
+				ws := ee.Sys().(syscall.WaitStatus)
+				switch {
+				case sig == syscall.SIGKILL && !(ws.Signaled() && ws.Signal() == syscall.SIGKILL),
+					sig == syscall.SIGTERM && ws.ExitStatus() != 130:
+					t.Fatalf("measure after %v: %v, want exit 130 (SIGTERM) or killed (SIGKILL)", sig, err)
+				}
+				if n := stored(label); n >= int64(len(lines)) {
+					t.Fatalf("all %d resolvers stored by the stop: nothing to resume (raise restartTargets)", n)
+				}
+				return
 			}
 		}
 	}
-	atKill = stored("killed")
-	if atKill >= int64(len(lines)) {
-		t.Fatalf("all %d resolvers stored before the kill: nothing to resume (raise the target count)", atKill)
-	}
-	t.Logf("killed with %d of %d resolvers stored", atKill, len(lines))
-	if err := command("killed").Run(); err != nil {
-		t.Fatalf("restarted measure: %v", err)
-	}
+
 	if err := command("whole").Run(); err != nil {
 		t.Fatalf("uninterrupted measure: %v", err)
 	}
-
-	count := func(label, from, key string) (rows, keys int64) {
-		q := fmt.Sprintf(`SELECT count(*), count(DISTINCT (%s)) FROM %s JOIN campaigns c ON c.campaign_id = x.campaign_id
-			WHERE c.label = $1`, key, from)
-		if err := s.Pool.QueryRow(ctx, q, label).Scan(&rows, &keys); err != nil {
-			t.Fatalf("%s: %v", from, err)
-		}
-		return rows, keys
-	}
-	for _, tc := range []struct{ from, key string }{
-		{"measurements x", "x.address, x.protocol, x.port, x.variant, x.mode, x.key_share, x.phase, x.seq"},
-		{"handshake_analyses a JOIN measurements x USING (measurement_id)", "x.measurement_id"},
-		{"qlogs x", "x.qlog_id"},
-		{"rtt_samples x", "x.address, x.transport, x.port, x.seq"},
-	} {
-		kr, kk := count("killed", tc.from, tc.key)
-		wr, _ := count("whole", tc.from, tc.key)
-		t.Logf("%s: killed+restarted %d rows, uninterrupted %d", tc.from, kr, wr)
-		if kr != kk {
-			t.Errorf("%s: %d rows but %d distinct keys: duplicates", tc.from, kr, kk)
-		}
-		if kr != wr || kr == 0 {
-			t.Errorf("%s: killed+restarted round stored %d rows, an uninterrupted one %d", tc.from, kr, wr)
-		}
-	}
-	if got := stored("killed"); got != int64(len(lines)) {
-		t.Errorf("killed+restarted round covers %d of %d resolvers", got, len(lines))
-	}
-	var got6 int64
-	if err := s.Pool.QueryRow(ctx, `SELECT count(DISTINCT m.address) FROM measurements m JOIN campaigns c USING (campaign_id)
-		WHERE c.label = 'killed' AND family(m.address) = 6`).Scan(&got6); err != nil || got6 != want6 {
-		t.Errorf("killed+restarted round covers %d of %d IPv6 resolvers (%v)", got6, want6, err)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		label := "stopped-" + strings.ToLower(unix.SignalName(sig))
+		t.Run(unix.SignalName(sig), func(t *testing.T) {
+			for i := 0; i < restartStops; i++ {
+				stopAfterFirstBatch(t, label, sig)
+				t.Logf("stop %d (%v): %d of %d resolvers stored", i+1, sig, stored(label), len(lines))
+			}
+			if err := command(label).Run(); err != nil {
+				t.Fatalf("resumed measure: %v", err)
+			}
+			storetest.SameCampaignRows(t, s, label, "whole")
+			if got := stored(label); got != int64(len(lines)) {
+				t.Errorf("stopped+resumed round covers %d of %d resolvers", got, len(lines))
+			}
+			var got6 int64
+			if err := s.Pool.QueryRow(ctx, `SELECT count(DISTINCT m.address) FROM measurements m JOIN campaigns c USING (campaign_id)
+				WHERE c.label = $1 AND family(m.address) = 6`, label).Scan(&got6); err != nil || got6 != want6 {
+				t.Errorf("stopped+resumed round covers %d of %d IPv6 resolvers (%v)", got6, want6, err)
+			}
+		})
 	}
 }

@@ -446,8 +446,11 @@ func TestHostileEndpointsAreClassified(t *testing.T) {
 			if want != "" && res.Status != want {
 				t.Errorf("status %s (%v), want %s", res.Status, res.Err, want)
 			}
-			if took > timeout+time.Second {
-				t.Errorf("took %v with a %v timeout", took, timeout)
+			// It ends on its own 2 s timeout, not the default 5 s one: the decision the bound
+			// tells apart (how far past its deadline, on a loaded machine, is
+			// BenchmarkHostileMemory's figure, not a bound of this test).
+			if took >= measure.DefaultTimeout {
+				t.Errorf("took %v with a %v timeout: it ended on another deadline", took, timeout)
 			}
 		})
 	}

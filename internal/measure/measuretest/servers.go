@@ -17,6 +17,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/quicvarint"
+	"golang.org/x/net/http2"
 
 	"github.com/doqscan/doqscan/internal/measure"
 )
@@ -42,6 +44,25 @@ const (
 // Behaviors lists the hostile behaviours.
 var Behaviors = []Behavior{Stall, Garbage, Endless, WrongLength, Reset, Flood}
 
+// Hostile behaviours of the DoH and DoH3 servers only (the other servers answer
+// normally).
+const (
+	// Drip answers 200, then the body one byte per DATA frame until the client leaves,
+	// over HTTP/2 and HTTP/3 alike (Flood's DoH body, which DoH3's Flood replaces with
+	// unknown frames).
+	Drip Behavior = "drip"
+	// HugeHeaders answers with a HEADERS frame that declares more bytes than any client
+	// takes and sends none of them: 2^40 over HTTP/3, the longest frame HTTP/2 can
+	// declare (2^24-1) over HTTP/2.
+	HugeHeaders Behavior = "huge-headers"
+)
+
+// HTTPBehaviors lists the hostile behaviours of the HTTP servers only.
+var HTTPBehaviors = []Behavior{Drip, HugeHeaders}
+
+// httpOnly says whether b is a behaviour of the HTTP servers only.
+func httpOnly(b Behavior) bool { return b == Drip || b == HugeHeaders }
+
 // dripInterval paces Flood's one-byte writes (one packet each) and datagrams.
 const dripInterval = 100 * time.Microsecond
 
@@ -53,6 +74,7 @@ const floodDatagrams = 1 << 15
 const (
 	h3FrameUnknown  = 0x21
 	h3FrameSettings = 0x04
+	h3FrameHeaders  = 0x01
 	h3StreamControl = 0x00
 )
 
@@ -89,7 +111,10 @@ type Config struct {
 	// QUICDelay delays every datagram the QUIC servers send: an emulated RTT on
 	// loopback (the testbed's delay line does this for every protocol).
 	QUICDelay time.Duration
-	Cert      *tls.Certificate // reuse a certificate (generation is not free)
+	// IdleTimeout is the QUIC servers' max_idle_timeout (default 10 s): shorter than the
+	// client's timeout, a silent connection idles out before the client's deadline.
+	IdleTimeout time.Duration
+	Cert        *tls.Certificate // reuse a certificate (generation is not free)
 	// Hold, when > 1, holds every answer until Hold queries (over all six servers) are
 	// waiting for one, then releases them together, and so on: a client that never has
 	// Hold queries outstanding at once gets no answer. DoTCP/DoT then read a connection's
@@ -226,7 +251,7 @@ func (s *Servers) startUDP(tb testing.TB, ctx context.Context, cfg Config) {
 		tb.Fatal(err)
 	}
 	s.UDP = measure.AddrPortOf(pc.LocalAddr())
-	if cfg.Behavior == Normal {
+	if cfg.Behavior == Normal || httpOnly(cfg.Behavior) {
 		serveMiekg(tb, &dns.Server{PacketConn: pc, Handler: s.miekgHandler(cfg)})
 		return
 	}
@@ -297,7 +322,7 @@ func (s *Servers) startTCP(tb testing.TB, ctx context.Context, cfg Config, useTL
 	} else {
 		s.TCP = measure.AddrPortOf(ln.Addr())
 	}
-	if cfg.Behavior == Normal && cfg.Hold <= 1 {
+	if (cfg.Behavior == Normal || httpOnly(cfg.Behavior)) && cfg.Hold <= 1 {
 		serveMiekg(tb, &dns.Server{Listener: ln, Handler: s.miekgHandler(cfg)})
 		return
 	}
@@ -306,7 +331,7 @@ func (s *Servers) startTCP(tb testing.TB, ctx context.Context, cfg Config, useTL
 		if err != nil {
 			return err
 		}
-		if cfg.Behavior == Normal {
+		if cfg.Behavior == Normal || httpOnly(cfg.Behavior) {
 			go s.pipelined(ctx, cfg, c)
 			return nil
 		}
@@ -449,7 +474,7 @@ func (s *Servers) dohHandler(ctx context.Context, cfg Config) http.Handler {
 		case Reset:
 			s.count()
 			panic(http.ErrAbortHandler)
-		case Flood:
+		case Flood, Drip:
 			s.count()
 			w.Header().Set("Content-Type", "application/dns-message")
 			w.WriteHeader(http.StatusOK)
@@ -477,6 +502,18 @@ func (s *Servers) startDoH(tb testing.TB, ctx context.Context, cfg Config) {
 		tb.Fatal(err)
 	}
 	s.DoH = measure.AddrPortOf(ln.Addr())
+	if cfg.Behavior == HugeHeaders {
+		tl := tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{"h2"}})
+		serveLoop(tb, func() { tl.Close() }, func() error {
+			c, err := tl.Accept()
+			if err != nil {
+				return err
+			}
+			go s.hugeHeadersH2(ctx, c)
+			return nil
+		})
+		return
+	}
 	srv := &http.Server{
 		Handler:   s.dohHandler(ctx, cfg),
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{"h2"}},
@@ -588,8 +625,12 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 	if cfg.Reject0RTT {
 		rejectEarlyData(tb, tconf)
 	}
-	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT || cfg.Reject0RTT, MaxIdleTimeout: 10 * time.Second, Versions: cfg.QUICVersions}
-	if h3 && cfg.Behavior != Flood {
+	idle := cfg.IdleTimeout
+	if idle <= 0 {
+		idle = 10 * time.Second
+	}
+	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT || cfg.Reject0RTT, MaxIdleTimeout: idle, Versions: cfg.QUICVersions}
+	if h3 && cfg.Behavior != Flood && cfg.Behavior != HugeHeaders {
 		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
 		srv := &http3.Server{Handler: s.dohHandler(ctx, cfg), TLSConfig: tconf, QUICConfig: qconf}
 		ln, err := tr.ListenEarly(http3.ConfigureTLSConfig(tconf), qconf)
@@ -600,11 +641,12 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 		tb.Cleanup(func() { _ = srv.Close(); _ = tr.Close(); udp.Close() })
 		return
 	}
-	// DoQ, or a flooding HTTP/3 server: each connection served on its own goroutine.
+	// DoQ, or an HTTP/3 server framing by hand: each connection served on its own
+	// goroutine.
 	serve := func(conn *quic.Conn) { s.serveDoQ(ctx, cfg, conn) }
 	if h3 {
 		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
-		serve = func(conn *quic.Conn) { s.floodH3(ctx, conn) }
+		serve = func(conn *quic.Conn) { s.rawH3(ctx, cfg, conn) }
 	} else {
 		s.DoQ = measure.AddrPortOf(udp.LocalAddr())
 	}
@@ -648,7 +690,7 @@ func (s *Servers) serveDoQ(ctx context.Context, cfg Config, conn *quic.Conn) {
 			return
 		}
 		go func() {
-			if cfg.Behavior != Normal {
+			if cfg.Behavior != Normal && !httpOnly(cfg.Behavior) {
 				s.hostileStream(ctx, cfg, &doqStream{str}, func() { str.CancelWrite(0x2) })
 				return
 			}
@@ -672,16 +714,22 @@ func (s *Servers) serveDoQ(ctx context.Context, cfg Config, conn *quic.Conn) {
 	}
 }
 
-// floodH3 is an HTTP/3 server that answers every request with an endless stream of
-// unknown frames (each 4 bytes), never a HEADERS frame. http3.Server cannot write before
-// the response header, so this one frames by hand.
-func (s *Servers) floodH3(ctx context.Context, conn *quic.Conn) {
+// rawH3 is an HTTP/3 server that frames by hand what http3.Server cannot write: Flood
+// answers every request with an endless stream of unknown frames (each 4 bytes), never a
+// HEADERS frame; HugeHeaders with the header of a HEADERS frame declaring 2^40 bytes,
+// then nothing until the client leaves.
+func (s *Servers) rawH3(ctx context.Context, cfg Config, conn *quic.Conn) {
 	if ctl, err := conn.OpenUniStream(); err == nil {
 		_, _ = ctl.Write([]byte{h3StreamControl, h3FrameSettings, 0})
 	}
-	chunk := make([]byte, 0, 4096)
-	for len(chunk)+4 <= cap(chunk) {
-		chunk = append(chunk, h3FrameUnknown, 2, 0, 0)
+	var chunk []byte
+	if cfg.Behavior == HugeHeaders {
+		chunk = quicvarint.Append([]byte{h3FrameHeaders}, 1<<40)
+	} else {
+		chunk = make([]byte, 0, 4096)
+		for len(chunk)+4 <= cap(chunk) {
+			chunk = append(chunk, h3FrameUnknown, 2, 0, 0)
+		}
 	}
 	for {
 		str, err := conn.AcceptStream(ctx)
@@ -691,12 +739,48 @@ func (s *Servers) floodH3(ctx context.Context, conn *quic.Conn) {
 		s.count()
 		go func() {
 			go func() { _, _ = io.Copy(io.Discard, str) }() // the request, unread
+			if cfg.Behavior == HugeHeaders {
+				_, _ = str.Write(chunk)
+				<-str.Context().Done()
+				return
+			}
 			for ctx.Err() == nil {
 				if _, err := str.Write(chunk); err != nil {
 					return
 				}
 			}
 		}()
+	}
+}
+
+// hugeHeadersH2 serves one HTTP/2 connection (HugeHeaders): its SETTINGS, then, for the
+// client's first request, the header of a HEADERS frame declaring the longest payload
+// a frame can (2^24-1 bytes), and nothing more until the client leaves.
+func (s *Servers) hugeHeadersH2(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(c, preface); err != nil {
+		return
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		return
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		if h, ok := f.(*http2.HeadersFrame); ok {
+			s.count()
+			id := h.StreamID
+			_, _ = c.Write([]byte{0xff, 0xff, 0xff, byte(http2.FrameHeaders), byte(http2.FlagHeadersEndHeaders),
+				byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)})
+			_, _ = io.Copy(io.Discard, c)
+			return
+		}
 	}
 }
 

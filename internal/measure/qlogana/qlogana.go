@@ -174,6 +174,10 @@ type Trace struct {
 	// state update, in record order); hasCompletedBy: the qlog names one.
 	completedBy    uint32
 	hasCompletedBy bool
+
+	// Close is how the connection ended (the last trace's connection_closed event), nil
+	// if the qlog does not say.
+	Close *Close
 }
 
 // CompletedBy returns the checksum (CRC-32C of the UDP payload, as quic-go's qlog gives
@@ -213,6 +217,7 @@ func Parse(qlog []byte) (*Trace, error) {
 		version        string // the last long-header version the server used
 		chosen         string // version_information's chosen_version
 		offered        string // the version of our last long-header packet
+		closed         *Close
 	)
 	src, err := readEvents(qlog, func(e *event) error {
 		if e.header {
@@ -281,6 +286,10 @@ func Parse(qlog []byte) (*Trace, error) {
 					minRTT, haveMinRTT = *d.MinRTT, true
 				}
 			}
+		case "transport:connection_closed":
+			if c := parseClose(e.data); c != nil {
+				closed = c
+			}
 		case "recovery:packet_lost":
 			lostAt = append(lostAt, t)
 		case TruncatedEvent:
@@ -304,7 +313,7 @@ func Parse(qlog []byte) (*Trace, error) {
 		}
 	}
 	tr := &Trace{pkts: pkts, completeNS: completeNS, minRTT: minRTT, haveMinRTT: haveMinRTT, lostAt: lostAt, Source: src,
-		truncated: truncated || src.Truncated, completedBy: completedBy, hasCompletedBy: hasCompletedBy}
+		truncated: truncated || src.Truncated, completedBy: completedBy, hasCompletedBy: hasCompletedBy, Close: closed}
 	if v, err := strconv.ParseUint(strings.TrimPrefix(version, "0x"), 16, 32); err == nil && v != 0 {
 		tr.QUICVersion = uint32(v)
 	}

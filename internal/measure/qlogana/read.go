@@ -521,6 +521,98 @@ func unmarshalQuoted(raw json.RawMessage, f *float64) bool {
 	return true
 }
 
+// Close is how a connection ended: its qlog's connection_closed event. quic-go today
+// logs initiator, connection_error (a name, or "unknown" and error_code) or
+// application_error ("unknown" and error_code), reason and trigger; qlog draft-02
+// (quic-go v0.2x) owner, connection_code or application_code, reason and trigger.
+type Close struct {
+	Initiator string `json:"initiator,omitempty"` // "local" (we closed it) or "remote" (the peer did)
+	// Space is "transport" (a transport error: CONNECTION_CLOSE 0x1c, or ours) or
+	// "application" (0x1d); "" when neither is logged (a timeout: see Trigger).
+	Space string `json:"space,omitempty"`
+	// Error is the transport error's name as RFC 9000 §20.1 spells it in lower case
+	// ("connection_refused"), "crypto_error_0x178" for a TLS alert (RFC 9001 §4.8), ""
+	// when the qlog gives only a number.
+	Error    string  `json:"error,omitempty"`
+	Code     *uint64 `json:"code,omitempty"`      // the error code, when logged or named
+	TLSAlert *uint64 `json:"tls_alert,omitempty"` // a crypto error's TLS alert (code - 0x100), e.g. 120 no_application_protocol
+	Reason   string  `json:"reason,omitempty"`
+	Trigger  string  `json:"trigger,omitempty"` // e.g. "idle_timeout", "handshake_timeout", "stateless_reset"
+}
+
+// transportErrors are the QUIC transport error codes by their qlog names (RFC 9000
+// §20.1 in lower case, as quic-go's qlog writes them).
+var transportErrors = map[string]uint64{
+	"no_error": 0x0, "internal_error": 0x1, "connection_refused": 0x2, "flow_control_error": 0x3,
+	"stream_limit_error": 0x4, "stream_state_error": 0x5, "final_size_error": 0x6, "frame_encoding_error": 0x7,
+	"transport_parameter_error": 0x8, "connection_id_limit_error": 0x9, "protocol_violation": 0xa,
+	"invalid_token": 0xb, "application_error": 0xc, "crypto_buffer_exceeded": 0xd, "key_update_error": 0xe,
+	"aead_limit_reached": 0xf, "no_viable_path": 0x10,
+}
+
+// cryptoErrorBase: a TLS alert travels as the transport error 0x100 + alert (RFC 9001 §4.8).
+const cryptoErrorBase = 0x100
+
+// parseClose reads a connection_closed event's data of any vintage (see Close); nil if
+// it is not an object.
+func parseClose(data json.RawMessage) *Close {
+	var d struct {
+		Initiator        string          `json:"initiator"`
+		Owner            string          `json:"owner"`
+		ConnectionError  json.RawMessage `json:"connection_error"`
+		ConnectionCode   json.RawMessage `json:"connection_code"`
+		ApplicationError json.RawMessage `json:"application_error"`
+		ApplicationCode  json.RawMessage `json:"application_code"`
+		ErrorCode        *uint64         `json:"error_code"`
+		Reason           string          `json:"reason"`
+		Trigger          string          `json:"trigger"`
+	}
+	if json.Unmarshal(data, &d) != nil {
+		return nil
+	}
+	c := &Close{Initiator: firstNonEmpty(d.Initiator, d.Owner), Reason: d.Reason, Trigger: d.Trigger}
+	var code json.RawMessage
+	switch {
+	case d.ConnectionError != nil || d.ConnectionCode != nil:
+		c.Space, code = "transport", d.ConnectionError
+		if code == nil {
+			code = d.ConnectionCode
+		}
+	case d.ApplicationError != nil || d.ApplicationCode != nil:
+		c.Space, code = "application", d.ApplicationError
+		if code == nil {
+			code = d.ApplicationCode
+		}
+	}
+	var name string
+	var n uint64
+	switch {
+	case json.Unmarshal(code, &n) == nil:
+		c.Code = &n
+	case json.Unmarshal(code, &name) == nil && name != "unknown":
+		name = strings.ToLower(name)
+		c.Error = name
+		if hex, ok := strings.CutPrefix(name, "crypto_error_0x"); ok {
+			if v, err := strconv.ParseUint(hex, 16, 64); err == nil {
+				c.Code = &v
+			}
+		} else if v, ok := transportErrors[name]; ok && c.Space == "transport" {
+			c.Code = &v
+		}
+	}
+	if c.Code == nil && d.ErrorCode != nil {
+		c.Code = d.ErrorCode
+	}
+	if c.Space == "transport" && c.Code != nil && *c.Code >= cryptoErrorBase && *c.Code < 2*cryptoErrorBase {
+		alert := *c.Code - cryptoErrorBase
+		c.TLSAlert = &alert
+		if c.Error == "" {
+			c.Error = fmt.Sprintf("crypto_error_%#x", *c.Code)
+		}
+	}
+	return c
+}
+
 // canonicalNames maps event names of other qlog drafts to the ones today's quic-go
 // writes, which the rules read.
 var canonicalNames = map[string]string{
@@ -537,6 +629,8 @@ var canonicalNames = map[string]string{
 	"quic:key_updated":                      "security:key_updated",
 	"recovery:metric_update":                "recovery:metrics_updated",
 	"connectivity:version_information":      "transport:version_information",
+	"connectivity:connection_closed":        "transport:connection_closed",
+	"quic:connection_closed":                "transport:connection_closed",
 }
 
 func canonicalName(name string) string {

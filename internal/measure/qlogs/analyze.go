@@ -12,10 +12,9 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/doqscan/doqscan/internal/quicver"
 )
@@ -63,6 +62,10 @@ type Findings struct {
 	Loss               bool    `json:"loss"`
 	RoundTrips         int     `json:"round_trips"`
 	Cause              string  `json:"cause"`
+	// Close is how the connection ended, when the handshake did not complete and the
+	// qlog says (who closed it, the error and its code, the reason, a trigger such as
+	// idle_timeout): a refused handshake says why.
+	Close *qlogana.Close `json:"close,omitempty"`
 }
 
 // FileError is a file's classified failure.
@@ -100,6 +103,8 @@ func AnalyzeBytes(name string, b []byte, rtt time.Duration) Report {
 	}
 	if a.HandshakeComplete {
 		f.HandshakeMS = float64(a.HandshakeNS) / 1e6
+	} else {
+		f.Close = tr.Close
 	}
 	r.Findings = f
 	return r
@@ -115,66 +120,65 @@ func classOf(err error) string {
 	return ClassNotQlog
 }
 
-// AnalyzeFile reads and analyses one file (rtt: see AnalyzeBytes).
+// AnalyzeFile reads and analyses one file (rtt: see AnalyzeBytes). The file is opened
+// without blocking (listfile.Open): a FIFO, socket or device gets an unreadable line
+// instead of stopping the run.
 func AnalyzeFile(path string, rtt time.Duration) Report {
-	b, err := readBounded(path)
+	b, err := listfile.ReadAll(path, maxFileSize)
 	if err != nil {
-		class := ClassUnreadable
-		if errors.Is(err, qlogana.ErrTooLarge) {
-			class = ClassTooLarge
-		}
-		return Report{File: path, Error: &FileError{Class: class, Message: err.Error()}}
+		return unreadableReport(path, err)
 	}
 	return AnalyzeBytes(path, b, rtt)
 }
 
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+// unreadableReport is the line of a file that could not be read.
+func unreadableReport(path string, err error) Report {
+	class := ClassUnreadable
+	if errors.Is(err, listfile.ErrTooLarge) {
+		class = ClassTooLarge
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", qlogana.ErrTooLarge, path, maxFileSize)
-	}
-	return b, nil
+	return Report{File: path, Error: &FileError{Class: class, Message: err.Error()}}
 }
 
-// ExpandPaths lists the files named by paths: a file as is, a directory's regular
-// files (recursively, in lexical order). A path that does not exist is kept, so that
-// its line says so.
-func ExpandPaths(paths []string) []string {
-	var out []string
+// input is one file named by the paths, or the error that stands in its place.
+type input struct {
+	path string
+	err  error
+}
+
+// expand lists the files named by paths: a file as is; a directory (or a link to one)
+// its files, recursively in lexical order, links followed (listfile.Walk). A path that
+// does not exist, a FIFO, socket or device, a link to nothing, and a directory without
+// a single file each stand as an error, so that every path named has a line.
+func expand(paths []string) []input {
+	var out []input
 	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil || !st.IsDir() {
-			out = append(out, p)
-			continue
-		}
-		_ = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				out = append(out, path) // its line reports the error
-				return nil
-			}
-			if d.Type().IsRegular() {
-				out = append(out, path)
+		n := len(out)
+		_ = listfile.Walk(p, func(path string, mode fs.FileMode, err error) error {
+			switch {
+			case err != nil:
+				out = append(out, input{path, err})
+			case mode.IsRegular():
+				out = append(out, input{path: path})
 			}
 			return nil
 		})
+		if len(out) == n {
+			out = append(out, input{p, &listfile.OpenError{File: p, Err: ErrEmptyDirectory}})
+		}
 	}
 	return out
 }
+
+// ErrEmptyDirectory is the error of a directory named to analyze that holds no file.
+var ErrEmptyDirectory = errors.New("a directory without any file to analyze")
 
 // Analyze prints one JSON line per file of paths to w, in order. It returns
 // ErrUnreadable (wrapped) if a file could not be read, else ErrUnanalysable if a file
 // is not an analysable qlog, else nil; every file has its line either way.
 // rtt: see AnalyzeBytes (one path RTT for every file; 0: each qlog's own).
 func Analyze(ctx context.Context, paths []string, rtt time.Duration, w io.Writer, log *slog.Logger) error {
-	files := ExpandPaths(paths)
+	files := expand(paths)
 	enc := json.NewEncoder(w)
 	var unreadable, unanalysable int
 	start, lastProgress := time.Now(), time.Now()
@@ -182,7 +186,12 @@ func Analyze(ctx context.Context, paths []string, rtt time.Duration, w io.Writer
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r := AnalyzeFile(f, rtt)
+		var r Report
+		if f.err != nil {
+			r = unreadableReport(f.path, f.err)
+		} else {
+			r = AnalyzeFile(f.path, rtt)
+		}
 		if r.Error != nil {
 			if r.Error.Class == ClassUnreadable {
 				unreadable++

@@ -28,7 +28,8 @@ var Cmd = cli.Command{
 	Notes: `analyze reads quic-go's JSON-SEQ (.sqlog, today), the qlog draft-02 NDJSON that quic-go
 v0.21 to v0.2x wrote, qlog JSON documents ({"traces":[...]}) and a JSON array of NDJSON
 records, each gzip-compressed or not (detected from the bytes, not the name). A directory
-means every regular file under it. Each line has file, format, odcid, quic_version,
+(or a link to one) means every file under it, links followed. A FIFO, socket, device, link
+to nothing or empty directory gets an "unreadable" line; the other paths are still read. Each line has file, format, odcid, quic_version,
 handshake_complete, retry, version_negotiation, amplification_stall, loss, round_trips,
 cause (as in handshake_analyses); a file cut short is analysed up to the cut and marked
 "truncated"; a file that cannot be analysed has "error": {"class", "message"} with class
@@ -42,6 +43,9 @@ quic-go wrote it (JSON-SEQ, .sqlog); the traces of a dial with Version Negotiati
 qlog JSON document (.qlog). Both open in qvis. Exporting again rewrites the same files.
 Exit code 2 if the campaign does not exist. See docs/qlogs.md.`,
 }
+
+// MaxRTT bounds --rtt (a path RTT; the testbed's longest is 300 ms).
+const MaxRTT = time.Minute
 
 // Config is what the flags and arguments of `qlogs` ask for.
 type Config struct {
@@ -70,8 +74,8 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer, log *slog.Logger) er
 		if len(cfg.Paths) == 0 {
 			return cli.Usagef("analyze: want at least one FILE or DIR")
 		}
-		if cfg.RTT < 0 {
-			return cli.Usagef("analyze: --rtt %v is negative", cfg.RTT)
+		if err := cli.InRange("rtt", cfg.RTT, 0, MaxRTT); err != nil {
+			return err
 		}
 		err := Analyze(ctx, cfg.Paths, cfg.RTT, stdout, log)
 		if errors.Is(err, ErrUnreadable) {

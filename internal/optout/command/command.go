@@ -99,25 +99,18 @@ func runServe(io IO, args []string) int {
 	contact := fs.String("contact", optout.DefaultInfo.Contact, "contact email shown on the page")
 	operator := fs.String("operator", optout.DefaultInfo.Operator, "who runs the scans")
 	project := fs.String("project-url", "", "link to the project page (optional)")
-	maxV4 := fs.Int("max-v4-prefix", optout.DefaultLimits.MinBitsV4, "shortest IPv4 prefix one request may exclude")
-	maxV6 := fs.Int("max-v6-prefix", optout.DefaultLimits.MinBitsV6, "shortest IPv6 prefix one request may exclude")
+	var maxV4, maxV6, ownV4, ownV6 int
+	var perMin float64
+	cli.IntVar(fs, &maxV4, "max-v4-prefix", optout.DefaultLimits.MinBitsV4, 0, 32, "shortest IPv4 prefix one request may exclude")
+	cli.IntVar(fs, &maxV6, "max-v6-prefix", optout.DefaultLimits.MinBitsV6, 0, 128, "shortest IPv6 prefix one request may exclude")
 	policy := fs.String("policy", string(optout.PolicyOwnRange), "which requests are honoured at once: own-range, all or review-all")
-	ownV4 := fs.Int("own-range-max-v4-prefix", optout.DefaultOwnRange.MinBitsV4, "own-range: shortest IPv4 prefix honoured at once (larger ones wait for review)")
-	ownV6 := fs.Int("own-range-max-v6-prefix", optout.DefaultOwnRange.MinBitsV6, "own-range: shortest IPv6 prefix honoured at once")
-	perMin := fs.Float64("posts-per-minute", 6, "form submissions accepted per source and minute (a source is an IPv4 address or an IPv6 /56), 0.001..10000")
+	cli.IntVar(fs, &ownV4, "own-range-max-v4-prefix", optout.DefaultOwnRange.MinBitsV4, 0, 32, "own-range: shortest IPv4 prefix honoured at once (larger ones wait for review)")
+	cli.IntVar(fs, &ownV6, "own-range-max-v6-prefix", optout.DefaultOwnRange.MinBitsV6, 0, 128, "own-range: shortest IPv6 prefix honoured at once")
+	cli.FloatVar(fs, &perMin, "posts-per-minute", 6, 0.001, 10000, "form submissions accepted per source and minute (a source is an IPv4 address or an IPv6 /56)")
 	rewrite := fs.Bool("rewrite-only", false, "regenerate optout.conf from the database and exit")
 	return cli.RunMain(fs, &common, args, io.Err, func(ctx context.Context, log *slog.Logger, args []string) error {
 		if len(args) > 0 {
 			return cli.Usagef("unexpected arguments: %s", strings.Join(args, " "))
-		}
-		if err := cli.FirstError(
-			cli.InRange("max-v4-prefix", *maxV4, 0, 32),
-			cli.InRange("max-v6-prefix", *maxV6, 0, 128),
-			cli.InRange("own-range-max-v4-prefix", *ownV4, 0, 32),
-			cli.InRange("own-range-max-v6-prefix", *ownV6, 0, 128),
-			cli.InRange("posts-per-minute", *perMin, 0.001, 10000),
-		); err != nil {
-			return err
 		}
 		pol, err := optout.ParsePolicy(*policy)
 		if err != nil {
@@ -126,6 +119,19 @@ func runServe(io IO, args []string) int {
 		if *tlsListen != "" && (*tlsCert == "" || *tlsKey == "") {
 			return cli.Usagef("--tls-listen needs --tls-cert and --tls-key")
 		}
+		// Before the database: an address no listener can take is a usage error (it was
+		// exit 1 when the listener failed), a missing blocklist directory a missing
+		// prerequisite (it was created, and the page served).
+		for _, l := range []struct{ flag, addr string }{{"listen", *listen}, {"tls-listen", *tlsListen}} {
+			if l.addr != "" && !*rewrite {
+				if err := cli.CheckListenAddr(l.flag, l.addr); err != nil {
+					return err
+				}
+			}
+		}
+		if err := cli.CheckBlocklistDir("blocklist-dir", *dir); err != nil {
+			return err
+		}
 		st, err := cli.OpenStore(ctx, log)
 		if err != nil {
 			return err
@@ -133,9 +139,9 @@ func runServe(io IO, args []string) int {
 		defer st.Close()
 		info := optout.DefaultInfo
 		info.Contact, info.Operator, info.ProjectURL = *contact, *operator, *project
-		srv := &optout.Server{Store: st, BlocklistDir: *dir, Info: info, Log: log, PostsPerMinute: *perMin,
-			Limits: optout.Limits{MinBitsV4: *maxV4, MinBitsV6: *maxV6}, SecureCookies: *tlsListen != "" && *listen == "",
-			Policy: pol, OwnRange: optout.Limits{MinBitsV4: *ownV4, MinBitsV6: *ownV6}}
+		srv := &optout.Server{Store: st, BlocklistDir: *dir, Info: info, Log: log, PostsPerMinute: perMin,
+			Limits: optout.Limits{MinBitsV4: maxV4, MinBitsV6: maxV6}, SecureCookies: *tlsListen != "" && *listen == "",
+			Policy: pol, OwnRange: optout.Limits{MinBitsV4: ownV4, MinBitsV6: ownV6}}
 		path, err := srv.Rewrite(ctx)
 		if err != nil {
 			return err
@@ -262,6 +268,14 @@ func decider(action string) func(IO, []string) int {
 			}
 			if *actor == "" {
 				return cli.Usagef("--actor must not be empty")
+			}
+			for _, f := range []struct{ name, v string }{{"reason", *reason}, {"actor", *actor}} {
+				if err := optout.CheckText("--"+f.name, f.v, false); err != nil {
+					return cli.Usagef("%v", err)
+				}
+			}
+			if err := cli.CheckBlocklistDir("blocklist-dir", *dir); err != nil {
+				return err
 			}
 			st, err := cli.OpenStore(ctx, log)
 			if err != nil {

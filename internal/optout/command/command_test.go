@@ -61,14 +61,16 @@ func TestSubcommands(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"reject", id(1), "--blocklist-dir", dir}, cli.ExitUsage},                          // no reason
-		{[]string{"reject", id(0), "--reason", "x", "--blocklist-dir", dir}, cli.ExitUsage},         // accepted: withdraw it instead
-		{[]string{"accept", "999999", "--blocklist-dir", dir}, cli.ExitUsage},                       // no such request
-		{[]string{"accept", "abc", "--blocklist-dir", dir}, cli.ExitUsage},                          // not an id
-		{[]string{"accept", "--blocklist-dir", dir}, cli.ExitUsage},                                 // no id
-		{[]string{"frobnicate"}, cli.ExitUsage},                                                     // no such subcommand
-		{[]string{"list", "--status", "done"}, cli.ExitUsage},                                       // no such status
-		{[]string{"--policy", "everyone", "--rewrite-only", "--blocklist-dir", dir}, cli.ExitUsage}, // no such policy
+		{[]string{"reject", id(1), "--blocklist-dir", dir}, cli.ExitUsage},                                          // no reason
+		{[]string{"reject", id(0), "--reason", "x", "--blocklist-dir", dir}, cli.ExitUsage},                         // accepted: withdraw it instead
+		{[]string{"accept", "999999", "--blocklist-dir", dir}, cli.ExitUsage},                                       // no such request
+		{[]string{"accept", "abc", "--blocklist-dir", dir}, cli.ExitUsage},                                          // not an id
+		{[]string{"accept", "--blocklist-dir", dir}, cli.ExitUsage},                                                 // no id
+		{[]string{"frobnicate"}, cli.ExitUsage},                                                                     // no such subcommand
+		{[]string{"list", "--status", "done"}, cli.ExitUsage},                                                       // no such status
+		{[]string{"--policy", "everyone", "--rewrite-only", "--blocklist-dir", dir}, cli.ExitUsage},                 // no such policy
+		{[]string{"reject", id(1), "--reason", "ok\u202edab", "--blocklist-dir", dir}, cli.ExitUsage},               // a bidi override in the reason
+		{[]string{"reject", id(1), "--reason", "x", "--actor", "al\x1bice", "--blocklist-dir", dir}, cli.ExitUsage}, // a control character
 	} {
 		if code, out, errs := run(t, tc.args...); code != tc.code {
 			t.Errorf("optout %s: exit %d, want %d\n%s%s", strings.Join(tc.args, " "), code, tc.code, out, errs)
@@ -120,3 +122,42 @@ func TestSubcommands(t *testing.T) {
 }
 
 func itoa(i int64) string { return strconv.FormatInt(i, 10) }
+
+// TestExitCodes runs every exit code optout documents (README, docs/operations.md), each
+// from the cause it names, before anything is served: 0 (--rewrite-only), 2 (a listen
+// address no listener can take: it was exit 1 once the listener failed; a number out of
+// range), 3 and 4 from the database, 5 a missing blocklist directory (it was created
+// and the page served).
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(t.TempDir(), "blocklist")
+	for _, c := range []struct {
+		why  string
+		args []string
+		url  string
+		code int
+	}{
+		{"rewrite only", []string{"--rewrite-only", "--blocklist-dir", dir}, storetest.NewDatabase(t), cli.ExitOK},
+		{"port out of range", []string{"--listen", "127.0.0.1:99999", "--blocklist-dir", dir}, "", cli.ExitUsage},
+		{"TLS port out of range", []string{"serve", "--listen", "", "--tls-listen", ":65536", "--tls-cert", "c", "--tls-key", "k", "--blocklist-dir", dir}, "", cli.ExitUsage},
+		{"not an address", []string{"--listen", "localhost", "--blocklist-dir", dir}, "", cli.ExitUsage},
+		{"NaN posts per minute", []string{"--posts-per-minute", "NaN", "--blocklist-dir", dir}, "", cli.ExitUsage},
+		{"missing blocklist directory", []string{"--listen", "127.0.0.1:0", "--blocklist-dir", missing}, "", cli.ExitEnvironment},
+		{"missing blocklist directory (accept)", []string{"accept", "1", "--blocklist-dir", missing}, "", cli.ExitEnvironment},
+		{"database unavailable", []string{"--rewrite-only", "--blocklist-dir", dir}, "host=/nonexistent-doqscan-socket dbname=x connect_timeout=1", cli.ExitDatabase},
+		{"schema newer than the binary", []string{"--rewrite-only", "--blocklist-dir", dir}, storetest.NewerSchema(t), cli.ExitSchema},
+	} {
+		t.Setenv("DATABASE_URL", c.url)
+		if c.url == "" {
+			// Reached only if the checks before the database pass (they must not).
+			t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=x connect_timeout=1")
+		}
+		code, out, errs := run(t, c.args...)
+		if code != c.code {
+			t.Errorf("%s: optout %s: exit %d, want %d\n%s%s", c.why, strings.Join(c.args, " "), code, c.code, out, errs)
+		}
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Errorf("%s was created", missing)
+	}
+}

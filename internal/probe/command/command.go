@@ -7,9 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 
@@ -26,6 +26,7 @@ var Cmd = cli.Command{
 	Name:    "zprobe",
 	Summary: "scan for QUIC (UDP/784, 853, 8853) and DNS (UDP/53) with zmap; classify and store every reply",
 	Usage:   "zprobe [flags] scan|send|ingest|probes|blocklist [subcommand flags]",
+	Locks:   "the scan (week, vantage, label, shard; scan, send, ingest)",
 	Examples: []string{
 		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000      # the testbed's whole /16, all four ports",
 		"zprobe scan --vantage fra1 --allowlist targets.conf --rate 40000 --seed 42 --shards 4 --shard 0",
@@ -160,10 +161,10 @@ func (t *targetFlags) prefixes(positional []string) ([]netip.Prefix, *netip.Pref
 	if t.allowlist != "" {
 		ps, err := probe.ReadPrefixFile(t.allowlist)
 		switch {
-		case errors.Is(err, os.ErrNotExist):
-			return nil, nil, cli.Environmentf("--allowlist: %v", err)
 		case err != nil:
-			return nil, nil, cli.Usagef("--allowlist: %v", err)
+			// Exit code from the error's type: a file that cannot be opened 5, a bad
+			// line 2 (listfile's errors, cli.ExitCode).
+			return nil, nil, fmt.Errorf("--allowlist: %w", err)
 		case len(ps) == 0:
 			// Never fall back to a default target (with --testbed: the whole prefix).
 			return nil, nil, cli.Usagef("--allowlist %s lists no prefix or address: refusing to scan without the targets it was meant to name", t.allowlist)
@@ -195,7 +196,7 @@ func (p *probeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.version, "version", "0x1a2a3a4a", "QUIC version in the probe: a reserved 0x?a?a?a?a (default), 0xffffffff (the original study's) or 0 (dropped by modern stacks)")
 	fs.StringVar(&p.dcid, "dcid", "", "probe DCID, 8..20 bytes, as text or hex:... (default \"doqscan-vn-dcid!\")")
 	fs.StringVar(&p.scid, "scid", "", "probe SCID, 0..20 bytes, as text or hex:... (default \"doqscan-scid\")")
-	fs.IntVar(&p.size, "size", probe.MinInitialDatagram, "QUIC probe datagram size (1200..1472)")
+	cli.IntVar(fs, &p.size, "size", probe.MinInitialDatagram, probe.MinInitialDatagram, probe.MaxProbeDatagram, "QUIC probe datagram size")
 	fs.StringVar(&p.qname, "query-name", probe.DefaultQName, "name the DNS probe asks for (A, RD set)")
 	cli.Deprecate(fs, "qname", "query-name")
 }

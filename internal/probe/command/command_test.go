@@ -11,7 +11,10 @@ import (
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/cli/clitest"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 	"github.com/doqscan/doqscan/internal/optout/pace"
+	"github.com/doqscan/doqscan/internal/store/storetest"
 )
 
 // TestRefusals: the scan refuses to start without targets, with a testbed prefix
@@ -46,6 +49,7 @@ func TestFlagErrors(t *testing.T) {
 	scan := []string{"scan", "--vantage", "x", "--testbed", "198.19.0.0/16", "--seed", "1"}
 	// A zmap whose --version names no release (a development build): refused before
 	// anything else.
+	fifo := listfiletest.FIFO(t, t.TempDir(), "fifo.csv")
 	devZmap := tempFile(t, "zmap", "#!/bin/sh\necho 'zmap Development Build. Commit 8de8833 - Mon Oct 6'\n", 0o755)
 	for _, c := range []struct {
 		args []string
@@ -68,6 +72,32 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", "/nonexistent/hitlist.txt"}, cli.ExitEnvironment},
 		{[]string{"blocklist", "--no-db", "--testbed", "198.19.0.0/16", "--allowlist", empty}, cli.ExitUsage},
 		{[]string{"ingest", "/nonexistent.csv"}, cli.ExitEnvironment},
+		// Files that are not regular files are refused at once (a FIFO's plain open
+		// waited for a writer), by type: a missing prerequisite.
+		{append(scan, "--allowlist", fifo), cli.ExitEnvironment},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", fifo}, cli.ExitEnvironment},
+		{[]string{"ingest", fifo}, cli.ExitEnvironment},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", tempFile(t, "prefix.txt", "198.19.0.0/24\n", 0o644)}, cli.ExitUsage},
+		// Numbers zmap or the database would wrap or read as "no limit" are refused
+		// before anything runs: 2^32 packets/s reached zmap as -r 0; NaN probes/s sent
+		// as fast as possible and was stored as rate_pps -2147483648.
+		{append(scan, "--rate", "4294967296"), cli.ExitUsage},
+		{append(scan, "--rate", "100000001"), cli.ExitUsage},
+		{append(scan, "--rate", "1e6"), cli.ExitUsage},
+		{append(scan, "--seed", "-1"), cli.ExitUsage},
+		{append(scan, "--seed", "18446744073709551616"), cli.ExitUsage},
+		{append(scan, "--shards", "256", "--shard", "1"), cli.ExitUsage},
+		{append(scan, "--sender-threads", "0"), cli.ExitUsage},
+		{append(scan, "--sender-threads", "4294967297"), cli.ExitUsage},
+		{append(scan, "--probes-per-host", "0"), cli.ExitUsage},
+		{append(scan, "--cooldown", "-1"), cli.ExitUsage},
+		{append(scan, "--size", "1199"), cli.ExitUsage},
+		{append(scan, "--size", "1473"), cli.ExitUsage},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--rate", "NaN"}, cli.ExitUsage},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--rate", "Inf"}, cli.ExitUsage},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--rate", "-1"}, cli.ExitUsage},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--rate", "3e9"}, cli.ExitUsage},
+		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--cooldown", "0s"}, cli.ExitUsage},
 	} {
 		err := Run(context.Background(), log, c.args)
 		if code := cli.ExitCode(err); code != c.code {
@@ -128,4 +158,31 @@ func tempFile(t *testing.T, name, body string, mode os.FileMode) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestExitCodes runs zprobe's documented exit codes (docs/zprobe.md) that TestFlagErrors
+// does not: 0, and 3 and 4 from the database (the blocklist subcommand reads the
+// opt-outs from it).
+func TestExitCodes(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	args := []string{"blocklist", "--testbed", "198.19.0.0/16"}
+	for _, c := range []struct {
+		why  string
+		args []string
+		url  string
+		code int
+	}{
+		{"ok without the database", append(args, "--no-db"), "", cli.ExitOK},
+		{"ok", args, storetest.NewDatabase(t), cli.ExitOK},
+		{"database unavailable", args, clitest.NoDatabaseURL, cli.ExitDatabase},
+		{"schema newer than the binary", args, storetest.NewerSchema(t), cli.ExitSchema},
+	} {
+		if c.url != "" {
+			t.Setenv("DATABASE_URL", c.url)
+		}
+		err := Run(context.Background(), log, c.args) // prints the blocklist on stdout
+		if code := cli.ExitCode(err); code != c.code {
+			t.Errorf("%s: %v: exit %d (%v), want %d", c.why, c.args, code, err, c.code)
+		}
+	}
 }

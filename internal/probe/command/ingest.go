@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/probe"
 )
 
@@ -25,9 +26,11 @@ func ingestFlags(fs *flag.FlagSet) runFunc {
 			return cli.Usagef("want at least one raw CSV file")
 		}
 		for _, f := range files { // before the database: a missing file is the caller's mistake
-			if _, err := os.Stat(f); err != nil {
-				return cli.Environmentf("raw CSV file: %v", err)
+			fh, err := listfile.Open(f) // a FIFO or directory: an error, never a wait (exit 5)
+			if err != nil {
+				return fmt.Errorf("raw CSV file: %w", err)
 			}
+			fh.Close()
 		}
 		s, err := cli.OpenStore(ctx, log)
 		if err != nil {

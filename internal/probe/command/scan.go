@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"strconv"
@@ -25,11 +26,12 @@ func scanFlags(fs *flag.FlagSet) runFunc {
 	tf.register(fs)
 	pf.register(fs)
 	var (
-		vf                                                          cli.VantageFlags
-		label, week, out, bandwidth, iface, gw, src, zmapBin, seedS string
-		shard, shards, cooldown, probesPer, threads                 int
-		asJSON, rescan, yes                                         bool
-		dbWait                                                      time.Duration
+		vf                                                   cli.VantageFlags
+		label, week, out, bandwidth, iface, gw, src, zmapBin string
+		shard, shards, cooldown, probesPer, threads          int
+		seed                                                 uint64
+		asJSON, rescan, yes                                  bool
+		dbWait                                               time.Duration
 	)
 	rate := rateFlag{pps: probe.DefaultRate}
 	vf.Register(fs)
@@ -38,12 +40,12 @@ func scanFlags(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&out, "out", home.Path("var", "scans"), "directory for zmap's raw output (<week>/<vantage>/<label>-shard<N>/<port>.csv)")
 	fs.Var(&rate, "rate", "zmap -r: packets per second, always passed to zmap; \"max\": as fast as zmap can (zmap -r 0, benchmarks only); 0 is refused")
 	fs.StringVar(&bandwidth, "bandwidth", "", "zmap -B: bits per second with G/M/K suffix, instead of --rate (zmap derives its rate from it)")
-	fs.StringVar(&seedS, "seed", "", "zmap --seed, shared by every shard of a scan (required with --shards > 1)")
-	fs.IntVar(&shards, "shards", 1, "zmap --shards: scanners splitting one scan")
-	fs.IntVar(&shard, "shard", 0, "zmap --shard: this scanner's shard (0-indexed)")
-	fs.IntVar(&cooldown, "cooldown", 8, "zmap -c: seconds to keep receiving after the last probe")
-	fs.IntVar(&probesPer, "probes-per-host", 1, "zmap -P: probes sent to each address")
-	fs.IntVar(&threads, "sender-threads", 1, "zmap -T: sender threads")
+	cli.Uint64Var(fs, &seed, "seed", 0, 0, math.MaxUint64, "zmap --seed, shared by every shard of a scan (required with --shards > 1; default: zmap picks one)")
+	cli.IntVar(fs, &shards, "shards", 1, 1, probe.MaxShards, "zmap --shards: scanners splitting one scan")
+	cli.IntVar(fs, &shard, "shard", 0, 0, probe.MaxShards-1, "zmap --shard: this scanner's shard (0-indexed)")
+	cli.IntVar(fs, &cooldown, "cooldown", 8, 0, probe.MaxCooldownSeconds, "zmap -c: seconds to keep receiving after the last probe")
+	cli.IntVar(fs, &probesPer, "probes-per-host", 1, 1, probe.MaxProbesPerHost, "zmap -P: probes sent to each address")
+	cli.IntVar(fs, &threads, "sender-threads", 1, 1, probe.MaxSenderThreads, "zmap -T: sender threads")
 	fs.StringVar(&iface, "interface", "", "zmap -i (default: from the route to the first target)")
 	fs.StringVar(&gw, "gateway-mac", "", "zmap -G (default: the next hop's MAC from the neighbour table)")
 	fs.StringVar(&src, "source-ip", "", "zmap -S (default: the route's source address)")
@@ -51,7 +53,7 @@ func scanFlags(fs *flag.FlagSet) runFunc {
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON on stdout")
 	fs.BoolVar(&rescan, "rescan", false, "send every port again, also those an earlier run of this scan (week, vantage, label, shard) finished; each run writes a new raw file")
 	fs.BoolVar(&yes, "yes", false, "run an --internet-wide scan estimated to take longer than "+probe.FormatDuration(probe.DefaultConfirmAbove))
-	fs.DurationVar(&dbWait, "db-wait", probe.DefaultDBWait, "how long to wait for an unavailable database before stopping with exit 3 (zmap's output meanwhile goes to the raw file)")
+	cli.DurationVar(fs, &dbWait, "db-wait", probe.DefaultDBWait, time.Second, 24*time.Hour, "how long to wait for an unavailable database before stopping with exit 3 (zmap's output meanwhile goes to the raw file)")
 	return func(ctx context.Context, log *slog.Logger, args []string) error {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -61,14 +63,8 @@ func scanFlags(fs *flag.FlagSet) runFunc {
 			}
 			rate.pps = 0
 		}
-		if shards < 1 {
-			return cli.Usagef("--shards %d: want 1 or more", shards)
-		}
-		if shard < 0 || shard >= shards {
+		if shard >= shards {
 			return cli.Usagef("--shard %d of --shards %d: want 0 <= shard < shards (shards are numbered from 0)", shard, shards)
-		}
-		if dbWait <= 0 {
-			return cli.Usagef("--db-wait %s: want a positive duration", dbWait)
 		}
 		if vf.ID == "" {
 			return cli.Usagef("--vantage is empty")
@@ -87,15 +83,11 @@ func scanFlags(fs *flag.FlagSet) runFunc {
 		if err != nil {
 			return err
 		}
-		var seed *uint64
-		if seedS != "" {
-			v, err := strconv.ParseUint(seedS, 10, 64)
-			if err != nil {
-				return cli.Usagef("--seed: %v", err)
-			}
-			seed = &v
+		var seedP *uint64
+		if set["seed"] {
+			seedP = &seed
 		}
-		if shards > 1 && seed == nil {
+		if shards > 1 && seedP == nil {
 			return cli.Usagef("--shards %d needs one --seed shared by every shard", shards)
 		}
 		// Which zmap, before anything else: an unknown version stops here (exit 5).
@@ -135,7 +127,7 @@ func scanFlags(fs *flag.FlagSet) runFunc {
 			}
 		}
 		sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, Log: log, VantageID: vf.ID, VantageLocation: vf.Location, VantageContact: vf.Contact, Label: label, Week: week,
-			Shard: shard, Shards: shards, Seed: seed, QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Targets: targets,
+			Shard: shard, Shards: shards, Seed: seedP, QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Targets: targets,
 			Testbed: tb, InternetWide: tf.internetWide, BlocklistDir: tf.blocklistDir, Safety: safety, OutDir: out, Zmap: z,
 			FlushEvery: time.Second, DBWait: dbWait, ZmapVersion: &zv, Rescan: rescan, Confirmed: yes,
 			OnEstimate: func(e probe.ScanEstimate) { fmt.Fprintf(os.Stderr, "zprobe: %s: %s\n", zv.Raw, e) }})
@@ -161,8 +153,9 @@ func classify(err error) error {
 	return err
 }
 
-// rateFlag is --rate: packets per second above 0, or "max" (probe.RateUnlimited, zmap
-// -r 0). 0 is refused: zmap reads -r 0 as "no limit", which must never happen by accident.
+// rateFlag is --rate: packets per second, 1..probe.MaxRate, or "max" (probe.RateUnlimited,
+// zmap -r 0). 0 is refused: zmap reads -r 0 as "no limit", which must never happen by
+// accident; so is a rate that zmap's 32-bit integer would wrap (2^32 reached zmap as 0).
 type rateFlag struct{ pps int }
 
 func (r *rateFlag) String() string {
@@ -180,16 +173,14 @@ func (r *rateFlag) Set(s string) error {
 		r.pps = probe.RateUnlimited
 		return nil
 	}
-	n, err := strconv.Atoi(s)
-	switch {
-	case err != nil:
-		return fmt.Errorf("want packets per second or \"max\": %v", err)
-	case n == 0:
+	if s == "0" {
 		return errors.New("0 would be zmap's \"no limit\"; give a rate in packets per second, or \"max\" to send as fast as zmap can")
-	case n < 0:
-		return fmt.Errorf("%d: want packets per second above 0, or \"max\"", n)
 	}
-	r.pps = n
+	n, err := cli.ParseInt(s, 1, probe.MaxRate)
+	if err != nil {
+		return fmt.Errorf("want packets per second or \"max\": %w", err)
+	}
+	r.pps = int(n)
 	return nil
 }
 

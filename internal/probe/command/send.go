@@ -2,10 +2,9 @@ package command
 
 import (
 	"context"
-	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -27,8 +26,8 @@ func sendFlags(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&label, "label", "hitlist", "scan label")
 	fs.StringVar(&week, "week", "", "ISO week (default: now)")
 	fs.StringVar(&hitlist, "hitlist", "", "file of addresses (IPv4 or IPv6, one a line); each must be inside the allowlist")
-	fs.Float64Var(&rate, "rate", 1000, "probes per second")
-	fs.DurationVar(&cooldown, "cooldown", 3*time.Second, "wait for replies after the last probe")
+	cli.FloatVar(fs, &rate, "rate", 1000, probe.MinSendRate, probe.MaxRate, "probes per second")
+	cli.DurationVar(fs, &cooldown, "cooldown", 3*time.Second, time.Millisecond, time.Hour, "wait for replies after the last probe")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON")
 	return func(ctx context.Context, log *slog.Logger, args []string) error {
 		if vf.ID == "" || hitlist == "" {
@@ -38,15 +37,9 @@ func sendFlags(fs *flag.FlagSet) runFunc {
 		if err != nil {
 			return err
 		}
-		if rate <= 0 {
-			return cli.Usagef("--rate %v: want probes per second above 0", rate)
-		}
 		hl, err := probe.ReadHitlist(hitlist)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			return cli.Environmentf("--hitlist: %v", err)
-		case err != nil:
-			return cli.Usagef("%v", err)
+		if err != nil {
+			return classify(fmt.Errorf("--hitlist: %w", err)) // 5 unopenable, 2 a bad line or a prefix
 		}
 		if err := pace.CheckSendPace(rate, hl); err != nil {
 			return classify(err)

@@ -212,3 +212,17 @@ func VantageRole(t testing.TB, s *store.Store, dbURL, id string) string {
 	})
 	return WithUser(dbURL, role)
 }
+
+// NewerSchema returns the URL of a fresh database whose schema was migrated by a binary
+// newer than this one (schema_migrations holds SchemaVersion()+1): a command that opens
+// it stops with exit code 4.
+func NewerSchema(t testing.TB) string {
+	t.Helper()
+	s, url := OpenURL(t)
+	if _, err := s.Pool.Exec(context.Background(), "INSERT INTO schema_migrations (version, name) VALUES ($1, 'from a newer binary')",
+		store.SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	return url
+}

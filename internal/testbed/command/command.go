@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
+	"slices"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/home"
@@ -65,14 +68,14 @@ type Flags struct {
 func (f *Flags) Register(fs *flag.FlagSet) {
 	o := &f.Options
 	fs.StringVar(&o.Name, "name", "", "instance name (default $DOQSCAN_TESTNET, else dq)")
-	fs.IntVar(&o.Vantages, "vantages", 1, "number of vantage namespaces (up)")
+	cli.IntVar(fs, &o.Vantages, "vantages", 1, 1, netns.MaxVantages, "number of vantage namespaces (up)")
 	fs.BoolVar(&o.DB, "db", false, "up: a central database for the vantage points in <name>-db (198.18.254.2, TLS; docs/fleet.md)")
 	fs.StringVar(&o.Population, "population", "", "population file (default testbed/population.txt)")
 	fs.BoolVar(&f.NoServers, "no-servers", false, "up: start only namespaces and the delay line")
 	fs.BoolVar(&o.NoPeers, "no-peers", false, "up: start bin/simserver but not the third-party peers")
-	fs.Uint64Var(&o.Seed, "seed", 1, "delay-line loss/jitter RNG seed (up)")
-	fs.DurationVar(&o.Lead, "lead", 0, "delay-line release lead (up; 0: the default 100us, negative: none)")
-	fs.IntVar(&f.Vantage, "vantage", 0, "exec: vantage index (0 = <name>-vantage)")
+	cli.Uint64Var(fs, &o.Seed, "seed", 1, 0, math.MaxUint64, "delay-line loss/jitter RNG seed (up)")
+	cli.DurationVar(fs, &o.Lead, "lead", 0, -time.Second, time.Second, "delay-line release lead (up; 0: the default 100us, negative: none)")
+	cli.IntVar(fs, &f.Vantage, "vantage", 0, 0, netns.MaxVantages-1, "exec: vantage index (0 = <name>-vantage)")
 	fs.BoolVar(&f.JSON, "json", false, "status: print JSON")
 }
 
@@ -151,6 +154,16 @@ func Run(ctx context.Context, log *slog.Logger, f Flags, args []string, stdout i
 		}
 		name := instanceName(o.Name)
 		in := netns.Instance{Name: name, Vantages: f.Vantage + 1}
+		// The namespace must be there: `ip netns exec` of a missing one exits 255, which
+		// read as the command's own exit code.
+		all, err := netns.Runner{}.ListNamespaces(ctx)
+		if err != nil {
+			return cli.Environmentf("list the network namespaces: %v", err)
+		}
+		if !slices.Contains(all, in.Vantage(f.Vantage)) {
+			return cli.Environmentf("testbed %s has no vantage namespace %s (is it up? `testnet --name %s --vantages %d up`)",
+				name, in.Vantage(f.Vantage), name, f.Vantage+1)
+		}
 		c := netns.Command(in.Vantage(f.Vantage), argv...)
 		c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 		c.Env = append(os.Environ(), netns.EnvInstance+"="+name)

@@ -136,6 +136,16 @@ var specials = []special{
 	{"dns-full", "plain DNS, DoT and DoH, no DoQ", allDNS, false, false},
 }
 
+// Behaviour classes added after the drawn lines were settled: the /30s right after
+// specials, with a fixed site, AS and path instead of drawn ones, so adding them moved
+// no other line of the file.
+var fixedSpecials = []struct {
+	class, comment, fields, geo string
+}{
+	{"doq-no-alpn", "accepts only a QUIC handshake offering no ALPN (refuses any offered one with no_application_protocol, as rustls/quinn with none configured); DNS on it framed as RFC 9250",
+		"quic=784,853 alpn=none versions=v1,v2 token=honour cert=provider-c dns=udp,tcp", "path=eu-20ms asn=AS64502 site=ams"},
+}
+
 // Third-party peers, one address each in 198.19.3.0/24. the peers package starts them; the
 // versions listed are what each stack's VN advertises (FIELD-NOTES).
 var peers = []special{
@@ -242,6 +252,13 @@ func Generate(seed uint64) []byte {
 		geo := g.geo(s.lossy, strings.HasPrefix(s.class, "hostile-"))
 		g.emitted[s.class] = emittedHost{p.Addr(), s.fields, geo}
 		g.host(p, s.class, s.fields, geo)
+	}
+	for j, s := range fixedSpecials {
+		i := len(specials) + j
+		p := netip.PrefixFrom(addr(198, 19, 1+i*4/256, i*4%256), 30)
+		fmt.Fprintf(w, "# %s: %s\n", s.class, s.comment)
+		g.emitted[s.class] = emittedHost{p.Addr(), s.fields, s.geo}
+		g.host(p, s.class, s.fields, s.geo)
 	}
 	fmt.Fprintf(w, "\n# Third-party servers (started by scripts/install-peers.sh / internal/testbed/peers).\n")
 	for i, s := range peers {

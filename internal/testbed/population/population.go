@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/home"
+	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/quicver"
 )
 
@@ -51,6 +52,16 @@ const (
 	HostileStall       = "stall"        // accepts (handshake / TCP connect) and never answers
 	HostileDraftOnly   = "draft-only"   // a well-formed VN listing only draft versions, no handshake
 )
+
+// ALPNNone as a host's whole alpn list (alpn=none): the QUIC server accepts only a
+// ClientHello that offers no ALPN at all and refuses any offered protocol with TLS alert
+// no_application_protocol (120), as rustls and quinn with no ALPN configured do; DNS on
+// such a connection is framed as RFC 9250 (doq.NoALPNFraming). Verify: doq-no-alpn.
+const ALPNNone = "none"
+
+// NoALPN reports whether the record's QUIC server accepts only connections without ALPN
+// (alpn=none).
+func (r *Record) NoALPN() bool { return len(r.ALPNs) == 1 && r.ALPNs[0] == ALPNNone }
 
 // Third-party peers (internal/testbed/peers starts them; simserver and simdns leave their addresses alone).
 const (
@@ -216,9 +227,10 @@ func (p *Population) AllRecords() []*Record {
 	return out
 }
 
-// Load reads and parses a population file.
+// Load reads and parses a population file (opened with listfile.Open: a FIFO or a
+// directory is an error, never a wait).
 func Load(path string) (*Population, error) {
-	f, err := os.Open(path)
+	f, err := listfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("population: %w", err)
 	}
@@ -595,6 +607,9 @@ func parseHost(toks []string, line int) (Record, error) {
 		}
 	}
 	r.ALPNs = list(m["alpn"])
+	if slices.Contains(r.ALPNs, ALPNNone) && (len(r.ALPNs) > 1 || r.SNI != "" || m["sni"] != "" || m["doh3"] != "") {
+		return r, fmt.Errorf("host %s: alpn=%s stands alone (no other ALPN, no sni, no doh3)", toks[0], ALPNNone)
+	}
 	r.Versions = list(m["versions"])
 	for _, v := range r.Versions {
 		if _, ok := quicver.Lookup(v); !ok {

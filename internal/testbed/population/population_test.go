@@ -2,6 +2,7 @@ package population
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/listfile"
+	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 )
 
 func loadCommitted(t *testing.T) *Population {
@@ -70,6 +73,7 @@ func TestEveryBehaviourClassExists(t *testing.T) {
 	has("DoT", func(r *Record) bool { return r.DoT == 853 })
 	has("DoH", func(r *Record) bool { return r.DoH == 443 })
 	has("h3-only QUIC", func(r *Record) bool { return slices.Equal(r.ALPNs, []string{"h3"}) && r.Peer == "" })
+	has("QUIC without ALPN only", func(r *Record) bool { return r.NoALPN() && r.Hostile == "" })
 	has("always-Retry", func(r *Record) bool { return r.Retry && r.Peer == "" })
 	for _, tok := range []string{TokenHonour, TokenIgnore, TokenNone} {
 		has("token="+tok+" with chain-big", func(r *Record) bool { return r.Token == tok && r.Cert == "chain-big" })
@@ -148,6 +152,10 @@ func TestGroundTruth(t *testing.T) {
 			if v.Class != OutcomeVersionMismatch {
 				t.Errorf("%s %s: %s", ep.Addr, r.Class, v.Class)
 			}
+		case r.NoALPN():
+			if v.Class != OutcomeDoQNoALPN || v.ALPN != "" || v.Version == "" {
+				t.Errorf("%s %s: %+v", ep.Addr, r.Class, v)
+			}
 		case slices.Equal(r.ALPNsOn(ep.Port), []string{"h3"}):
 			if v.Class != OutcomeQUICNotDoQ || v.ALPN != "" {
 				t.Errorf("%s %s: %+v", ep.Addr, r.Class, v)
@@ -166,7 +174,7 @@ func TestGroundTruth(t *testing.T) {
 		}
 	}
 	for _, c := range []string{OutcomeDoQVerified, OutcomeDoQRefused, OutcomeDoQDNSError, OutcomeQUICNotDoQ,
-		OutcomeVersionMismatch, OutcomeTimeout, OutcomeProtocolError} {
+		OutcomeDoQNoALPN, OutcomeVersionMismatch, OutcomeTimeout, OutcomeProtocolError} {
 		if seen[c] == 0 {
 			t.Errorf("no QUIC endpoint expected to verify as %s", c)
 		}
@@ -218,6 +226,12 @@ func TestParseErrors(t *testing.T) {
 		"bad hostile":     "198.19.1.0/30 class=x hostile=nice path=d asn=AS1 site=s\n",
 		"dup key":         "198.19.1.0/30 class=x class=y path=d asn=AS1 site=s\n",
 		"open quote":      "198.19.1.0/30 class=\"x path=d asn=AS1 site=s\n",
+		"none and doq":    "198.19.1.0/30 class=x quic=784 alpn=none,doq versions=v1 token=honour cert=c path=d asn=AS1 site=s\n",
+		"none with sni":   "198.19.1.0/30 class=x quic=784 alpn=none versions=v1 token=honour cert=c sni=a.test path=d asn=AS1 site=s\n",
+	}
+	noALPN := "198.19.1.0/30 class=x quic=784 alpn=none versions=v1 token=honour cert=c path=d asn=AS1 site=s\n"
+	if p, err := Parse(strings.NewReader(head + noALPN)); err != nil || !p.Records[0].NoALPN() {
+		t.Errorf("alpn=none: %v", err)
 	}
 	for name, line := range bad {
 		if _, err := Parse(strings.NewReader(head + line)); err == nil {
@@ -333,5 +347,14 @@ func TestIPv6Grammar(t *testing.T) {
 	noPrefix6 := strings.Replace(head, "prefix6 2001:2:0:8000::/49\n", "", 1)
 	if _, err := Parse(strings.NewReader(noPrefix6 + ok)); err == nil {
 		t.Error("IPv6 hosts without prefix6: accepted")
+	}
+}
+
+// TestLoadRefusesAFIFO: a population file that is a FIFO (testnet --population) is
+// refused at once, by type (a plain open waited for a writer).
+func TestLoadRefusesAFIFO(t *testing.T) {
+	_, err := Load(listfiletest.FIFO(t, t.TempDir(), "population.txt"))
+	if !errors.Is(err, listfile.ErrNotRegular) {
+		t.Fatalf("Load(FIFO) = %v, want %v", err, listfile.ErrNotRegular)
 	}
 }

@@ -17,6 +17,7 @@ const (
 	OutcomeDoQRefused      = "doq-refused"      // handshake ok, DNS REFUSED
 	OutcomeDoQDNSError     = "doq-dns-error"    // handshake ok, a well-formed DNS error (SERVFAIL)
 	OutcomeQUICNotDoQ      = "quic-not-doq"     // QUIC handshake fails on ALPN: no DoQ ALPN accepted
+	OutcomeDoQNoALPN       = "doq-no-alpn"      // every DoQ ALPN refused; without ALPN, a DNS reply (RFC 9250 framing)
 	OutcomeVersionMismatch = "version-mismatch" // Version Negotiation lists no version the client speaks
 	OutcomeSNIRequired     = "sni-required"     // handshake without SNI fails with unrecognized_name
 	OutcomeTimeout         = "timeout"          // no (usable) answer within the timeout
@@ -158,6 +159,17 @@ func (p *Population) ExpectVerify(addr netip.Addr, port uint16) Verdict {
 		return set(OutcomeVersionMismatch)
 	}
 	v.NeedsVN = v.Version != ClientVersions[0]
+	if r.NoALPN() {
+		// Every DoQ ALPN is refused (no_application_protocol); the verifier's one
+		// attempt without ALPN completes and its DNS reply makes doq-no-alpn, unless the
+		// host's hostility spoils the reply (then it stays quic-not-doq).
+		switch r.Hostile {
+		case HostileStall, HostileEndless, HostileWrongLength, HostileReset, HostileTruncated:
+			v.Version = ""
+			return set(OutcomeQUICNotDoQ)
+		}
+		return set(OutcomeDoQNoALPN)
+	}
 	// The server picks the first of its own ALPNs the client offers (crypto/tls, quinn,
 	// aioquic all prefer the server's order).
 	for _, a := range r.ALPNsOn(port) {

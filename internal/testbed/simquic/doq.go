@@ -51,6 +51,9 @@ func (s *Server) serveConn(t *tport, conn *quic.Conn) {
 		return
 	}
 	framing, err := doq.FramingFor(alpn)
+	if alpn == "" && t.prof.noALPN() {
+		framing, err = doq.NoALPNFraming, nil
+	}
 	if err != nil {
 		// Neither DoQ nor h3: hold the connection without serving streams until the peer leaves.
 		select {

@@ -112,6 +112,13 @@ type profile struct {
 	doh3     bool // this port is the host's DoH3 endpoint (HTTP/3 answers /dns-query)
 }
 
+// noALPN: the host accepts only connections offering no ALPN (population.ALPNNone).
+func (p profile) noALPN() bool { return len(p.alpns) == 1 && p.alpns[0] == population.ALPNNone }
+
+// noALPNRefusal is the one protocol an alpn=none server lists when the client offers any:
+// a name no client offers, so crypto/tls answers no_application_protocol.
+const noALPNRefusal = "doqscan-no-alpn-only"
+
 func (p profile) key() string {
 	return fmt.Sprintf("%s|%v|%v|%s|%s|%s|%s|%s|%v", strings.Join(p.alpns, ","), p.versions, p.retry, p.token,
 		p.cert, p.sni, p.rcode, p.hostile, p.doh3)
@@ -304,6 +311,21 @@ func (s *Server) tlsConfig(prof profile) (*tls.Config, error) {
 		return nil, fmt.Errorf("simquic: %w", err)
 	}
 	conf := &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: slices.Clone(prof.alpns)}
+	if prof.noALPN() {
+		// alpn=none: crypto/tls takes a ClientHello without ALPN when NextProtos is empty,
+		// and refuses an offered ALPN outside NextProtos with no_application_protocol (QUIC,
+		// RFC 9001 §8.1): offered protocols meet a list none of them is on.
+		conf.Certificates = []tls.Certificate{*cert}
+		conf.NextProtos = nil
+		refuse := conf.Clone()
+		refuse.NextProtos = []string{noALPNRefusal}
+		return &tls.Config{MinVersion: tls.VersionTLS13, GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if len(hello.SupportedProtos) > 0 {
+				return refuse, nil
+			}
+			return conf, nil
+		}}, nil
+	}
 	if prof.sni == "" {
 		conf.Certificates = []tls.Certificate{*cert}
 		return conf, nil

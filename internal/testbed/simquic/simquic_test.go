@@ -209,7 +209,11 @@ func dial(t *testing.T, f *fixture, a netip.Addr, port uint16, o dialOpts) (*qui
 
 // query sends one DoQ query for test.com A and returns the response.
 func query(conn *quic.Conn, timeout time.Duration) (*dns.Msg, error) {
-	framing, err := doq.FramingFor(conn.ConnectionState().TLS.NegotiatedProtocol)
+	alpn := conn.ConnectionState().TLS.NegotiatedProtocol
+	framing, err := doq.FramingFor(alpn)
+	if alpn == "" { // a connection without ALPN (alpn=none hosts)
+		framing, err = doq.NoALPNFraming, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -299,6 +303,15 @@ func TestEveryClassMatchesGroundTruth(t *testing.T) {
 				t.Parallel()
 				conn, _, err := dial(t, f, a, port, dialOpts{timeout: 3 * time.Second})
 				got := classify(conn, err, f)
+				if got == population.OutcomeQUICNotDoQ {
+					// As the verifier does: one more attempt offering no ALPN at all; a DNS
+					// reply over it makes doq-no-alpn.
+					noALPN, _, err := dial(t, f, a, port, dialOpts{timeout: 3 * time.Second, alpns: []string{}})
+					switch classify(noALPN, err, f) {
+					case population.OutcomeDoQVerified, population.OutcomeDoQRefused, population.OutcomeDoQDNSError:
+						got = population.OutcomeDoQNoALPN
+					}
+				}
 				if got != want.NoSNIClass {
 					t.Fatalf("without SNI: %s, ground truth %s (err %v)", got, want.NoSNIClass, err)
 				}

@@ -148,7 +148,13 @@ func (g groundTruth) check(a netip.AddrPort, f fields) []string {
 			bad = append(bad, fmt.Sprintf("QUIC version %#x, population says %s (%#x)", f.quicVersion, w.Version, n))
 		}
 	}
-	if w.ALPN == "" {
+	if verify.Outcome(w.Class) == verify.OutcomeDoQNoALPN {
+		// The attempt without ALPN completed: none negotiated, the framing that worked in
+		// the detail; its certificate is checked below like any handshake's.
+		if f.alpn != "" || !strings.Contains(f.detail, "no ALPN, length-prefixed framing (RFC 9250)") {
+			bad = append(bad, fmt.Sprintf("ALPN %q, detail %q: want none and the framing that worked", f.alpn, f.detail))
+		}
+	} else if w.ALPN == "" {
 		return bad // no handshake: nothing more was recorded
 	}
 	// The SNI retry: a host that needs a name is found with the one from the list.
@@ -373,6 +379,18 @@ func TestTestbedRunMatchesPopulation(t *testing.T) {
 		if sum.Outcomes[o] != want[string(o)] {
 			t.Errorf("summary: %s %d, population says %d", o, sum.Outcomes[o], want[string(o)])
 		}
+	}
+
+	// The servers that speak DoQ only without ALPN are stored as such: alpn '' (known:
+	// none), their QUIC version and rcode, and not as resolvers (checked below).
+	var noALPN int
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM verification_results WHERE run_id = $1
+		AND outcome = 'doq-no-alpn' AND alpn = '' AND quic_version IS NOT NULL AND dns_rcode IS NOT NULL`,
+		sum.RunID).Scan(&noALPN); err != nil {
+		t.Fatal(err)
+	}
+	if noALPN == 0 || noALPN != want[string(verify.OutcomeDoQNoALPN)] {
+		t.Errorf("%d doq-no-alpn rows with alpn '', a version and an rcode; population says %d", noALPN, want[string(verify.OutcomeDoQNoALPN)])
 	}
 
 	// Every stored row against the population.

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/certs/certtest"
+	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/testbed/peers"
 )
@@ -51,10 +52,11 @@ var (
 
 func main() {
 	out := flag.String("out", "internal/probe/testdata/peervn", "directory for <stack>.bin and <stack>.txt")
-	timeout := flag.Duration("timeout", 3*time.Second, "wait this long for each reply")
+	var timeout time.Duration
+	cli.DurationVar(flag.CommandLine, &timeout, "timeout", 3*time.Second, time.Millisecond, time.Minute, "wait this long for each reply")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(context.Background(), *out, *timeout, log); err != nil {
+	if err := run(context.Background(), *out, timeout, log); err != nil {
 		log.Error("capturevn failed", "err", err)
 		os.Exit(1)
 	}

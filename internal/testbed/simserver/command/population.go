@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -25,10 +26,11 @@ func runPopulation(args []string) int {
 	}
 	var common cli.Common
 	fs := cli.NewFlagSet(cmd, &common)
-	seed := fs.Uint64("seed", population.DefaultSeed, "generator seed")
+	var seed uint64
+	cli.Uint64Var(fs, &seed, "seed", population.DefaultSeed, 0, math.MaxUint64, "generator seed")
 	out := fs.String("out", "", "write to FILE instead of stdout")
 	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
-		data := population.Generate(*seed)
+		data := population.Generate(seed)
 		if _, err := population.Parse(bytesReader(data)); err != nil {
 			return fmt.Errorf("generated population does not parse: %w", err)
 		}
@@ -39,7 +41,7 @@ func runPopulation(args []string) int {
 		if err := os.WriteFile(*out, data, 0o644); err != nil {
 			return err
 		}
-		log.Info("population written", "file", *out, "seed", *seed, "bytes", len(data))
+		log.Info("population written", "file", *out, "seed", seed, "bytes", len(data))
 		return nil
 	})
 }

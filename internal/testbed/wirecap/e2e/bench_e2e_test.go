@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/testbed/wirecap"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // BenchmarkWireSpans: a minimal client (one connected UDP socket per worker, kernel
@@ -31,25 +29,8 @@ import (
 // DOQSCAN_BENCH_CONCURRENCY the concurrencies (default "1,64").
 func BenchmarkWireSpans(b *testing.B) {
 	v := requireSpans(b)
-	per := 20
-	if s := os.Getenv("DOQSCAN_BENCH_EXCHANGES"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			b.Fatalf("DOQSCAN_BENCH_EXCHANGES=%q: want a positive integer", s)
-		}
-		per = n
-	}
-	concs := []int{1, 64}
-	if s := os.Getenv("DOQSCAN_BENCH_CONCURRENCY"); s != "" {
-		concs = nil
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				b.Fatalf("DOQSCAN_BENCH_CONCURRENCY=%q: want positive integers separated by commas", s)
-			}
-			concs = append(concs, n)
-		}
-	}
+	per := testsupport.EnvInts(b, "DOQSCAN_BENCH_EXCHANGES", 20)[0]
+	concs := testsupport.EnvInts(b, "DOQSCAN_BENCH_CONCURRENCY", 1, 64)
 	var tg target
 	for _, t := range targets(v.Population) {
 		if t.path.Jitter == 0 && t.path.RTT == 20*time.Millisecond {

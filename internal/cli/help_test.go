@@ -1,0 +1,114 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/testsupport"
+)
+
+// TestEveryHelp runs the real binary of every cmd/<tool> with --help, and every
+// subcommand its help names with "<tool> <sub> --help": each must exit 0, print a usage
+// and no panic (the flag package prints "panic calling String method ..." into the help
+// and exits 0, so only the text shows it). The binaries run with no database, a project
+// home of their own, a testbed instance name of their own and no network (a network
+// namespace of their own), so a --help that reached the tool's work would find nothing
+// to touch.
+func TestEveryHelp(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join(testsupport.Root(), "cmd", "*", "main.go"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no cmd/*/main.go (%v)", err)
+	}
+	var tools []string
+	for _, d := range dirs {
+		tools = append(tools, filepath.Base(filepath.Dir(d)))
+	}
+	if err := exec.Command("unshare", append(testsupport.UnshareNet(), "true")...).Run(); err != nil {
+		t.Skipf("unshare %s does not work here (user namespaces disabled?): %v", strings.Join(testsupport.UnshareNet(), " "), err)
+	}
+	bin := testsupport.Commands(t, tools...)
+	home := t.TempDir()
+	help := func(t *testing.T, argv ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		args := append(append(testsupport.UnshareNet(), filepath.Join(bin, argv[0])), argv[1:]...)
+		cmd := exec.CommandContext(ctx, "unshare", append(args, "--help")...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DOQSCAN_HOME=" + home, "DOQSCAN_TESTNET=helptest",
+			"DATABASE_URL=host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1"}
+		cmd.Dir = home
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		out := stdout.String() + stderr.String()
+		switch {
+		case err != nil:
+			t.Errorf("%s --help: %v\n%s", strings.Join(argv, " "), err, testsupport.Tail(out, 600))
+		case strings.Contains(out, "panic"):
+			t.Errorf("%s --help prints a panic:\n%s", strings.Join(argv, " "), out)
+		case !strings.Contains(out, "Usage"):
+			t.Errorf("%s --help prints no usage:\n%s", strings.Join(argv, " "), testsupport.Tail(out, 600))
+		}
+		return out
+	}
+	for _, tool := range tools {
+		t.Run(tool, func(t *testing.T) {
+			subs := subcommands(tool, help(t, tool))
+			t.Logf("%s: subcommands %q", tool, subs)
+			for _, sub := range subs {
+				help(t, tool, sub)
+			}
+		})
+	}
+}
+
+// subcommands are the subcommands a tool's help names: the first word of each line of
+// its "Subcommands:" or "Commands:" section (indented by two spaces; deeper ones continue
+// a line), and the first word of each alternative after the tool's name (and "[flags]")
+// in its usage lines, up to the first that is no subcommand ("dbctl [flags]
+// up|status|url|stop", "testnet [flags] up|...|path set ADDR --loss P|path show",
+// "optout [serve] [flags]"; not "jobrun --job scan|verify").
+func subcommands(tool, help string) []string {
+	var subs []string
+	add := func(s string) bool {
+		if !regexp.MustCompile(`^[a-z][a-z0-9-]*$`).MatchString(s) {
+			return false
+		}
+		if !slices.Contains(subs, s) {
+			subs = append(subs, s)
+		}
+		return true
+	}
+	section := ""
+	for _, line := range strings.Split(help, "\n") {
+		if line != "" && !strings.HasPrefix(line, " ") {
+			section = strings.TrimSpace(line)
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(line, "   ") {
+			continue
+		}
+		switch section {
+		case "Subcommands:", "Commands:":
+			add(f[0])
+		case "Usage:":
+			f = slices.DeleteFunc(f, func(s string) bool { return s == tool || s == "[flags]" })
+			for _, alt := range strings.Split(strings.Join(f, " "), "|") {
+				w := strings.Fields(alt)
+				if len(w) == 0 || !add(strings.Trim(w[0], "[]")) {
+					break
+				}
+			}
+		}
+	}
+	return subs
+}
