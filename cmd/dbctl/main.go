@@ -9,6 +9,7 @@ import (
 	"flag"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/store/dbctl"
@@ -57,15 +58,15 @@ func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	var common cli.Common
 	o := dbctl.DefaultOptions()
 	fs := cli.NewFlagSet(cmd, &common)
-	fs.DurationVar(&o.Keep, "keep", o.Keep, "retention: archive and drop partitions whose month or week ended longer ago")
-	fs.DurationVar(&o.QlogSampleAfter, "qlog-sample-after", o.QlogSampleAfter, "retention: thin qlogs partitions older than this to --qlog-sample (0: never)")
-	fs.Float64Var(&o.QlogSample, "qlog-sample", o.QlogSample, "retention: share of qlogs kept after --qlog-sample-after, 0..1")
+	cli.DurationVar(fs, &o.Keep, "keep", o.Keep, time.Hour, 100*365*24*time.Hour, "retention: archive and drop partitions whose month or week ended longer ago")
+	cli.DurationVar(fs, &o.QlogSampleAfter, "qlog-sample-after", o.QlogSampleAfter, 0, 100*365*24*time.Hour, "retention: thin qlogs partitions older than this to --qlog-sample (0: never)")
+	cli.FloatVar(fs, &o.QlogSample, "qlog-sample", o.QlogSample, 0, 1, "retention: share of qlogs kept after --qlog-sample-after, 0..1")
 	fs.StringVar(&o.ArchiveDir, "archive-dir", o.ArchiveDir, "retention: where the pg_dump files of archived partitions go")
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "retention: say what would be archived, change nothing")
 	fs.StringVar(&o.FleetDir, "fleet-dir", o.FleetDir, "fleet-init, add-vantage, fleet-serve: directory of the CA, server and client certificates")
 	fs.StringVar(&o.ServerNames, "server-names", o.ServerNames, "fleet-init: names and addresses of the database server (comma-separated)")
 	fs.StringVar(&o.Host, "host", o.Host, "add-vantage: the database's name or address as vantage points reach it")
-	fs.IntVar(&o.Port, "port", o.Port, "add-vantage: the database's TCP port")
+	cli.IntVar(fs, &o.Port, "port", o.Port, 1, 65535, "add-vantage: the database's TCP port")
 	fs.StringVar(&o.Listen, "listen", o.Listen, "fleet-serve: the address the private cluster listens on for vantage points")
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		return dbctl.Run(ctx, log, o, args, os.Stdout)

@@ -17,7 +17,7 @@ func TestBadArgs(t *testing.T) {
 	clitest.OneLineErrors(t, command, []clitest.Case{
 		clitest.Usage("subcommand"),
 		clitest.Usage("up takes no arguments", "up", "stop"),
-		clitest.Usage("--keep must be positive", "retention", "--keep", "0"),
+		clitest.Usage("keep", "retention", "--keep", "0"),
 		clitest.Usage("add-vantage takes one vantage point id", "add-vantage"),
 		clitest.Usage(`"frob"`, "frob"),
 		clitest.Usage("no-such-flag", "--no-such-flag", "up"),
