@@ -28,3 +28,15 @@ func SetAfterMoveBatch(f func(table string, moved int64)) { afterMoveBatch = f }
 
 // PartitionEnd is partitionEnd for tests.
 var PartitionEnd = partitionEnd
+
+// TakeAgainAfterLoss is what Keep does after the lock's connection dropped: take the
+// lock on a new connection, ending the old one if the server still holds it for it.
+func (l *Lock) TakeAgainAfterLoss(ctx context.Context) (oldPID, newPID uint32, err error) {
+	l.mu.Lock()
+	stale := l.pid
+	l.mu.Unlock()
+	err = l.take(ctx, stale)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return stale, l.pid, err
+}
