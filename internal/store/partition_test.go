@@ -292,3 +292,21 @@ func lineDiff(a, b string) string {
 	slices.Sort(out)
 	return strings.Join(out, "\n")
 }
+
+// A database upgraded by a binary that knows one more migration keeps what the earlier
+// migrations made of schema.sql's functions: the parent check of the partitioned tables
+// (schema.sql, applied again on every upgrade, put its own version back, and the next
+// handshake analysis was refused: column n.campaign_id does not exist).
+func TestUpgradeKeepsThePartitionedParentChecks(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	// As if the newest migration were new to this database.
+	if _, err := s.Pool.Exec(ctx, `DELETE FROM schema_migrations WHERE version = $1`, store.SchemaVersion()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, s)
+	insertAll(t, s, f) // handshake_analyses among them
+}

@@ -222,15 +222,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // applyMigrations brings a database at version current up to version upTo: schema.sql
-// (which is idempotent and creates what a partial or older database lacks) and then
-// every migration above current, each in its own transaction. A database at upTo is left
-// alone.
+// on an empty database, then every migration above current, each in its own
+// transaction. A database at upTo is left alone. schema.sql is version 1 and is not
+// applied again to a database that has it: later migrations redefine some of its
+// functions (the parent checks of the partitioned tables), which it would put back.
 func applyMigrations(ctx context.Context, conn *pgx.Conn, ms []migration, current, upTo int) error {
 	if current >= upTo {
 		return nil
 	}
 	for _, m := range ms {
-		if (m.version > 1 && m.version <= current) || m.version > upTo {
+		if m.version <= current || m.version > upTo {
 			continue
 		}
 		tx, err := conn.Begin(ctx)
