@@ -95,10 +95,9 @@ in_vantage bin/zprobe scan --vantage "$VANTAGE" --label demo --testbed 198.19.0.
 
 say "verify: DoQ verification of the QUIC-capable hosts of that scan"
 bin/simserver pki --out "$STATE/pki" --population testbed/population.txt >/dev/null
-# --week: --scan-label selects scans only with a week (without one, verify takes the
-# latest scan of any label, which after the IPv6 send below would be that one).
-WEEK=$(date -u +%G-W%V)
-VERIFY_ARGS=(--vantage "$VANTAGE" --label demo --scan-label demo --week "$WEEK" --roots "$STATE/pki/roots.crt")
+# verify takes this vantage point's latest scan with --scan-label (the IPv6 send below
+# is another label's); measure takes its latest verification run with --run-label.
+VERIFY_ARGS=(--vantage "$VANTAGE" --label demo --scan-label demo --roots "$STATE/pki/roots.crt")
 if [ -f "$STATE/geoip/GeoLite2-City.mmdb" ]; then
   VERIFY_ARGS+=(--geoip-city "$STATE/geoip/GeoLite2-City.mmdb" --geoip-asn "$STATE/geoip/GeoLite2-ASN.mmdb")
 fi
@@ -116,17 +115,13 @@ in_vantage bin/conncheck --vantage "$VANTAGE" --label demo --week "$WEEK" --run-
   --only 198.19.1.0/24,198.19.3.0/24 --idle-waits 2s,8s --max-queries 60 --concurrency 48 --blocklist-dir blocklist
 
 say "measure: one round over every protocol for the DoQ-verified resolvers"
-# The run to measure by name: by default measure takes the latest run of any label,
-# which on a re-run of the demo would be the IPv6 one.
-run_id() { psql "$(bin/dbctl url 2>/dev/null)" -Atc "SELECT run_id FROM verification_runs
-  WHERE vantage_id = '$VANTAGE' AND label = '$1' AND iso_week = '$WEEK'"; }
-in_vantage bin/measure --vantage "$VANTAGE" --label demo --run-id "$(run_id demo)"
+in_vantage bin/measure --vantage "$VANTAGE" --label demo --run-label demo
 
 say "IPv6: zprobe send over the IPv6 hitlist ($STATE/hitlist6.txt), verify, measure"
 in_vantage bin/zprobe send --vantage "$VANTAGE" --label demo6 --testbed 2001:2:0:8000::/49 \
   --hitlist "$STATE/hitlist6.txt" --rate 200 --cooldown 3s --blocklist-dir blocklist
 in_vantage bin/verify "${VERIFY_ARGS[@]}" --label demo6 --scan-label demo6
-in_vantage bin/measure --vantage "$VANTAGE" --label demo6 --run-id "$(run_id demo6)"
+in_vantage bin/measure --vantage "$VANTAGE" --label demo6 --run-label demo6
 
 if [ -x .venv/bin/python ] && [ -d analysis ]; then
   say "report: notebooks executed headless"
@@ -177,6 +172,9 @@ psql "$URL" -P pager=off -c "
     FROM measurements m JOIN campaigns c ON c.campaign_id = m.campaign_id
    WHERE c.label IN ('demo', 'demo6') AND c.vantage_id = '$VANTAGE' AND m.status = 'ok' GROUP BY 1, 2, 3
   ORDER BY 1, 2, 3" >&2
+
+say "time partitions the rows went into (bin/dbctl status: every partition, its size and state)"
+bin/dbctl status 2>/dev/null | awk 'NR == 2 || (/^(measurements|qlogs|rtt_samples|scan_replies) / && $4 > 0)' >&2
 
 say "provenance: what produced the demo's scan, verification run and round"
 psql "$URL" -P pager=off -c "

@@ -271,18 +271,18 @@ def generate(conn: psycopg.Connection, spec: Spec, progress=None) -> None:
                WHERE %(dual)s > 0 AND i %% %(dual)s = 0 AND port <> 853""",
            {"p784": p784, "p853": p853, "w": w, "dual": spec.dual_every})
         ex("""INSERT INTO scan_replies (scan_id, port, address, sport, reply_kind, quic_versions, grease_count,
-                                        vn_cid_match, payload_len, received_at)
+                                        vn_cid_match, payload_len, received_at, iso_week)
               SELECT %(s)s, port, address, port, 'quic-vn', vn,
-                     (SELECT count(*) FROM unnest(vn) v WHERE (v & 252645135) = 168430090), true, 1252, %(t)s
+                     (SELECT count(*) FROM unnest(vn) v WHERE (v & 252645135) = 168430090), true, 1252, %(t)s, %(wk)s
                 FROM s_week
               UNION ALL
               SELECT %(s)s, 784, '198.18.0.0'::inet + (8192 * %(ob)s + g), 784, 'quic-vn',
-                     ARRAY[1, 1785358954]::bigint[], 1, true, 1252, %(t)s
+                     ARRAY[1, 1785358954]::bigint[], 1, true, 1252, %(t)s, %(wk)s
                 FROM generate_series(0, %(oq)s - 1) g
               UNION ALL
-              SELECT %(s)s, 53, '198.18.0.0'::inet + (8192 * %(ub)s + g), 53, 'dns', NULL, NULL, NULL, 64, %(t)s
+              SELECT %(s)s, 53, '198.18.0.0'::inet + (8192 * %(ub)s + g), 53, 'dns', NULL, NULL, NULL, 64, %(t)s, %(wk)s
                 FROM generate_series(%(us)s, %(us)s + %(un)s - 1) g""",
-           {"s": scan_id, "t": day, "ob": OTHER_QUIC_BLOCK, "oq": spec.other_quic, "ub": DOUDP_BLOCK,
+           {"s": scan_id, "t": day, "wk": wk, "ob": OTHER_QUIC_BLOCK, "oq": spec.other_quic, "ub": DOUDP_BLOCK,
             "us": spec.doudp_shift * w, "un": spec.doudp_counts[w] if w < len(spec.doudp_counts) else 0})
         ex("""UPDATE scan_replies SET dns_rcode = CASE WHEN %(re)s > 0 AND
                     (address - ('198.18.0.0'::inet + 8192 * %(ub)s)) %% %(re)s = 9 THEN 5 ELSE 0 END,
@@ -415,7 +415,8 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
          WHERE t.dox OR p.protocol IN ('doq', 'dot')""", {"te": spec.timeouts_every})
     ex("""INSERT INTO measurements (measurement_id, campaign_id, address, protocol, port, mode, key_share, phase, seq,
                                     started_at, handshake_ns, resolve_ns, status, rcode, answers, tls_version,
-                                    quic_version, alpn, token_received, token_used, retry_seen, resumed, used_0rtt)
+                                    quic_version, alpn, token_received, token_used, retry_seen, resumed, used_0rtt,
+                                    round_hour)
           SELECT measurement_id, campaign_id, address, protocol, port, mode, key_share, phase, seq,
                  t + make_interval(secs => (i % 600) + u),
                  CASE WHEN failed OR hs_rt = 0 THEN NULL ELSE (base_ns * hs_rt * (1 + 0.05 * u))::bigint END,
@@ -430,17 +431,18 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
                  CASE WHEN protocol = 'doq' THEN phase = 'measured' END,
                  CASE WHEN protocol = 'doq' THEN cause = 'retry' OR (phase = 'warmup') END,
                  CASE WHEN protocol IN ('dot', 'doh', 'doq') THEN mode IN ('resumed', '0rtt') END,
-                 CASE WHEN protocol = 'doq' THEN mode = '0rtt' END
+                 CASE WHEN protocol = 'doq' THEN mode = '0rtt' END,
+                 t
             FROM s_rows ORDER BY campaign_id""")  # a campaign's rows together, as measure writes them
     say("rtt samples")
     # RTT samples: three per (campaign, address, transport, port) the resolver is measured on;
     # UDP/53 probes go unanswered (as in the study).
-    ex("""INSERT INTO rtt_samples (campaign_id, address, transport, port, seq, sent_at, rtt_ns, status)
+    ex("""INSERT INTO rtt_samples (campaign_id, address, transport, port, seq, sent_at, rtt_ns, status, round_hour)
           SELECT k.campaign_id, k.address, k.transport, k.port, s.seq, k.t + make_interval(secs => 2 + s.seq),
                  CASE WHEN k.transport = 'udp' THEN NULL
                       ELSE (k.base_ns * (1 + 0.05 * ((((k.campaign_id * 7907 + k.i * 7901 + k.port * 13 + s.seq * 104723)
                             * 2654435761) % 4294967296) / 4294967296.0)))::bigint END,
-                 CASE WHEN k.transport = 'udp' THEN 'timeout' ELSE 'ok' END
+                 CASE WHEN k.transport = 'udp' THEN 'timeout' ELSE 'ok' END, k.t
             FROM (SELECT c.campaign_id, c.t, t.address, t.i, t.base_ns, x.transport, x.port
                     FROM s_camps c CROSS JOIN s_targets t
                     CROSS JOIN LATERAL (VALUES ('udp', 53, true), ('tcp', 53, true), ('tcp', 853, false),
@@ -451,9 +453,9 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
            ORDER BY k.campaign_id""")
     say("handshake analyses")
     ex("""INSERT INTO handshake_analyses (measurement_id, rtt_ns, ratio, round_trips, one_rtt, version_negotiation,
-                                          retry, amplification_stall, loss, cause)
+                                          retry, amplification_stall, loss, cause, round_hour)
           SELECT measurement_id, base_ns, hs_rt, hs_rt, cause = '1rtt', false, cause IN ('retry', 'multiple'),
-                 cause IN ('amplification', 'multiple'), cause IN ('loss', 'multiple'), cause
+                 cause IN ('amplification', 'multiple'), cause IN ('loss', 'multiple'), cause, t
             FROM s_rows WHERE protocol = 'doq' AND cause IS NOT NULL AND NOT failed""")
     ex("""INSERT INTO resolver_features (campaign_id, address, protocol, port, feature, supported)
           SELECT DISTINCT campaign_id, address, 'doq', port, '0rtt', (i % 4 = 0)

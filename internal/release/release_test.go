@@ -45,8 +45,8 @@ func seed(t *testing.T, s *store.Store) {
 		 SELECT 10 * w + v, '2026-W4' || (6 + w), 'vp' || v, ARRAY[784, 853], '2026-11-09'::timestamptz + w * interval '7 days',
 		        '2026-11-09'::timestamptz + w * interval '7 days' + interval '1 hour', 'ok'
 		   FROM generate_series(0, 1) w, generate_series(0, 1) v`,
-		`INSERT INTO scan_replies (scan_id, port, address, reply_kind, quic_versions, received_at)
-		 SELECT s.scan_id, 784, a::inet, 'quic-vn', ARRAY[1, 4278190109]::bigint[], s.started_at
+		`INSERT INTO scan_replies (scan_id, port, address, reply_kind, quic_versions, received_at, iso_week)
+		 SELECT s.scan_id, 784, a::inet, 'quic-vn', ARRAY[1, 4278190109]::bigint[], s.started_at, s.iso_week
 		   FROM scans s, unnest(ARRAY['198.18.1.1', '198.18.1.2', '198.18.9.9']) a`,
 		`INSERT INTO verification_runs (run_id, iso_week, vantage_id, scan_id, started_at, finished_at, status)
 		 SELECT scan_id, iso_week, vantage_id, scan_id, started_at, finished_at, 'ok' FROM scans`,
@@ -57,25 +57,25 @@ func seed(t *testing.T, s *store.Store) {
 		`INSERT INTO resolvers (address) VALUES ('198.18.1.1'), ('198.18.1.2'), ('198.18.9.9')`,
 		`INSERT INTO campaigns (campaign_id, vantage_id, round_hour, started_at, finished_at, status)
 		 SELECT scan_id, vantage_id, started_at, started_at, started_at + interval '5 minutes', 'ok' FROM scans`,
-		`INSERT INTO qlogs (qlog_id, campaign_id, address, port, encoding, raw_size, data)
-		 SELECT md5('q' || campaign_id)::uuid, campaign_id, '198.18.1.1', 784, 'gzip', 40, $1 FROM campaigns`,
+		`INSERT INTO qlogs (qlog_id, campaign_id, address, port, encoding, raw_size, data, round_hour)
+		 SELECT md5('q' || campaign_id)::uuid, campaign_id, '198.18.1.1', 784, 'gzip', 40, $1, round_hour FROM campaigns`,
 		`INSERT INTO measurements (measurement_id, campaign_id, address, protocol, port, phase, started_at, handshake_ns,
-		                           resolve_ns, status, rcode, answers, qlog_id)
+		                           resolve_ns, status, rcode, answers, qlog_id, round_hour)
 		 SELECT md5(c.campaign_id || a || p)::uuid, c.campaign_id, a::inet, p, CASE p WHEN 'doq' THEN 784 ELSE 53 END,
 		        'measured', c.started_at, 20000000, 40000000, 'ok', 0, ARRAY['192.0.2.1'],
-		        CASE WHEN p = 'doq' AND a = '198.18.1.1' THEN md5('q' || c.campaign_id)::uuid END
+		        CASE WHEN p = 'doq' AND a = '198.18.1.1' THEN md5('q' || c.campaign_id)::uuid END, c.round_hour
 		   FROM campaigns c, unnest(ARRAY['198.18.1.1', '198.18.1.2', '198.18.9.9']) a, unnest(ARRAY['doudp', 'doq']) p`,
-		`INSERT INTO rtt_samples (campaign_id, address, transport, port, seq, sent_at, rtt_ns, status)
-		 SELECT c.campaign_id, a::inet, 'quic', 784, s, c.started_at, 19000000 + s, 'ok'
+		`INSERT INTO rtt_samples (campaign_id, address, transport, port, seq, sent_at, rtt_ns, status, round_hour)
+		 SELECT c.campaign_id, a::inet, 'quic', 784, s, c.started_at, 19000000 + s, 'ok', c.round_hour
 		   FROM campaigns c, unnest(ARRAY['198.18.1.1', '198.18.1.2', '198.18.9.9']) a, generate_series(0, 2) s`,
-		`INSERT INTO handshake_analyses (measurement_id, rtt_ns, ratio, round_trips, one_rtt, cause)
-		 SELECT measurement_id, 19000000, 1.05, 1, true, '1rtt' FROM measurements WHERE protocol = 'doq'`,
+		`INSERT INTO handshake_analyses (measurement_id, rtt_ns, ratio, round_trips, one_rtt, cause, round_hour)
+		 SELECT measurement_id, 19000000, 1.05, 1, true, '1rtt', round_hour FROM measurements WHERE protocol = 'doq'`,
 		`INSERT INTO resolver_features (campaign_id, address, protocol, port, feature, supported)
 		 SELECT campaign_id, address, 'doq', 784, '0rtt', true FROM measurements WHERE protocol = 'doq'`,
 		`INSERT INTO bench_runs (bench_id, run_key, started_at, label, protocol, address, port, policy, load, workers,
 		                         elapsed_s, sent, answered, qps, success_rate, report)
 		 VALUES (1, 'k1', '2026-11-10T10:00:00Z', 'sweep', 'doq', '198.18.1.1', 784, 'fresh', 'max', 1, 1, 10, 10, 10, 1, '{}')`,
-		`INSERT INTO bench_samples (bench_id, second, sent, answered, failed) VALUES (1, 0, 10, 10, 0)`,
+		`INSERT INTO bench_samples (bench_id, second, sent, answered, failed, started_at) VALUES (1, 0, 10, 10, 0, '2026-11-10T10:00:00Z')`,
 	}
 	for _, q := range stmts {
 		var args []any

@@ -38,6 +38,8 @@ var ErrUnavailable = errors.New("database unavailable")
 // Store is a connection pool to doqscan's database.
 type Store struct {
 	Pool *pgxpool.Pool
+	// Log receives progress of long schema work (moving rows into partitions); nil: none.
+	Log *slog.Logger
 }
 
 // migration is one versioned schema change.
@@ -148,7 +150,7 @@ func OpenLogged(ctx context.Context, url string, log *slog.Logger) (*Store, erro
 		}
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, msg)
 	}
-	s := &Store{Pool: pool}
+	s := &Store{Pool: pool, Log: log}
 	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -179,9 +181,13 @@ func ParseConfig(url string) (*pgxpool.Config, error) {
 // Close releases the pool.
 func (s *Store) Close() { s.Pool.Close() }
 
-// Migrate applies schema.sql and every newer migration, under an advisory lock. Applying
-// it again changes nothing. A database whose newest version is above SchemaVersion() is
-// refused with ErrSchemaNewer before anything is written.
+// Migrate applies schema.sql and every newer migration, under an advisory lock, moves
+// the rows of tables a migration set aside into their partitioned successors
+// (MoveUnpartitioned), and creates the partitions of the coming months and weeks.
+// Applying it again changes nothing. A database whose newest version is above
+// SchemaVersion() is refused with ErrSchemaNewer before anything is written; one at
+// SchemaVersion() is not written to at all (a role that may not alter the schema, such
+// as a vantage point's on a central database, opens it too).
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := migrations()
 	if err != nil {
@@ -210,10 +216,28 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return fmt.Errorf("%w: database is at version %d, this binary knows up to %d; upgrade doqscan",
 			ErrSchemaNewer, current, known)
 	}
+	if err := applyMigrations(ctx, conn.Conn(), ms, applied, known); err != nil {
+		return err
+	}
+	if err := s.moveUnpartitioned(ctx, conn.Conn()); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "SELECT doqscan_ensure_ahead()"); err != nil {
+		return fmt.Errorf("partitions ahead of time: %w", err)
+	}
+	return nil
+}
+
+// applyMigrations applies every migration up to version upTo that schema_migrations
+// does not record (applied), in version order, each in its own transaction: schema.sql
+// on an empty database, then the numbered migrations, gaps in the numbering allowed (a
+// migration numbered below one already applied, merged later, still runs). schema.sql
+// is version 1 and is not applied again to a database that has it: later migrations
+// redefine some of its functions (the parent checks of the partitioned tables), which it
+// would put back.
+func applyMigrations(ctx context.Context, conn *pgx.Conn, ms []migration, applied map[int]bool, upTo int) error {
 	for _, m := range ms {
-		// schema.sql is idempotent and applied every time (it creates what a partial or
-		// older database lacks); later migrations run once.
-		if m.version > 1 && applied[m.version] {
+		if applied[m.version] || m.version > upTo {
 			continue
 		}
 		tx, err := conn.Begin(ctx)

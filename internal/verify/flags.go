@@ -43,7 +43,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	cfg := &f.Config
 	cli.Int64Var(fs, &f.scanID, "scan-id", 0, 0, math.MaxInt64, "verify this scan's QUIC hosts (default: the latest scan)")
 	fs.StringVar(&cfg.Scan.Week, "week", "", "verify the QUIC hosts of this ISO week's scans (YYYY-Www, all shards); also names the run (default: $DOQSCAN_RUN_KEY under jobrun, else the latest scan)")
-	fs.StringVar(&cfg.Scan.Label, "scan-label", "weekly", "label of the scans to take with --week")
+	fs.StringVar(&cfg.Scan.Label, "scan-label", "weekly", "label of the scans to take (with --week or the latest)")
+	fs.StringVar(&cfg.Scan.Vantage, "scan-vantage", "", "vantage point of the scans to take (default: --vantage, this one's own; '*': every vantage point's, the shards of a scan split over machines)")
 	fs.StringVar(&cfg.TargetsFile, "targets", "", "verify the targets in this file instead of a scan (- = stdin)")
 	f.Vantage.Register(fs)
 	fs.StringVar(&cfg.Label, "label", "weekly", "run label (run identity: ISO week + vantage + label)")

@@ -113,6 +113,7 @@ func (c *RunConfig) setDefaults() {
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.Progress = cmp.Or(c.Progress, DefaultProgress)
 	c.Label = cmp.Or(c.Label, "weekly")
+	c.Scan.Vantage = cmp.Or(c.Scan.Vantage, c.Vantage) // its own scans unless told otherwise
 	if len(c.Ports) == 0 {
 		c.Ports = DefaultPorts
 	}
@@ -192,6 +193,8 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 			return nil, err
 		}
 		sum.ScanIDs, scanID = ids, &ids[0]
+		log.Info("targets from scans", "scan_ids", ids, "week", week, "scan_vantage", cfg.Scan.Vantage,
+			"scan_label", cmp.Or(cfg.Scan.Label, "weekly"))
 		sum.Week = cfg.Week
 		if sum.Week == "" {
 			sum.Week = week

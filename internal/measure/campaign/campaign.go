@@ -269,7 +269,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 
 	prober := rtt.New()
 	defer prober.Close()
-	r := &runner{cfg: cfg, cid: cid, prober: prober, log: log}
+	r := &runner{cfg: cfg, cid: cid, hour: cfg.Hour.UTC().Truncate(time.Hour), prober: prober, log: log}
 
 	// Measuring stops when ctx ends or when the database stays away past the deadline
 	// (the sink gives up); what is measured by then is stored or spilled.
@@ -495,6 +495,7 @@ type resolverResult struct {
 type runner struct {
 	cfg    Config
 	cid    int64
+	hour   time.Time // the campaign's round_hour: the partition key of its rows
 	prober *rtt.Prober
 	log    *slog.Logger
 }
@@ -638,7 +639,7 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 			var ok []int64
 			for _, s := range samples {
 				row := store.RTTSample{CampaignID: r.cid, Address: t.Addr, Transport: string(tk.t), Port: int32(u.ep.Port),
-					Seq: int16(s.Seq), SentAt: s.SentAt, Status: string(s.Status), Detail: s.Detail}
+					Seq: int16(s.Seq), SentAt: s.SentAt, Status: string(s.Status), Detail: s.Detail, RoundHour: r.hour}
 				if s.Answered() {
 					ns := s.RTT.Nanoseconds()
 					row.RTTNS = &ns
@@ -739,7 +740,8 @@ func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]st
 		id := key.QlogID()
 		qlID = &id
 		ql = &store.Qlog{QlogID: id, CampaignID: r.cid, Address: t.Addr, Port: int32(u.ep.Port), ODCID: res.ODCID, Encoding: "gzip",
-			Format: "sqlog", RawSize: int32(len(res.Qlog)), Data: buf.Bytes(), CreatedAt: time.Now(), Truncated: res.QlogTruncated}
+			Format: "sqlog", RawSize: int32(len(res.Qlog)), Data: buf.Bytes(), CreatedAt: time.Now(), Truncated: res.QlogTruncated,
+			RoundHour: r.hour}
 	}
 	queries := res.Queries
 	if len(queries) == 0 {
@@ -754,7 +756,7 @@ func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]st
 			Variant: k.Variant, Mode: k.Mode, KeyShare: k.KeyShare, Phase: phase, Seq: k.Seq,
 			StartedAt: res.StartedAt, Status: string(q.Status), QlogID: qlID,
 			TokenReceived: res.TokenReceived, TokenUsed: res.TokenUsed, RetrySeen: res.RetrySeen, VNSeen: res.VNSeen,
-			Resumed: res.Resumed, Used0RTT: res.Used0RTT, TFO: res.TFO,
+			Resumed: res.Resumed, Used0RTT: res.Used0RTT, TFO: res.TFO, RoundHour: r.hour,
 		}
 		if m.StartedAt.IsZero() {
 			m.StartedAt = q.StartedAt
@@ -798,7 +800,7 @@ func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]st
 func analysisRow(m store.Measurement, a *qlogana.Analysis, rttNS int64, wall time.Duration) store.HandshakeAnalysis {
 	h := store.HandshakeAnalysis{
 		MeasurementID: m.MeasurementID, OneRTT: a.OneRTT, VersionNegotiation: a.VersionNegotiation, Retry: a.Retry,
-		AmplificationStall: a.AmplificationStall, Loss: a.Loss, Cause: a.Cause,
+		AmplificationStall: a.AmplificationStall, Loss: a.Loss, Cause: a.Cause, RoundHour: m.RoundHour,
 	}
 	if rttNS > 0 {
 		h.RTTNS = &rttNS

@@ -139,10 +139,14 @@ func Run(ctx context.Context, s *store.Store, cfg Config, log *slog.Logger) (_ *
 	default:
 		id := cfg.RunID
 		if id == 0 {
-			var err error
-			if id, err = campaign.LatestRun(ctx, s); err != nil {
+			// The newest verification run of this vantage point and label: several
+			// vantage points write one database, and each checks its own list.
+			run, err := campaign.LatestRun(ctx, s, campaign.RunSelection{Vantage: cfg.Vantage, Label: cfg.Label})
+			if err != nil {
 				return nil, cli.Environmentf("%v (run verify first, or pass --targets)", err)
 			}
+			id = run.RunID
+			log.Info("verification run", "run_id", run.RunID, "week", run.ISOWeek, "vantage", run.Vantage, "label", run.Label)
 		}
 		verifyRun, sum.VerifyRun = &id, id
 		var err error

@@ -85,7 +85,7 @@ func TestReportFromPipeline(t *testing.T) {
 		verifyArgs = append(verifyArgs, "--sni-names", strings.Join(sni, ","))
 	}
 	e.run(t, 0, "verify", verifyArgs...)
-	e.run(t, 0, "measure", "--vantage", reportVantage, "--label", reportLabel, "--concurrency", "32")
+	e.run(t, 0, "measure", "--vantage", reportVantage, "--label", reportLabel, "--run-label", reportLabel, "--concurrency", "32")
 
 	// The report: both notebooks, headless.
 	out := t.TempDir()
