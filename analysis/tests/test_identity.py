@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-import psycopg
 import pytest
 
 from doqscan_analysis import identity, load
