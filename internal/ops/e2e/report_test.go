@@ -339,9 +339,28 @@ func expectReport(t *testing.T, pop *population.Population, addrs []netip.Addr) 
 	for _, ph := range []string{population.PhaseWarmup, population.PhaseMeasured} {
 		w.causes[ph], w.trips[ph], w.example[ph] = map[string]int{}, map[int]int{}, map[string]string{}
 	}
+	// What verify contacts: every target on the scanned ports, and the DoQ endpoints the
+	// targets' plain DNS designates (DDR), on whatever port; each address's ports in the
+	// report's preference order (reportPorts, then the others by number).
+	endpoints := map[netip.Addr][]uint16{}
 	for _, a := range addrs {
+		endpoints[a] = slices.Clone(reportPorts)
+	}
+	targets := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		targets[a] = true
+	}
+	for _, d := range pop.DDREndpoints() {
+		if targets[d.Resolver] && !slices.Contains(endpoints[d.Addr], d.Port) {
+			endpoints[d.Addr] = append(endpoints[d.Addr], d.Port)
+		}
+	}
+	for _, ports := range endpoints {
+		slices.SortFunc(ports, func(x, y uint16) int { return cmp.Compare(portRank(x), portRank(y)) })
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(endpoints), netip.Addr.Compare) {
 		preferred := false
-		for _, port := range reportPorts {
+		for _, port := range endpoints[a] {
 			v := pop.ExpectVerify(a, port)
 			if v.Class != population.OutcomeDoQVerified {
 				continue
@@ -371,6 +390,14 @@ func expectReport(t *testing.T, pop *population.Population, addrs []netip.Addr) 
 		t.Fatal("the targets hold no DoQ-verified resolver: nothing to check")
 	}
 	return w
+}
+
+// portRank orders ports as the report prefers them: reportPorts first, then by number.
+func portRank(p uint16) int {
+	if i := slices.Index(reportPorts, p); i >= 0 {
+		return i - len(reportPorts)
+	}
+	return int(p)
 }
 
 // expectCause is the cause handshake_analyses must give the fresh-mode x25519 DoQ
