@@ -183,3 +183,17 @@ def test_identity_from_a_release_without_its_tables(id_pg, id_release, tmp_path)
     assert set(libs["library"]) == {identity.NOT_IDENTIFIED}
     assert libs["resolvers"].sum() == a["libraries_by_week"]["resolvers"].sum()
     same(a["cold_and_warm"], b["cold_and_warm"], sort=True)
+
+
+def test_synthetic_year_keeps_identity_tables(id_release, tmp_path):
+    """synth.write_year repeats the template's identity tables in every week it writes
+    (each week's file: the template week's rows)."""
+    import json
+
+    from doqscan_analysis import synth
+    totals = synth.write_year(id_release, str(tmp_path / "year"), weeks=2, hours_per_week=2)
+    with open(os.path.join(id_release, "manifest.json")) as f:
+        m = json.load(f)
+    rows = {t: sum(x["rows"] for s in m["file_sets"] for x in s["files"] if x["table"] == t) for t in IDENTITY_TABLES}
+    assert all(rows.values()), rows
+    assert {t: totals.get(t) for t in IDENTITY_TABLES} == {t: 2 * n for t, n in rows.items()}
