@@ -6,7 +6,10 @@ meets the anti-amplification limit for each client Initial size and key share
 (amplification_probes).
 
 Loaders take a connection from load.connect and the usual filters (weeks, vantages: None
-for all); the figures are matplotlib Figures for plots.publish.
+for all): a PostgreSQL connection, or a release (lake.Lake, DuckDB or Spark), whose
+functions of the same name in lake.py give the same rows (empty frames with the same
+columns from a release without these tables); the figures are matplotlib Figures for
+plots.publish.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from . import plots
-from .load import _frame, _params
+from .load import _frame, _on_lake, _params
 
 # Ports a scan probes for DoQ (docs/zprobe.md); a designated endpoint elsewhere is only
 # found through DDR.
@@ -24,7 +27,12 @@ SCANNED_PORTS = (784, 853, 8853)
 
 NOT_IDENTIFIED = "not identified"
 
+# ALPNs that offer DoQ: RFC 9250's, the drafts' and AdGuard's pre-draft one (names.alpn_name).
+DOQ_ALPNS = ("doq", "doq-i11", "doq-i10", "doq-i09", "doq-i08", "doq-i07", "doq-i06", "doq-i05", "doq-i04", "doq-i03",
+             "doq-i02", "doq-i01", "doq-i00", "dq")
 
+
+@_on_lake
 def libraries_by_week(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """DoQ-verified resolvers per ISO week and QUIC library: the quic_stacks label of
     the resolver's preferred port (853, then 784, then 8853, then any), 'unknown' where
@@ -54,6 +62,7 @@ def libraries_figure(df: pd.DataFrame):
                                legend_title="QUIC library")
 
 
+@_on_lake
 def ddr_queries(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """DNS/53 responders asked for _dns.resolver.arpa SVCB per week and answer status
     (designations, none, nxdomain, refused, dns-error, timeout, bad-response, error).
@@ -66,6 +75,7 @@ def ddr_queries(conn, weeks=None, vantages=None) -> pd.DataFrame:
          GROUP BY 1, 2 ORDER BY 1, 2""", _params(weeks, vantages))
 
 
+@_on_lake
 def ddr_endpoints(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """Every designated DoQ endpoint (a designation offering a DoQ ALPN: each address
     hint on its port, 853 without one), with the responders that name it, whether the
@@ -78,8 +88,7 @@ def ddr_endpoints(conn, weeks=None, vantages=None) -> pd.DataFrame:
             SELECT vr.iso_week, vr.run_id, vr.scan_id, h.hint AS address, coalesce(g.port, 853) AS port, g.resolver
               FROM ddr_designations g JOIN verification_runs vr USING (run_id)
               CROSS JOIN LATERAL unnest(g.ipv4hints || g.ipv6hints) AS h(hint)
-             WHERE g.alpns && ARRAY['doq', 'doq-i11', 'doq-i10', 'doq-i09', 'doq-i08', 'doq-i07', 'doq-i06', 'doq-i05',
-                                    'doq-i04', 'doq-i03', 'doq-i02', 'doq-i01', 'doq-i00', 'dq']
+             WHERE g.alpns && %(doq)s::text[]
                AND (%(weeks)s::text[] IS NULL OR vr.iso_week = ANY(%(weeks)s::text[]))
                AND (%(vantages)s::text[] IS NULL OR vr.vantage_id = ANY(%(vantages)s::text[])))
         SELECT d.iso_week, host(d.address) AS address, d.port, count(DISTINCT d.resolver) AS designated_by,
@@ -87,7 +96,7 @@ def ddr_endpoints(conn, weeks=None, vantages=None) -> pd.DataFrame:
                                AND s.port = d.port AND s.reply_kind = 'quic-vn')) AS scanned,
                min(r.outcome) AS outcome
           FROM d LEFT JOIN verification_results r ON r.run_id = d.run_id AND r.address = d.address AND r.port = d.port
-         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3""", _params(weeks, vantages))
+         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3""", _params(weeks, vantages, doq=list(DOQ_ALPNS)))
     df["port_class"] = np.where(df["port"].isin(SCANNED_PORTS), "scanned port", "other port")
     return df
 
@@ -113,6 +122,7 @@ def _latest_policy_run_cte() -> str:
              ORDER BY iso_week, vantage_id, started_at DESC, run_id DESC)"""
 
 
+@_on_lake
 def policies(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """The connection policies of the newest check run of each week and vantage point:
     one row per (address, port, protocol) with connection_policies' columns."""
@@ -151,6 +161,7 @@ def policy_table(pol: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@_on_lake
 def cold_and_warm(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """Per resolver address and protocol (DoQ, DoT, DoH), the median cold query of the
     hourly rounds (a measured query on a fresh connection: handshake + resolve) and the
@@ -204,6 +215,7 @@ def forwarder_cost(pol: pd.DataFrame, cw: pd.DataFrame, intervals=FORWARDER_INTE
     return pd.DataFrame(rows)
 
 
+@_on_lake
 def amplification(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """The amplification handshakes of the newest check run of each week and vantage
     point whose handshake was explained: one row per (address, port, Initial size, key

@@ -34,8 +34,9 @@ GROUP_COLUMNS = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")
 CAUSES = ["1rtt", "retry", "version-negotiation", "amplification", "loss", "multiple", "unknown"]
 
 # Every table a release holds (docs/data-release.md); release-wide ones at the top.
-TABLES = ["scans", "scan_runs", "scan_replies", "verification_runs", "verification_results", "certificates",
-          "observed_certificates", "resolvers", "resolver_geo", "campaigns", "measurements", "rtt_samples",
+TABLES = ["scans", "scan_runs", "scan_replies", "verification_runs", "verification_results", "quic_stacks",
+          "ddr_queries", "ddr_designations", "certificates", "observed_certificates", "resolvers", "resolver_geo",
+          "policy_runs", "connection_policies", "amplification_probes", "campaigns", "measurements", "rtt_samples",
           "handshake_analyses", "resolver_features", "bench_runs", "bench_samples"]
 GLOBAL_TABLES = ["vantage_points", "datasets"]
 
@@ -206,6 +207,19 @@ def _ints(df: pd.DataFrame, cols) -> pd.DataFrame:
     for c in cols:
         if c in df:
             df[c] = df[c].fillna(0).astype("int64")
+    return df
+
+
+def _plain(df: pd.DataFrame) -> pd.DataFrame:
+    """Nullable columns as a PostgreSQL query's frame has them (DuckDB gives pandas'
+    extension types): integers with a null as float64 (NaN), booleans with a null as
+    objects (None), both as numpy types without one."""
+    for c in df.columns:
+        t = df[c].dtype
+        if isinstance(t, pd.BooleanDtype):
+            df[c] = df[c].astype(object).where(df[c].notna(), None) if df[c].isna().any() else df[c].astype(bool)
+        elif isinstance(t, pd.api.extensions.ExtensionDtype) and pd.api.types.is_integer_dtype(t):
+            df[c] = df[c].astype("float64") if df[c].isna().any() else df[c].astype("int64")
     return df
 
 
@@ -807,3 +821,127 @@ def bench_runs(lake: Lake, weeks=None) -> pd.DataFrame:
                 "path_loss", "qps", "success_rate", "elapsed_s"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     return df[BENCH_COLUMNS]
+
+
+# ----------------------------------------------------------------------------------
+# What each resolver is (identity: QUIC libraries, DDR, connection policies, the
+# amplification budget). A release without those tables (schema version 1, the 2021
+# import) gives empty frames with the same columns.
+
+def libraries_by_week(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    from .identity import NOT_IDENTIFIED
+    stacks = "quic_stacks" if lake.has("quic_stacks") else \
+        "(SELECT CAST(NULL AS BIGINT) AS run_id, CAST(NULL AS STRING) AS address, CAST(NULL AS INT) AS port, " \
+        "CAST(NULL AS STRING) AS library WHERE FALSE)"
+    df = lake.sql("WITH " + _verified(weeks, vantages) + f"""
+        SELECT rep.iso_week, coalesce(q.library, {_lit(NOT_IDENTIFIED)}) AS library, count(*) AS resolvers
+          FROM rep LEFT JOIN {stacks} q ON q.run_id = rep.run_id AND q.address = rep.address AND q.port = rep.port
+         GROUP BY 1, 2 ORDER BY 1, 2""")
+    return _ints(df, ["resolvers"])[["iso_week", "library", "resolvers"]]
+
+
+def ddr_queries(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    cols = ["iso_week", "status", "responders"]
+    if not lake.has("ddr_queries"):
+        return pd.DataFrame(columns=cols)
+    df = lake.sql(f"""
+        SELECT iso_week, status, count(DISTINCT address) AS responders FROM ddr_queries
+         WHERE {_in('iso_week', weeks)} AND {_in('vantage_id', vantages)}
+         GROUP BY 1, 2 ORDER BY 1, 2""")
+    return _ints(df, ["responders"])[cols]
+
+
+def ddr_endpoints(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    from .identity import DOQ_ALPNS, SCANNED_PORTS
+    cols = ["iso_week", "address", "port", "designated_by", "scanned", "outcome", "port_class"]
+    if not lake.has("ddr_designations"):
+        return pd.DataFrame(columns=cols)
+    g = f"""(SELECT g.*, vr.scan_id FROM ddr_designations g JOIN verification_runs vr ON vr.run_id = g.run_id
+              WHERE {_in('g.iso_week', weeks)} AND {_in('g.vantage_id', vantages)})"""
+    doq = f"""(SELECT DISTINCT run_id, resolver, seq FROM {lake.explode('ddr_designations', 'alpns', 'alpn_')} a
+                WHERE {_in('alpn_', DOQ_ALPNS)})"""
+    hints = " UNION ALL ".join(
+        f"SELECT iso_week, run_id, scan_id, resolver, seq, port, hint_ FROM {lake.explode(g, col, 'hint_')} h"
+        for col in ("ipv4hints", "ipv6hints"))
+    replies = ("(SELECT DISTINCT scan_id, address, port FROM scan_replies WHERE reply_kind = 'quic-vn')"
+               if lake.has("scan_replies") else
+               "(SELECT CAST(NULL AS BIGINT) AS scan_id, CAST(NULL AS STRING) AS address, CAST(NULL AS INT) AS port "
+               "WHERE FALSE)")
+    results = ("verification_results" if lake.has("verification_results") else
+               "(SELECT CAST(NULL AS BIGINT) AS run_id, CAST(NULL AS STRING) AS address, CAST(NULL AS INT) AS port, "
+               "CAST(NULL AS STRING) AS outcome WHERE FALSE)")
+    df = lake.sql(f"""
+        WITH d AS (SELECT h.iso_week, h.run_id, h.scan_id, h.hint_ AS address, coalesce(h.port, 853) AS port, h.resolver
+                     FROM ({hints}) h JOIN {doq} q ON q.run_id = h.run_id AND q.resolver = h.resolver AND q.seq = h.seq)
+        SELECT d.iso_week, d.address, d.port, count(DISTINCT d.resolver) AS designated_by,
+               bool_or(s.address IS NOT NULL) AS scanned, min(r.outcome) AS outcome
+          FROM d LEFT JOIN {replies} s ON s.scan_id = d.scan_id AND s.address = d.address AND s.port = d.port
+          LEFT JOIN {results} r ON r.run_id = d.run_id AND r.address = d.address AND r.port = d.port
+         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3""")
+    df = _ints(df, ["port", "designated_by"])
+    df["scanned"] = df["scanned"].astype(bool)
+    df["outcome"] = df["outcome"].astype(object).where(df["outcome"].notna(), None)
+    df["port_class"] = np.where(df["port"].isin(SCANNED_PORTS), "scanned port", "other port")
+    return df[cols]
+
+
+def _latest_policy_runs(weeks, vantages) -> str:
+    """FROM-clause text: the newest check run of each week and vantage point."""
+    return f"""(SELECT run_id, iso_week, vantage_id FROM (
+                  SELECT run_id, iso_week, vantage_id,
+                         row_number() OVER (PARTITION BY iso_week, vantage_id ORDER BY started_at DESC, run_id DESC) AS rn_
+                    FROM policy_runs WHERE {_in('iso_week', weeks)} AND {_in('vantage_id', vantages)}) x WHERE rn_ = 1)"""
+
+
+POLICY_COLUMNS = ["iso_week", "vantage_id", "address", "port", "protocol", "status", "queries_sent", "queries_answered",
+                  "closed_by_server", "close_detail", "idle_advertised_ms", "idle_alive_ms", "idle_dead_ms",
+                  "max_streams", "token_issued", "token_honoured", "retry_policy", "zero_rtt", "resumed",
+                  "ticket_lifetime_s"]
+
+
+def policies(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    if not (lake.has("policy_runs") and lake.has("connection_policies")):
+        return pd.DataFrame(columns=POLICY_COLUMNS)
+    sel = ", ".join(f"p.{c}" for c in POLICY_COLUMNS[2:])
+    return _plain(lake.sql(f"""
+        SELECT runs.iso_week, runs.vantage_id, {sel}
+          FROM connection_policies p JOIN {_latest_policy_runs(weeks, vantages)} runs ON runs.run_id = p.run_id
+         ORDER BY 1, 2, 3, 4, 5"""))
+
+
+def cold_and_warm(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    cols = ["address", "protocol", "cold_ms", "warm_ms", "queries"]
+    if not lake.has("measurements"):
+        return pd.DataFrame(columns=cols)
+    rel = f"""(SELECT address, protocol, handshake_ns, resolve_ns FROM measurements
+                WHERE status = 'ok' AND phase = 'measured' AND mode = 'fresh' AND {_in('protocol', ['doq', 'dot', 'doh'])}
+                  AND handshake_ns IS NOT NULL AND resolve_ns IS NOT NULL
+                  AND {_in('iso_week', weeks)} AND {_in('vantage_id', vantages)})"""
+    base = lake.sql(f"SELECT address, protocol, count(*) AS queries FROM {rel} r GROUP BY 1, 2")
+    if base.empty:
+        return pd.DataFrame(columns=cols)
+    ms = "CAST(1000000 AS DOUBLE)"
+    cold, warm = f"CAST(handshake_ns + resolve_ns AS DOUBLE) / {ms}", f"CAST(resolve_ns AS DOUBLE) / {ms}"
+    # two ranks per resolver: coarse buckets keep the first pass's counts few
+    stats = order_statistics_of(lake, rel, ["address", "protocol"], [cold, warm], _median_ranks, per_e=200)
+    keys = list(zip(base["address"], base["protocol"]))
+    base["cold_ms"] = [_median(*stats[cold][k]) for k in keys]
+    base["warm_ms"] = [_median(*stats[warm][k]) for k in keys]
+    base = _ints(base, ["queries"])
+    return base.sort_values(["address", "protocol"], kind="stable").reset_index(drop=True)[cols]
+
+
+AMPLIFICATION_COLUMNS = ["iso_week", "vantage_id", "address", "port", "initial_size", "key_share", "chain_bytes",
+                         "chain_certs", "client_bytes", "server_bytes_pre_ack", "budget", "stalled", "stall_ns",
+                         "round_trips", "cause", "retry_seen"]
+
+
+def amplification(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    if not (lake.has("policy_runs") and lake.has("amplification_probes")):
+        return pd.DataFrame(columns=AMPLIFICATION_COLUMNS)
+    sel = ", ".join(f"a.{c}" for c in AMPLIFICATION_COLUMNS[2:])
+    return _plain(lake.sql(f"""
+        SELECT runs.iso_week, runs.vantage_id, {sel}
+          FROM amplification_probes a JOIN {_latest_policy_runs(weeks, vantages)} runs ON runs.run_id = a.run_id
+         WHERE a.stalled IS NOT NULL
+         ORDER BY 1, 2, 3, 4, 6, 5"""))

@@ -476,7 +476,8 @@ def write_year(template: str, out: str, weeks: int = 52, first_monday: dt.date =
     features with a new campaign id, times shifted to the hour and every duration
     scaled by a per-row factor in [0.95, 1.05) derived from the row and the hour (the
     RTT median with the same factor as its resolver's samples); each week's scans and
-    verification are the template's week (w mod its weeks) renamed. manifest.json lists
+    verification (with the identity tables: QUIC libraries, DDR, connection checks) are the
+template's week (w mod its weeks) renamed. manifest.json lists
     every file with rows, bytes and SHA-256. Returns {table: rows}."""
     import hashlib
     import json as _json
@@ -544,7 +545,10 @@ def write_year(template: str, out: str, weeks: int = 52, first_monday: dt.date =
         files = []
         for t in ("scans", "scan_runs", "scan_replies", "verification_runs", "verification_results", "certificates",
                   "observed_certificates", "resolvers", "resolver_geo", "campaigns", "measurements", "rtt_samples",
-                  "handshake_analyses", "resolver_features"):
+                  "handshake_analyses", "resolver_features", "quic_stacks", "ddr_queries", "ddr_designations",
+                  "policy_runs", "connection_policies", "amplification_probes"):
+            if t not in stmts and not os.path.exists(os.path.join(src, t + ".parquet")):
+                continue  # a template of schema version 1: no identity tables
             path = os.path.join(dst, t + ".parquet")
             cols = [r[0] for r in db.execute(f"DESCRIBE SELECT * FROM read_parquet('{src if t not in stmts else cdir}/{t}.parquet')").fetchall()]
             if t in stmts:

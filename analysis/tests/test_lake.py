@@ -4,13 +4,15 @@ database exported with `bin/dataset export`."""
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from doqscan_analysis import lake, load
+from doqscan_analysis import identity, lake, load
 from doqscan_analysis.compare import report_csvs as compare_report_csvs
 from doqscan_analysis.compare import same
 
@@ -108,3 +110,90 @@ def test_report_from_release_equals_postgres(synth_db, release, tmp_path):
     for want in ("fig1_doq_quic_versions_per_week.csv", "response_times_quantiles.csv", "doq_causes.csv",
                  "vantage_comparison.csv", "fig2_world_map.csv", "answering.csv"):
         assert want in names
+
+
+# identity's loaders and what the notebooks derive from them, over conftest.idb (rows in
+# every table identity reads) and its release.
+IDENTITY = ["libraries_by_week", "ddr_queries", "ddr_endpoints", "policies", "cold_and_warm", "amplification"]
+IDENTITY_TABLES = ["quic_stacks", "ddr_queries", "ddr_designations", "policy_runs", "connection_policies",
+                   "amplification_probes"]
+
+
+@pytest.fixture(scope="module")
+def id_release(idb, tmp_path_factory):
+    return export_release(idb, str(tmp_path_factory.mktemp("id-release")))
+
+
+@pytest.fixture(scope="module")
+def id_pg(idb):
+    c = load.connect(idb)
+    yield c
+    c.close()
+
+
+def _identity_frames(conn, weeks=None, vantages=None) -> dict:
+    out = {fn: getattr(identity, fn)(conn, weeks, vantages) for fn in IDENTITY}
+    out["ddr_table"] = identity.ddr_table(out["ddr_endpoints"])
+    out["policy_table"] = identity.policy_table(out["policies"])
+    out["forwarder_cost"] = identity.forwarder_cost(out["policies"], out["cold_and_warm"])
+    out["amplification_cells"] = identity.amplification_cells(out["amplification"])
+    return out
+
+
+@pytest.mark.parametrize("filters", [(None, None), (["2026-W48"], ["vp"]), (["2026-W01"], None)],
+                         ids=["all", "week-and-vantage", "no-such-week"])
+def test_identity_same_as_postgres(id_pg, id_release, filters):
+    """Every identity loader (and the tables the notebooks derive) gives from the
+    release the rows it gives from PostgreSQL; with rows in every table read."""
+    lk = load.connect(id_release)
+    try:
+        a, b = _identity_frames(id_pg, *filters), _identity_frames(lk, *filters)
+    finally:
+        lk.close()
+    for name in a:
+        if filters[0] != ["2026-W01"]:
+            assert len(a[name]), f"{name}: no rows from PostgreSQL: the comparison tells nothing"
+        try:
+            same(a[name], b[name], sort=True)
+        except AssertionError as e:
+            raise AssertionError(f"{name} {filters}: {e}") from e
+
+
+def test_identity_from_a_release_without_its_tables(id_pg, id_release, tmp_path):
+    """A release written before those tables (schema version 1, the 2021 import) gives
+    empty frames with the columns PostgreSQL's have, not an error; resolvers count as
+    not identified."""
+    old = str(tmp_path / "v1")
+    shutil.copytree(id_release, old)
+    for t in IDENTITY_TABLES:
+        for f in glob.glob(os.path.join(old, "*", "*", t + ".parquet")):
+            os.remove(f)
+    lk = load.connect(old)
+    try:
+        b = _identity_frames(lk)
+    finally:
+        lk.close()
+    a = _identity_frames(id_pg)
+    for name in ("ddr_queries", "ddr_endpoints", "policies", "amplification", "ddr_table", "amplification_cells"):
+        assert list(b[name].columns) == list(a[name].columns), name
+        assert b[name].empty, name
+    assert b["policy_table"].empty and b["forwarder_cost"].empty
+    libs = b["libraries_by_week"]
+    assert list(libs.columns) == list(a["libraries_by_week"].columns)
+    assert set(libs["library"]) == {identity.NOT_IDENTIFIED}
+    assert libs["resolvers"].sum() == a["libraries_by_week"]["resolvers"].sum()
+    same(a["cold_and_warm"], b["cold_and_warm"], sort=True)
+
+
+def test_synthetic_year_keeps_identity_tables(id_release, tmp_path):
+    """synth.write_year repeats the template's identity tables in every week it writes
+    (each week's file: the template week's rows)."""
+    import json
+
+    from doqscan_analysis import synth
+    totals = synth.write_year(id_release, str(tmp_path / "year"), weeks=2, hours_per_week=2)
+    with open(os.path.join(id_release, "manifest.json")) as f:
+        m = json.load(f)
+    rows = {t: sum(x["rows"] for s in m["file_sets"] for x in s["files"] if x["table"] == t) for t in IDENTITY_TABLES}
+    assert all(rows.values()), rows
+    assert {t: totals.get(t) for t in IDENTITY_TABLES} == {t: 2 * n for t, n in rows.items()}

@@ -39,8 +39,8 @@ func PublishedText(dir, url, contact string) string {
 		weeks = first + " to " + last
 	}
 	return fmt.Sprintf("per-address data, as Parquet files (one set per ISO week and vantage point, schema version %d): "+
-		"for every address that answered, its scan replies, verification results and certificates, location (AS, country, city), "+
-		"DNS measurements with their timings, RTT samples, handshake analyses and qlogs; weeks %s from vantage point(s) %s, "+
+		"for every address that answered, its scan replies, verification results and certificates, QUIC library, DDR answers and designations, "+
+		"location (AS, country, city), connection policies, DNS measurements with their timings, RTT samples, handshake analyses and qlogs; weeks %s from vantage point(s) %s, "+
 		"last updated %s, published %s; and aggregate statistics and figures. "+
 		"An address or range whose opt-out has been honoured is not contacted, so no data about it is collected from then on, and it is left out of every release "+
 		"written after the opt-out (the next release rewrites every week without it); copies already downloaded cannot be recalled.",

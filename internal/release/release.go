@@ -1,14 +1,17 @@
 // Package release writes doqscan's data set as an open-data release: Parquet files,
 // one file set per ISO week and vantage point (scans and replies, verification runs and
-// results, certificates, resolvers and their locations, campaigns, measurements, RTT
-// samples, handshake analyses, resolver features; benchmark runs in a set of their own),
+// results, QUIC library labels, DDR answers and designations, certificates, resolvers
+// and their locations, connection-check runs with their policies and amplification
+// probes, campaigns, measurements, RTT samples, handshake analyses, resolver features;
+// benchmark runs in a set of their own),
 // the week's qlogs in one archive per set, and manifest.json with every file's row count,
 // size and SHA-256. The schema is versioned (manifest.SchemaVersion) and documented in
 // docs/data-release.md.
 //
 // An export is resumable and idempotent: each file set is written to temporary files and
 // renamed, and the manifest is rewritten after every set; a set whose fingerprint (the
-// status and end of every run in it, the honoured opt-outs, the schema version) is
+// status and end of every run in it (scan, verification, connection check, campaign,
+// benchmark), the honoured opt-outs, the schema version) is
 // unchanged and whose files are all there is skipped, and one written again is the same
 // bytes. Addresses and ranges whose opt-out has been honoured (optout_requests status
 // 'accepted' when the export runs) are left out of every table and archive.
@@ -222,6 +225,7 @@ func fileSets(ctx context.Context, st *store.Store, cfg Config) ([]set, error) {
 		WITH s AS (
 		  SELECT iso_week, vantage_id FROM scans
 		  UNION SELECT iso_week, vantage_id FROM verification_runs
+		  UNION SELECT iso_week, vantage_id FROM policy_runs
 		  UNION SELECT to_char(round_hour AT TIME ZONE 'UTC', 'IYYY-"W"IW'), vantage_id FROM campaigns
 		  UNION SELECT to_char(started_at AT TIME ZONE 'UTC', 'IYYY-"W"IW'), $3::text FROM bench_runs)
 		SELECT iso_week, vantage_id FROM s
@@ -253,6 +257,7 @@ func fingerprint(ctx context.Context, st *store.Store, s set, optouts []string) 
 		WITH r AS (
 		  SELECT 'scan ' || scan_id AS id, status, finished_at FROM scans WHERE iso_week = $1 AND vantage_id = $2
 		  UNION ALL SELECT 'verify ' || run_id, status, finished_at FROM verification_runs WHERE iso_week = $1 AND vantage_id = $2
+		  UNION ALL SELECT 'policy ' || run_id, status, finished_at FROM policy_runs WHERE iso_week = $1 AND vantage_id = $2
 		  UNION ALL SELECT 'campaign ' || campaign_id, status, finished_at FROM campaigns
 		   WHERE to_char(round_hour AT TIME ZONE 'UTC', 'IYYY-"W"IW') = $1 AND vantage_id = $2
 		  UNION ALL SELECT 'bench ' || bench_id, 'ok', started_at FROM bench_runs

@@ -72,6 +72,24 @@ func seed(t *testing.T, s *store.Store) {
 		 SELECT measurement_id, 19000000, 1.05, 1, true, '1rtt', round_hour FROM measurements WHERE protocol = 'doq'`,
 		`INSERT INTO resolver_features (campaign_id, address, protocol, port, feature, supported)
 		 SELECT campaign_id, address, 'doq', 784, '0rtt', true FROM measurements WHERE protocol = 'doq'`,
+		`INSERT INTO quic_stacks (run_id, address, port, library, matched, evidence)
+		 SELECT run_id, address, port, 'quic-go', ARRAY['tp-order'], '{"tp": "quic-go"}' FROM verification_results`,
+		`INSERT INTO ddr_queries (run_id, address, status, rcode, records, queried_at)
+		 SELECT run_id, address, 'designations', 0, 1, verified_at FROM verification_results`,
+		`INSERT INTO ddr_designations (run_id, resolver, seq, priority, target, alpns, port, ipv4hints, ipv6hints)
+		 SELECT run_id, address, 0, 1, 'dns.example.', ARRAY['doq', 'dot'], 853,
+		        ARRAY['198.18.1.2', '198.18.9.9', '198.18.1.1']::inet[], ARRAY['2001:2::9']::inet[]
+		   FROM verification_results`,
+		`INSERT INTO policy_runs (run_id, iso_week, vantage_id, verification_run_id, started_at, finished_at, status)
+		 SELECT run_id, iso_week, vantage_id, run_id, started_at, finished_at, 'ok' FROM verification_runs`,
+		`INSERT INTO connection_policies (run_id, address, port, protocol, status, queries_sent, queries_answered,
+		                                  closed_by_server, idle_dead_ms, retry_policy, checked_at)
+		 SELECT p.run_id, a::inet, 784, 'doq', 'ok', 10, 10, false, NULL, 'never', p.started_at
+		   FROM policy_runs p, unnest(ARRAY['198.18.1.1', '198.18.1.2', '198.18.9.9']) a`,
+		`INSERT INTO amplification_probes (run_id, address, port, initial_size, key_share, status, client_bytes,
+		                                   server_bytes_pre_ack, budget, stalled, round_trips, chain_bytes, checked_at)
+		 SELECT p.run_id, a::inet, 784, 1200, 'x25519', 'ok', 1200, 3600, 3600, true, 2, 4000, p.started_at
+		   FROM policy_runs p, unnest(ARRAY['198.18.1.1', '198.18.1.2', '198.18.9.9']) a`,
 		`INSERT INTO bench_runs (bench_id, run_key, started_at, label, protocol, address, port, policy, load, workers,
 		                         elapsed_s, sent, answered, qps, success_rate, report)
 		 VALUES (1, 'k1', '2026-11-10T10:00:00Z', 'sweep', 'doq', '198.18.1.1', 784, 'fresh', 'max', 1, 1, 10, 10, 10, 1, '{}')`,
@@ -251,7 +269,71 @@ func contains(xs []string, x string) bool {
 
 // addressTables are the tables with an address column.
 var addressTables = []string{"scan_replies", "verification_results", "resolvers", "measurements", "rtt_samples",
-	"resolver_features"}
+	"resolver_features", "quic_stacks", "ddr_queries", "connection_policies", "amplification_probes"}
+
+// listColumn reads one list-of-strings column of a Parquet file, one slice per row.
+func listColumn(t *testing.T, path, name string) [][]string {
+	t.Helper()
+	rdr, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdr.Close()
+	fr, err := pqarrow.NewFileReader(rdr, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := fr.ReadTable(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Release()
+	idx := tbl.Schema().FieldIndices(name)
+	if len(idx) != 1 {
+		t.Fatalf("%s: no column %s", path, name)
+	}
+	var out [][]string
+	for _, ch := range tbl.Column(idx[0]).Data().Chunks() {
+		la := ch.(*array.List)
+		vals := la.ListValues().(*array.String)
+		for i := 0; i < la.Len(); i++ {
+			lo, hi := la.ValueOffsets(i)
+			row := []string{}
+			for j := lo; j < hi; j++ {
+				row = append(row, vals.Value(int(j)))
+			}
+			out = append(out, row)
+		}
+	}
+	return out
+}
+
+// checkDesignations: ddr_designations of a set names 198.18.9.9 as a designating
+// resolver or among the hints exactly when want says so; the other hints stay, in order.
+func checkDesignations(t *testing.T, dir string, want bool) {
+	t.Helper()
+	p := filepath.Join(dir, "2026-W46/vp0/ddr_designations.parquet")
+	res := column(t, p, "resolver")
+	hints := listColumn(t, p, "ipv4hints")
+	if len(res) == 0 || len(hints) != len(res) {
+		t.Fatalf("%s: %d designations, %d hint lists: the test no longer tells", p, len(res), len(hints))
+	}
+	kept := []string{"198.18.1.2", "198.18.1.1"}
+	if want {
+		kept = []string{"198.18.1.2", "198.18.9.9", "198.18.1.1"}
+	}
+	if got := contains(res, "198.18.9.9"); got != want {
+		t.Errorf("%s: resolver 198.18.9.9 present %v, want %v (%v)", p, got, want, res)
+	}
+	for i, h := range hints {
+		if strings.Join(h, ",") != strings.Join(kept, ",") {
+			t.Errorf("%s row %d: ipv4hints %v, want %v", p, i, h, kept)
+		}
+	}
+	if v6 := listColumn(t, p, "ipv6hints"); len(v6) == 0 || strings.Join(v6[0], ",") != "2001:2::9" {
+		t.Errorf("%s: ipv6hints %v, want [2001:2::9] (host text, no prefix length)", p, v6)
+	}
+}
 
 // TestOptedOutRangeLeftOut: an address inside an honoured opt-out is in no table of a
 // release written after the opt-out, nor its qlogs; a release written before it had it,
@@ -271,6 +353,7 @@ func TestOptedOutRangeLeftOut(t *testing.T) {
 			t.Fatalf("before the opt-out is honoured, %s lacks 198.18.9.9: %v", tb, got)
 		}
 	}
+	checkDesignations(t, dir, true)
 	if _, err := s.Pool.Exec(ctx, `INSERT INTO optout_requests (prefix, email, status) VALUES ('198.18.9.0/24', 'a@example.org', 'accepted')`); err != nil {
 		t.Fatal(err)
 	}
@@ -294,6 +377,7 @@ func TestOptedOutRangeLeftOut(t *testing.T) {
 			}
 		}
 	}
+	checkDesignations(t, dir, false)
 	if m.OptOutsExcluded != 1 {
 		t.Errorf("manifest optouts_excluded %d, want 1", m.OptOutsExcluded)
 	}

@@ -93,6 +93,30 @@ var tables = []tableSQL{
 		                      WHERE v.iso_week = $1 AND v.vantage_id = $2)
 		   AND NOT (g.address <<= ANY($3::text[]::cidr[]))
 		 ORDER BY g.address, g.city_dataset, g.asn_dataset`},
+	{name: "quic_stacks", sql: `
+		SELECT v.iso_week, v.vantage_id, q.run_id, host(q.address) AS address, q.port, q.library, q.matched, q.conflicts,
+		       q.evidence::text AS evidence
+		  FROM quic_stacks q JOIN verification_runs v USING (run_id)
+		 WHERE v.iso_week = $1 AND v.vantage_id = $2 AND NOT (q.address <<= ANY($3::text[]::cidr[]))
+		 ORDER BY v.label, q.address, q.port`},
+	{name: "ddr_queries", sql: `
+		SELECT v.iso_week, v.vantage_id, q.run_id, host(q.address) AS address, q.status, q.rcode, q.records, q.detail,
+		       q.queried_at
+		  FROM ddr_queries q JOIN verification_runs v USING (run_id)
+		 WHERE v.iso_week = $1 AND v.vantage_id = $2 AND NOT (q.address <<= ANY($3::text[]::cidr[]))
+		 ORDER BY v.label, q.address`},
+	// A designation by an opted-out responder is left out, and so is an opted-out
+	// address among the hints of another's.
+	{name: "ddr_designations", sql: `
+		SELECT v.iso_week, v.vantage_id, g.run_id, host(g.resolver) AS resolver, g.seq, g.priority, g.target, g.alpns,
+		       g.port, g.dohpath,
+		       ARRAY(SELECT host(h) FROM unnest(g.ipv4hints) WITH ORDINALITY AS u(h, o)
+		              WHERE NOT (h <<= ANY($3::text[]::cidr[])) ORDER BY o) AS ipv4hints,
+		       ARRAY(SELECT host(h) FROM unnest(g.ipv6hints) WITH ORDINALITY AS u(h, o)
+		              WHERE NOT (h <<= ANY($3::text[]::cidr[])) ORDER BY o) AS ipv6hints
+		  FROM ddr_designations g JOIN verification_runs v USING (run_id)
+		 WHERE v.iso_week = $1 AND v.vantage_id = $2 AND NOT (g.resolver <<= ANY($3::text[]::cidr[]))
+		 ORDER BY v.label, g.resolver, g.seq`},
 	{name: "campaigns", sql: `
 		SELECT $1::text AS iso_week, c.vantage_id, c.campaign_id, c.label, c.round_hour, c.run_id, c.config::text AS config,
 		       c.planned, c.started_at, c.finished_at, c.status, c.summary::text AS summary, c.provenance::text AS provenance
@@ -138,6 +162,26 @@ var tables = []tableSQL{
 		  FROM resolver_features f JOIN campaigns c USING (campaign_id)
 		 WHERE f.campaign_id = $1 AND NOT (f.address <<= ANY($3::text[]::cidr[]))
 		 ORDER BY f.address, f.protocol, f.port, f.feature`},
+	{name: "policy_runs", sql: `
+		SELECT p.iso_week, p.vantage_id, p.run_id, p.label, p.verification_run_id, p.source, p.config::text AS config,
+		       p.started_at, p.finished_at, p.status, p.summary::text AS summary, p.provenance::text AS provenance
+		  FROM policy_runs p WHERE p.iso_week = $1 AND p.vantage_id = $2 AND cardinality($3::text[]) >= 0
+		 ORDER BY p.label`},
+	{name: "connection_policies", sql: `
+		SELECT p.iso_week, p.vantage_id, c.run_id, host(c.address) AS address, c.port, c.protocol, c.status,
+		       c.queries_sent, c.queries_answered, c.closed_by_server, c.close_detail, c.idle_advertised_ms,
+		       c.idle_alive_ms, c.idle_dead_ms, c.max_streams, c.token_issued, c.token_honoured, c.retry_policy,
+		       c.zero_rtt, c.resumed, c.ticket_lifetime_s, c.detail::text AS detail, c.checked_at
+		  FROM connection_policies c JOIN policy_runs p USING (run_id)
+		 WHERE p.iso_week = $1 AND p.vantage_id = $2 AND NOT (c.address <<= ANY($3::text[]::cidr[]))
+		 ORDER BY p.label, c.address, c.port, c.protocol`},
+	{name: "amplification_probes", sql: `
+		SELECT p.iso_week, p.vantage_id, a.run_id, host(a.address) AS address, a.port, a.initial_size, a.key_share,
+		       a.status, a.retry_seen, a.client_bytes, a.server_bytes_pre_ack, a.budget, a.stalled, a.stall_ns,
+		       a.round_trips, a.cause, a.handshake_ns, a.chain_bytes, a.chain_certs, a.checked_at
+		  FROM amplification_probes a JOIN policy_runs p USING (run_id)
+		 WHERE p.iso_week = $1 AND p.vantage_id = $2 AND NOT (a.address <<= ANY($3::text[]::cidr[]))
+		 ORDER BY p.label, a.address, a.port, a.initial_size, a.key_share`},
 	{name: "bench_runs", benchmarks: true, sql: `
 		SELECT $1::text AS iso_week, b.bench_id, b.run_key, b.started_at, b.label, b.protocol, b.variant,
 		       host(b.address) AS address, b.port, b.policy, b.load, b.workers, b.rate, b.elapsed_s, b.sent, b.answered,

@@ -53,8 +53,8 @@ const minTimedRTT = 20 * time.Millisecond
 // preference order (load.PORT_PREFERENCE: a resolver counts under its first verified one).
 var reportPorts = []uint16{853, 784, 8853}
 
-// TestReportFromPipeline runs the pipeline (zprobe scan, verify, measure over every
-// protocol) on a reduced target set of the simulated internet into a fresh database,
+// TestReportFromPipeline runs the pipeline (zprobe scan, verify, conncheck, measure over
+// every protocol) on a reduced target set of the simulated internet into a fresh database,
 // executes both notebooks headless with the report command, and checks the numbers the
 // report plots, computed by the analysis package's load functions, against the ground
 // truth of the population for exactly the targets scanned: DoQ-verified resolvers per
@@ -85,7 +85,22 @@ func TestReportFromPipeline(t *testing.T) {
 		verifyArgs = append(verifyArgs, "--sni-names", strings.Join(sni, ","))
 	}
 	e.run(t, 0, "verify", verifyArgs...)
+	// The weekly connection check of a sample of the verified resolvers (the special
+	// classes' Retry, token and amplification behaviours among them), cut short: one idle
+	// wait, four queries, two Initial sizes with one key share.
+	e.run(t, 0, "conncheck", "--vantage", reportVantage, "--label", reportLabel, "--week", reportWeek,
+		"--sample", "12", "--protocols", "doq,dot", "--idle-waits", "1s", "--max-queries", "4",
+		"--initial-sizes", "1200,1452", "--key-shares", "x25519", "--timeout", "3s")
 	e.run(t, 0, "measure", "--vantage", reportVantage, "--label", reportLabel, "--run-label", reportLabel, "--concurrency", "32")
+	// The identity tables (QUIC libraries, DDR, connection policies, amplification) have
+	// rows, so the comparison of the report from the release below covers their figures.
+	for _, tb := range []string{"quic_stacks", "ddr_queries", "ddr_designations", "connection_policies", "amplification_probes"} {
+		n := e.count(t, "SELECT count(*) FROM "+tb)
+		t.Logf("%s: %d rows", tb, n)
+		if n == 0 {
+			t.Errorf("the pipeline stored no %s rows: the report's comparison does not cover them", tb)
+		}
+	}
 
 	// The report: both notebooks, headless.
 	out := t.TempDir()
@@ -102,6 +117,11 @@ func TestReportFromPipeline(t *testing.T) {
 	lakeFolder, lakeSum := testsupport.RunReport(t, python, e.url, t.TempDir(), "--source", rel)
 	if !lakeSum.OK {
 		t.Fatalf("the report from the release failed: %+v", lakeSum.Notebooks)
+	}
+	for _, csv := range []string{"quic_libraries", "ddr_queries", "ddr_endpoints", "connection_policies", "amplification_cells"} {
+		if rows := csvRows(t, filepath.Join(lakeFolder, "figures", csv+".csv")); rows == 0 {
+			t.Errorf("the report from the release wrote no rows into %s.csv", csv)
+		}
 	}
 	compare := exec.Command(python, "-m", "doqscan_analysis.compare", folder, lakeFolder)
 	compare.Dir = root
@@ -319,9 +339,28 @@ func expectReport(t *testing.T, pop *population.Population, addrs []netip.Addr) 
 	for _, ph := range []string{population.PhaseWarmup, population.PhaseMeasured} {
 		w.causes[ph], w.trips[ph], w.example[ph] = map[string]int{}, map[int]int{}, map[string]string{}
 	}
+	// What verify contacts: every target on the scanned ports, and the DoQ endpoints the
+	// targets' plain DNS designates (DDR), on whatever port; each address's ports in the
+	// report's preference order (reportPorts, then the others by number).
+	endpoints := map[netip.Addr][]uint16{}
 	for _, a := range addrs {
+		endpoints[a] = slices.Clone(reportPorts)
+	}
+	targets := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		targets[a] = true
+	}
+	for _, d := range pop.DDREndpoints() {
+		if targets[d.Resolver] && !slices.Contains(endpoints[d.Addr], d.Port) {
+			endpoints[d.Addr] = append(endpoints[d.Addr], d.Port)
+		}
+	}
+	for _, ports := range endpoints {
+		slices.SortFunc(ports, func(x, y uint16) int { return cmp.Compare(portRank(x), portRank(y)) })
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(endpoints), netip.Addr.Compare) {
 		preferred := false
-		for _, port := range reportPorts {
+		for _, port := range endpoints[a] {
 			v := pop.ExpectVerify(a, port)
 			if v.Class != population.OutcomeDoQVerified {
 				continue
@@ -351,6 +390,14 @@ func expectReport(t *testing.T, pop *population.Population, addrs []netip.Addr) 
 		t.Fatal("the targets hold no DoQ-verified resolver: nothing to check")
 	}
 	return w
+}
+
+// portRank orders ports as the report prefers them: reportPorts first, then by number.
+func portRank(p uint16) int {
+	if i := slices.Index(reportPorts, p); i >= 0 {
+		return i - len(reportPorts)
+	}
+	return int(p)
 }
 
 // expectCause is the cause handshake_analyses must give the fresh-mode x25519 DoQ
@@ -488,6 +535,18 @@ func checkRatios(t *testing.T, got reportNumbers, w reportTruth) {
 
 // checkSummary checks the report's summary: the notebooks ran without error and the
 // figures were written (PNG and SVG, non-empty) in the report's folder.
+// csvRows counts the data rows of a CSV table the report wrote (0: none, or no file).
+func csvRows(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Errorf("%v", err)
+		return 0
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return len(lines) - 1
+}
+
 func checkSummary(t *testing.T, folder string, s testsupport.ReportSummary, notebooks, figures []string) {
 	t.Helper()
 	for _, nb := range notebooks {

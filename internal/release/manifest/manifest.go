@@ -16,8 +16,11 @@ import (
 
 // SchemaVersion is the version of the release's tables and columns
 // (docs/data-release.md). It changes when a column is removed, renamed or changes
-// meaning; readers check it.
-const SchemaVersion = 1
+// meaning, and when tables are added (it is part of every set's fingerprint, so the
+// next export rewrites the sets written before, which lack them); readers check it.
+// Version 2 added quic_stacks, ddr_queries, ddr_designations, policy_runs,
+// connection_policies and amplification_probes.
+const SchemaVersion = 2
 
 // Name is the manifest's file name at the top of a release directory.
 const Name = "manifest.json"
