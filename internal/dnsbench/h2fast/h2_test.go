@@ -1,4 +1,4 @@
-package measure
+package h2fast
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/doqscan/doqscan/internal/measure"
 )
 
 // h2Frame is what an h2Peer read from the client: a frame's type, stream and flags,
@@ -187,7 +189,7 @@ func TestH2RequestShape(t *testing.T) {
 	for _, post := range []bool{false, true} {
 		res := start(context.Background(), h, post, msg)
 		f := p.next(http2.FrameHeaders)
-		if f.field(":scheme") != "https" || f.field(":authority") != "resolver.example" || f.field("accept") != dohMediaType {
+		if f.field(":scheme") != "https" || f.field(":authority") != "resolver.example" || f.field("accept") != measure.DoHMediaType {
 			t.Errorf("post %v: header fields %v", post, f.fields)
 		}
 		if !post {
@@ -197,7 +199,7 @@ func TestH2RequestShape(t *testing.T) {
 			}
 		} else {
 			d := p.next(http2.FrameData)
-			if f.field(":method") != "POST" || f.field(":path") != "/dns-query" || f.field("content-type") != dohMediaType ||
+			if f.field(":method") != "POST" || f.field(":path") != "/dns-query" || f.field("content-type") != measure.DoHMediaType ||
 				f.field("content-length") != strconv.Itoa(len(msg)) || f.flags.Has(http2.FlagHeadersEndStream) {
 				t.Errorf("POST: %v, flags %v", f.fields, f.flags)
 			}
@@ -205,7 +207,7 @@ func TestH2RequestShape(t *testing.T) {
 				t.Errorf("POST body %q on stream %d (headers on %d), flags %v", d.data, d.stream, f.stream, d.flags)
 			}
 		}
-		p.headers(f.stream, false, ":status", "200", "content-type", dohMediaType)
+		p.headers(f.stream, false, ":status", "200", "content-type", measure.DoHMediaType)
 		p.data(f.stream, true, []byte("answer"))
 		if r := <-res; r.err != nil || string(r.body) != "answer" {
 			t.Errorf("post %v: %q %v", post, r.body, r.err)
@@ -220,68 +222,68 @@ func TestH2Responses(t *testing.T) {
 		name   string
 		serve  func(p *h2Peer, id uint32)
 		want   string // body; "" with wantErr
-		status Status
+		status measure.Status
 		reset  bool // the client sends RST_STREAM
 	}{
 		{name: "interim then final", serve: func(p *h2Peer, id uint32) {
 			p.headers(id, false, ":status", "103", "link", "</x>")
 			p.headers(id, false, ":status", "200")
 			p.data(id, true, []byte("ok"))
-		}, want: "ok", status: StatusOK},
+		}, want: "ok", status: measure.StatusOK},
 		{name: "trailers", serve: func(p *h2Peer, id uint32) {
 			p.headers(id, false, ":status", "200")
 			p.data(id, false, []byte("o"))
 			p.data(id, false, []byte("k"))
 			p.headers(id, true, "x-trailer", "1")
-		}, want: "ok", status: StatusOK},
+		}, want: "ok", status: measure.StatusOK},
 		{name: "status 404", serve: func(p *h2Peer, id uint32) {
 			p.headers(id, false, ":status", "404")
-		}, status: StatusHTTPError, reset: true},
+		}, status: measure.StatusHTTPError, reset: true},
 		{name: "status 503 ended", serve: func(p *h2Peer, id uint32) {
 			p.headers(id, true, ":status", "503")
-		}, status: StatusHTTPError},
+		}, status: measure.StatusHTTPError},
 		{name: "no status", serve: func(p *h2Peer, id uint32) {
-			p.headers(id, false, "content-type", dohMediaType)
-		}, status: StatusBadResponse, reset: true},
+			p.headers(id, false, "content-type", measure.DoHMediaType)
+		}, status: measure.StatusBadResponse, reset: true},
 		{name: "bad status", serve: func(p *h2Peer, id uint32) {
 			p.headers(id, false, ":status", "2x0")
-		}, status: StatusBadResponse, reset: true},
+		}, status: measure.StatusBadResponse, reset: true},
 		{name: "interim ends the stream", serve: func(p *h2Peer, id uint32) {
 			p.headers(id, true, ":status", "100")
-		}, status: StatusBadResponse},
+		}, status: measure.StatusBadResponse},
 		{name: "data before headers", serve: func(p *h2Peer, id uint32) {
 			p.data(id, false, []byte("x"))
-		}, status: StatusBadResponse, reset: true},
+		}, status: measure.StatusBadResponse, reset: true},
 		{name: "trailers without end", serve: func(p *h2Peer, id uint32) {
 			p.headers(id, false, ":status", "200")
 			p.headers(id, false, "x-trailer", "1")
-		}, status: StatusBadResponse, reset: true},
+		}, status: measure.StatusBadResponse, reset: true},
 		{name: "body too long", serve: func(p *h2Peer, id uint32) {
 			p.headers(id, false, ":status", "200")
 			chunk := make([]byte, 16000)
 			for range 5 {
 				p.data(id, false, chunk)
 			}
-		}, status: StatusBadResponse, reset: true},
+		}, status: measure.StatusBadResponse, reset: true},
 		{name: "server reset", serve: func(p *h2Peer, id uint32) {
 			p.write(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, http2.ErrCodeInternal) })
-		}, status: StatusReset},
+		}, status: measure.StatusReset},
 		{name: "goaway before the stream", serve: func(p *h2Peer, id uint32) {
 			// The server processes streams up to id-1: not this one.
 			p.write(func(fr *http2.Framer) error { return fr.WriteGoAway(id-1, http2.ErrCodeNo, nil) })
-		}, status: StatusReset},
+		}, status: measure.StatusReset},
 		{name: "connection closed", serve: func(p *h2Peer, id uint32) {
 			_ = p.conn.Close()
-		}, status: StatusReset},
+		}, status: measure.StatusReset},
 		{name: "push promise", serve: func(p *h2Peer, id uint32) {
 			p.hbuf.Reset()
 			p.write(func(fr *http2.Framer) error {
 				return fr.WritePushPromise(http2.PushPromiseParam{StreamID: id, PromiseID: 2, EndHeaders: true})
 			})
-		}, status: StatusBadResponse},
+		}, status: measure.StatusBadResponse},
 		{name: "oversized header list", serve: func(p *h2Peer, id uint32) {
 			p.headers(id, false, ":status", "200", "x-big", strings.Repeat("a", 9000), "x-big2", strings.Repeat("b", 9000))
-		}, status: StatusBadResponse},
+		}, status: measure.StatusBadResponse},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h, p := newH2Pair(t)
@@ -289,7 +291,7 @@ func TestH2Responses(t *testing.T) {
 			f := p.next(http2.FrameHeaders)
 			c.serve(p, f.stream)
 			r := <-res
-			if got := Classify(r.err); got != c.status || string(r.body) != c.want {
+			if got := measure.Classify(r.err); got != c.status || string(r.body) != c.want {
 				t.Fatalf("body %q, status %s (%v); want %q, %s", r.body, got, r.err, c.want, c.status)
 			}
 			if c.reset {
@@ -314,7 +316,7 @@ func TestH2GoAwayRefusesNewStreams(t *testing.T) {
 	if ack := p.next(http2.FramePing); ack.ping != [8]byte{7} || !ack.flags.Has(http2.FlagPingAck) {
 		t.Fatalf("ping ack %v flags %v", ack.ping, ack.flags)
 	}
-	if r := <-start(context.Background(), h, false, []byte("q2")); Classify(r.err) != StatusReset {
+	if r := <-start(context.Background(), h, false, []byte("q2")); measure.Classify(r.err) != measure.StatusReset {
 		t.Errorf("request after GOAWAY: %v", r.err)
 	}
 	p.headers(f.stream, false, ":status", "200")
@@ -368,7 +370,7 @@ func TestH2PostWaitsForWindow(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if r := <-start(ctx, h, true, []byte("body")); Classify(r.err) != StatusTimeout {
+	if r := <-start(ctx, h, true, []byte("body")); measure.Classify(r.err) != measure.StatusTimeout {
 		t.Fatalf("POST into a closed window: %v", r.err)
 	}
 	p.write(func(fr *http2.Framer) error { return fr.WritePing(false, [8]byte{2}) })
@@ -399,13 +401,13 @@ func TestH2PostWaitsForWindow(t *testing.T) {
 // half of it was used, so answers totalling more than the window keep coming.
 func TestH2ConnectionWindow(t *testing.T) {
 	h, p := newH2Pair(t)
-	// The preface's update raises the connection window to dohReceiveBuffer.
-	if f := p.next(http2.FrameWindowUpdate); f.stream != 0 || f.incr != dohReceiveBuffer-h2DefaultWindow {
+	// The preface's update raises the connection window to measure.DoHReceiveBuffer.
+	if f := p.next(http2.FrameWindowUpdate); f.stream != 0 || f.incr != measure.DoHReceiveBuffer-h2DefaultWindow {
 		t.Fatalf("first WINDOW_UPDATE: stream %d incr %d", f.stream, f.incr)
 	}
 	body := bytes.Repeat([]byte("x"), 15000)
 	total := 0
-	for total < 2*dohReceiveBuffer {
+	for total < 2*measure.DoHReceiveBuffer {
 		res := start(context.Background(), h, false, []byte("q"))
 		f := p.next(http2.FrameHeaders)
 		p.headers(f.stream, false, ":status", "200")
@@ -417,7 +419,7 @@ func TestH2ConnectionWindow(t *testing.T) {
 			t.Fatalf("%d bytes, %v", len(r.body), r.err)
 		}
 	}
-	if f := p.next(http2.FrameWindowUpdate); f.stream != 0 || f.incr < dohReceiveBuffer/2 {
+	if f := p.next(http2.FrameWindowUpdate); f.stream != 0 || f.incr < measure.DoHReceiveBuffer/2 {
 		t.Errorf("WINDOW_UPDATE stream %d incr %d", f.stream, f.incr)
 	}
 }
@@ -447,7 +449,7 @@ func TestH2CancelResets(t *testing.T) {
 
 // FuzzH2Client: whatever bytes the server answers a request with (then closing the
 // connection), the exchange returns an answer or an error, never panics, and takes no
-// body over dohMaxBody.
+// body over measure.DoHMaxBody.
 func FuzzH2Client(f *testing.F) {
 	var seed bytes.Buffer
 	fr := http2.NewFramer(&seed, nil)
@@ -496,7 +498,7 @@ func FuzzH2Client(f *testing.F) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			t.Fatal("no end after the server closed the connection")
 		}
-		if err == nil && len(body) > dohMaxBody {
+		if err == nil && len(body) > measure.DoHMaxBody {
 			t.Errorf("a %d-byte body accepted", len(body))
 		}
 	})
