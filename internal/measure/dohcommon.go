@@ -123,9 +123,9 @@ func dohQueries(ctx context.Context, req *Request, res *Result, ex dohExchange, 
 		}
 		done := clk.ArrivedBy(out.StartedAt, at)
 		if err != nil {
-			out.Status, out.Err = failure(ctx, StepAnswer, err)
+			out.Status, out.Err = Failure(ctx, StepAnswer, err)
 			return out
 		}
-		return finishQuery(out, q, raw, done)
+		return CheckAnswer(out, q, raw, done)
 	})
 }
