@@ -2,12 +2,62 @@ package measure
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"net/http"
+	"net/netip"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/doqscan/doqscan/internal/testsupport/h2peer"
 )
+
+// TestDoHResponses: x/net's client, as measure runs it, ends each kind of response
+// (h2peer.Responses, the cases dnsbench's h2fast is held to as well) with the body or
+// the status it deserves, and stops a stream it gives up on: a RST_STREAM on it, or
+// the connection's end (GOAWAY or close) where x/net treats the fault as the
+// connection's.
+func TestDoHResponses(t *testing.T) {
+	for _, c := range h2peer.Responses {
+		t.Run(c.Name, func(t *testing.T) {
+			var h *h2Conn
+			p := h2peer.Pair(t, func(cc net.Conn) {
+				var err error
+				if h, err = newH2Conn(cc); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(h.Close)
+			})
+			type result struct {
+				body []byte
+				err  error
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done := make(chan result, 1)
+			go func() {
+				body, _, err := h.Exchange(ctx, &Request{Addr: netip.MustParseAddrPort("192.0.2.1:443"), ServerName: "resolver.example"}, []byte("query"), func() {})
+				done <- result{body, err}
+			}()
+			f := p.Next(http2.FrameHeaders)
+			c.Serve(p, f.Stream)
+			r := <-done
+			if got := Classify(r.err); string(got) != c.Status || string(r.body) != c.Want {
+				t.Fatalf("body %q, status %s (%v); want %q, %s", r.body, got, r.err, c.Want, c.Status)
+			}
+			if c.Stops {
+				for g := range p.Frames {
+					if g.Type == http2.FrameRSTStream && g.Stream == f.Stream || g.Type == http2.FrameGoAway {
+						return
+					}
+				}
+				// The connection ended: x/net closed it.
+			}
+		})
+	}
+}
 
 // serverFrames is what a server might send: each case's frames, written by x/net's framer.
 func serverFrames(t testing.TB, write func(fr *http2.Framer) error) []byte {
