@@ -35,7 +35,7 @@ func h3ResponseError(ctx context.Context, err error) error {
 // package on a connection we dial (and time) ourselves.
 func measureDoH3(ctx context.Context, req *Request, res *Result) *Result {
 	return overQUIC(ctx, req, res, []string{alpnH3}, func(conn *quicConn) {
-		h := &h3Conn{tr: &http3.Transport{MaxResponseHeaderBytes: dohMaxHeaderBytes}, conn: conn.Conn}
+		h := &h3Conn{tr: &http3.Transport{MaxResponseHeaderBytes: DoHMaxHeaderBytes}, conn: conn.Conn}
 		h.cc = h.tr.NewClientConn(conn.Conn)
 		dohQueries(ctx, req, res, h.exchange(req), conn.log)
 	})
@@ -84,7 +84,7 @@ func (h *h3Conn) after0RTT(ctx context.Context, failed *http3.ClientConn) (*http
 func (h *h3Conn) exchange(req *Request) dohExchange {
 	return func(ctx context.Context, msg []byte, sending func()) ([]byte, time.Time, error) {
 		if req.Mode == Mode0RTT {
-			if !req.isPOST() {
+			if !req.IsPOST() {
 				body, err := h.earlyGet(ctx, req, msg, sending)
 				return body, time.Time{}, h3ResponseError(ctx, err)
 			}
@@ -123,7 +123,7 @@ func (h *h3Conn) roundTrip(ctx context.Context, req *Request, msg []byte, sendin
 	if err != nil {
 		return nil, err
 	}
-	return dohResponse(resp)
+	return dohResponse(resp, nil)
 }
 
 // earlyGet sends a GET as 0-RTT data on a request stream of its own and reads the answer
@@ -175,5 +175,5 @@ func (h *h3Conn) readResponse(ctx context.Context, str *http3.RequestStream) ([]
 	if err != nil {
 		return nil, err
 	}
-	return dohResponse(resp)
+	return dohResponse(resp, nil)
 }

@@ -17,20 +17,20 @@ import (
 
 // DoH (RFC 8484) request details shared by DoH over HTTP/2 and HTTP/3.
 const (
-	dohMediaType   = "application/dns-message" // RFC 8484 §6
+	DoHMediaType   = "application/dns-message" // RFC 8484 §6
 	dohDefaultPath = "/dns-query"              // RFC 8484 §4.1.1 example template
-	dohMaxBody     = 65535                     // a DNS message's maximum size
-	// dohMaxHeaderBytes bounds a response's header block (HTTP/2 and HTTP/3; the
+	DoHMaxBody     = 65535                     // a DNS message's maximum size
+	// DoHMaxHeaderBytes bounds a response's header block (HTTP/2 and HTTP/3; the
 	// libraries' default is 10 MB): a DoH response needs a few hundred bytes.
-	dohMaxHeaderBytes = 16 << 10
-	// dohReceiveBuffer is HTTP/2's receive window per stream and per connection (the
+	DoHMaxHeaderBytes = 16 << 10
+	// DoHReceiveBuffer is HTTP/2's receive window per stream and per connection (the
 	// library's default: 4 MB and 1 GB): what a server can push ahead of our reads.
-	dohReceiveBuffer = 128 << 10
+	DoHReceiveBuffer = 128 << 10
 )
 
-// dohTarget is the authority and path of req's DoH requests (RFC 8484 §4.1: the URI
+// DoHTarget is the authority and path of req's DoH requests (RFC 8484 §4.1: the URI
 // template's host, or the address; its path, or /dns-query).
-func dohTarget(req *Request) (authority, path string) {
+func DoHTarget(req *Request) (authority, path string) {
 	authority, path = req.ServerName, req.Path
 	if authority == "" {
 		authority = req.Addr.String()
@@ -41,20 +41,20 @@ func dohTarget(req *Request) (authority, path string) {
 	return authority, path
 }
 
-// isPOST reports whether DoH requests are POSTs (Variant "post"); GET otherwise.
-func (r *Request) isPOST() bool { return strings.EqualFold(r.Variant, VariantPOST) }
+// IsPOST reports whether DoH requests are POSTs (Variant "post"); GET otherwise.
+func (r *Request) IsPOST() bool { return strings.EqualFold(r.Variant, VariantPOST) }
 
 // dohRequest builds the HTTP request carrying msg (RFC 8484 §4.1: GET with
 // dns=base64url, or POST with the message as body).
 func dohRequest(ctx context.Context, req *Request, msg []byte) (*http.Request, error) {
-	host, path := dohTarget(req)
+	host, path := DoHTarget(req)
 	u := url.URL{Scheme: "https", Host: host, Path: path}
 	var hr *http.Request
 	var err error
-	if req.isPOST() {
+	if req.IsPOST() {
 		hr, err = http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(msg))
 		if err == nil {
-			hr.Header.Set("Content-Type", dohMediaType)
+			hr.Header.Set("Content-Type", DoHMediaType)
 		}
 	} else {
 		u.RawQuery = "dns=" + base64.RawURLEncoding.EncodeToString(msg)
@@ -63,22 +63,26 @@ func dohRequest(ctx context.Context, req *Request, msg []byte) (*http.Request, e
 	if err != nil {
 		return nil, fmt.Errorf("build DoH request: %w", err)
 	}
-	hr.Header.Set("Accept", dohMediaType)
+	hr.Header.Set("Accept", DoHMediaType)
 	return hr, nil
 }
 
-// dohResponse reads and checks an HTTP response to a DoH query.
-func dohResponse(resp *http.Response) ([]byte, error) {
+// dohResponse reads and checks an HTTP response to a DoH query. read, when not nil, is
+// called once the body was read to its end, before it is closed.
+func dohResponse(resp *http.Response, read func()) ([]byte, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w %d", errHTTPStatus, resp.StatusCode)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, dohMaxBody+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, DoHMaxBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("read DoH body: %w", err)
 	}
-	if len(body) > dohMaxBody {
-		return nil, fmt.Errorf("%w: DoH body longer than %d bytes", errBadLength, dohMaxBody)
+	if len(body) > DoHMaxBody {
+		return nil, fmt.Errorf("%w: DoH body longer than %d bytes", errBadLength, DoHMaxBody)
+	}
+	if read != nil {
+		read()
 	}
 	return body, nil
 }
@@ -119,9 +123,9 @@ func dohQueries(ctx context.Context, req *Request, res *Result, ex dohExchange, 
 		}
 		done := clk.ArrivedBy(out.StartedAt, at)
 		if err != nil {
-			out.Status, out.Err = failure(ctx, StepAnswer, err)
+			out.Status, out.Err = Failure(ctx, StepAnswer, err)
 			return out
 		}
-		return finishQuery(out, q, raw, done)
+		return CheckAnswer(out, q, raw, done)
 	})
 }

@@ -31,11 +31,11 @@ func TestDoHResponse(t *testing.T) {
 	}{
 		{"answer", http.StatusOK, strings.NewReader("abc"), StatusOK},
 		{"status", http.StatusBadRequest, strings.NewReader("abc"), StatusHTTPError},
-		{"too long", http.StatusOK, bytes.NewReader(make([]byte, dohMaxBody+1)), StatusBadResponse},
+		{"too long", http.StatusOK, bytes.NewReader(make([]byte, DoHMaxBody+1)), StatusBadResponse},
 		{"read error", http.StatusOK, io.MultiReader(strings.NewReader("ab"), errReader{}), StatusError},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			body, err := dohResponse(&http.Response{StatusCode: c.status, Body: io.NopCloser(c.body)})
+			body, err := dohResponse(&http.Response{StatusCode: c.status, Body: io.NopCloser(c.body)}, nil)
 			if got := Classify(err); got != c.want {
 				t.Errorf("status %s (%v), want %s", got, err, c.want)
 			}
@@ -85,7 +85,7 @@ func TestDoHConcurrentNoReset(t *testing.T) {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		w.Header().Set("Content-Type", dohMediaType)
+		w.Header().Set("Content-Type", DoHMediaType)
 		_, _ = w.Write(out)
 	})
 	var p http.Protocols
@@ -103,16 +103,15 @@ func TestDoHConcurrentNoReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := &teeConn{Conn: raw}
-	h, err := newH2Client(conn)
+	h, err := newH2Conn(conn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req := &Request{Mode: ModePersistent, Queries: queries, Streams: streams, Timeout: 10 * time.Second, Name: "a.example",
 		Addr: netip.MustParseAddrPort(ln.Addr().String())}
 	res := &Result{}
-	authority, path := dohTarget(req)
 	dohQueries(context.Background(), req, res, func(ctx context.Context, msg []byte, sending func()) ([]byte, time.Time, error) {
-		return h.exchange(ctx, authority, path, false, msg, sending)
+		return h.Exchange(ctx, req, msg, sending)
 	}, &kstamp.Log{})
 	if len(res.Queries) != queries {
 		t.Fatalf("%d outcomes, want %d: %+v", len(res.Queries), queries, res.Queries)
@@ -122,8 +121,8 @@ func TestDoHConcurrentNoReset(t *testing.T) {
 			t.Fatalf("query %d: %s %v", q.Seq, q.Status, q.Err)
 		}
 	}
-	// close waits for the reader: every frame the client wrote is in conn.out.
-	h.close()
+	// Every request was answered: the frames the client wrote for them are in conn.out.
+	h.Close()
 	conn.mu.Lock()
 	written := bytes.Clone(conn.out.Bytes())
 	conn.mu.Unlock()

@@ -80,7 +80,7 @@ func doqExchange(ctx context.Context, conn *quicConn, offered []string, q dnsmsg
 	}})
 	step := doq.StepOf(err)
 	if err != nil && step != doq.StepRead {
-		out.Status, out.Err = failure(ctx, StepAnswer, err)
+		out.Status, out.Err = Failure(ctx, StepAnswer, err)
 		return out
 	}
 	// From the query's first datagram (quic-go's send loop writes it after Write
@@ -93,10 +93,10 @@ func doqExchange(ctx context.Context, conn *quicConn, offered []string, q dnsmsg
 		if ctx.Err() == nil && !isQUICErr(err) {
 			err = fmt.Errorf("%w: %v", errBadLength, err)
 		}
-		out.Status, out.Err = failure(ctx, StepAnswer, err)
+		out.Status, out.Err = Failure(ctx, StepAnswer, err)
 		return out
 	}
-	return finishQuery(out, q, raw, done)
+	return CheckAnswer(out, q, raw, done)
 }
 
 // isQUICErr reports errors that come from the connection rather than the stream's bytes.

@@ -12,19 +12,16 @@ import (
 	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
-// maxUDPResponse bounds a UDP read (RFC 6891 §6.2.5 allows up to 65535).
-const maxUDPResponse = 65535
+// MaxUDPResponse bounds a UDP read (RFC 6891 §6.2.5 allows up to 65535).
+const MaxUDPResponse = 65535
 
 // udpBufs recycles the receive buffers of udpExchange: allocating and zeroing 64 KiB
 // per query was the largest CPU cost of a DoUDP load (dnsbench). Nothing of a buffer
-// is kept after udpExchange returns (finishQuery copies what it keeps).
-var udpBufs = sync.Pool{New: func() any { b := make([]byte, maxUDPResponse); return &b }}
+// is kept after udpExchange returns (CheckAnswer copies what it keeps).
+var udpBufs = sync.Pool{New: func() any { b := make([]byte, MaxUDPResponse); return &b }}
 
 // measureUDP is DNS over UDP (RFC 1035 §4.2.1): no session, one datagram each way.
 func measureUDP(ctx context.Context, req *Request, res *Result) *Result {
-	if req.Loop != nil && req.streams() == 1 {
-		return req.Loop.measure(ctx, req, res)
-	}
 	res.StartedAt = time.Now()
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "udp", req.Addr.String()) // a fresh random source port
@@ -44,7 +41,7 @@ func measureUDP(ctx context.Context, req *Request, res *Result) *Result {
 		return res.finish()
 	}
 	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
-		return udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), RcodeOnly: req.RcodeOnly}, seq)
+		return udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: NewID(), RcodeOnly: req.RcodeOnly}, seq)
 	})
 	return res.finish()
 }
@@ -70,17 +67,17 @@ func udpExchange(ctx context.Context, conn *kstamp.PacketConn, q dnsmsg.Query, s
 			out.StartedAt, n, at, err = conn.Exchange(msg, buf)
 			if out.StartedAt.IsZero() {
 				out.StartedAt = time.Now()
-				out.Status, out.Err = failure(ctx, StepAnswer, fmt.Errorf("send query: %w", err))
+				out.Status, out.Err = Failure(ctx, StepAnswer, fmt.Errorf("send query: %w", err))
 				return out
 			}
 		} else {
 			n, at, err = conn.ReadStamped(buf)
 		}
 		if err != nil {
-			out.Status, out.Err = readFailure(ctx, lastBad, err)
+			out.Status, out.Err = ReadFailure(ctx, lastBad, err)
 			return out
 		}
-		r := finishQuery(out, q, buf[:n], arrival(at, out.StartedAt))
+		r := CheckAnswer(out, q, buf[:n], Arrival(at, out.StartedAt))
 		if r.Status == StatusOK {
 			return r
 		}
@@ -93,24 +90,24 @@ func udpExchange(ctx context.Context, conn *kstamp.PacketConn, q dnsmsg.Query, s
 	}
 }
 
-// arrival is an answer's arrival time: the kernel's stamp at, else the clock now (no
+// Arrival is an answer's arrival time: the kernel's stamp at, else the clock now (no
 // stamp, or one before the send at sent: the clock was stepped back).
-func arrival(at, sent time.Time) time.Time {
+func Arrival(at, sent time.Time) time.Time {
 	if at.IsZero() || at.Before(sent) {
 		return time.Now()
 	}
 	return at
 }
 
-// readFailure classifies a read for an answer that failed with err: once the query's
+// ReadFailure classifies a read for an answer that failed with err: once the query's
 // context is done it is a timeout, or a bad response if only datagrams that were not
 // the answer came (lastBad, the last of them).
-func readFailure(ctx context.Context, lastBad, err error) (Status, error) {
+func ReadFailure(ctx context.Context, lastBad, err error) (Status, error) {
 	if ctx.Err() != nil {
 		if lastBad != nil {
 			return StatusBadResponse, lastBad
 		}
 		err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
 	}
-	return failure(ctx, StepAnswer, err)
+	return Failure(ctx, StepAnswer, err)
 }

@@ -187,10 +187,6 @@ type Request struct {
 	// queries (a load generator). It may be called from several goroutines at once, in any seq order,
 	// and never after Measure returns. Result.Status and Err are still the first failure.
 	OnQuery func(Query)
-	// Loop, when set, runs a DoUDP session of one query at a time (Streams <= 1) on the
-	// loop's goroutine (see UDPLoop): Next and OnQuery are then called there, and Next
-	// must not block.
-	Loop *UDPLoop
 	// InitialPacketSize pads a DoQ/DoH3 client's Initial datagrams to this many bytes
 	// (quic-go's Config.InitialPacketSize, 1200..1452; 0: quic-go's 1,280). The server's
 	// anti-amplification budget is 3x what it receives (RFC 9000 §8.1).
@@ -201,8 +197,9 @@ type Request struct {
 	listenPacket func(netip.AddrPort) (net.PacketConn, *kstamp.Log, error)
 }
 
-// next returns query seq's name and type, and whether that query runs.
-func (r *Request) next(ctx context.Context, seq int) (string, uint16, bool) {
+// NextQuery returns query seq's name and type, and whether that query runs (Next, or
+// Queries of Name and QType).
+func (r *Request) NextQuery(ctx context.Context, seq int) (string, uint16, bool) {
 	if r.Next != nil {
 		return r.Next(ctx, seq)
 	}
@@ -329,7 +326,7 @@ func (r *Result) First() Query {
 // fail ends the exchange before its queries: setting up its session (socket, connect,
 // handshake) under ctx failed with err.
 func (r *Result) fail(ctx context.Context, err error) *Result {
-	r.Status, r.Err = failure(ctx, StepHandshake, err)
+	r.Status, r.Err = Failure(ctx, StepHandshake, err)
 	return r
 }
 

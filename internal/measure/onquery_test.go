@@ -79,7 +79,7 @@ func TestOnQueryDeliversEveryOutcome(t *testing.T) {
 // the outcomes are kept (DoUDP: an answer for another question after an answer; with
 // several streams a third query, cut at the pipeline's buffer, fails too).
 func TestOnQueryStatusIsFirstFailure(t *testing.T) {
-	srv := udpAnswerer(t)
+	srv := measuretest.UDPAnswerer(t)
 	m, _ := measure.For(measure.DoUDP)
 	names := []string{"ok.example", "wrong.example", "big.example"}
 	for _, streams := range []int{1, 3} {

@@ -216,9 +216,9 @@ func (p *pipe) finish(u *pending, q Query) {
 func (p *pipe) register(u *pending) ([]byte, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	id := newID()
+	id := NewID()
 	for p.pending[id] != nil {
-		id = newID()
+		id = NewID()
 	}
 	u.q.ID = id
 	msg, err := dnsmsg.AppendBuild(u.wire[:0], u.q)
@@ -283,7 +283,7 @@ func (p *pipe) send(ctx context.Context) {
 				stop = true
 				break
 			}
-			name, qtype, ok := p.req.next(ctx, seq)
+			name, qtype, ok := p.req.NextQuery(ctx, seq)
 			if !ok {
 				stop = true
 				break
@@ -319,7 +319,7 @@ func (p *pipe) send(ctx context.Context) {
 				for _, u := range sending[n:] {
 					if !u.done {
 						q := u.out
-						q.Status, q.Err = failure(ctx, StepAnswer, fmt.Errorf("send query: %w", err))
+						q.Status, q.Err = Failure(ctx, StepAnswer, fmt.Errorf("send query: %w", err))
 						p.finish(u, q)
 					}
 				}
@@ -355,7 +355,7 @@ func (p *pipe) expire(now time.Time, all bool, readErr error) {
 			q := u.out
 			switch {
 			case readErr != nil:
-				q.Status, q.Err = failure(context.Background(), StepAnswer, readErr)
+				q.Status, q.Err = Failure(context.Background(), StepAnswer, readErr)
 			case u.lastBad != nil:
 				q.Status, q.Err = StatusBadResponse, u.lastBad
 			default: // the query's own deadline, or the session's
@@ -456,7 +456,7 @@ func (p *pipe) receive(ctx context.Context, res *Result) {
 				u.lastBad = fmt.Errorf("%w: answer longer than %d bytes", dnsmsg.ErrBadResponse, udpPipeBuf)
 				continue
 			}
-			q := finishQuery(u.out, u.q, m.raw, done)
+			q := CheckAnswer(u.out, u.q, m.raw, done)
 			if q.Status == StatusOK || !errors.Is(q.Err, dnsmsg.ErrBadResponse) {
 				p.finish(u, q)
 			} else {

@@ -77,11 +77,11 @@ type TimeoutError struct {
 func (e *TimeoutError) Error() string { return "timeout: " + e.Step + " not complete" }
 func (e *TimeoutError) Unwrap() error { return e.Err }
 
-// failure classifies err, which ended step of an exchange bounded by ctx. Once ctx is
+// Failure classifies err, which ended step of an exchange bounded by ctx. Once ctx is
 // done the failure is the deadline's, whatever error the transport reported for it; a
 // timeout of the transport's own (quic-go's idle timeout, a socket deadline) is the same
 // failure. Both are a TimeoutError; any other error is classified as it is.
-func failure(ctx context.Context, step string, err error) (Status, error) {
+func Failure(ctx context.Context, step string, err error) (Status, error) {
 	if err == nil {
 		return StatusOK, nil
 	}

@@ -28,7 +28,7 @@ func runQueries(ctx context.Context, req *Request, res *Result, ex exchangeFunc)
 	n := req.streams()
 	if n == 1 {
 		for i := 0; ; i++ {
-			name, qtype, ok := req.next(ctx, i)
+			name, qtype, ok := req.NextQuery(ctx, i)
 			if !ok {
 				return
 			}
@@ -66,7 +66,7 @@ func runQueries(ctx context.Context, req *Request, res *Result, ex exchangeFunc)
 		if stop || ctx.Err() != nil {
 			break
 		}
-		name, qtype, ok := req.next(ctx, i)
+		name, qtype, ok := req.NextQuery(ctx, i)
 		if !ok {
 			break
 		}

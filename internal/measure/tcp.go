@@ -112,17 +112,17 @@ func tcpExchange(ctx context.Context, c *timedConn, q dnsmsg.Query, seq int) Que
 	before := time.Now()
 	if _, err := c.Write(buf); err != nil {
 		out.StartedAt = before
-		out.Status, out.Err = failure(ctx, StepAnswer, fmt.Errorf("write query: %w", err))
+		out.Status, out.Err = Failure(ctx, StepAnswer, fmt.Errorf("write query: %w", err))
 		return out
 	}
 	out.StartedAt = c.log.SentAt(before)
 	raw, err := readTCPMessage(c)
 	done := c.log.ArrivedBy(out.StartedAt, time.Now())
 	if err != nil {
-		out.Status, out.Err = failure(ctx, StepAnswer, err)
+		out.Status, out.Err = Failure(ctx, StepAnswer, err)
 		return out
 	}
-	return finishQuery(out, q, raw, done)
+	return CheckAnswer(out, q, raw, done)
 }
 
 // tcpQueries runs req's queries on c (DoTCP, DoT): one after another, or with Streams > 1
@@ -131,7 +131,7 @@ func tcpExchange(ctx context.Context, c *timedConn, q dnsmsg.Query, seq int) Que
 func tcpQueries(ctx context.Context, req *Request, res *Result, c *timedConn) {
 	if req.streams() == 1 {
 		runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
-			return tcpExchange(ctx, c, dnsmsg.Query{Name: name, Type: qtype, ID: newID(), TCPKeepalive: req.TCPKeepalive, RcodeOnly: req.RcodeOnly}, seq)
+			return tcpExchange(ctx, c, dnsmsg.Query{Name: name, Type: qtype, ID: NewID(), TCPKeepalive: req.TCPKeepalive, RcodeOnly: req.RcodeOnly}, seq)
 		})
 		return
 	}
@@ -164,9 +164,9 @@ func readTCPMessage(r io.Reader) ([]byte, error) {
 // dnsHeaderLen is the fixed DNS header size (RFC 1035 §4.1.1).
 const dnsHeaderLen = 12
 
-// finishQuery validates raw against q and fills the query's outcome (q.RcodeOnly: on
+// CheckAnswer validates raw against q and fills the query's outcome (q.RcodeOnly: on
 // the raw bytes, dnsmsg.Check; Answers stays empty, KeepaliveTimeout -1).
-func finishQuery(out Query, q dnsmsg.Query, raw []byte, done time.Time) Query {
+func CheckAnswer(out Query, q dnsmsg.Query, raw []byte, done time.Time) Query {
 	if q.RcodeOnly {
 		rcode, err := dnsmsg.Check(q, raw)
 		if err != nil {
@@ -188,8 +188,8 @@ func finishQuery(out Query, q dnsmsg.Query, raw []byte, done time.Time) Query {
 	return out
 }
 
-// newID returns a random DNS message ID (RFC 5452 §9.2).
-func newID() uint16 {
+// NewID returns a random DNS message ID (RFC 5452 §9.2).
+func NewID() uint16 {
 	var b [2]byte
 	randRead(b[:])
 	return binary.BigEndian.Uint16(b[:])

@@ -11,43 +11,14 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
-
-// udpAnswerer answers every DNS query on a loopback socket by its name: ok.example with
-// a datagram of another ID first, then the answer; big.example with an answer padded
-// past 4096 bytes; wrong.example with an answer for another question.
-func udpAnswerer(t *testing.T) *net.UDPConn {
-	return serveLoopbackUDP(t, func(c *net.UDPConn, msg []byte, from netip.AddrPort) {
-		q := new(dns.Msg)
-		if q.Unpack(msg) != nil || len(q.Question) != 1 {
-			return
-		}
-		m := new(dns.Msg)
-		m.SetReply(q)
-		switch q.Question[0].Name {
-		case "ok.example.":
-			other := m.Copy()
-			other.Id++
-			b, _ := other.Pack()
-			_, _ = c.WriteToUDPAddrPort(b, from)
-			b, _ = m.Pack()
-			_, _ = c.WriteToUDPAddrPort(b, from)
-		case "big.example.":
-			b, _ := m.Pack()
-			_, _ = c.WriteToUDPAddrPort(append(b, make([]byte, 5000)...), from)
-		case "wrong.example.":
-			m.Question[0].Name = "other.example."
-			b, _ := m.Pack()
-			_, _ = c.WriteToUDPAddrPort(b, from)
-		}
-	})
-}
 
 // TestUDPPipelineHostile: with several queries outstanding on one DoUDP socket, a
 // datagram with another ID is skipped, and an answer cut at the receive buffer or for
 // another question is a bad response once the query's time runs out.
 func TestUDPPipelineHostile(t *testing.T) {
-	srv := udpAnswerer(t)
+	srv := measuretest.UDPAnswerer(t)
 	m, _ := measure.For(measure.DoUDP)
 	names := []string{"ok.example", "big.example", "wrong.example"}
 	for _, rcodeOnly := range []bool{false, true} {

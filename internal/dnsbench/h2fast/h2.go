@@ -1,4 +1,11 @@
-package measure
+// Package h2fast is dnsbench's own HTTP/2 client for DoH: one buffered writer whose last
+// waiting request flushes (a burst of requests is one write), one reader goroutine for
+// every stream, built on x/net's frame codec and HPACK. It costs a third less CPU per
+// answer than x/net's ClientConn, which runs a goroutine per request and flushes once per
+// request. It exists for the load generator only: the hourly measurement (package
+// measure) runs x/net's client, what real Go clients use; measure.DoHOver(Start) runs
+// measure's DoH timing and classification on this one.
+package h2fast
 
 import (
 	"bufio"
@@ -16,6 +23,9 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/outcome"
 )
 
 // HTTP/2 limits of the DoH client (RFC 9113 §6.5.2 and §6.9.2 defaults).
@@ -27,20 +37,29 @@ const (
 	h2MaxStreamID       = 1<<31 - 1
 )
 
-// errBadHTTP is an HTTP/2 response the client cannot take: no or a malformed :status,
-// DATA before the response header, headers over the limit, trailers without the
-// stream's end, or a connection error of the protocol (a frame of the wrong size or
-// place, a compression error, a push the client disabled).
-var errBadHTTP = errors.New("malformed HTTP/2 response")
-
-// errGoAway ends the streams a server's GOAWAY left out, and every request after it.
-var errGoAway = errors.New("http2: server sent GOAWAY")
+// The client's errors carry their measure.Status (outcome.Error), as measure's own
+// clients' do.
+var (
+	// errBadHTTP is an HTTP/2 response the client cannot take: no or a malformed
+	// :status, DATA before the response header, headers over the limit, trailers without
+	// the stream's end, or a connection error of the protocol (a frame of the wrong size
+	// or place, a compression error, a push the client disabled).
+	errBadHTTP = outcome.Errorf(measure.StatusBadResponse, "malformed HTTP/2 response")
+	// errGoAway ends the streams a server's GOAWAY left out, and every request after it.
+	errGoAway = outcome.Errorf(measure.StatusReset, "http2: server sent GOAWAY")
+	// errBadLength is a body longer than a DNS message, or a query over one frame.
+	errBadLength = outcome.Errorf(measure.StatusBadResponse, "DNS message length disagrees with the stream")
+	// errClosedEarly is the connection's end before the response.
+	errClosedEarly = outcome.Errorf(measure.StatusReset, "connection closed before the response")
+	// errHTTPStatus is a final :status other than 200.
+	errHTTPStatus = outcome.Errorf(measure.StatusHTTPError, "HTTP status")
+)
 
 // h2Client is the DoH client connection over HTTP/2 (RFC 9113): requests are HEADERS
 // (and for POST one DATA) frames written through one buffered writer, answers are read
 // by one goroutine and handed to the waiting query. It is built on x/net's frame codec
 // and HPACK, and does only what DoH needs: no server push, request bodies of one frame,
-// responses bounded by dohMaxBody and dohMaxHeaderBytes. Concurrent requests that find
+// responses bounded by measure.DoHMaxBody and measure.DoHMaxHeaderBytes. Concurrent requests that find
 // the writer busy leave their frames to be flushed by the last one (one write and one
 // TLS record for a burst of requests); the receive windows are given back in batches.
 type h2Client struct {
@@ -88,7 +107,7 @@ func newH2Client(conn net.Conn) (*h2Client, error) {
 	bw := bufio.NewWriterSize(conn, 16<<10)
 	fr := http2.NewFramer(bw, bufio.NewReaderSize(conn, 16<<10))
 	fr.ReadMetaHeaders = hpack.NewDecoder(h2DefaultTableSize, nil)
-	fr.MaxHeaderListSize = dohMaxHeaderBytes
+	fr.MaxHeaderListSize = measure.DoHMaxHeaderBytes
 	fr.SetMaxReadFrameSize(h2DefaultFrameSize)
 	fr.SetReuseFrames()
 	h := &h2Client{
@@ -103,11 +122,11 @@ func newH2Client(conn net.Conn) (*h2Client, error) {
 	}
 	err := fr.WriteSettings(
 		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
-		http2.Setting{ID: http2.SettingInitialWindowSize, Val: dohReceiveBuffer},
-		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: dohMaxHeaderBytes},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: measure.DoHReceiveBuffer},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: measure.DoHMaxHeaderBytes},
 	)
 	if err == nil {
-		err = fr.WriteWindowUpdate(0, dohReceiveBuffer-h2DefaultWindow)
+		err = fr.WriteWindowUpdate(0, measure.DoHReceiveBuffer-h2DefaultWindow)
 	}
 	if err == nil {
 		err = bw.Flush()
@@ -118,6 +137,22 @@ func newH2Client(conn net.Conn) (*h2Client, error) {
 	go h.readLoop()
 	return h, nil
 }
+
+// Start starts a client connection on conn (TLS with ALPN h2 done): measure.DoHOver's
+// start.
+func Start(conn net.Conn) (measure.HTTP2Conn, error) { return newH2Client(conn) }
+
+// Exchange sends msg as req's DoH request (measure.HTTP2Conn).
+func (h *h2Client) Exchange(ctx context.Context, req *measure.Request, msg []byte, sending func()) ([]byte, time.Time, error) {
+	authority, path := measure.DoHTarget(req)
+	return h.exchange(ctx, authority, path, req.IsPOST(), msg, sending)
+}
+
+// PeerMaxStreams is the server's SETTINGS_MAX_CONCURRENT_STREAMS, nil if it sent none.
+func (h *h2Client) PeerMaxStreams() *uint32 { return h.peerMaxStreams() }
+
+// Close ends the connection and waits for its reader.
+func (h *h2Client) Close() { h.close() }
 
 // close ends the connection and waits for its reader.
 func (h *h2Client) close() {
@@ -160,9 +195,9 @@ func (h *h2Client) exchange(ctx context.Context, authority, path string, post bo
 	h.field(":scheme", "https", false)
 	h.field(":authority", authority, false)
 	h.field(":path", path, !post) // GET paths differ per query: not indexed
-	h.field("accept", dohMediaType, false)
+	h.field("accept", measure.DoHMediaType, false)
 	if post {
-		h.field("content-type", dohMediaType, false)
+		h.field("content-type", measure.DoHMediaType, false)
 		h.field("content-length", strconv.Itoa(len(msg)), false)
 	}
 	sending()
@@ -402,7 +437,7 @@ func (h *h2Client) onHeaders(f *http2.MetaHeadersFrame) {
 	complete := false
 	switch {
 	case f.Truncated:
-		err = fmt.Errorf("%w: header list over %d bytes", errBadHTTP, dohMaxHeaderBytes)
+		err = fmt.Errorf("%w: header list over %d bytes", errBadHTTP, measure.DoHMaxHeaderBytes)
 	case st.status != 0: // trailers
 		if !f.StreamEnded() {
 			err = fmt.Errorf("%w: trailers without END_STREAM", errBadHTTP)
@@ -435,14 +470,14 @@ func (h *h2Client) onHeaders(f *http2.MetaHeadersFrame) {
 }
 
 // onData takes a DATA frame: every byte counts against the connection's receive window,
-// which is given back once half of it is used; the stream's own window (dohReceiveBuffer)
-// outlasts the largest body it takes (dohMaxBody).
+// which is given back once half of it is used; the stream's own window (measure.DoHReceiveBuffer)
+// outlasts the largest body it takes (measure.DoHMaxBody).
 func (h *h2Client) onData(f *http2.DataFrame) {
 	id := f.StreamID
 	h.mu.Lock()
 	h.unacked += f.Length
 	var update uint32
-	if h.unacked >= dohReceiveBuffer/2 {
+	if h.unacked >= measure.DoHReceiveBuffer/2 {
 		update, h.unacked = h.unacked, 0
 	}
 	var err error
@@ -452,8 +487,8 @@ func (h *h2Client) onData(f *http2.DataFrame) {
 		switch {
 		case st.status == 0:
 			err = fmt.Errorf("%w: DATA before the response header", errBadHTTP)
-		case len(st.body)+len(data) > dohMaxBody:
-			err = fmt.Errorf("%w: DoH body longer than %d bytes", errBadLength, dohMaxBody)
+		case len(st.body)+len(data) > measure.DoHMaxBody:
+			err = fmt.Errorf("%w: DoH body longer than %d bytes", errBadLength, measure.DoHMaxBody)
 		default:
 			st.body = append(st.body, data...)
 		}

@@ -1,4 +1,8 @@
-package measure
+// Package udploop is dnsbench's DoUDP load on many sockets from one goroutine per loop
+// (epoll, kstamp.Poller). A query is built, timed and classified by measure's DoUDP
+// rules (measure.CheckAnswer, measure.ReadFailure), so a session on the loop ends as
+// measure.For(DoUDP) would have ended it; the hourly measurement never runs here.
+package udploop
 
 import (
 	"context"
@@ -11,13 +15,14 @@ import (
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/kstamp"
+	"github.com/doqscan/doqscan/internal/measure"
 )
 
-// UDPLoop runs DoUDP sessions of one query at a time (Streams <= 1) on one goroutine of
+// Loop runs DoUDP sessions of one query at a time (Streams <= 1) on one goroutine of
 // its own, for a load generator with many sockets and one query outstanding on each:
 // one epoll wait (kstamp.Poller) reports every socket with an answer, where a session
 // on its caller's goroutine parks and is woken through Go's netpoller for each answer.
-// A query is timed as udpExchange times it (from just before the send to the answer's
+// A query is timed as measure's DoUDP client times it (from just before the send to the answer's
 // kernel arrival stamp) and classified the same way.
 //
 // The loop gathers its sends: the next queries of the sessions answered go out together,
@@ -27,10 +32,10 @@ import (
 // 0.66 to 0.74 interrupts per answer on the server's CPU instead of 0.84 to 0.89). A
 // query's time starts at its send, so the wait is not in its latency.
 //
-// A Request with Loop set runs there; its Next and OnQuery are then called on the
+// Measure runs a session there; its Request's Next and OnQuery are then called on the
 // loop's goroutine, so Next must not block (an unpaced load) and OnQuery must be quick:
 // every session of the loop waits meanwhile.
-type UDPLoop struct {
+type Loop struct {
 	p    *kstamp.Poller
 	keys atomic.Uint64 // the last socket key handed out
 
@@ -60,8 +65,8 @@ const (
 // loopSession is one Measure call on the loop.
 type loopSession struct {
 	ctx  context.Context
-	req  *Request
-	res  *Result
+	req  *measure.Request
+	res  *measure.Result
 	sock *kstamp.Socket
 	key  uint64
 	done chan struct{} // closed by the loop when the session is over
@@ -72,23 +77,23 @@ type loopSession struct {
 	outstanding   bool // a query is sent and its outcome not yet delivered
 	seq           int
 	q             dnsmsg.Query
-	out           Query // the query outstanding
-	lastBad       error // the last datagram that was not its answer
+	out           measure.Query // the query outstanding
+	lastBad       error         // the last datagram that was not its answer
 }
 
-// NewUDPLoop starts a loop; Close ends it.
-func NewUDPLoop() (*UDPLoop, error) {
+// New starts a loop; Close ends it.
+func New() (*Loop, error) {
 	p, err := kstamp.NewPoller()
 	if err != nil {
 		return nil, fmt.Errorf("DoUDP loop: %w", err)
 	}
-	l := &UDPLoop{p: p, done: make(chan struct{}), active: map[uint64]*loopSession{}, buf: make([]byte, maxUDPResponse)}
+	l := &Loop{p: p, done: make(chan struct{}), active: map[uint64]*loopSession{}, buf: make([]byte, measure.MaxUDPResponse)}
 	go l.run()
 	return l, nil
 }
 
 // Close waits for the sessions in progress to end, then stops the loop.
-func (l *UDPLoop) Close() error {
+func (l *Loop) Close() error {
 	l.mu.Lock()
 	l.closing = true
 	l.mu.Unlock()
@@ -102,7 +107,7 @@ var errLoopClosed = errors.New("DoUDP loop: closed")
 
 // post hands s to the loop: to start it (start), or to end its query outstanding (its
 // context is done).
-func (l *UDPLoop) post(s *loopSession, start bool) error {
+func (l *Loop) post(s *loopSession, start bool) error {
 	l.mu.Lock()
 	switch {
 	case l.err != nil:
@@ -117,31 +122,42 @@ func (l *UDPLoop) post(s *loopSession, start bool) error {
 	return l.p.Wake()
 }
 
-// measure is measureUDP on the loop.
-func (l *UDPLoop) measure(ctx context.Context, req *Request, res *Result) *Result {
-	res.StartedAt = time.Now()
+// Measure runs req, a DoUDP session of one query at a time (Streams <= 1), on the loop,
+// bounded by req.Timeout (measure.DefaultTimeout when 0) as measure.For(DoUDP) bounds it:
+// the session's queries are req.NextQuery's, handed to req.OnQuery (or kept in
+// Result.Queries), and the first failure ends it (Result.Status and Err).
+func (l *Loop) Measure(ctx context.Context, req *measure.Request) *measure.Result {
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = measure.DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res := &measure.Result{Protocol: measure.DoUDP, StartedAt: time.Now(), Status: measure.StatusOK}
 	key := l.keys.Add(1)
 	sock, err := l.p.Dial(req.Addr, key)
 	if err != nil {
-		return res.fail(ctx, err)
+		res.Status, res.Err = measure.Failure(ctx, measure.StepHandshake, err)
+		return res
 	}
 	res.Local = sock.Local
 	s := &loopSession{ctx: ctx, req: req, res: res, sock: sock, key: key, done: make(chan struct{})}
 	if err := l.post(s, true); err != nil {
 		_ = sock.Close()
-		return res.fail(ctx, err)
+		res.Status, res.Err = measure.Failure(ctx, measure.StepHandshake, err)
+		return res
 	}
 	// The loop ends the query outstanding when ctx ends (a post of a started session).
 	stop := context.AfterFunc(ctx, func() { _ = l.post(s, false) })
 	<-s.done
 	stop()
-	if s.err != nil {
-		return res.fail(ctx, s.err)
+	if s.err != nil && res.Status == measure.StatusOK {
+		res.Status, res.Err = measure.Failure(ctx, measure.StepHandshake, s.err)
 	}
-	return res.finish()
+	return res
 }
 
-func (l *UDPLoop) run() {
+func (l *Loop) run() {
 	defer close(l.done)
 	for {
 		l.mu.Lock()
@@ -186,7 +202,7 @@ func (l *UDPLoop) run() {
 // fail ends every session when the poller failed: a query outstanding fails, and a
 // session without one (not started, or between an answer and its next query) fails its
 // Measure; later sessions fail at their start.
-func (l *UDPLoop) fail(err error) {
+func (l *Loop) fail(err error) {
 	l.mu.Lock()
 	l.err = err
 	posted := l.posted
@@ -194,7 +210,7 @@ func (l *UDPLoop) fail(err error) {
 	l.mu.Unlock()
 	for _, s := range l.active {
 		if s.outstanding {
-			s.out.Status, s.out.Err = StatusError, err
+			s.out.Status, s.out.Err = measure.StatusError, err
 			l.deliver(s, s.out)
 		} else { // between an answer and its next query
 			s.err = err
@@ -210,24 +226,24 @@ func (l *UDPLoop) fail(err error) {
 	}
 }
 
-func (l *UDPLoop) start(s *loopSession) {
+func (l *Loop) start(s *loopSession) {
 	s.started = true
 	l.active[s.key] = s
 	l.next(s)
 }
 
 // next sends the session's next query, or ends the session when there is none.
-func (l *UDPLoop) next(s *loopSession) {
-	name, qtype, ok := s.req.next(s.ctx, s.seq)
+func (l *Loop) next(s *loopSession) {
+	name, qtype, ok := s.req.NextQuery(s.ctx, s.seq)
 	if !ok {
 		l.end(s)
 		return
 	}
-	s.q = dnsmsg.Query{Name: name, Type: qtype, ID: newID(), RcodeOnly: s.req.RcodeOnly}
-	s.out, s.lastBad = Query{Seq: s.seq, KeepaliveTimeout: -1}, nil
+	s.q = dnsmsg.Query{Name: name, Type: qtype, ID: measure.NewID(), RcodeOnly: s.req.RcodeOnly}
+	s.out, s.lastBad = measure.Query{Seq: s.seq, KeepaliveTimeout: -1}, nil
 	msg, err := dnsmsg.AppendBuild(l.msg[:0], s.q)
 	if err != nil {
-		s.out.Status, s.out.Err = StatusError, err
+		s.out.Status, s.out.Err = measure.StatusError, err
 		l.deliver(s, s.out)
 		return
 	}
@@ -239,30 +255,30 @@ func (l *UDPLoop) next(s *loopSession) {
 		s.out.StartedAt, err = s.sock.Send(msg)
 	}
 	if err != nil {
-		s.out.Status, s.out.Err = failure(s.ctx, StepAnswer, fmt.Errorf("send query: %w", err))
+		s.out.Status, s.out.Err = measure.Failure(s.ctx, measure.StepAnswer, fmt.Errorf("send query: %w", err))
 		l.deliver(s, s.out)
 		return
 	}
 	s.outstanding = true
 }
 
-// readable reads the session's socket up to its query's answer, as udpExchange reads
-// after its send:
+// readable reads the session's socket up to its query's answer, as measure's DoUDP
+// client reads after its send:
 // a datagram that is not the answer (wrong ID or garbage) may be an off-path injection
 // (RFC 5452 §9.1), so the query keeps waiting for its answer.
-func (l *UDPLoop) readable(s *loopSession) {
+func (l *Loop) readable(s *loopSession) {
 	for s.outstanding {
 		n, at, err := s.sock.Recv(l.buf)
 		if errors.Is(err, kstamp.ErrWouldBlock) {
 			return
 		}
 		if err != nil {
-			s.out.Status, s.out.Err = readFailure(s.ctx, s.lastBad, err)
+			s.out.Status, s.out.Err = measure.ReadFailure(s.ctx, s.lastBad, err)
 			l.deliver(s, s.out)
 			return
 		}
-		r := finishQuery(s.out, s.q, l.buf[:n], arrival(at, s.out.StartedAt))
-		if r.Status == StatusOK || !errors.Is(r.Err, dnsmsg.ErrBadResponse) {
+		r := measure.CheckAnswer(s.out, s.q, l.buf[:n], measure.Arrival(at, s.out.StartedAt))
+		if r.Status == measure.StatusOK || !errors.Is(r.Err, dnsmsg.ErrBadResponse) {
 			// The next query is out (or the session over): no read that would find
 			// nothing yet; a datagram already waiting makes the next Wait report the
 			// socket again (level-triggered).
@@ -274,22 +290,23 @@ func (l *UDPLoop) readable(s *loopSession) {
 }
 
 // expire ends the query outstanding when the session's context is done.
-func (l *UDPLoop) expire(s *loopSession) {
-	s.out.Status, s.out.Err = readFailure(s.ctx, s.lastBad, os.ErrDeadlineExceeded)
+func (l *Loop) expire(s *loopSession) {
+	s.out.Status, s.out.Err = measure.ReadFailure(s.ctx, s.lastBad, os.ErrDeadlineExceeded)
 	l.deliver(s, s.out)
 }
 
-// deliver hands over one outcome, as runQueries does; the session goes on to its next
-// query after an answer and ends after a failure.
-func (l *UDPLoop) deliver(s *loopSession, q Query) {
+// deliver hands over one outcome, as measure's sessions do; the session goes on to its
+// next query after an answer and ends after a failure, which is the session's status
+// (its queries run one at a time: the first failure is the last outcome).
+func (l *Loop) deliver(s *loopSession, q measure.Query) {
 	s.outstanding = false
 	if s.req.OnQuery != nil {
-		s.res.noteDelivered(&q)
 		s.req.OnQuery(q)
 	} else {
 		s.res.Queries = append(s.res.Queries, q)
 	}
-	if q.Status != StatusOK {
+	if q.Status != measure.StatusOK {
+		s.res.Status, s.res.Err = q.Status, q.Err
 		l.end(s)
 		return
 	}
@@ -301,10 +318,10 @@ func (l *UDPLoop) deliver(s *loopSession, q Query) {
 }
 
 // sendDue sends the next query of every session answered since the last send, when
-// enough of them wait or the first has waited loopBatchWait (see UDPLoop). The answers a
+// enough of them wait or the first has waited loopBatchWait (see Loop). The answers a
 // Wait reported are read first, then the queries go out together, so a server sees them
 // come in one burst rather than spread between reads.
-func (l *UDPLoop) sendDue() {
+func (l *Loop) sendDue() {
 	if len(l.answered) == 0 ||
 		len(l.answered)*loopBatchShare < len(l.active) && time.Since(l.heldSince) < loopBatchWait {
 		return
@@ -318,7 +335,7 @@ func (l *UDPLoop) sendDue() {
 	l.answered = l.answered[:0]
 }
 
-func (l *UDPLoop) end(s *loopSession) {
+func (l *Loop) end(s *loopSession) {
 	s.over = true
 	delete(l.active, s.key)
 	_ = s.sock.Close()
