@@ -23,32 +23,10 @@ import (
 // namespace of their own), so a --help that reached the tool's work would find nothing
 // to touch.
 func TestEveryHelp(t *testing.T) {
-	dirs, err := filepath.Glob(filepath.Join(testsupport.Root(), "cmd", "*", "main.go"))
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no cmd/*/main.go (%v)", err)
-	}
-	var tools []string
-	for _, d := range dirs {
-		tools = append(tools, filepath.Base(filepath.Dir(d)))
-	}
-	if err := exec.Command("unshare", append(testsupport.UnshareNet(), "true")...).Run(); err != nil {
-		t.Skipf("unshare %s does not work here (user namespaces disabled?): %v", strings.Join(testsupport.UnshareNet(), " "), err)
-	}
-	bin := testsupport.Commands(t, tools...)
-	home := t.TempDir()
+	tools, run := everyTool(t)
 	help := func(t *testing.T, argv ...string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		args := append(append(testsupport.UnshareNet(), filepath.Join(bin, argv[0])), argv[1:]...)
-		cmd := exec.CommandContext(ctx, "unshare", append(args, "--help")...)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DOQSCAN_HOME=" + home, "DOQSCAN_TESTNET=helptest",
-			"DATABASE_URL=host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1"}
-		cmd.Dir = home
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		out := stdout.String() + stderr.String()
+		out, err := run(append(argv, "--help")...)
 		switch {
 		case err != nil:
 			t.Errorf("%s --help: %v\n%s", strings.Join(argv, " "), err, testsupport.Tail(out, 600))
@@ -67,6 +45,68 @@ func TestEveryHelp(t *testing.T) {
 				help(t, tool, sub)
 			}
 		})
+	}
+}
+
+// TestEveryVersion: --version prints the tool's version (its name, the release, the
+// revision and the Go version: cli.VersionLine) and exits 0 in every tool, before and
+// after each subcommand its help names ("zprobe scan --version" is the tool's version,
+// not a flag of the scan), without doing the subcommand's work.
+func TestEveryVersion(t *testing.T) {
+	tools, run := everyTool(t)
+	version := func(t *testing.T, tool string, argv ...string) {
+		t.Helper()
+		out, err := run(append(argv, "--version")...)
+		want := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(tool) + ` .*go1\.[0-9]+`)
+		if err != nil || !want.MatchString(out) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+			t.Errorf("%s --version: %v\n%s\nwant one line %q", strings.Join(argv, " "), err, testsupport.Tail(out, 600), want)
+		}
+	}
+	for _, tool := range tools {
+		t.Run(tool, func(t *testing.T) {
+			version(t, tool, tool)
+			help, err := run(tool, "--help")
+			if err != nil {
+				t.Fatalf("%s --help: %v", tool, err)
+			}
+			for _, sub := range subcommands(tool, help) {
+				version(t, tool, tool, sub)
+			}
+		})
+	}
+}
+
+// everyTool builds every cmd/<tool> and returns their names and a function that runs
+// one of them (argv[0] names it) with no database, a project home of its own, a testbed
+// instance name of its own and no network (a network namespace of its own), returning
+// its stdout and stderr together. The test is skipped where unshare does not work.
+func everyTool(t *testing.T) ([]string, func(argv ...string) (string, error)) {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(testsupport.Root(), "cmd", "*", "main.go"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no cmd/*/main.go (%v)", err)
+	}
+	var tools []string
+	for _, d := range dirs {
+		tools = append(tools, filepath.Base(filepath.Dir(d)))
+	}
+	if err := exec.Command("unshare", append(testsupport.UnshareNet(), "true")...).Run(); err != nil {
+		t.Skipf("unshare %s does not work here (user namespaces disabled?): %v", strings.Join(testsupport.UnshareNet(), " "), err)
+	}
+	bin := testsupport.Commands(t, tools...)
+	home := t.TempDir()
+	return tools, func(argv ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		args := append(append(testsupport.UnshareNet(), filepath.Join(bin, argv[0])), argv[1:]...)
+		cmd := exec.CommandContext(ctx, "unshare", args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DOQSCAN_HOME=" + home, "DOQSCAN_TESTNET=helptest",
+			"DATABASE_URL=host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1"}
+		cmd.Dir = home
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String() + stderr.String(), err
 	}
 }
 

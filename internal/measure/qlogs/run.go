@@ -14,10 +14,9 @@ import (
 
 // Cmd describes `qlogs` for --help.
 var Cmd = cli.Command{
-	Name:       "qlogs",
-	Subcommand: true,
-	Summary:    "explain QUIC handshakes from qlog files of any vintage; export a campaign's stored qlogs for qvis",
-	Usage:      "qlogs [flags] analyze FILE|DIR...\n  qlogs [flags] export (--campaign ID | --hour HOUR [--vantage V] [--label L]) --out DIR",
+	Name:    "qlogs",
+	Summary: "explain QUIC handshakes from qlog files of any vintage; export a campaign's stored qlogs for qvis",
+	Usage:   "qlogs [flags] analyze FILE|DIR...\n  qlogs [flags] export (--campaign ID | --hour HOUR [--vantage V] [--label L]) --out DIR",
 	Examples: []string{
 		"qlogs analyze ../shared/datasets/dns-analysis-2021/qlog-sample/      # one JSON line per file (quic-go v0.21 draft-02 NDJSON)",
 		"qlogs analyze client.sqlog old.qlog.gz | jq -c 'select(.cause != \"1rtt\")'",

@@ -67,12 +67,17 @@ func Run(ctx context.Context, log *slog.Logger, args []string) error {
 		if c.name != args[0] {
 			continue
 		}
-		fs := sub(c.name, c.usage, c.examples...)
+		fs, version := sub(c.name, c.usage, c.examples...)
 		run := c.flags(fs)
-		if err := parse(log, fs, args[1:]); err != nil {
+		rest, err := parse(log, fs, args[1:])
+		if err != nil {
 			return ignoreHelp(err)
 		}
-		return run(ctx, log, fs.Args())
+		if *version {
+			fmt.Println(cli.VersionLine("zprobe"))
+			return nil
+		}
+		return run(ctx, log, rest)
 	}
 	return cli.Usagef("unknown subcommand %q: want scan, send, ingest, probes or blocklist", args[0])
 }
@@ -110,23 +115,26 @@ var subcommands = []subcommand{
 		flags: blocklistFlags},
 }
 
-// sub is a subcommand's flag set with the shared --help format.
-
-func sub(name, usage string, examples ...string) *flag.FlagSet {
+// sub is a subcommand's flag set with the shared --help format and --version (the
+// tool's version, as in every tool).
+func sub(name, usage string, examples ...string) (*flag.FlagSet, *bool) {
 	c := cli.Command{Name: "zprobe " + name, Summary: Cmd.Summary, Usage: usage, Examples: examples}
 	fs := flag.NewFlagSet("zprobe "+name, flag.ContinueOnError)
 	fs.Usage = func() { cli.PrintHelp(fs.Output(), c, fs) }
-	return fs
+	version := fs.Bool("version", false, "print the version and exit")
+	return fs, version
 }
 
-// parse parses a subcommand's flags; --help prints the help and returns cli.ErrHelp. A
-// deprecated flag name that was used is logged.
-func parse(log *slog.Logger, fs *flag.FlagSet, args []string) error {
-	if err := cli.Parse(fs, args); err != nil {
-		return err
+// parse parses a subcommand's flags, wherever they are among its arguments, and returns
+// the positional ones; --help prints the help and returns cli.ErrHelp. A deprecated flag
+// name that was used is logged.
+func parse(log *slog.Logger, fs *flag.FlagSet, args []string) ([]string, error) {
+	rest, err := cli.ParseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
 	}
 	cli.WarnDeprecated(log, fs)
-	return nil
+	return rest, nil
 }
 
 // targetFlags are shared by scan, send and blocklist.
@@ -193,7 +201,7 @@ type probeFlags struct {
 func (p *probeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.quicPorts, "quic-ports", "784,853,8853", "ports probed with the QUIC probe")
 	fs.StringVar(&p.dnsPorts, "dns-ports", "53", "ports probed with the DNS query")
-	fs.StringVar(&p.version, "version", "0x1a2a3a4a", "QUIC version in the probe: a reserved 0x?a?a?a?a (default), 0xffffffff (the original study's) or 0 (dropped by modern stacks)")
+	fs.StringVar(&p.version, "probe-version", "0x1a2a3a4a", "QUIC version in the probe: a reserved 0x?a?a?a?a (default), 0xffffffff (the original study's) or 0 (dropped by modern stacks)")
 	fs.StringVar(&p.dcid, "dcid", "", "probe DCID, 8..20 bytes, as text or hex:... (default \"doqscan-vn-dcid!\")")
 	fs.StringVar(&p.scid, "scid", "", "probe SCID, 0..20 bytes, as text or hex:... (default \"doqscan-scid\")")
 	cli.IntVar(fs, &p.size, "size", probe.MinInitialDatagram, probe.MinInitialDatagram, probe.MaxProbeDatagram, "QUIC probe datagram size")
@@ -212,7 +220,7 @@ func (p *probeFlags) build() (probe.QUICProbe, probe.DNSProbe, error) {
 	q := probe.DefaultQUICProbe()
 	v, err := quicver.Parse(p.version)
 	if err != nil {
-		return q, probe.DNSProbe{}, cli.Usagef("--version: %v", err)
+		return q, probe.DNSProbe{}, cli.Usagef("--probe-version: %v", err)
 	}
 	q.Version, q.Size = v, p.size
 	for _, c := range []struct {

@@ -24,9 +24,10 @@ import (
 
 // Cmd is testnet's help.
 var Cmd = cli.Command{
-	Name:    "testnet",
-	Summary: "the simulated internet: network namespaces, delay line, simulated and third-party servers",
-	Usage:   "testnet [flags] up|down|status|exec [-- CMD...]|path set ADDR --loss P|path show|path reset",
+	Name:     "testnet",
+	Summary:  "the simulated internet: network namespaces, delay line, simulated and third-party servers",
+	PassArgs: true, // "path set ADDR --loss P", "exec CMD ..." carry flags of their own
+	Usage:    "testnet [flags] up|down|status|exec [-- CMD...]|path set ADDR --loss P|path show|path reset",
 	Examples: []string{
 		"testnet up                          # instance dq with testbed/population.txt",
 		"testnet --name t1 --vantages 2 up   # a second instance with two vantage points",
