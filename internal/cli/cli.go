@@ -119,9 +119,13 @@ type Command struct {
 	Notes    string // extra paragraphs after the flags
 	// PassArgs says the arguments from the first positional one on belong to the run
 	// function, unparsed: they hold flags of their own ("testnet path set ADDR --loss
-	// 5%"). Without it, flags may come before, between and after the positional
-	// arguments ("dnsbench dot://127.0.0.1:8853 --json"), up to a "--".
+	// 5%"). A --help or --version among them (before any "--") is still the tool's,
+	// unless SubcommandHelp. Without PassArgs, flags may come before, between and after
+	// the positional arguments ("dnsbench dot://127.0.0.1:8853 --json"), up to a "--".
 	PassArgs bool
+	// SubcommandHelp (with PassArgs): the run function's subcommands have flag sets of
+	// their own and answer --help and --version themselves ("zprobe scan --help").
+	SubcommandHelp bool
 	// Locks names the unit of work whose lock the command takes, with its key ("a
 	// measurement round (vantage, label, hour)"); the help then lists exit code 75.
 	Locks string
@@ -133,7 +137,7 @@ type Common struct {
 	LogFormat string
 	Version   bool
 
-	passArgs bool // Command.PassArgs of the flag set's command
+	passArgs, subcommandHelp bool // Command.PassArgs and SubcommandHelp of the flag set's command
 }
 
 // NewFlagSet returns a flag set whose --help prints the summary, usage, flags, examples
@@ -143,7 +147,7 @@ func NewFlagSet(c Command, common *Common) *flag.FlagSet {
 	fs.StringVar(&common.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&common.LogFormat, "log-format", "text", "log format: text or json (structured, to stderr)")
 	fs.BoolVar(&common.Version, "version", false, "print the version and exit")
-	common.passArgs = c.PassArgs
+	common.passArgs, common.subcommandHelp = c.PassArgs, c.SubcommandHelp
 	fs.Usage = func() { PrintHelp(fs.Output(), c, fs) }
 	return fs
 }
@@ -273,7 +277,7 @@ func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer, 
 	if common.passArgs {
 		err = Parse(fs, args)
 		switch {
-		case err != nil:
+		case err != nil, common.subcommandHelp:
 		case afterArgument(args, fs.Args(), "-h", "-help", "--help"):
 			fs.SetOutput(os.Stdout)
 			fs.Usage()

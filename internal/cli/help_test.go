@@ -17,7 +17,8 @@ import (
 
 // TestEveryHelp runs the real binary of every cmd/<tool> with --help, and every
 // subcommand its help names with "<tool> <sub> --help": each must exit 0, print a usage
-// and no panic (the flag package prints "panic calling String method ..." into the help
+// (the subcommand's own where the tool's help says "<tool> <subcommand> --help") and no
+// panic (the flag package prints "panic calling String method ..." into the help
 // and exits 0, so only the text shows it). The binaries run with no database, a project
 // home of their own, a testbed instance name of their own and no network (a network
 // namespace of their own), so a --help that reached the tool's work would find nothing
@@ -39,10 +40,17 @@ func TestEveryHelp(t *testing.T) {
 	}
 	for _, tool := range tools {
 		t.Run(tool, func(t *testing.T) {
-			subs := subcommands(tool, help(t, tool))
+			top := help(t, tool)
+			subs := subcommands(tool, top)
 			t.Logf("%s: subcommands %q", tool, subs)
+			// A tool whose help sends the reader to each subcommand's help must show it
+			// (not its own again: the subcommand's flags would be parsed as the tool's).
+			own := strings.Contains(top, tool+" <subcommand> --help")
 			for _, sub := range subs {
-				help(t, tool, sub)
+				// "optout [serve]": the default subcommand's help is the tool's.
+				if out := help(t, tool, sub); own && out == top && !strings.Contains(top, "["+sub+"]") {
+					t.Errorf("%s %s --help prints the help of %s, not of %s %s", tool, sub, tool, tool, sub)
+				}
 			}
 		})
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/store"
@@ -26,7 +27,10 @@ var Cmd = cli.Command{
 	Name:    "zprobe",
 	Summary: "scan for QUIC (UDP/784, 853, 8853) and DNS (UDP/53) with zmap; classify and store every reply",
 	Usage:   "zprobe [flags] scan|send|ingest|probes|blocklist [subcommand flags]",
-	Locks:   "the scan (week, vantage, label, shard; scan, send, ingest)",
+	// Each subcommand parses its own flags, --help and --version (Run).
+	PassArgs:       true,
+	SubcommandHelp: true,
+	Locks:          "the scan (week, vantage, label, shard; scan, send, ingest)",
 	Examples: []string{
 		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000      # the testbed's whole /16, all four ports",
 		"zprobe scan --vantage fra1 --allowlist targets.conf --rate 40000 --seed 42 --shards 4 --shard 0",
@@ -205,7 +209,7 @@ func (p *probeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.dcid, "dcid", "", "probe DCID, 8..20 bytes, as text or hex:... (default \"doqscan-vn-dcid!\")")
 	fs.StringVar(&p.scid, "scid", "", "probe SCID, 0..20 bytes, as text or hex:... (default \"doqscan-scid\")")
 	cli.IntVar(fs, &p.size, "size", probe.MinInitialDatagram, probe.MinInitialDatagram, probe.MaxProbeDatagram, "QUIC probe datagram size")
-	fs.StringVar(&p.qname, "query-name", probe.DefaultQName, "name the DNS probe asks for (A, RD set)")
+	fs.StringVar(&p.qname, "query-name", dnsmsg.DefaultQueryName, "name the DNS probe asks for (A, RD set)")
 	cli.Deprecate(fs, "qname", "query-name")
 }
 
