@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
@@ -81,6 +82,38 @@ func TestEveryVersion(t *testing.T) {
 				version(t, tool, tool, sub)
 			}
 		})
+	}
+}
+
+// TestOneDefaultQueryName: every tool and subcommand with --query-name defaults it to
+// the one name (dnsmsg.DefaultQueryName), and its help says so.
+func TestOneDefaultQueryName(t *testing.T) {
+	tools, run := everyTool(t)
+	flagRE := regexp.MustCompile(`(?m)^\s+-query-name string\n(?:\s{4,}.*\n)*?\s{4,}.*\(default "([^"]*)"\)`)
+	seen := 0
+	check := func(t *testing.T, argv ...string) string {
+		t.Helper()
+		out, err := run(append(argv, "--help")...)
+		if err != nil {
+			t.Fatalf("%s --help: %v", strings.Join(argv, " "), err)
+		}
+		if !strings.Contains(out, "-query-name") {
+			return out
+		}
+		seen++
+		m := flagRE.FindStringSubmatch(out)
+		if m == nil || m[1] != dnsmsg.DefaultQueryName {
+			t.Errorf("%s --help: --query-name default %q, want %q", strings.Join(argv, " "), m, dnsmsg.DefaultQueryName)
+		}
+		return out
+	}
+	for _, tool := range tools {
+		for _, sub := range subcommands(tool, check(t, tool)) {
+			check(t, tool, sub)
+		}
+	}
+	if seen < 3 {
+		t.Errorf("--query-name in %d helps; want verify, measure and zprobe scan/send at least", seen)
 	}
 }
 

@@ -174,7 +174,10 @@ func countCSV(t *testing.T, path string) (lines int) {
 // TestRecordedZmapCSV parses real zmap 2.1.1 output (recorded on a namespace pair with
 // quic-go on 784, miekg/dns on 53 and nothing on 9999).
 func TestRecordedZmapCSV(t *testing.T) {
-	c := testClassifier(t)
+	c, err := NewClassifier(DefaultQUICProbe(), recordedDNSProbe, map[uint16]ProbeKind{53: ProbeDNS})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		file string
 		port uint16
@@ -204,15 +207,19 @@ func copyRunDir(t *testing.T) string {
 		map[string]string{"quic-784.csv": "784.csv", "dns-53.csv": "53.csv", "icmp-9999.csv": "9999.csv"})
 }
 
-// scanDir is a scan directory (2026-W47, vantage test, weekly shard 0) with the default
-// probes, a manifest of ports (the JSON object's members) and target, and the recorded
+// recordedDNSProbe is the DNS probe the recordings under testdata/zmap answer (the
+// default name was example.com then).
+var recordedDNSProbe = DNSProbe{ID: DefaultDNSID, QName: "example.com."}
+
+// scanDir is a scan directory (2026-W47, vantage test, weekly shard 0) with the probes
+// of the recordings, a manifest of ports (the JSON object's members) and target, and the recorded
 // zmap outputs copies names (testdata/zmap file -> name in the directory).
 func scanDir(t *testing.T, ports, target string, copies map[string]string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "2026-W47", "test", "weekly-shard0")
 	os.MkdirAll(dir, 0o755)
 	q, _ := DefaultQUICProbe().Build()
-	d, _ := DefaultDNSProbe().Build()
+	d, _ := recordedDNSProbe.Build()
 	os.WriteFile(filepath.Join(dir, "quic.pkt"), q, 0o644)
 	os.WriteFile(filepath.Join(dir, "dns.pkt"), d, 0o644)
 	for src, dst := range copies {

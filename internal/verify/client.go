@@ -39,7 +39,6 @@ const (
 	DefaultHandshakeTimeout = 2 * time.Second
 	DefaultQueryTimeout     = 2 * time.Second
 	DefaultTargetTimeout    = 10 * time.Second
-	DefaultQueryName        = "example.com"
 	DefaultMaxSNIAttempts   = 6
 	// MaxReply bounds what we read from a DoQ stream: one DNS message plus its prefix
 	// (RFC 9250 §4.2). An endless stream costs at most this and the query timeout.
@@ -106,7 +105,7 @@ func (c *Config) setDefaults() {
 	c.HandshakeTimeout = cmp.Or(c.HandshakeTimeout, DefaultHandshakeTimeout)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, DefaultQueryTimeout)
 	c.TargetTimeout = cmp.Or(c.TargetTimeout, DefaultTargetTimeout)
-	c.QueryName = cmp.Or(c.QueryName, DefaultQueryName)
+	c.QueryName = cmp.Or(c.QueryName, dnsmsg.DefaultQueryName)
 	c.MaxSNIAttempts = cmp.Or(c.MaxSNIAttempts, DefaultMaxSNIAttempts)
 	if c.Now == nil {
 		c.Now = time.Now

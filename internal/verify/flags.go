@@ -16,6 +16,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/certs"
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/doq"
 	"github.com/doqscan/doqscan/internal/quicver"
 )
@@ -51,7 +52,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.versions, "quic-versions", "v1,v2", "QUIC versions offered (quic-go supports v1 and v2)")
 	fs.StringVar(&f.names, "sni-names", "", "server names to retry with when a host seems to require SNI (comma-separated)")
 	cli.IntVar(fs, &cfg.Verify.MaxSNIAttempts, "max-sni-attempts", DefaultMaxSNIAttempts, 1, MaxSNIAttemptsCap, "retries with server names per target")
-	fs.StringVar(&cfg.Verify.QueryName, "query-name", DefaultQueryName, "name of the A query (RD set) sent over DoQ")
+	fs.StringVar(&cfg.Verify.QueryName, "query-name", dnsmsg.DefaultQueryName, "name of the A query (RD set) sent over DoQ")
 	cli.DurationVar(fs, &cfg.Verify.HandshakeTimeout, "handshake-timeout", DefaultHandshakeTimeout, MinTimeout, MaxTimeout, "QUIC+TLS handshake timeout per attempt (the study: 2s)")
 	cli.DurationVar(fs, &cfg.Verify.QueryTimeout, "query-timeout", DefaultQueryTimeout, MinTimeout, MaxTimeout, "DNS exchange timeout after the handshake")
 	cli.DurationVar(fs, &cfg.Verify.TargetTimeout, "target-timeout", DefaultTargetTimeout, MinTimeout, MaxTimeout, "overall deadline per target, retries included")

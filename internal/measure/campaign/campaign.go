@@ -26,6 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
@@ -40,9 +41,6 @@ const (
 	PhaseWarmup   = "warmup"
 	PhaseMeasured = "measured"
 )
-
-// DefaultQueryName is the name a round asks every resolver for (A, RD set).
-const DefaultQueryName = "test.com"
 
 // Config is one campaign round.
 type Config struct {
@@ -134,7 +132,7 @@ func (c *Config) defaults() {
 	if len(c.DoHVariants) == 0 {
 		c.DoHVariants = []string{measure.VariantGET, measure.VariantPOST}
 	}
-	c.Name = cmp.Or(c.Name, DefaultQueryName)
+	c.Name = cmp.Or(c.Name, dnsmsg.DefaultQueryName)
 	c.Timeout = cmp.Or(c.Timeout, measure.DefaultTimeout)
 	c.Concurrency = cmp.Or(c.Concurrency, 64)
 	c.RTTSamples = cmp.Or(c.RTTSamples, 3)

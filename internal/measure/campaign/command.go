@@ -12,6 +12,7 @@ import (
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/store"
@@ -52,7 +53,7 @@ func DefaultOptions() Options {
 	return Options{
 		Config: Config{
 			Label:       "hourly",
-			Name:        DefaultQueryName,
+			Name:        dnsmsg.DefaultQueryName,
 			Timeout:     measure.DefaultTimeout,
 			Concurrency: 64,
 			RTTSamples:  3,
