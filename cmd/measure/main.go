@@ -24,9 +24,7 @@ var cmd = cli.Command{
 		"measure --protocols doq --features --concurrency 16",
 		"measure --vantage vp2 --hour 2026-11-22T04   # the 04:00 UTC round: run it, or resume it after a crash (jobrun passes DOQSCAN_RUN_KEY)",
 	},
-	Notes: `Targets file: one resolver per line, "ADDRESS [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]";
-protocols not named use their default port (doudp/dotcp 53, dot 853, doh/doh3 443, doq 853/doq).
-A resolver on several lines is measured once, with the endpoints of all its lines.
+	Notes: cli.TargetsHelp + `
 A round is keyed by (vantage, label, hour): rerunning or restarting it measures only the
 resolvers not stored yet. See docs/measure.md.`,
 }

@@ -116,6 +116,9 @@ func (c *Config) setDefaults() {
 type Target struct {
 	Addr         netip.AddrPort
 	ScanVersions []int64
+	// ServerName (a targets file's sni=) is tried when a name seems required, after
+	// the names of the certificate and before Config.SNINames.
+	ServerName string
 }
 
 // Result is the verification of one target.
@@ -246,8 +249,8 @@ func (v *Verifier) Verify(ctx context.Context, t Target) Result {
 			}
 		}
 	}
-	for _, n := range v.cfg.SNINames {
-		if !seen[n] {
+	for _, n := range append([]string{t.ServerName}, v.cfg.SNINames...) {
+		if n != "" && !seen[n] {
 			seen[n] = true
 			cands = append(cands, cand{n, SNIList})
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -146,6 +147,13 @@ func Command(ctx context.Context, log *slog.Logger, f *Flags, args []string, std
 	cfg, err := f.Resolve()
 	if err != nil {
 		return err
+	}
+	// The targets file before the database: a missing or bad file is exit 5 or 2
+	// whether or not a database answers.
+	if cfg.TargetsFile != "" {
+		if cfg.Targets, err = ReadTargetsFile(cfg.TargetsFile); err != nil {
+			return fmt.Errorf("targets: %w", err)
+		}
 	}
 	s, err := cli.OpenStore(ctx, log)
 	if err != nil {

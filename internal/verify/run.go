@@ -37,6 +37,9 @@ type RunConfig struct {
 	Week        string // ISO week of the run; default: the scan's week, or this week
 	Scan        ScanSelection
 	TargetsFile string // use these targets instead of a scan ("-" = stdin)
+	// Targets are TargetsFile's targets when they were read already (Command reads the
+	// file before it opens the database); nil: Run reads the file.
+	Targets     []Target
 	Ports       []int32
 	Concurrency int     // parallel targets; default 256
 	Rate        float64 // new targets per second; 0 = unlimited
@@ -157,8 +160,10 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 	var scanID *int64
 	if cfg.TargetsFile != "" {
 		sum.Source = "file"
-		if targets, err = ReadTargetsFile(cfg.TargetsFile); err != nil {
-			return nil, fmt.Errorf("targets: %w", err)
+		if targets = cfg.Targets; targets == nil {
+			if targets, err = ReadTargetsFile(cfg.TargetsFile); err != nil {
+				return nil, fmt.Errorf("targets: %w", err)
+			}
 		}
 		sum.Week = cfg.Week
 	} else {

@@ -124,9 +124,11 @@ func WriteFile(t testing.TB, dir, name, content string) string {
 // wait for a writer forever), a directory or a link to nothing is a missing prerequisite
 // (5) saying what it is; a bad third line (badThirdLine is a file's content whose third
 // line is bad) or a 200 KB line is bad input (2), and the message names the file and the
-// line.
+// line. The file is read before the database is opened: the command runs with a
+// database that does not answer (NoDatabase), which must not hide the file's error.
 func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
 	t.Helper()
+	NoDatabase(t)
 	dir := t.TempDir()
 	for _, cs := range []struct {
 		name, path string

@@ -34,11 +34,15 @@ type Options struct {
 	RoundHour   string
 	RunID       int64  // 0: the latest run with DoQ-verified resolvers
 	TargetsFile string // instead of a verification run
-	Every       time.Duration
-	Protocols   string
-	Modes       string
-	KeyShares   string
-	Variants    string
+	// Targets are TargetsFile's resolvers when they were read already (Command reads the
+	// file once, before it opens the database; every round measures them); nil: each
+	// round reads the file.
+	Targets   []Target
+	Every     time.Duration
+	Protocols string
+	Modes     string
+	KeyShares string
+	Variants  string
 	// BlocklistDir holds the operator's blocklist *.conf files ("": none). Resolvers in
 	// them, in an accepted opt-out or in a reserved range outside the lab space are never
 	// contacted (blocklist.ForContact).
@@ -90,6 +94,13 @@ func Command(ctx context.Context, log *slog.Logger, o Options, args []string) er
 		return cli.Usagef("--hour: %v", err)
 	}
 	o.Hour = h
+	// The targets file before the database: a missing or bad file is exit 5 or 2
+	// whether or not a database answers.
+	if o.TargetsFile != "" {
+		if o.Targets, err = ReadTargetsFile(o.TargetsFile); err != nil {
+			return fmt.Errorf("targets file: %w", err) // *listfile.OpenError: exit 5, *listfile.LineError: exit 2
+		}
+	}
 	s, err := cli.OpenStore(ctx, log)
 	if err != nil {
 		return err
@@ -205,9 +216,11 @@ func round(ctx context.Context, s *store.Store, o Options, hour time.Time, sprea
 	var targets []Target
 	var err error
 	if o.TargetsFile != "" {
-		targets, err = ReadTargetsFile(o.TargetsFile)
-		if err != nil {
-			return nil, fmt.Errorf("targets file: %w", err) // *listfile.OpenError: exit 5, *listfile.LineError: exit 2
+		if targets = o.Targets; targets == nil {
+			targets, err = ReadTargetsFile(o.TargetsFile)
+			if err != nil {
+				return nil, fmt.Errorf("targets file: %w", err) // *listfile.OpenError: exit 5, *listfile.LineError: exit 2
+			}
 		}
 	} else {
 		runID := o.RunID
