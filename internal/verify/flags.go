@@ -2,7 +2,6 @@ package verify
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -28,7 +27,7 @@ import (
 type Flags struct {
 	Config  RunConfig
 	Vantage cli.VantageFlags
-	JSON    bool // print the summary as JSON
+	Output  cli.OutputFlags // --json, --no-store
 
 	fs                            *flag.FlagSet
 	scanID                        int64
@@ -65,7 +64,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	cli.IntVar(fs, &cfg.BatchSize, "batch", DefaultBatchSize, 1, MaxBatchSize, "results per database write")
 	cli.DurationVar(fs, &cfg.Progress, "progress", DefaultProgress, MinProgress, MaxProgress, "progress log interval")
 	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
-	fs.BoolVar(&f.JSON, "json", false, "print the summary as JSON on stdout")
+	f.Output.Register(fs, "target")
 	fs.StringVar(&cfg.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
 }
 
@@ -138,8 +137,10 @@ func (f *Flags) Resolve() (RunConfig, error) {
 }
 
 // Command is the verify command: it refuses arguments after the flags, resolves the
-// flags, opens the store, runs the verification and writes its summary (text, or JSON
-// with --json) to stdout.
+// flags, reads the targets file, opens the store (unless --no-store) and runs the
+// verification. Every target's result goes to stdout as it is made: one JSON object a
+// line with --json; else a table, when stdout is a terminal or with --no-store. The
+// summary follows the table (or stands alone), or with --json goes to the log.
 func Command(ctx context.Context, log *slog.Logger, f *Flags, args []string, stdout io.Writer) error {
 	if len(args) > 0 {
 		return cli.Usagef("unexpected arguments %q", args)
@@ -148,6 +149,9 @@ func Command(ctx context.Context, log *slog.Logger, f *Flags, args []string, std
 	if err != nil {
 		return err
 	}
+	if f.Output.NoStore && cfg.TargetsFile == "" {
+		return cli.Usagef("--no-store needs --targets (a scan's targets are in the database)")
+	}
 	// The targets file before the database: a missing or bad file is exit 5 or 2
 	// whether or not a database answers.
 	if cfg.TargetsFile != "" {
@@ -155,18 +159,31 @@ func Command(ctx context.Context, log *slog.Logger, f *Flags, args []string, std
 			return fmt.Errorf("targets: %w", err)
 		}
 	}
-	s, err := cli.OpenStore(ctx, log)
-	if err != nil {
-		return err
+	var pr *Printer
+	if f.Output.JSON || f.Output.NoStore || cli.Terminal(stdout) {
+		pr = NewPrinter(stdout, f.Output.JSON)
+		cfg.OnResult = func(r Record) { _ = pr.Print(r) }
 	}
-	defer s.Close()
-	sum, err := Run(ctx, s, cfg, log)
+	var sum *Summary
+	if f.Output.NoStore {
+		sum, err = RunLocal(ctx, cfg, log)
+	} else {
+		s, oerr := cli.OpenStore(ctx, log)
+		if oerr != nil {
+			return oerr
+		}
+		defer s.Close()
+		sum, err = Run(ctx, s, cfg, log)
+	}
+	if pr != nil {
+		_ = pr.Close()
+	}
 	if sum != nil {
-		if f.JSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			_ = enc.Encode(sum)
-		} else {
+		sum.Log(log)
+		if !f.Output.JSON {
+			if pr != nil {
+				fmt.Fprintln(stdout)
+			}
 			sum.WriteText(stdout)
 		}
 	}

@@ -287,7 +287,7 @@ func TestPanickingTargetRecordedAsError(t *testing.T) {
 	}
 	var logs testsupport.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	n, err := verifyAll(ctx, s, check, nil, nil, nil, runID, targets, RunConfig{Concurrency: 4, BatchSize: 5, Progress: time.Hour}, log)
+	n, err := verifyAll(ctx, check, &writer{s: s, runID: runID}, nil, targets, RunConfig{Concurrency: 4, BatchSize: 5, Progress: time.Hour}, log)
 	if err != nil || n != len(targets) {
 		t.Fatalf("verifyAll = %d, %v; want %d results and no error", n, err, len(targets))
 	}
