@@ -29,7 +29,9 @@ var cmd = cli.Command{
 Outcomes: doq-verified, doq-refused, doq-dns-error, quic-not-doq, doq-no-alpn, version-mismatch,
 sni-required, timeout, tls-error, protocol-error, unreachable, error (docs/verify.md says what each means).
 A run is identified by ISO week + vantage + label; running it again resumes it (verified
-targets are skipped, nothing is duplicated). Progress is logged every --progress.`,
+targets are skipped and the log and summary say so, nothing is duplicated); --rerun
+verifies it all again as a new attempt (label LABEL-r2, -r3, ...). Progress is logged
+every --progress.`,
 }
 
 func main() { cli.Main(command()) }

@@ -65,6 +65,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &cfg.Progress, "progress", DefaultProgress, MinProgress, MaxProgress, "progress log interval")
 	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
 	f.Output.Register(fs, "target")
+	fs.BoolVar(&cfg.Rerun, "rerun", false, "verify a run the database holds again, as a new attempt under the label LABEL-r2, -r3, ... (without it, a run started again verifies only the targets it lacks)")
 	fs.StringVar(&cfg.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
 }
 
@@ -151,6 +152,9 @@ func Command(ctx context.Context, log *slog.Logger, f *Flags, args []string, std
 	}
 	if f.Output.NoStore && cfg.TargetsFile == "" {
 		return cli.Usagef("--no-store needs --targets (a scan's targets are in the database)")
+	}
+	if f.Output.NoStore && cfg.Rerun {
+		return cli.Usagef("--rerun verifies a stored run again: it does not combine with --no-store")
 	}
 	// The targets file before the database: a missing or bad file is exit 5 or 2
 	// whether or not a database answers.

@@ -57,6 +57,10 @@ type RunConfig struct {
 	// VantageLocation and VantageContact describe the vantage point (vantage_points and
 	// the run's provenance); "" keeps what the database has.
 	VantageLocation, VantageContact string
+	// Rerun verifies a run the database holds again, as a new attempt: a run of its own
+	// under the label Label-r2, -r3, ... (store.AttemptLabel), instead of only the
+	// targets it lacks.
+	Rerun bool
 	// OnResult, if set, gets every target's result of this invocation as it is made
 	// (from one goroutine), with its location when GeoIP databases are given: the
 	// command prints them (Printer).
@@ -202,6 +206,16 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		}
 	}
 
+	if cfg.Rerun {
+		taken, err := s.AttemptLabels(ctx, "verification_runs", "iso_week = $2 AND vantage_id = $3", cfg.Label, sum.Week, cfg.Vantage)
+		if err != nil {
+			return nil, err
+		}
+		if l := store.AttemptLabel(cfg.Label, taken); l != cfg.Label {
+			log.Info("--rerun: the run is verified again as a new attempt, under its own label", "label", l, "first_attempt", cfg.Label, "week", sum.Week)
+			cfg.Label, sum.Label = l, l
+		}
+	}
 	// One process at a time verifies a run (week, vantage, label): a second one ends
 	// here with a *store.LockedError (exit 75) before it contacts anything.
 	ctx, release, err := s.HoldLock(ctx, LockKey(sum.Week, cfg.Vantage, cfg.Label), store.RetryPolicy{}, log)
@@ -269,6 +283,14 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		}
 		sum.Skipped = len(targets) - len(kept)
 		targets = kept
+	}
+	if sum.Skipped > 0 {
+		lv := slog.LevelInfo
+		if len(targets) == 0 {
+			lv = slog.LevelWarn
+		}
+		log.Log(ctx, lv, "targets the run holds already are not verified again; to verify them again: --rerun (a new attempt) or another --label",
+			"skipped", sum.Skipped, "run_id", runID, "week", sum.Week, "vantage", cfg.Vantage, "label", cfg.Label)
 	}
 	log.Info("verification run", "run_id", runID, "week", sum.Week, "vantage", cfg.Vantage, "label", cfg.Label,
 		"source", sum.Source, "scan_ids", sum.ScanIDs, "ports", portsString(cfg.Ports), "targets", sum.Targets,
@@ -674,6 +696,9 @@ func (s *Summary) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "this invocation: %d targets, %d already done, %d verified in %.1f s (%.1f/s), status %s\n",
 		s.Targets, s.Skipped, s.Verified, s.Elapsed, s.Rate, s.Status)
+	if s.Skipped > 0 {
+		fmt.Fprintf(w, "skipped: %d targets the run holds already; to verify them again: --rerun (a new attempt) or another --label\n", s.Skipped)
+	}
 	fmt.Fprintf(w, "\noutcome            count (whole run)\n")
 	for _, o := range Outcomes.Values() {
 		if n := s.Outcomes[o]; n > 0 {
