@@ -3,7 +3,9 @@ package probe
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -391,5 +393,42 @@ func TestZmapLineLevel(t *testing.T) {
 		if lv := zmapLineLevel(l); lv != slog.LevelDebug {
 			t.Errorf("a real run's line %q at %v, want debug", l, lv)
 		}
+	}
+}
+
+// TestWriteReplies: zprobe --json prints one JSON object per reply the scan holds,
+// nothing else, with the reply's class and what it showed.
+func TestWriteReplies(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	dir := copyRunDir(t)
+	var scanID int64
+	total := 0
+	for _, port := range []string{"784", "53", "9999"} {
+		r, err := Replay(ctx, s, filepath.Join(dir, port+".csv"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scanID, total = r.ScanID, total+int(r.Inserted)
+	}
+	var out bytes.Buffer
+	n, err := WriteReplies(ctx, s, scanID, &out)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err != nil || n != total || len(lines) != total {
+		t.Fatalf("WriteReplies: %d, %v, %d lines; want %d", n, err, len(lines), total)
+	}
+	kinds := map[string]int{}
+	for _, l := range lines {
+		var r ReplyRecord
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.IP == "" || r.Port == 0 {
+			t.Fatalf("line %q: %+v %v", l, r, err)
+		}
+		kinds[fmt.Sprintf("%d/%s", r.Port, r.ReplyKind)]++
+		if r.ReplyKind == "quic-vn" && (len(r.QUICVersions) < 2 || r.VNCIDMatch == nil || !*r.VNCIDMatch) {
+			t.Errorf("VN reply without its versions: %s", l)
+		}
+	}
+	if kinds["784/quic-vn"] == 0 || kinds["53/dns"] == 0 || kinds["9999/icmp-unreach"] == 0 {
+		t.Errorf("replies by port and kind %v", kinds)
 	}
 }

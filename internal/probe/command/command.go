@@ -101,7 +101,7 @@ var subcommands = []subcommand{
 	{name: "scan", usage: "zprobe scan [flags] [PREFIX...]",
 		examples: []string{"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000",
 			"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42 --shards 2 --shard 1 --yes --json",
-			"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rescan   # send this week's finished ports again (new raw files)"},
+			"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rerun    # send this week's finished ports again (new raw files)"},
 		flags: scanFlags},
 	{name: "send", usage: "zprobe send --hitlist FILE [flags]",
 		examples: []string{"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 200",
