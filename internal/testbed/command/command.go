@@ -115,6 +115,9 @@ func Run(ctx context.Context, log *slog.Logger, f Flags, args []string, stdout i
 			return err
 		}
 		fmt.Fprintf(stdout, "testbed %s up (state %s)\n", tb.Name, tb.State)
+		if tb.PeersMissing != "" {
+			fmt.Fprintf(stdout, "NOTE: %s\n", tb.PeersMissing)
+		}
 		return nil
 	case "down":
 		return testbed.Down(ctx, o)
