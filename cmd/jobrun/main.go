@@ -19,7 +19,7 @@ var cmd = cli.Command{
 	// The command after "--" is run as given; its flags are its own.
 	PassArgs: true,
 	Examples: []string{
-		"jobrun --job scan --vantage fra1 -- zprobe scan --testbed 198.19.0.0/16 --rate 10000   # this week's scan from fra1",
+		"jobrun --job scan --vantage fra1 -- zprobe scan --testbed 198.19.0.0/16 --rate 50000 --cooldown 3   # this week's scan from fra1",
 		"jobrun --job verify --vantage fra1 -- verify                                           # verifies this week's scans",
 		"jobrun --job measure --vantage fra1 -- measure                                         # this hour's round",
 	},

@@ -23,7 +23,7 @@ var cmd = cli.Command{
 		"measure --targets resolvers.txt --modes fresh,0rtt --key-shares x25519,x25519mlkem768",
 		"measure --protocols doq --features --concurrency 16",
 		"measure --vantage vp2 --hour 2026-11-22T04   # the 04:00 UTC round: run it, or resume it after a crash (jobrun passes DOQSCAN_RUN_KEY)",
-		"measure --targets resolvers.txt --no-store --protocols doudp,doq   # no database: a table of the results (--json: one object per resolver)",
+		"measure --targets resolvers.txt --no-store --protocols doudp,doq --json > results.jsonl   # no database: one JSON object per resolver (without --json: a table)",
 		"measure --targets resolvers.txt --hour 2026-11-22T04 --rerun       # measure that stored round again, as a new attempt (label hourly-r2)",
 	},
 	Notes: cli.TargetsHelp + `

@@ -30,7 +30,7 @@ var Cmd = cli.Command{
 	Usage:    "testnet [flags] up|down|status|exec [-- CMD...]|path set ADDR --loss P|path show|path reset",
 	Examples: []string{
 		"testnet up                          # instance dq with testbed/population.txt",
-		"testnet --name t1 --vantages 2 up   # a second instance with two vantage points",
+		"testnet --vantages 2 up             # with a second vantage point (another instance: --name NAME)",
 		"testnet status",
 		"testnet exec -- ping -c3 198.19.0.1",
 		"testnet --vantage 1 exec -- ip route",
