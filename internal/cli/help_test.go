@@ -7,11 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/cli/clitest"
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/testsupport"
 )
@@ -42,7 +42,7 @@ func TestEveryHelp(t *testing.T) {
 	for _, tool := range tools {
 		t.Run(tool, func(t *testing.T) {
 			top := help(t, tool)
-			subs := subcommands(tool, top)
+			subs := clitest.Subcommands(tool, top)
 			t.Logf("%s: subcommands %q", tool, subs)
 			// A tool whose help sends the reader to each subcommand's help must show it
 			// (not its own again: the subcommand's flags would be parsed as the tool's).
@@ -78,7 +78,7 @@ func TestEveryVersion(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s --help: %v", tool, err)
 			}
-			for _, sub := range subcommands(tool, help) {
+			for _, sub := range clitest.Subcommands(tool, help) {
 				version(t, tool, tool, sub)
 			}
 		})
@@ -108,7 +108,7 @@ func TestOneDefaultQueryName(t *testing.T) {
 		return out
 	}
 	for _, tool := range tools {
-		for _, sub := range subcommands(tool, check(t, tool)) {
+		for _, sub := range clitest.Subcommands(tool, check(t, tool)) {
 			check(t, tool, sub)
 		}
 	}
@@ -149,47 +149,4 @@ func everyTool(t *testing.T) ([]string, func(argv ...string) (string, error)) {
 		err := cmd.Run()
 		return stdout.String() + stderr.String(), err
 	}
-}
-
-// subcommands are the subcommands a tool's help names: the first word of each line of
-// its "Subcommands:" or "Commands:" section (indented by two spaces; deeper ones continue
-// a line), and the first word of each alternative after the tool's name (and "[flags]")
-// in its usage lines, up to the first that is no subcommand ("dbctl [flags]
-// up|status|url|stop", "testnet [flags] up|...|path set ADDR --loss P|path show",
-// "optout [serve] [flags]"; not "jobrun --job scan|verify").
-func subcommands(tool, help string) []string {
-	var subs []string
-	add := func(s string) bool {
-		if !regexp.MustCompile(`^[a-z][a-z0-9-]*$`).MatchString(s) {
-			return false
-		}
-		if !slices.Contains(subs, s) {
-			subs = append(subs, s)
-		}
-		return true
-	}
-	section := ""
-	for _, line := range strings.Split(help, "\n") {
-		if line != "" && !strings.HasPrefix(line, " ") {
-			section = strings.TrimSpace(line)
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) == 0 || strings.HasPrefix(line, "   ") {
-			continue
-		}
-		switch section {
-		case "Subcommands:", "Commands:":
-			add(f[0])
-		case "Usage:":
-			f = slices.DeleteFunc(f, func(s string) bool { return s == tool || s == "[flags]" })
-			for _, alt := range strings.Split(strings.Join(f, " "), "|") {
-				w := strings.Fields(alt)
-				if len(w) == 0 || !add(strings.Trim(w[0], "[]")) {
-					break
-				}
-			}
-		}
-	}
-	return subs
 }

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -227,3 +229,71 @@ func RunProvenance(t *testing.T, url, runTable, label, tool string, want provena
 		t.Errorf("%s: provenance %+v", want.ID, r)
 	}
 }
+
+// Subcommands are the subcommands a tool's help names: the first word of each line of
+// its "Subcommands:" or "Commands:" section (indented by two spaces; deeper ones continue
+// a line), and the first word of each alternative after the tool's name (and "[flags]")
+// in its usage lines, up to the first that is no subcommand ("dbctl [flags]
+// up|status|url|stop", "testnet [flags] up|...|path set ADDR --loss P|path show",
+// "optout [serve] [flags]"; not "jobrun --job scan|verify").
+func Subcommands(tool, help string) []string {
+	var subs []string
+	add := func(s string) bool {
+		if !regexp.MustCompile(`^[a-z][a-z0-9-]*$`).MatchString(s) {
+			return false
+		}
+		if !slices.Contains(subs, s) {
+			subs = append(subs, s)
+		}
+		return true
+	}
+	section := ""
+	for _, line := range strings.Split(help, "\n") {
+		if line != "" && !strings.HasPrefix(line, " ") {
+			section = strings.TrimSpace(line)
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(line, "   ") {
+			continue
+		}
+		switch section {
+		case "Subcommands:", "Commands:":
+			add(f[0])
+		case "Usage:":
+			f = slices.DeleteFunc(f, func(s string) bool { return s == tool || s == "[flags]" })
+			for _, alt := range strings.Split(strings.Join(f, " "), "|") {
+				w := strings.Fields(alt)
+				if len(w) == 0 || !add(strings.Trim(w[0], "[]")) {
+					break
+				}
+			}
+		}
+	}
+	return subs
+}
+
+// Examples are the examples a help text lists: each line of its "Examples:" section,
+// without the two spaces of indentation and the "# comment" after two or more spaces.
+func Examples(help string) []string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(help, "\n") {
+		if line != "" && !strings.HasPrefix(line, " ") {
+			in = strings.TrimSpace(line) == "Examples:"
+			continue
+		}
+		if !in || strings.TrimSpace(line) == "" {
+			continue
+		}
+		ex := strings.TrimSpace(line)
+		if i := commentRE.FindStringIndex(ex); i != nil {
+			ex = strings.TrimSpace(ex[:i[0]])
+		}
+		out = append(out, ex)
+	}
+	return out
+}
+
+// commentRE finds an example's trailing comment: two spaces or more, then "# ".
+var commentRE = regexp.MustCompile(`\s{2,}# `)
