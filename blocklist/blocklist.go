@@ -44,7 +44,7 @@ type Entry struct {
 	Prefix netip.Prefix
 	Source Source
 	Origin string // file name, or "optout_requests" row
-	Note   string // the line's comment, or the requester and date
+	Note   string // the line's comment, or the opt-out request's id and date
 }
 
 // LabPrefixes are the only ranges a carve-out may re-open: the benchmarking spaces the

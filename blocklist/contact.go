@@ -22,9 +22,12 @@ func DefaultDir() string {
 	return HomeDir()
 }
 
-// OptOuts returns the accepted opt-outs in the database as entries.
+// OptOuts returns the accepted opt-outs in the database as entries. It reads no
+// requester's details (email, note, source address): a vantage point's database role may
+// not (docs/fleet.md), and the blocklist files written from these entries name the
+// request by its id and date only.
 func OptOuts(ctx context.Context, s *store.Store) ([]Entry, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT prefix, email, created_at FROM optout_requests
+	rows, err := s.Pool.Query(ctx, `SELECT request_id, prefix, created_at FROM optout_requests
 		WHERE status = 'accepted' ORDER BY prefix, request_id`)
 	if err != nil {
 		return nil, fmt.Errorf("read opt-outs: %w", err)
@@ -32,14 +35,14 @@ func OptOuts(ctx context.Context, s *store.Store) ([]Entry, error) {
 	defer rows.Close()
 	var out []Entry
 	for rows.Next() {
+		var id int64
 		var p netip.Prefix
-		var email string
 		var created time.Time
-		if err := rows.Scan(&p, &email, &created); err != nil {
+		if err := rows.Scan(&id, &p, &created); err != nil {
 			return nil, fmt.Errorf("read opt-outs: %w", err)
 		}
 		out = append(out, Entry{Prefix: p.Masked(), Source: SourceOptOut, Origin: "optout_requests",
-			Note: created.UTC().Format(time.DateOnly) + " " + email})
+			Note: fmt.Sprintf("request %d of %s", id, created.UTC().Format(time.DateOnly))})
 	}
 	return out, rows.Err()
 }

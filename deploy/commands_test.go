@@ -32,7 +32,7 @@ var siteEnv = map[string]string{
 }
 
 // The tools the schedules run (real binaries, built by the test).
-var tools = []string{"jobrun", "zprobe", "verify", "measure", "optout"}
+var tools = []string{"jobrun", "zprobe", "verify", "conncheck", "measure", "optout"}
 
 // scheduled is one command line a deployment file starts.
 type scheduled struct {
@@ -396,7 +396,7 @@ func absolutePaths(t *testing.T, origin string, words []string) {
 // units and the crontab (through deploy/*.sh, with stand-ins recording what they start)
 // and checks each tool start against the real binaries' flag parsing: the flags exist,
 // their values parse, jobrun and the tool name the same vantage point, and every job of
-// the schedule (scan, verify, measure, report, the opt-out page) is started.
+// the schedule (scan, verify, conncheck, measure, report, the opt-out page) is started.
 func TestScheduledCommandLines(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("needs unshare (util-linux): the binaries' flag checks run in an empty network namespace")
@@ -405,7 +405,7 @@ func TestScheduledCommandLines(t *testing.T) {
 		t.Skipf("unshare %s does not work here (user namespaces disabled?): %v", strings.Join(testsupport.UnshareNet(), " "), err)
 	}
 	bin := buildTools(t)
-	want := "measure optout report scan verify"
+	want := "conncheck measure optout report scan verify"
 	t.Run("compose", func(t *testing.T) {
 		wantPeriod := map[string]string{"scanner": "weekly", "measure": "hourly", "report": "hourly", "optout": ""}
 		all := startAll(t, bin, composeLines(t, siteEnv), "/opt/doqscan", nil, func(name string, s scheduled) {
@@ -434,8 +434,8 @@ func TestScheduledCommandLines(t *testing.T) {
 			absolutePaths(t, s.origin, strings.Fields(s.shell))
 		})
 		// The opt-out page is a daemon: systemd runs it, cron cannot.
-		if got := strings.Join(all, " "); got != "measure report scan verify" {
-			t.Errorf("the crontab starts %q, want %q", got, "measure report scan verify")
+		if got := strings.Join(all, " "); got != "conncheck measure report scan verify" {
+			t.Errorf("the crontab starts %q, want %q", got, "conncheck measure report scan verify")
 		}
 	})
 }

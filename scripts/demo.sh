@@ -8,7 +8,11 @@
 #                      page honours it at once (a larger range is accepted with `optout
 #                      accept`); every later stage honours it
 #   3. zprobe scan     the whole 198.19.0.0/16 on UDP/784, 853, 8853 (QUIC VN) and 53 (DNS)
-#   4. verify          DoQ verification of every QUIC-capable host the scan found
+#   4. verify          DoQ verification of every QUIC-capable host the scan found, each
+#                      one's QUIC library, and the DoQ endpoints the DNS responders
+#                      designate (DDR), whatever their port
+#      conncheck       the weekly connection check of a sample of those resolvers:
+#                      connection policies and the amplification budget
 #   5. measure         one measurement round over DoUDP, DoTCP, DoT, DoH, DoQ (and DoH3)
 #      then IPv6: zprobe send over the IPv6 hitlist, verify and measure (label demo6)
 #   6. report          the notebooks, executed headless (when the analysis package is there),
@@ -91,10 +95,9 @@ in_vantage bin/zprobe scan --vantage "$VANTAGE" --label demo --testbed 198.19.0.
 
 say "verify: DoQ verification of the QUIC-capable hosts of that scan"
 bin/simserver pki --out "$STATE/pki" --population testbed/population.txt >/dev/null
-# --week: --scan-label selects scans only with a week (without one, verify takes the
-# latest scan of any label, which after the IPv6 send below would be that one).
-WEEK=$(date -u +%G-W%V)
-VERIFY_ARGS=(--vantage "$VANTAGE" --label demo --scan-label demo --week "$WEEK" --roots "$STATE/pki/roots.crt")
+# verify takes this vantage point's latest scan with --scan-label (the IPv6 send below
+# is another label's); measure takes its latest verification run with --run-label.
+VERIFY_ARGS=(--vantage "$VANTAGE" --label demo --scan-label demo --roots "$STATE/pki/roots.crt")
 if [ -f "$STATE/geoip/GeoLite2-City.mmdb" ]; then
   VERIFY_ARGS+=(--geoip-city "$STATE/geoip/GeoLite2-City.mmdb" --geoip-asn "$STATE/geoip/GeoLite2-ASN.mmdb")
 fi
@@ -103,22 +106,43 @@ SNI=$(awk '/^\[hosts\]/{h=1} h && / sni=/{for(i=1;i<=NF;i++) if ($i ~ /^sni=/) {
 if [ -n "$SNI" ]; then VERIFY_ARGS+=(--sni-names "$SNI"); fi
 in_vantage bin/verify "${VERIFY_ARGS[@]}"
 
+say "conncheck: connection policies and the amplification budget of a sample of the resolvers"
+# The weekly check, shortened for the demo: the behaviour classes and the third-party peers
+# (198.19.1.0/24, 198.19.3.0/24: every chain size and policy of the population), shorter
+# idle waits.
+in_vantage bin/conncheck --vantage "$VANTAGE" --label demo --week "$WEEK" --run-id "$(psql "$(bin/dbctl url 2>/dev/null)" -Atc \
+  "SELECT run_id FROM verification_runs WHERE vantage_id = '$VANTAGE' AND label = 'demo' AND iso_week = '$WEEK'")" \
+  --only 198.19.1.0/24,198.19.3.0/24 --idle-waits 2s,8s --max-queries 60 --concurrency 48 --blocklist-dir blocklist
+
 say "measure: one round over every protocol for the DoQ-verified resolvers"
-# The run to measure by name: by default measure takes the latest run of any label,
-# which on a re-run of the demo would be the IPv6 one.
-run_id() { psql "$(bin/dbctl url 2>/dev/null)" -Atc "SELECT run_id FROM verification_runs
-  WHERE vantage_id = '$VANTAGE' AND label = '$1' AND iso_week = '$WEEK'"; }
-in_vantage bin/measure --vantage "$VANTAGE" --label demo --run-id "$(run_id demo)"
+in_vantage bin/measure --vantage "$VANTAGE" --label demo --run-label demo
 
 say "IPv6: zprobe send over the IPv6 hitlist ($STATE/hitlist6.txt), verify, measure"
 in_vantage bin/zprobe send --vantage "$VANTAGE" --label demo6 --testbed 2001:2:0:8000::/49 \
   --hitlist "$STATE/hitlist6.txt" --rate 200 --cooldown 3s --blocklist-dir blocklist
 in_vantage bin/verify "${VERIFY_ARGS[@]}" --label demo6 --scan-label demo6
-in_vantage bin/measure --vantage "$VANTAGE" --label demo6 --run-id "$(run_id demo6)"
+in_vantage bin/measure --vantage "$VANTAGE" --label demo6 --run-label demo6
 
 if [ -x .venv/bin/python ] && [ -d analysis ]; then
   say "report: notebooks executed headless"
   ./dev report --siblings "$ROOT/$STATE/siblings.csv" || echo "report failed (see above)" >&2
+fi
+
+say "release: dataset export (Parquet, one file set per ISO week and vantage point) into release/"
+# Resumable: a second demo rewrites only the weeks whose runs changed. The opt-out page
+# (its \"What we publish\") reads the same directory's manifest.
+bin/dataset export --log-level warn "$ROOT/release" >/dev/null
+RELEASE_SETS=$(grep -c '"iso_week"' "$ROOT/release/manifest.json" || true)
+if [ -x .venv/bin/python ]; then
+  # No opted-out address in any file of the release (dataset export leaves them out).
+  LEAKED=$(.venv/bin/python -c "import duckdb, ipaddress, sys; rel, rng = sys.argv[1], ipaddress.ip_network(sys.argv[2])
+addrs = duckdb.sql(f\"SELECT DISTINCT address FROM read_parquet('{rel}/*/*/measurements.parquet') UNION SELECT DISTINCT address FROM read_parquet('{rel}/*/*/scan_replies.parquet')\").fetchall()
+print(sum(1 for (a,) in addrs if ipaddress.ip_address(a) in rng))" "$ROOT/release" "$OPTOUT_RANGE")
+  echo "release: $RELEASE_SETS file sets; addresses of $OPTOUT_RANGE in it: $LEAKED (must be 0)" >&2
+  if [ "$LEAKED" != 0 ]; then
+    echo "demo: FAILED: the release holds addresses of the opted-out range $OPTOUT_RANGE" >&2
+    exit 1
+  fi
 fi
 
 URL=$(bin/dbctl url 2>/dev/null)
@@ -149,6 +173,9 @@ psql "$URL" -P pager=off -c "
    WHERE c.label IN ('demo', 'demo6') AND c.vantage_id = '$VANTAGE' AND m.status = 'ok' GROUP BY 1, 2, 3
   ORDER BY 1, 2, 3" >&2
 
+say "time partitions the rows went into (bin/dbctl status: every partition, its size and state)"
+bin/dbctl status 2>/dev/null | awk 'NR == 2 || (/^(measurements|qlogs|rtt_samples|scan_replies) / && $4 > 0)' >&2
+
 say "provenance: what produced the demo's scan, verification run and round"
 psql "$URL" -P pager=off -c "
   WITH runs AS (
@@ -174,5 +201,10 @@ The results are in PostgreSQL ($URL):
   SELECT protocol, phase, count(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY handshake_ns)/1e6 AS hs_ms
     FROM measurements WHERE status = 'ok' GROUP BY 1, 2 ORDER BY 1, 2;
   SELECT cause, count(*) FROM handshake_analyses GROUP BY 1;
+  SELECT library, count(*) FROM quic_stacks GROUP BY 1;
+  SELECT status, count(*) FROM ddr_queries GROUP BY 1;
+  SELECT protocol, retry_policy, count(*) FROM connection_policies GROUP BY 1, 2;
 Raw zmap output: var/scans/   Reports: reports/ (newest folder)
+Data release (Parquet, docs/data-release.md): $ROOT/release/ (manifest.json lists every file)
+  the report from it:  ./dev report --source release/          (DuckDB; --engine spark for Apache Spark)
 EOF

@@ -7,6 +7,8 @@
 #   aioquic 1.7.2 examples  -> var/peers/aioquic-1.7.2/       (PyPI sdist; doq_server.py)
 #   ngtcp2 server/client    -> /usr/sbin/gtlsserver, /usr/bin/gtlsclient (Debian packages)
 #   AdGuard dnsproxy v0.78.0 -> var/peers/bin/dnsproxy        (Go module proxy, pinned in testbed/tools/dnsproxy)
+#   lazydns 0.2.63          -> var/peers/bin/lazydns          (crates.io; quinn, Rust; DoQ without ALPN;
+#                              optional: only `install-peers.sh lazydns` or DOQSCAN_PEERS_OPTIONAL=lazydns)
 #
 # Idempotent and quiet when everything is installed at the right version: it rebuilds
 # only what is missing or at another version. Slow builds are cached where the machine
@@ -23,6 +25,8 @@ HICKORY_VERSION=0.26.3
 HICKORY_FEATURES=quic-ring,resolver
 AIOQUIC_VERSION=1.7.2
 DNSPROXY_VERSION=v0.78.0
+LAZYDNS_VERSION=0.2.63
+LAZYDNS_FEATURES=doq,log
 
 PEERS="$ROOT/var/peers"
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/doqscan"
@@ -78,6 +82,27 @@ install_hickory() {
 		fail "cargo install hickory-dns --version $HICKORY_VERSION"
 	reports " $HICKORY_VERSION\$" "$bin" --version ||
 		fail "$bin --version does not report $HICKORY_VERSION"
+}
+
+# --- lazydns (quinn) --------------------------------------------------------------
+# Only its DoQ server and logging are built (no admin API, metrics or web UI). Its own
+# cargo target directory: the first build compiles ~300 crates (~25 min on 2 busy
+# cores), later ones relink in seconds.
+install_lazydns() {
+	local bin="$PEERS/bin/lazydns"
+	if [ -x "$bin" ] && reports "^lazydns $LAZYDNS_VERSION\$" "$bin" --version; then
+		return 0
+	fi
+	command -v cargo >/dev/null || fail "cargo not on PATH (needed for lazydns $LAZYDNS_VERSION; install Rust with rustup)"
+	log "lazydns $LAZYDNS_VERSION (cargo install; long the first time, then cached)"
+	mkdir -p "$PEERS" "$CACHE/cargo-target-lazydns"
+	flock "$CACHE/cargo-target-lazydns.lock" env CARGO_TARGET_DIR="$CACHE/cargo-target-lazydns" cargo install --quiet --locked \
+		lazydns --version "$LAZYDNS_VERSION" \
+		--no-default-features --features "$LAZYDNS_FEATURES" \
+		--root "$PEERS" --force ||
+		fail "cargo install lazydns --version $LAZYDNS_VERSION"
+	reports "^lazydns $LAZYDNS_VERSION\$" "$bin" --version ||
+		fail "$bin --version does not report $LAZYDNS_VERSION"
 }
 
 # --- aioquic examples (Python) ----------------------------------------------------
@@ -144,15 +169,19 @@ all)
 	install_aioquic
 	install_hickory
 	install_dnsproxy
+	# lazydns is optional (peers.Optional): ~25 min of cargo build the first time, so
+	# only when asked: scripts/install-peers.sh lazydns, or DOQSCAN_PEERS_OPTIONAL=lazydns.
+	case " ${DOQSCAN_PEERS_OPTIONAL:-} " in *" lazydns "*) install_lazydns ;; esac
 	;;
+lazydns) install_lazydns ;;
 dnsproxy) install_dnsproxy ;;
 coredns) install_coredns ;;
 hickory) install_hickory ;;
 aioquic) install_aioquic ;;
 ngtcp2) install_ngtcp2 ;;
 *)
-	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
-	echo "usage: $0 [all|coredns|hickory|aioquic|ngtcp2|dnsproxy]" >&2
+	sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+	echo "usage: $0 [all|coredns|hickory|aioquic|ngtcp2|dnsproxy|lazydns]" >&2
 	exit 2
 	;;
 esac

@@ -26,7 +26,21 @@ import numpy as np
 import pandas as pd
 import psycopg
 
-from . import names
+from . import lake, names
+
+
+def _on_lake(fn):
+    """Runs the lake function of the same name when the source is a release (lake.Lake)."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(conn, *args, **kwargs):
+        if isinstance(conn, lake.Lake):
+            return getattr(lake, fn.__name__)(conn, *args, **kwargs)
+        if isinstance(kwargs.get("facts"), lake.LakeFacts):
+            raise TypeError("facts from a release given with a PostgreSQL connection")
+        return fn(conn, *args, **kwargs)
+    return run
 
 # Order in which a resolver's DoQ port decides its version pair when it answers on
 # several ports: the RFC 9250 port first, then the experimental port, then draft-02's.
@@ -51,10 +65,19 @@ DEFAULT_POINTS = 2000  # ranks at which distributions are returned (ECDF step <=
 PARALLEL = int(os.environ.get("DOQSCAN_ANALYSIS_PARALLEL", "2"))
 
 
-def connect(url: str, work_mem: str = "128MB") -> psycopg.Connection:
-    """Open an autocommit connection (a failed query does not poison later ones) whose
-    sorts get `work_mem` each: the distributions sort every measurement once per metric,
-    and in-memory sorts are several times faster than PostgreSQL's default 4 MB spills."""
+def connect(url: str, work_mem: str = "128MB", engine: str = "duckdb", master: str | None = None,
+            memory_limit: str | None = None):
+    """The source every function here reads: a release directory (dataset export's
+    Parquet files, docs/data-release.md) gives a lake.Lake whose aggregations run in SQL
+    on `engine` (duckdb, or spark with `master`, default local[2]); anything else is a
+    PostgreSQL URL and gives an autocommit connection (a failed query does not poison
+    later ones) whose sorts get `work_mem` each: the distributions sort every measurement
+    once per metric, and in-memory sorts are several times faster than PostgreSQL's
+    default 4 MB spills."""
+    if lake.is_release(url):
+        return lake.Lake(url, engine=engine, master=master, memory_limit=memory_limit)
+    if os.path.isdir(str(url)):
+        raise ValueError(f"{url}: a directory without manifest.json is not a release (dataset export writes one)")
     conn = psycopg.connect(url, autocommit=True)
     # JIT compilation costs seconds per query (20 s of doq_causes' 41 s on the 10 M
     # bench) and pays off on none of these one-pass aggregations.
@@ -62,6 +85,27 @@ def connect(url: str, work_mem: str = "128MB") -> psycopg.Connection:
     if work_mem:
         conn.execute("SELECT set_config('work_mem', %s, false)", (work_mem,))
     return conn
+
+
+def default_source(source: str | None = None) -> str:
+    """The source to read: `source` (a release directory or a PostgreSQL URL), else
+    $DATABASE_URL, else the private cluster's URL (bin/dbctl url)."""
+    if source:
+        return source
+    if os.environ.get("DATABASE_URL"):
+        return os.environ["DATABASE_URL"]
+    import subprocess
+    dbctl = Path(__file__).resolve().parents[2] / "bin" / "dbctl"
+    out = subprocess.run([str(dbctl), "url"], capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def describe(conn) -> str:
+    """What a connection reads, for the notebooks' first lines (no password)."""
+    if isinstance(conn, lake.Lake):
+        return f"release {conn.path} (schema version {conn.manifest.get('schema_version')}) on {conn.engine}"
+    info = conn.info
+    return f"PostgreSQL database {info.dbname} on {info.host}"
 
 
 def _frame(conn: psycopg.Connection, sql: str, params: dict | None = None) -> pd.DataFrame:
@@ -101,6 +145,7 @@ rep AS (  -- one row per (week, resolver): its preferred DoQ port decides the pa
 """
 
 
+@_on_lake
 def weeks(conn, vantages=None) -> list[str]:
     """ISO weeks that have a verification run or a campaign, in order."""
     df = _frame(conn, """
@@ -113,6 +158,7 @@ def weeks(conn, vantages=None) -> list[str]:
     return df["iso_week"].tolist()
 
 
+@_on_lake
 def vantage_points(conn) -> pd.DataFrame:
     """vantage_id, description, country, latitude, longitude of every vantage point."""
     return _frame(conn, """SELECT vantage_id, description, country, latitude, longitude
@@ -123,6 +169,7 @@ def _has(conn, table: str) -> bool:
     return bool(conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0])
 
 
+@_on_lake
 def datasets(conn) -> pd.DataFrame:
     """External datasets (GeoIP builds, imported study files) with build date and hash,
     for the report's provenance; imports also name their vantage point, label and source
@@ -137,6 +184,7 @@ PROVENANCE_COLUMNS = ["stage", "run", "key", "vantage_id", "label", "tool", "ver
                       "modified", "host", "location", "contact", "zmap", "probes", "geoip", "records"]
 
 
+@_on_lake
 def provenance(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """What produced each scan, verification run and measurement round (migration 0008):
     one row per run, from the newest of its provenance records (`records` says how many
@@ -181,6 +229,7 @@ def provenance(conn, weeks=None, vantages=None) -> pd.DataFrame:
     return df[PROVENANCE_COLUMNS] if len(df) else pd.DataFrame(columns=PROVENANCE_COLUMNS)
 
 
+@_on_lake
 def sources(conn, vantages=None) -> pd.DataFrame:
     """Where the data comes from, one row per vantage point and label: scan and
     verification weeks, verified resolvers per week (mean), measurement rounds and
@@ -213,6 +262,7 @@ def sources(conn, vantages=None) -> pd.DataFrame:
          ORDER BY 1, 2""", _params(None, vantages))
 
 
+@_on_lake
 def verification_outcomes(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """Verified QUIC endpoints per week and outcome, every class of
     verification_results.outcome (verify.Outcomes): how many hosts are DoQ resolvers,
@@ -228,6 +278,7 @@ def verification_outcomes(conn, weeks=None, vantages=None) -> pd.DataFrame:
          GROUP BY 1, 2 ORDER BY 1, 2""", _params(weeks, vantages))
 
 
+@_on_lake
 def verified_by_pair(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """DoQ-verified resolvers per week and DoQ/QUIC version pair (the study's Fig. 1).
 
@@ -241,6 +292,7 @@ def verified_by_pair(conn, weeks=None, vantages=None) -> pd.DataFrame:
     return df
 
 
+@_on_lake
 def verified_by_family(conn, weeks=None, vantages=None, siblings=None) -> pd.DataFrame:
     """DoQ-verified resolvers per week and address family, and the resolvers counted
     across both families without counting a dual-stack server twice.
@@ -314,6 +366,7 @@ def _sibling_pairs(siblings) -> list[tuple[str, str]]:
     return out
 
 
+@_on_lake
 def port_shares(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """Per week and port: resolvers verified on that port, and their share of all
     verified resolvers of the week (shares add up to more than 1 when resolvers answer
@@ -329,6 +382,7 @@ def port_shares(conn, weeks=None, vantages=None) -> pd.DataFrame:
     return df
 
 
+@_on_lake
 def ports_not_recorded(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """Per week with verified resolvers whose port the source did not record (port
     PORT_UNKNOWN and no row with a known port): how many they are of all verified, and on
@@ -366,6 +420,7 @@ def _fp_label(fp: str | None) -> str:
     return ", ".join(out)
 
 
+@_on_lake
 def scan_versions(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """QUIC versions advertised in the scans' Version Negotiation replies: per week and
     version, the number of addresses listing it (grease values folded into 'grease').
@@ -389,6 +444,7 @@ def scan_versions(conn, weeks=None, vantages=None) -> pd.DataFrame:
     return df
 
 
+@_on_lake
 def stack_fingerprints(conn, weeks=None, vantages=None, verified_only=True) -> pd.DataFrame:
     """Stack fingerprints: the advertised VN version list (in packet order, grease as a
     token) per week, counted over DoQ-verified resolvers (verified_only) or over every
@@ -438,6 +494,7 @@ def _leaf_sql(conn, src: str) -> str:
                        ORDER BY array_position(ARRAY[853, 784, 8853], o.port) NULLS LAST, o.port LIMIT 1) o ON true"""
 
 
+@_on_lake
 def top_providers(conn, weeks=None, vantages=None, top: int = 10) -> pd.DataFrame:
     """Resolvers per week by the subject CN of their leaf certificate (_leaf_sql: the
     verified chain's, or the one an imported source recorded); the `top` CNs over all
@@ -455,6 +512,7 @@ def top_providers(conn, weeks=None, vantages=None, top: int = 10) -> pd.DataFram
     return df.groupby(["iso_week", "subject_cn"], as_index=False)["resolvers"].sum()
 
 
+@_on_lake
 def certificate_counts(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """Unique leaf certificates per week and over the whole selection (iso_week 'all'),
     identified as _leaf_sql says (an imported source's certificates by their MD5)."""
@@ -479,6 +537,7 @@ _CHURN_SQL = """,
      GROUP BY a.iso_week, a.i ORDER BY a.i"""
 
 
+@_on_lake
 def membership_by_week(conn, kind: str = "doq", weeks=None, vantages=None) -> pd.DataFrame:
     """Week-over-week membership counts of the resolver set `kind`:
     'doq' = DoQ-verified addresses; 'doudp' = addresses whose UDP/53 scan reply was a
@@ -512,6 +571,7 @@ _GEO_CTE = """,
 """
 
 
+@_on_lake
 def geo_counts(conn, by: str, week: str | None = None, vantages=None) -> pd.DataFrame:
     """DoQ-verified resolvers of one week (default: the latest) by 'continent',
     'country' or 'asn' (with as_org). Unknown locations count as '??'. Columns <by>
@@ -531,6 +591,7 @@ def geo_counts(conn, by: str, week: str | None = None, vantages=None) -> pd.Data
     return df
 
 
+@_on_lake
 def geo_points(conn, week: str | None = None, vantages=None, grid_deg: float = 0.5) -> pd.DataFrame:
     """Resolver locations of one week, snapped to a grid of `grid_deg` degrees, with the
     number of resolvers per cell. Columns latitude, longitude, resolvers."""
@@ -1030,6 +1091,7 @@ def _parts(camps: list[tuple[int, bool]], n: int) -> list[tuple[list[int], bool]
     return parts
 
 
+@_on_lake
 def measurement_facts(conn, weeks=None, vantages=None, refresh: bool = True) -> Facts:
     """The successful measurements of the selected weeks and vantage points with their
     RTT (see Facts): finished campaigns from measurement_facts (migration 0003), the
@@ -1132,6 +1194,7 @@ def _pg_median(x: np.ndarray) -> float:
     return float(x[lo] + (x[hi] - x[lo]) * (pos - lo))
 
 
+@_on_lake
 def response_times(conn, weeks=None, vantages=None, dox_only: bool = False,
                    require_rtt: bool = True, points: int = DEFAULT_POINTS,
                    group_by: Sequence[str] = GROUP_COLUMNS, refresh: bool = True,
@@ -1274,6 +1337,7 @@ def ratio_classes(conn, weeks=None, vantages=None, dox_only: bool = False, max_c
          GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5""", p)
 
 
+@_on_lake
 def answering(conn, weeks=None, vantages=None, refresh: bool = True, facts: Facts | None = None) -> pd.DataFrame:
     """Resolvers that answered at least one measured query, per vantage and protocol,
     plus the DoX set (protocol 'dox'). Columns vantage_id, protocol, resolvers.
@@ -1291,6 +1355,7 @@ def answering(conn, weeks=None, vantages=None, refresh: bool = True, facts: Fact
     return df.sort_values(["vantage_id", "protocol"], kind="stable").reset_index(drop=True)
 
 
+@_on_lake
 def doq_causes(conn, weeks=None, vantages=None, facts: Facts | None = None) -> pd.DataFrame:
     """DoQ handshakes by cause (handshake_analyses.cause) per vantage, phase, mode, key
     share and resolver implementation (the stack fingerprint of the resolver's latest
@@ -1373,6 +1438,7 @@ def _doq_causes_from(conn, f: Facts) -> pd.DataFrame:
     return df.sort_values([c for c, _, _ in cols], kind="stable").reset_index(drop=True)
 
 
+@_on_lake
 def features(conn, weeks=None, vantages=None) -> pd.DataFrame:
     """resolver_features: resolvers per protocol and feature that support it, do not,
     or could not be told. Columns protocol, feature, supported, unsupported, unknown."""
@@ -1389,6 +1455,7 @@ def features(conn, weeks=None, vantages=None) -> pd.DataFrame:
           FROM per GROUP BY 1, 2 ORDER BY 1, 2""", _params(weeks, vantages))
 
 
+@_on_lake
 def per_resolver_medians(conn, weeks=None, vantages=None, phase: str = "measured", mode: str = "fresh",
                          refresh: bool = True) -> pd.DataFrame:
     """Per vantage point, protocol and resolver: the medians (percentile_cont) of its
@@ -1487,6 +1554,7 @@ BENCH_COLUMNS = ["bench_id", "started_at", "label", "series", "target", "protoco
 _LOSS_TOKEN = re.compile(r"(?:^|\s)loss=\S+%")
 
 
+@_on_lake
 def bench_runs(conn, weeks=None) -> pd.DataFrame:
     """dnsbench runs (bench_runs, migration 0009), one row per stored run of one target,
     in start order. Columns: bench_id, started_at, label, series (the label without the

@@ -1,6 +1,11 @@
 """Execute the analysis notebooks headless into a dated report folder.
 
-    python -m doqscan_analysis.report [--db URL] [--out reports] [--weeks W ...] [--vantages V ...]
+    python -m doqscan_analysis.report [--source DIR|URL] [--engine duckdb|spark] [--out reports]
+                                      [--weeks W ...] [--vantages V ...]
+
+The source is PostgreSQL (--db/--source URL, $DATABASE_URL, the private cluster) or a
+release directory written by `dataset export` (aggregated in SQL on DuckDB, or on Apache
+Spark with --engine spark).
 
 Writes reports/YYYY-MM-DDTHHMM/ (UTC) with each executed notebook (.ipynb), its HTML,
 the figures as PNG and SVG (figures/), and index.html. Prints the time taken and the
@@ -147,16 +152,22 @@ class TreeMemory:
         self._thread.join()
 
 
-def parameters(db: str, out: str, weeks=None, vantages=None, siblings: str = "") -> dict:
+def parameters(db: str, out: str, weeks=None, vantages=None, siblings: str = "", engine: str = "duckdb",
+               spark_master: str = "") -> dict:
     """The parameters every notebook gets (each one's parameters cell declares them all,
-    those it does not use too, so that papermill warns of none)."""
-    # The notebooks run in notebooks/: a relative siblings path would be read from there.
-    return {"database_url": db, "weeks": weeks, "vantages": vantages, "output_dir": out,
+    those it does not use too, so that papermill warns of none). db is the source: a
+    PostgreSQL URL or a release directory (dataset export)."""
+    # The notebooks run in notebooks/: relative paths would be read from there.
+    if db and os.path.isdir(db):
+        db = os.path.abspath(db)
+    return {"source": db, "engine": engine, "spark_master": spark_master, "database_url": "",
+            "weeks": weeks, "vantages": vantages, "output_dir": out,
             "siblings_file": os.path.abspath(siblings) if siblings else ""}
 
 
 def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
-        timeout: int = 1800, parallel: bool = True, siblings: str = "") -> dict:
+        timeout: int = 1800, parallel: bool = True, siblings: str = "", engine: str = "duckdb",
+        spark_master: str = "") -> dict:
     """Execute the notebooks into a new dated folder; return a summary dict.
 
     With `parallel` (the default) every notebook runs at once, each in its own process
@@ -165,9 +176,11 @@ def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
     out = report_dir(out_base)
     os.environ["PYTHONPATH"] = ANALYSIS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    summary = {"folder": out, "database": _redact(db), "weeks": weeks, "vantages": vantages,
+    release = bool(db) and os.path.isdir(db)
+    summary = {"folder": out, "database": _redact(db), "source": "release" if release else "postgresql",
+               "engine": engine if release else "postgresql", "weeks": weeks, "vantages": vantages,
                "started": dt.datetime.now(dt.UTC).isoformat(), "notebooks": {}}
-    params = parameters(db, out, weeks, vantages, siblings)
+    params = parameters(db, out, weeks, vantages, siblings, engine, spark_master)
     with TreeMemory() as mem:
         if parallel and len(notebooks) > 1:
             # spawn, not fork: a fork while TreeMemory's thread (or psycopg's, logging's)
@@ -227,9 +240,16 @@ def main(argv=None) -> int:
         prog="report", description="Execute notebooks/adoption.ipynb, notebooks/response_times.ipynb and "
         "notebooks/benchmarks.ipynb headless against a doqscan database into reports/YYYY-MM-DDTHHMM/ (HTML, PNG, SVG).",
         epilog="examples:\n  ./dev report\n  ./dev report --db 'host=/tmp dbname=doqscan' --weeks 2026-W46 2026-W47\n"
+               "  ./dev report --source release/                      # the release dataset export wrote, on DuckDB\n"
+               "  ./dev report --source release/ --engine spark       # the same aggregations on Spark local[2]\n"
                "  python -m doqscan_analysis.report --out /tmp/reports --vantages vp1",
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--source", help="a release directory (dataset export: Parquet files, aggregated on --engine) or "
+                    "a PostgreSQL URL (default: --db, $DATABASE_URL, else bin/dbctl url)")
     ap.add_argument("--db", help="libpq connection string or URL (default: $DATABASE_URL, else bin/dbctl url)")
+    ap.add_argument("--engine", choices=["duckdb", "spark"], default="duckdb",
+                    help="engine of a release's aggregations: duckdb (default, in process) or spark (Apache Spark)")
+    ap.add_argument("--spark-master", default="", help="Spark master URL (default local[2]; spark://HOST:7077 for a cluster)")
     ap.add_argument("--out", default=os.path.join(REPO, "reports"), help="base folder (default: <repo>/reports)")
     ap.add_argument("--weeks", nargs="*", help="ISO weeks to include (default: all)")
     ap.add_argument("--vantages", nargs="*", help="vantage points to include (default: all)")
@@ -242,17 +262,24 @@ def main(argv=None) -> int:
                     help="execute the notebooks one after the other (default: at once, each in its own kernel)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    try:
-        db = database_url(args.db)
-        import psycopg
-        with psycopg.connect(db, connect_timeout=10) as c:
-            c.execute("SELECT 1 FROM measurements LIMIT 1")
-    except Exception as e:
-        log.error("database not usable: %s", e)
-        return EXIT_DB
+    if args.source and os.path.isdir(args.source):
+        if not os.path.isfile(os.path.join(args.source, "manifest.json")):
+            log.error("%s: not a release (no manifest.json; dataset export writes one)", args.source)
+            return EXIT_USAGE
+        db = args.source
+    else:
+        try:
+            db = database_url(args.source or args.db)
+            import psycopg
+            with psycopg.connect(db, connect_timeout=10) as c:
+                c.execute("SELECT 1 FROM measurements LIMIT 1")
+        except Exception as e:
+            log.error("database not usable: %s", e)
+            return EXIT_DB
     t0 = time.monotonic()
     s = run(db, args.out, args.weeks or None, args.vantages or None, args.notebooks, args.timeout,
-            parallel=not args.sequential, siblings=os.path.abspath(args.siblings) if args.siblings else "")
+            parallel=not args.sequential, siblings=os.path.abspath(args.siblings) if args.siblings else "",
+            engine=args.engine, spark_master=args.spark_master)
     secs = time.monotonic() - t0
     print(f"report: {s['folder']}")
     print(f"report: {len(s['figures'])} figure files, notebooks: " +

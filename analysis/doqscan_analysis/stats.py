@@ -169,6 +169,21 @@ def figure_rows(rt: pd.DataFrame, vantage=None, phase: str = "measured", mode: s
     return d.reset_index(drop=True)
 
 
+def quantile_table(rt: pd.DataFrame, metrics=("resolve_ns", "rtt_ns", "handshake_ns", "ratio")) -> pd.DataFrame:
+    """Every distribution of load.response_times as a table to save beside the figures:
+    one row per group and metric with its values, mean, median and the exact order
+    statistics the ECDFs draw (`q`: space-separated, rank k/len at position k)."""
+    groups = [c for c in ("vantage_id", "protocol", "phase", "mode", "key_share", "dox") if c in rt]
+    rows = []
+    for r in rt.itertuples(index=False):
+        for m in metrics:
+            q = getattr(r, f"{m}_q")
+            rows.append({**{g: getattr(r, g) for g in groups}, "metric": m, "n": getattr(r, f"{m}_n"),
+                         "mean": getattr(r, f"{m}_mean"), "median": getattr(r, f"{m}_median"),
+                         "q": " ".join(repr(float(x)) for x in q)})
+    return pd.DataFrame(rows, columns=groups + ["metric", "n", "mean", "median", "q"])
+
+
 def round_trip_shares(classes: pd.DataFrame) -> pd.DataFrame:
     """load.ratio_classes as shares per (vantage, protocol, phase, mode): columns are
     round trips 1..N (the last one means N or more)."""

@@ -271,18 +271,18 @@ def generate(conn: psycopg.Connection, spec: Spec, progress=None) -> None:
                WHERE %(dual)s > 0 AND i %% %(dual)s = 0 AND port <> 853""",
            {"p784": p784, "p853": p853, "w": w, "dual": spec.dual_every})
         ex("""INSERT INTO scan_replies (scan_id, port, address, sport, reply_kind, quic_versions, grease_count,
-                                        vn_cid_match, payload_len, received_at)
+                                        vn_cid_match, payload_len, received_at, iso_week)
               SELECT %(s)s, port, address, port, 'quic-vn', vn,
-                     (SELECT count(*) FROM unnest(vn) v WHERE (v & 252645135) = 168430090), true, 1252, %(t)s
+                     (SELECT count(*) FROM unnest(vn) v WHERE (v & 252645135) = 168430090), true, 1252, %(t)s, %(wk)s
                 FROM s_week
               UNION ALL
               SELECT %(s)s, 784, '198.18.0.0'::inet + (8192 * %(ob)s + g), 784, 'quic-vn',
-                     ARRAY[1, 1785358954]::bigint[], 1, true, 1252, %(t)s
+                     ARRAY[1, 1785358954]::bigint[], 1, true, 1252, %(t)s, %(wk)s
                 FROM generate_series(0, %(oq)s - 1) g
               UNION ALL
-              SELECT %(s)s, 53, '198.18.0.0'::inet + (8192 * %(ub)s + g), 53, 'dns', NULL, NULL, NULL, 64, %(t)s
+              SELECT %(s)s, 53, '198.18.0.0'::inet + (8192 * %(ub)s + g), 53, 'dns', NULL, NULL, NULL, 64, %(t)s, %(wk)s
                 FROM generate_series(%(us)s, %(us)s + %(un)s - 1) g""",
-           {"s": scan_id, "t": day, "ob": OTHER_QUIC_BLOCK, "oq": spec.other_quic, "ub": DOUDP_BLOCK,
+           {"s": scan_id, "t": day, "wk": wk, "ob": OTHER_QUIC_BLOCK, "oq": spec.other_quic, "ub": DOUDP_BLOCK,
             "us": spec.doudp_shift * w, "un": spec.doudp_counts[w] if w < len(spec.doudp_counts) else 0})
         ex("""UPDATE scan_replies SET dns_rcode = CASE WHEN %(re)s > 0 AND
                     (address - ('198.18.0.0'::inet + 8192 * %(ub)s)) %% %(re)s = 9 THEN 5 ELSE 0 END,
@@ -415,7 +415,8 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
          WHERE t.dox OR p.protocol IN ('doq', 'dot')""", {"te": spec.timeouts_every})
     ex("""INSERT INTO measurements (measurement_id, campaign_id, address, protocol, port, mode, key_share, phase, seq,
                                     started_at, handshake_ns, resolve_ns, status, rcode, answers, tls_version,
-                                    quic_version, alpn, token_received, token_used, retry_seen, resumed, used_0rtt)
+                                    quic_version, alpn, token_received, token_used, retry_seen, resumed, used_0rtt,
+                                    round_hour)
           SELECT measurement_id, campaign_id, address, protocol, port, mode, key_share, phase, seq,
                  t + make_interval(secs => (i % 600) + u),
                  CASE WHEN failed OR hs_rt = 0 THEN NULL ELSE (base_ns * hs_rt * (1 + 0.05 * u))::bigint END,
@@ -430,31 +431,141 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
                  CASE WHEN protocol = 'doq' THEN phase = 'measured' END,
                  CASE WHEN protocol = 'doq' THEN cause = 'retry' OR (phase = 'warmup') END,
                  CASE WHEN protocol IN ('dot', 'doh', 'doq') THEN mode IN ('resumed', '0rtt') END,
-                 CASE WHEN protocol = 'doq' THEN mode = '0rtt' END
-            FROM s_rows""")
+                 CASE WHEN protocol = 'doq' THEN mode = '0rtt' END,
+                 t
+            FROM s_rows ORDER BY campaign_id""")  # a campaign's rows together, as measure writes them
     say("rtt samples")
     # RTT samples: three per (campaign, address, transport, port) the resolver is measured on;
     # UDP/53 probes go unanswered (as in the study).
-    ex("""INSERT INTO rtt_samples (campaign_id, address, transport, port, seq, sent_at, rtt_ns, status)
+    ex("""INSERT INTO rtt_samples (campaign_id, address, transport, port, seq, sent_at, rtt_ns, status, round_hour)
           SELECT k.campaign_id, k.address, k.transport, k.port, s.seq, k.t + make_interval(secs => 2 + s.seq),
                  CASE WHEN k.transport = 'udp' THEN NULL
                       ELSE (k.base_ns * (1 + 0.05 * ((((k.campaign_id * 7907 + k.i * 7901 + k.port * 13 + s.seq * 104723)
                             * 2654435761) % 4294967296) / 4294967296.0)))::bigint END,
-                 CASE WHEN k.transport = 'udp' THEN 'timeout' ELSE 'ok' END
+                 CASE WHEN k.transport = 'udp' THEN 'timeout' ELSE 'ok' END, k.t
             FROM (SELECT c.campaign_id, c.t, t.address, t.i, t.base_ns, x.transport, x.port
                     FROM s_camps c CROSS JOIN s_targets t
                     CROSS JOIN LATERAL (VALUES ('udp', 53, true), ('tcp', 53, true), ('tcp', 853, false),
                                                ('tcp', 443, true), ('quic', t.doq_port, false))
                                         AS x(transport, port, dox_only)
                    WHERE t.dox OR NOT x.dox_only) k
-           CROSS JOIN generate_series(0, 2) AS s(seq)""")
+           CROSS JOIN generate_series(0, 2) AS s(seq)
+           ORDER BY k.campaign_id""")
     say("handshake analyses")
     ex("""INSERT INTO handshake_analyses (measurement_id, rtt_ns, ratio, round_trips, one_rtt, version_negotiation,
-                                          retry, amplification_stall, loss, cause)
+                                          retry, amplification_stall, loss, cause, round_hour)
           SELECT measurement_id, base_ns, hs_rt, hs_rt, cause = '1rtt', false, cause IN ('retry', 'multiple'),
-                 cause IN ('amplification', 'multiple'), cause IN ('loss', 'multiple'), cause
+                 cause IN ('amplification', 'multiple'), cause IN ('loss', 'multiple'), cause, t
             FROM s_rows WHERE protocol = 'doq' AND cause IS NOT NULL AND NOT failed""")
     ex("""INSERT INTO resolver_features (campaign_id, address, protocol, port, feature, supported)
           SELECT DISTINCT campaign_id, address, 'doq', port, '0rtt', (i % 4 = 0)
             FROM s_rows WHERE protocol = 'doq' AND cnum = 0""")
     ex("DROP TABLE s_rows")
+
+
+# ----------------------------------------------------------------------------------
+# A synthetic year written straight to Parquet (the benchmark of the release analysis).
+
+def write_year(template: str, out: str, weeks: int = 52, first_monday: dt.date = dt.date(2025, 12, 29),
+               hours_per_week: int = 168, progress=None) -> dict:
+    """Write a release directory `out` of `weeks` ISO weeks of hourly campaigns, straight
+    to Parquet with DuckDB, from `template`: a release written by `dataset export` of a
+    database `generate` filled (one campaign). Every file has the export's columns and
+    types (rows are the template's, re-keyed and jittered): each hour of each week
+    repeats the template campaign's measurements, RTT samples, handshake analyses and
+    features with a new campaign id, times shifted to the hour and every duration
+    scaled by a per-row factor in [0.95, 1.05) derived from the row and the hour (the
+    RTT median with the same factor as its resolver's samples); each week's scans and
+    verification are the template's week (w mod its weeks) renamed. manifest.json lists
+    every file with rows, bytes and SHA-256. Returns {table: rows}."""
+    import hashlib
+    import json as _json
+    import os
+    import shutil
+
+    import duckdb
+
+    say = progress or (lambda msg: None)
+    tm = _json.load(open(os.path.join(template, "manifest.json")))
+    sets = [s for s in tm["file_sets"] if not s["vantage_id"].startswith("_")]
+    tweeks = sorted({s["iso_week"] for s in sets})
+    vantage = sets[0]["vantage_id"]
+    camp_set = next(s for s in sets if any(f["table"] == "campaigns" and f["rows"] > 0 for f in s["files"]))
+    cdir = os.path.join(template, camp_set["iso_week"], vantage)
+    db = duckdb.connect()
+    db.execute("SET preserve_insertion_order = true")
+    first_camp = db.execute(f"SELECT min(campaign_id), min(round_hour) FROM read_parquet('{cdir}/campaigns.parquet')").fetchone()
+    os.makedirs(out, exist_ok=True)
+    for f in tm["files"]:
+        shutil.copy(os.path.join(template, f["path"]), os.path.join(out, f["path"]))
+    manifest = {"format": "doqscan-release", "schema_version": tm["schema_version"], "docs": tm["docs"],
+                "updated_at": tm["updated_at"], "optouts_excluded": 0, "files": tm["files"], "file_sets": []}
+    totals: dict = {}
+    copy = "(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 262144)"
+    # factor(key): a per-row jitter in [0.95, 1.05) from a hash of the key and the hour
+    jit = "(0.95 + 0.1 * ((hash({key} || '|' || CAST(h AS VARCHAR)) % 1000000) / 1000000.0))"
+    for w in range(weeks):
+        monday = first_monday + dt.timedelta(weeks=w)
+        y, wk, _ = monday.isocalendar()
+        week = f"{y}-W{wk:02d}"
+        src = os.path.join(template, tweeks[w % len(tweeks)], vantage)
+        dst = os.path.join(out, week, vantage)
+        os.makedirs(dst, exist_ok=True)
+        base_hour = dt.datetime.combine(monday, dt.time(0), dt.UTC)
+        cid0 = 1_000_000 + w * hours_per_week
+        hours = f"(SELECT h FROM range({hours_per_week}) t(h))"
+        shift = f"(TIMESTAMPTZ '{base_hour.isoformat()}' - TIMESTAMPTZ '{first_camp[1].isoformat()}' + to_hours(CAST(h AS BIGINT)))"
+        stmts = {
+            "campaigns": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id, round_hour, started_at, finished_at),
+                                    CAST({cid0} + h AS BIGINT) AS campaign_id, round_hour + {shift} AS round_hour,
+                                    started_at + {shift} AS started_at, finished_at + {shift} AS finished_at
+                               FROM read_parquet('{cdir}/campaigns.parquet'), {hours}""",
+            "measurements": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id, measurement_id, started_at,
+                                       handshake_ns, resolve_ns, rtt_median_ns),
+                                       CAST({cid0} + h AS BIGINT) AS campaign_id,
+                                       md5(measurement_id || '|' || CAST(h AS VARCHAR)) AS measurement_id,
+                                       started_at + {shift} AS started_at,
+                                       CAST(handshake_ns * {jit.format(key='measurement_id')} AS BIGINT) AS handshake_ns,
+                                       CAST(resolve_ns * {jit.format(key='measurement_id')} AS BIGINT) AS resolve_ns,
+                                       rtt_median_ns * {jit.format(key="address || CAST(port AS VARCHAR)")} AS rtt_median_ns
+                                  FROM read_parquet('{cdir}/measurements.parquet'), {hours}""",
+            "rtt_samples": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id, sent_at, rtt_ns),
+                                      CAST({cid0} + h AS BIGINT) AS campaign_id, sent_at + {shift} AS sent_at,
+                                      CAST(rtt_ns * {jit.format(key="address || CAST(port AS VARCHAR)")} AS BIGINT) AS rtt_ns
+                                 FROM read_parquet('{cdir}/rtt_samples.parquet'), {hours}""",
+            "handshake_analyses": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id, measurement_id),
+                                             CAST({cid0} + h AS BIGINT) AS campaign_id,
+                                             md5(measurement_id || '|' || CAST(h AS VARCHAR)) AS measurement_id
+                                        FROM read_parquet('{cdir}/handshake_analyses.parquet'), {hours}""",
+            "resolver_features": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id),
+                                            CAST({cid0} + h AS BIGINT) AS campaign_id
+                                       FROM read_parquet('{cdir}/resolver_features.parquet'), {hours}""",
+        }
+        files = []
+        for t in ("scans", "scan_runs", "scan_replies", "verification_runs", "verification_results", "certificates",
+                  "observed_certificates", "resolvers", "resolver_geo", "campaigns", "measurements", "rtt_samples",
+                  "handshake_analyses", "resolver_features"):
+            path = os.path.join(dst, t + ".parquet")
+            cols = [r[0] for r in db.execute(f"DESCRIBE SELECT * FROM read_parquet('{src if t not in stmts else cdir}/{t}.parquet')").fetchall()]
+            if t in stmts:
+                q = stmts[t]
+            else:
+                q = f"SELECT '{week}' AS iso_week, * EXCLUDE (iso_week) FROM read_parquet('{src}/{t}.parquet')"
+            # the export's column order and types
+            types = dict(db.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM read_parquet('{src if t not in stmts else cdir}/{t}.parquet'))").fetchall())
+            sel = ", ".join(f'CAST("{c}" AS {types[c]}) AS "{c}"' for c in cols)
+            db.execute(f"COPY (SELECT {sel} FROM ({q}) x) TO '{path}' {copy}")
+            rows = db.execute(f"SELECT count(*) FROM read_parquet('{path}')").fetchone()[0]
+            totals[t] = totals.get(t, 0) + rows
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            files.append({"path": f"{week}/{vantage}/{t}.parquet", "table": t, "rows": rows,
+                          "bytes": os.path.getsize(path), "sha256": h.hexdigest()})
+        manifest["file_sets"].append({"iso_week": week, "vantage_id": vantage, "fingerprint": "synthetic",
+                                      "written_at": tm["updated_at"], "files": files})
+        say(f"{week}: {files[10]['rows']:,} measurements")
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        _json.dump(manifest, f, indent=2)
+    return totals

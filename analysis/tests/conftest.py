@@ -9,6 +9,7 @@ doqscan_pytest_<random>, applies the repository's schema.sql and migrations, and
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -35,14 +36,21 @@ def server_url() -> str:
 
 
 def apply_schema(conn) -> None:
-    """schema.sql, then every internal/store/migrations/NNNN_*.sql in order (all written
-    idempotently), as store.Open does; schema_migrations is left to the Go store."""
+    """schema.sql, then every internal/store/migrations/NNNN_name.sql in order, each
+    recorded in schema_migrations as store.Migrate records it: a Go tool that opens the
+    database later finds it up to date and applies none of them again (an older
+    migration run again after a newer one would narrow what the newer one widened)."""
     with open(os.path.join(ROOT, "schema.sql")) as f:
         conn.execute(f.read())
+    done = [(1, "baseline schema.sql")]
     mig = os.path.join(ROOT, "internal", "store", "migrations")
-    for name in sorted(n for n in os.listdir(mig) if n.endswith(".sql")):
+    for name in sorted(n for n in os.listdir(mig) if re.fullmatch(r"[0-9]{4}_[a-z0-9_]+\.sql", n)):
         with open(os.path.join(mig, name)) as f:
             conn.execute(f.read())
+        done.append((int(name[:4]), name[5:-4]))
+    for version, label in done:
+        conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s) ON CONFLICT (version) DO NOTHING",
+                     (version, label))
 
 
 @pytest.fixture(scope="session")

@@ -59,8 +59,8 @@ class Runs:
              answered / sent, mean if answered else 0.0, mean if answered else 0.0, mean if answered else 0.0,
              (total_mean or mean) if answered else 0.0, json.dumps(report))).fetchone()[0]
         for s in range(seconds):
-            self.conn.execute("INSERT INTO bench_samples (bench_id, second, sent, answered, failed) "
-                              "VALUES (%s, %s, 10, 9, 1)", (bid, s))
+            self.conn.execute("INSERT INTO bench_samples (bench_id, second, sent, answered, failed, started_at) "
+                              "VALUES (%s, %s, 10, 9, 1, %s)", (bid, s, started))
         return target
 
     def sweep(self, label, servers=((PROXY, 20.0), (CORE, 150.0)), levels=LEVELS, start=T0):

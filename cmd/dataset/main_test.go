@@ -9,7 +9,7 @@ import (
 )
 
 func TestHelp(t *testing.T) {
-	clitest.Help(t, command, "dataset import [flags] DIR", "-dry-run", "dataset import --dry-run DIR")
+	clitest.Help(t, command, "dataset import [flags] DIR", "-dry-run", "dataset import --dry-run DIR", "dataset export [flags] [DIR]", "-weeks")
 }
 
 // TestBadArgs: a missing or unknown subcommand, a bad flag or name is a usage error
@@ -22,7 +22,8 @@ func TestBadArgs(t *testing.T) {
 	clitest.OneLineErrors(t, command, []clitest.Case{
 		clitest.Usage("dataset import [flags] DIR"),
 		clitest.Usage(`(got "import")`, "import"),
-		clitest.Usage(`(got "export `, "export", dir),
+		clitest.Usage("want: dataset export [flags] [DIR]", "export", dir, dir),
+		clitest.Usage(`--weeks: "2026-47"`, "export", "--weeks", "2026-47", dir),
 		clitest.Usage(`(got "import `, "import", dir, "--dry-run"),
 		clitest.Usage("bad name", "import", "--label", "BAD", dir),
 		clitest.Usage("bad name", "--vantage", "Bad Vantage", "import", dir),

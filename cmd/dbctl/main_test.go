@@ -9,14 +9,16 @@ import (
 )
 
 func TestHelp(t *testing.T) {
-	clitest.Help(t, command, "dbctl [flags] up|status|url|stop", "Subcommands:", "dbctl stop")
+	clitest.Help(t, command, "dbctl [flags] up|migrate|status|url|stop|retention|fleet-init|add-vantage ID|fleet-serve", "Subcommands:", "dbctl stop", "dbctl retention")
 }
 
 // TestBadArgs: anything but one known subcommand is a usage error (exit 2, one line).
 func TestBadArgs(t *testing.T) {
 	clitest.OneLineErrors(t, command, []clitest.Case{
 		clitest.Usage("subcommand"),
-		clitest.Usage("subcommand", "up", "stop"),
+		clitest.Usage("up takes no arguments", "up", "stop"),
+		clitest.Usage("keep", "retention", "--keep", "0"),
+		clitest.Usage("add-vantage takes one vantage point id", "add-vantage"),
 		clitest.Usage(`"frob"`, "frob"),
 		clitest.Usage("no-such-flag", "--no-such-flag", "up"),
 	})

@@ -26,6 +26,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/listfile"
+	"github.com/doqscan/doqscan/internal/release"
 	"github.com/doqscan/doqscan/internal/runkey"
 	"github.com/doqscan/doqscan/internal/store"
 )
@@ -51,6 +52,9 @@ type Config struct {
 	Description string // the vantage point's description (a default naming the study if empty)
 	DryRun      bool   // read and check every file, write nothing
 	Log         *slog.Logger
+	// Export is the configuration of "dataset export" (internal/release): weeks,
+	// vantage points, --force; its directory is the command's argument.
+	Export release.Config
 }
 
 // Summary counts what an import read and wrote.
@@ -89,13 +93,16 @@ func CheckName(s string) error {
 }
 
 // Command is the dataset command: args are the subcommand and the directory ("import
-// DIR"), cfg the flags. It imports the directory (Run, opening the store with
+// DIR", or "export [DIR]": release.Command), cfg the flags. It imports the directory (Run, opening the store with
 // cli.OpenStore), logs what it did and prints the Summary as JSON on stdout. A missing
 // directory is a missing prerequisite (exit code 5), a bad --vantage or --label a usage
 // error (2).
 func Command(ctx context.Context, log *slog.Logger, cfg Config, args []string, stdout io.Writer) error {
+	if len(args) >= 1 && args[0] == "export" {
+		return release.Command(ctx, log, cfg.Export, args[1:], stdout)
+	}
 	if len(args) != 2 || args[0] != "import" {
-		return cli.Usagef("want: dataset import [flags] DIR (got %q)", strings.Join(args, " "))
+		return cli.Usagef("want: dataset import [flags] DIR, or dataset export [flags] [DIR] (got %q)", strings.Join(args, " "))
 	}
 	cfg.Dir, cfg.Log = args[1], log
 	sum, err := Run(ctx, cfg, func(ctx context.Context) (*store.Store, error) { return cli.OpenStore(ctx, log) })

@@ -333,7 +333,8 @@ func (w *writer) writeScan(cfg Config, ds int64, wd *weekData) (int64, error) {
 		w.new["scan_runs"] += tag.RowsAffected()
 		rows := make([]store.ScanReply, len(addrs))
 		for i, a := range addrs {
-			rows[i] = store.ScanReply{ScanID: scanID, Port: port, Address: a, ReplyKind: "udp-reply", ReceivedAt: wd.Date}
+			rows[i] = store.ScanReply{ScanID: scanID, Port: port, Address: a, ReplyKind: "udp-reply", ReceivedAt: wd.Date,
+				ISOWeek: wd.Week}
 		}
 		if err := insert(w, store.TableScanReplies, rows); err != nil {
 			return 0, err
@@ -474,6 +475,7 @@ func (w *writer) writePerf(cfg Config, ds int64, pf perfFile) error {
 		}
 	}
 	campaigns := map[time.Time]int64{}
+	hourOf := map[int64]time.Time{} // campaign -> its round_hour, its rows' partition key
 	var hs []time.Time
 	for h := range hours {
 		hs = append(hs, h)
@@ -485,6 +487,7 @@ func (w *writer) writePerf(cfg Config, ds int64, pf perfFile) error {
 			return err
 		}
 		campaigns[h] = id
+		hourOf[id] = h
 	}
 
 	// Measurements in (created, id) order; several of one natural key in one hour get
@@ -518,7 +521,8 @@ func (w *writer) writePerf(cfg Config, ds int64, pf perfFile) error {
 		}
 		row := store.Measurement{MeasurementID: k.ID(), CampaignID: k.CampaignID, Address: m.Addr, Protocol: proto,
 			Port: m.Port, Mode: "fresh", Phase: phase, Seq: k.Seq, StartedAt: m.Created,
-			HandshakeNS: perfHandshake(proto, m), ResolveNS: m.QueryTime, TLSVersion: int32Ptr(m.TLSVersion)}
+			HandshakeNS: perfHandshake(proto, m), ResolveNS: m.QueryTime, TLSVersion: int32Ptr(m.TLSVersion),
+			RoundHour: hourOf[k.CampaignID]}
 		if m.Error == "" {
 			row.Status = "ok"
 			row.Rcode = int16Ptr(m.RCode)
@@ -532,7 +536,7 @@ func (w *writer) writePerf(cfg Config, ds int64, pf perfFile) error {
 			row.QUICVersion = m.QUICVersion
 			row.ALPN = strPtr(m.ALPN)
 			if nd, ok := db.Qlogs[m.ID]; ok && !m.Warmup {
-				q, err := gzipQlog(k, m, nd)
+				q, err := gzipQlog(k, hourOf[k.CampaignID], m, nd)
 				if err != nil {
 					return err
 				}
@@ -576,7 +580,7 @@ func (w *writer) writePerf(cfg Config, ds int64, pf perfFile) error {
 			at = *h.At
 		}
 		s := store.RTTSample{CampaignID: k.CampaignID, Address: h.Dest, Transport: t, Port: h.Port, Seq: seq,
-			SentAt: at, RTTNS: h.RTT, Status: "ok", Detail: "traceroute destination hop"}
+			SentAt: at, RTTNS: h.RTT, Status: "ok", Detail: "traceroute destination hop", RoundHour: hourOf[k.CampaignID]}
 		if h.RTT == nil || *h.RTT <= 0 {
 			s.Status, s.RTTNS = "timeout", nil
 		}
@@ -603,7 +607,7 @@ func perfHandshake(proto string, m perfMeasurement) *int64 {
 	return nil
 }
 
-func gzipQlog(k store.MeasurementKey, m perfMeasurement, nd []byte) (store.Qlog, error) {
+func gzipQlog(k store.MeasurementKey, hour time.Time, m perfMeasurement, nd []byte) (store.Qlog, error) {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	zw.Write(nd) //nolint:errcheck // a bytes.Buffer does not fail
@@ -611,7 +615,8 @@ func gzipQlog(k store.MeasurementKey, m perfMeasurement, nd []byte) (store.Qlog,
 		return store.Qlog{}, err
 	}
 	return store.Qlog{QlogID: k.QlogID(), CampaignID: k.CampaignID, Address: m.Addr, Port: m.Port,
-		Encoding: "gzip", Format: "qlog-ndjson", RawSize: int32(len(nd)), Data: buf.Bytes(), CreatedAt: m.Created}, nil
+		Encoding: "gzip", Format: "qlog-ndjson", RawSize: int32(len(nd)), Data: buf.Bytes(), CreatedAt: m.Created,
+		RoundHour: hour}, nil
 }
 
 func lessKey(a netip.Addr, p int32, b netip.Addr, q int32) bool {

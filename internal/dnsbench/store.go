@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/store"
 )
@@ -21,6 +22,8 @@ type Sample struct {
 	Failed   int64   `db:"failed"`
 	MeanMs   float64 `db:"mean_ms"`
 	P99Ms    float64 `db:"p99_ms"`
+	// StartedAt is the run's start (bench_runs.started_at): the partition key.
+	StartedAt time.Time `db:"started_at"`
 }
 
 func newRunKey() string {
@@ -50,22 +53,23 @@ func Save(ctx context.Context, s *store.Store, r *Report) (int64, error) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op; on an earlier error that error is returned
 	var id int64
+	var started time.Time
 	err = tx.QueryRow(ctx, `INSERT INTO bench_runs (run_key, started_at, label, protocol, variant, address, port,
 		policy, load, workers, rate, elapsed_s, sent, answered, qps, success_rate, latency_mean_ms,
 		latency_p50_ms, latency_p99_ms, total_mean_ms, ramp_max_qps, report)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)
 		ON CONFLICT (run_key) DO UPDATE SET run_key = EXCLUDED.run_key
-		RETURNING bench_id`,
+		RETURNING bench_id, started_at`,
 		r.RunKey, r.Started, r.Label, r.Protocol, r.Variant, ap.Addr(), int32(ap.Port()), r.Policy, r.Load,
 		r.Workers, r.Rate, r.Elapsed, r.Sent, r.Answered, r.QPS, r.SuccessRate, r.Latency.Mean,
-		r.Latency.P50, r.Latency.P99, r.Total.Mean, rampQPS, js).Scan(&id)
+		r.Latency.P50, r.Latency.P99, r.Total.Mean, rampQPS, js).Scan(&id, &started)
 	if err != nil {
 		return 0, fmt.Errorf("store bench run: %w", err)
 	}
 	rows := make([]Sample, len(r.Timeline))
 	for i, sec := range r.Timeline {
 		rows[i] = Sample{BenchID: id, Second: int32(sec.Second), Rate: sec.Rate, Sent: sec.Sent,
-			Answered: sec.Answered, Failed: sec.Failed, MeanMs: sec.MeanMs, P99Ms: sec.P99Ms}
+			Answered: sec.Answered, Failed: sec.Failed, MeanMs: sec.MeanMs, P99Ms: sec.P99Ms, StartedAt: started}
 	}
 	if _, err := store.InsertTx(ctx, tx, "bench_samples", rows); err != nil {
 		return 0, err

@@ -21,6 +21,7 @@ import (
 var Cadence = map[string]time.Duration{
 	"scan":      7 * 24 * time.Hour,
 	"verify":    7 * 24 * time.Hour,
+	"conncheck": 7 * 24 * time.Hour,
 	"measure":   time.Hour,
 	"report":    time.Hour,
 	"blocklist": time.Hour,

@@ -8,7 +8,7 @@ import (
 
 // TestArrivalOfDatagram: long-header datagrams (and only those) are found by their
 // CRC-32C, the first arrival of a duplicate at or after since counts, the socket's first
-// write survives Arm, and a flood after the first maxDatagrams does not push them out.
+// write survives Arm, and a flood after the first MaxDatagrams does not push them out.
 func TestArrivalOfDatagram(t *testing.T) {
 	var l Log
 	base := time.Now()
@@ -35,7 +35,7 @@ func TestArrivalOfDatagram(t *testing.T) {
 	if want := crc32.Checksum(long1, crc32.MakeTable(crc32.Castagnoli)); DatagramChecksum(long1) != want {
 		t.Errorf("checksum %x, want CRC-32C %x", DatagramChecksum(long1), want)
 	}
-	for i := range 10 * maxDatagrams {
+	for i := range 10 * MaxDatagrams {
 		l.ReceivedDatagram(append([]byte{0xc0, byte(i), byte(i >> 8)}, long1...), at(10+i))
 	}
 	if got, ok := l.ArrivalOfDatagram(DatagramChecksum(long1), at(0)); !ok || !got.Equal(at(1)) {

@@ -257,10 +257,10 @@ func timespec(data []byte) time.Time {
 // floods the socket only pushes old entries out.
 const maxLog = 256
 
-// maxDatagrams bounds the long-header datagrams a Log keeps by checksum (see
+// MaxDatagrams bounds the long-header datagrams a Log keeps by checksum (see
 // ArrivalOfDatagram): a QUIC handshake takes a handful; the first ones are kept, so a
 // flood that follows a handshake cannot push the handshake's out.
-const maxDatagrams = 64
+const MaxDatagrams = 64
 
 // Log remembers, for each read of a connection, when the read returned (user time) and
 // when its packet reached the host (kernel time); the first write of the socket and the
@@ -317,7 +317,7 @@ func (l *Log) ReceivedDatagram(p []byte, at time.Time) {
 	}
 	l.mu.Lock()
 	l.push(rec{user: now, kernel: at})
-	if long && len(l.datagrams) < maxDatagrams {
+	if long && len(l.datagrams) < MaxDatagrams {
 		l.datagrams = append(l.datagrams, datagram{sum: sum, kernel: at})
 	}
 	l.mu.Unlock()
@@ -344,6 +344,25 @@ func (l *Log) ArrivalOfDatagram(sum uint32, since time.Time) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// DatagramArrival is a long-header datagram the Log kept: its CRC-32C
+// (DatagramChecksum) and its kernel receive time.
+type DatagramArrival struct {
+	Sum uint32
+	At  time.Time
+}
+
+// Datagrams returns the long-header datagrams kept (the first MaxDatagrams read), in
+// the order they were read.
+func (l *Log) Datagrams() []DatagramArrival {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]DatagramArrival, len(l.datagrams))
+	for i, d := range l.datagrams {
+		out[i] = DatagramArrival{Sum: d.sum, At: d.kernel}
+	}
+	return out
 }
 
 // Arrival returns the kernel receive time of the latest read that returned at or before

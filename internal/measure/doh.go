@@ -28,6 +28,7 @@ func measureDoH(ctx context.Context, req *Request, res *Result) *Result {
 		dohQueries(ctx, req, res, func(ctx context.Context, msg []byte, sending func()) ([]byte, time.Time, error) {
 			return h.exchange(ctx, authority, path, post, msg, sending)
 		}, c.log)
+		res.PeerMaxStreams = h.peerMaxStreams()
 		return res.finish()
 	})
 }

@@ -66,6 +66,9 @@ type h2Client struct {
 	waiting    int           // requests waiting for a stream slot or send window
 	changed    chan struct{} // closed (and replaced) when a waiting request may go on
 
+	// maxStreamsSet: the server's SETTINGS named SETTINGS_MAX_CONCURRENT_STREAMS.
+	maxStreamsSet bool
+
 	readDone chan struct{}
 }
 
@@ -485,6 +488,17 @@ func (h *h2Client) streamError(id uint32, err error, code http2.ErrCode) {
 	h.reset(id, code)
 }
 
+// peerMaxStreams is the server's SETTINGS_MAX_CONCURRENT_STREAMS, nil if it sent none.
+func (h *h2Client) peerMaxStreams() *uint32 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.maxStreamsSet {
+		return nil
+	}
+	v := h.maxStreams
+	return &v
+}
+
 // onSettings applies the peer's SETTINGS and acknowledges them.
 func (h *h2Client) onSettings(f *http2.SettingsFrame) error {
 	var table uint32
@@ -496,7 +510,7 @@ func (h *h2Client) onSettings(f *http2.SettingsFrame) error {
 		}
 		switch s.ID {
 		case http2.SettingMaxConcurrentStreams:
-			h.maxStreams = s.Val
+			h.maxStreams, h.maxStreamsSet = s.Val, true
 		case http2.SettingInitialWindowSize:
 			h.peerWindow = s.Val
 		case http2.SettingHeaderTableSize:

@@ -192,6 +192,10 @@ type Request struct {
 	// loop's goroutine (see UDPLoop): Next and OnQuery are then called there, and Next
 	// must not block.
 	Loop *UDPLoop
+	// InitialPacketSize pads a DoQ/DoH3 client's Initial datagrams to this many bytes
+	// (quic-go's Config.InitialPacketSize, 1200..1452; 0: quic-go's 1,280). The server's
+	// anti-amplification budget is 3x what it receives (RFC 9000 §8.1).
+	InitialPacketSize uint16
 	// listenPacket, when set, opens a DoQ/DoH3 connection's socket in place of a
 	// kernel-timestamped UDP socket (tests: an in-process link); the Log it returns stays
 	// empty when the socket has no kernel timestamps, and the qlog's times are taken.
@@ -272,6 +276,10 @@ type Result struct {
 	Resumed       *bool
 	Used0RTT      *bool
 	TFO           *bool
+	// PeerMaxStreams is the concurrent-stream limit the server announced (DoH: its
+	// SETTINGS_MAX_CONCURRENT_STREAMS, RFC 9113 §6.5.2); nil when it announced none. DoQ's
+	// (initial_max_streams_bidi) is in QlogTrace.Server().Params.
+	PeerMaxStreams *uint32
 	// Qlog is the client's qlog (JSON-SEQ) of a QUIC connection, uncompressed, at most
 	// QlogLimit bytes. QlogTruncated: it reached the bound and was cut after its last
 	// complete record (a qlogana.TruncatedEvent record says so in the qlog too).

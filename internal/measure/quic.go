@@ -48,8 +48,9 @@ const (
 const QlogLimit = 256 << 10
 
 // qlogMarkReserve is the part of QlogLimit kept for the truncation record (it takes
-// ~110 bytes).
-const qlogMarkReserve = 256
+// ~110 bytes) and the arrivals record (qlogana.ArrivalsRecord of at most
+// kstamp.MaxDatagrams datagrams, ~52 bytes each).
+const qlogMarkReserve = 256 + 64*kstamp.MaxDatagrams
 
 // qlogBuffer collects the JSON-SEQ qlogs of one dial in memory: one trace per
 // connection attempt, concatenated in order (each trace has its own header with a
@@ -168,10 +169,11 @@ func (r *boundedRecorder) RecordEvent(e qlogwriter.Event) {
 }
 
 // bytes waits for every trace to be closed (its connection is closed), at most until
-// qlogTraceGrace after the exchange's deadline, and returns them, and whether they were
-// cut (then a qlogana.TruncatedEvent record ends them): by the budget, or because a
-// writer had not finished (its trace ends with its last complete record).
-func (b *qlogBuffer) bytes() ([]byte, bool) {
+// qlogTraceGrace after the exchange's deadline, and returns them followed by extra
+// (doqscan's own records; nothing when there is no trace), and whether they were cut
+// (then a qlogana.TruncatedEvent record ends them): by the budget, or because a writer
+// had not finished (its trace ends with its last complete record).
+func (b *qlogBuffer) bytes(extra []byte) ([]byte, bool) {
 	b.mu.Lock()
 	traces := append([]*traceBuf(nil), b.traces...)
 	b.mu.Unlock()
@@ -212,6 +214,9 @@ func (b *qlogBuffer) bytes() ([]byte, bool) {
 			out = append(out, p...)
 			last = t
 		}
+	}
+	if len(out) > 0 {
+		out = append(out, extra...)
 	}
 	if !b.full.Load() && !unfinished {
 		return out, false
@@ -283,6 +288,7 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		InitialConnectionReceiveWindow: quicConnWindow,
 		MaxConnectionReceiveWindow:     quicConnWindow,
 	}
+	qconf.InitialPacketSize = req.InitialPacketSize
 	if req.NoQlog {
 		qconf.Tracer = nil
 	}
@@ -341,6 +347,22 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		recordQUICState(req, res, conn)
 	}
 	return qc, nil
+}
+
+// arrivalsRecord is the qlog record of when the connection's long-header datagrams
+// reached the host (qlogana.ArrivalsEvent), empty when there were none: with it the
+// analysis times the server's packets by their arrival, not by when our busy client got
+// to them, in the stored qlog as in a file `qlogs export` writes.
+func arrivalsRecord(log *kstamp.Log) []byte {
+	ds := log.Datagrams()
+	if len(ds) == 0 {
+		return nil
+	}
+	arr := make([]qlogana.Arrival, len(ds))
+	for i, d := range ds {
+		arr[i] = qlogana.Arrival{Checksum: d.Sum, At: d.At}
+	}
+	return qlogana.ArrivalsRecord(arr)
 }
 
 // stampHandshake ends the handshake at the kernel arrival of the datagram the qlog says
@@ -412,7 +434,11 @@ func finishQUIC(conn *quicConn, res *Result, ql *qlogBuffer) {
 		conn.close()
 	}
 	closed := time.Now()
-	res.Qlog, res.QlogTruncated = ql.bytes()
+	var arrivals []byte
+	if conn != nil && conn.log != nil {
+		arrivals = arrivalsRecord(conn.log)
+	}
+	res.Qlog, res.QlogTruncated = ql.bytes(arrivals)
 	if finishPhases != nil {
 		collected := time.Now()
 		defer func() {

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlogwriter/jsontext"
 
+	"github.com/doqscan/doqscan/internal/kstamp"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 )
 
@@ -47,7 +49,7 @@ func recordQlog(t testing.TB, limit, traces int, events []string) ([]byte, bool)
 		}
 		_ = r.Close() // the last producer: the trace drains and closes
 	}
-	return b.bytes()
+	return b.bytes(nil)
 }
 
 // checkRecords: every record of out is a complete JSON object; all but a final
@@ -152,7 +154,7 @@ func TestQlogBufferEndsAtDeadline(t *testing.T) {
 	_, _ = tb.Write([]byte{0x1e})
 	_, _ = tb.Write([]byte(`{"time":1,"name":"test:te`))
 	begin := time.Now()
-	out, truncated := b.bytes()
+	out, truncated := b.bytes(nil)
 	if took := time.Since(begin); took >= qlogTraceWait {
 		t.Errorf("bytes took %v with the deadline passed (grace %v)", took, qlogTraceGrace)
 	}
@@ -162,5 +164,19 @@ func TestQlogBufferEndsAtDeadline(t *testing.T) {
 	checkRecords(t, out, nil, truncated)
 	if bytes.Contains(out, []byte("test:te")) {
 		t.Errorf("the unfinished record is kept: %q", out)
+	}
+}
+
+// TestQlogReserveHoldsDoqscansRecords: the part of QlogLimit kept from quic-go's records
+// holds the largest arrivals record (every datagram a Log keeps, the largest values) and
+// the truncation record.
+func TestQlogReserveHoldsDoqscansRecords(t *testing.T) {
+	arr := make([]qlogana.Arrival, kstamp.MaxDatagrams)
+	for i := range arr {
+		arr[i] = qlogana.Arrival{Checksum: math.MaxUint32, At: time.Unix(0, math.MaxInt64)}
+	}
+	n := len(qlogana.ArrivalsRecord(arr)) + len(qlogana.TruncatedRecord(1e9, QlogLimit, math.MaxInt64))
+	if n > qlogMarkReserve {
+		t.Errorf("doqscan's records take %d bytes, the reserve is %d", n, qlogMarkReserve)
 	}
 }

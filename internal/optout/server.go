@@ -54,8 +54,7 @@ var DefaultInfo = Info{
 		"the scanner refuses to start a scan that would send more than %d probes per second on average towards any /16.", pace.MaxPerSlash16),
 	Frequency: "a scan every week, verification of the hosts that answered once a week, measurements of verified DNS-over-QUIC resolvers every hour",
 	Stored:    "for each address that answers: the reply's classification, advertised QUIC versions, the server certificate chain, timing of the DNS exchanges, AS number and coarse location from GeoIP databases",
-	Published: "aggregate statistics and figures. Nothing is published automatically: the tools keep their data in the study's database. " +
-		"An address whose opt-out has been honoured is not contacted, so no data about it is collected from then on; data collected before stays unless you ask us to delete it.",
+	Published: NoReleaseText, // with a release: PublishedText (Server.ReleaseDir)
 }
 
 // Server serves the opt-out page.
@@ -77,6 +76,11 @@ type Server struct {
 	Sources           int
 	// SecureCookies marks the CSRF cookie Secure (when served over TLS only).
 	SecureCookies bool
+	// ReleaseDir is the data release the page describes under "What we publish"
+	// (manifest.json written by `dataset export`; PublishedText); ReleaseURL where it is
+	// published (empty: on request from the contact).
+	ReleaseDir string
+	ReleaseURL string
 	// Policy decides which requests are honoured at once (default PolicyOwnRange); under
 	// own-range, OwnRange (default DefaultOwnRange) is the largest range honoured at once.
 	Policy   Policy
@@ -252,7 +256,7 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, p page) 
 }
 
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
-	s.render(w, http.StatusOK, "index.html", page{Info: s.Info, Token: s.token(w, r), Count: s.excluded(r.Context()),
+	s.render(w, http.StatusOK, "index.html", page{Info: s.info(), Token: s.token(w, r), Count: s.excluded(r.Context()),
 		Limits: s.Limits, Policy: s.Policy, OwnRange: s.OwnRange, Source: peerOf(r)})
 }
 
@@ -308,7 +312,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.Log.Info("opt-out submitted", "id", e.ID, "prefix", req.Prefix, "status", e.Status, "source", r.RemoteAddr, "reason", d.Reason)
-	s.render(w, http.StatusOK, "done.html", page{Info: s.Info, Prefix: req.Prefix.String(), Email: req.Email,
+	s.render(w, http.StatusOK, "done.html", page{Info: s.info(), Prefix: req.Prefix.String(), Email: req.Email,
 		Status: e.Status, ID: e.ID, Source: addrOrUnknown(peer), Policy: s.Policy, OwnRange: s.OwnRange,
 		Count: s.excluded(r.Context())})
 }
@@ -329,7 +333,7 @@ func (s *Server) Rewrite(ctx context.Context) (string, error) {
 // does not query the database (the count is not shown).
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, field, msg string) {
 	s.Log.Info("opt-out refused", "status", status, "field", field, "reason", msg, "source", r.RemoteAddr)
-	s.render(w, status, "index.html", page{Info: s.Info, Token: s.token(w, r), Error: msg, Field: field,
+	s.render(w, status, "index.html", page{Info: s.info(), Token: s.token(w, r), Error: msg, Field: field,
 		Range: trunc(r.PostFormValue("range"), MaxRangeLen), Email: trunc(r.PostFormValue("email"), MaxEmailLen),
 		Note: trunc(r.PostFormValue("note"), MaxNoteLen), Limits: s.Limits, Policy: s.Policy, OwnRange: s.OwnRange,
 		Source: peerOf(r)})

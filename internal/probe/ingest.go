@@ -29,6 +29,7 @@ type Ingest struct {
 	Log        *slog.Logger
 
 	rows      []store.ScanReply
+	week      string                    // the scan's ISO week, every row's partition key (read once)
 	Counts    map[uint16]map[Kind]int64 // per port, per kind
 	Lines     int64                     // data lines read (the header not counted)
 	Replies   int64                     // replies classified
@@ -91,6 +92,14 @@ func (in *Ingest) Flush(ctx context.Context) error {
 		if err := in.beforeFlush(); err != nil {
 			return fmt.Errorf("raw output: %w", err)
 		}
+	}
+	if in.week == "" {
+		if err := in.Store.Pool.QueryRow(ctx, `SELECT iso_week FROM scans WHERE scan_id = $1`, in.ScanID).Scan(&in.week); err != nil {
+			return fmt.Errorf("ingest %d replies: week of scan %d: %w", len(in.rows), in.ScanID, store.Unavailable(err))
+		}
+	}
+	for i := range in.rows {
+		in.rows[i].ISOWeek = in.week
 	}
 	n, err := store.Insert(ctx, in.Store, store.TableScanReplies, in.rows)
 	if err != nil {

@@ -127,6 +127,15 @@ func InsertTx[T any](ctx context.Context, tx pgx.Tx, table string, rows []T) (in
 	shape := shapeOf(reflect.TypeOf(zero))
 	ident := pgx.Identifier{table}.Sanitize()
 
+	// A role under row-level security (a vantage point's, on a central database) may
+	// not COPY into the table at all: it takes the path through a temporary table.
+	rls, err := rowSecurityActive(ctx, tx, table)
+	if err != nil {
+		return 0, fmt.Errorf("insert %s: %w", table, err)
+	}
+	if rls {
+		return insertVia(ctx, tx, table, ident, shape, rows)
+	}
 	// Fast path: COPY straight into the table. A first run's rows are all new; if any
 	// row's key exists already (a re-run), the COPY fails as a whole with a unique
 	// violation, is rolled back to the savepoint, and the slow path below skips the
@@ -149,7 +158,30 @@ func InsertTx[T any](ctx context.Context, tx pgx.Tx, table string, rows []T) (in
 	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT doqscan_copy"); err != nil {
 		return 0, fmt.Errorf("insert %s: %w", table, err)
 	}
+	return insertVia(ctx, tx, table, ident, shape, rows)
+}
 
+// rlsActive caches whether row-level security applies to a (database, login role,
+// table): it does not change while a process runs.
+var rlsActive sync.Map // "host|port|database|user|table" -> bool
+
+func rowSecurityActive(ctx context.Context, tx pgx.Tx, table string) (bool, error) {
+	c := tx.Conn().Config()
+	key := fmt.Sprintf("%s|%d|%s|%s|%s", c.Host, c.Port, c.Database, c.User, table)
+	if v, ok := rlsActive.Load(key); ok {
+		return v.(bool), nil
+	}
+	var on bool
+	if err := tx.QueryRow(ctx, `SELECT coalesce(row_security_active(to_regclass($1)), false)`, table).Scan(&on); err != nil {
+		return false, err
+	}
+	rlsActive.Store(key, on)
+	return on, nil
+}
+
+// insertVia loads rows with COPY into a temporary table and moves them into the table
+// with ON CONFLICT DO NOTHING, skipping rows whose key exists.
+func insertVia[T any](ctx context.Context, tx pgx.Tx, table, ident string, shape *rowShape, rows []T) (int64, error) {
 	tmp := "doqscan_load_" + table
 	if _, err := tx.Exec(ctx, fmt.Sprintf(
 		"CREATE TEMP TABLE IF NOT EXISTS %s (LIKE %s INCLUDING DEFAULTS) ON COMMIT DROP",

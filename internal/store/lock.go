@@ -73,6 +73,7 @@ type Lock struct {
 
 	mu   sync.Mutex
 	conn *pgx.Conn
+	pid  uint32 // the server process of the connection that took the lock last
 }
 
 // TryLock takes the lock of key, waiting at most LockWait for another session to let go
@@ -94,7 +95,7 @@ func (s *Store) TryLock(ctx context.Context, key string) (*Lock, error) {
 	cfg.RuntimeParams["tcp_keepalives_interval"] = "5"
 	cfg.RuntimeParams["tcp_keepalives_count"] = "3"
 	l := &Lock{Key: key, id: LockID(key), cfg: cfg}
-	if err := l.take(ctx); err != nil {
+	if err := l.take(ctx, 0); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -106,8 +107,11 @@ func processName() string {
 	return fmt.Sprintf("doqscan %s pid %d on %s", filepath.Base(os.Args[0]), os.Getpid(), host)
 }
 
-// take connects and takes the lock on the new connection, which it keeps.
-func (l *Lock) take(ctx context.Context) error {
+// take connects and takes the lock on the new connection, which it keeps. stale, if not
+// 0, is the server process of this Lock's own earlier connection: a connection this
+// process lost (a network cut) that the server has not noticed yet still holds the lock,
+// and is ended instead of being taken for another run.
+func (l *Lock) take(ctx context.Context, stale uint32) error {
 	conn, err := pgx.ConnectConfig(ctx, l.cfg)
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", l.Key, Unavailable(err))
@@ -116,15 +120,29 @@ func (l *Lock) take(ctx context.Context) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: lock_timeout passed
 		e := &LockedError{Key: l.Key}
+		var holder uint32
 		// An advisory lock on a bigint key is (classid, objid) = (high, low 32 bits),
 		// objsubid 1.
-		_ = conn.QueryRow(ctx, `SELECT a.application_name, a.backend_start FROM pg_locks k
+		_ = conn.QueryRow(ctx, `SELECT k.pid, a.application_name, a.backend_start FROM pg_locks k
 			JOIN pg_stat_activity a ON a.pid = k.pid
 			WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1
 			  AND k.classid::bigint = $1 AND k.objid::bigint = $2 LIMIT 1`,
-			int64(uint64(l.id)>>32), int64(uint64(l.id)&0xffffffff)).Scan(&e.Holder, &e.Since)
-		conn.Close(context.WithoutCancel(ctx))
-		return e
+			int64(uint64(l.id)>>32), int64(uint64(l.id)&0xffffffff)).Scan(&holder, &e.Holder, &e.Since)
+		if stale != 0 && holder == stale {
+			// Our own lost session: end it (a role may end its own sessions) and wait
+			// for the lock again.
+			_, err = conn.Exec(ctx, "SELECT pg_terminate_backend($1)", int64(stale))
+			if err == nil {
+				_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", l.id)
+			}
+		}
+		if err != nil {
+			conn.Close(context.WithoutCancel(ctx))
+			if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+				return e
+			}
+			return fmt.Errorf("lock %s: %w", l.Key, Unavailable(err))
+		}
 	}
 	if err != nil {
 		conn.Close(context.WithoutCancel(ctx))
@@ -132,6 +150,7 @@ func (l *Lock) take(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	l.conn = conn
+	l.pid = conn.PgConn().PID()
 	l.mu.Unlock()
 	return nil
 }
@@ -188,13 +207,16 @@ func (l *Lock) Keep(ctx context.Context, interval time.Duration, log *slog.Logge
 			return nil
 		}
 		log.Warn("the database connection holding the run's lock dropped: taking the lock again", "key", l.Key, "err", oneLine(err))
+		l.mu.Lock()
+		stale := l.pid
+		l.mu.Unlock()
 		l.close(ctx)
 		err = Retry(ctx, lockPolicy(RetryPolicy{Deadline: NoDeadline}), log, "take the run's lock again", func(actx context.Context) error {
 			// Retry's attempt outlives ctx (for writes); this one need not.
 			actx, cancel := context.WithCancel(actx)
 			defer context.AfterFunc(ctx, cancel)()
 			defer cancel()
-			return l.take(actx)
+			return l.take(actx, stale)
 		})
 		if ctx.Err() != nil {
 			return nil

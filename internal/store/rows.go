@@ -38,6 +38,7 @@ type ScanReply struct {
 	PayloadLen   *int32     `db:"payload_len"`
 	Payload      []byte     `db:"payload"`
 	ReceivedAt   time.Time  `db:"received_at"`
+	ISOWeek      string     `db:"iso_week"` // the scan's week: the partition key (migration 0012)
 }
 
 // Certificate is one X.509 certificate, keyed by the SHA-256 of its DER.
@@ -116,7 +117,8 @@ type Qlog struct {
 	RawSize    int32      `db:"raw_size"`
 	Data       []byte     `db:"data"`
 	CreatedAt  time.Time  `db:"created_at"`
-	Truncated  bool       `db:"truncated"` // cut at the in-memory bound (migration 0005)
+	Truncated  bool       `db:"truncated"`  // cut at the in-memory bound (migration 0005)
+	RoundHour  time.Time  `db:"round_hour"` // the campaign's hour: the partition key (migration 0012)
 }
 
 // Measurement is one timed DNS exchange (warm-up or measured) over one protocol.
@@ -151,6 +153,7 @@ type Measurement struct {
 	Used0RTT      *bool      `db:"used_0rtt"`
 	TFO           *bool      `db:"tfo"`
 	QlogID        *[16]byte  `db:"qlog_id"`
+	RoundHour     time.Time  `db:"round_hour"` // the campaign's hour: the partition key (migration 0012)
 }
 
 // RTTSample is one RTT probe to a resolver's port over one transport.
@@ -164,24 +167,26 @@ type RTTSample struct {
 	RTTNS      *int64     `db:"rtt_ns"`
 	Status     string     `db:"status"`
 	Detail     string     `db:"detail"`
+	RoundHour  time.Time  `db:"round_hour"` // the campaign's hour: the partition key (migration 0012)
 }
 
 // HandshakeAnalysis says why a handshake took the round trips it took.
 type HandshakeAnalysis struct {
-	MeasurementID      [16]byte `db:"measurement_id"`
-	RTTNS              *int64   `db:"rtt_ns"`
-	Ratio              *float32 `db:"ratio"`
-	RoundTrips         *int16   `db:"round_trips"`
-	OneRTT             bool     `db:"one_rtt"`
-	VersionNegotiation bool     `db:"version_negotiation"`
-	Retry              bool     `db:"retry"`
-	AmplificationStall bool     `db:"amplification_stall"`
-	Loss               bool     `db:"loss"`
-	ClientInitialBytes *int32   `db:"client_initial_bytes"`
-	ServerBytesPreAck  *int32   `db:"server_bytes_pre_ack"`
-	StallNS            *int64   `db:"stall_ns"`
-	Cause              string   `db:"cause"`
-	Detail             []byte   `db:"detail"` // JSON
+	MeasurementID      [16]byte  `db:"measurement_id"`
+	RTTNS              *int64    `db:"rtt_ns"`
+	Ratio              *float32  `db:"ratio"`
+	RoundTrips         *int16    `db:"round_trips"`
+	OneRTT             bool      `db:"one_rtt"`
+	VersionNegotiation bool      `db:"version_negotiation"`
+	Retry              bool      `db:"retry"`
+	AmplificationStall bool      `db:"amplification_stall"`
+	Loss               bool      `db:"loss"`
+	ClientInitialBytes *int32    `db:"client_initial_bytes"`
+	ServerBytesPreAck  *int32    `db:"server_bytes_pre_ack"`
+	StallNS            *int64    `db:"stall_ns"`
+	Cause              string    `db:"cause"`
+	Detail             []byte    `db:"detail"`     // JSON
+	RoundHour          time.Time `db:"round_hour"` // the measurement's: the partition key (migration 0012)
 }
 
 // ResolverFeature records whether a resolver supports one optional feature.

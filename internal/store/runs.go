@@ -320,3 +320,48 @@ func provenanceAppend(table string) string {
 		    OR EXISTS (SELECT 1 FROM jsonb_array_elements(%[1]s.provenance) e WHERE e = EXCLUDED.provenance->0)
 		  THEN %[1]s.provenance ELSE %[1]s.provenance || EXCLUDED.provenance END`, table)
 }
+
+// VantageRole is the database role of vantage point id on a central database: "vp_" and
+// the id (docs/fleet.md).
+func VantageRole(id string) (string, error) {
+	r := "vp_" + id
+	if len(r) > 63 {
+		return "", fmt.Errorf("vantage %q: role name %q is longer than PostgreSQL's 63 bytes", id, r)
+	}
+	return r, nil
+}
+
+// AddVantageRole creates (or completes) the login role of vantage point id with the
+// grants of a vantage point (doqscan_grant_vantage: its own rows only, no schema change,
+// no opt-out requester's details), records the vantage point and maps the role to it.
+// Run by the admin (a role that may create roles); running it again changes nothing.
+func (s *Store) AddVantageRole(ctx context.Context, id string) (string, error) {
+	role, err := VantageRole(id)
+	if err != nil {
+		return "", err
+	}
+	if err := s.EnsureVantage(ctx, Vantage{ID: id}); err != nil {
+		return "", err
+	}
+	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, role).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN"); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `SELECT doqscan_grant_vantage($1)`, role); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO vantage_roles (role_name, vantage_id) VALUES ($1, $2)
+			ON CONFLICT (role_name) DO UPDATE SET vantage_id = EXCLUDED.vantage_id`, role, id)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("role of vantage %q: %w", id, err)
+	}
+	return role, nil
+}

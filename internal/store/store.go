@@ -38,6 +38,8 @@ var ErrUnavailable = errors.New("database unavailable")
 // Store is a connection pool to doqscan's database.
 type Store struct {
 	Pool *pgxpool.Pool
+	// Log receives progress of long schema work (moving rows into partitions); nil: none.
+	Log *slog.Logger
 }
 
 // migration is one versioned schema change.
@@ -69,9 +71,12 @@ func migrations() ([]migration, error) {
 		out = append(out, migration{version: v, name: m[2], sql: string(body)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	for i := range out {
-		if out[i].version != i+1 {
-			return nil, fmt.Errorf("migrations: expected version %d, found %d (%s)", i+1, out[i].version, out[i].name)
+	// Versions increase but may leave gaps: branches developed side by side take numbers
+	// apart, and Migrate applies every version a database has not recorded, whatever
+	// newer ones it has.
+	for i := 1; i < len(out); i++ {
+		if out[i].version == out[i-1].version {
+			return nil, fmt.Errorf("migrations: version %d twice (%s, %s)", out[i].version, out[i-1].name, out[i].name)
 		}
 	}
 	return out, nil
@@ -145,7 +150,7 @@ func OpenLogged(ctx context.Context, url string, log *slog.Logger) (*Store, erro
 		}
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, msg)
 	}
-	s := &Store{Pool: pool}
+	s := &Store{Pool: pool, Log: log}
 	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -176,9 +181,13 @@ func ParseConfig(url string) (*pgxpool.Config, error) {
 // Close releases the pool.
 func (s *Store) Close() { s.Pool.Close() }
 
-// Migrate applies schema.sql and every newer migration, under an advisory lock. Applying
-// it again changes nothing. A database whose newest version is above SchemaVersion() is
-// refused with ErrSchemaNewer before anything is written.
+// Migrate applies schema.sql and every newer migration, under an advisory lock, moves
+// the rows of tables a migration set aside into their partitioned successors
+// (MoveUnpartitioned), and creates the partitions of the coming months and weeks.
+// Applying it again changes nothing. A database whose newest version is above
+// SchemaVersion() is refused with ErrSchemaNewer before anything is written; one at
+// SchemaVersion() is not written to at all (a role that may not alter the schema, such
+// as a vantage point's on a central database, opens it too).
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := migrations()
 	if err != nil {
@@ -198,15 +207,37 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	applied, err := appliedVersions(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
 	known := ms[len(ms)-1].version
 	if current > known {
 		return fmt.Errorf("%w: database is at version %d, this binary knows up to %d; upgrade doqscan",
 			ErrSchemaNewer, current, known)
 	}
+	if err := applyMigrations(ctx, conn.Conn(), ms, applied, known); err != nil {
+		return err
+	}
+	if err := s.moveUnpartitioned(ctx, conn.Conn()); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "SELECT doqscan_ensure_ahead()"); err != nil {
+		return fmt.Errorf("partitions ahead of time: %w", err)
+	}
+	return nil
+}
+
+// applyMigrations applies every migration up to version upTo that schema_migrations
+// does not record (applied), in version order, each in its own transaction: schema.sql
+// on an empty database, then the numbered migrations, gaps in the numbering allowed (a
+// migration numbered below one already applied, merged later, still runs). schema.sql
+// is version 1 and is not applied again to a database that has it: later migrations
+// redefine some of its functions (the parent checks of the partitioned tables), which it
+// would put back.
+func applyMigrations(ctx context.Context, conn *pgx.Conn, ms []migration, applied map[int]bool, upTo int) error {
 	for _, m := range ms {
-		// schema.sql is idempotent and applied every time (it creates what a partial or
-		// older database lacks); later migrations run once.
-		if m.version > 1 && m.version <= current {
+		if applied[m.version] || m.version > upTo {
 			continue
 		}
 		tx, err := conn.Begin(ctx)
@@ -248,6 +279,29 @@ func currentVersion(ctx context.Context, conn *pgx.Conn) (int, error) {
 		return 0, fmt.Errorf("read schema version: %w", err)
 	}
 	return v, nil
+}
+
+// appliedVersions returns every version schema_migrations records (none on an empty
+// database).
+func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]bool, error) {
+	out := map[int]bool{}
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return out, err
+	}
+	rows, err := conn.Query(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("read schema versions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out[v] = true
+	}
+	return out, rows.Err()
 }
 
 // Version reports the database's newest applied schema version.

@@ -129,9 +129,9 @@ func newFixture(t *testing.T, s *store.Store) *fixture {
 	cert := make32(3)
 	f.replies = []store.ScanReply{{ScanID: f.scanID, Port: 784, Address: addr, Sport: ptr(int32(784)), ReplyKind: "quic-vn",
 		QUICVersions: []int64{1, 0x6b3343cf, 0x1a2a3a4a}, GreaseCount: ptr(int16(1)), VNCIDMatch: ptr(true),
-		PayloadLen: ptr(int32(31)), Payload: []byte{0x80, 0, 0, 0, 0}, ReceivedAt: now},
+		PayloadLen: ptr(int32(31)), Payload: []byte{0x80, 0, 0, 0, 0}, ReceivedAt: now, ISOWeek: "2026-W47"},
 		{ScanID: f.scanID, Port: 53, Address: netip.MustParseAddr("198.19.1.3"), ReplyKind: "dns", DNSRcode: ptr(int16(0)),
-			DNSAnswers: ptr(int16(1)), DNSRA: ptr(true), ReceivedAt: now}}
+			DNSAnswers: ptr(int16(1)), DNSRA: ptr(true), ReceivedAt: now, ISOWeek: "2026-W47"}}
 	f.certs = []store.Certificate{{SHA256: cert, DER: []byte{0x30, 0x82}, Subject: "CN=dns.example", SubjectCN: "dns.example",
 		SANs: []string{"dns.example", "198.19.1.2"}, Issuer: "CN=Test CA", IssuerCN: "Test CA", Serial: "01",
 		NotBefore: ptr(now.Add(-time.Hour)), NotAfter: ptr(now.Add(time.Hour)), KeyType: "ecdsa", KeyBits: ptr(int32(256)),
@@ -148,17 +148,17 @@ func newFixture(t *testing.T, s *store.Store) *fixture {
 		KeyShare: "x25519", Phase: "measured"}
 	qid := key.QlogID()
 	f.qlogs = []store.Qlog{{QlogID: qid, CampaignID: f.campaignID, Address: addr, Port: 784, ODCID: []byte{1, 2, 3, 4},
-		Encoding: "gzip", Format: "sqlog", RawSize: 100, Data: []byte{0x1f, 0x8b}, CreatedAt: now, Truncated: true}}
+		Encoding: "gzip", Format: "sqlog", RawSize: 100, Data: []byte{0x1f, 0x8b}, CreatedAt: now, Truncated: true, RoundHour: now}}
 	f.measurements = []store.Measurement{{MeasurementID: key.ID(), CampaignID: f.campaignID, Address: addr, Protocol: "doq",
 		Port: 784, Mode: "fresh", KeyShare: "x25519", Phase: "measured", StartedAt: now,
 		HandshakeNS: ptr(int64(41_000_000)), ResolveNS: ptr(int64(40_500_000)), Status: "ok", Rcode: ptr(int16(0)),
 		Answers: []string{"198.51.100.1"}, TLSVersion: ptr(int32(0x0304)), QUICVersion: ptr(int64(1)), ALPN: ptr("doq"),
 		TokenReceived: ptr(true), TokenUsed: ptr(true), RetrySeen: ptr(false), VNSeen: ptr(false), Resumed: ptr(false),
-		Used0RTT: ptr(false), QlogID: &qid}}
+		Used0RTT: ptr(false), QlogID: &qid, RoundHour: now}}
 	f.rtts = []store.RTTSample{{CampaignID: f.campaignID, Address: addr, Transport: "quic", Port: 784, Seq: 0, SentAt: now,
-		RTTNS: ptr(int64(40_100_000)), Status: "ok"}}
+		RTTNS: ptr(int64(40_100_000)), Status: "ok", RoundHour: now}}
 	f.analyses = []store.HandshakeAnalysis{{MeasurementID: key.ID(), RTTNS: ptr(int64(40_100_000)), Ratio: ptr(float32(1.02)),
-		RoundTrips: ptr(int16(1)), OneRTT: true, Cause: "1rtt", Detail: []byte(`{"packets": 4}`)}}
+		RoundTrips: ptr(int16(1)), OneRTT: true, Cause: "1rtt", Detail: []byte(`{"packets": 4}`), RoundHour: now}}
 	f.features = []store.ResolverFeature{{CampaignID: f.campaignID, Address: addr, Protocol: "doq", Port: 784, Feature: "0rtt",
 		Supported: ptr(false)}}
 	f.optouts = []store.OptOutRequest{{Prefix: netip.MustParsePrefix("198.19.200.0/24"), Email: "noc@example.net",
@@ -385,7 +385,8 @@ func BenchmarkCopyMeasurements(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		cid, _, err := s.StartCampaign(ctx, store.Campaign{VantageID: "bench", RoundHour: base.Add(time.Duration(i) * time.Hour)})
+		hour := base.Add(time.Duration(i) * time.Hour)
+		cid, _, err := s.StartCampaign(ctx, store.Campaign{VantageID: "bench", RoundHour: hour})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -399,7 +400,7 @@ func BenchmarkCopyMeasurements(b *testing.B) {
 			rows[j] = store.Measurement{MeasurementID: k.ID(), CampaignID: cid, Address: k.Address, Protocol: proto,
 				Port: 853, Mode: "fresh", Phase: k.Phase, Seq: k.Seq, StartedAt: base, HandshakeNS: ptr(int64(j)),
 				ResolveNS: ptr(int64(j)), Status: "ok", Rcode: ptr(int16(0)), Answers: []string{"198.51.100.1"},
-				TLSVersion: ptr(int32(0x0304)), ALPN: ptr("doq")}
+				TLSVersion: ptr(int32(0x0304)), ALPN: ptr("doq"), RoundHour: hour}
 			_ = addr
 		}
 		b.StartTimer()

@@ -39,6 +39,9 @@ type Options struct {
 	Paths *delayline.Table
 	// Servers starts bin/simserver and the peers (when a population is given).
 	Servers bool
+	// DB adds the central database's namespace and starts a PostgreSQL there for a fleet
+	// of vantage points (db.go).
+	DB      bool
 	NoPeers bool   // with Servers: start bin/simserver only
 	Seed    uint64 // delay-line RNG seed (loss, jitter); default 1
 	// Lead: see delayline.Config.Lead. 0 means DefaultLead; negative means none.
@@ -131,6 +134,7 @@ type Manifest struct {
 	Vantages   int       `json:"vantages"`
 	Population string    `json:"population,omitempty"`
 	Servers    bool      `json:"servers"`
+	DB         bool      `json:"db,omitempty"`
 	Started    time.Time `json:"started"`
 }
 
@@ -153,6 +157,7 @@ func Ensure(ctx context.Context, o Options) (*Testbed, error) {
 	if err != nil {
 		return nil, err
 	}
+	in.DB = o.DB
 	tb := &Testbed{Instance: in, Opts: o, State: StateDir(o.Home, o.Name)}
 	if err := os.MkdirAll(tb.State, 0o755); err != nil {
 		return nil, err
@@ -188,7 +193,13 @@ func Ensure(ctx context.Context, o Options) (*Testbed, error) {
 			return nil, err
 		}
 	}
-	m := Manifest{Name: o.Name, Vantages: o.Vantages, Population: o.Population, Servers: o.Servers, Started: time.Now().UTC()}
+	if o.DB {
+		if err := tb.ensureDB(ctx); err != nil {
+			return nil, err
+		}
+	}
+	m := Manifest{Name: o.Name, Vantages: o.Vantages, Population: o.Population, Servers: o.Servers, DB: o.DB,
+		Started: time.Now().UTC()}
 	b, _ := json.MarshalIndent(m, "", "  ")
 	if err := os.WriteFile(filepath.Join(tb.State, "instance.json"), append(b, '\n'), 0o644); err != nil {
 		return nil, err

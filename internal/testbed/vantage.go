@@ -212,6 +212,15 @@ func RequirePeer(t testing.TB, pop *population.Population, rec *population.Recor
 	if rec.Peer == "" {
 		return
 	}
+	if peers.Optional[peers.Kind(rec.Peer)] {
+		root, err := peers.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := peers.Installed(root, peers.Kind(rec.Peer)); err != nil {
+			t.Skipf("SKIP: %s is an optional peer (scripts/install-peers.sh %s), and %v", rec.Peer, rec.Peer, err)
+		}
+	}
 	if err := PeersMissing(t, pop); err != nil {
 		t.Skipf("SKIP: the testbed starts the third-party peers all or none, and %v", err)
 	}
@@ -219,7 +228,9 @@ func RequirePeer(t testing.TB, pop *population.Population, rec *population.Recor
 
 // PeersMissing returns why the testbed starts none of pop's third-party peers (one of
 // them is not installed: peers.StartPopulation fails with ErrNotInstalled and the
-// testbed leaves their addresses silent), or nil: an installed set must answer.
+// testbed leaves their addresses silent), or nil: an installed set must answer. Optional
+// peers (peers.Optional) do not count: RequirePeer skips their records when they are
+// not installed.
 func PeersMissing(t testing.TB, pop *population.Population) error {
 	t.Helper()
 	root, err := peers.RepoRoot()
@@ -227,7 +238,7 @@ func PeersMissing(t testing.TB, pop *population.Population) error {
 		t.Fatal(err)
 	}
 	for _, r := range pop.AllRecords() {
-		if r.Peer == "" {
+		if r.Peer == "" || peers.Optional[peers.Kind(r.Peer)] {
 			continue
 		}
 		if err := peers.Installed(root, peers.Kind(r.Peer)); err != nil {

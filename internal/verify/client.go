@@ -25,6 +25,7 @@ import (
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/measure/qlogana"
 )
 
 // SNI sources (verification_results.sni_source).
@@ -56,6 +57,9 @@ type Config struct {
 	SNINames         []string       // names to retry with when SNI seems required
 	MaxSNIAttempts   int            // retries with names, per target
 	Roots            *x509.CertPool // for cert_valid_for_sni; nil: system pool
+	// NoIdentify skips the QUIC library identification (the qlog of each attempt and the
+	// probe offering UnknownALPN): Result.Stack stays nil.
+	NoIdentify bool
 	// Now is the clock for certificate validity (tests); nil: time.Now.
 	Now func() time.Time
 }
@@ -139,6 +143,9 @@ type Result struct {
 	Answers     int
 	Attempts    int
 	At          time.Time
+	// Stack is the QUIC library identification (nil: identification off, or the server
+	// showed nothing of its stack).
+	Stack *Stack
 }
 
 // Verifier verifies targets; it is safe for concurrent use.
@@ -218,6 +225,7 @@ type attempt struct {
 	hsDone   bool
 	res      Result
 	certSeen []*x509.Certificate
+	view     *qlogana.ServerView // what the attempt's qlog shows of the server (identification on)
 }
 
 // Verify verifies one target. It never returns without an outcome and never takes
@@ -225,12 +233,59 @@ type attempt struct {
 func (v *Verifier) Verify(ctx context.Context, t Target) Result {
 	ctx, cancel := context.WithTimeout(ctx, v.cfg.TargetTimeout)
 	defer cancel()
+	if v.cfg.NoIdentify {
+		return v.verify(ctx, t, nil)
+	}
+	var views []*qlogana.ServerView
+	r := v.verify(ctx, t, &views)
+	var ev StackEvidence
+	for _, vw := range views {
+		// The attempt that got furthest: its handshake completed, else the first that
+		// heard from the server.
+		if vw != nil && (ev.Handshake == nil || vw.Params != nil && ev.Handshake.Params == nil) {
+			ev.Handshake = vw
+		}
+	}
+	for _, sv := range t.ScanVersions {
+		ev.VN = append(ev.VN, uint32(sv))
+	}
+	st := Identify(ev)
+	if st.Library == LibraryUnknown && (ev.Handshake != nil || len(ev.VN) > 0) {
+		// The verification's own handshakes left it undecided: one handshake offering an
+		// ALPN no server speaks (how it refuses differs between stacks), and for a server
+		// that refuses every ALPN we offered, one offering h3 (its transport parameters).
+		ev.UnknownALPN = v.probeUnknownALPN(ctx, t)
+		if ev.Handshake == nil || ev.Handshake.Params == nil {
+			if u := ev.UnknownALPN; u != nil && u.Close != nil && u.Close.TLSAlert != nil && *u.Close.TLSAlert == alertNoApplicationProto {
+				if h := v.probeALPN(ctx, t, IdentifyALPN); h != nil && h.Params != nil {
+					ev.Handshake = h
+				}
+			}
+		}
+		st = Identify(ev)
+	}
+	if !ev.Empty() {
+		r.Stack = &st
+	}
+	return r
+}
+
+// verify is Verify without the identification; views, when not nil, receives what each
+// attempt's qlog showed of the server.
+func (v *Verifier) verify(ctx context.Context, t Target, views *[]*qlogana.ServerView) Result {
+	try := func(ctx context.Context, t Target, sni string, alpns []string) *attempt {
+		a := v.try(ctx, t, sni, alpns, views != nil)
+		if views != nil {
+			*views = append(*views, a.view)
+		}
+		return a
+	}
 	start := time.Now()
-	first := v.try(ctx, t, "", v.cfg.ALPNs)
+	first := try(ctx, t, "", v.cfg.ALPNs)
 	res := first.result(t, SNINone)
 	res.Attempts = 1
 	if refusesEveryALPN(first.err) {
-		return v.retryWithoutALPN(ctx, t, res, start)
+		return v.retryWithoutALPN(ctx, t, res, start, try)
 	}
 	if first.hsDone || !suggestsSNI(first.err, len(first.certSeen) > 0) {
 		res.At = start
@@ -261,7 +316,7 @@ func (v *Verifier) Verify(ctx context.Context, t Target) Result {
 			break
 		}
 		tried = append(tried, c.name)
-		a := v.try(ctx, t, c.name, v.cfg.ALPNs)
+		a := try(ctx, t, c.name, v.cfg.ALPNs)
 		res.Attempts++
 		if a.hsDone {
 			r := a.result(t, c.source)
@@ -298,8 +353,9 @@ func refusesEveryALPN(err error) bool {
 // (doq.NoALPNFraming) gets a well-formed reply, the target is doq-no-alpn with that
 // connection's records (ALPN empty); otherwise it stays quic-not-doq, its detail saying
 // what the attempt without ALPN met.
-func (v *Verifier) retryWithoutALPN(ctx context.Context, t Target, res Result, start time.Time) Result {
-	a := v.try(ctx, t, "", nil)
+func (v *Verifier) retryWithoutALPN(ctx context.Context, t Target, res Result, start time.Time,
+	try func(context.Context, Target, string, []string) *attempt) Result {
+	a := try(ctx, t, "", nil)
 	res.Attempts++
 	res.At = start
 	if a.hsDone && a.outcome == OutcomeDoQNoALPN {
@@ -356,8 +412,21 @@ func (c *connectedConn) SetReadBuffer(int) error  { return nil }
 func (c *connectedConn) SetWriteBuffer(int) error { return nil }
 
 // try makes one connection attempt with server name sni ("" = none) offering alpns (none
-// at all when empty) and, if the handshake completes, one DNS exchange.
-func (v *Verifier) try(ctx context.Context, t Target, sni string, alpns []string) *attempt {
+// at all when empty) and, if the handshake completes, one DNS exchange. With traced, the
+// attempt's qlog is kept and read for what it shows of the server (attempt.view).
+func (v *Verifier) try(ctx context.Context, t Target, sni string, alpns []string, traced bool) *attempt {
+	var q *qlogCapture
+	if traced {
+		q = &qlogCapture{}
+	}
+	a := v.tryConn(ctx, t, sni, alpns, q)
+	if q != nil {
+		a.view = q.view()
+	}
+	return a
+}
+
+func (v *Verifier) tryConn(ctx context.Context, t Target, sni string, alpns []string, q *qlogCapture) *attempt {
 	a := &attempt{sni: sni}
 	raddr := net.UDPAddrFromAddrPort(t.Addr)
 	uc, err := net.DialUDP("udp", nil, raddr)
@@ -366,6 +435,9 @@ func (v *Verifier) try(ctx context.Context, t Target, sni string, alpns []string
 		a.outcome, a.detail = classifyHandshake(err)
 		return a
 	}
+	// Deferred first, so it runs last: quic.Transport.Close leaves open a socket it did
+	// not create.
+	defer uc.Close()
 	tr := &quic.Transport{Conn: &connectedConn{c: uc, raddr: raddr}}
 	defer tr.Close()
 
@@ -394,6 +466,9 @@ func (v *Verifier) try(ctx context.Context, t Target, sni string, alpns []string
 		Versions:             v.cfg.Versions,
 		HandshakeIdleTimeout: v.cfg.HandshakeTimeout,
 		MaxIdleTimeout:       v.cfg.QueryTimeout + v.cfg.HandshakeTimeout,
+	}
+	if q != nil {
+		qconf.Tracer = q.tracer
 	}
 	hctx, hcancel := context.WithTimeout(ctx, v.cfg.HandshakeTimeout)
 	defer hcancel()

@@ -33,6 +33,7 @@ type Flags struct {
 	scanID                        int64
 	ports, alpns, versions, names string
 	roots                         string
+	identify, ddr                 bool
 }
 
 var weekRE = regexp.MustCompile(`^[0-9]{4}-W(0[1-9]|[1-4][0-9]|5[0-3])$`)
@@ -43,7 +44,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	cfg := &f.Config
 	cli.Int64Var(fs, &f.scanID, "scan-id", 0, 0, math.MaxInt64, "verify this scan's QUIC hosts (default: the latest scan)")
 	fs.StringVar(&cfg.Scan.Week, "week", "", "verify the QUIC hosts of this ISO week's scans (YYYY-Www, all shards); also names the run (default: $DOQSCAN_RUN_KEY under jobrun, else the latest scan)")
-	fs.StringVar(&cfg.Scan.Label, "scan-label", "weekly", "label of the scans to take with --week")
+	fs.StringVar(&cfg.Scan.Label, "scan-label", "weekly", "label of the scans to take (with --week or the latest)")
+	fs.StringVar(&cfg.Scan.Vantage, "scan-vantage", "", "vantage point of the scans to take (default: --vantage, this one's own; '*': every vantage point's, the shards of a scan split over machines)")
 	fs.StringVar(&cfg.TargetsFile, "targets", "", "verify the targets in this file instead of a scan (- = stdin)")
 	f.Vantage.Register(fs)
 	fs.StringVar(&cfg.Label, "label", "weekly", "run label (run identity: ISO week + vantage + label)")
@@ -63,6 +65,9 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.ASNDB, "geoip-asn", "", "MaxMind ASN mmdb (with --geoip-city)")
 	cli.IntVar(fs, &cfg.BatchSize, "batch", DefaultBatchSize, 1, MaxBatchSize, "results per database write")
 	cli.DurationVar(fs, &cfg.Progress, "progress", DefaultProgress, MinProgress, MaxProgress, "progress log interval")
+	fs.BoolVar(&f.ddr, "ddr", true, "ask every DNS/53 responder of the scan for its designated resolvers (_dns.resolver.arpa SVCB, RFC 9462) and verify the designated DoQ endpoints on any port")
+	fs.StringVar(&cfg.DDRTargetsFile, "ddr-targets", "", "also ask the DNS resolvers in this file (addr per line) for their designated resolvers")
+	fs.BoolVar(&f.identify, "identify", true, "identify each QUIC server's library (quic_stacks): its handshake's qlog and one handshake offering an unknown ALPN")
 	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
 	f.Output.Register(fs, "target")
 	fs.BoolVar(&cfg.Rerun, "rerun", false, "verify a run the database holds again, as a new attempt under the label LABEL-r2, -r3, ... (without it, a run started again verifies only the targets it lacks)")
@@ -116,13 +121,15 @@ func (f *Flags) Resolve() (RunConfig, error) {
 		cfg.Verify.Versions = append(cfg.Verify.Versions, quic.Version(n))
 	}
 	cfg.Verify.SNINames = cli.SplitList(f.names)
+	cfg.Verify.NoIdentify = f.fs != nil && !f.identify
+	cfg.NoDDR = f.fs != nil && !f.ddr
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
 	if err := cli.CheckBlocklistDir("blocklist-dir", cfg.BlocklistDir); err != nil {
 		return cfg, err
 	}
-	for _, p := range []string{cfg.CityDB, cfg.ASNDB, f.roots} {
+	for _, p := range []string{cfg.CityDB, cfg.ASNDB, f.roots, cfg.DDRTargetsFile} {
 		if p != "" {
 			if _, err := os.Stat(p); err != nil {
 				return cfg, cli.Environmentf("%v", err)

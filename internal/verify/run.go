@@ -65,6 +65,14 @@ type RunConfig struct {
 	// (from one goroutine), with its location when GeoIP databases are given: the
 	// command prints them (Printer).
 	OnResult func(Record)
+	// NoDDR skips DDR discovery: by default every DNS/53 responder of the scan (and of
+	// DDRTargetsFile) is asked for _dns.resolver.arpa SVCB (RFC 9462), the answers are
+	// stored (ddr_queries, ddr_designations) and the designated DoQ endpoints are
+	// verified in the same run, whatever their port.
+	NoDDR bool
+	// DDRTargetsFile lists DNS resolvers to ask as well (addr per line, '#' comments;
+	// "": none), e.g. with TargetsFile.
+	DDRTargetsFile string
 }
 
 // Defaults of a run.
@@ -116,6 +124,7 @@ func (c *RunConfig) setDefaults() {
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.Progress = cmp.Or(c.Progress, DefaultProgress)
 	c.Label = cmp.Or(c.Label, "weekly")
+	c.Scan.Vantage = cmp.Or(c.Scan.Vantage, c.Vantage) // its own scans unless told otherwise
 	if len(c.Ports) == 0 {
 		c.Ports = DefaultPorts
 	}
@@ -138,7 +147,20 @@ type Summary struct {
 	Rate     float64         `json:"targets_per_s"` // this invocation
 	Outcomes map[Outcome]int `json:"outcomes"`      // whole run
 	Versions []VersionCount  `json:"versions"`      // whole run, completed handshakes
-	Status   store.RunStatus `json:"status"`        // ok | interrupted | failed
+	// Libraries counts the QUIC library identifications (quic_stacks) of the whole run.
+	Libraries map[string]int  `json:"libraries,omitempty"`
+	Status    store.RunStatus `json:"status"` // ok | interrupted | failed
+	// DDR is the run's designated-resolver discovery (nil: nobody was asked).
+	DDR *DDRSummary `json:"ddr,omitempty"`
+}
+
+// DDRSummary counts a run's DDR discovery.
+type DDRSummary struct {
+	AskedNow     int            `json:"asked_now"`     // responders asked by this invocation
+	Statuses     map[string]int `json:"statuses"`      // whole run, per ddr_queries.status
+	DoQEndpoints int            `json:"doq_endpoints"` // designated DoQ endpoints (address hint, port)
+	NewTargets   int            `json:"new_targets"`   // of those, not among the scan's targets (verified all the same)
+	Refused      int            `json:"refused"`       // of those, never contacted: blocklisted, or refused by the lab guard
 }
 
 // VersionCount counts completed handshakes per DoQ (ALPN) and QUIC version pair.
@@ -184,6 +206,8 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 			return nil, err
 		}
 		sum.ScanIDs, scanID = ids, &ids[0]
+		log.Info("targets from scans", "scan_ids", ids, "week", week, "scan_vantage", cfg.Scan.Vantage,
+			"scan_label", cmp.Or(cfg.Scan.Label, "weekly"))
 		sum.Week = cfg.Week
 		if sum.Week == "" {
 			sum.Week = week
@@ -195,13 +219,27 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 	if sum.Week == "" {
 		sum.Week = runkey.Week(time.Now())
 	}
+	ddrAsk, err := ddrResponders(ctx, s, cfg, sum.ScanIDs)
+	if err != nil {
+		return nil, err
+	}
 	if targets, sum.Excluded, err = blocklist.ExcludeForContact(ctx, s, cfg.BlocklistDir, targets, func(t Target) netip.Addr { return t.Addr.Addr() }, "target", log); err != nil {
 		return nil, err
 	}
+	var ddrExcluded int
+	if ddrAsk, ddrExcluded, err = blocklist.ExcludeForContact(ctx, s, cfg.BlocklistDir, ddrAsk, func(a netip.Addr) netip.Addr { return a }, "DDR resolver", log); err != nil {
+		return nil, err
+	}
+	sum.Excluded += ddrExcluded
 	// Lab addresses only from inside the testbed, checked before the run row exists.
 	guard := labnet.NewGuard()
 	for _, t := range targets {
 		if err := guard.Check(t.Addr.Addr()); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range ddrAsk {
+		if err := guard.Check(a); err != nil {
 			return nil, err
 		}
 	}
@@ -260,6 +298,7 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		"query_name": vc.QueryName, "sni_names": vc.SNINames, "max_sni_attempts": vc.MaxSNIAttempts,
 		"concurrency": cfg.Concurrency, "rate": cfg.Rate, "ports": cfg.Ports, "scan_ids": sum.ScanIDs,
 		"targets_file": cfg.TargetsFile, "geoip_city": cfg.CityDB, "geoip_asn": cfg.ASNDB,
+		"identify": !vc.NoIdentify, "ddr": !cfg.NoDDR, "ddr_targets_file": cfg.DDRTargetsFile,
 	})
 	runID, existed, err := s.StartVerificationRun(ctx, store.VerificationRun{ISOWeek: sum.Week, VantageID: cfg.Vantage,
 		Label: cfg.Label, ScanID: scanID, Source: sum.Source, Config: conf, CityDataset: cityID, ASNDataset: asnID, Provenance: prov.JSON()})
@@ -267,6 +306,45 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		return nil, err
 	}
 	sum.RunID = runID
+
+	// DDR: the designated DoQ endpoints join the targets, whatever their port.
+	if len(ddrAsk) > 0 {
+		var lim *rate.Limiter
+		if cfg.Rate > 0 {
+			lim = rate.NewLimiter(rate.Limit(cfg.Rate), 1)
+		}
+		eps, asked, err := discoverDDR(ctx, s, runID, ddrAsk, cfg.Concurrency, lim, cfg.Verify.QueryTimeout, log)
+		if err != nil {
+			return nil, err
+		}
+		sum.DDR = &DDRSummary{AskedNow: asked, DoQEndpoints: len(eps)}
+		have := map[netip.AddrPort]bool{}
+		for _, t := range targets {
+			have[t.Addr] = true
+		}
+		var more []Target
+		for _, ep := range eps {
+			if !have[ep] {
+				have[ep] = true
+				more = append(more, Target{Addr: ep})
+			}
+		}
+		n := len(more)
+		if more, _, err = blocklist.ExcludeForContact(ctx, s, cfg.BlocklistDir, more, func(t Target) netip.Addr { return t.Addr.Addr() }, "DDR endpoint", log); err != nil {
+			return nil, err
+		}
+		for _, t := range more {
+			// A designation may name any address: one the lab guard refuses is not
+			// contacted (and does not stop the run).
+			if err := guard.Check(t.Addr.Addr()); err != nil {
+				log.Warn("DDR endpoint not contacted", "endpoint", t.Addr, "err", err)
+				continue
+			}
+			targets = append(targets, t)
+			sum.DDR.NewTargets++
+		}
+		sum.DDR.Refused = n - sum.DDR.NewTargets
+	}
 
 	// Resume: skip what this run already has.
 	sum.Targets = len(targets)
@@ -316,6 +394,38 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		runErr = err
 	}
 	return sum, runErr
+}
+
+// ddrResponders lists the DNS resolvers a run asks for their designations: the scans'
+// DNS/53 responders and DDRTargetsFile's addresses, each once (none with NoDDR).
+func ddrResponders(ctx context.Context, s *store.Store, cfg RunConfig, scanIDs []int64) ([]netip.Addr, error) {
+	if cfg.NoDDR {
+		return nil, nil
+	}
+	var out []netip.Addr
+	if len(scanIDs) > 0 {
+		var err error
+		if out, err = ScanDNSResponders(ctx, s, scanIDs); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.DDRTargetsFile != "" {
+		ts, err := ReadTargetsFile(cfg.DDRTargetsFile)
+		if err != nil {
+			return nil, fmt.Errorf("DDR targets: %w", err)
+		}
+		seen := map[netip.Addr]bool{}
+		for _, a := range out {
+			seen[a] = true
+		}
+		for _, t := range ts {
+			if a := t.Addr.Addr(); !seen[a] {
+				seen[a] = true
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
 }
 
 // LockKey is the advisory lock of a verification run (store.RunKey): its week,
@@ -528,11 +638,15 @@ type writer struct {
 	results       []store.VerificationResult
 	resolvers     []store.Resolver
 	geo           []store.ResolverGeo
+	stacks        []store.QUICStack
 	seenResolver  map[netip.Addr]bool
 }
 
 func (w *writer) add(r Result) error {
 	w.results = append(w.results, toRow(w.runID, r))
+	if r.Stack != nil {
+		w.stacks = append(w.stacks, stackRow(w.runID, r))
+	}
 	rows, _ := certs.Chain(r.Chain, r.At)
 	w.certs.Add(rows...)
 	// A resolver: an address that answered a DNS query over DoQ with a well-formed
@@ -573,6 +687,9 @@ func (w *writer) flush(ctx context.Context) (int, error) {
 	if _, err := store.Insert(ctx, w.s, store.TableVerificationResults, w.results); err != nil {
 		return 0, err
 	}
+	if _, err := store.Insert(ctx, w.s, store.TableQUICStacks, w.stacks); err != nil {
+		return 0, err
+	}
 	if _, err := store.Insert(ctx, w.s, store.TableResolvers, w.resolvers); err != nil {
 		return 0, err
 	}
@@ -594,7 +711,7 @@ func (w *writer) flush(ctx context.Context) (int, error) {
 	if _, err := store.Insert(ctx, w.s, store.TableResolverGeo, w.geo); err != nil {
 		return 0, err
 	}
-	w.results, w.resolvers, w.geo = w.results[:0], w.resolvers[:0], w.geo[:0]
+	w.results, w.resolvers, w.geo, w.stacks = w.results[:0], w.resolvers[:0], w.geo[:0], w.stacks[:0]
 	return n, nil
 }
 
@@ -628,6 +745,20 @@ func toRow(runID int64, r Result) store.VerificationResult {
 	return row
 }
 
+// stackRow converts a result's identification into its quic_stacks row.
+func stackRow(runID int64, r Result) store.QUICStack {
+	st := r.Stack
+	return store.QUICStack{RunID: runID, Address: r.Addr.Addr(), Port: int32(r.Addr.Port()), Library: st.Library,
+		Matched: nonNil(st.Matched), Conflicts: nonNil(st.Conflicts), Evidence: st.Evidence.evidenceJSON()}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
 // runSummary fills the whole-run counts from the database.
 func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) error {
 	sum.Outcomes = map[Outcome]int{}
@@ -645,6 +776,38 @@ func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) 
 		sum.Outcomes[Outcome(o)] = n
 	}
 	rows.Close()
+	sum.Libraries = map[string]int{}
+	rows, err = s.Pool.Query(ctx, `SELECT library, count(*) FROM quic_stacks WHERE run_id = $1 GROUP BY library`, runID)
+	if err != nil {
+		return fmt.Errorf("summary: %w", err)
+	}
+	for rows.Next() {
+		var lib string
+		var n int
+		if err := rows.Scan(&lib, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		sum.Libraries[lib] = n
+	}
+	rows.Close()
+	if sum.DDR != nil {
+		sum.DDR.Statuses = map[string]int{}
+		rows, err = s.Pool.Query(ctx, `SELECT status, count(*) FROM ddr_queries WHERE run_id = $1 GROUP BY status`, runID)
+		if err != nil {
+			return fmt.Errorf("summary: %w", err)
+		}
+		for rows.Next() {
+			var st string
+			var n int
+			if err := rows.Scan(&st, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			sum.DDR.Statuses[st] = n
+		}
+		rows.Close()
+	}
 	rows, err = s.Pool.Query(ctx, `SELECT alpn, quic_version, count(*) FROM verification_results
 		WHERE run_id = $1 AND alpn IS NOT NULL GROUP BY alpn, quic_version`, runID)
 	if err != nil {
@@ -709,6 +872,23 @@ func (s *Summary) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "\nDoQ ALPN   QUIC   handshakes\n")
 		for _, v := range s.Versions {
 			fmt.Fprintf(w, "%-10s %-6s %6d\n", cmp.Or(v.ALPN, "(none)"), v.QUICVersion, v.Count) // alpn '': doq-no-alpn
+		}
+	}
+	if d := s.DDR; d != nil {
+		fmt.Fprintf(w, "\nDDR (RFC 9462): %d responders asked now; designated DoQ endpoints %d, %d not among the scan's targets (verified above), %d not contacted\n",
+			d.AskedNow, d.DoQEndpoints, d.NewTargets, d.Refused)
+		for _, st := range []string{DDRDesignations, DDRNone, DDRNXDomain, DDRRefused, DDRDNSError, DDRTimeout, DDRBadResponse, DDRError} {
+			if n := d.Statuses[st]; n > 0 {
+				fmt.Fprintf(w, "  %-14s %6d\n", st, n)
+			}
+		}
+	}
+	if len(s.Libraries) > 0 {
+		fmt.Fprintf(w, "\nQUIC library   endpoints\n")
+		for _, lib := range append(Libraries(), LibraryUnknown) {
+			if n := s.Libraries[lib]; n > 0 {
+				fmt.Fprintf(w, "%-14s %6d\n", lib, n)
+			}
 		}
 	}
 }

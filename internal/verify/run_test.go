@@ -67,11 +67,11 @@ func TestRunWritesAndRerunAddsNothing(t *testing.T) {
 	var replies []store.ScanReply
 	for _, sv := range servers {
 		replies = append(replies, store.ScanReply{ScanID: scanID, Port: int32(sv.addr.Port()), Address: sv.addr.Addr(),
-			ReplyKind: "quic-vn", QUICVersions: advertised, ReceivedAt: time.Now()})
+			ReplyKind: "quic-vn", QUICVersions: advertised, ReceivedAt: time.Now(), ISOWeek: "2026-W47"})
 	}
 	// Not QUIC-capable: must not become a target.
 	replies = append(replies, store.ScanReply{ScanID: scanID, Port: portList[0], Address: netip.MustParseAddr("127.0.99.1"),
-		ReplyKind: "not-quic", ReceivedAt: time.Now()})
+		ReplyKind: "not-quic", ReceivedAt: time.Now(), ISOWeek: "2026-W47"})
 	if _, err := store.Insert(ctx, s, store.TableScanReplies, replies); err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +81,10 @@ func TestRunWritesAndRerunAddsNothing(t *testing.T) {
 		{Prefix: "127.0.0.0/8", ASN: 64512, ASOrg: "Loopback Networks", Country: "DE", Continent: "EU", City: "Kiel", Lat: 54.3, Lon: 10.1},
 	})
 
+	// The verifier takes another vantage point's scan only when told to.
 	cfg := RunConfig{Verify: testConfig(pki), Vantage: "verifier", Label: "weekly", Ports: portList,
-		Concurrency: 4, CityDB: cityPath, ASNDB: asnPath, BatchSize: 3, RetryTimeouts: true}
+		Scan: ScanSelection{Vantage: "scanner"}, Concurrency: 4, CityDB: cityPath, ASNDB: asnPath, BatchSize: 3,
+		RetryTimeouts: true}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sum, err := Run(ctx, s, cfg, log)
 	if err != nil {

@@ -67,18 +67,27 @@ func doqTargets(ts []listfile.Target) []Target {
 	return out
 }
 
-// ScanSelection says which scan(s) to take targets from: an id, a week, or the latest.
+// ScanSelection says which scan(s) to take targets from: an id, or the scans of one
+// vantage point and label, of a week or the latest.
 type ScanSelection struct {
-	ScanID *int64
-	Week   string // ISO week; all shards of that week's scans with Label
-	Label  string // scan label; default "weekly"
+	ScanID  *int64
+	Week    string // ISO week; all shards of that week's scans; "" = the latest week
+	Label   string // scan label; default "weekly"
+	Vantage string // the scans' vantage point (verify: its own unless --scan-vantage); AnyVantage: all
 }
+
+// AnyVantage as ScanSelection.Vantage takes the scans of every vantage point: the shards
+// of one scan split over several machines, verified together.
+const AnyVantage = "*"
 
 // ErrNoScan is returned when no scan matches the selection.
 var ErrNoScan = errors.New("no scan matches")
 
-// ResolveScans returns the scan ids of a selection and their ISO week. Without id or
-// week it takes the most recently started scan and all its shards.
+// ResolveScans returns the scan ids of a selection and their ISO week. Without id, it
+// takes every shard of the selection's vantage point and label in the week (without
+// week: the week of their most recently started scan). Another vantage point's scans
+// are never taken unless the selection names it: several vantage points write one
+// database, and each verifies its own list.
 func ResolveScans(ctx context.Context, s *store.Store, sel ScanSelection) (ids []int64, week string, err error) {
 	label := sel.Label
 	if label == "" {
@@ -93,12 +102,24 @@ func ResolveScans(ctx context.Context, s *store.Store, sel ScanSelection) (ids [
 	switch {
 	case sel.ScanID != nil:
 		rows, err = s.Pool.Query(ctx, `SELECT scan_id, iso_week FROM scans WHERE scan_id = $1`, *sel.ScanID)
+	case sel.Vantage == "":
+		return nil, "", errors.New("scan selection names no vantage point")
+	case sel.Vantage == AnyVantage && sel.Week != "":
+		rows, err = s.Pool.Query(ctx, `SELECT scan_id, iso_week FROM scans
+			WHERE iso_week = $1 AND label = $2 ORDER BY scan_id`, sel.Week, label)
+	case sel.Vantage == AnyVantage:
+		rows, err = s.Pool.Query(ctx, `SELECT s.scan_id, s.iso_week FROM scans s
+			JOIN (SELECT iso_week FROM scans WHERE label = $1 ORDER BY started_at DESC, scan_id DESC LIMIT 1) l
+			  USING (iso_week)
+			WHERE s.label = $1 ORDER BY s.scan_id`, label)
 	case sel.Week != "":
-		rows, err = s.Pool.Query(ctx, `SELECT scan_id, iso_week FROM scans WHERE iso_week = $1 AND label = $2 ORDER BY scan_id`, sel.Week, label)
+		rows, err = s.Pool.Query(ctx, `SELECT scan_id, iso_week FROM scans
+			WHERE iso_week = $1 AND label = $2 AND vantage_id = $3 ORDER BY scan_id`, sel.Week, label, sel.Vantage)
 	default:
 		rows, err = s.Pool.Query(ctx, `SELECT s.scan_id, s.iso_week FROM scans s
-			JOIN (SELECT iso_week, vantage_id, label FROM scans ORDER BY started_at DESC, scan_id DESC LIMIT 1) l
-			  USING (iso_week, vantage_id, label) ORDER BY s.scan_id`)
+			JOIN (SELECT iso_week FROM scans WHERE label = $1 AND vantage_id = $2
+			       ORDER BY started_at DESC, scan_id DESC LIMIT 1) l USING (iso_week)
+			WHERE s.label = $1 AND s.vantage_id = $2 ORDER BY s.scan_id`, label, sel.Vantage)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("select scans: %w", err)

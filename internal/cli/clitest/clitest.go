@@ -8,14 +8,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
@@ -297,3 +300,47 @@ func Examples(help string) []string {
 
 // commentRE finds an example's trailing comment: two spaces or more, then "# ".
 var commentRE = regexp.MustCompile(`\s{2,}# `)
+
+// LockedOut runs the process of a second run of one unit while first (started, its Wait
+// result coming on firstDone) runs: it waits until the database shows the advisory lock
+// on key held (failing if first ends before), runs second (its stderr in secondErr) and
+// checks that it exits cli.ExitLocked saying that first's pid holds the lock. It reports
+// whether second was locked out, and fails if first ended before second gave up (the
+// two did not overlap).
+func LockedOut(t *testing.T, s *store.Store, key string, first *exec.Cmd, firstDone chan error, second *exec.Cmd, secondErr *bytes.Buffer) bool {
+	t.Helper()
+	ctx := context.Background()
+	id := store.LockID(key)
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for held := false; !held; {
+		select {
+		case err := <-firstDone:
+			t.Fatalf("the first run ended (%v) before it was seen holding the lock %s", err, key)
+		case <-poll.C:
+		}
+		if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND classid::bigint = $1 AND objid::bigint = $2)`, int64(uint64(id)>>32), int64(uint64(id)&0xffffffff)).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := second.Run()
+	var ee *exec.ExitError
+	locked := errors.As(err, &ee) && ee.ExitCode() == cli.ExitLocked
+	if !locked {
+		t.Errorf("second run: %v, want exit code %d\n%s", err, cli.ExitLocked, secondErr.String())
+	}
+	if msg := secondErr.String(); !strings.Contains(msg, "another run holds the lock") || !strings.Contains(msg, fmt.Sprintf("pid %d ", first.Process.Pid)) {
+		t.Errorf("the second run does not say that the first (pid %d) holds the lock:\n%s", first.Process.Pid, msg)
+	}
+	t.Logf("second run: %s", strings.TrimSpace(secondErr.String()))
+	select {
+	case err := <-firstDone:
+		if locked {
+			t.Fatalf("the first run ended (%v) before the second gave up: they did not overlap", err)
+		}
+		firstDone <- err
+	default:
+	}
+	return locked
+}

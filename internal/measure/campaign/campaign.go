@@ -268,7 +268,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	if err != nil {
 		return sum, err
 	}
-	r := &runner{cfg: cfg, cid: cid, log: log}
+	r := &runner{cfg: cfg, cid: cid, hour: cfg.Hour.UTC().Truncate(time.Hour), log: log}
 	var todo []job
 	for _, t := range targets {
 		j := job{t: t, done: done[t.Addr]}
@@ -677,6 +677,7 @@ type resolverResult struct {
 type runner struct {
 	cfg    Config
 	cid    int64
+	hour   time.Time // the campaign's round_hour: the partition key of its rows
 	prober *rtt.Prober
 	log    *slog.Logger
 }
@@ -848,7 +849,7 @@ func (r *runner) resolver(ctx context.Context, j job) (out *resolverResult) {
 			var ok []int64
 			for _, s := range samples {
 				row := store.RTTSample{CampaignID: r.cid, Address: t.Addr, Transport: string(tk.t), Port: int32(u.ep.Port),
-					Seq: int16(s.Seq), SentAt: s.SentAt, Status: string(s.Status), Detail: s.Detail}
+					Seq: int16(s.Seq), SentAt: s.SentAt, Status: string(s.Status), Detail: s.Detail, RoundHour: r.hour}
 				if s.Answered() {
 					ns := s.RTT.Nanoseconds()
 					row.RTTNS = &ns
@@ -949,7 +950,8 @@ func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]st
 		id := key.QlogID()
 		qlID = &id
 		ql = &store.Qlog{QlogID: id, CampaignID: r.cid, Address: t.Addr, Port: int32(u.ep.Port), ODCID: res.ODCID, Encoding: "gzip",
-			Format: "sqlog", RawSize: int32(len(res.Qlog)), Data: buf.Bytes(), CreatedAt: time.Now(), Truncated: res.QlogTruncated}
+			Format: "sqlog", RawSize: int32(len(res.Qlog)), Data: buf.Bytes(), CreatedAt: time.Now(), Truncated: res.QlogTruncated,
+			RoundHour: r.hour}
 	}
 	queries := res.Queries
 	if len(queries) == 0 {
@@ -964,7 +966,7 @@ func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]st
 			Variant: k.Variant, Mode: k.Mode, KeyShare: k.KeyShare, Phase: phase, Seq: k.Seq,
 			StartedAt: res.StartedAt, Status: string(q.Status), QlogID: qlID,
 			TokenReceived: res.TokenReceived, TokenUsed: res.TokenUsed, RetrySeen: res.RetrySeen, VNSeen: res.VNSeen,
-			Resumed: res.Resumed, Used0RTT: res.Used0RTT, TFO: res.TFO,
+			Resumed: res.Resumed, Used0RTT: res.Used0RTT, TFO: res.TFO, RoundHour: r.hour,
 		}
 		if m.StartedAt.IsZero() {
 			m.StartedAt = q.StartedAt
@@ -1008,7 +1010,7 @@ func (r *runner) rows(t Target, u unit, phase string, res *measure.Result) ([]st
 func analysisRow(m store.Measurement, a *qlogana.Analysis, rttNS int64, wall time.Duration) store.HandshakeAnalysis {
 	h := store.HandshakeAnalysis{
 		MeasurementID: m.MeasurementID, OneRTT: a.OneRTT, VersionNegotiation: a.VersionNegotiation, Retry: a.Retry,
-		AmplificationStall: a.AmplificationStall, Loss: a.Loss, Cause: a.Cause,
+		AmplificationStall: a.AmplificationStall, Loss: a.Loss, Cause: a.Cause, RoundHour: m.RoundHour,
 	}
 	if rttNS > 0 {
 		h.RTTNS = &rttNS

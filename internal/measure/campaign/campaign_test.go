@@ -173,6 +173,51 @@ func TestRoundWritesEverythingOnceAndResumes(t *testing.T) {
 	}
 }
 
+// With several vantage points writing one database, a round measures the newest run of
+// its own vantage point and label, not the newest of all.
+func TestLatestRunIsTheVantagePointsOwn(t *testing.T) {
+	s := storetest.OpenVantage(t, "vp-a")
+	ctx := context.Background()
+	for _, v := range []string{"vp-b", "vp-c"} {
+		if err := s.EnsureVantage(ctx, store.Vantage{ID: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := map[string]int64{}
+	// In start order: vp-a's weekly, vp-a's "extra", then vp-b's weekly, the newest of all.
+	for i, r := range []struct{ vantage, label string }{{"vp-a", "weekly"}, {"vp-a", "extra"}, {"vp-b", "weekly"}} {
+		id, _, err := s.StartVerificationRun(ctx, store.VerificationRun{ISOWeek: "2026-W47", VantageID: r.vantage, Label: r.label})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Pool.Exec(ctx, `UPDATE verification_runs SET started_at = $2 WHERE run_id = $1`,
+			id, hour.Add(time.Duration(i)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Insert(ctx, s, store.TableVerificationResults, []store.VerificationResult{{RunID: id,
+			Address: netip.MustParseAddr("198.19.0.1"), Port: 853, Outcome: "doq-verified", VerifiedAt: hour}}); err != nil {
+			t.Fatal(err)
+		}
+		ids[r.vantage+"/"+r.label] = id
+	}
+	for _, tc := range []struct {
+		sel  campaign.RunSelection
+		want string
+	}{
+		{campaign.RunSelection{Vantage: "vp-a"}, "vp-a/weekly"},
+		{campaign.RunSelection{Vantage: "vp-a", Label: "extra"}, "vp-a/extra"},
+		{campaign.RunSelection{Vantage: "vp-b"}, "vp-b/weekly"},
+	} {
+		got, err := campaign.LatestRun(ctx, s, tc.sel)
+		if err != nil || got.RunID != ids[tc.want] {
+			t.Errorf("LatestRun(%+v) = %+v, %v; want run %d (%s)", tc.sel, got, err, ids[tc.want], tc.want)
+		}
+	}
+	if got, err := campaign.LatestRun(ctx, s, campaign.RunSelection{Vantage: "vp-c"}); err == nil {
+		t.Errorf("vantage point without a run got run %+v", got)
+	}
+}
+
 func TestTargetsFromVerification(t *testing.T) {
 	s := storetest.OpenVantage(t, "test")
 	ctx := context.Background()
@@ -189,9 +234,9 @@ func TestTargetsFromVerification(t *testing.T) {
 	if _, err := store.Insert(ctx, s, store.TableVerificationResults, in); err != nil {
 		t.Fatal(err)
 	}
-	latest, err := campaign.LatestRun(ctx, s)
-	if err != nil || latest != runID {
-		t.Fatalf("latest run %d %v, want %d", latest, err, runID)
+	latest, err := campaign.LatestRun(ctx, s, campaign.RunSelection{Vantage: "test"})
+	if err != nil || latest.RunID != runID {
+		t.Fatalf("latest run %+v %v, want %d", latest, err, runID)
 	}
 	got, err := campaign.LoadTargets(ctx, s, runID)
 	if err != nil {

@@ -1,6 +1,7 @@
 package campaign
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,8 +33,11 @@ type Options struct {
 	Vantage cli.VantageFlags
 	// RoundHour is --hour as given: one round's hour (2026-11-22T04 or RFC 3339); ""
 	// means $DOQSCAN_RUN_KEY, else now. Command parses it into Config.Hour.
-	RoundHour   string
-	RunID       int64  // 0: the latest run with DoQ-verified resolvers
+	RoundHour string
+	RunID     int64 // 0: the latest run of Run's vantage point and label with DoQ-verified resolvers
+	// Run selects the verification run when RunID is 0 (--run-vantage, default this
+	// vantage point; --run-label, default "weekly").
+	Run         RunSelection
 	TargetsFile string // instead of a verification run
 	// Targets are TargetsFile's resolvers when they were read already (Command reads the
 	// file once, before it opens the database; every round measures them); nil: each
@@ -315,13 +319,20 @@ func round(ctx context.Context, s *store.Store, o Options, hour time.Time, sprea
 	} else {
 		runID := o.RunID
 		if runID == 0 {
-			runID, err = LatestRun(ctx, s)
+			sel := o.Run
+			sel.Vantage = cmp.Or(sel.Vantage, cfg.VantageID)
+			run, err := LatestRun(ctx, s, sel)
 			if err != nil {
 				if errors.Is(err, context.Canceled) {
 					return nil, err
 				}
-				return nil, cli.Environmentf("no verification run with DoQ-verified resolvers (run verify first, or pass --targets): %w", err)
+				return nil, cli.Environmentf("no verification run to measure (run verify first, or pass --run-id, --run-vantage or --targets): %w", err)
 			}
+			runID = run.RunID
+			log.Info("targets from verification run", "run_id", run.RunID, "week", run.ISOWeek,
+				"run_vantage", run.Vantage, "run_label", run.Label)
+		} else {
+			log.Info("targets from verification run", "run_id", runID)
 		}
 		cfg.RunID = &runID
 		targets, err = LoadTargets(ctx, s, runID)

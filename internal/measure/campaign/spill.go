@@ -163,6 +163,7 @@ func readSpill(r io.Reader, onBatch func(spillCampaign, *batch) error) (spillCam
 			if err := b.check(hdr.CampaignID); err != nil {
 				return hdr, fin, fmt.Errorf("record %d: %w", n+1, err)
 			}
+			b.fillHour(hdr.RoundHour)
 			if err := onBatch(hdr, b); err != nil {
 				return hdr, fin, err
 			}
@@ -193,6 +194,31 @@ func (b *batch) check(cid int64) error {
 		return fmt.Errorf("negative resolver count %d", b.targets)
 	}
 	return nil
+}
+
+// fillHour sets the partition key of rows spilled without one (files written before
+// the tables were partitioned): the campaign's hour.
+func (b *batch) fillHour(h time.Time) {
+	for i := range b.qlogs {
+		if b.qlogs[i].RoundHour.IsZero() {
+			b.qlogs[i].RoundHour = h
+		}
+	}
+	for i := range b.meas {
+		if b.meas[i].RoundHour.IsZero() {
+			b.meas[i].RoundHour = h
+		}
+	}
+	for i := range b.rtts {
+		if b.rtts[i].RoundHour.IsZero() {
+			b.rtts[i].RoundHour = h
+		}
+	}
+	for i := range b.analyses {
+		if b.analyses[i].RoundHour.IsZero() {
+			b.analyses[i].RoundHour = h
+		}
+	}
 }
 
 // otherCampaign rejects the first of rows (each a what) that belongs to another campaign

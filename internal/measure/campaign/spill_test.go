@@ -23,15 +23,46 @@ func spillSample() (spillCampaign, *batch) {
 	ok := true
 	b := &batch{targets: 1,
 		qlogs: []store.Qlog{{QlogID: qid, CampaignID: 7, Address: a, Port: 853, Encoding: "gzip", Format: "sqlog",
-			RawSize: 3, Data: []byte{1, 2, 3}, CreatedAt: time.Unix(1, 5).UTC()}},
+			RawSize: 3, Data: []byte{1, 2, 3}, CreatedAt: time.Unix(1, 5).UTC(), RoundHour: c.RoundHour}},
 		meas: []store.Measurement{{MeasurementID: key.ID(), CampaignID: 7, Address: a, Protocol: "doq", Port: 853,
 			Mode: "fresh", Phase: PhaseMeasured, StartedAt: time.Unix(2, 7).UTC(), HandshakeNS: &hs, Status: "ok",
-			Rcode: &rc, Answers: []string{}, QlogID: &qid, TokenReceived: &ok}},
-		rtts:     []store.RTTSample{{CampaignID: 7, Address: a, Transport: "quic", Port: 853, SentAt: time.Unix(3, 0).UTC(), Status: "ok"}},
-		analyses: []store.HandshakeAnalysis{{MeasurementID: key.ID(), Ratio: &ratio, Cause: "1rtt", Detail: []byte(`{"x":1}`)}},
+			Rcode: &rc, Answers: []string{}, QlogID: &qid, TokenReceived: &ok, RoundHour: c.RoundHour}},
+		rtts: []store.RTTSample{{CampaignID: 7, Address: a, Transport: "quic", Port: 853, SentAt: time.Unix(3, 0).UTC(), Status: "ok",
+			RoundHour: c.RoundHour}},
+		analyses: []store.HandshakeAnalysis{{MeasurementID: key.ID(), Ratio: &ratio, Cause: "1rtt", Detail: []byte(`{"x":1}`),
+			RoundHour: c.RoundHour}},
 		features: []store.ResolverFeature{{CampaignID: 7, Address: a, Protocol: "doq", Port: 853, Feature: "retry", Supported: &ok}},
 	}
 	return c, b
+}
+
+// TestSpillWithoutHourGetsTheCampaigns: rows spilled before the tables were partitioned
+// carry no round_hour; read back, they get their campaign's, which is their partition.
+func TestSpillWithoutHourGetsTheCampaigns(t *testing.T) {
+	c, b := spillSample()
+	b.qlogs[0].RoundHour, b.meas[0].RoundHour, b.rtts[0].RoundHour, b.analyses[0].RoundHour =
+		time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	w, err := createSpill(t.TempDir(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.add(b); err != nil {
+		t.Fatal(err)
+	}
+	w.close()
+	data, err := os.ReadFile(w.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *batch
+	if _, _, err := readSpill(bytes.NewReader(data), func(_ spillCampaign, b *batch) error { got = b; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []time.Time{got.qlogs[0].RoundHour, got.meas[0].RoundHour, got.rtts[0].RoundHour, got.analyses[0].RoundHour} {
+		if !h.Equal(c.RoundHour) {
+			t.Fatalf("row hour %v, want the campaign's %v", h, c.RoundHour)
+		}
+	}
 }
 
 // TestSpillRoundTrip: a batch read back from a spill file is the batch written, a

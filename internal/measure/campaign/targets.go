@@ -1,7 +1,9 @@
 package campaign
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -119,16 +121,39 @@ func fromList(ts []listfile.Target) []Target {
 	return out
 }
 
-// LatestRun returns the newest verification run with DoQ-verified resolvers.
-func LatestRun(ctx context.Context, s *store.Store) (int64, error) {
-	var id int64
-	err := s.Pool.QueryRow(ctx, `SELECT r.run_id FROM verification_runs r
-		WHERE EXISTS (SELECT 1 FROM verification_results v WHERE v.run_id = r.run_id AND v.outcome = 'doq-verified')
-		ORDER BY r.started_at DESC, r.run_id DESC LIMIT 1`).Scan(&id)
-	if err != nil {
-		return 0, fmt.Errorf("latest verification run with DoQ-verified resolvers: %w", err)
+// RunSelection names the verification run a round measures when no run id is given:
+// the newest of Vantage's runs with Label that has DoQ-verified resolvers.
+type RunSelection struct {
+	Vantage string // measure: its own vantage point unless --run-vantage
+	Label   string // the verification run's label (--run-label, default "weekly")
+}
+
+// SelectedRun is the run a selection found.
+type SelectedRun struct {
+	RunID   int64
+	ISOWeek string
+	Vantage string
+	Label   string
+}
+
+// LatestRun returns the newest verification run of sel's vantage point and label with
+// DoQ-verified resolvers. Another vantage point's runs are never taken unless sel names
+// it: several vantage points write one database, and each measures its own list.
+func LatestRun(ctx context.Context, s *store.Store, sel RunSelection) (SelectedRun, error) {
+	sel.Label = cmp.Or(sel.Label, "weekly")
+	if sel.Vantage == "" {
+		return SelectedRun{}, errors.New("run selection names no vantage point")
 	}
-	return id, nil
+	r := SelectedRun{Vantage: sel.Vantage, Label: sel.Label}
+	err := s.Pool.QueryRow(ctx, `SELECT r.run_id, r.iso_week FROM verification_runs r
+		WHERE r.vantage_id = $1 AND r.label = $2
+		  AND EXISTS (SELECT 1 FROM verification_results v WHERE v.run_id = r.run_id AND v.outcome = 'doq-verified')
+		ORDER BY r.started_at DESC, r.run_id DESC LIMIT 1`, sel.Vantage, sel.Label).Scan(&r.RunID, &r.ISOWeek)
+	if err != nil {
+		return r, fmt.Errorf("latest verification run of vantage point %q, label %q, with DoQ-verified resolvers: %w",
+			sel.Vantage, sel.Label, err)
+	}
+	return r, nil
 }
 
 // LoadTargets returns the DoQ-verified resolvers of a verification run, each with its

@@ -3,8 +3,6 @@ package e2e_test
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -14,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/cli/clitest"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
@@ -72,41 +71,8 @@ func TestConcurrentRoundsMeasureOnce(t *testing.T) {
 	}
 	firstDone := make(chan error, 1)
 	go func() { firstDone <- first.Wait() }()
-	// The first run holds the round's lock (or ended before: the test cannot tell).
-	id := store.LockID(campaign.LockKey("testbed", label, hour))
-	poll := time.NewTicker(20 * time.Millisecond)
-	defer poll.Stop()
-	for held := false; !held; {
-		select {
-		case err := <-firstDone:
-			t.Fatalf("the first run ended (%v) before it was seen holding the round's lock", err)
-		case <-poll.C:
-		}
-		if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-			AND classid::bigint = $1 AND objid::bigint = $2)`, int64(uint64(id)>>32), int64(uint64(id)&0xffffffff)).Scan(&held); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var secondErr bytes.Buffer
-	second := command(&secondErr)
-	err = second.Run()
-	var ee *exec.ExitError
-	locked := errors.As(err, &ee) && ee.ExitCode() == 75
-	if !locked {
-		t.Errorf("second run of the round: %v, want exit code 75\n%s", err, secondErr.String())
-	}
-	if msg := secondErr.String(); !strings.Contains(msg, "another run holds the lock") || !strings.Contains(msg, fmt.Sprintf("pid %d ", first.Process.Pid)) {
-		t.Errorf("the second run does not say that the first (pid %d) holds the round:\n%s", first.Process.Pid, msg)
-	}
-	t.Logf("second run: %s", strings.TrimSpace(secondErr.String()))
-	select {
-	case err := <-firstDone:
-		if locked {
-			t.Fatalf("the first run ended (%v) before the second gave up: they did not overlap (raise concurrentTargets)", err)
-		}
-		firstDone <- err
-	default:
-	}
+	clitest.LockedOut(t, s, campaign.LockKey("testbed", label, hour), first, firstDone, command(&secondErr), &secondErr)
 	if err := <-firstDone; err != nil {
 		t.Fatalf("first run: %v", err)
 	}

@@ -337,7 +337,11 @@ func checkEndpoint(t *testing.T, ctx context.Context, v *testbed.Vantage, prober
 		if ep.proto == measure.DoUDP {
 			continue
 		}
-		if absDur(b.handshake-wantHS) > tolerance(path, wantHS) {
+		// A first contact is one handshake, not the fastest of several: load can only
+		// lengthen it, so only a handshake shorter than the model allows is an error
+		// there (its round trips are asserted from the qlog below, exactly).
+		late := b.handshake-wantHS > tolerance(path, wantHS)
+		if b.handshake-wantHS < -tolerance(path, wantHS) || (late && phase != population.PhaseFirstContact) {
 			t.Errorf("%s: handshake %v = %.2f RTT, want %v (%d round trips) +- %v", phase, b.handshake, ratio(b.handshake, path.RTT),
 				wantHS, wantTrips, tolerance(path, wantHS))
 		}

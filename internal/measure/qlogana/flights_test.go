@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 )
@@ -17,14 +18,20 @@ type pkt struct {
 	length int
 	crypto [][2]int
 	other  string // another frame type (ack, ping), or ""
+	sum    uint32 // received: its datagram's checksum (0: none)
 }
 
+// synthRef is the wall-clock reference time of synthQlog's trace.
+var synthRef = time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+
 // synthQlog writes pkts as quic-go's JSON-SEQ, with the path's RTT as min_rtt and the
-// handshake completing at completeMS; lostMS adds packet_lost events.
+// handshake completing at completeMS; lostMS adds packet_lost events. A received packet
+// with a sum gets it as its datagram_payload_checksum.
 func synthQlog(rttMS, completeMS float64, pkts []pkt, lostMS ...float64) []byte {
 	var b strings.Builder
 	rec := func(s string) { b.WriteString("\x1e" + s + "\n") }
-	rec(`{"qlog_format":"JSON-SEQ","qlog_version":"0.3","trace":{"vantage_point":{"type":"client"}}}`)
+	rec(`{"qlog_format":"JSON-SEQ","qlog_version":"0.3","trace":{"vantage_point":{"type":"client"},` +
+		`"common_fields":{"reference_time":{"clock_type":"monotonic","epoch":"unknown","wall_clock_time":"` + synthRef.Format(time.RFC3339Nano) + `"}}}}`)
 	for _, p := range pkts {
 		var frames []string
 		for _, c := range p.crypto {
@@ -37,8 +44,12 @@ func synthQlog(rttMS, completeMS float64, pkts []pkt, lostMS ...float64) []byte 
 		if p.sent {
 			name = "transport:packet_sent"
 		}
-		rec(fmt.Sprintf(`{"time":%g,"name":%q,"data":{"header":{"packet_type":%q,"version":"1"},"raw":{"length":%d},"frames":[%s]}}`,
-			p.ms, name, p.ptype, p.length, strings.Join(frames, ",")))
+		sum := ""
+		if p.sum != 0 {
+			sum = fmt.Sprintf(`,"datagram_payload_checksum":%d`, p.sum)
+		}
+		rec(fmt.Sprintf(`{"time":%g,"name":%q,"data":{"header":{"packet_type":%q,"version":"1"},"raw":{"length":%d}%s,"frames":[%s]}}`,
+			p.ms, name, p.ptype, p.length, sum, strings.Join(frames, ",")))
 	}
 	for _, l := range lostMS {
 		rec(fmt.Sprintf(`{"time":%g,"name":"recovery:packet_lost","data":{"header":{"packet_type":"initial"}}}`, l))
@@ -151,5 +162,55 @@ func TestFlightsAreTheServers(t *testing.T) {
 					a.Cause, a.RoundTrips, a.ClientInitialBytes, c.cause, c.trips, c.client, a.Flights)
 			}
 		})
+	}
+}
+
+// TestArrivalsTimeTheServersPackets: the server sends 3x our bytes and stops; a busy
+// client gets to the last datagram of that first part 11 ms after it arrived (one RTT is
+// 20 ms), after it had acknowledged the first. By quic-go's packet_received times the
+// server went on sending after our ACK reached it, so the ACK looks like budget it had,
+// and the rest, one RTT after that ACK, is read as the same flight. The arrivals record
+// (the kernel's receive times, by checksum) puts the datagram where it arrived, and the
+// stall is found. A packet whose arrival is not recorded, or is recorded later than
+// quic-go's own time, keeps the qlog's time.
+func TestArrivalsTimeTheServersPackets(t *testing.T) {
+	pkts := []pkt{{ms: 0, sent: true, ptype: "initial", length: 1252, crypto: [][2]int{{0, 300}}},
+		{ms: 20, ptype: "initial", length: 150, crypto: [][2]int{{0, 90}}, sum: 11},
+		{ms: 20, ptype: "handshake", length: 1100, crypto: [][2]int{{0, 1000}}, sum: 11},
+		{ms: 20.05, sent: true, ptype: "initial", length: 1252, other: "ack"},
+		{ms: 20.1, ptype: "handshake", length: 1250, crypto: [][2]int{{1000, 1200}}, sum: 22},
+		{ms: 31, ptype: "handshake", length: 1250, crypto: [][2]int{{2200, 1200}}, sum: 33}, // arrived at 20.15
+		{ms: 31.05, sent: true, ptype: "handshake", length: 50, other: "ack"},
+		{ms: 40.2, ptype: "handshake", length: 900, crypto: [][2]int{{3400, 800}}, sum: 44},
+	}
+	q := synthQlog(20, 41, pkts)
+	late, err := qlogana.Analyze(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late.AmplificationStall || late.RoundTrips != 1 {
+		t.Fatalf("without arrivals: stall %v, %d round trips; the case needs the qlog's times to hide the stall", late.AmplificationStall, late.RoundTrips)
+	}
+	at := func(ms float64) time.Time { return synthRef.Add(time.Duration(ms * float64(time.Millisecond))) }
+	arr := qlogana.ArrivalsRecord([]qlogana.Arrival{{Checksum: 11, At: at(20)}, {Checksum: 22, At: at(20.1)},
+		{Checksum: 33, At: at(20.15)}, {Checksum: 44, At: at(40.1)}, {Checksum: 99, At: at(1)}})
+	a, err := qlogana.Analyze(append(q, arr...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.AmplificationStall || a.RoundTrips != 2 || a.Cause != qlogana.CauseAmplification || a.ClientInitialBytes != 1252 {
+		t.Errorf("with arrivals: stall %v, %d round trips, cause %s, client bytes %d; want a stall at 3 x 1,252 bytes in 2 (flights %+v)",
+			a.AmplificationStall, a.RoundTrips, a.Cause, a.ClientInitialBytes, a.Flights)
+	}
+	if len(a.Flights) > 0 && a.Flights[0].EndNS != int64(20.15*float64(time.Millisecond)) {
+		t.Errorf("first flight ends at %v, want its last datagram's arrival, 20.15 ms", time.Duration(a.Flights[0].EndNS))
+	}
+	bad := qlogana.ArrivalsRecord([]qlogana.Arrival{{Checksum: 33, At: at(35)}})
+	b, err := qlogana.Analyze(append(q, bad...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.AmplificationStall || b.RoundTrips != 1 {
+		t.Errorf("an arrival after quic-go's own time was taken: stall %v, %d round trips", b.AmplificationStall, b.RoundTrips)
 	}
 }

@@ -69,6 +69,41 @@ func TruncatedRecord(at float64, limit int, dropped int64) []byte {
 	return append(append([]byte{recordSeparator}, b...), '\n')
 }
 
+// ArrivalsEvent names doqscan's record of when the long-header datagrams of an exchange
+// reached the client's host (the kernel's receive timestamps, internal/kstamp), by the
+// checksum quic-go's qlog gives each received long-header packet
+// (datagram_payload_checksum): quic-go's own packet_received times are when it got to
+// the packets, which a busy client delays. Parse times those packets by their arrival.
+// Its data holds arrivals: [{"checksum": N, "unix_ns": T}, ...].
+const ArrivalsEvent = "doqscan:datagram_arrivals"
+
+// Arrival is one datagram's arrival for ArrivalsRecord.
+type Arrival struct {
+	Checksum uint32
+	At       time.Time
+}
+
+// arrivalJSON is an Arrival as ArrivalsRecord writes it.
+type arrivalJSON struct {
+	Checksum uint32 `json:"checksum"`
+	UnixNS   int64  `json:"unix_ns"`
+}
+
+// ArrivalsRecord is the JSON-SEQ record of an ArrivalsEvent (time 0: it applies to the
+// whole qlog).
+func ArrivalsRecord(arrivals []Arrival) []byte {
+	list := make([]arrivalJSON, len(arrivals))
+	for i, a := range arrivals {
+		list[i] = arrivalJSON{a.Checksum, a.At.UnixNano()}
+	}
+	b, _ := json.Marshal(struct {
+		Time float64 `json:"time"`
+		Name string  `json:"name"`
+		Data any     `json:"data"`
+	}{0, ArrivalsEvent, map[string]any{"arrivals": list}})
+	return append(append([]byte{recordSeparator}, b...), '\n')
+}
+
 // ErrNoHandshake is returned when the qlog holds no packet exchange at all.
 var ErrNoHandshake = errors.New("qlog holds no QUIC packets")
 
@@ -123,13 +158,17 @@ type Flight struct {
 	Bytes          int
 	HandshakeCrypt bool // carries Handshake-level CRYPTO
 	Types          []string
+
+	last    int     // bytes of the flight's last datagram
+	lastSum *uint32 // its datagram_payload_checksum (nil: not logged)
 }
 
 type packetData struct {
 	Header struct {
-		PacketType string          `json:"packet_type"`
-		Version    string          `json:"version"`
-		Token      json.RawMessage `json:"token"`
+		PacketType   string          `json:"packet_type"`
+		PacketNumber *int64          `json:"packet_number"`
+		Version      string          `json:"version"`
+		Token        json.RawMessage `json:"token"`
 	} `json:"header"`
 	Raw struct {
 		Length int `json:"length"`
@@ -146,6 +185,8 @@ type packetData struct {
 
 type packet struct {
 	t      int64
+	sum    *uint32 // received long-header packet: its datagram's checksum
+	pn     int64   // packet number, -1 when the qlog gives none
 	sent   bool
 	ptype  string
 	length int
@@ -178,6 +219,8 @@ type Trace struct {
 	// Close is how the connection ended (the last trace's connection_closed event), nil
 	// if the qlog does not say.
 	Close *Close
+
+	server ServerView
 }
 
 // CompletedBy returns the checksum (CRC-32C of the UDP payload, as quic-go's qlog gives
@@ -218,6 +261,8 @@ func Parse(qlog []byte) (*Trace, error) {
 		chosen         string // version_information's chosen_version
 		offered        string // the version of our last long-header packet
 		closed         *Close
+		arrivals       = map[uint32]int64{} // checksum -> unix ns (ArrivalsEvent)
+		server         serverReader
 	)
 	src, err := readEvents(qlog, func(e *event) error {
 		if e.header {
@@ -237,11 +282,17 @@ func Parse(qlog []byte) (*Trace, error) {
 		t := int64(e.ms*1e6) + offset
 		switch e.name {
 		case "transport:packet_sent", "transport:packet_received":
+			if e.name == "transport:packet_received" {
+				server.received(e.data)
+			}
 			var d packetData
 			if err := json.Unmarshal(e.data, &d); err != nil {
 				return nil
 			}
-			p := packet{t: t, sent: e.name == "transport:packet_sent", ptype: d.Header.PacketType, length: d.Raw.Length}
+			p := packet{t: t, sent: e.name == "transport:packet_sent", ptype: d.Header.PacketType, length: d.Raw.Length, pn: -1}
+			if d.Header.PacketNumber != nil {
+				p.pn = *d.Header.PacketNumber
+			}
 			p.token = len(d.Header.Token) > 0 && string(d.Header.Token) != "null"
 			for _, f := range d.Frames {
 				p.frames = append(p.frames, f.FrameType)
@@ -256,10 +307,12 @@ func Parse(qlog []byte) (*Trace, error) {
 			default:
 				version = d.Header.Version
 			}
-			pkts = append(pkts, p)
 			if !p.sent {
-				lastRecvSum = d.Checksum
+				lastRecvSum, p.sum = d.Checksum, d.Checksum
 			}
+			pkts = append(pkts, p)
+		case "transport:parameters_set":
+			server.parameters(e.data)
 		case "transport:version_information":
 			var d struct {
 				Chosen string `json:"chosen_version"`
@@ -294,6 +347,17 @@ func Parse(qlog []byte) (*Trace, error) {
 			lostAt = append(lostAt, t)
 		case TruncatedEvent:
 			truncated = true
+		case ArrivalsEvent:
+			var d struct {
+				Arrivals []arrivalJSON `json:"arrivals"`
+			}
+			if json.Unmarshal(e.data, &d) == nil {
+				for _, a := range d.Arrivals {
+					if _, seen := arrivals[a.Checksum]; !seen && a.UnixNS > 0 {
+						arrivals[a.Checksum] = a.UnixNS
+					}
+				}
+			}
 		}
 		return nil
 	})
@@ -306,6 +370,17 @@ func Parse(qlog []byte) (*Trace, error) {
 		}
 		return nil, ErrNoHandshake
 	}
+	// A received packet whose datagram's arrival is known is timed by it, on the first
+	// trace's time line (its reference is wall-clock time, as the arrivals are).
+	if len(arrivals) > 0 && !firstRef.IsZero() {
+		for i := range pkts {
+			if p := &pkts[i]; p.sum != nil {
+				if at, ok := arrivals[*p.sum]; ok && at-firstRef.UnixNano() <= p.t {
+					p.t = at - firstRef.UnixNano()
+				}
+			}
+		}
+	}
 	sort.SliceStable(pkts, func(i, j int) bool { return pkts[i].t < pkts[j].t })
 	for _, v := range []string{chosen, offered} {
 		if version == "" {
@@ -313,7 +388,8 @@ func Parse(qlog []byte) (*Trace, error) {
 		}
 	}
 	tr := &Trace{pkts: pkts, completeNS: completeNS, minRTT: minRTT, haveMinRTT: haveMinRTT, lostAt: lostAt, Source: src,
-		truncated: truncated || src.Truncated, completedBy: completedBy, hasCompletedBy: hasCompletedBy, Close: closed}
+		truncated: truncated || src.Truncated, completedBy: completedBy, hasCompletedBy: hasCompletedBy, Close: closed,
+		server: server.v}
 	if v, err := strconv.ParseUint(strings.TrimPrefix(version, "0x"), 16, 32); err == nil && v != 0 {
 		tr.QUICVersion = uint32(v)
 	}
@@ -368,7 +444,6 @@ func (tr *Trace) Analyze(opts ...Options) (*Analysis, error) {
 // we sent (newFlight), or retransmits CRYPTO it had sent (its own loss recovery).
 func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	firstInitial := true
-	serverRetrans := 0
 	sentCrypto := map[string]bool{}
 	recvCrypto := map[string]bool{}
 	sentEnd := map[string]int64{} // per packet type: the end of the CRYPTO data we sent
@@ -379,6 +454,10 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	recvEnd := map[string]int64{}
 	holeSince := map[string]int64{}
 	recovered := false // the server resent CRYPTO it had lost
+	// serverLost: the first Initial the server sent us in an attempt is not its first
+	// (a packet number above 0: every stack numbers from 0, RFC 9000 §12.3 leaves room
+	// but none uses it), so an earlier one never arrived.
+	serverLost, seenServerInitial := false, false
 	gap := int64(float64(a.RTTNS) * flightGapRatio)
 	var sends []send // our packets of the current attempt
 	flightSends := 0 // index into sends: the first sent since the current flight began
@@ -397,7 +476,7 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 		if completeNS >= 0 && p.t > completeNS {
 			continue // what happens after the handshake completed does not explain it
 		}
-		retrans, newCrypto, filled := false, false, false
+		newCrypto, newRecv, filled := false, false, false
 		for _, c := range p.crypto {
 			k := fmt.Sprintf("%s/%d", p.ptype, c[0])
 			m := recvCrypto
@@ -407,11 +486,8 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 			dup := m[k]
 			if dup {
 				a.Retransmissions++
-				retrans = true
-				if !p.sent {
-					serverRetrans++
-				}
 			}
+			newRecv = newRecv || (!p.sent && !dup)
 			m[k] = true
 			end := c[0] + c[1]
 			switch {
@@ -443,9 +519,16 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 			sends = append(sends, send{t: p.t, length: p.length, newCrypto: newCrypto})
 			continue
 		}
+		if p.ptype == "initial" && !seenServerInitial {
+			seenServerInitial = true
+			serverLost = serverLost || p.pn > 0
+		}
 		serverBytes += p.length
 		restart := p.ptype == "retry" || p.ptype == "version_negotiation"
-		progress := len(p.crypto) > 0 || restart
+		// A packet moves the handshake on with CRYPTO data we had not had (a copy the
+		// server sent again on its timer, the original having arrived, does not), or by
+		// starting a new attempt.
+		progress := newRecv || restart
 		if progress {
 			var starts bool
 			switch {
@@ -458,10 +541,10 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 				starts = true
 			case restart:
 				starts = true
-			case retrans || filled:
+			case filled:
 				starts = p.t-lastProgress >= gap
 			default:
-				starts = a.newFlight(p.t, sends[flightSends:], gap, serverBytes-p.length, bytesUntil(sends, lastProgress-gap))
+				starts = a.newFlight(p.t, sends[flightSends:], gap, p.t-lastProgress, serverBytes-p.length, bytesUntil(sends, lastProgress-gap))
 			}
 			if starts {
 				a.Flights = append(a.Flights, Flight{StartNS: p.t, Bytes: preFlightBytes})
@@ -476,6 +559,11 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 		}
 		f := &a.Flights[len(a.Flights)-1]
 		f.EndNS, f.Bytes = p.t, f.Bytes+p.length
+		if p.sum != nil && f.lastSum != nil && *p.sum == *f.lastSum {
+			f.last += p.length // coalesced into the same datagram
+		} else {
+			f.last, f.lastSum = p.length, p.sum
+		}
 		f.Types = appendUnique(f.Types, p.ptype)
 		if p.ptype == "handshake" && len(p.crypto) > 0 {
 			f.HandshakeCrypt = true
@@ -489,6 +577,7 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 			// offset 0: not a retransmission.
 			attemptClientBytes, attemptStartFlight, attemptFlights = 0, len(a.Flights), 0
 			sends, flightSends, preFlightBytes, serverBytes = nil, 0, 0, 0
+			seenServerInitial = false
 			clear(sentCrypto)
 			clear(recvCrypto)
 			clear(sentEnd)
@@ -508,13 +597,16 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	// CRYPTO (the rest of its flight, released by our ACK). The budget is 3x what we had
 	// sent by then (at least gap before the flight's end reached us): the ACKs of our
 	// first flight raise it while the server sends, which on a short path lets a big
-	// flight run past 3x our first datagram before it stops.
+	// flight run past 3x our first datagram before it stops. A server may start a
+	// datagram while under its budget and end it above (quic-go sends while its bytes
+	// sent are below 3x those received): the flight's last datagram must have begun
+	// within the budget, the whole flight may pass it by that datagram.
 	cum := 0
 	for k := 0; k+1 < len(att); k++ {
 		cum += att[k].Bytes
 		client := bytesUntil(sends, att[k].EndNS-gap)
 		budget := AmplificationFactor * client
-		if client == 0 || cum > budget+amplificationSlack {
+		if client == 0 || cum-att[k].last > budget+amplificationSlack {
 			continue
 		}
 		if float64(cum) >= stallFillRatio*float64(budget) && att[k+1].HandshakeCrypt {
@@ -524,12 +616,13 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 			break
 		}
 	}
-	// Loss: quic-go declared a packet of ours lost, or the server's CRYPTO arrived twice
-	// (it retransmitted) or filled a hole late (it resent what the path lost). Our own
-	// retransmissions are not evidence: a probe our client sends on its timer while the
-	// server's flight is on its way (a quick ACK gave a small RTT sample, the first PTO
-	// on a long path) costs nothing.
-	a.Loss = a.LostPackets > 0 || serverRetrans > 0 || recovered
+	// Loss: quic-go declared a packet of ours lost, the server's CRYPTO filled a hole
+	// late (it resent what the path lost), or its first Initial to arrive was not its
+	// first. Retransmissions whose originals arrived are not evidence: a probe our
+	// client sends on its timer while the server's flight is on its way (a quick ACK
+	// gave a small RTT sample, the first PTO on a long path), or a copy the server sends
+	// on its own timer while our ACK is on its way, costs nothing.
+	a.Loss = a.LostPackets > 0 || recovered || serverLost
 }
 
 // send is a packet we sent: when, its length, and whether it carried CRYPTO data we had
@@ -554,12 +647,14 @@ func bytesUntil(sends []send, t int64) int {
 // newFlight reports whether a packet that moves the handshake on, received at t, began a
 // new server flight: the server waited for one of the packets we sent since the current
 // flight began (since: those packets), at least gap before t (it cannot answer sooner),
-// because that packet carried CRYPTO data it needed, or because it had used its
-// anti-amplification budget (serverBytes, the attempt's bytes before this packet, reached
-// stallFillRatio of 3x clientBytes, our bytes that reached it before its last packet; our
-// packet raised the budget), or because quic-go had declared one of our packets lost
-// (what we sent replaced what the server never got).
-func (a *Analysis) newFlight(t int64, since []send, gap int64, serverBytes, clientBytes int) bool {
+// because that packet carried CRYPTO data it needed, or because quic-go had declared
+// one of our packets lost (what we sent replaced what the server never got), or because
+// it had used its anti-amplification budget (serverBytes, the attempt's bytes before this
+// packet, reached stallFillRatio of 3x clientBytes, our bytes that reached it before its
+// last packet; our packet raised the budget) and went quiet for at least gap (idle: since
+// its previous packet that moved the handshake on); a server that goes on sending at its
+// budget's edge as our ACKs come in never waited.
+func (a *Analysis) newFlight(t int64, since []send, gap, idle int64, serverBytes, clientBytes int) bool {
 	for _, s := range since {
 		if t-s.t < gap {
 			break
@@ -567,7 +662,7 @@ func (a *Analysis) newFlight(t int64, since []send, gap int64, serverBytes, clie
 		if s.newCrypto || a.lostBefore(t) {
 			return true
 		}
-		if clientBytes > 0 && float64(serverBytes) >= stallFillRatio*float64(AmplificationFactor*clientBytes) {
+		if idle >= gap && clientBytes > 0 && float64(serverBytes) >= stallFillRatio*float64(AmplificationFactor*clientBytes) {
 			return true
 		}
 	}

@@ -116,24 +116,33 @@ func Export(ctx context.Context, s *store.Store, cfg ExportConfig, log *slog.Log
 	return written, nil
 }
 
-// exportFile decodes a stored qlog and names the file it becomes.
-func exportFile(r exportRow) (name string, data []byte, err error) {
-	switch r.Encoding {
+// Decode returns the qlog file a stored qlogs row holds (qlogs.encoding, qlogs.data):
+// gzip inflated (at most 64 MB), identity as is.
+func Decode(encoding string, stored []byte) ([]byte, error) {
+	switch encoding {
 	case "gzip":
-		zr, err := gzip.NewReader(bytes.NewReader(r.Data))
+		zr, err := gzip.NewReader(bytes.NewReader(stored))
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
-		if data, err = io.ReadAll(io.LimitReader(zr, maxFileSize+1)); err != nil {
-			return "", nil, err
+		data, err := io.ReadAll(io.LimitReader(zr, maxFileSize+1))
+		if err != nil {
+			return nil, err
 		}
 		if len(data) > maxFileSize {
-			return "", nil, fmt.Errorf("inflates to more than %d bytes", maxFileSize)
+			return nil, fmt.Errorf("inflates to more than %d bytes", maxFileSize)
 		}
+		return data, nil
 	case "identity":
-		data = r.Data
-	default:
-		return "", nil, fmt.Errorf("encoding %q not supported", r.Encoding)
+		return stored, nil
+	}
+	return nil, fmt.Errorf("encoding %q not supported", encoding)
+}
+
+// exportFile decodes a stored qlog and names the file it becomes.
+func exportFile(r exportRow) (name string, data []byte, err error) {
+	if data, err = Decode(r.Encoding, r.Data); err != nil {
+		return "", nil, err
 	}
 	odcid := hex.EncodeToString(r.ODCID)
 	if odcid == "" {

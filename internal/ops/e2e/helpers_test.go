@@ -60,7 +60,7 @@ func bins(t *testing.T) string {
 		if binErr != nil {
 			return
 		}
-		binErr = testsupport.Build(binDir, "zprobe", "verify", "measure", "jobrun", "optout")
+		binErr = testsupport.Build(binDir, "zprobe", "verify", "conncheck", "measure", "jobrun", "optout")
 	})
 	if binErr != nil {
 		t.Fatalf("%v", binErr)

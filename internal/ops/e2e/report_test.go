@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/quicver"
+	"github.com/doqscan/doqscan/internal/release"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 	"github.com/doqscan/doqscan/internal/testsupport"
@@ -84,13 +85,31 @@ func TestReportFromPipeline(t *testing.T) {
 		verifyArgs = append(verifyArgs, "--sni-names", strings.Join(sni, ","))
 	}
 	e.run(t, 0, "verify", verifyArgs...)
-	e.run(t, 0, "measure", "--vantage", reportVantage, "--label", reportLabel, "--concurrency", "32")
+	e.run(t, 0, "measure", "--vantage", reportVantage, "--label", reportLabel, "--run-label", reportLabel, "--concurrency", "32")
 
 	// The report: both notebooks, headless.
 	out := t.TempDir()
 	folder, sum := testsupport.RunReport(t, python, e.url, out)
 	checkSummary(t, folder, sum, []string{"adoption", "response_times"}, []string{"fig1_doq_quic_versions_per_week",
 		"port_shares", "fig2_world_map", "fig3a_resolve_rtt_" + reportVantage, "fig3b_handshake_ratio_" + reportVantage})
+
+	// The same report from the pipeline's data release (dataset export's Parquet files,
+	// aggregated on DuckDB) writes the same CSV tables: every figure's numbers.
+	rel := t.TempDir()
+	if _, err := release.Run(context.Background(), e.s, release.Config{Dir: rel}); err != nil {
+		t.Fatalf("export: %v", err)
+	}
+	lakeFolder, lakeSum := testsupport.RunReport(t, python, e.url, t.TempDir(), "--source", rel)
+	if !lakeSum.OK {
+		t.Fatalf("the report from the release failed: %+v", lakeSum.Notebooks)
+	}
+	compare := exec.Command(python, "-m", "doqscan_analysis.compare", folder, lakeFolder)
+	compare.Dir = root
+	if o, err := compare.CombinedOutput(); err != nil {
+		t.Errorf("the report from the release differs from the report from PostgreSQL: %v\n%s", err, testsupport.Tail(string(o), 20))
+	} else {
+		t.Logf("report from the release: %s", strings.TrimSpace(string(o)))
+	}
 
 	// The numbers behind the figures, from the package's load functions.
 	cmd := exec.Command(python, filepath.Join("internal", "ops", "e2e", "testdata", "report_numbers.py"))

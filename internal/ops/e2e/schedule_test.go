@@ -73,7 +73,7 @@ func exitCode(err error) int {
 	return 0
 }
 
-// TestScheduleCompressedClock runs the weekly chain (scan, then verify) and hourly
+// TestScheduleCompressedClock runs the weekly chain (scan, verify, conncheck) and hourly
 // measurement rounds through bin/jobrun with --now on the simulated internet, and
 // checks: runs of one job never overlap (a second start while one runs is skipped and
 // recorded), a missed hour is recorded as missed, and re-running any of them duplicates
@@ -108,6 +108,9 @@ func TestScheduleCompressedClock(t *testing.T) {
 	scanCmd := append([]string{bin("zprobe"), "scan", "--vantage", "vp0"}, scanArgs...)
 	verifyCmd := append([]string{bin("verify"), "--vantage", "vp0"}, verifyArgs...)
 	measureCmd := []string{bin("measure"), "--vantage", "vp0", "--protocols", "doudp,doq", "--rtt-samples", "1", "--timeout", "3s"}
+	// The connection check, kept short: two resolvers, DoQ, one idle wait, no amplification.
+	conncheckArgs := []string{"--sample", "2", "--protocols", "doq", "--idle-waits", "1s", "--max-queries", "4", "--amplification=false", "--timeout", "3s"}
+	conncheckCmd := append([]string{bin("conncheck"), "--vantage", "vp0"}, conncheckArgs...)
 	jobrun := func(job string, now time.Time, argv ...string) *exec.Cmd {
 		return e.command(context.Background(), 0, "jobrun", append([]string{"--job", job, "--vantage", "vp0", "--now", at(now), "--"}, argv...)...)
 	}
@@ -149,6 +152,10 @@ func TestScheduleCompressedClock(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM verification_results`); n < len(speakers) {
 		t.Errorf("verify wrote %d results for %d QUIC speakers", n, len(speakers))
 	}
+	mustRun(jobrun("conncheck", week0.Add(2*time.Hour), conncheckCmd...))
+	if n := e.count(t, `SELECT count(*) FROM policy_runs WHERE iso_week = '2026-W45'`); n != 1 {
+		t.Errorf("connection check not keyed by jobrun's week 2026-W45")
+	}
 
 	// Hourly: H, H+1h (a second start of H+1h while it runs is skipped), then H+3h: H+2h was missed.
 	mustRun(jobrun("measure", hour0, measureCmd...))
@@ -182,8 +189,8 @@ func TestScheduleCompressedClock(t *testing.T) {
 		hour0.Add(2*time.Hour).Format("2006-01-02T15")); n != 0 {
 		t.Errorf("%d other periods recorded as missed", n)
 	}
-	if n := e.count(t, `SELECT count(*) FROM job_runs WHERE status = 'ok'`); n != 5 {
-		t.Errorf("%d ok runs, want 5 (scan, verify, 3 x measure)", n)
+	if n := e.count(t, `SELECT count(*) FROM job_runs WHERE status = 'ok'`); n != 6 {
+		t.Errorf("%d ok runs, want 6 (scan, verify, conncheck, 3 x measure)", n)
 	}
 	// No overlap: within each job, a run finished before the next started; verify after the scan.
 	if n := e.count(t, `SELECT count(*) FROM job_runs a JOIN job_runs b ON a.job = b.job AND a.vantage_id = b.vantage_id
@@ -198,12 +205,13 @@ func TestScheduleCompressedClock(t *testing.T) {
 
 	// Re-running every run duplicates nothing.
 	tables := []string{"scans", "scan_runs", "scan_replies", "verification_runs", "verification_results", "resolvers",
-		"campaigns", "measurements", "rtt_samples", "job_runs"}
+		"quic_stacks", "policy_runs", "connection_policies", "campaigns", "measurements", "rtt_samples", "job_runs"}
 	before := map[string]int{}
 	for _, tb := range tables {
 		before[tb] = e.count(t, "SELECT count(*) FROM "+tb)
 	}
-	// The weekly chain again, this time through deploy/weekly.sh (jobrun, zprobe, verify).
+	// The weekly chain again, this time through deploy/weekly.sh (jobrun, zprobe, verify,
+	// conncheck).
 	home := t.TempDir()
 	for _, l := range [][2]string{{e.bin, "bin"}, {filepath.Join(repoRoot(t), "blocklist"), "blocklist"}} {
 		if err := os.Symlink(l[0], filepath.Join(home, l[1])); err != nil {
@@ -212,7 +220,8 @@ func TestScheduleCompressedClock(t *testing.T) {
 	}
 	weekly := exec.Command(filepath.Join(repoRoot(t), "deploy", "weekly.sh"))
 	weekly.Env = append(os.Environ(), "DATABASE_URL="+e.url, "DOQSCAN_HOME="+home, "DOQSCAN_VANTAGE=vp0",
-		"DOQSCAN_NOW="+at(week0), "ZPROBE_ARGS="+strings.Join(scanArgs, " "), "VERIFY_ARGS="+strings.Join(verifyArgs, " "))
+		"DOQSCAN_NOW="+at(week0), "ZPROBE_ARGS="+strings.Join(scanArgs, " "), "VERIFY_ARGS="+strings.Join(verifyArgs, " "),
+		"CONNCHECK_ARGS="+strings.Join(conncheckArgs, " "))
 	if out, err := weekly.CombinedOutput(); err != nil {
 		t.Fatalf("deploy/weekly.sh: %v\n%s", err, testsupport.Tail(string(out), 30))
 	}

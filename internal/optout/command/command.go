@@ -22,7 +22,9 @@ import (
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/optout"
+	"github.com/doqscan/doqscan/internal/release/manifest"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -99,6 +101,8 @@ func runServe(io IO, args []string) int {
 	contact := fs.String("contact", optout.DefaultInfo.Contact, "contact email shown on the page")
 	operator := fs.String("operator", optout.DefaultInfo.Operator, "who runs the scans")
 	project := fs.String("project-url", "", "link to the project page (optional)")
+	releaseDir := fs.String("release-dir", manifest.DefaultDir(home.Dir()), "the data release the page describes under \"What we publish\" (dataset export's directory)")
+	releaseURL := fs.String("release-url", "", "where the release is published (empty: on request from --contact)")
 	var maxV4, maxV6, ownV4, ownV6 int
 	var perMin float64
 	cli.IntVar(fs, &maxV4, "max-v4-prefix", optout.DefaultLimits.MinBitsV4, 0, 32, "shortest IPv4 prefix one request may exclude")
@@ -141,7 +145,8 @@ func runServe(io IO, args []string) int {
 		info.Contact, info.Operator, info.ProjectURL = *contact, *operator, *project
 		srv := &optout.Server{Store: st, BlocklistDir: *dir, Info: info, Log: log, PostsPerMinute: perMin,
 			Limits: optout.Limits{MinBitsV4: maxV4, MinBitsV6: maxV6}, SecureCookies: *tlsListen != "" && *listen == "",
-			Policy: pol, OwnRange: optout.Limits{MinBitsV4: ownV4, MinBitsV6: ownV6}}
+			Policy: pol, OwnRange: optout.Limits{MinBitsV4: ownV4, MinBitsV6: ownV6},
+			ReleaseDir: *releaseDir, ReleaseURL: *releaseURL}
 		path, err := srv.Rewrite(ctx)
 		if err != nil {
 			return err

@@ -3,19 +3,15 @@ package e2e_test
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
+	"github.com/doqscan/doqscan/internal/cli/clitest"
 	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/probe"
-	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed/wirecap"
 	"github.com/doqscan/doqscan/internal/testsupport"
@@ -57,39 +53,8 @@ func TestConcurrentScansRunZmapOnce(t *testing.T) {
 	}
 	firstDone := make(chan error, 1)
 	go func() { firstDone <- first.Wait() }()
-	id := store.LockID(probe.ScanLockKey(week, vantage, label, 0))
-	poll := time.NewTicker(20 * time.Millisecond)
-	defer poll.Stop()
-	for held := false; !held; {
-		select {
-		case err := <-firstDone:
-			t.Fatalf("the first scan ended (%v) before it was seen holding the scan's lock\n%s", err, firstErr.String())
-		case <-poll.C:
-		}
-		if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-			AND classid::bigint = $1 AND objid::bigint = $2)`, int64(uint64(id)>>32), int64(uint64(id)&0xffffffff)).Scan(&held); err != nil {
-			t.Fatal(err)
-		}
-	}
 	second, secondErr := command()
-	err = second.Run()
-	var ee *exec.ExitError
-	locked := errors.As(err, &ee) && ee.ExitCode() == 75
-	if !locked {
-		t.Errorf("second scan: %v, want exit code 75\n%s", err, secondErr.String())
-	}
-	if msg := secondErr.String(); !strings.Contains(msg, "another run holds the lock") || !strings.Contains(msg, fmt.Sprintf("pid %d ", first.Process.Pid)) {
-		t.Errorf("the second scan does not say that the first (pid %d) holds it:\n%s", first.Process.Pid, msg)
-	}
-	t.Logf("second scan: %s", strings.TrimSpace(secondErr.String()))
-	select {
-	case err := <-firstDone:
-		if locked {
-			t.Fatalf("the first scan ended (%v) before the second gave up: they did not overlap", err)
-		}
-		firstDone <- err
-	default:
-	}
+	clitest.LockedOut(t, s, probe.ScanLockKey(week, vantage, label, 0), first, firstDone, second, secondErr)
 	if err := <-firstDone; err != nil {
 		t.Fatalf("first scan: %v\n%s", err, firstErr.String())
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -27,10 +28,19 @@ func TestAgainstDatabaseURL(t *testing.T) {
 	}
 	for _, sub := range []string{"url", "up", "status", "stop", "status"} {
 		var out bytes.Buffer
-		if err := dbctl.Run(context.Background(), log, []string{sub}, &out); err != nil {
+		if err := dbctl.Run(context.Background(), log, dbctl.DefaultOptions(), []string{sub}, &out); err != nil {
 			t.Fatalf("%s: %v", sub, err)
 		}
-		if out.String() != want[sub] {
+		got := out.String()
+		if sub == "status" {
+			// Then the partitions: this month's measurements among them.
+			first, rest, _ := strings.Cut(got, "\n")
+			got = first + "\n"
+			if !strings.Contains(rest, "measurements_p") || !strings.Contains(rest, "attached") {
+				t.Errorf("status lists no attached measurements partition:\n%s", rest)
+			}
+		}
+		if got != want[sub] {
 			t.Errorf("%s printed %q, want %q", sub, out.String(), want[sub])
 		}
 	}
@@ -39,7 +49,7 @@ func TestAgainstDatabaseURL(t *testing.T) {
 // TestUnreachableDatabase: status against a server that does not answer is exit code 3.
 func TestUnreachableDatabase(t *testing.T) {
 	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan user=doqscan connect_timeout=1")
-	err := dbctl.Run(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), []string{"status"}, io.Discard)
+	err := dbctl.Run(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), dbctl.DefaultOptions(), []string{"status"}, io.Discard)
 	if code := cli.ExitCode(err); code != cli.ExitDatabase {
 		t.Fatalf("exit %d (%v), want %d", code, err, cli.ExitDatabase)
 	}

@@ -35,6 +35,9 @@ type Cluster struct {
 	Dir    string // var/postgres of the project
 	BinDir string // PostgreSQL server binaries
 	OSUser string // the unprivileged account that runs the server ("" = the current one)
+	// Netns, if set, is the network namespace the server runs in (the testbed's
+	// database namespace); its Unix socket stays reachable from everywhere.
+	Netns string
 }
 
 // DataDir is the cluster's data directory.
@@ -79,6 +82,10 @@ func Default() (*Cluster, error) {
 func reachableBy(osUser, dir string) bool {
 	return exec.Command("runuser", "-u", osUser, "--", "/usr/bin/test", "-x", dir).Run() == nil
 }
+
+// BinDir is the directory of the newest installed PostgreSQL server binaries (initdb,
+// pg_ctl, pg_dump, pg_restore).
+func BinDir() (string, error) { return findBinDir() }
 
 // findBinDir finds the newest /usr/lib/postgresql/N/bin holding initdb, or initdb on PATH.
 func findBinDir() (string, error) {
@@ -238,12 +245,14 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) (string,
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	var cmd *exec.Cmd
+	argv := append([]string{path}, args...)
 	if c.OSUser != "" {
-		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", c.OSUser, "--", path}, args...)...)
-	} else {
-		cmd = exec.CommandContext(ctx, path, args...)
+		argv = append([]string{"runuser", "-u", c.OSUser, "--"}, argv...)
 	}
+	if c.Netns != "" {
+		argv = append([]string{"ip", "netns", "exec", c.Netns}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = "/"
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -263,4 +272,92 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) (string,
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// fleetConf is the configuration file ServeFleet writes beside postgresql.conf.
+const fleetConf = "doqscan_fleet.conf"
+
+// ServeFleet makes the cluster serve a fleet of vantage points: TCP on listen (an
+// address, port 5432) with TLS, the server certificate and CA of fleetDir (dbctl fleet
+// init), and client-certificate logins only (pg_hba "hostssl ... cert": the
+// certificate's common name is the role). The Unix socket keeps serving the admin. The
+// cluster is started, or restarted to take the settings.
+func (c *Cluster) ServeFleet(ctx context.Context, listen, fleetDir string) error {
+	if _, _, err := c.Ensure(ctx); err != nil {
+		return err
+	}
+	uid, gid := -1, -1
+	if c.OSUser != "" {
+		u, err := user.Lookup(c.OSUser)
+		if err != nil {
+			return err
+		}
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
+	}
+	for src, dst := range map[string]string{"server.crt": "fleet-server.crt", "server.key": "fleet-server.key", "ca.crt": "fleet-ca.crt"} {
+		b, err := os.ReadFile(filepath.Join(fleetDir, src))
+		if err != nil {
+			return fmt.Errorf("fleet certificates (dbctl fleet-init): %w", err)
+		}
+		path := filepath.Join(c.DataDir(), dst)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return err
+		}
+		if uid >= 0 {
+			if err := os.Chown(path, uid, gid); err != nil {
+				return err
+			}
+		}
+	}
+	conf := fmt.Sprintf(`# doqscan fleet: vantage points connect over TCP with TLS and client certificates.
+listen_addresses = '%s'
+ssl = on
+ssl_cert_file = 'fleet-server.crt'
+ssl_key_file = 'fleet-server.key'
+ssl_ca_file = 'fleet-ca.crt'
+`, listen)
+	if err := c.writeOwned(filepath.Join(c.DataDir(), fleetConf), conf, uid, gid); err != nil {
+		return err
+	}
+	if err := appendOnce(filepath.Join(c.DataDir(), "postgresql.conf"), "include_if_exists '"+fleetConf+"'"); err != nil {
+		return err
+	}
+	if err := appendOnce(filepath.Join(c.DataDir(), "pg_hba.conf"), "hostssl all all 0.0.0.0/0 cert"); err != nil {
+		return err
+	}
+	if _, err := c.run(ctx, "pg_ctl", "-D", c.DataDir(), "-l", c.LogFile(), "-w", "-t", "60", "restart"); err != nil {
+		return fmt.Errorf("restart private PostgreSQL for the fleet (log %s): %w", c.LogFile(), err)
+	}
+	return nil
+}
+
+func (c *Cluster) writeOwned(path, content string, uid, gid int) error {
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		return err
+	}
+	if uid >= 0 {
+		return os.Chown(path, uid, gid)
+	}
+	return nil
+}
+
+// appendOnce appends line to the file unless a line equal to it is there.
+func appendOnce(path, line string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(l) == line {
+			return nil
+		}
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintf(f, "\n%s\n", line)
+	return err
 }

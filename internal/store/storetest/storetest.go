@@ -177,6 +177,42 @@ func QueryMap[K comparable, V any](t testing.TB, s *store.Store, query string, a
 	return out
 }
 
+// WithUser returns url logging in as user (URL or keyword/value form).
+func WithUser(u, user string) string {
+	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
+		if pu, err := url.Parse(u); err == nil {
+			pu.User = url.User(user)
+			return pu.String()
+		}
+	}
+	return u + " user=" + user
+}
+
+// VantageRole creates the role of vantage point id on the test server (store's
+// AddVantageRole on s, the test database's admin store) with a name of the test's own
+// (roles are server-wide), and returns the URL of the test database logging in as it.
+// The role is dropped at cleanup. With the private cluster, whose Unix socket trusts
+// every role, no certificate is needed.
+func VantageRole(t testing.TB, s *store.Store, dbURL, id string) string {
+	t.Helper()
+	ctx := context.Background()
+	role, err := s.AddVantageRole(ctx, id)
+	if err != nil {
+		t.Fatalf("vantage role: %v", err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), dbURL)
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		ident := pgx.Identifier{role}.Sanitize()
+		c.Exec(context.Background(), "DROP OWNED BY "+ident) //nolint:errcheck // cleanup of a throwaway role
+		c.Exec(context.Background(), "DROP ROLE "+ident)     //nolint:errcheck // cleanup of a throwaway role
+	})
+	return WithUser(dbURL, role)
+}
+
 // NewerSchema returns the URL of a fresh database whose schema was migrated by a binary
 // newer than this one (schema_migrations holds SchemaVersion()+1): a command that opens
 // it stops with exit code 4.

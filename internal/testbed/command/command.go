@@ -31,6 +31,7 @@ var Cmd = cli.Command{
 	Examples: []string{
 		"testnet up                          # instance dq with testbed/population.txt",
 		"testnet --vantages 2 up             # with a second vantage point (another instance: --name NAME)",
+		"testnet --name f1 --vantages 3 --db up   # three vantage points and a central database behind the delay line",
 		"testnet status",
 		"testnet exec -- ping -c3 198.19.0.1",
 		"testnet --vantage 1 exec -- ip route",
@@ -69,6 +70,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	o := &f.Options
 	fs.StringVar(&o.Name, "name", "", "instance name (default $DOQSCAN_TESTNET, else dq)")
 	cli.IntVar(fs, &o.Vantages, "vantages", 1, 1, netns.MaxVantages, "number of vantage namespaces (up)")
+	fs.BoolVar(&o.DB, "db", false, "up: a central database for the vantage points in <name>-db (198.18.254.2, TLS; docs/fleet.md)")
 	fs.StringVar(&o.Population, "population", "", "population file (default testbed/population.txt)")
 	fs.BoolVar(&f.NoServers, "no-servers", false, "up: start only namespaces and the delay line")
 	fs.BoolVar(&o.NoPeers, "no-peers", false, "up: start bin/simserver but not the third-party peers")

@@ -491,9 +491,10 @@ func (w *worker) decide(pb *pathsBox, h Header, arrival, lead int64) (due int64,
 	return due, false
 }
 
-// isInternet reports whether a is in the simulated internet (either family).
+// isInternet reports whether a is the far side of a path: the simulated internet
+// (either family) or the central database's link (netns.DBPrefix).
 func isInternet(a netip.Addr) bool {
-	return netns.InternetPrefix.Contains(a) || netns.InternetPrefix6.Contains(a)
+	return netns.InternetPrefix.Contains(a) || netns.InternetPrefix6.Contains(a) || netns.DBPrefix.Contains(a)
 }
 
 // vantageIndex returns the vantage whose link holds a (198.18.i.0/24, 2001:2:0:i::/64).

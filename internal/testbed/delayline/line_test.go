@@ -139,11 +139,13 @@ func runLine(t *testing.T, cfg Config) (*chanDev, *Line, func()) {
 }
 
 // Every packet is held at least its path's one-way delay (plus the vantage extra), in
-// both directions, looked up on the internet-side address, in both address families.
+// both directions, looked up on the internet-side (or database-side) address, in both
+// address families.
 func TestDelayBothDirections(t *testing.T) {
 	tbl := NewTable(Profile{OneWay: 3 * time.Millisecond})
 	tbl.Set(netip.MustParsePrefix("198.19.5.0/24"), Profile{OneWay: 10 * time.Millisecond})
 	tbl.Set(netip.MustParsePrefix("2001:2:0:8005::/64"), Profile{OneWay: 10 * time.Millisecond})
+	tbl.Set(netip.MustParsePrefix("198.18.254.2/32"), Profile{OneWay: 20 * time.Millisecond}) // the central database
 	d, _, stop := runLine(t, Config{Paths: tbl, Vantage: map[int]time.Duration{1: 4 * time.Millisecond}})
 	defer stop()
 	cases := []struct {
@@ -160,6 +162,10 @@ func TestDelayBothDirections(t *testing.T) {
 		{"2001:2::2", "2001:2:0:8006::1", 3 * time.Millisecond},
 		{"2001:2:0:1::2", "2001:2:0:8005::9", 14 * time.Millisecond},
 		{"2001:2:0:8006::1", "2001:2:0:1::2", 7 * time.Millisecond},
+		// The central database's link is the far side of its paths, like the internet.
+		{"198.18.0.2", "198.18.254.2", 20 * time.Millisecond},
+		{"198.18.254.2", "198.18.0.2", 20 * time.Millisecond},
+		{"198.18.254.2", "198.18.1.2", 24 * time.Millisecond},
 	}
 	for i, c := range cases {
 		t0 := time.Now()

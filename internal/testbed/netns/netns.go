@@ -3,6 +3,7 @@
 //	<inst>-vantage (198.18.0.2/24) ─┐                 ┌─ <inst>-inet: 198.19.0.0/16 AnyIP on lo
 //	<inst>-vantage2 (198.18.1.2/24) ┼─ <inst>-router ─┤   (198.18.255.1/31)
 //	...                             ┘  tun0 delay line └─ router side 198.18.255.0/31
+//	<inst>-db (198.18.254.2/24) ────┘  (with a central database: Instance.DB)
 //
 // The testbed is dual-stack: beside each IPv4 address the same link carries one of
 // 2001:2::/48 (RFC 5180 IPv6 benchmarking space): vantage i 2001:2:0:i::2/64 (gateway
@@ -40,6 +41,13 @@ var (
 	InternetPrefix = netip.MustParsePrefix("198.19.0.0/16")
 	// VantagePrefix holds the vantage links: vantage i is 198.18.i.2/24.
 	VantagePrefix = netip.MustParsePrefix("198.18.0.0/16")
+	// DBPrefix is the link of the central database's namespace (Instance.DB): the
+	// database at DBAddr, the router at DBGateway. The delay line treats it as the far
+	// side of a path, like an internet address: vantage<->database packets get the
+	// profile of DBAddr (testnet path set 198.18.254.2 --rtt 80ms --loss 1%).
+	DBPrefix  = netip.MustParsePrefix("198.18.254.0/24")
+	DBAddr    = netip.MustParseAddr("198.18.254.2")
+	DBGateway = netip.MustParseAddr("198.18.254.1")
 	// The router<->internet link, a /31 (RFC 3021).
 	RouterInetAddr = netip.MustParseAddr("198.18.255.0")
 	InetLinkAddr   = netip.MustParseAddr("198.18.255.1")
@@ -78,7 +86,8 @@ var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,9}$`)
 // Instance names the namespaces and interfaces of one testbed.
 type Instance struct {
 	Name     string
-	Vantages int // >= 1
+	Vantages int  // >= 1
+	DB       bool // a namespace for a central database (<inst>-db, DBAddr)
 }
 
 // ValidName checks an instance name: 1..10 lowercase letters/digits, starting with a
@@ -112,11 +121,17 @@ func (in Instance) Vantage(i int) string {
 	return fmt.Sprintf("%s-vantage%d", in.Name, i+1)
 }
 
+// DBNamespace names the central database's namespace.
+func (in Instance) DBNamespace() string { return in.Name + "-db" }
+
 // Namespaces lists every namespace of the instance.
 func (in Instance) Namespaces() []string {
 	ns := []string{in.Router(), in.Inet()}
 	for i := 0; i < in.Vantages; i++ {
 		ns = append(ns, in.Vantage(i))
+	}
+	if in.DB {
+		ns = append(ns, in.DBNamespace())
 	}
 	return ns
 }
@@ -127,6 +142,8 @@ func (in Instance) VantageIf(i int) string { return fmt.Sprintf("%s-v%d", in.Nam
 func (in Instance) RouterIf(i int) string  { return fmt.Sprintf("%s-r%d", in.Name, i) }
 func (in Instance) RouterInetIf() string   { return in.Name + "-ri" }
 func (in Instance) InetIf() string         { return in.Name + "-i" }
+func (in Instance) DBIf() string           { return in.Name + "-d" }
+func (in Instance) RouterDBIf() string     { return in.Name + "-rd" }
 
 // VantageAddr is 198.18.i.2; GatewayAddr 198.18.i.1 (the router side).
 func VantageAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i), 2}) }
@@ -289,6 +306,11 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 	if err := r.Veth(ctx, labnet.Alias(in.Name), R, in.RouterInetIf(), "02:d9:00:00:ff:00", I, in.InetIf(), "02:d9:00:00:ff:01"); err != nil {
 		return err
 	}
+	if in.DB {
+		if err := r.Veth(ctx, labnet.Alias(in.Name), R, in.RouterDBIf(), "02:d9:00:00:fe:01", in.DBNamespace(), in.DBIf(), "02:d9:00:00:fe:02"); err != nil {
+			return err
+		}
+	}
 	steps := [][]string{}
 	add := func(a ...string) { steps = append(steps, a) }
 	for i := 0; i < in.Vantages; i++ {
@@ -299,6 +321,15 @@ func (r Runner) Up(ctx context.Context, in Instance) error {
 		add("-n", R, "-6", "addr", "replace", GatewayAddr6(i).String()+"/64", "dev", in.RouterIf(i), "nodad")
 		add("-n", V, "-6", "addr", "replace", VantageAddr6(i).String()+"/64", "dev", in.VantageIf(i), "nodad")
 		add("-n", V, "-6", "route", "replace", InternetPrefix6.String(), "via", GatewayAddr6(i).String(), "dev", in.VantageIf(i))
+	}
+	if in.DB {
+		D := in.DBNamespace()
+		add("-n", R, "addr", "replace", DBGateway.String()+"/24", "dev", in.RouterDBIf())
+		add("-n", D, "addr", "replace", DBAddr.String()+"/24", "dev", in.DBIf())
+		add("-n", D, "route", "replace", VantagePrefix.String(), "via", DBGateway.String(), "dev", in.DBIf())
+		for i := 0; i < in.Vantages; i++ {
+			add("-n", in.Vantage(i), "route", "replace", DBPrefix.String(), "via", GatewayAddr(i).String(), "dev", in.VantageIf(i))
+		}
 	}
 	add("-n", R, "addr", "replace", RouterInetAddr.String()+"/31", "dev", in.RouterInetIf())
 	add("-n", I, "addr", "replace", InetLinkAddr.String()+"/31", "dev", in.InetIf())
@@ -403,6 +434,9 @@ func (r Runner) steer(ctx context.Context, in Instance, family string) error {
 	ifs := []string{in.RouterInetIf()}
 	for i := 0; i < in.Vantages; i++ {
 		ifs = append(ifs, in.RouterIf(i))
+	}
+	if in.DB && family == "-4" {
+		ifs = append(ifs, in.RouterDBIf())
 	}
 	for _, ifn := range ifs {
 		if strings.Contains(rules, "iif "+ifn+" lookup "+DelayTable) {
@@ -576,4 +610,16 @@ func Command(ns string, argv ...string) *exec.Cmd {
 // (no fork), so the command is ip's own process.
 func execArgs(ns string, argv []string) []string {
 	return append([]string{"netns", "exec", ns}, argv...)
+}
+
+// CutDB cuts (or, with cut false, restores) the path between vantage i and the central
+// database: a blackhole route in the vantage namespace drops every packet it sends
+// there, as a broken link would (nothing answers, connections time out).
+func (r Runner) CutDB(ctx context.Context, in Instance, i int, cut bool) error {
+	if cut {
+		_, err := r.IP(ctx, "-n", in.Vantage(i), "route", "replace", "blackhole", DBAddr.String()+"/32")
+		return err
+	}
+	_, err := r.IP(ctx, "-n", in.Vantage(i), "route", "del", "blackhole", DBAddr.String()+"/32")
+	return err
 }

@@ -20,6 +20,8 @@ func command(cfg Config, s Spec, zoneFile string) ([]string, error) {
 		return ngtcp2Command(cfg, s)
 	case DNSProxy:
 		return dnsproxyCommand(cfg, s)
+	case LazyDNS:
+		return lazydnsCommand(cfg, s)
 	}
 	return nil, fmt.Errorf("unknown kind %q", s.Kind)
 }

@@ -44,11 +44,21 @@ const (
 	Ngtcp2  Kind = "ngtcp2"  // ngtcp2 0.12 gtlsserver: HTTP/3 QUIC, not DoQ
 	// DNSProxy is AdGuard dnsproxy v0.78.0: DoUDP/DoTCP/DoT/DoH/DoH3/DoQ on quic-go.
 	DNSProxy Kind = "dnsproxy"
+	// LazyDNS is lazydns 0.2.63 (Rust): DoQ on quinn without an ALPN (doq-no-alpn).
+	LazyDNS Kind = "lazydns"
 )
 
 // Kinds lists every stack, in start order (aioquic and dnsproxy forward to a DNS
 // server, so the stacks that answer from a zone start first).
-var Kinds = []Kind{CoreDNS, Hickory, Ngtcp2, DNSProxy, Aioquic}
+var Kinds = []Kind{CoreDNS, Hickory, Ngtcp2, DNSProxy, Aioquic, LazyDNS}
+
+// Optional are the stacks whose install is too long for every machine (lazydns: about
+// 25 minutes of cargo build on 2 cores the first time): scripts/install-peers.sh installs
+// them only when named (`scripts/install-peers.sh lazydns`), the testbed starts them
+// when they are installed and otherwise leaves their addresses silent, and a test of
+// such an address skips and says why (testbed.RequirePeer). The others are started all
+// or none.
+var Optional = map[Kind]bool{LazyDNS: true}
 
 // Versions are the versions scripts/install-peers.sh installs.
 var Versions = map[Kind]string{
@@ -57,6 +67,7 @@ var Versions = map[Kind]string{
 	Aioquic:  "1.7.2",
 	Ngtcp2:   "0.12.1 (Debian bookworm)",
 	DNSProxy: "0.78.0",
+	LazyDNS:  "0.2.63",
 }
 
 // Spec is one third-party server at one address. A zero port means "not served".
@@ -96,7 +107,7 @@ func (s Spec) validate() error {
 		return fmt.Errorf("peers: %s: address %v is outside 198.18.0.0/15, 2001:2::/48, 127.0.0.0/8 and ::1", s.Kind, s.Addr)
 	case s.needsTLS() && (s.CertFile == "" || s.KeyFile == ""):
 		return fmt.Errorf("peers: %s at %v: TLS/QUIC service needs CertFile and KeyFile", s.Kind, s.Addr)
-	case (s.Kind == Aioquic || s.Kind == Ngtcp2) && len(s.QUICPorts) == 0:
+	case (s.Kind == Aioquic || s.Kind == Ngtcp2 || s.Kind == LazyDNS) && len(s.QUICPorts) == 0:
 		return fmt.Errorf("peers: %s at %v: a QUIC port is required", s.Kind, s.Addr)
 	case s.Kind != CoreDNS && s.Kind != DNSProxy && len(s.QUICPorts) > 1:
 		return fmt.Errorf("peers: %s at %v serves one QUIC port, not %v", s.Kind, s.Addr, s.QUICPorts)
@@ -110,7 +121,7 @@ func (s Spec) validate() error {
 		return fmt.Errorf("peers: dnsproxy at %v always serves plain DNS: set DNSPort", s.Addr)
 	case s.Kind == Hickory && s.DoHPort != 0:
 		return fmt.Errorf("peers: hickory at %v: DoH is not compiled in (features quic-ring,resolver)", s.Addr)
-	case (s.Kind == Aioquic || s.Kind == Ngtcp2) && (s.DNSPort != 0 || s.DoTPort != 0 || s.DoHPort != 0):
+	case (s.Kind == Aioquic || s.Kind == Ngtcp2 || s.Kind == LazyDNS) && (s.DNSPort != 0 || s.DoTPort != 0 || s.DoHPort != 0):
 		return fmt.Errorf("peers: %s at %v serves QUIC only", s.Kind, s.Addr)
 	case s.Retry && s.Kind != Aioquic && s.Kind != Ngtcp2:
 		return fmt.Errorf("peers: %s at %v cannot be configured to always Retry", s.Kind, s.Addr)
@@ -349,6 +360,8 @@ func Binary(root string, k Kind) string {
 		return ngtcp2Server
 	case DNSProxy:
 		return filepath.Join(root, "var", "peers", "bin", "dnsproxy")
+	case LazyDNS:
+		return filepath.Join(root, "var", "peers", "bin", "lazydns")
 	}
 	return ""
 }

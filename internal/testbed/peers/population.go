@@ -20,6 +20,7 @@ var peerKinds = map[string]Kind{
 	population.PeerAioquic:  Aioquic,
 	population.PeerNgtcp2:   Ngtcp2,
 	population.PeerDNSProxy: DNSProxy,
+	population.PeerLazyDNS:  LazyDNS,
 }
 
 // dnsPort is plain DNS (RFC 1035 §4.2).
@@ -134,6 +135,13 @@ func StartPopulation(ctx context.Context, cfg Config, pop *population.Population
 	if err != nil {
 		return nil, err
 	}
+	specs = slices.DeleteFunc(specs, func(s Spec) bool {
+		if err := Installed(cfg.Root, s.Kind); Optional[s.Kind] && err != nil {
+			cfg.Log.Info("optional peer not installed: its address stays silent", "peer", s.Kind, "addr", s.Addr, "err", err)
+			return true
+		}
+		return false
+	})
 	stopInstance := func() error { return StopInstance(cfg.Inst, cfg.RunDir, cfg.Log) }
 	if len(specs) == 0 {
 		cfg.Log.Info("population has no third-party peers")

@@ -38,7 +38,7 @@ const (
 
 // Service is one (transport, port) a spec serves.
 type Service struct {
-	Proto string // "udp", "tcp", "dot", "doh", "doh3", "doq", "quic"
+	Proto string // "udp", "tcp", "dot", "doh", "doh3", "doq", "doq-noalpn" (DoQ offering no ALPN), "quic"
 	Port  uint16
 }
 
@@ -56,9 +56,12 @@ func (s Spec) Services() []Service {
 	add("doh", s.DoHPort)
 	add("doh3", s.DoH3Port)
 	for _, p := range s.QUICPorts {
-		if s.Kind == Ngtcp2 {
+		switch s.Kind {
+		case Ngtcp2:
 			add("quic", p)
-		} else {
+		case LazyDNS:
+			add("doq-noalpn", p)
+		default:
 			add("doq", p)
 		}
 	}
@@ -111,7 +114,9 @@ func Probe(ctx context.Context, ns string, addr netip.Addr, svc Service, answer 
 		case "doh3":
 			resp, err = probeDoH3(ctx, target)
 		case "doq":
-			resp, err = probeDoQ(ctx, target)
+			resp, err = probeDoQ(ctx, target, alpnDoQ)
+		case "doq-noalpn":
+			resp, err = probeDoQ(ctx, target, "")
 		case "quic":
 			err = probeQUIC(ctx, target, alpnH3)
 		default:
@@ -208,11 +213,11 @@ func dohReply(res *http.Response) (*dns.Msg, error) {
 	return m, m.Unpack(body)
 }
 
-// probeDoQ opens a QUIC connection with ALPN doq and sends one query on one stream
-// with the DoQ exchange verify and measure use (RFC 9250 §4.2: 2-octet length prefix,
-// message ID 0, FIN after the query).
-func probeDoQ(ctx context.Context, target string) (*dns.Msg, error) {
-	conn, err := dialQUIC(ctx, target, alpnDoQ)
+// probeDoQ opens a QUIC connection offering alpn (none when "") and sends one query on
+// one stream with the DoQ exchange verify and measure use (RFC 9250 §4.2: 2-octet
+// length prefix, message ID 0, FIN after the query; without ALPN framed as RFC 9250).
+func probeDoQ(ctx context.Context, target, alpn string) (*dns.Msg, error) {
+	conn, err := dialQUIC(ctx, target, alpn)
 	if err != nil {
 		return nil, err
 	}
@@ -224,6 +229,9 @@ func probeDoQ(ctx context.Context, target string) (*dns.Msg, error) {
 		return nil, err
 	}
 	framing, err := doq.FramingFor(conn.ConnectionState().TLS.NegotiatedProtocol)
+	if alpn == "" {
+		framing, err = doq.NoALPNFraming, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +289,11 @@ func dialQUIC(ctx context.Context, target, alpn string) (*quic.Conn, error) {
 		return nil, err
 	}
 	tr := &quic.Transport{Conn: udp}
-	conn, err := tr.Dial(ctx, raddr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{alpn},
+	var protos []string
+	if alpn != "" {
+		protos = []string{alpn}
+	}
+	conn, err := tr.Dial(ctx, raddr, &tls.Config{InsecureSkipVerify: true, NextProtos: protos,
 		ServerName: strings.TrimSuffix(Zone, ".")}, &quic.Config{HandshakeIdleTimeout: probeAttempt})
 	if err != nil {
 		tr.Close()

@@ -86,6 +86,13 @@ var genCerts = []genCert{
 	{"self-signed", "doq.self-signed.test", "", "self", 0, 0},
 	{"chain-mid", "mid.provider-e.test", "", "ca-a", 3, 700},
 	{"chain-big", "big.provider-e.test", "", "ca-a", 6, 1500},
+	// Chains whose first flight lies between what an unvalidated quic-go server sends to
+	// a client padding its Initials to 1,200 and to 1,350 bytes (SendableUnvalidated:
+	// 3,840 and 5,120 bytes for one X25519 Initial, 7,680 and 8,960 for the two of an
+	// X25519MLKEM768 ClientHello): chain-edge-x with an X25519 share, chain-edge-m with
+	// an X25519MLKEM768 one.
+	{"chain-edge-x", "edge-x.provider-e.test", "", "ca-b", 3, 522},
+	{"chain-edge-m", "edge-m.provider-e.test", "", "ca-b", 5, 627},
 }
 
 // Services most DoQ resolvers also offer (so measure can compare every protocol).
@@ -144,16 +151,30 @@ var fixedSpecials = []struct {
 }{
 	{"doq-no-alpn", "accepts only a QUIC handshake offering no ALPN (refuses any offered one with no_application_protocol, as rustls/quinn with none configured); DNS on it framed as RFC 9250",
 		"quic=784,853 alpn=none versions=v1,v2 token=honour cert=provider-c dns=udp,tcp", "path=eu-20ms asn=AS64502 site=ams"},
+	{"doq-policy", "DoQ and DoT with known connection limits: a connection ends after 40 queries, 7 s idle timeout, 8 concurrent DoQ streams, no 0-RTT",
+		"quic=853 alpn=doq versions=v1,v2 token=honour cert=provider-b dns=udp,tcp dot=853 maxq=40 idle=7s streams=8 0rtt=no", "path=eu-5ms asn=AS64497 site=fra"},
+	{"ddr-doq-port", "plain DNS designating (DDR, RFC 9462) DoQ on UDP/10853, a port no scan probes, and DoT on 853, both at its own address",
+		"quic=10853 alpn=doq versions=v1,v2 token=honour cert=provider-a dns=udp,tcp dot=853 ddr=doq@10853,dot@853", "path=eu-20ms asn=AS64496 site=ams"},
+	{"ddr-doq-853", "a DoQ resolver on 853 (the scan finds it too) designating DoQ 853, DoT 853 and DoH 443",
+		"quic=853 alpn=doq versions=v1,v2 token=honour cert=provider-b dns=udp,tcp dot=853 doh=443 ddr=doq@853,dot@853,h2@443", "path=eu-20ms asn=AS64497 site=lon"},
+	{"ddr-dead", "plain DNS designating DoQ on UDP/8530 at its own address, where nothing answers",
+		"dns=udp,tcp ddr=doq@8530", "path=na-80ms asn=AS64501 site=iad"},
+	{"ddr-elsewhere", "plain DNS designating the DoQ resolver at 198.19.1.140 (ddr-doq-port) on UDP/10853",
+		"dns=udp,tcp ddr=doq@10853/198.19.1.140", "path=eu-20ms asn=AS64501 site=ams"},
+	{"doq-edgechain-x", "chain-edge-x, tokens ignored: its first flight exceeds what may be sent to a 1,200-byte X25519 Initial only",
+		"quic=853 alpn=doq versions=v1,v2 token=ignore cert=chain-edge-x dns=udp,tcp", "path=eu-20ms asn=AS64500 site=fra"},
+	{"doq-edgechain-m", "chain-edge-m, tokens ignored: its first flight exceeds what may be sent to two 1,200-byte X25519MLKEM768 Initials only (and every X25519 budget)",
+		"quic=853 alpn=doq versions=v1,v2 token=ignore cert=chain-edge-m dns=udp,tcp", "path=eu-20ms asn=AS64500 site=fra"},
 }
 
 // Third-party peers, one address each in 198.19.3.0/24. the peers package starts them; the
 // versions listed are what each stack's VN advertises (FIELD-NOTES).
 var peers = []special{
-	{"peer-coredns", "CoreDNS 1.15 (quic-go): DoUDP, DoTCP, DoT, DoH, DoQ", "peer=coredns quic=784,853 alpn=doq versions=v1,v2 token=honour cert=provider-b " + allDNS, false, true},
-	{"peer-hickory", "hickory-dns 0.26 (quinn): DoQ; VN lists v1 and drafts 29-34", "peer=hickory quic=853 alpn=doq versions=v1,draft-29,draft-30,draft-31,draft-32,draft-33,draft-34 token=none cert=provider-c dns=udp,tcp", false, true},
-	{"peer-aioquic", "aioquic 1.7 doq_server: no NEW_TOKEN", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=provider-a", false, true},
-	{"peer-aioquic-retry", "aioquic 1.7 doq_server --retry", "peer=aioquic quic=784 alpn=doq versions=v1,v2 retry=always token=none cert=provider-a", false, true},
-	{"peer-aioquic-bigchain", "aioquic with chain-big and no NEW_TOKEN: the 2-RTT case through a non-Go stack", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=chain-big", false, true},
+	{"peer-coredns", "CoreDNS 1.15 (quic-go): DoUDP, DoTCP, DoT, DoH, DoQ", "peer=coredns quic=784,853 alpn=doq versions=v1,v2 token=honour cert=provider-b idle=10s streams=256 " + allDNS, false, true},
+	{"peer-hickory", "hickory-dns 0.26 (quinn): DoQ; VN lists v1 and drafts 29-34", "peer=hickory quic=853 alpn=doq versions=v1,draft-29,draft-30,draft-31,draft-32,draft-33,draft-34 token=none cert=provider-c idle=5s streams=100 0rtt=no dns=udp,tcp", false, true},
+	{"peer-aioquic", "aioquic 1.7 doq_server: no NEW_TOKEN", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=provider-a idle=60s streams=128", false, true},
+	{"peer-aioquic-retry", "aioquic 1.7 doq_server --retry", "peer=aioquic quic=784 alpn=doq versions=v1,v2 retry=always token=none cert=provider-a idle=60s streams=128", false, true},
+	{"peer-aioquic-bigchain", "aioquic with chain-big and no NEW_TOKEN: the 2-RTT case through a non-Go stack", "peer=aioquic quic=784 alpn=doq versions=v1,v2 token=none cert=chain-big idle=60s streams=128", false, true},
 	{"peer-ngtcp2", "ngtcp2 server: QUIC, not DoQ (h3)", "peer=ngtcp2 quic=784 alpn=h3 versions=v1 token=honour cert=provider-a", false, true},
 }
 
@@ -167,11 +188,21 @@ var dnsproxyPeers = []struct {
 	class, comment, fields, geo string
 }{
 	{"peer-dnsproxy", "AdGuard dnsproxy 0.78 with AdGuard Home's defaults: DoQ on 853 and on 784 (older deployments), DoT, DoH, DoH3, plain DNS",
-		"peer=dnsproxy quic=784,853 alpn=doq,doq-i02,doq-i00,dq versions=v1,v2 retry=first token=honour cert=provider-a doh3=443 " + allDNS,
+		"peer=dnsproxy quic=784,853 alpn=doq,doq-i02,doq-i00,dq versions=v1,v2 retry=first token=honour cert=provider-a idle=5m streams=65535 doh3=443 " + allDNS,
 		"path=eu-20ms asn=AS64501 site=fra"},
 	{"peer-dnsproxy-public", "AdGuard dnsproxy 0.78 as a public resolver: a 7-certificate chain (chain-big), DoQ on 853, DoT, DoH, DoH3, plain DNS",
-		"peer=dnsproxy quic=853 alpn=doq,doq-i02,doq-i00,dq versions=v1,v2 retry=first token=honour cert=chain-big doh3=443 " + allDNS,
+		"peer=dnsproxy quic=853 alpn=doq,doq-i02,doq-i00,dq versions=v1,v2 retry=first token=honour cert=chain-big idle=5m streams=65535 doh3=443 " + allDNS,
 		"path=na-80ms asn=AS64496 site=iad"},
+}
+
+// Third-party peers added after dnsproxy (198.19.3.9 on), with a fixed site, AS and
+// path so that adding them moved no other line.
+var laterPeers = []struct {
+	class, comment, fields, geo string
+}{
+	{"peer-lazydns", "lazydns 0.2.63 (Rust, quinn): DoQ without an ALPN (rustls refuses any offered one), RFC 9250 framing; NEW_TOKEN issued",
+		"peer=lazydns quic=853 alpn=none versions=v1,draft-29,draft-30,draft-31,draft-32,draft-33,draft-34 token=honour cert=provider-c idle=30s streams=100",
+		"path=eu-20ms asn=AS64500 site=ams"},
 }
 
 type gen struct {
@@ -268,6 +299,10 @@ func Generate(seed uint64) []byte {
 	for i, s := range dnsproxyPeers {
 		fmt.Fprintf(w, "# %s: %s\n", s.class, s.comment)
 		g.host(netip.PrefixFrom(addr(198, 19, 3, 1+len(peers)+i), 32), s.class, s.fields, s.geo)
+	}
+	for i, s := range laterPeers {
+		fmt.Fprintf(w, "# %s: %s\n", s.class, s.comment)
+		g.host(netip.PrefixFrom(addr(198, 19, 3, 1+len(peers)+len(dnsproxyPeers)+i), 32), s.class, s.fields, s.geo)
 	}
 
 	fmt.Fprintf(w, "\n# Bulk: plain DNS resolvers, 198.19.16.0/20 in /26 blocks (some REFUSED, some UDP only).\n")

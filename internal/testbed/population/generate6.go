@@ -37,7 +37,7 @@ var only6 = []struct {
 	{"2001:2:0:8002::30/127", "dns6", "IPv6-only plain DNS", "dns=udp,tcp", "path=as-150ms asn=AS64503 site=sin"},
 	{"2001:2:0:8002::40", "quic6-h3", "IPv6-only QUIC that is not DoQ (h3 only)", "quic=784,853 alpn=h3 versions=v1,v2 token=honour cert=provider-a", "path=na-80ms asn=AS64500 site=iad"},
 	{"2001:2:0:8002::50", "hostile6-garbage", "IPv6-only: random bytes for every datagram and DNS query", "quic=784,853,8853 dns=udp,tcp hostile=garbage", "path=na-80ms asn=AS65537 site=iad"},
-	{"2001:2:0:8002::60", "peer6-coredns", "IPv6-only third-party server: CoreDNS (DoQ on 853, DNS, DoT)", "peer=coredns quic=853 alpn=doq versions=v1,v2 token=honour cert=provider-b dns=udp,tcp dot=853", "path=eu-20ms asn=AS64496 site=fra"},
+	{"2001:2:0:8002::60", "peer6-coredns", "IPv6-only third-party server: CoreDNS (DoQ on 853, DNS, DoT)", "peer=coredns quic=853 alpn=doq versions=v1,v2 token=honour cert=provider-b idle=10s streams=256 dns=udp,tcp dot=853", "path=eu-20ms asn=AS64496 site=fra"},
 }
 
 func (g *gen) ipv6() {

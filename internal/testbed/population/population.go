@@ -70,6 +70,7 @@ const (
 	PeerAioquic  = "aioquic"
 	PeerNgtcp2   = "ngtcp2"
 	PeerDNSProxy = "dnsproxy"
+	PeerLazyDNS  = "lazydns"
 )
 
 // Retry modes (key retry).
@@ -153,6 +154,26 @@ type Record struct {
 	Path string     `json:"path"`
 	ASN  uint32     `json:"asn"`
 	Site string     `json:"site"`
+
+	// Connection policy (docs/population.md "Connection policy"): what the server allows
+	// one connection. Zero values are the server's defaults (simserver: no query limit,
+	// SimIdle, SimStreams, 0-RTT accepted); on a peer's line they state what that peer
+	// does.
+	MaxQueries int           `json:"maxq"`    // maxq=N: the server ends a connection after answering N queries
+	Idle       time.Duration `json:"idle_ns"` // idle=DUR: its idle timeout (DoQ: max_idle_timeout; DoT: closes an idle connection)
+	Streams    int           `json:"streams"` // streams=N: concurrent DoQ streams per connection (initial_max_streams_bidi)
+	No0RTT     bool          `json:"no_0rtt"` // 0rtt=no: early data rejected (DoQ)
+	// DDR are the designated resolvers this host's plain DNS names in answer to
+	// _dns.resolver.arpa SVCB (RFC 9462), one SVCB record each (ddr=ALPN[+ALPN]@PORT[/HINT],...).
+	DDR []Designation `json:"ddr"`
+}
+
+// Designation is one DDR designated endpoint of a population record: an SVCB record with
+// these ALPNs and port whose ipv4hint is Hint (the record's own address when zero).
+type Designation struct {
+	ALPNs []string   `json:"alpns"`
+	Port  uint16     `json:"port"`
+	Hint  netip.Addr `json:"hint"`
 }
 
 // Size is the number of addresses the record covers.
@@ -571,7 +592,7 @@ func (p *Population) parseDirective(toks []string) error {
 }
 
 var hostKeys = []string{"class", "quic", "alpn", "versions", "retry", "token", "cert", "sni", "dns", "dot", "doh", "doh3",
-	"rcode", "hostile", "peer", "path", "asn", "site", "twin"}
+	"rcode", "hostile", "peer", "path", "asn", "site", "twin", "maxq", "idle", "streams", "0rtt", "ddr"}
 
 // MinPrefix6Bits bounds an IPv6 host prefix: every address of a record is a host, so a
 // record covers at most 2^(128-MinPrefix6Bits) addresses.
@@ -673,7 +694,7 @@ func parseHost(toks []string, line int) (Record, error) {
 	}
 	r.Peer = m["peer"]
 	switch r.Peer {
-	case "", PeerCoreDNS, PeerHickory, PeerAioquic, PeerNgtcp2, PeerDNSProxy:
+	case "", PeerCoreDNS, PeerHickory, PeerAioquic, PeerNgtcp2, PeerDNSProxy, PeerLazyDNS:
 	default:
 		return r, fmt.Errorf("host %s: peer=%q", toks[0], r.Peer)
 	}
@@ -693,6 +714,9 @@ func parseHost(toks []string, line int) (Record, error) {
 		if r.ASN, err = parseASN(v); err != nil {
 			return r, fmt.Errorf("host %s: %w", toks[0], err)
 		}
+	}
+	if err := parsePolicy(&r, m); err != nil {
+		return r, fmt.Errorf("host %s: %w", toks[0], err)
 	}
 	if len(r.QUICPorts) > 0 && r.Peer == "" {
 		raw := r.Hostile == HostileGarbage || r.Hostile == HostileBadVN || r.Hostile == HostileDraftOnly

@@ -39,6 +39,24 @@ var (
 	ClientMLKEM = ClientHello{Name: "x25519mlkem768", InitialBytes: 2 * 1280, ServerShare: 1120}
 )
 
+// Initial sizes a client may pad its Initial datagrams to (quic-go's
+// Config.InitialPacketSize): RFC 9000's minimum, a common middle, and the most a
+// 1,500-byte Ethernet MTU carries (quic-go's MaxPacketBufferSize).
+var InitialSizes = []int{1200, 1350, 1452}
+
+// ClientFor is the first flight of a quic-go client padding its Initials to size with key
+// share keyShare ("x25519" or "x25519mlkem768"). The hybrid ClientHello spans two
+// Initials at every size up to 1,452 bytes (measured: 2,400, 2,700, 2,904 bytes).
+func ClientFor(keyShare string, size int) (ClientHello, bool) {
+	switch keyShare {
+	case ClientX25519.Name:
+		return ClientHello{Name: keyShare, InitialBytes: size, ServerShare: ClientX25519.ServerShare}, true
+	case ClientMLKEM.Name:
+		return ClientHello{Name: keyShare, InitialBytes: 2 * size, ServerShare: ClientMLKEM.ServerShare}, true
+	}
+	return ClientHello{}, false
+}
+
 // AmplificationFactor is the anti-amplification limit (RFC 9000 §8.1).
 const AmplificationFactor = 3
 
@@ -47,7 +65,7 @@ const AmplificationFactor = 3
 const (
 	approxCertBase     = 420 // an Ed25519 certificate without filler, DER bytes
 	approxPadOverhead  = 16  // the filler extension's OID and headers
-	approxFlightFixed  = 400 // ServerHello (without key share), EncryptedExtensions, CertificateVerify, Finished, QUIC headers
+	approxFlightFixed  = 530 // ServerHello (without key share), EncryptedExtensions, CertificateVerify, Finished, QUIC headers and padding (quic-go, measured)
 	approxPerCertFrame = 5   // TLS Certificate entry framing
 )
 
@@ -66,10 +84,25 @@ func (c Cert) ServerFlightBytes(client ClientHello) int {
 	return approxFlightFixed + client.ServerShare + c.ApproxChainBytes()
 }
 
+// ServerDatagramBytes is the size of a quic-go server's first-flight datagrams (its
+// InitialPacketSize).
+const ServerDatagramBytes = 1280
+
+// SendableUnvalidated is how many bytes an unvalidated quic-go server sends before it
+// waits for the client: it sends a datagram whenever its bytes sent are below 3x those
+// received (RFC 9000 §8.1's limit, checked before each datagram), so it stops at the
+// first multiple of its datagram size at or above the budget (3,840 for a 1,200-byte
+// Initial, 5,120 for 1,350 and 1,452).
+func SendableUnvalidated(client ClientHello) int {
+	budget := AmplificationFactor * client.InitialBytes
+	return (budget + ServerDatagramBytes - 1) / ServerDatagramBytes * ServerDatagramBytes
+}
+
 // ExceedsAmplification reports whether the server's first flight with this certificate
-// exceeds 3x what the client sent, so an unvalidated server stalls for one round trip.
+// exceeds what an unvalidated server may send to client (SendableUnvalidated), so it
+// stalls for one round trip.
 func (c Cert) ExceedsAmplification(client ClientHello) bool {
-	return c.ServerFlightBytes(client) > AmplificationFactor*client.InitialBytes
+	return c.ServerFlightBytes(client) > SendableUnvalidated(client)
 }
 
 // HandshakeRTTs returns how many round trips the handshake of proto to (addr, port) takes

@@ -20,6 +20,10 @@ const (
 	garbageLen = 48
 )
 
+// DDRName is the special-use name a client asks for its resolver's designated encrypted
+// resolvers (RFC 9462 §4).
+const DDRName = "_dns.resolver.arpa."
+
 // respond builds the wire reply to query under b for transport p. ok is false when no
 // reply is due: the query is not even a DNS header or is a response, or the class sends
 // nothing itself (reset, stall, tls-stall; endless is acted out by the transport).
@@ -77,6 +81,13 @@ func reply(req *dns.Msg, b Behaviour, p Protocol, keepalive time.Duration) *dns.
 		m.Rcode = dns.RcodeFormatError
 	default:
 		q := req.Question[0]
+		if q.Qclass == dns.ClassINET && q.Qtype == dns.TypeSVCB && dns.CanonicalName(q.Name) == DDRName {
+			for _, rr := range b.DDR {
+				c := dns.Copy(rr)
+				c.Header().Name = q.Name
+				m.Answer = append(m.Answer, c)
+			}
+		}
 		if q.Qclass == dns.ClassINET && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY) {
 			ans := b.Answer
 			if !ans.IsValid() {

@@ -3,8 +3,11 @@ package simdns
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
+
+	"github.com/miekg/dns"
 
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
@@ -64,7 +67,30 @@ func (d *PopulationDirectory) Behaviour(addr netip.Addr, p Protocol) (Behaviour,
 		// Most public resolvers issue session tickets; the population has no key for it
 		// yet, nor for TLS 1.2-only, HTTP/1.1-only, edns-tcp-keepalive or TFO servers.
 		SessionTickets: true,
+		MaxQueries:     r.MaxQueries,
+		Idle:           r.Idle,
+		DDR:            DDRRecords(d.pop, addr),
 	}, true
+}
+
+// DDRRecords are the SVCB records of addr's DDR designations (population.DDR).
+func DDRRecords(pop *population.Population, addr netip.Addr) []dns.RR {
+	var out []dns.RR
+	for _, d := range pop.DDR(addr) {
+		rr := &dns.SVCB{Hdr: dns.RR_Header{Name: DDRName, Rrtype: dns.TypeSVCB, Class: dns.ClassINET, Ttl: pop.AnswerTTL},
+			Priority: d.Priority, Target: d.Target}
+		rr.Value = append(rr.Value, &dns.SVCBAlpn{Alpn: d.ALPNs}, &dns.SVCBPort{Port: d.Port})
+		var hints []net.IP
+		for _, h := range d.IPv4Hints {
+			hints = append(hints, h.AsSlice())
+		}
+		rr.Value = append(rr.Value, &dns.SVCBIPv4Hint{Hint: hints})
+		if d.DoHPath != "" {
+			rr.Value = append(rr.Value, &dns.SVCBDoHPath{Template: d.DoHPath})
+		}
+		out = append(out, rr)
+	}
+	return out
 }
 
 // FastOpen implements Directory (no population key for TFO yet: none).

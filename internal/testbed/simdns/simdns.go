@@ -22,6 +22,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 // Protocol is one DNS transport simdns serves.
@@ -119,6 +121,13 @@ type Behaviour struct {
 	FastOpen bool
 	// HTTP1Only offers only http/1.1 in DoH's ALPN (default: h2 and http/1.1).
 	HTTP1Only bool
+	// MaxQueries > 0: a DoTCP/DoT connection is closed after this many answers.
+	MaxQueries int
+	// Idle > 0 replaces Limits.IdleTimeout for this address's DoTCP/DoT connections.
+	Idle time.Duration
+	// DDR are the SVCB records answering _dns.resolver.arpa SVCB (RFC 9462 §4; empty:
+	// NOERROR without records, like any other type).
+	DDR []dns.RR
 }
 
 // DefaultAnswer is the A record every answering server returns (RFC 5737 TEST-NET-1:

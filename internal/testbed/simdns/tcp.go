@@ -24,9 +24,12 @@ const endlessLength = 0xffff
 func (s *Server) serveStream(c net.Conn, b Behaviour, p Protocol) {
 	defer c.Close()
 	idle := s.cfg.Limits.IdleTimeout
+	if b.Idle > 0 {
+		idle = b.Idle
+	}
 	var pfx [lengthPrefixLen]byte
 	buf := make([]byte, 0, 512)
-	for {
+	for answered := 0; b.MaxQueries == 0 || answered < b.MaxQueries; answered++ {
 		c.SetReadDeadline(time.Now().Add(idle))
 		if _, err := io.ReadFull(c, pfx[:]); err != nil {
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -62,14 +63,29 @@ func (s *Server) serveConn(t *tport, conn *quic.Conn) {
 		}
 		return
 	}
-	for {
+	var answered sync.WaitGroup // the streams within the query limit
+	for n := 1; ; n++ {
 		str, err := conn.AcceptStream(s.ctx)
 		if err != nil {
 			return
 		}
+		if t.prof.maxQueries > 0 && n > t.prof.maxQueries {
+			// maxq=N: the connection carries N queries. The client asked for more: once the
+			// N answers are written and have had two round trips to arrive, close it.
+			answered.Wait()
+			rtt := conn.ConnectionStats().SmoothedRTT
+			select {
+			case <-time.After(2*rtt + 10*time.Millisecond):
+			case <-ctx.Done():
+			}
+			conn.CloseWithError(quic.ApplicationErrorCode(doq.CodeNoError), "query limit reached")
+			return
+		}
+		answered.Add(1)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			defer answered.Done()
 			s.guard("stream", func() { s.serveStream(ctx, t.prof, framing, str) })
 		}()
 	}

@@ -7,6 +7,7 @@
 package simquic
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -110,6 +111,11 @@ type profile struct {
 	rcode    string
 	hostile  string
 	doh3     bool // this port is the host's DoH3 endpoint (HTTP/3 answers /dns-query)
+	// Connection policy (population maxq=, idle=, streams=, 0rtt=).
+	maxQueries int
+	idle       time.Duration
+	streams    int
+	no0RTT     bool
 }
 
 // noALPN: the host accepts only connections offering no ALPN (population.ALPNNone).
@@ -120,8 +126,8 @@ func (p profile) noALPN() bool { return len(p.alpns) == 1 && p.alpns[0] == popul
 const noALPNRefusal = "doqscan-no-alpn-only"
 
 func (p profile) key() string {
-	return fmt.Sprintf("%s|%v|%v|%s|%s|%s|%s|%s|%v", strings.Join(p.alpns, ","), p.versions, p.retry, p.token,
-		p.cert, p.sni, p.rcode, p.hostile, p.doh3)
+	return fmt.Sprintf("%s|%v|%v|%s|%s|%s|%s|%s|%v|%d|%v|%d|%v", strings.Join(p.alpns, ","), p.versions, p.retry, p.token,
+		p.cert, p.sni, p.rcode, p.hostile, p.doh3, p.maxQueries, p.idle, p.streams, p.no0RTT)
 }
 
 type tport struct {
@@ -140,7 +146,8 @@ func rawHostile(h string) bool {
 
 func profileOf(r *population.Record, port uint16) (profile, error) {
 	p := profile{alpns: r.ALPNsOn(port), retry: r.Retry, token: r.Token, cert: r.Cert, sni: r.SNI, rcode: r.RCode,
-		hostile: r.Hostile, doh3: r.DoH3 != 0 && port == r.DoH3}
+		hostile: r.Hostile, doh3: r.DoH3 != 0 && port == r.DoH3,
+		maxQueries: r.MaxQueries, idle: r.Idle, streams: r.Streams, no0RTT: r.No0RTT}
 	for _, v := range r.Versions {
 		switch v {
 		case "v1":
@@ -155,6 +162,23 @@ func profileOf(r *population.Record, port uint16) (profile, error) {
 		return p, fmt.Errorf("line %d: quic-go always issues NEW_TOKEN; token=none needs a peer", r.Line)
 	}
 	return p, nil
+}
+
+// PortsOf returns the ports a server of pop binds: DefaultPorts and every other QUIC
+// port a simserver host of pop serves (a DoQ port no scan probes, found through DDR).
+func PortsOf(pop *population.Population) []uint16 {
+	out := slices.Clone(DefaultPorts)
+	for _, r := range pop.AllRecords() {
+		if r.Peer != "" {
+			continue
+		}
+		for _, p := range r.AllQUICPorts() {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // ListenAddrs fills in the addresses a server of pop binds: listen defaults to the IPv4
@@ -182,7 +206,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.Listen, cfg.Listen6 = ListenAddrs(cfg.Population, cfg.Listen, cfg.Listen6, cfg.NoIPv6)
 	if cfg.Ports == nil {
 		cfg.Ports = map[uint16]uint16{}
-		for _, p := range DefaultPorts {
+		for _, p := range PortsOf(cfg.Population) {
 			cfg.Ports[p] = p
 		}
 	}
@@ -289,9 +313,10 @@ func (s *Server) newTransport(prof profile, conn net.PacketConn, closer io.Close
 	}
 	ln, err := t.tr.ListenEarly(tlsConf, &quic.Config{
 		Versions:             prof.versions,
-		Allow0RTT:            true,
+		Allow0RTT:            !prof.no0RTT,
 		HandshakeIdleTimeout: 5 * time.Second,
-		MaxIdleTimeout:       30 * time.Second,
+		MaxIdleTimeout:       cmp.Or(prof.idle, population.SimIdle),
+		MaxIncomingStreams:   int64(cmp.Or(prof.streams, population.SimStreams)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("simquic: listen (%s): %w", prof.key(), err)

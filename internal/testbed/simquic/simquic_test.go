@@ -59,7 +59,7 @@ func setup(t testing.TB) *fixture {
 			return
 		}
 		ports := map[uint16]uint16{}
-		for _, p := range DefaultPorts {
+		for _, p := range PortsOf(fix.pop) {
 			ports[p] = 0
 		}
 		fix.srv, fixErr = Start(context.Background(), Config{

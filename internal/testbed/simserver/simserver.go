@@ -149,7 +149,8 @@ func (d Directory) Behaviour(addr netip.Addr, p simdns.Protocol) (simdns.Behavio
 	if !ok {
 		return simdns.Behaviour{}, false
 	}
-	return simdns.Behaviour{Class: c, Answer: d.Pop.Answer, SessionTickets: true, Keepalive: r.Hostile == ""}, true
+	return simdns.Behaviour{Class: c, Answer: d.Pop.Answer, SessionTickets: true, Keepalive: r.Hostile == "",
+		MaxQueries: r.MaxQueries, Idle: r.Idle, DDR: simdns.DDRRecords(d.Pop, addr)}, true
 }
 
 // FastOpen implements simdns.Directory: no population host asks for TCP Fast Open yet.

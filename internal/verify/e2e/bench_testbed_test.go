@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -168,5 +169,67 @@ func BenchmarkTestbedMemoryPer10k(b *testing.B) {
 		fmt.Printf("peak HeapInuse %.1f MiB (%.1f MiB above the idle baseline), VmHWM %s (verifier process only)\n",
 			float64(peak)/(1<<20), float64(peak-min(peak, base))/(1<<20), benchpool.VmHWM())
 		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB/10k")
+	}
+}
+
+// BenchmarkTestbedIdentify prints verify's rate with the QUIC library identification
+// (the qlog of every attempt, the handshake offering an unknown ALPN beside it, the h3
+// handshake for servers refusing every DoQ ALPN) against the same verifier without it,
+// on the population's verifiable endpoints and, as a second row per level, the
+// quic-not-doq ones (h3 servers, which cost one handshake more). The two runs alternate
+// order per level and repeat DOQSCAN_BENCH_ROUNDS times (default 2); the ratio is
+// identify / plain (goal >= 0.9).
+//
+//	go test ./internal/verify/e2e -run XXX -bench TestbedIdentify -benchtime 1x   # as root
+func BenchmarkTestbedIdentify(b *testing.B) {
+	targets := testbedBenchTargets(b)
+	on, err := verify.New(verify.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	off, err := verify.New(verify.Config{NoIdentify: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := benchpool.EnvInt("DOQSCAN_BENCH_TARGETS", len(targets))
+	rounds := benchpool.EnvInt("DOQSCAN_BENCH_ROUNDS", 2)
+	fmt.Printf("\ntestbed: verify with QUIC library identification vs without (%d targets per run, %d rounds, GOMAXPROCS=%d)\n",
+		n, rounds, runtime.GOMAXPROCS(0))
+	fmt.Printf("%-12s %6s %14s %14s %8s %12s %12s %12s %12s\n", "concurrency", "round", "identify t/s", "plain t/s", "ratio",
+		"identified", "verified", "identify cpu", "plain cpu")
+	for i := 0; i < b.N; i++ {
+		for li, conc := range []int{16, 32, 64} {
+			var sumOn, sumOff float64
+			for r := 0; r < rounds; r++ {
+				var identified int
+				run := map[bool]func() benchpool.Result{
+					true: func() benchpool.Result {
+						var mu sync.Mutex
+						return benchpool.Run(n, conc, func(k int) bool {
+							res := on.Verify(context.Background(), verify.Target{Addr: targets[k%len(targets)]})
+							if res.Stack != nil && res.Stack.Library != verify.LibraryUnknown {
+								mu.Lock()
+								identified++
+								mu.Unlock()
+							}
+							return res.Outcome == verify.OutcomeVerified
+						})
+					},
+					false: func() benchpool.Result {
+						return benchpool.Run(n, conc, func(k int) bool {
+							return off.Verify(context.Background(), verify.Target{Addr: targets[k%len(targets)]}).Outcome == verify.OutcomeVerified
+						})
+					},
+				}
+				first := (li+r)%2 == 0
+				res := map[bool]benchpool.Result{}
+				res[first] = run[first]()
+				res[!first] = run[!first]()
+				sumOn, sumOff = sumOn+res[true].Rate, sumOff+res[false].Rate
+				fmt.Printf("%-12d %6d %14.0f %14.0f %8.2f %12d %5d / %-5d %9.2f ms %9.2f ms\n", conc, r+1, res[true].Rate, res[false].Rate,
+					res[true].Rate/res[false].Rate, identified, res[true].OK, res[false].OK, res[true].CPUMS, res[false].CPUMS)
+			}
+			b.ReportMetric(sumOn/sumOff, fmt.Sprintf("ratio@%d", conc))
+		}
 	}
 }

@@ -190,6 +190,25 @@ func (g groundTruth) check(a netip.AddrPort, f fields) []string {
 	return bad
 }
 
+// checkLibrary compares a verification's QUIC library identification with the
+// population's (ExpectLibrary: simserver, CoreDNS and dnsproxy are quic-go, hickory
+// quinn, the aioquic example aioquic, gtlsserver ngtcp2); "" when they agree. A server
+// that speaks no QUIC shows no stack. One that does may show too little of it only when
+// nothing answered (a timeout on a lossy path).
+func (g groundTruth) checkLibrary(a netip.AddrPort, st *verify.Stack) string {
+	want := g.pop.ExpectLibrary(a.Addr())
+	switch {
+	case want == "" && st != nil && st.Library != verify.LibraryUnknown:
+		return fmt.Sprintf("QUIC library %s, but nothing there speaks QUIC (matched %v)", st.Library, st.Matched)
+	case want == "":
+	case st == nil:
+		return fmt.Sprintf("no QUIC library evidence, population says %s", want)
+	case st.Library != want:
+		return fmt.Sprintf("QUIC library %s (matched %v, conflicts %v), population says %s", st.Library, st.Matched, st.Conflicts, want)
+	}
+	return ""
+}
+
 func resultFields(g groundTruth, r verify.Result) fields {
 	f := fields{outcome: string(r.Outcome), detail: r.Detail, alpn: r.ALPN, sni: r.SNI, sniSource: r.SNISource,
 		quicVersion: r.QUICVersion, certValid: r.CertValid, chainLen: len(r.Chain), caIssued: g.caIssued(r.Chain)}
@@ -252,7 +271,7 @@ func TestTestbedEveryQUICHostClassified(t *testing.T) {
 		t.Logf("second pass over %d unexpected timeouts", len(again))
 		verifyAll(again, e2eConcurrency/8)
 	}
-	byClass, peersSeen := map[string]int{}, map[string]int{}
+	byClass, peersSeen, libs := map[string]int{}, map[string]int{}, map[string]int{}
 	for i, a := range targets {
 		r := results[i]
 		byClass[string(r.Outcome)]++
@@ -262,7 +281,13 @@ func TestTestbedEveryQUICHostClassified(t *testing.T) {
 		for _, b := range g.check(a, resultFields(g, r)) {
 			t.Errorf("%s (%s%s): %s", a, g.rec[a].Class, peerTag(g.rec[a]), b)
 		}
+		if b := g.checkLibrary(a, r.Stack); b != "" {
+			t.Errorf("%s (%s%s): %s", a, g.rec[a].Class, peerTag(g.rec[a]), b)
+		} else if r.Stack != nil {
+			libs[r.Stack.Library]++
+		}
 	}
+	t.Logf("QUIC libraries identified: %v", libs)
 	t.Logf("%d endpoints of %d classes verified: %v; peers: %v", len(targets), len(g.pop.Classes()), byClass, peersSeen)
 }
 
@@ -395,6 +420,39 @@ func TestTestbedRunMatchesPopulation(t *testing.T) {
 
 	// Every stored row against the population.
 	seen := checkStoredRows(t, ctx, s, g, sum.RunID)
+
+	// quic_stacks: every endpoint whose server speaks QUIC and answered is stored with
+	// the library the population names.
+	stacks, err := s.Pool.Query(ctx, `SELECT q.address, q.port, q.library, q.matched, q.conflicts, v.outcome
+		FROM quic_stacks q JOIN verification_results v USING (run_id, address, port) WHERE q.run_id = $1`, sum.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, libs := map[netip.AddrPort]bool{}, map[string]int{}
+	for stacks.Next() {
+		var addr netip.Addr
+		var port int32
+		var st verify.Stack
+		var outcome string
+		if err := stacks.Scan(&addr, &port, &st.Library, &st.Matched, &st.Conflicts, &outcome); err != nil {
+			t.Fatal(err)
+		}
+		a := netip.AddrPortFrom(addr.Unmap(), uint16(port))
+		stored[a] = true
+		libs[st.Library]++
+		if b := g.checkLibrary(a, &st); b != "" {
+			t.Errorf("%s (%s%s) quic_stacks: %s", a, g.rec[a].Class, peerTag(g.rec[a]), b)
+		}
+	}
+	if err := stacks.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range g.targets {
+		if g.pop.ExpectLibrary(a.Addr()) != "" && !stored[a] && g.want[a].Class != string(verify.OutcomeTimeout) {
+			t.Errorf("%s (%s): no quic_stacks row", a, g.rec[a].Class)
+		}
+	}
+	t.Logf("quic_stacks: %v", libs)
 	for _, a := range g.targets {
 		if _, ok := seen[a]; !ok {
 			t.Errorf("%s: no stored result", a)

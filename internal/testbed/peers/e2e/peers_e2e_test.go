@@ -109,6 +109,7 @@ func TestAllPeersInNamespace(t *testing.T) {
 		{Kind: peers.Ngtcp2, Addr: netip.MustParseAddr("198.19.200.4"), QUICPorts: []uint16{443}, CertFile: cert, KeyFile: key},
 		{Kind: peers.DNSProxy, Addr: netip.MustParseAddr("198.19.200.5"), DNSPort: 53, DoTPort: 853, DoHPort: 443, DoH3Port: 443,
 			QUICPorts: []uint16{784, 853}, CertFile: cert, KeyFile: key, Upstream: netip.AddrPortFrom(core.Addr, 53)},
+		{Kind: peers.LazyDNS, Addr: netip.MustParseAddr("198.19.200.6"), QUICPorts: []uint16{853}, CertFile: cert, KeyFile: key},
 	}
 	answer := netip.MustParseAddr("198.19.7.7")
 	runDir := t.TempDir()

@@ -1,0 +1,809 @@
+"""The analysis over a data release (`dataset export`'s Parquet files, docs/data-release.md)
+instead of PostgreSQL: the same functions as `load`, the same rows back, with every
+aggregation in SQL on DuckDB (default) or Apache Spark (`engine="spark"`, local mode or a
+cluster's master URL). Nothing loads rows into pandas: distributions are exact order
+statistics found in two passes over the rows (counts per group and value bucket, then
+only the values in the buckets that hold a wanted rank), so memory does not grow with the
+number of rows.
+
+`load.connect(path)` returns a Lake for a directory; every `load` function given a Lake
+runs the function of the same name here. The SQL is one text for both engines where the
+dialects allow; the few differences (list functions, lambdas, explode) are methods of
+Lake.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import names
+
+PORT_UNKNOWN = 0
+DOUDP_RCODES = [0, 3]
+DEFAULT_POINTS = 2000
+METRICS = ["resolve_ns", "rtt_ns", "handshake_ns", "ratio"]
+ROUND_TRIP_CLASSES = 5
+GROUP_COLUMNS = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")
+CAUSES = ["1rtt", "retry", "version-negotiation", "amplification", "loss", "multiple", "unknown"]
+
+# Every table a release holds (docs/data-release.md); release-wide ones at the top.
+TABLES = ["scans", "scan_runs", "scan_replies", "verification_runs", "verification_results", "certificates",
+          "observed_certificates", "resolvers", "resolver_geo", "campaigns", "measurements", "rtt_samples",
+          "handshake_analyses", "resolver_features", "bench_runs", "bench_samples"]
+GLOBAL_TABLES = ["vantage_points", "datasets"]
+
+# Value buckets of the order-statistics search: floor(ln(x) * BUCKETS_PER_E). Any
+# monotonic bucketing gives the exact values; finer buckets mean fewer values fetched in
+# the second pass.
+BUCKETS_PER_E = 4000
+
+
+def is_release(path) -> bool:
+    """Whether path is a release directory (it holds manifest.json)."""
+    return isinstance(path, (str, os.PathLike)) and os.path.isfile(os.path.join(path, "manifest.json"))
+
+
+class Lake:
+    """A release directory as SQL views named after its tables, on DuckDB or Spark."""
+
+    def __init__(self, path: str, engine: str = "duckdb", master: str | None = None,
+                 memory_limit: str | None = None, threads: int | None = None):
+        self.path = os.path.abspath(path)
+        with open(os.path.join(self.path, "manifest.json")) as f:
+            self.manifest = json.load(f)
+        if self.manifest.get("format") != "doqscan-release":
+            raise ValueError(f"{path}: not a doqscan release (manifest format {self.manifest.get('format')!r})")
+        self.engine = engine
+        self.tables = set()
+        if engine == "duckdb":
+            import duckdb
+            # A kernel's DuckDB holds at most this much (it spills past it): the report runs
+            # three notebooks at once within the 4 GB goal.
+            cfg = {"memory_limit": memory_limit or os.environ.get("DOQSCAN_DUCKDB_MEMORY", "1GB")}
+            if threads:
+                cfg["threads"] = threads
+            self.db = duckdb.connect(config=cfg)
+            self.db.execute("SET preserve_insertion_order = false")
+        elif engine == "spark":
+            from pyspark.sql import SparkSession
+            b = SparkSession.builder.appName("doqscan-report").master(master or os.environ.get("SPARK_MASTER", "local[2]"))
+            b = b.config("spark.sql.session.timeZone", "UTC").config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            # local[N]: N shuffle partitions (the default 200 tasks per shuffle dominate small queries)
+            m = master or os.environ.get("SPARK_MASTER", "local[2]")
+            parts = m[6:-1] if m.startswith("local[") and m[6:-1].isdigit() else "16"
+            b = b.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", parts)
+            if memory_limit:
+                b = b.config("spark.driver.memory", memory_limit)
+            self.spark = b.getOrCreate()
+        else:
+            raise ValueError(f"engine {engine!r}: want duckdb or spark")
+        for t in GLOBAL_TABLES + TABLES:
+            files = self._files(t)
+            if files:
+                self._view(t, files)
+                self.tables.add(t)
+
+    def _files(self, table: str) -> list[str]:
+        if table in GLOBAL_TABLES:
+            p = os.path.join(self.path, table + ".parquet")
+            return [p] if os.path.exists(p) else []
+        return sorted(glob.glob(os.path.join(self.path, "*", "*", table + ".parquet")))
+
+    def _view(self, name: str, files: list[str]) -> None:
+        if self.engine == "duckdb":
+            lst = "[" + ", ".join(_lit(f) for f in files) + "]"
+            self.db.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({lst}, union_by_name = true)")
+        else:
+            self.spark.read.parquet(*files).createOrReplaceTempView(name)
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
+
+    def sql(self, query: str) -> pd.DataFrame:
+        """Run a query whose result is small (aggregates) and return it as a DataFrame."""
+        if self.engine == "duckdb":
+            return self.db.execute(query).df()
+        return self.spark.sql(query).toPandas()
+
+    def register(self, name: str, df: pd.DataFrame) -> None:
+        """A small pandas frame as a view (targets of the second pass, sibling pairs)."""
+        if self.engine == "duckdb":
+            self.db.register(name, df)
+        else:
+            self.spark.createDataFrame(df).createOrReplaceTempView(name)
+
+    def materialize(self, name: str, query: str) -> None:
+        """A small intermediate result (the DoX set) computed once."""
+        if self.engine == "duckdb":
+            self.db.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {query}")
+        else:
+            df = self.spark.sql(query).cache()
+            df.count()
+            df.createOrReplaceTempView(name)
+
+    def close(self) -> None:
+        if self.engine == "duckdb":
+            self.db.close()
+        else:
+            self.spark.stop()
+
+    # Dialect: the few spellings DuckDB and Spark SQL do not share.
+    def first(self, col: str) -> str:
+        return f"{col}[1]" if self.engine == "duckdb" else f"element_at({col}, 1)"
+
+    def size(self, col: str) -> str:
+        return f"len({col})" if self.engine == "duckdb" else f"size({col})"
+
+    def fingerprint(self, col: str) -> str:
+        """The advertised version list as text, grease values as 'grease' (load._FINGERPRINT_SQL)."""
+        body = "CASE WHEN (v & 252645135) = 168430090 THEN 'grease' ELSE CAST(v AS STRING) END"
+        if self.engine == "duckdb":
+            s = f"array_to_string(list_transform({col}, lambda v: {body}), ',')"
+        else:
+            s = f"array_join(transform({col}, v -> {body}), ',')"
+        return f"(CASE WHEN {col} IS NULL OR {self.size(col)} = 0 THEN NULL ELSE {s} END)"
+
+    def explode(self, rel: str, col: str, alias: str) -> str:
+        """FROM-clause text: each row of rel once per element of its list col, as alias."""
+        if self.engine == "duckdb":
+            return f"(SELECT *, unnest({col}) AS {alias} FROM {rel})"
+        return f"(SELECT *, explode({col}) AS {alias} FROM {rel})"
+
+
+def _lit(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, float):
+        return repr(v)
+    return "'" + str(v).replace("'", "''") + "'"
+
+
+def _in(col: str, values) -> str:
+    """SQL condition col IN values; TRUE for None (no filter)."""
+    if values is None:
+        return "TRUE"
+    values = list(values)
+    if not values:
+        return "FALSE"
+    return f"{col} IN ({', '.join(_lit(v) for v in values)})"
+
+
+def _rint(x: str) -> str:
+    """Round half to even (numpy's rint, PostgreSQL's round(float8))."""
+    return (f"(CASE WHEN {x} - floor({x}) = 0.5 THEN floor({x}) + CASE WHEN CAST(floor({x}) AS BIGINT) % 2 = 0 "
+            f"THEN 0 ELSE 1 END ELSE floor({x} + 0.5) END)")
+
+
+_PORT_ORDER = "CASE port WHEN 853 THEN 1 WHEN 784 THEN 2 WHEN 8853 THEN 3 ELSE 4 END"
+
+
+def _verified(weeks, vantages) -> str:
+    """The verified and rep CTEs of load._VERIFIED_CTE (rep: one row per week and
+    resolver, its preferred port deciding the pair)."""
+    return f"""
+verified AS (
+    SELECT vr.iso_week, vr.vantage_id, vr.run_id, vr.scan_id, vr.city_dataset, vr.asn_dataset,
+           r.address, r.port, r.alpn, r.quic_version, r.cert_chain, r.scan_versions
+      FROM verification_results r JOIN verification_runs vr ON vr.run_id = r.run_id
+     WHERE r.outcome = 'doq-verified' AND {_in('vr.iso_week', weeks)} AND {_in('vr.vantage_id', vantages)}),
+rep AS (
+    SELECT * FROM (SELECT v.*, row_number() OVER (PARTITION BY iso_week, address
+                          ORDER BY {_PORT_ORDER}, port, vantage_id) AS rn_ FROM verified v) x WHERE rn_ = 1)"""
+
+
+def _ints(df: pd.DataFrame, cols) -> pd.DataFrame:
+    for c in cols:
+        if c in df:
+            df[c] = df[c].fillna(0).astype("int64")
+    return df
+
+
+def _fp_label(fp) -> str:
+    from .load import _fp_label as f
+    return f(fp)
+
+
+# ----------------------------------------------------------------------------------
+# Scans, verification, locations (the adoption notebook).
+
+def weeks(lake: Lake, vantages=None) -> list[str]:
+    parts = []
+    if lake.has("verification_runs"):
+        parts.append(f"SELECT iso_week FROM verification_runs WHERE {_in('vantage_id', vantages)}")
+    if lake.has("campaigns"):
+        parts.append(f"SELECT iso_week FROM campaigns WHERE {_in('vantage_id', vantages)}")
+    if not parts:
+        return []
+    return lake.sql(" UNION ".join(parts) + " ORDER BY 1")["iso_week"].tolist()
+
+
+def vantage_points(lake: Lake) -> pd.DataFrame:
+    return lake.sql("SELECT vantage_id, description, country, latitude, longitude FROM vantage_points ORDER BY vantage_id")
+
+
+def datasets(lake: Lake) -> pd.DataFrame:
+    return lake.sql("""SELECT dataset_id, kind, database_type, build_time, sha256, path, vantage_id, label, source
+                         FROM datasets ORDER BY kind, build_time""")
+
+
+def provenance(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    from .load import PROVENANCE_COLUMNS
+    queries = {"scans": """SELECT 'scan' AS stage, scan_id AS run,
+                                  iso_week || CASE WHEN shards > 1 THEN ' shard ' || CAST(shard AS STRING) ELSE '' END AS key,
+                                  iso_week AS week, vantage_id, label, provenance FROM scans""",
+               "verification_runs": """SELECT 'verify' AS stage, run_id AS run, iso_week AS key, iso_week AS week,
+                                              vantage_id, label, provenance FROM verification_runs""",
+               "campaigns": """SELECT 'measure' AS stage, campaign_id AS run, round_hour AS key, iso_week AS week,
+                                      vantage_id, label, provenance FROM campaigns"""}
+    frames = []
+    for t, q in queries.items():
+        if lake.has(t):
+            d = lake.sql(f"SELECT * FROM ({q}) r WHERE {_in('week', weeks)} AND {_in('vantage_id', vantages)}")
+            if t == "campaigns":  # the round hour in UTC, as load.provenance writes it
+                d["key"] = [pd.Timestamp(k).tz_convert("UTC").strftime("%Y-%m-%dT%HZ") if pd.Timestamp(k).tzinfo
+                            else pd.Timestamp(k).strftime("%Y-%m-%dT%HZ") for k in d["key"]]
+            frames.append(d)
+    raw = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if raw.empty:
+        return pd.DataFrame(columns=PROVENANCE_COLUMNS)
+    rows = []
+    for r in raw.itertuples(index=False):
+        recs = json.loads(r.provenance) if isinstance(r.provenance, str) and r.provenance else []
+        p = recs[-1] if recs else {}
+        key = r.key
+        b = p.get("build") or {}
+        v = p.get("vantage") or {}
+        z = p.get("zmap") or {}
+        rows.append({
+            "stage": r.stage, "run": int(r.run), "key": key, "vantage_id": r.vantage_id, "label": r.label,
+            "tool": p.get("tool") or "", "version": b.get("version") or "", "revision": (b.get("revision") or "")[:12],
+            "modified": bool(b.get("modified") or False), "host": p.get("host") or "",
+            "location": v.get("location") or "", "contact": v.get("contact") or "", "zmap": z.get("version") or "",
+            "probes": ", ".join(f"{e.get('kind')} {(e.get('sha256') or '')[:12]}" for e in (p.get("probes") or [])),
+            "geoip": ", ".join(f"{e.get('kind')} {(e.get('build_time') or '')[:10]}" for e in (p.get("geoip") or [])),
+            "records": len(recs)})
+    df = pd.DataFrame(rows)
+    df["_s"] = df["stage"].map({"scan": 0, "verify": 1, "measure": 2})
+    df = df.sort_values(["key", "_s", "vantage_id", "label", "run"], kind="stable").reset_index(drop=True)
+    return df[PROVENANCE_COLUMNS]
+
+
+def sources(lake: Lake, vantages=None) -> pd.DataFrame:
+    cols = ["vantage_id", "label", "weeks", "first_week", "last_week", "verified_per_week", "campaigns", "measurements",
+            "imported_from"]
+    vv = lake.sql(f"""
+        WITH v AS (SELECT vr.vantage_id, vr.label, vr.iso_week, vr.run_id,
+                          (SELECT count(DISTINCT r.address) FROM verification_results r
+                            WHERE r.run_id = vr.run_id AND r.outcome = 'doq-verified') AS verified
+                     FROM verification_runs vr WHERE {_in('vr.vantage_id', vantages)})
+        SELECT vantage_id, label, count(*) AS weeks, min(iso_week) AS first_week, max(iso_week) AS last_week,
+               avg(verified) AS verified_per_week FROM v GROUP BY 1, 2""") if lake.has("verification_runs") else \
+        pd.DataFrame(columns=["vantage_id", "label", "weeks", "first_week", "last_week", "verified_per_week"])
+    cc = lake.sql(f"""
+        SELECT c.vantage_id, c.label, count(*) AS campaigns, sum(coalesce(m.n, 0)) AS measurements
+          FROM campaigns c LEFT JOIN (SELECT campaign_id, count(*) AS n FROM measurements GROUP BY 1) m
+            ON m.campaign_id = c.campaign_id
+         WHERE {_in('c.vantage_id', vantages)} GROUP BY 1, 2""") if lake.has("campaigns") else \
+        pd.DataFrame(columns=["vantage_id", "label", "campaigns", "measurements"])
+    ds = lake.sql("""SELECT vantage_id, label, source AS imported_from FROM (
+                       SELECT vantage_id, label, source, row_number() OVER (PARTITION BY vantage_id, label ORDER BY dataset_id DESC) AS rn
+                         FROM datasets WHERE kind = 'import') x WHERE rn = 1""")
+    df = vv.merge(cc, on=["vantage_id", "label"], how="outer").merge(ds, on=["vantage_id", "label"], how="left")
+    df = _ints(df, ["weeks", "campaigns", "measurements"])
+    df["verified_per_week"] = [None if pd.isna(x) else float(round(float(x), 1)) for x in df["verified_per_week"]]
+    df["imported_from"] = df["imported_from"].where(df["imported_from"].notna(), None)
+    return df.sort_values(["vantage_id", "label"], kind="stable").reset_index(drop=True)[cols]
+
+
+def verification_outcomes(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    cols = ["iso_week", "outcome", "endpoints", "addresses"]
+    if not lake.has("verification_results"):
+        return pd.DataFrame(columns=cols)
+    df = lake.sql(f"""
+        SELECT vr.iso_week, r.outcome, count(*) AS endpoints, count(DISTINCT r.address) AS addresses
+          FROM verification_results r JOIN verification_runs vr ON vr.run_id = r.run_id
+         WHERE {_in('vr.iso_week', weeks)} AND {_in('vr.vantage_id', vantages)}
+         GROUP BY 1, 2 ORDER BY 1, 2""")
+    return _ints(df, ["endpoints", "addresses"])[cols]
+
+
+def verified_by_pair(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    df = lake.sql("WITH " + _verified(weeks, vantages) + """
+        SELECT iso_week, alpn, quic_version, count(*) AS resolvers FROM rep GROUP BY 1, 2, 3 ORDER BY 1, 2, 3""")
+    df = _ints(df, ["resolvers"])
+    df["pair"] = [names.pair_name(a, v) for a, v in zip(df["alpn"], df["quic_version"])]
+    return df
+
+
+def verified_by_family(lake: Lake, weeks=None, vantages=None, siblings=None) -> pd.DataFrame:
+    from .load import _sibling_pairs
+    pairs = _sibling_pairs(siblings)
+    decl = (" UNION ALL ".join(f"SELECT {_lit(a)} AS address4, {_lit(b)} AS address6" for a, b in pairs)
+            if pairs else "SELECT CAST(NULL AS STRING) AS address4, CAST(NULL AS STRING) AS address6 WHERE FALSE")
+    v6 = "(address LIKE '%:%')"
+    df = lake.sql("WITH " + _verified(weeks, vantages) + f""",
+        leaf AS (SELECT DISTINCT iso_week, address, {lake.first('cert_chain')} AS leaf FROM verified),
+        fam AS (SELECT iso_week, count(DISTINCT CASE WHEN NOT {v6} THEN address END) AS ipv4,
+                       count(DISTINCT CASE WHEN {v6} THEN address END) AS ipv6 FROM verified GROUP BY 1),
+        declared AS ({decl}),
+        merged AS (SELECT DISTINCT l4.iso_week, d.address4, d.address6
+                     FROM declared d JOIN leaf l4 ON l4.address = d.address4
+                     JOIN leaf l6 ON l6.address = d.address6 AND l6.iso_week = l4.iso_week
+                    WHERE l4.leaf = l6.leaf),
+        dual AS (SELECT iso_week, count(*) AS dual_stack FROM merged GROUP BY 1),
+        unpaired AS (SELECT l6.iso_week, count(DISTINCT l6.address) AS shared_cert_unpaired
+                       FROM leaf l6 JOIN leaf l4 ON l4.iso_week = l6.iso_week AND l4.leaf = l6.leaf
+                       LEFT JOIN merged m ON m.iso_week = l6.iso_week AND m.address6 = l6.address
+                      WHERE l6.address LIKE '%:%' AND NOT (l4.address LIKE '%:%') AND m.address6 IS NULL
+                      GROUP BY 1)
+        SELECT f.iso_week, f.ipv4, f.ipv6, coalesce(d.dual_stack, 0) AS dual_stack,
+               f.ipv4 + f.ipv6 - coalesce(d.dual_stack, 0) AS resolvers,
+               coalesce(u.shared_cert_unpaired, 0) AS shared_cert_unpaired
+          FROM fam f LEFT JOIN dual d ON d.iso_week = f.iso_week LEFT JOIN unpaired u ON u.iso_week = f.iso_week
+         ORDER BY 1""")
+    return _ints(df, ["ipv4", "ipv6", "dual_stack", "resolvers", "shared_cert_unpaired"])
+
+
+def port_shares(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    df = lake.sql("WITH " + _verified(weeks, vantages) + f""",
+        per_port AS (SELECT iso_week, port, count(DISTINCT address) AS resolvers FROM verified
+                      WHERE port <> {PORT_UNKNOWN} GROUP BY 1, 2),
+        total AS (SELECT iso_week, count(*) AS total FROM rep GROUP BY 1)
+        SELECT p.iso_week, p.port, p.resolvers, t.total FROM per_port p JOIN total t ON t.iso_week = p.iso_week
+         ORDER BY 1, 2""")
+    df = _ints(df, ["port", "resolvers", "total"])
+    df["share"] = df["resolvers"] / df["total"]
+    return df
+
+
+def ports_not_recorded(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    df = lake.sql("WITH " + _verified(weeks, vantages) + f""",
+        total AS (SELECT iso_week, count(*) AS total FROM rep GROUP BY 1),
+        unk AS (SELECT iso_week, address FROM verified GROUP BY 1, 2 HAVING bool_and(port = {PORT_UNKNOWN})),
+        us AS (SELECT DISTINCT u.iso_week, u.address, v.scan_id FROM unk u
+                 JOIN verified v ON v.iso_week = u.iso_week AND v.address = u.address),
+        sp AS (SELECT u.iso_week, u.address, bool_or(s.port = 784) AS a, bool_or(s.port = 8853) AS b
+                 FROM us u LEFT JOIN scan_replies s ON s.scan_id = u.scan_id AND s.address = u.address
+                GROUP BY 1, 2)
+        SELECT sp.iso_week, t.total, count(*) AS not_recorded,
+               sum(CASE WHEN a AND NOT b THEN 1 ELSE 0 END) AS scan_784_only,
+               sum(CASE WHEN b AND NOT a THEN 1 ELSE 0 END) AS scan_8853_only,
+               sum(CASE WHEN a AND b THEN 1 ELSE 0 END) AS scan_both,
+               sum(CASE WHEN coalesce(a, FALSE) = FALSE AND coalesce(b, FALSE) = FALSE THEN 1 ELSE 0 END) AS scan_neither
+          FROM sp JOIN total t ON t.iso_week = sp.iso_week GROUP BY 1, 2 ORDER BY 1""")
+    return _ints(df, ["total", "not_recorded", "scan_784_only", "scan_8853_only", "scan_both", "scan_neither"])
+
+
+def scan_versions(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    df = lake.sql(f"""
+        WITH vn AS (
+            SELECT DISTINCT r.iso_week, r.address, r.quic_versions FROM scan_replies r
+             WHERE r.reply_kind = 'quic-vn' AND {_in('r.iso_week', weeks)} AND {_in('r.vantage_id', vantages)}),
+        tot AS (SELECT iso_week, count(DISTINCT address) AS vn_addresses FROM vn GROUP BY 1),
+        ex AS {lake.explode('vn', 'quic_versions', 'v')}
+        SELECT ex.iso_week, CASE WHEN (v & 252645135) = 168430090 THEN -1 ELSE v END AS version,
+               count(DISTINCT ex.address) AS addresses, t.vn_addresses
+          FROM ex JOIN tot t ON t.iso_week = ex.iso_week
+         GROUP BY 1, 2, 4 ORDER BY 1, 3 DESC, 2""")
+    df = _ints(df, ["version", "addresses", "vn_addresses"])
+    df["version_name"] = [("grease" if v == -1 else names.quic_version_name(v)) for v in df["version"]]
+    return df
+
+
+def stack_fingerprints(lake: Lake, weeks=None, vantages=None, verified_only=True) -> pd.DataFrame:
+    if verified_only:
+        sql = "WITH " + _verified(weeks, vantages) + f""",
+            fp AS (SELECT rep.iso_week, rep.address,
+                          {lake.fingerprint('coalesce(rep.scan_versions, sr.quic_versions)')} AS fp
+                     FROM rep LEFT JOIN scan_replies sr
+                       ON sr.scan_id = rep.scan_id AND sr.port = rep.port AND sr.address = rep.address)
+            SELECT iso_week, fp AS fingerprint, count(*) AS addresses FROM fp GROUP BY 1, 2 ORDER BY 1, 3 DESC, 2"""
+    else:
+        sql = f"""
+            WITH fp AS (
+                SELECT iso_week, address, {lake.fingerprint('quic_versions')} AS fp FROM (
+                  SELECT r.*, row_number() OVER (PARTITION BY r.iso_week, r.address ORDER BY r.port) AS rn
+                    FROM scan_replies r
+                   WHERE r.reply_kind = 'quic-vn' AND {_in('r.iso_week', weeks)} AND {_in('r.vantage_id', vantages)}) x
+                 WHERE rn = 1)
+            SELECT iso_week, fp AS fingerprint, count(*) AS addresses FROM fp GROUP BY 1, 2 ORDER BY 1, 3 DESC, 2"""
+    df = _ints(lake.sql(sql), ["addresses"])
+    df["fingerprint"] = [_fp_label(f) for f in df["fingerprint"]]
+    return df
+
+
+def _leaf_sql(lake: Lake, src: str) -> str:
+    """load._leaf_sql over the release: the verified chain's leaf, else the QUIC leaf the
+    same source recorded for the address in the same week (the row's port, or 853, 784,
+    8853 when the port was not recorded)."""
+    if not lake.has("observed_certificates"):
+        return f"""SELECT s.*, c.subject_cn, 'sha256:' || {lake.first('s.cert_chain')} AS leaf
+                     FROM {src} s LEFT JOIN (SELECT DISTINCT sha256, subject_cn FROM certificates) c
+                       ON c.sha256 = {lake.first('s.cert_chain')}"""
+    return f"""
+        SELECT * FROM (
+          SELECT s.*, coalesce(c.subject_cn, o.subject_cn) AS subject_cn,
+                 coalesce('sha256:' || {lake.first('s.cert_chain')}, 'sha256:' || o.sha256, 'md5:' || o.md5) AS leaf,
+                 row_number() OVER (PARTITION BY s.iso_week, s.vantage_id, s.run_id, s.address, s.port
+                                    ORDER BY CASE o.port WHEN 853 THEN 1 WHEN 784 THEN 2 WHEN 8853 THEN 3 ELSE 4 END,
+                                             o.port) AS rn_leaf
+            FROM {src} s
+            LEFT JOIN (SELECT DISTINCT sha256, subject_cn FROM certificates) c ON c.sha256 = {lake.first('s.cert_chain')}
+            LEFT JOIN observed_certificates o
+              ON s.cert_chain IS NULL AND o.address = s.address AND o.iso_week = s.iso_week AND o.vantage_id = s.vantage_id
+             AND o.protocol = 'quic' AND (s.port = {PORT_UNKNOWN} OR o.port = s.port)) x
+         WHERE rn_leaf = 1"""
+
+
+def top_providers(lake: Lake, weeks=None, vantages=None, top: int = 10) -> pd.DataFrame:
+    df = lake.sql("WITH " + _verified(weeks, vantages) + """,
+        cn AS (SELECT iso_week, coalesce(nullif(subject_cn, ''), '(no CN)') AS subject_cn FROM (""" + _leaf_sql(lake, "rep") + """) l)
+        SELECT iso_week, subject_cn, count(*) AS resolvers FROM cn GROUP BY 1, 2 ORDER BY 1, 3 DESC, 2""")
+    df = _ints(df, ["resolvers"])
+    if df.empty:
+        return df
+    order = df.groupby("subject_cn")["resolvers"].sum().sort_values(ascending=False)
+    keep = set(order.index[:top])
+    df["subject_cn"] = [c if c in keep else "other" for c in df["subject_cn"]]
+    return df.groupby(["iso_week", "subject_cn"], as_index=False)["resolvers"].sum()
+
+
+def certificate_counts(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    df = lake.sql("WITH " + _verified(weeks, vantages) + """
+        SELECT coalesce(iso_week, 'all') AS iso_week, count(DISTINCT leaf) AS certificates,
+               count(DISTINCT address) AS resolvers
+          FROM (""" + _leaf_sql(lake, "verified") + """) l
+         GROUP BY GROUPING SETS ((iso_week), ()) ORDER BY 1""")
+    return _ints(df, ["certificates", "resolvers"])
+
+
+_CHURN = """,
+    s AS (SELECT DISTINCT iso_week, address FROM members),
+    w AS (SELECT iso_week, row_number() OVER (ORDER BY iso_week) AS i FROM (SELECT DISTINCT iso_week FROM s) x),
+    sw AS (SELECT s.address, w.iso_week, w.i FROM s JOIN w ON w.iso_week = s.iso_week)
+    SELECT a.iso_week, a.i AS week_index, count(*) AS total, count(p.address) AS kept_from_previous,
+           count(f.address) AS kept_from_first
+      FROM sw a
+      LEFT JOIN sw p ON p.address = a.address AND p.i = a.i - 1
+      LEFT JOIN sw f ON f.address = a.address AND f.i = 1
+     GROUP BY a.iso_week, a.i ORDER BY a.i"""
+
+
+def membership_by_week(lake: Lake, kind: str = "doq", weeks=None, vantages=None) -> pd.DataFrame:
+    if kind == "doq":
+        sql = "WITH " + _verified(weeks, vantages) + ", members AS (SELECT iso_week, address FROM verified)" + _CHURN
+    elif kind == "doudp":
+        sql = f"""WITH members AS (
+            SELECT r.iso_week, r.address FROM scan_replies r
+             WHERE r.port = 53 AND r.reply_kind = 'dns' AND {_in('r.dns_rcode', DOUDP_RCODES)}
+               AND {_in('r.iso_week', weeks)} AND {_in('r.vantage_id', vantages)})""" + _CHURN
+    else:
+        raise ValueError(f"membership kind {kind!r}: want 'doq' or 'doudp'")
+    return _ints(lake.sql(sql), ["week_index", "total", "kept_from_previous", "kept_from_first"])
+
+
+def _geo(lake: Lake, week, vantages) -> str:
+    wk = _lit(week) if week else "(SELECT max(iso_week) FROM rep)"
+    return "WITH " + _verified(None, vantages) + f""",
+    sel AS (SELECT * FROM rep WHERE iso_week = {wk}),
+    g0 AS (SELECT DISTINCT address, city_dataset, asn_dataset, asn, as_org, country, continent, city, latitude, longitude
+             FROM resolver_geo),
+    geo AS (SELECT * FROM (
+              SELECT sel.address, g.asn, g.as_org, g.country, g.continent, g.city, g.latitude, g.longitude,
+                     row_number() OVER (PARTITION BY sel.address
+                                        ORDER BY (g.city_dataset = sel.city_dataset AND g.asn_dataset = sel.asn_dataset) DESC NULLS LAST,
+                                                 d.build_time DESC) AS rn_geo
+                FROM sel LEFT JOIN g0 g ON g.address = sel.address
+                LEFT JOIN datasets d ON d.dataset_id = g.city_dataset) x WHERE rn_geo = 1)"""
+
+
+def geo_counts(lake: Lake, by: str, week: str | None = None, vantages=None) -> pd.DataFrame:
+    if by == "asn":
+        sel = "coalesce(CAST(asn AS STRING), '??') AS asn, coalesce(max(as_org), '') AS as_org"
+    elif by in ("continent", "country"):
+        sel = f"coalesce({by}, '??') AS {by}"
+    else:
+        raise ValueError(f"geo_counts by {by!r}: want continent, country or asn")
+    df = lake.sql(_geo(lake, week, vantages) + f"""
+        SELECT {sel}, count(*) AS resolvers FROM geo GROUP BY 1 ORDER BY resolvers DESC, 1""")
+    df = _ints(df, ["resolvers"])
+    df["share"] = df["resolvers"] / df["resolvers"].sum() if len(df) else []
+    return df
+
+
+def geo_points(lake: Lake, week: str | None = None, vantages=None, grid_deg: float = 0.5) -> pd.DataFrame:
+    g = f"CAST({float(grid_deg)!r} AS DOUBLE)"
+    df = lake.sql(_geo(lake, week, vantages) + f"""
+        SELECT CAST({_rint(f'latitude / {g}')} * {g} AS DOUBLE) AS latitude,
+               CAST({_rint(f'longitude / {g}')} * {g} AS DOUBLE) AS longitude,
+               count(*) AS resolvers
+          FROM geo WHERE latitude IS NOT NULL AND longitude IS NOT NULL GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2""")
+    return _ints(df, ["resolvers"])
+
+
+# ----------------------------------------------------------------------------------
+# Measurements (the response-times notebook).
+
+class LakeFacts:
+    """The successful measurements (status ok with an rcode) of a selection, as SQL over
+    the release: `ok` (one row per measurement with its paired RTT, the release's
+    measurements.rtt_median_ns) and the DoX set, computed once per selection."""
+
+    def __init__(self, lake: Lake, weeks=None, vantages=None):
+        self.lake, self.weeks, self.vantages = lake, weeks, vantages
+        self.ok = f"""(SELECT vantage_id, campaign_id, measurement_id, address, protocol, port, phase, mode, key_share,
+                              resolve_ns, handshake_ns, rtt_median_ns AS rtt_ns
+                         FROM measurements
+                        WHERE status = 'ok' AND rcode IS NOT NULL AND {_in('iso_week', weeks)}
+                          AND {_in('vantage_id', vantages)})"""
+        lake.materialize("dox_set", f"""
+            SELECT vantage_id, address FROM (
+              SELECT DISTINCT vantage_id, address, protocol FROM {self.ok} ok
+               WHERE phase = 'measured' AND {_in('protocol', names.DOX_PROTOCOLS)}) x
+             GROUP BY 1, 2 HAVING count(*) = {len(names.DOX_PROTOCOLS)}""")
+        self.paired = f"""(SELECT ok.*, CAST(ok.handshake_ns AS DOUBLE) / CASE WHEN ok.rtt_ns = 0 THEN NULL ELSE ok.rtt_ns END AS ratio,
+                                  (d.address IS NOT NULL) AS dox
+                             FROM {self.ok} ok LEFT JOIN dox_set d ON d.vantage_id = ok.vantage_id AND d.address = ok.address)"""
+
+
+def measurement_facts(lake: Lake, weeks=None, vantages=None, refresh: bool = True) -> LakeFacts:
+    return LakeFacts(lake, weeks, vantages)
+
+
+def answering(lake: Lake, weeks=None, vantages=None, refresh: bool = True, facts: LakeFacts | None = None) -> pd.DataFrame:
+    f = facts or LakeFacts(lake, weeks, vantages)
+    df = lake.sql(f"""
+        SELECT vantage_id, protocol, count(DISTINCT address) AS resolvers FROM {f.ok} ok
+         WHERE phase = 'measured' GROUP BY 1, 2
+        UNION ALL
+        SELECT vantage_id, 'dox', count(*) FROM dox_set GROUP BY 1""")
+    df = _ints(df, ["resolvers"])
+    return df.sort_values(["vantage_id", "protocol"], kind="stable").reset_index(drop=True)
+
+
+def _bucket(x: str, per_e: int) -> str:
+    return f"CASE WHEN {x} > 0 THEN CAST(floor(ln({x}) * {per_e}) AS BIGINT) ELSE -9223372036854775807 END"
+
+
+def order_statistics(lake: Lake, rel: str, groups: list[str], value: str, ranks_of, per_e: int = BUCKETS_PER_E) -> dict:
+    """Exact order statistics of `value` per group of `rel`: order_statistics_of with one
+    value. Returns {group tuple: (n, {rank: value})}."""
+    return order_statistics_of(lake, rel, groups, [value], ranks_of, per_e)[value]
+
+
+def order_statistics_of(lake: Lake, rel: str, groups: list[str], values: list[str], ranks_of,
+                        per_e: int = BUCKETS_PER_E) -> dict:
+    """Exact order statistics of each of `values` (SQL expressions over `rel`, the SQL text
+    of a relation) per group: ranks_of(n) gives the 1-based ranks wanted in a group of n
+    non-null values. Two passes over the rows per value: counts
+    per (group, value, value bucket), whose number is bounded by the buckets (per_e per
+    factor e of the values), not by the rows; then, in the engine, the values of the
+    buckets that hold a wanted rank, numbered within their bucket, of which only the
+    wanted ones come back. Returns {value: {group tuple: (n, {rank: value})}}."""
+    if len(values) > 1:
+        # one value at a time: stacking them (a cross join with the value's number) made
+        # DuckDB's passes slower than separate scans
+        return {v: order_statistics_of(lake, rel, groups, [v], ranks_of, per_e)[v] for v in values}
+    gsel = "".join(f"{c}, " for c in groups)
+    stacked = f"SELECT {gsel}0 AS m_, CAST({values[0]} AS DOUBLE) AS x_ FROM {rel} r"
+    vals = (f"SELECT {gsel}m_, {_bucket('x_', per_e)} AS b_, x_ FROM ({stacked}) s "
+            f"WHERE x_ IS NOT NULL AND NOT isnan(x_)")
+    keys = groups + ["m_"]
+    counts = lake.sql(f"SELECT {gsel}m_, b_, count(*) AS c_ FROM ({vals}) x GROUP BY {gsel}m_, b_")
+    out = {v: {} for v in values}
+    if counts.empty:
+        return out
+    counts = counts.sort_values(keys + ["b_"], kind="stable")
+    wanted = []  # (group..., metric, bucket, rank within the bucket, rank)
+    sizes = {}
+    for key, part in counts.groupby(keys, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        c = part["c_"].to_numpy(np.int64)
+        cum = np.cumsum(c)
+        n = int(cum[-1])
+        sizes[key] = n
+        ranks = np.asarray(sorted(set(ranks_of(n))), dtype=np.int64)
+        idx = np.searchsorted(cum, ranks, side="left")  # the bucket holding each rank
+        start = np.concatenate(([0], cum[:-1]))
+        bs = part["b_"].to_numpy(np.int64)
+        for r, i in zip(ranks.tolist(), idx.tolist()):
+            wanted.append(key + (int(bs[i]), int(r - start[i]), int(r)))
+    w = pd.DataFrame(wanted, columns=keys + ["b_", "k_", "rank_"])
+    for c in keys:
+        if counts[c].dtype != object:
+            w[c] = w[c].astype(counts[c].dtype)
+    lake.register("os_wanted", w)
+    on_b = " AND ".join([f"t.{c} = v.{c}" for c in keys] + ["t.b_ = v.b_"])
+    on = " AND ".join([f"w.{c} = x.{c}" for c in keys] + ["w.b_ = x.b_", "w.k_ = x.k_"])
+    part_by = ", ".join([f"v.{c}" for c in keys] + ["v.b_"])
+    got = lake.sql(f"""
+        SELECT {''.join(f'w.{c}, ' for c in keys)}w.rank_, x.x_ FROM (
+          SELECT v.*, row_number() OVER (PARTITION BY {part_by} ORDER BY v.x_) AS k_
+            FROM ({vals}) v JOIN (SELECT DISTINCT {gsel}m_, b_ FROM os_wanted) t ON {on_b}) x
+        JOIN os_wanted w ON {on}""")
+    for key, n in sizes.items():
+        out[values[int(key[-1])]][key[:-1]] = (n, {})
+    cols = [got[c].tolist() for c in keys]
+    for i, (r, x) in enumerate(zip(got["rank_"].tolist(), got["x_"].tolist())):
+        key = tuple(col[i] for col in cols)
+        out[values[int(key[-1])]][key[:-1]][1][int(r)] = float(x)
+    return out
+
+
+def _median_ranks(n: int) -> list[int]:
+    pos = 0.5 * (n - 1)
+    return [int(math.floor(pos)) + 1, int(math.ceil(pos)) + 1]
+
+
+def _median(n: int, got: dict) -> float:
+    pos = 0.5 * (n - 1)
+    lo, hi = int(math.floor(pos)), int(math.ceil(pos))
+    a, b = got[lo + 1], got[hi + 1]
+    return float(a) if lo == hi else float(a + (b - a) * (pos - lo))
+
+
+def response_times(lake: Lake, weeks=None, vantages=None, dox_only: bool = False, require_rtt: bool = True,
+                   points: int = DEFAULT_POINTS, group_by: Sequence[str] = GROUP_COLUMNS, refresh: bool = True,
+                   facts: LakeFacts | None = None, addresses: Sequence[str] | None = None) -> pd.DataFrame:
+    bad = set(group_by) - set(GROUP_COLUMNS)
+    if bad:
+        raise ValueError(f"cannot group by {sorted(bad)}; allowed: {sorted(GROUP_COLUMNS)}")
+    group_by = list(group_by)
+    f = facts or LakeFacts(lake, weeks, vantages)
+    cond = ["TRUE"]
+    if require_rtt:
+        cond.append("(protocol = 'doudp' OR rtt_ns IS NOT NULL)")
+    if dox_only:
+        cond.append("dox")
+    if addresses is not None:
+        cond.append(_in("address", [str(a) for a in addresses]))
+    rel = f"(SELECT * FROM {f.paired} p WHERE {' AND '.join(cond)})"
+    gsel = ", ".join(group_by)
+    cls = f"LEAST(GREATEST({_rint('ratio')}, 1), {ROUND_TRIP_CLASSES})"
+    aggs = ", ".join([f"count({m}) AS {m}_n" for m in METRICS] +
+                     ["CAST(sum(CAST(resolve_ns AS DECIMAL(38, 0))) AS STRING) AS resolve_ns_sum",
+                      "CAST(sum(CAST(handshake_ns AS DECIMAL(38, 0))) AS STRING) AS handshake_ns_sum",
+                      "sum(rtt_ns) AS rtt_ns_sum", "sum(ratio) AS ratio_sum"] +
+                     [f"sum(CASE WHEN ratio IS NOT NULL AND {cls} = {k} THEN 1 ELSE 0 END) AS round_trips_{k}"
+                      for k in range(1, ROUND_TRIP_CLASSES + 1)])
+    base = lake.sql(f"""SELECT {gsel + ', ' if group_by else ''}count(*) AS n, count(DISTINCT address) AS resolvers, {aggs}
+                          FROM {rel} r {'GROUP BY ' + gsel if group_by else ''}""")
+    cols = group_by + ["n", "resolvers"] + [f"{m}_{s}" for m in METRICS for s in ("n", "mean", "median", "q")] \
+        + [f"round_trips_{k}" for k in range(1, ROUND_TRIP_CLASSES + 1)]
+    if base.empty or (not group_by and int(base["n"].iloc[0]) == 0):
+        return pd.DataFrame(columns=cols)
+    probs = np.asarray([k / points for k in range(1, points + 1)])
+
+    def ranks_of(n):
+        return sorted(set(np.clip(np.ceil(probs * n).astype(np.int64), 1, n).tolist()) | set(_median_ranks(n)))
+
+    stats = order_statistics_of(lake, rel, group_by, METRICS, ranks_of)
+    rows = []
+    for r in base.itertuples(index=False):
+        rec = {c: getattr(r, c) for c in group_by}
+        key = tuple(rec[c] for c in group_by)
+        rec["n"], rec["resolvers"] = int(r.n), int(r.resolvers)
+        for m in METRICS:
+            n = int(getattr(r, f"{m}_n"))
+            rec[f"{m}_n"] = n
+            if n == 0:
+                rec[f"{m}_mean"] = rec[f"{m}_median"] = None
+                rec[f"{m}_q"] = np.empty(0)
+                continue
+            s = getattr(r, f"{m}_sum")
+            rec[f"{m}_mean"] = (int(s) / n) if m in ("resolve_ns", "handshake_ns") else float(s) / n
+            _, got = stats[m][key]
+            rec[f"{m}_median"] = _median(n, got)
+            rank = np.clip(np.ceil(probs * n).astype(np.int64), 1, n)
+            rec[f"{m}_q"] = np.asarray([got[int(k)] for k in rank], dtype=np.float64)
+        for k in range(1, ROUND_TRIP_CLASSES + 1):
+            rec[f"round_trips_{k}"] = int(getattr(r, f"round_trips_{k}"))
+        rows.append(rec)
+    df = pd.DataFrame(rows, columns=cols)
+    if "dox" in df:
+        df["dox"] = df["dox"].astype(bool)
+    if len(df) and group_by:
+        df = df.sort_values(group_by, kind="stable").reset_index(drop=True)
+    return df
+
+
+def per_resolver_medians(lake: Lake, weeks=None, vantages=None, phase: str = "measured", mode: str = "fresh",
+                         refresh: bool = True) -> pd.DataFrame:
+    f = LakeFacts(lake, weeks, vantages)
+    rel = f"(SELECT * FROM {f.ok} ok WHERE phase = {_lit(phase)} AND mode = {_lit(mode)})"
+    groups = ["vantage_id", "protocol", "address"]
+    base = lake.sql(f"SELECT vantage_id, protocol, address, count(*) AS queries FROM {rel} r GROUP BY 1, 2, 3")
+    cols = ["vantage_id", "protocol", "address", "queries", "resolve_ns", "handshake_ns", "rtt_ns"]
+    if base.empty:
+        return pd.DataFrame(columns=cols)
+    # two ranks per resolver: coarse buckets keep the first pass's counts few
+    metrics = ["resolve_ns", "handshake_ns", "rtt_ns"]
+    stats = order_statistics_of(lake, rel, groups, metrics, _median_ranks, per_e=200)
+    for m in metrics:
+        st = stats[m]
+        base[m] = [(_median(*st[k]) if k in st else np.nan)
+                   for k in zip(base["vantage_id"], base["protocol"], base["address"])]
+    base["queries"] = base["queries"].astype(int)
+    base = base.sort_values(["vantage_id", "protocol", "address"], kind="stable").reset_index(drop=True)
+    return base[cols]
+
+
+def doq_causes(lake: Lake, weeks=None, vantages=None, facts: LakeFacts | None = None) -> pd.DataFrame:
+    f = facts or LakeFacts(lake, weeks, vantages)
+    cols = ["vantage_id", "phase", "mode", "key_share", "implementation", "cause", "handshakes"]
+    if not lake.has("handshake_analyses"):
+        return pd.DataFrame(columns=cols)
+    impl = f"""SELECT address, fp FROM (
+                 SELECT r.address, {lake.fingerprint('coalesce(r.scan_versions, sr.quic_versions)')} AS fp,
+                        row_number() OVER (PARTITION BY r.address ORDER BY vr.iso_week DESC,
+                                           CASE r.port WHEN 853 THEN 1 WHEN 784 THEN 2 WHEN 8853 THEN 3 ELSE 4 END) AS rn
+                   FROM verification_results r JOIN verification_runs vr ON vr.run_id = r.run_id
+                   LEFT JOIN scan_replies sr ON sr.scan_id = vr.scan_id AND sr.port = r.port AND sr.address = r.address
+                  WHERE r.outcome = 'doq-verified') x WHERE rn = 1"""
+    df = lake.sql(f"""
+        WITH impl AS ({impl}),
+        a AS (SELECT ok.vantage_id, ok.phase, ok.mode, ok.key_share, ok.address, h.cause
+                FROM {f.ok} ok JOIN handshake_analyses h ON h.measurement_id = ok.measurement_id
+               WHERE ok.protocol = 'doq')
+        SELECT a.vantage_id, a.phase, a.mode, a.key_share, i.fp AS implementation, a.cause, count(*) AS handshakes
+          FROM a LEFT JOIN impl i ON i.address = a.address
+         GROUP BY 1, 2, 3, 4, 5, 6""")
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    df["implementation"] = [_fp_label(x) for x in df["implementation"]]
+    df = df.groupby(cols[:-1], as_index=False, dropna=False)["handshakes"].sum()
+    df["handshakes"] = df["handshakes"].astype(np.int64)
+    return df.sort_values(cols[:-1], kind="stable").reset_index(drop=True)[cols]
+
+
+def features(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
+    df = lake.sql(f"""
+        WITH per AS (SELECT address, protocol, feature, bool_or(supported) AS supported FROM resolver_features
+                      WHERE {_in('iso_week', weeks)} AND {_in('vantage_id', vantages)} GROUP BY 1, 2, 3)
+        SELECT protocol, feature, sum(CASE WHEN supported THEN 1 ELSE 0 END) AS supported,
+               sum(CASE WHEN NOT supported THEN 1 ELSE 0 END) AS unsupported,
+               sum(CASE WHEN supported IS NULL THEN 1 ELSE 0 END) AS unknown
+          FROM per GROUP BY 1, 2 ORDER BY 1, 2""")
+    return _ints(df, ["supported", "unsupported", "unknown"])
+
+
+def bench_runs(lake: Lake, weeks=None) -> pd.DataFrame:
+    from .load import _LOSS_TOKEN, BENCH_COLUMNS
+    if not lake.has("bench_runs"):
+        return pd.DataFrame(columns=BENCH_COLUMNS)
+    samples = "(SELECT bench_id, count(*) AS seconds FROM bench_samples GROUP BY 1)" if lake.has("bench_samples") \
+        else "(SELECT CAST(NULL AS BIGINT) AS bench_id, 0 AS seconds WHERE FALSE)"
+    df = lake.sql(f"""
+        SELECT r.bench_id, r.started_at, r.label, r.report, r.protocol, r.variant, r.address, r.port, r.policy, r.load,
+               r.workers, r.elapsed_s, r.sent, r.answered, r.qps, r.success_rate,
+               CASE WHEN r.answered > 0 THEN r.latency_mean_ms END AS latency_mean_ms,
+               CASE WHEN r.answered > 0 THEN r.latency_p50_ms END AS latency_p50_ms,
+               CASE WHEN r.answered > 0 THEN r.latency_p99_ms END AS latency_p99_ms,
+               CASE WHEN r.answered > 0 THEN r.total_mean_ms END AS total_mean_ms,
+               coalesce(s.seconds, 0) AS seconds
+          FROM bench_runs r LEFT JOIN {samples} s ON s.bench_id = r.bench_id
+         WHERE {_in('r.iso_week', weeks)}
+         ORDER BY r.started_at, r.bench_id""")
+    if df.empty:
+        return pd.DataFrame(columns=BENCH_COLUMNS)
+    reps = [json.loads(x) if isinstance(x, str) and x else {} for x in df.pop("report")]
+    df["target"] = [str(r.get("target") or "") for r in reps]
+    df["total_p50_ms"] = [((r.get("total") or {}).get("p50_ms") if a > 0 else None) for r, a in zip(reps, df["answered"])]
+    df["path_loss"] = [r.get("path_loss") for r in reps]
+    df["series"] = [_LOSS_TOKEN.sub("", lab).strip() for lab in df["label"]]
+    df["seconds"] = df["seconds"].astype(np.int64)
+    for col in ("latency_mean_ms", "latency_p50_ms", "latency_p99_ms", "total_mean_ms", "total_p50_ms",
+                "path_loss", "qps", "success_rate", "elapsed_s"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    return df[BENCH_COLUMNS]

@@ -1,0 +1,148 @@
+package conncheck
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/doqscan/doqscan/internal/measure"
+)
+
+// checkDoQ: the counting connection (its transport parameters, Retry, NEW_TOKEN, how it
+// ended), a second tokenless connection (Retry policy), a third presenting the first's
+// token (honoured: it skipped a Retry or stall the second met), resumption with 0-RTT,
+// the idle waits and the amplification handshakes.
+func checkDoQ(ctx context.Context, p *Policy, st Settings) {
+	peer := measure.NewPeer()
+	first := p.count(ctx, st, peer)
+	if !first.HasHandshake {
+		p.Detail["count"] = "no handshake: " + string(first.Status)
+		return
+	}
+	p.retries[0], p.stalls[0] = first.RetrySeen, stalled(first)
+	p.TokenIssued = first.TokenReceived
+	if tr := first.QlogTrace; tr != nil {
+		params := tr.Server().Params
+		if v, ok := paramInt(params, "max_idle_timeout"); ok {
+			d := time.Duration(v) * time.Millisecond
+			p.IdleAdvertised = &d
+		} else if _, present := params["max_idle_timeout"]; !present && params != nil {
+			zero := time.Duration(0) // not sent: no idle timeout of the server's (RFC 9000 §10.1)
+			p.IdleAdvertised = &zero
+		}
+		if v, ok := paramInt(params, "initial_max_streams_bidi"); ok {
+			p.MaxStreams = &v
+		} else if params != nil {
+			zero := int64(0)
+			p.MaxStreams = &zero
+		}
+	}
+	second := exchange(ctx, measure.DoQ, p.request(st, measure.ModeFresh))
+	if second.HasHandshake {
+		p.retries[1], p.stalls[1] = second.RetrySeen, stalled(second)
+	}
+	p.RetryPolicy = retryPolicy(p.VerifyRetry, p.retries[0], p.retries[1])
+	if p.TokenIssued != nil && *p.TokenIssued {
+		third := p.request(st, measure.ModeFresh)
+		third.Peer = peer // the first connection's token (and QUIC version)
+		r := exchange(ctx, measure.DoQ, third)
+		if r.HasHandshake && r.TokenUsed != nil && *r.TokenUsed {
+			p.TokenHonoured = honoured(p.retries[1], p.stalls[1], r.RetrySeen, stalled(r))
+			p.Detail["token"] = "presented on a third connection"
+		}
+	}
+	p.resumption(ctx, st)
+	p.idle(ctx, st)
+	if !st.NoAmplification {
+		p.amplification(ctx, st)
+	}
+}
+
+// checkTCP: the counting connection (DoH: its SETTINGS_MAX_CONCURRENT_STREAMS),
+// resumption and the idle waits.
+func checkTCP(ctx context.Context, p *Policy, st Settings) {
+	first := p.count(ctx, st, nil)
+	if !first.HasHandshake {
+		p.Detail["count"] = "no handshake: " + string(first.Status)
+		return
+	}
+	if first.PeerMaxStreams != nil {
+		v := int64(*first.PeerMaxStreams)
+		p.MaxStreams = &v
+	}
+	p.resumption(ctx, st)
+	p.idle(ctx, st)
+}
+
+// stalled is whether a handshake met the anti-amplification limit (nil: not explained).
+func stalled(r *measure.Result) *bool {
+	if r.QlogAnalysis == nil || !r.QlogAnalysis.HandshakeComplete {
+		return nil
+	}
+	return boolp(r.QlogAnalysis.AmplificationStall)
+}
+
+// retryPolicy reads the Retry policy from verify's handshake earlier in the week (an
+// earlier first contact) and the check's two tokenless connections one after another:
+// always when both met a Retry; first when only the earliest contact did; never when
+// none did. Two connections disagreeing the other way (the second met one, the first
+// not) fit no policy: unknown.
+func retryPolicy(verify, first, second *bool) string {
+	if first == nil || second == nil {
+		return ""
+	}
+	earliest := *first || (verify != nil && *verify)
+	switch {
+	case *first && *second:
+		return "always"
+	case earliest && !*second:
+		return "first"
+	case !earliest && !*second:
+		return "never"
+	}
+	return ""
+}
+
+// honoured: a token skipped what a tokenless connection met (a Retry, an amplification
+// stall) -> true; the token's connection met it all the same -> false; nothing to skip
+// -> unknown (nil).
+func honoured(retryWithout, stallWithout, retryWith, stallWith *bool) *bool {
+	t := func(b *bool) bool { return b != nil && *b }
+	switch {
+	case t(retryWithout) && retryWith != nil:
+		return boolp(!*retryWith)
+	case t(stallWithout) && stallWith != nil:
+		return boolp(!*stallWith)
+	}
+	return nil
+}
+
+func paramInt(params map[string]json.RawMessage, name string) (int64, bool) {
+	raw, ok := params[name]
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
+	return v, err == nil
+}
+
+// amplification: one tokenless, ticketless handshake per (Initial size, key share),
+// explained by qlogana (what the server sent before our ACK against 3x our bytes).
+func (p *Policy) amplification(ctx context.Context, st Settings) {
+	for _, ks := range st.KeyShares {
+		for _, size := range st.InitialSizes {
+			req := p.request(st, measure.ModeFresh)
+			req.KeyShare, req.InitialPacketSize = ks, uint16(size)
+			r := exchange(ctx, measure.DoQ, req)
+			a := Amplification{InitialSize: size, KeyShare: ks, Status: r.Status, At: r.StartedAt}
+			if r.HasHandshake {
+				a.RetrySeen, a.Handshake = r.RetrySeen, r.Handshake
+				if r.QlogAnalysis != nil && r.QlogAnalysis.HandshakeComplete {
+					a.Analysis = r.QlogAnalysis
+				}
+			}
+			p.Amplification = append(p.Amplification, a)
+		}
+	}
+}
