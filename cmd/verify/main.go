@@ -19,7 +19,7 @@ var cmd = cli.Command{
 	Locks:   "the verification run (week, vantage, label)",
 	Examples: []string{
 		"verify                                   # the latest scan's QUIC hosts on 784/853/8853",
-		`verify --week "$(date -u +%G-W%V)" --vantage vp2 --geoip-city var/geoip/GeoLite2-City.mmdb --geoip-asn var/geoip/GeoLite2-ASN.mmdb`,
+		`verify --week "$(date -u +%G-W%V)" --vantage vp2 --scan-vantage dq --geoip-city var/geoip/GeoLite2-City.mmdb --geoip-asn var/geoip/GeoLite2-ASN.mmdb   # vp2 verifies dq's scan, with AS and location`,
 		"verify --scan-id 12 --concurrency 500 --rate 2000 --json > results.jsonl   # one JSON object per target",
 		"verify --targets hosts.txt --no-store     # no database: a table of the results (--json: JSON lines)",
 		"verify --targets hosts.txt --label adhoc  # 198.19.0.7 (port 853), 198.19.0.7:784, [2001:2::7]:8853 per line",

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/certs/certtest"
+	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/cli/clitest"
 	"github.com/doqscan/doqscan/internal/datasets"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
@@ -75,6 +76,7 @@ var examples = []example{
 	// The lab itself.
 	{help: "testnet", line: "testnet up", where: onHost},
 	{help: "testnet", line: "testnet --vantages 2 up", where: onHost},
+	{help: "testnet", line: "testnet --vantages 3 --db up", where: onHost},
 	{help: "testnet", line: "testnet status", where: onHost},
 	{help: "testnet", line: "testnet exec -- ping -c3 198.19.0.1", where: onHost},
 	{help: "testnet", line: "testnet --vantage 1 exec -- ip route", where: onHost},
@@ -88,6 +90,10 @@ var examples = []example{
 	{help: "dbctl", line: `psql "$(dbctl url)"`},
 	{help: "dbctl", line: "DATABASE_URL=postgres://u@db/doqscan dbctl status", code: 3,
 		why: "no server named db exists in the lab: dbctl says the database is unavailable (exit 3)"},
+	{help: "dbctl", line: "dbctl status"},
+	{help: "dbctl", line: "dbctl retention --keep 8760h --archive-dir /srv/archive --dry-run"},
+	{help: "dbctl", line: "dbctl fleet-init --server-names db.example.net,192.0.2.10"},
+	{help: "dbctl", line: "dbctl add-vantage --host db.example.net vp-tokyo"},
 	{help: "dbctl", line: "dbctl stop"},
 
 	// Testbed files the later examples read.
@@ -121,12 +127,18 @@ var examples = []example{
 
 	// Verification.
 	{help: "verify", line: "verify --scan-id 12 --concurrency 500 --rate 2000 --json > results.jsonl",
-		jsonl: "results.jsonl", keys: []string{"ip", "port"}},
+		jsonl: "results.jsonl", keys: []string{"ip", "port"}, setup: nextID("verification_runs_run_id_seq", 12)},
 	{help: "verify", line: "verify"},
 	{help: "verify", line: "verify --targets hosts.txt --no-store", noDB: true},
 	{help: "verify", line: "verify --targets hosts.txt --label adhoc"},
 	{help: "verify", line: "verify --sni-names dns.example,doh.example --roots /etc/ssl/certs/ca-certificates.crt"},
-	{help: "verify", line: `verify --week "$(date -u +%G-W%V)" --vantage vp2 --geoip-city var/geoip/GeoLite2-City.mmdb --geoip-asn var/geoip/GeoLite2-ASN.mmdb`},
+	{help: "verify", line: `verify --week "$(date -u +%G-W%V)" --vantage vp2 --scan-vantage dq --geoip-city var/geoip/GeoLite2-City.mmdb --geoip-asn var/geoip/GeoLite2-ASN.mmdb`},
+
+	// Connection policies of the verified resolvers.
+	{help: "conncheck", line: "conncheck"},
+	{help: "conncheck", line: "conncheck --run-id 12 --week 2026-W47 --concurrency 64"},
+	{help: "conncheck", line: "conncheck --targets resolvers.txt --protocols doq --idle-waits 1s,5s --max-queries 100"},
+	{help: "conncheck", line: "conncheck --amplification=false --json > policies.json", jsonl: "policies.json", keys: []string{"run_id"}},
 
 	// Measurement.
 	{help: "measure", line: "measure", setup: nextID("campaigns_campaign_id_seq", 42)},
@@ -183,7 +195,10 @@ var examples = []example{
 	{help: "optout withdraw", line: "optout withdraw 42 --reason 'confirmed by phone with the AS contact'", setup: pendingRequest},
 	{help: "optout withdraw", line: "optout withdraw 42 --actor alice --blocklist-dir blocklist", setup: pendingRequest},
 
-	// Another study's data.
+	// The data release, and another study's data.
+	{help: "dataset", line: "dataset export"},
+	{help: "dataset", line: "dataset export --weeks 2021-W26,2021-W27 /tmp/release"},
+	{help: "dataset", line: "dataset export --vantages vp0 --force /tmp/release"},
 	{help: "dataset", line: "dataset import --dry-run DIR"},
 	{help: "dataset", line: "dataset import --label pam2022-w03 --vantage pam2022-tum DIR"},
 	{help: "dataset", line: "dataset import ../shared/datasets/misc-dns-measurements-2021", skip: needDatasets},
@@ -286,6 +301,13 @@ var localPorts = measuretest.Ports{UDP: 53, TCP: 53, DoT: 8853, DoQ: 8853, DoH3:
 func newLab(t *testing.T, root, bin string, tools []string) *lab {
 	t.Helper()
 	base := t.TempDir()
+	// The lab's central database (testnet --db) runs as user postgres, which must reach
+	// its data directory under the project home.
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	l := &lab{root: root, work: filepath.Join(base, "work")}
 	w := l.work
 	for _, d := range []string{"bin", "testbed", "blocklist", "DIR"} {
@@ -347,7 +369,10 @@ func newLab(t *testing.T, root, bin string, tools []string) *lab {
 		t.Fatal(err)
 	}
 	l.env = append(cleanEnv(), "PATH="+filepath.Join(w, "bin")+":"+os.Getenv("PATH"), "DOQSCAN_HOME="+w,
-		netns.EnvInstance+"="+name, "DATABASE_URL="+l.dbURL)
+		netns.EnvInstance+"="+name, "DATABASE_URL="+l.dbURL,
+		// The lab's scans are vantage point dq's (zprobe scan --vantage dq): the examples
+		// without --vantage run as dq, as a user of the lab would set it.
+		cli.EnvVantage+"=dq")
 	return l
 }
 

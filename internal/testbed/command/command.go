@@ -31,7 +31,7 @@ var Cmd = cli.Command{
 	Examples: []string{
 		"testnet up                          # instance dq with testbed/population.txt",
 		"testnet --vantages 2 up             # with a second vantage point (another instance: --name NAME)",
-		"testnet --name f1 --vantages 3 --db up   # three vantage points and a central database behind the delay line",
+		"testnet --vantages 3 --db up        # three vantage points and a central database behind the delay line",
 		"testnet status",
 		"testnet exec -- ping -c3 198.19.0.1",
 		"testnet --vantage 1 exec -- ip route",
