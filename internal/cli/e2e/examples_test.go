@@ -135,9 +135,11 @@ var examples = []example{
 	{help: "verify", line: `verify --week "$(date -u +%G-W%V)" --vantage vp2 --scan-vantage dq --geoip-city var/geoip/GeoLite2-City.mmdb --geoip-asn var/geoip/GeoLite2-ASN.mmdb`},
 
 	// Connection policies of the verified resolvers.
+	// (the targets file first: afterwards this week's run holds its resolvers, and
+	// conncheck --targets would check none of them again)
+	{help: "conncheck", line: "conncheck --targets resolvers.txt --protocols doq --idle-waits 1s,5s --max-queries 100"},
 	{help: "conncheck", line: "conncheck"},
 	{help: "conncheck", line: "conncheck --run-id 12 --week 2026-W47 --concurrency 64"},
-	{help: "conncheck", line: "conncheck --targets resolvers.txt --protocols doq --idle-waits 1s,5s --max-queries 100"},
 	{help: "conncheck", line: "conncheck --amplification=false --json > policies.json", jsonl: "policies.json", keys: []string{"run_id"}},
 
 	// Measurement.
@@ -152,7 +154,7 @@ var examples = []example{
 
 	// qlogs of those rounds, and of the study.
 	{help: "qlogs", line: "qlogs export --campaign 42 --out /tmp/qlogs"},
-	{help: "qlogs", line: "qlogs export --vantage local --hour 2026-11-22T04 --out /tmp/qlogs"},
+	{help: "qlogs", line: "qlogs export --vantage vp2 --hour 2026-11-22T04 --out /tmp/qlogs"},
 	{help: "qlogs", line: "qlogs analyze client.sqlog old.qlog.gz | jq -c 'select(.cause != \"1rtt\")'"},
 	{help: "qlogs", line: "qlogs analyze --rtt 5ms client.sqlog"},
 	{help: "qlogs", line: "qlogs analyze ../shared/datasets/dns-analysis-2021/qlog-sample/", skip: needDatasets},
