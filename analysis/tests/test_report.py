@@ -170,3 +170,18 @@ def test_report_on_one_resolver(fresh_db, tmp_path):
     errors = {n: v["error"] for n, v in s["notebooks"].items() if v["error"]}
     assert not errors
     assert "no data: no DoX resolver" in _text(os.path.join(s["folder"], "response_times.ipynb"))
+
+
+def test_tables_published(executed):
+    """Every table the figures draw is written as CSV readable by all (0644 under the
+    usual umask 022, like the figures) and linked from index.html."""
+    folder = os.path.join(executed["folder"], "figures")
+    csvs = [f for f in executed["figures"] if f.endswith(".csv")]
+    assert csvs
+    index = open(os.path.join(executed["folder"], "index.html")).read()
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in csvs:
+        mode = os.stat(os.path.join(folder, f)).st_mode & 0o777
+        assert mode == 0o666 & ~umask, f"{f}: mode {mode:o}"
+        assert f"href='figures/{f}'" in index, f
