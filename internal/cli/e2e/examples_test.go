@@ -190,12 +190,11 @@ var examples = []example{
 	{help: "optout list", line: "optout list --json"},
 	{help: "optout list", line: "optout list --audit"},
 	{help: "optout accept", line: "optout accept 42 --reason 'confirmed by phone with the AS contact'", setup: pendingRequest},
-	{help: "optout accept", line: "optout accept 42 --actor alice --blocklist-dir blocklist", setup: pendingRequest},
+	{help: "optout accept", line: "optout accept 42 --actor alice --reason 'asked by the AS contact' --blocklist-dir blocklist", setup: pendingRequest},
 	{help: "optout reject", line: "optout reject 42 --reason 'confirmed by phone with the AS contact'", setup: pendingRequest},
-	{help: "optout reject", line: "optout reject 42 --actor alice --blocklist-dir blocklist", code: 2, setup: pendingRequest,
-		why: "reject needs --reason: this example shows --actor and --blocklist-dir, and the tool refuses a rejection without a reason"},
+	{help: "optout reject", line: "optout reject 42 --actor alice --reason 'asked by the AS contact' --blocklist-dir blocklist", setup: pendingRequest},
 	{help: "optout withdraw", line: "optout withdraw 42 --reason 'confirmed by phone with the AS contact'", setup: pendingRequest},
-	{help: "optout withdraw", line: "optout withdraw 42 --actor alice --blocklist-dir blocklist", setup: pendingRequest},
+	{help: "optout withdraw", line: "optout withdraw 42 --actor alice --reason 'asked by the AS contact' --blocklist-dir blocklist", setup: pendingRequest},
 
 	// The data release, and another study's data.
 	{help: "dataset", line: "dataset export"},

@@ -255,7 +255,7 @@ func decider(action string) func(IO, []string) int {
 		}
 		fs := newFlagSet(verb, usage, &common,
 			"optout "+verb+" 42 --reason 'confirmed by phone with the AS contact'",
-			"optout "+verb+" 42 --actor alice --blocklist-dir blocklist")
+			"optout "+verb+" 42 --actor alice --reason 'asked by the AS contact' --blocklist-dir blocklist")
 		reason := fs.String("reason", "", "why, for the audit row (required for reject)")
 		actor := fs.String("actor", defaultActor(), "who decides, for the audit row")
 		dir := blocklistDirFlag(fs)
