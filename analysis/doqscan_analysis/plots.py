@@ -407,6 +407,12 @@ def vantage_figure(per: pd.DataFrame, table: pd.DataFrame, subset: str = "measur
     return fig
 
 
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
 def save_table(df: pd.DataFrame, outdir: str | None, name: str) -> str | None:
     """Write df as CSV beside the figures (outdir/figures/name.csv): the numbers a
     figure draws, machine-readable. Nothing when outdir is None."""
@@ -420,6 +426,9 @@ def save_table(df: pd.DataFrame, outdir: str | None, name: str) -> str | None:
     # second rename found the file already moved away (FileNotFoundError).
     fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}.", suffix=".csv.tmp")
     try:
+        # mkstemp makes the file 0600; the tables are published beside the figures,
+        # which are 0644 (the umask's default for open()).
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", newline="") as f:
             df.to_csv(f, index=False)
         os.replace(tmp, p)

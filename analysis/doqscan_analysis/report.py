@@ -227,12 +227,15 @@ def _index(out: str, s: dict) -> None:
         for n, v in s["notebooks"].items())
     figs = "".join(f"<li><a href='figures/{html.escape(f)}'>{html.escape(f)}</a></li>" for f in s["figures"]
                    if f.endswith(".png"))
+    tables = "".join(f"<li><a href='figures/{html.escape(f)}'>{html.escape(f)}</a></li>" for f in s["figures"]
+                     if f.endswith(".csv"))
     with open(os.path.join(out, "index.html"), "w") as f:
         f.write(f"<!doctype html><meta charset=utf-8><title>doqscan report {html.escape(os.path.basename(out))}</title>"
                 f"<h1>doqscan report {html.escape(os.path.basename(out))}</h1>"
                 f"<p>database: <code>{html.escape(s['database'])}</code>; weeks: {html.escape(str(s['weeks'] or 'all'))}; "
                 f"vantage points: {html.escape(str(s['vantages'] or 'all'))}</p>"
-                f"<h2>Notebooks</h2><ul>{rows}</ul><h2>Figures (PNG; SVG beside them)</h2><ul>{figs}</ul>")
+                f"<h2>Notebooks</h2><ul>{rows}</ul><h2>Figures (PNG; SVG beside them)</h2><ul>{figs}</ul>"
+                f"<h2>Tables (CSV: the numbers the figures draw)</h2><ul>{tables}</ul>")
 
 
 def main(argv=None) -> int:

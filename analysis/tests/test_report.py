@@ -148,3 +148,40 @@ def test_kernel_channels_are_unix_sockets(tmp_path):
     assert transport == "ipc"
     assert os.path.basename(os.path.dirname(ip)).startswith("doqscan-kernel-")
     assert not os.path.exists(os.path.dirname(ip)), "the socket directory outlived the notebook"
+
+
+def test_report_on_an_empty_database(fresh_db, tmp_path):
+    """A database with the schema and no row: every notebook runs to its end (a cell
+    without data says so instead of raising), and the report has no error."""
+    s = report.run(fresh_db(), str(tmp_path))
+    errors = {n: v["error"] for n, v in s["notebooks"].items() if v["error"]}
+    assert not errors
+
+
+def test_report_on_one_resolver(fresh_db, tmp_path):
+    """One measured resolver that is no DoX resolver (the DoX set is empty): every
+    notebook runs to its end, and the connection-modes cell says it has no data."""
+    one = synth.default_spec(hours=1, targets=1, dox_pct=0)
+    url = fresh_db()
+    import psycopg
+    with psycopg.connect(url, autocommit=True) as c:
+        synth.generate(c, one)
+    s = report.run(url, str(tmp_path))
+    errors = {n: v["error"] for n, v in s["notebooks"].items() if v["error"]}
+    assert not errors
+    assert "no data: no DoX resolver" in _text(os.path.join(s["folder"], "response_times.ipynb"))
+
+
+def test_tables_published(executed):
+    """Every table the figures draw is written as CSV readable by all (0644 under the
+    usual umask 022, like the figures) and linked from index.html."""
+    folder = os.path.join(executed["folder"], "figures")
+    csvs = [f for f in executed["figures"] if f.endswith(".csv")]
+    assert csvs
+    index = open(os.path.join(executed["folder"], "index.html")).read()
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in csvs:
+        mode = os.stat(os.path.join(folder, f)).st_mode & 0o777
+        assert mode == 0o666 & ~umask, f"{f}: mode {mode:o}"
+        assert f"href='figures/{f}'" in index, f

@@ -15,10 +15,9 @@ import (
 )
 
 var cmd = cli.Command{
-	Name:       "dataset",
-	Subcommand: true,
-	Summary:    "import another study's published measurement files into the database; export doqscan's data as a Parquet release",
-	Usage:      "dataset import [flags] DIR | dataset export [flags] [DIR]",
+	Name:    "dataset",
+	Summary: "import another study's published measurement files into the database; export doqscan's data as a Parquet release",
+	Usage:   "dataset import [flags] DIR | dataset export [flags] [DIR]",
 	Examples: []string{
 		"dataset import ../shared/datasets/dns-analysis-2021                 # the pre-study (label dns-analysis-2021, vantage pam2022-tum)",
 		"dataset import ../shared/datasets/misc-dns-measurements-2021        # its misc SQLite files",

@@ -24,7 +24,7 @@ func TestBadArgs(t *testing.T) {
 		clitest.Usage(`(got "import")`, "import"),
 		clitest.Usage("want: dataset export [flags] [DIR]", "export", dir, dir),
 		clitest.Usage(`--weeks: "2026-47"`, "export", "--weeks", "2026-47", dir),
-		clitest.Usage(`(got "import `, "import", dir, "--dry-run"),
+		clitest.Usage(`(got "import `, "import", dir, dir),
 		clitest.Usage("bad name", "import", "--label", "BAD", dir),
 		clitest.Usage("bad name", "--vantage", "Bad Vantage", "import", dir),
 		clitest.Usage("no-such-flag", "import", "--no-such-flag", dir),
@@ -44,6 +44,7 @@ func TestExitCodes(t *testing.T) {
 	empty := t.TempDir()
 	cases := []clitest.ExitCase{
 		{Code: cli.ExitOK, Why: "read and checked", Args: []string{"import", "--dry-run", excerpt}},
+		{Code: cli.ExitOK, Why: "read and checked, the flag after the directory", Args: []string{"import", excerpt, "--dry-run"}},
 		{Code: cli.ExitFailure, Why: "a malformed file", Args: []string{"import", "--dry-run", bad}, Want: "05-07-2021-784.csv:2: "},
 		{Code: cli.ExitFailure, Why: "a file cut short", Args: []string{"import", "--dry-run", cut}, Want: "05-07-2021-784.csv:2: "},
 		{Code: cli.ExitUsage, Why: "usage", Args: []string{"import"}},

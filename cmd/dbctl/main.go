@@ -16,10 +16,9 @@ import (
 )
 
 var cmd = cli.Command{
-	Name:       "dbctl",
-	Summary:    "set up, inspect, archive and stop doqscan's PostgreSQL database",
-	Usage:      "dbctl [flags] up|migrate|status|url|stop|retention|fleet-init|add-vantage ID|fleet-serve",
-	Subcommand: true,
+	Name:    "dbctl",
+	Summary: "set up, inspect, archive and stop doqscan's PostgreSQL database",
+	Usage:   "dbctl [flags] up|migrate|status|url|stop|retention|fleet-init|add-vantage ID|fleet-serve",
 	Examples: []string{
 		"dbctl up                      # start the private cluster (if DATABASE_URL is unset) and apply schema.sql",
 		"psql \"$(dbctl url)\"           # open a SQL shell on the database the tools use",

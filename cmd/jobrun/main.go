@@ -16,8 +16,10 @@ var cmd = cli.Command{
 	Summary: "run a scheduled job under an advisory lock, recording it (and missed periods) in job_runs",
 	Usage:   "jobrun --job scan|verify|measure|report|blocklist [--vantage ID] -- COMMAND [ARGS...]",
 	Locks:   "the job (job, vantage)",
+	// The command after "--" is run as given; its flags are its own.
+	PassArgs: true,
 	Examples: []string{
-		"jobrun --job scan --vantage fra1 -- zprobe scan --testbed 198.19.0.0/16 --rate 10000   # this week's scan from fra1",
+		"jobrun --job scan --vantage fra1 -- zprobe scan --testbed 198.19.0.0/16 --rate 50000 --cooldown 3   # this week's scan from fra1",
 		"jobrun --job verify --vantage fra1 -- verify                                           # verifies this week's scans",
 		"jobrun --job measure --vantage fra1 -- measure                                         # this hour's round",
 	},

@@ -23,12 +23,13 @@ var cmd = cli.Command{
 		"measure --targets resolvers.txt --modes fresh,0rtt --key-shares x25519,x25519mlkem768",
 		"measure --protocols doq --features --concurrency 16",
 		"measure --vantage vp2 --hour 2026-11-22T04   # the 04:00 UTC round: run it, or resume it after a crash (jobrun passes DOQSCAN_RUN_KEY)",
+		"measure --targets resolvers.txt --no-store --protocols doudp,doq --json > results.jsonl   # no database: one JSON object per resolver (without --json: a table)",
+		"measure --targets resolvers.txt --hour 2026-11-22T04 --rerun       # measure that stored round again, as a new attempt (label hourly-r2)",
 	},
-	Notes: `Targets file: one resolver per line, "ADDRESS [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]";
-protocols not named use their default port (doudp/dotcp 53, dot 853, doh/doh3 443, doq 853/doq).
-A resolver on several lines is measured once, with the endpoints of all its lines.
-A round is keyed by (vantage, label, hour): rerunning or restarting it measures only the
-resolvers not stored yet. See docs/measure.md.`,
+	Notes: cli.TargetsHelp + `
+A round is keyed by (vantage, label, hour): running it again (a restart, more protocols or
+modes) measures only what it lacks, and says what it skips; --rerun measures it all again
+as a new attempt (label LABEL-r2, -r3, ...). See docs/measure.md.`,
 }
 
 func main() { cli.Main(command()) }
@@ -61,6 +62,8 @@ func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	cli.DurationVar(fs, &o.Spread, "spread", o.Spread, 0, campaign.MaxSpread, "one round: spread resolver starts over this long")
 	fs.StringVar(&o.BlocklistDir, "blocklist-dir", o.BlocklistDir, "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
 	cli.DurationVar(fs, &o.DBDeadline, "db-deadline", o.DBDeadline, campaign.MinDBDeadline, campaign.MaxDBDeadline, "how long a round waits for an unavailable database (results wait in memory, then in var/spill/) before it stops: status interrupted, exit 3; the next round stores the spilled results")
+	o.Output.Register(fs, "resolver")
+	fs.BoolVar(&o.Rerun, "rerun", false, "measure a round the database holds again, as a new attempt under the label LABEL-r2, -r3, ... (without it, a round run again measures only what it lacks)")
 	fs.StringVar(&o.RoundHour, "hour", o.RoundHour, "one round: the hour it is for, to run or resume (2026-11-22T04, or RFC 3339); default $DOQSCAN_RUN_KEY (set by jobrun), else now")
 	return fs, &common, func(ctx context.Context, log *slog.Logger, args []string) error {
 		return campaign.Command(ctx, log, o, args)

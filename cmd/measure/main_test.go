@@ -54,7 +54,6 @@ func TestBadFlagsExitUsage(t *testing.T) {
 // TestTargetsFileErrors: a missing targets file is a missing prerequisite (5); a bad or
 // 200 KB line is bad input (2), and the message names the file and the line.
 func TestTargetsFileErrors(t *testing.T) {
-	storetest.UseDatabase(t)
 	clitest.TargetsFileErrors(t, command, "127.0.0.1\n\n127.0.0.2 doq=853/h2\n")
 }
 

@@ -16,7 +16,7 @@ import (
 func main() { cli.Main(command()) }
 
 // command binds the flags to qlogs.Config and returns the run function (tests call it
-// through cli.RunMain). Flags may also follow the subcommand (qlogs.Cmd.Subcommand).
+// through cli.RunMain). Flags may also follow the subcommand and the files.
 func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	var common cli.Common
 	var cfg qlogs.Config

@@ -19,16 +19,19 @@ var cmd = cli.Command{
 	Locks:   "the verification run (week, vantage, label)",
 	Examples: []string{
 		"verify                                   # the latest scan's QUIC hosts on 784/853/8853",
-		"verify --week 2026-W47 --vantage dq-vantage --geoip-city GeoLite2-City.mmdb --geoip-asn GeoLite2-ASN.mmdb",
-		"verify --scan-id 12 --concurrency 500 --rate 2000 --json > summary.json",
-		"verify --targets hosts.txt --label adhoc  # addr, addr:port or [v6]:port per line",
+		`verify --week "$(date -u +%G-W%V)" --vantage vp2 --scan-vantage dq --geoip-city var/geoip/GeoLite2-City.mmdb --geoip-asn var/geoip/GeoLite2-ASN.mmdb   # vp2 verifies dq's scan, with AS and location`,
+		"verify --scan-id 12 --concurrency 500 --rate 2000 --json > results.jsonl   # one JSON object per target",
+		"verify --targets hosts.txt --no-store     # no database: a table of the results (--json: JSON lines)",
+		"verify --targets hosts.txt --label adhoc  # 198.19.0.7 (port 853), 198.19.0.7:784, [2001:2::7]:8853 per line",
 		"verify --sni-names dns.example,doh.example --roots /etc/ssl/certs/ca-certificates.crt",
 	},
-	Notes: `Outcomes: doq-verified, doq-refused, doq-dns-error, quic-not-doq, doq-no-alpn, version-mismatch,
+	Notes: cli.TargetsHelp + `
+Outcomes: doq-verified, doq-refused, doq-dns-error, quic-not-doq, doq-no-alpn, version-mismatch,
 sni-required, timeout, tls-error, protocol-error, unreachable, error (docs/verify.md says what each means).
-Targets file: addr, addr:port or [v6]:port per line, '#' comments; a target listed twice is verified once.
 A run is identified by ISO week + vantage + label; running it again resumes it (verified
-targets are skipped, nothing is duplicated). Progress is logged every --progress.`,
+targets are skipped and the log and summary say so, nothing is duplicated); --rerun
+verifies it all again as a new attempt (label LABEL-r2, -r3, ...). Progress is logged
+every --progress.`,
 }
 
 func main() { cli.Main(command()) }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -116,10 +117,15 @@ type Command struct {
 	Usage    string // e.g. "zprobe [flags]"
 	Examples []string
 	Notes    string // extra paragraphs after the flags
-	// Subcommand says the first argument names a subcommand and the flags may also
-	// follow it ("qlogs export --campaign 3 --out d"): Main parses the flags on both
-	// sides of it and passes the subcommand as the run function's first argument.
-	Subcommand bool
+	// PassArgs says the arguments from the first positional one on belong to the run
+	// function, unparsed: they hold flags of their own ("testnet path set ADDR --loss
+	// 5%"). A --help or --version among them (before any "--") is still the tool's,
+	// unless SubcommandHelp. Without PassArgs, flags may come before, between and after
+	// the positional arguments ("dnsbench dot://127.0.0.1:8853 --json"), up to a "--".
+	PassArgs bool
+	// SubcommandHelp (with PassArgs): the run function's subcommands have flag sets of
+	// their own and answer --help and --version themselves ("zprobe scan --help").
+	SubcommandHelp bool
 	// Locks names the unit of work whose lock the command takes, with its key ("a
 	// measurement round (vantage, label, hour)"); the help then lists exit code 75.
 	Locks string
@@ -131,7 +137,7 @@ type Common struct {
 	LogFormat string
 	Version   bool
 
-	subcommand bool // Command.Subcommand of the flag set's command
+	passArgs, subcommandHelp bool // Command.PassArgs and SubcommandHelp of the flag set's command
 }
 
 // NewFlagSet returns a flag set whose --help prints the summary, usage, flags, examples
@@ -141,7 +147,7 @@ func NewFlagSet(c Command, common *Common) *flag.FlagSet {
 	fs.StringVar(&common.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&common.LogFormat, "log-format", "text", "log format: text or json (structured, to stderr)")
 	fs.BoolVar(&common.Version, "version", false, "print the version and exit")
-	common.subcommand = c.Subcommand
+	common.passArgs, common.subcommandHelp = c.PassArgs, c.SubcommandHelp
 	fs.Usage = func() { PrintHelp(fs.Output(), c, fs) }
 	return fs
 }
@@ -193,40 +199,42 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// parseSubcommand parses the flags of a command whose first argument is a subcommand:
-// the flags before it and after it. It returns the subcommand (if any) followed by the
-// arguments left.
-func parseSubcommand(fs *flag.FlagSet, args []string) ([]string, error) {
-	var sub []string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		sub, args = args[:1], args[1:]
-	}
-	if err := Parse(fs, args); err != nil {
-		return nil, err
-	}
-	if sub == nil && fs.NArg() > 0 {
-		sub = []string{fs.Arg(0)}
-		if err := Parse(fs, fs.Args()[1:]); err != nil {
+// ParseInterspersed parses flags wherever they are among the arguments, as GNU getopt
+// does: "dnsbench dot://127.0.0.1:8853 --json" is "dnsbench --json dot://...". It
+// returns the positional arguments in their order; everything after a "--" is
+// positional. Errors are Parse's (a usage error, or ErrHelp after printing --help).
+func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := Parse(fs, args); err != nil {
 			return nil, err
 		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil // the flag parser took the "--"
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
 	}
-	return append(sub, fs.Args()...), nil
 }
 
-// helpAfterArgument says whether -h, -help or --help follows a positional argument of a
-// command without Command.Subcommand ("testnet up --help"): parsing stopped at the
-// argument, so the flag package never saw it, and the command would run instead of
-// showing its help. Arguments after a "--" belong to a command being wrapped
-// ("testnet exec -- dig --help", "jobrun --job x -- measure --help") and are left alone.
-func helpAfterArgument(all, rest []string) bool {
+// afterArgument says whether one of names (flag spellings: "-h", "--help", ...) follows a
+// positional argument of a command with Command.PassArgs ("testnet up --help"):
+// parsing stopped at the argument, so the flag package never saw it, and the command
+// would run instead of showing its help or version. Arguments after a "--" belong to a
+// command being wrapped ("testnet exec -- dig --help", "jobrun --job x -- measure
+// --help") and are left alone.
+func afterArgument(all, rest []string, names ...string) bool {
 	if n := len(all) - len(rest); n > 0 && all[n-1] == "--" {
 		return false // the flag parser took the "--": everything left follows it
 	}
 	for _, a := range rest {
-		switch a {
-		case "--":
+		if a == "--" {
 			return false
-		case "-h", "-help", "--help":
+		}
+		if slices.Contains(names, a) {
 			return true
 		}
 	}
@@ -266,16 +274,20 @@ func Main(fs *flag.FlagSet, common *Common, run RunFunc) {
 // RunMain is Main without os.Exit, for tests.
 func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer, run RunFunc) int {
 	var err error
-	if common.subcommand {
-		args, err = parseSubcommand(fs, args)
-	} else {
+	if common.passArgs {
 		err = Parse(fs, args)
-		if err == nil && helpAfterArgument(args, fs.Args()) {
+		switch {
+		case err != nil, common.subcommandHelp:
+		case afterArgument(args, fs.Args(), "-h", "-help", "--help"):
 			fs.SetOutput(os.Stdout)
 			fs.Usage()
 			err = ErrHelp
+		case afterArgument(args, fs.Args(), "-version", "--version"):
+			common.Version = true
 		}
 		args = fs.Args()
+	} else {
+		args, err = ParseInterspersed(fs, args)
 	}
 	if err != nil {
 		if errors.Is(err, ErrHelp) {

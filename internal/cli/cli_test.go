@@ -65,14 +65,16 @@ func TestDatabaseUnavailable(t *testing.T) {
 	}
 }
 
-// TestSubcommandFlags: with Command.Subcommand the flags may come before or after the
-// subcommand and are all parsed before the run (the common ones included: a bad
-// --log-level after the subcommand is a usage error), --help after it exits 0, a bad
-// flag after it is one usage line; without it parsing stops at the first argument.
-func TestSubcommandFlags(t *testing.T) {
-	runSub := func(subcommand bool, args ...string) (int, string, []string, string) {
+// TestFlagsAnywhere: flags may come before, between and after the positional arguments
+// (a subcommand, targets, files) and are all parsed before the run (the common ones
+// included: a bad --log-level after an argument is a usage error), up to a "--" after
+// which everything is positional; --help after an argument exits 0 without a run, a bad
+// flag after it is one usage line. With Command.PassArgs parsing stops at the first
+// argument.
+func TestFlagsAnywhere(t *testing.T) {
+	run := func(passArgs bool, args ...string) (int, string, []string, string) {
 		var common cli.Common
-		fs := cli.NewFlagSet(cli.Command{Name: "tool", Summary: "test", Usage: "tool sub", Subcommand: subcommand}, &common)
+		fs := cli.NewFlagSet(cli.Command{Name: "tool", Summary: "test", Usage: "tool sub", PassArgs: passArgs}, &common)
 		label := fs.String("label", "", "a flag")
 		var got []string
 		var stderr bytes.Buffer
@@ -89,23 +91,27 @@ func TestSubcommandFlags(t *testing.T) {
 	}{
 		{[]string{"import", "--label", "x", "DIR"}, "x", "import DIR"},
 		{[]string{"--label", "x", "import", "DIR"}, "x", "import DIR"},
-		{[]string{"--label", "x", "import", "--label", "y", "DIR", "--label", "z"}, "y", "import DIR --label z"},
+		{[]string{"--label", "x", "import", "--label", "y", "DIR", "--label", "z"}, "z", "import DIR"},
+		{[]string{"dot://127.0.0.1:8853", "--label", "x"}, "x", "dot://127.0.0.1:8853"},
+		{[]string{"a", "-", "b", "--label=x"}, "x", "a - b"},
+		{[]string{"a", "--", "--label", "x"}, "", "a --label x"},
+		{[]string{"--label", "x", "--", "b", "--label", "y"}, "x", "b --label y"},
 		{[]string{"import"}, "", "import"},
 		{nil, "", ""},
 	} {
-		code, out, got, label := runSub(true, c.args...)
+		code, out, got, label := run(false, c.args...)
 		if code != cli.ExitOK || label != c.label || strings.Join(got, " ") != c.got {
 			t.Errorf("%q: exit %d (%q), --label %q, args %q; want 0, %q, %q", c.args, code, out, label, got, c.label, c.got)
 		}
 	}
-	if code, _, got, label := runSub(false, "import", "--label", "x"); code != cli.ExitOK || label != "" || strings.Join(got, " ") != "import --label x" {
-		t.Errorf("without Subcommand: exit %d, --label %q, args %q", code, label, got)
+	if code, _, got, label := run(true, "import", "--label", "x"); code != cli.ExitOK || label != "" || strings.Join(got, " ") != "import --label x" {
+		t.Errorf("with PassArgs: exit %d, --label %q, args %q", code, label, got)
 	}
-	if code, out, got, _ := runSub(true, "import", "--help"); code != cli.ExitOK || out != "" || got != nil {
+	if code, out, got, _ := run(false, "import", "--help"); code != cli.ExitOK || out != "" || got != nil {
 		t.Errorf("import --help: exit %d, stderr %q, ran with %q; want 0, nothing on stderr, no run", code, out, got)
 	}
-	for _, args := range [][]string{{"import", "--bogus"}, {"import", "--log-level", "loud", "DIR"}} {
-		code, out, got, _ := runSub(true, args...)
+	for _, args := range [][]string{{"import", "--bogus"}, {"import", "--log-level", "loud", "DIR"}, {"a", "b", "--label"}} {
+		code, out, got, _ := run(false, args...)
 		if code != cli.ExitUsage || strings.Count(strings.TrimSpace(out), "\n") != 0 || got != nil {
 			t.Errorf("%q: exit %d, stderr %q, ran with %q; want %d in one line, no run", args, code, out, got, cli.ExitUsage)
 		}
@@ -277,7 +283,7 @@ func TestSplitList(t *testing.T) {
 	}
 }
 
-// TestHelpAfterArgument: a command without Command.Subcommand stops parsing flags at its
+// TestHelpAfterArgument: a command with Command.PassArgs stops parsing flags at its
 // first argument; --help after it ("testnet up --help") shows the help and exits 0
 // without running, while a --help after "--" goes to the wrapped command.
 func TestHelpAfterArgument(t *testing.T) {
@@ -293,7 +299,7 @@ func TestHelpAfterArgument(t *testing.T) {
 		{[]string{"up", "--label", "x"}, "up --label x"},
 	} {
 		var common cli.Common
-		fs := cli.NewFlagSet(cli.Command{Name: "tool", Summary: "test", Usage: "tool up|exec"}, &common)
+		fs := cli.NewFlagSet(cli.Command{Name: "tool", Summary: "test", Usage: "tool up|exec", PassArgs: true}, &common)
 		fs.String("label", "", "a flag")
 		var got []string
 		ran := false

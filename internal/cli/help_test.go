@@ -7,22 +7,122 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/cli/clitest"
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // TestEveryHelp runs the real binary of every cmd/<tool> with --help, and every
 // subcommand its help names with "<tool> <sub> --help": each must exit 0, print a usage
-// and no panic (the flag package prints "panic calling String method ..." into the help
+// (the subcommand's own where the tool's help says "<tool> <subcommand> --help") and no
+// panic (the flag package prints "panic calling String method ..." into the help
 // and exits 0, so only the text shows it). The binaries run with no database, a project
 // home of their own, a testbed instance name of their own and no network (a network
 // namespace of their own), so a --help that reached the tool's work would find nothing
 // to touch.
 func TestEveryHelp(t *testing.T) {
+	tools, run := everyTool(t)
+	help := func(t *testing.T, argv ...string) string {
+		t.Helper()
+		out, err := run(append(argv, "--help")...)
+		switch {
+		case err != nil:
+			t.Errorf("%s --help: %v\n%s", strings.Join(argv, " "), err, testsupport.Tail(out, 600))
+		case strings.Contains(out, "panic"):
+			t.Errorf("%s --help prints a panic:\n%s", strings.Join(argv, " "), out)
+		case !strings.Contains(out, "Usage"):
+			t.Errorf("%s --help prints no usage:\n%s", strings.Join(argv, " "), testsupport.Tail(out, 600))
+		}
+		return out
+	}
+	for _, tool := range tools {
+		t.Run(tool, func(t *testing.T) {
+			top := help(t, tool)
+			subs := clitest.Subcommands(tool, top)
+			t.Logf("%s: subcommands %q", tool, subs)
+			// A tool whose help sends the reader to each subcommand's help must show it
+			// (not its own again: the subcommand's flags would be parsed as the tool's).
+			own := strings.Contains(top, tool+" <subcommand> --help")
+			for _, sub := range subs {
+				// "optout [serve]": the default subcommand's help is the tool's.
+				if out := help(t, tool, sub); own && out == top && !strings.Contains(top, "["+sub+"]") {
+					t.Errorf("%s %s --help prints the help of %s, not of %s %s", tool, sub, tool, tool, sub)
+				}
+			}
+		})
+	}
+}
+
+// TestEveryVersion: --version prints the tool's version (its name, the release, the
+// revision and the Go version: cli.VersionLine) and exits 0 in every tool, before and
+// after each subcommand its help names ("zprobe scan --version" is the tool's version,
+// not a flag of the scan), without doing the subcommand's work.
+func TestEveryVersion(t *testing.T) {
+	tools, run := everyTool(t)
+	version := func(t *testing.T, tool string, argv ...string) {
+		t.Helper()
+		out, err := run(append(argv, "--version")...)
+		want := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(tool) + ` .*go1\.[0-9]+`)
+		if err != nil || !want.MatchString(out) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+			t.Errorf("%s --version: %v\n%s\nwant one line %q", strings.Join(argv, " "), err, testsupport.Tail(out, 600), want)
+		}
+	}
+	for _, tool := range tools {
+		t.Run(tool, func(t *testing.T) {
+			version(t, tool, tool)
+			help, err := run(tool, "--help")
+			if err != nil {
+				t.Fatalf("%s --help: %v", tool, err)
+			}
+			for _, sub := range clitest.Subcommands(tool, help) {
+				version(t, tool, tool, sub)
+			}
+		})
+	}
+}
+
+// TestOneDefaultQueryName: every tool and subcommand with --query-name defaults it to
+// the one name (dnsmsg.DefaultQueryName), and its help says so.
+func TestOneDefaultQueryName(t *testing.T) {
+	tools, run := everyTool(t)
+	flagRE := regexp.MustCompile(`(?m)^\s+-query-name string\n(?:\s{4,}.*\n)*?\s{4,}.*\(default "([^"]*)"\)`)
+	seen := 0
+	check := func(t *testing.T, argv ...string) string {
+		t.Helper()
+		out, err := run(append(argv, "--help")...)
+		if err != nil {
+			t.Fatalf("%s --help: %v", strings.Join(argv, " "), err)
+		}
+		if !strings.Contains(out, "-query-name") {
+			return out
+		}
+		seen++
+		m := flagRE.FindStringSubmatch(out)
+		if m == nil || m[1] != dnsmsg.DefaultQueryName {
+			t.Errorf("%s --help: --query-name default %q, want %q", strings.Join(argv, " "), m, dnsmsg.DefaultQueryName)
+		}
+		return out
+	}
+	for _, tool := range tools {
+		for _, sub := range clitest.Subcommands(tool, check(t, tool)) {
+			check(t, tool, sub)
+		}
+	}
+	if seen < 3 {
+		t.Errorf("--query-name in %d helps; want verify, measure and zprobe scan/send at least", seen)
+	}
+}
+
+// everyTool builds every cmd/<tool> and returns their names and a function that runs
+// one of them (argv[0] names it) with no database, a project home of its own, a testbed
+// instance name of its own and no network (a network namespace of its own), returning
+// its stdout and stderr together. The test is skipped where unshare does not work.
+func everyTool(t *testing.T) ([]string, func(argv ...string) (string, error)) {
+	t.Helper()
 	dirs, err := filepath.Glob(filepath.Join(testsupport.Root(), "cmd", "*", "main.go"))
 	if err != nil || len(dirs) == 0 {
 		t.Fatalf("no cmd/*/main.go (%v)", err)
@@ -36,79 +136,17 @@ func TestEveryHelp(t *testing.T) {
 	}
 	bin := testsupport.Commands(t, tools...)
 	home := t.TempDir()
-	help := func(t *testing.T, argv ...string) string {
-		t.Helper()
+	return tools, func(argv ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		args := append(append(testsupport.UnshareNet(), filepath.Join(bin, argv[0])), argv[1:]...)
-		cmd := exec.CommandContext(ctx, "unshare", append(args, "--help")...)
+		cmd := exec.CommandContext(ctx, "unshare", args...)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DOQSCAN_HOME=" + home, "DOQSCAN_TESTNET=helptest",
 			"DATABASE_URL=host=/nonexistent-doqscan-socket dbname=doqscan connect_timeout=1"}
 		cmd.Dir = home
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
-		out := stdout.String() + stderr.String()
-		switch {
-		case err != nil:
-			t.Errorf("%s --help: %v\n%s", strings.Join(argv, " "), err, testsupport.Tail(out, 600))
-		case strings.Contains(out, "panic"):
-			t.Errorf("%s --help prints a panic:\n%s", strings.Join(argv, " "), out)
-		case !strings.Contains(out, "Usage"):
-			t.Errorf("%s --help prints no usage:\n%s", strings.Join(argv, " "), testsupport.Tail(out, 600))
-		}
-		return out
+		return stdout.String() + stderr.String(), err
 	}
-	for _, tool := range tools {
-		t.Run(tool, func(t *testing.T) {
-			subs := subcommands(tool, help(t, tool))
-			t.Logf("%s: subcommands %q", tool, subs)
-			for _, sub := range subs {
-				help(t, tool, sub)
-			}
-		})
-	}
-}
-
-// subcommands are the subcommands a tool's help names: the first word of each line of
-// its "Subcommands:" or "Commands:" section (indented by two spaces; deeper ones continue
-// a line), and the first word of each alternative after the tool's name (and "[flags]")
-// in its usage lines, up to the first that is no subcommand ("dbctl [flags]
-// up|status|url|stop", "testnet [flags] up|...|path set ADDR --loss P|path show",
-// "optout [serve] [flags]"; not "jobrun --job scan|verify").
-func subcommands(tool, help string) []string {
-	var subs []string
-	add := func(s string) bool {
-		if !regexp.MustCompile(`^[a-z][a-z0-9-]*$`).MatchString(s) {
-			return false
-		}
-		if !slices.Contains(subs, s) {
-			subs = append(subs, s)
-		}
-		return true
-	}
-	section := ""
-	for _, line := range strings.Split(help, "\n") {
-		if line != "" && !strings.HasPrefix(line, " ") {
-			section = strings.TrimSpace(line)
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) == 0 || strings.HasPrefix(line, "   ") {
-			continue
-		}
-		switch section {
-		case "Subcommands:", "Commands:":
-			add(f[0])
-		case "Usage:":
-			f = slices.DeleteFunc(f, func(s string) bool { return s == tool || s == "[flags]" })
-			for _, alt := range strings.Split(strings.Join(f, " "), "|") {
-				w := strings.Fields(alt)
-				if len(w) == 0 || !add(strings.Trim(w[0], "[]")) {
-					break
-				}
-			}
-		}
-	}
-	return subs
 }

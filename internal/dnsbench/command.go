@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -23,11 +24,12 @@ var Cmd = cli.Command{
 	Usage:   "dnsbench [flags] PROTOCOL://ADDRESS[:PORT] ...",
 	Examples: []string{
 		"dnsbench --count 10000 --workers 16 doudp://127.0.0.1 doq://127.0.0.1:8853",
-		"dnsbench --duration 30s --workers 4 --streams 32 doq://127.0.0.1:8853 doh3://127.0.0.1:8443",
-		"dnsbench --duration 30s --rate 500 --policy fresh dot://127.0.0.1:8853 --json",
-		"dnsbench --ramp-max 20000 --ramp-loss 0.05 --duration 60s --workers 200 doudp://127.0.0.1",
+		"dnsbench --duration 5s --workers 4 --streams 32 doq://127.0.0.1:8853 doh3://127.0.0.1:8443",
+		"dnsbench --duration 5s --rate 500 --policy fresh dot://127.0.0.1:8853 --json   # one JSON object per target",
+		"dnsbench --count 5000 doq://127.0.0.1:8853 --histogram-csv lat.csv --plot lat.png  # the latency histogram as CSV and PNG",
+		"dnsbench --ramp-max 5000 --ramp-loss 0.05 --duration 10s --workers 50 doudp://127.0.0.1",
 		"bin/testnet exec -- bin/dnsbench --duration 10s --queries q.txt doq://198.19.3.7 dot://198.19.3.7 --store --label loss=5%",
-		"bin/testnet exec -- bin/dnsbench --loss-sweep 0,1,5,10,15,20 --duration 10s --store doudp://198.19.3.7 dot://198.19.3.7 doq://198.19.3.7",
+		"bin/testnet exec -- bin/dnsbench --loss-sweep 0,5,20 --duration 3s --store doudp://198.19.3.7 dot://198.19.3.7 doq://198.19.3.7",
 	},
 	Notes: `PROTOCOL is doudp, dotcp, dot, doh (POST), doh-get, doh-post, doh3, doh3-get, doh3-post or
 doq; without a port the protocol's default (53, 853, 443, 853). Targets are run in turn.
@@ -37,6 +39,10 @@ Load: as fast as answered (each worker keeps one query outstanding, or --streams
 persistent session), --rate N queries/s over all workers, or a ramp (--ramp-max) rising
 linearly over --duration that stops at the first second whose loss exceeds --ramp-loss
 and reports the highest rate sustained.
+Output: per target QPS, success, rcodes, outcomes, latency percentiles and the resolve-time
+histogram (two bins per power of two); --json one JSON object per target (its histogram:
+16 bins per power of two); --histogram-csv the histograms as CSV; --plot a PNG of them
+(drawn with the project's Python and matplotlib, .venv: ./dev install).
 Policies: fresh (new session per query), persistent (--session-queries per session,
 --streams outstanding: DoQ streams, DoH/DoH3 concurrent requests, DoTCP/DoT pipelining,
 DoUDP answers matched by ID), resumed (TLS session ticket), 0rtt (early data). Testbed
@@ -61,8 +67,10 @@ type Options struct {
 	KeyShareName    string   // x25519 or x25519mlkem768
 	ComparePolicies string   // comma-separated: run the targets once per policy
 	LossSweep       string   // comma-separated loss levels in % (needs SetLoss)
-	JSON            bool     // reports as JSON instead of text
+	JSON            bool     // reports as JSON lines instead of text
 	Store           bool     // store the reports (bench_runs, bench_samples)
+	HistogramCSV    string   // write the latency histograms as CSV to this file
+	Plot            string   // draw the resolve-time histograms into this PNG
 	// SetLoss and ResetLoss drive LossSweep (cmd/dnsbench: the testbed's delay line).
 	SetLoss   LossSetter
 	ResetLoss func(context.Context) error
@@ -163,7 +171,33 @@ func Command(ctx context.Context, o Options, log *slog.Logger) error {
 		fmt.Fprintln(o.Out)
 		err = WritePolicyTable(o.Out, rs)
 	}
+	// The files after stdout: a plot that cannot be drawn leaves the reports printed.
+	if err == nil && o.HistogramCSV != "" {
+		err = writeHistogramFile(o.HistogramCSV, rs)
+	}
+	if err == nil && o.Plot != "" {
+		if err = plot(context.WithoutCancel(ctx), o.HistogramCSV, o.Plot, rs); err == nil {
+			log.Info("latency histogram drawn", "png", o.Plot)
+		}
+	}
 	return errors.Join(runErr, err)
+}
+
+// plot draws rs's histograms into png (Plot), from csvPath when the CSV is written
+// anyway, else from a temporary file.
+func plot(ctx context.Context, csvPath, png string, rs []*Report) error {
+	if csvPath == "" {
+		dir, err := os.MkdirTemp("", "dnsbench-plot")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		csvPath = filepath.Join(dir, "histogram.csv")
+		if err := writeHistogramFile(csvPath, rs); err != nil {
+			return err
+		}
+	}
+	return Plot(ctx, csvPath, png)
 }
 
 // ParseLevels reads --loss-sweep's levels: comma-separated percentages ("0,1,5"; a

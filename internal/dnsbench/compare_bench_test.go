@@ -3,7 +3,6 @@ package dnsbench_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net"
@@ -76,8 +75,8 @@ func runDnsbench(ctx context.Context, launch []string, bin string, args ...strin
 	if err != nil {
 		return nil, r, err
 	}
-	var rs []*dnsbench.Report
-	if err := json.Unmarshal(r.out, &rs); err != nil || len(rs) != 1 {
+	rs, err := dnsbench.ReadJSON(bytes.NewReader(r.out))
+	if err != nil || len(rs) != 1 {
 		return nil, r, fmt.Errorf("dnsbench --json: %d reports, %v\n%s", len(rs), err, r.out)
 	}
 	return rs[0], r, nil

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/measure"
 )
 
@@ -162,7 +163,7 @@ func (c *Config) Validate() error {
 		return configErr("no targets")
 	}
 	if len(c.Queries) == 0 {
-		c.Queries = []Question{{Name: "test.com", QType: 1}}
+		c.Queries = []Question{{Name: dnsmsg.DefaultQueryName, QType: 1}}
 	}
 	if c.Policy == "" {
 		c.Policy = measure.ModePersistent

@@ -1,6 +1,7 @@
 package dnsbench
 
 import (
+	"math"
 	"math/bits"
 	"time"
 )
@@ -113,3 +114,64 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	}
 	return h.max
 }
+
+// Bin is a range of a histogram and how many values fell in it: [Lo, Hi], inclusive, in
+// milliseconds (Lo and Hi are whole nanoseconds).
+type Bin struct {
+	LoMs  float64 `json:"lo_ms"`
+	HiMs  float64 `json:"hi_ms"`
+	Count int64   `json:"count"`
+}
+
+// BinsPerOctave is the resolution of the histograms a report carries (JSON, the
+// histogram CSV, the plot): 16 bins per power of two, each ~4.4% wide.
+const BinsPerOctave = 16
+
+// Bins returns the non-empty bins of h with perOctave bins per power of two (a power of
+// two up to 2^subBits), in order: the buckets of h merged, so every value is counted in
+// the bin that holds it.
+func (h *Histogram) Bins(perOctave int) []Bin {
+	var out []Bin
+	for i, c := range h.counts {
+		if c == 0 {
+			continue
+		}
+		bucketLo, _ := bucketRange(i)
+		lo, hi := binOf(bucketLo, perOctave)
+		if n := len(out); n > 0 && out[n-1].LoMs == nsToMs(lo) {
+			out[n-1].Count += c
+			continue
+		}
+		out = append(out, Bin{LoMs: nsToMs(lo), HiMs: nsToMs(hi), Count: c})
+	}
+	return out
+}
+
+// Coarsen merges bins (of BinsPerOctave or finer) into perOctave bins per power of two.
+func Coarsen(bins []Bin, perOctave int) []Bin {
+	var out []Bin
+	for _, b := range bins {
+		lo, hi := binOf(int64(math.Round(b.LoMs*1e6)), perOctave)
+		if n := len(out); n > 0 && out[n-1].LoMs == nsToMs(lo) {
+			out[n-1].Count += b.Count
+			continue
+		}
+		out = append(out, Bin{LoMs: nsToMs(lo), HiMs: nsToMs(hi), Count: b.Count})
+	}
+	return out
+}
+
+// binOf returns the range of the bin (perOctave per power of two) holding v ns.
+func binOf(v int64, perOctave int) (lo, hi int64) {
+	if v <= 0 {
+		return 0, 0
+	}
+	o := bits.Len64(uint64(v)) - 1
+	base := int64(1) << o
+	sub := (v - base) * int64(perOctave) >> o
+	lo = base + sub<<o/int64(perOctave)
+	hi = base + (sub+1)<<o/int64(perOctave) - 1
+	return max(lo, base), max(hi, lo)
+}
+
+func nsToMs(ns int64) float64 { return float64(ns) / 1e6 }

@@ -1,6 +1,7 @@
 package dnsbench
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -70,5 +71,52 @@ func TestEmptyHistogram(t *testing.T) {
 	h.Record(-time.Second)
 	if h.Max() != 0 {
 		t.Fatal("negative value not clamped")
+	}
+}
+
+// TestBinsHoldEveryValue: the bins of a report partition the values: each recorded value
+// lies in the bin that counts it, bins are disjoint and ordered, counts add up, and
+// coarser bins (the text histogram's) keep the counts and start at powers of two.
+func TestBinsHoldEveryValue(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var h Histogram
+	var vals []time.Duration
+	for range 20000 {
+		v := time.Duration(float64(50*time.Microsecond) * (1 + r.ExpFloat64()*r.ExpFloat64()*200))
+		vals = append(vals, v)
+		h.Record(v)
+	}
+	bins := h.Bins(BinsPerOctave)
+	var n int64
+	for i, b := range bins {
+		n += b.Count
+		if b.Count == 0 || b.HiMs < b.LoMs || (i > 0 && b.LoMs <= bins[i-1].HiMs) {
+			t.Fatalf("bin %d %+v (previous %+v)", i, b, bins[max(i-1, 0)])
+		}
+	}
+	if n != int64(len(vals)) {
+		t.Fatalf("bins count %d values, want %d", n, len(vals))
+	}
+	for _, v := range vals[:2000] {
+		ms := float64(v) / 1e6
+		i := slices.IndexFunc(bins, func(b Bin) bool { return ms >= b.LoMs && ms <= b.HiMs })
+		if i < 0 {
+			t.Fatalf("value %v in no bin", v)
+		}
+		if w := (bins[i].HiMs - bins[i].LoMs) / bins[i].LoMs; w > 1.0/BinsPerOctave {
+			t.Fatalf("bin %+v is %.3f wide, want <= 1/%d of its start", bins[i], w, BinsPerOctave)
+		}
+	}
+	coarse := Coarsen(bins, 2)
+	var m int64
+	for _, b := range coarse {
+		m += b.Count
+		ns := int64(math.Round(b.LoMs * 1e6))
+		if ns&(ns-1) != 0 && (ns*2/3)&(ns*2/3-1) != 0 { // 2^k or 1.5 * 2^k
+			t.Errorf("coarse bin starts at %d ns", ns)
+		}
+	}
+	if m != n || len(coarse) >= len(bins) {
+		t.Errorf("coarse bins: %d values in %d bins (fine: %d in %d)", m, len(coarse), n, len(bins))
 	}
 }

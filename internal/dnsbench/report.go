@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/measure"
 )
@@ -84,13 +85,17 @@ type Report struct {
 	// Latency: resolve time of answered queries, from the query's first packet to the
 	// kernel's receive stamp of the answer. Total: from the moment the query was issued,
 	// including a session's set-up (the cold latency of fresh sessions).
-	Latency      Latency                   `json:"latency"`
-	Total        Latency                   `json:"total"`
-	Rcodes       map[string]int64          `json:"rcodes"`
-	Statuses     map[measure.Status]int64  `json:"statuses"` // every outcome, by class ("ok" included)
-	ErrorSamples map[measure.Status]string `json:"error_samples,omitempty"`
-	Timeline     []Second                  `json:"timeline"`
-	Ramp         *RampResult               `json:"ramp,omitempty"`
+	Latency Latency `json:"latency"`
+	Total   Latency `json:"total"`
+	// Histogram and TotalHistogram are the distributions of Latency and Total: the
+	// non-empty bins, BinsPerOctave per power of two.
+	Histogram      []Bin                     `json:"histogram"`
+	TotalHistogram []Bin                     `json:"total_histogram"`
+	Rcodes         map[string]int64          `json:"rcodes"`
+	Statuses       map[measure.Status]int64  `json:"statuses"` // every outcome, by class ("ok" included)
+	ErrorSamples   map[measure.Status]string `json:"error_samples,omitempty"`
+	Timeline       []Second                  `json:"timeline"`
+	Ramp           *RampResult               `json:"ramp,omitempty"`
 }
 
 func (b *bench) report() *Report {
@@ -99,7 +104,8 @@ func (b *bench) report() *Report {
 	r := &Report{RunKey: b.runKey, Target: b.t.String(), Protocol: string(b.t.Protocol), Variant: b.t.Variant,
 		Address: b.t.Addr.String(), Policy: string(b.c.Policy), Load: b.c.Load, Workers: b.c.Workers, Streams: b.c.Streams,
 		Label: b.c.Label, Started: b.start.UTC(), Sent: b.sent, Answered: b.ok,
-		Latency: latencyOf(&b.lat), Total: latencyOf(&b.total), Rcodes: maps.Clone(b.rcodes),
+		Latency: latencyOf(&b.lat), Total: latencyOf(&b.total), Histogram: b.lat.Bins(BinsPerOctave),
+		TotalHistogram: b.total.Bins(BinsPerOctave), Rcodes: maps.Clone(b.rcodes),
 		Statuses: maps.Clone(b.statuses), ErrorSamples: maps.Clone(b.errSample), Ramp: b.ramp}
 	for rc, n := range b.rcodeN {
 		if n > 0 {
@@ -130,14 +136,38 @@ func (b *bench) report() *Report {
 	return r
 }
 
-// WriteJSON writes the reports as one JSON array.
+// WriteJSON writes the reports as JSON lines: one object per report (one per target,
+// and per policy or loss level of a comparison or sweep).
 func WriteJSON(w io.Writer, rs []*Report) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if rs == nil {
-		rs = []*Report{}
+	out := cli.NewJSONLines(w)
+	for _, r := range rs {
+		if err := out.Write(r); err != nil {
+			return err
+		}
 	}
-	return enc.Encode(rs)
+	return nil
+}
+
+// histogramBar is the widest bar of a text histogram, in characters.
+const histogramBar = 40
+
+// writeHistogram writes bins as a text histogram: one line per bin (two per power of
+// two) with its range, count, share and a bar.
+func writeHistogram(sb *strings.Builder, title string, bins []Bin) {
+	bins = Coarsen(bins, 2)
+	var total, most int64
+	for _, b := range bins {
+		total += b.Count
+		most = max(most, b.Count)
+	}
+	if total == 0 {
+		return
+	}
+	fmt.Fprintf(sb, "  %s histogram:\n", title)
+	for _, b := range bins {
+		bar := int((b.Count*histogramBar + most - 1) / most)
+		fmt.Fprintf(sb, "    %9.3f - %9.3f ms %9d %6.2f%% %s\n", b.LoMs, b.HiMs, b.Count, 100*float64(b.Count)/float64(total), strings.Repeat("#", bar))
+	}
 }
 
 // WriteText writes a human summary of each report.
@@ -157,6 +187,7 @@ func WriteText(w io.Writer, rs []*Report) error {
 		fmt.Fprintf(&sb, "  resolve ms: mean %.3f  min %.3f  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n",
 			l.Mean, l.Min, l.P50, l.P90, l.P99, l.P999, l.Max)
 		fmt.Fprintf(&sb, "  total ms (incl. session set-up): mean %.3f  p50 %.3f  p99 %.3f\n", r.Total.Mean, r.Total.P50, r.Total.P99)
+		writeHistogram(&sb, "resolve time", r.Histogram)
 		sb.WriteString("  rcodes:")
 		for _, k := range slices.Sorted(maps.Keys(r.Rcodes)) {
 			fmt.Fprintf(&sb, " %s=%d", k, r.Rcodes[k])
@@ -180,4 +211,19 @@ func WriteText(w io.Writer, rs []*Report) error {
 	}
 	_, err := io.WriteString(w, sb.String())
 	return err
+}
+
+// ReadJSON reads what WriteJSON wrote: one report per line.
+func ReadJSON(r io.Reader) ([]*Report, error) {
+	dec := json.NewDecoder(r)
+	var out []*Report
+	for {
+		var rep Report
+		if err := dec.Decode(&rep); err == io.EOF {
+			return out, nil
+		} else if err != nil {
+			return out, err
+		}
+		out = append(out, &rep)
+	}
 }

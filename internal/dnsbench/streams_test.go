@@ -3,7 +3,6 @@ package dnsbench_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -155,8 +154,8 @@ func TestCommandWithStreams(t *testing.T) {
 	if err := dnsbench.Command(context.Background(), o, nil); err != nil {
 		t.Fatal(err)
 	}
-	var rs []dnsbench.Report
-	if err := json.Unmarshal(out.Bytes(), &rs); err != nil {
+	rs, err := dnsbench.ReadJSON(&out)
+	if err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
 	if len(rs) != 2 {

@@ -11,6 +11,14 @@ import (
 	"github.com/miekg/dns"
 )
 
+// DefaultQueryName is the name every tool asks for unless told otherwise (--query-name):
+// zprobe's UDP/53 probe, verify's DoQ query, measure's cache-warming and measured
+// queries, dnsbench's query without a query file. It is the name of the original
+// study's measurements (Kosek et al., PAM 2022: "an A record for test.com", RD set), so
+// a round's response times compare with the study's, and one name's behaviour is seen
+// across every stage.
+const DefaultQueryName = "test.com"
+
 // EDNSBufferSize is the UDP payload size advertised in the OPT record (RFC 6891 §6.2.5;
 // 1232 per the DNS flag day 2020 recommendation).
 const EDNSBufferSize = 1232

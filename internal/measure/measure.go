@@ -22,6 +22,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/kstamp"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
@@ -136,7 +137,7 @@ func (p *Peer) setVersion(v quic.Version) {
 type Request struct {
 	Addr       netip.AddrPort
 	ServerName string // SNI; empty: none (as the study)
-	Name       string // query name; "test.com" when empty
+	Name       string // query name; dnsmsg.DefaultQueryName when empty
 	QType      uint16 // dns.TypeA when zero
 	Timeout    time.Duration
 	Mode       Mode
@@ -211,7 +212,7 @@ func (r *Request) NextQuery(ctx context.Context, seq int) (string, uint16, bool)
 
 func (r *Request) name() string {
 	if r.Name == "" {
-		return "test.com"
+		return dnsmsg.DefaultQueryName
 	}
 	return r.Name
 }

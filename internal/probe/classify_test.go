@@ -14,6 +14,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/quicver"
 )
 
@@ -200,12 +201,12 @@ func TestRealVN(t *testing.T) {
 
 func dnsReply(t testing.TB, edit func(m *dns.Msg)) []byte {
 	q := new(dns.Msg)
-	q.SetQuestion(DefaultQName, dns.TypeA)
+	q.SetQuestion(dns.Fqdn(dnsmsg.DefaultQueryName), dns.TypeA)
 	q.Id = DefaultDNSID
 	m := new(dns.Msg)
 	m.SetReply(q)
 	m.RecursionAvailable = true
-	rr, _ := dns.NewRR(DefaultQName + " 300 IN A 198.19.0.1")
+	rr, _ := dns.NewRR(dns.Fqdn(dnsmsg.DefaultQueryName) + " 300 IN A 198.19.0.1")
 	m.Answer = append(m.Answer, rr)
 	if edit != nil {
 		edit(m)
@@ -227,7 +228,7 @@ func TestDNSProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	if m.Id != DefaultDNSID || !m.RecursionDesired || m.Response || len(m.Question) != 1 ||
-		m.Question[0].Name != DefaultQName || m.Question[0].Qtype != dns.TypeA || m.Question[0].Qclass != dns.ClassINET {
+		m.Question[0].Name != dns.Fqdn(dnsmsg.DefaultQueryName) || m.Question[0].Qtype != dns.TypeA || m.Question[0].Qclass != dns.ClassINET {
 		t.Errorf("query %v", m)
 	}
 	for _, n := range []string{"", "a..b", strings.Repeat("a", 64) + ".com", strings.Repeat("abcdefgh.", 32)} {
@@ -250,7 +251,7 @@ func TestClassifyDNS(t *testing.T) {
 		{"answer", dnsReply(t, nil), KindDNS, 0, 1, true},
 		{"nxdomain no ra", dnsReply(t, func(m *dns.Msg) { m.Rcode = dns.RcodeNameError; m.Answer = nil; m.RecursionAvailable = false }), KindDNS, 3, 0, false},
 		{"refused", dnsReply(t, func(m *dns.Msg) { m.Rcode = dns.RcodeRefused; m.Answer = nil }), KindDNS, 5, 0, true},
-		{"0x20 case", dnsReply(t, func(m *dns.Msg) { m.Question[0].Name = "ExAmPle.COM." }), KindDNS, 0, 1, true},
+		{"0x20 case", dnsReply(t, func(m *dns.Msg) { m.Question[0].Name = "TeSt.CoM." }), KindDNS, 0, 1, true},
 		{"compressed + edns", dnsReply(t, func(m *dns.Msg) { m.Compress = true; m.SetEdns0(1232, false) }), KindDNS, 0, 1, true},
 		{"wrong id", dnsReply(t, func(m *dns.Msg) { m.Id = 1 }), KindDNSMalformed, 0, 1, true},
 		{"other question", dnsReply(t, func(m *dns.Msg) { m.Question[0].Name = "example.org." }), KindDNSMalformed, 0, 1, true},

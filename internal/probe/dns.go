@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 )
 
 // DNS wire constants (RFC 1035 §4.1).
@@ -23,8 +25,6 @@ const (
 	// DefaultDNSID is the message ID of the DNS probe: zmap sends one payload to every
 	// target, so the ID is a constant ("DQ") that replies must echo.
 	DefaultDNSID = 0x4451
-	// DefaultQName is the name the DNS probe asks for (RFC 2606 reserves it).
-	DefaultQName = "example.com."
 )
 
 // DNSProbe describes the UDP/53 query: QTYPE A, QCLASS IN, RD set.
@@ -34,7 +34,7 @@ type DNSProbe struct {
 }
 
 // DefaultDNSProbe is the DNS query zprobe sends unless told otherwise.
-func DefaultDNSProbe() DNSProbe { return DNSProbe{ID: DefaultDNSID, QName: DefaultQName} }
+func DefaultDNSProbe() DNSProbe { return DNSProbe{ID: DefaultDNSID, QName: dnsmsg.DefaultQueryName} }
 
 // encodeName returns the wire form of a domain name (RFC 1035 §3.1), lower-cased.
 func encodeName(name string) ([]byte, error) {

@@ -387,7 +387,7 @@ func Scan(ctx context.Context, c ScanConfig) (_ *Summary, retErr error) {
 			prior.Runs = nil
 		}
 		if found && c.Rescan && len(prior.Runs) > 0 {
-			log.Warn("--rescan: every port is sent again, also those an earlier run finished (into new raw files)", "scan_id", prior.ID)
+			log.Warn("--rerun: every port is sent again, also those an earlier run finished (into new raw files)", "scan_id", prior.ID)
 			prior.Runs = nil
 		}
 		if found && prior.Status == store.RunRunning {
@@ -467,7 +467,7 @@ func Scan(ctx context.Context, c ScanConfig) (_ *Summary, retErr error) {
 	var runErr error
 	for _, port := range done {
 		r := prior.Runs[int32(port)]
-		log.Info("port done by an earlier run of this scan: not sent again (--rescan sends it)", "port", port, "replies", r.Replies)
+		log.Info("port done by an earlier run of this scan: not sent again (--rerun sends it)", "port", port, "replies", r.Replies)
 		sum.add(resumedPort(r, ports[port]))
 	}
 	for _, port := range settle {

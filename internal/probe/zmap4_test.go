@@ -139,7 +139,7 @@ func fakeScanConfig(t *testing.T, s *store.Store, bin, out string) ScanConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ScanConfig{Store: s, VantageID: "fake4", Week: "2026-W47", Targets: targets, Testbed: &tb, Safety: safety,
+	return ScanConfig{Store: s, VantageID: "fake4", Week: "2026-W47", Targets: targets, Testbed: &tb, Safety: safety, DNS: recordedDNSProbe,
 		OutDir: out, Zmap: ZmapRun{Binary: bin, Rate: 500, Cooldown: 1}, FlushEvery: 10 * time.Millisecond, DBWait: time.Second}
 }
 

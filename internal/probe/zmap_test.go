@@ -3,7 +3,9 @@ package probe
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -174,7 +176,10 @@ func countCSV(t *testing.T, path string) (lines int) {
 // TestRecordedZmapCSV parses real zmap 2.1.1 output (recorded on a namespace pair with
 // quic-go on 784, miekg/dns on 53 and nothing on 9999).
 func TestRecordedZmapCSV(t *testing.T) {
-	c := testClassifier(t)
+	c, err := NewClassifier(DefaultQUICProbe(), recordedDNSProbe, map[uint16]ProbeKind{53: ProbeDNS})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		file string
 		port uint16
@@ -204,15 +209,19 @@ func copyRunDir(t *testing.T) string {
 		map[string]string{"quic-784.csv": "784.csv", "dns-53.csv": "53.csv", "icmp-9999.csv": "9999.csv"})
 }
 
-// scanDir is a scan directory (2026-W47, vantage test, weekly shard 0) with the default
-// probes, a manifest of ports (the JSON object's members) and target, and the recorded
+// recordedDNSProbe is the DNS probe the recordings under testdata/zmap answer (the
+// default name was example.com then).
+var recordedDNSProbe = DNSProbe{ID: DefaultDNSID, QName: "example.com."}
+
+// scanDir is a scan directory (2026-W47, vantage test, weekly shard 0) with the probes
+// of the recordings, a manifest of ports (the JSON object's members) and target, and the recorded
 // zmap outputs copies names (testdata/zmap file -> name in the directory).
 func scanDir(t *testing.T, ports, target string, copies map[string]string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "2026-W47", "test", "weekly-shard0")
 	os.MkdirAll(dir, 0o755)
 	q, _ := DefaultQUICProbe().Build()
-	d, _ := DefaultDNSProbe().Build()
+	d, _ := recordedDNSProbe.Build()
 	os.WriteFile(filepath.Join(dir, "quic.pkt"), q, 0o644)
 	os.WriteFile(filepath.Join(dir, "dns.pkt"), d, 0o644)
 	for src, dst := range copies {
@@ -384,5 +393,42 @@ func TestZmapLineLevel(t *testing.T) {
 		if lv := zmapLineLevel(l); lv != slog.LevelDebug {
 			t.Errorf("a real run's line %q at %v, want debug", l, lv)
 		}
+	}
+}
+
+// TestWriteReplies: zprobe --json prints one JSON object per reply the scan holds,
+// nothing else, with the reply's class and what it showed.
+func TestWriteReplies(t *testing.T) {
+	s := storetest.Open(t)
+	ctx := context.Background()
+	dir := copyRunDir(t)
+	var scanID int64
+	total := 0
+	for _, port := range []string{"784", "53", "9999"} {
+		r, err := Replay(ctx, s, filepath.Join(dir, port+".csv"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scanID, total = r.ScanID, total+int(r.Inserted)
+	}
+	var out bytes.Buffer
+	n, err := WriteReplies(ctx, s, scanID, &out)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err != nil || n != total || len(lines) != total {
+		t.Fatalf("WriteReplies: %d, %v, %d lines; want %d", n, err, len(lines), total)
+	}
+	kinds := map[string]int{}
+	for _, l := range lines {
+		var r ReplyRecord
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.IP == "" || r.Port == 0 {
+			t.Fatalf("line %q: %+v %v", l, r, err)
+		}
+		kinds[fmt.Sprintf("%d/%s", r.Port, r.ReplyKind)]++
+		if r.ReplyKind == "quic-vn" && (len(r.QUICVersions) < 2 || r.VNCIDMatch == nil || !*r.VNCIDMatch) {
+			t.Errorf("VN reply without its versions: %s", l)
+		}
+	}
+	if kinds["784/quic-vn"] == 0 || kinds["53/dns"] == 0 || kinds["9999/icmp-unreach"] == 0 {
+		t.Errorf("replies by port and kind %v", kinds)
 	}
 }

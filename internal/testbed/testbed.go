@@ -123,6 +123,9 @@ type Testbed struct {
 	Created bool
 	// Population is the parsed population file (nil without one).
 	Population *population.Population
+	// PeersMissing says which third-party peers the population names are not installed
+	// (their addresses stay silent) and how to install them; "" when none is missing.
+	PeersMissing string
 }
 
 // Manifest is what <state>/instance.json records about a running instance.
@@ -402,11 +405,38 @@ func (tb *Testbed) ensureServers(ctx context.Context) error {
 		RunDir: filepath.Join(tb.State, "peers"), Log: tb.Opts.Log}, tb.Population, "")
 	switch {
 	case errors.Is(err, peers.ErrNotInstalled):
-		tb.Opts.Log.Warn("third-party peers not installed: their population addresses stay silent (scripts/install-peers.sh)", "err", err)
+		tb.PeersMissing = MissingPeersNote(tb.Opts.Home, tb.Population)
+		tb.Opts.Log.Warn("third-party peers not installed: their population addresses stay silent", "err", err, "install", "./dev install")
 	case err != nil:
 		return fmt.Errorf("testbed %s: peers: %w", tb.Name, err)
 	}
 	return nil
+}
+
+// MissingPeersNote says which third-party peers pop names are not installed under home
+// (the testbed then starts none of them: all or none), how many addresses stay silent,
+// and how to install them; "" when every one is installed.
+func MissingPeersNote(home string, pop *population.Population) string {
+	if pop == nil {
+		return ""
+	}
+	kinds, _ := peers.Missing(home, pop.AllRecords())
+	if len(kinds) == 0 {
+		return ""
+	}
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
+	}
+	silent := 0
+	for _, r := range pop.AllRecords() {
+		if r.Peer != "" {
+			silent++
+		}
+	}
+	return fmt.Sprintf("third-party peers not installed: %s; the testbed starts its peers all or none, so the %d peer addresses of the population stay silent. "+
+		"Install them with ./dev install (or scripts/install-peers.sh; ./dev build builds only bin/*), then run testnet up again",
+		strings.Join(names, ", "), silent)
 }
 
 // Down stops every process of the instance and removes its namespaces and state. It

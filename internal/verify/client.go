@@ -40,7 +40,6 @@ const (
 	DefaultHandshakeTimeout = 2 * time.Second
 	DefaultQueryTimeout     = 2 * time.Second
 	DefaultTargetTimeout    = 10 * time.Second
-	DefaultQueryName        = "example.com"
 	DefaultMaxSNIAttempts   = 6
 	// MaxReply bounds what we read from a DoQ stream: one DNS message plus its prefix
 	// (RFC 9250 §4.2). An endless stream costs at most this and the query timeout.
@@ -110,7 +109,7 @@ func (c *Config) setDefaults() {
 	c.HandshakeTimeout = cmp.Or(c.HandshakeTimeout, DefaultHandshakeTimeout)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, DefaultQueryTimeout)
 	c.TargetTimeout = cmp.Or(c.TargetTimeout, DefaultTargetTimeout)
-	c.QueryName = cmp.Or(c.QueryName, DefaultQueryName)
+	c.QueryName = cmp.Or(c.QueryName, dnsmsg.DefaultQueryName)
 	c.MaxSNIAttempts = cmp.Or(c.MaxSNIAttempts, DefaultMaxSNIAttempts)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -121,6 +120,9 @@ func (c *Config) setDefaults() {
 type Target struct {
 	Addr         netip.AddrPort
 	ScanVersions []int64
+	// ServerName (a targets file's sni=) is tried when a name seems required, after
+	// the names of the certificate and before Config.SNINames.
+	ServerName string
 }
 
 // Result is the verification of one target.
@@ -302,8 +304,8 @@ func (v *Verifier) verify(ctx context.Context, t Target, views *[]*qlogana.Serve
 			}
 		}
 	}
-	for _, n := range v.cfg.SNINames {
-		if !seen[n] {
+	for _, n := range append([]string{t.ServerName}, v.cfg.SNINames...) {
+		if n != "" && !seen[n] {
 			seen[n] = true
 			cands = append(cands, cand{n, SNIList})
 		}

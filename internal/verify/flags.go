@@ -2,8 +2,8 @@ package verify
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/certs"
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/doq"
 	"github.com/doqscan/doqscan/internal/quicver"
 )
@@ -26,7 +27,7 @@ import (
 type Flags struct {
 	Config  RunConfig
 	Vantage cli.VantageFlags
-	JSON    bool // print the summary as JSON
+	Output  cli.OutputFlags // --json, --no-store
 
 	fs                            *flag.FlagSet
 	scanID                        int64
@@ -53,7 +54,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.versions, "quic-versions", "v1,v2", "QUIC versions offered (quic-go supports v1 and v2)")
 	fs.StringVar(&f.names, "sni-names", "", "server names to retry with when a host seems to require SNI (comma-separated)")
 	cli.IntVar(fs, &cfg.Verify.MaxSNIAttempts, "max-sni-attempts", DefaultMaxSNIAttempts, 1, MaxSNIAttemptsCap, "retries with server names per target")
-	fs.StringVar(&cfg.Verify.QueryName, "query-name", DefaultQueryName, "name of the A query (RD set) sent over DoQ")
+	fs.StringVar(&cfg.Verify.QueryName, "query-name", dnsmsg.DefaultQueryName, "name of the A query (RD set) sent over DoQ")
 	cli.DurationVar(fs, &cfg.Verify.HandshakeTimeout, "handshake-timeout", DefaultHandshakeTimeout, MinTimeout, MaxTimeout, "QUIC+TLS handshake timeout per attempt (the study: 2s)")
 	cli.DurationVar(fs, &cfg.Verify.QueryTimeout, "query-timeout", DefaultQueryTimeout, MinTimeout, MaxTimeout, "DNS exchange timeout after the handshake")
 	cli.DurationVar(fs, &cfg.Verify.TargetTimeout, "target-timeout", DefaultTargetTimeout, MinTimeout, MaxTimeout, "overall deadline per target, retries included")
@@ -68,7 +69,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.DDRTargetsFile, "ddr-targets", "", "also ask the DNS resolvers in this file (addr per line) for their designated resolvers")
 	fs.BoolVar(&f.identify, "identify", true, "identify each QUIC server's library (quic_stacks): its handshake's qlog and one handshake offering an unknown ALPN")
 	fs.BoolVar(&cfg.RetryTimeouts, "retry-timeouts", true, "verify timed-out targets once more after the others, at 1/8 of the concurrency")
-	fs.BoolVar(&f.JSON, "json", false, "print the summary as JSON on stdout")
+	f.Output.Register(fs, "target")
+	fs.BoolVar(&cfg.Rerun, "rerun", false, "verify a run the database holds again, as a new attempt under the label LABEL-r2, -r3, ... (without it, a run started again verifies only the targets it lacks)")
 	fs.StringVar(&cfg.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
 }
 
@@ -143,8 +145,10 @@ func (f *Flags) Resolve() (RunConfig, error) {
 }
 
 // Command is the verify command: it refuses arguments after the flags, resolves the
-// flags, opens the store, runs the verification and writes its summary (text, or JSON
-// with --json) to stdout.
+// flags, reads the targets file, opens the store (unless --no-store) and runs the
+// verification. Every target's result goes to stdout as it is made: one JSON object a
+// line with --json; else a table, when stdout is a terminal or with --no-store. The
+// summary follows the table (or stands alone), or with --json goes to the log.
 func Command(ctx context.Context, log *slog.Logger, f *Flags, args []string, stdout io.Writer) error {
 	if len(args) > 0 {
 		return cli.Usagef("unexpected arguments %q", args)
@@ -153,18 +157,44 @@ func Command(ctx context.Context, log *slog.Logger, f *Flags, args []string, std
 	if err != nil {
 		return err
 	}
-	s, err := cli.OpenStore(ctx, log)
-	if err != nil {
-		return err
+	if f.Output.NoStore && cfg.TargetsFile == "" {
+		return cli.Usagef("--no-store needs --targets (a scan's targets are in the database)")
 	}
-	defer s.Close()
-	sum, err := Run(ctx, s, cfg, log)
+	if f.Output.NoStore && cfg.Rerun {
+		return cli.Usagef("--rerun verifies a stored run again: it does not combine with --no-store")
+	}
+	// The targets file before the database: a missing or bad file is exit 5 or 2
+	// whether or not a database answers.
+	if cfg.TargetsFile != "" {
+		if cfg.Targets, err = ReadTargetsFile(cfg.TargetsFile); err != nil {
+			return fmt.Errorf("targets: %w", err)
+		}
+	}
+	var pr *Printer
+	if f.Output.JSON || f.Output.NoStore || cli.Terminal(stdout) {
+		pr = NewPrinter(stdout, f.Output.JSON)
+		cfg.OnResult = func(r Record) { _ = pr.Print(r) }
+	}
+	var sum *Summary
+	if f.Output.NoStore {
+		sum, err = RunLocal(ctx, cfg, log)
+	} else {
+		s, oerr := cli.OpenStore(ctx, log)
+		if oerr != nil {
+			return oerr
+		}
+		defer s.Close()
+		sum, err = Run(ctx, s, cfg, log)
+	}
+	if pr != nil {
+		_ = pr.Close()
+	}
 	if sum != nil {
-		if f.JSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			_ = enc.Encode(sum)
-		} else {
+		sum.Log(log)
+		if !f.Output.JSON {
+			if pr != nil {
+				fmt.Fprintln(stdout)
+			}
 			sum.WriteText(stdout)
 		}
 	}

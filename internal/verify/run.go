@@ -37,6 +37,9 @@ type RunConfig struct {
 	Week        string // ISO week of the run; default: the scan's week, or this week
 	Scan        ScanSelection
 	TargetsFile string // use these targets instead of a scan ("-" = stdin)
+	// Targets are TargetsFile's targets when they were read already (Command reads the
+	// file before it opens the database); nil: Run reads the file.
+	Targets     []Target
 	Ports       []int32
 	Concurrency int     // parallel targets; default 256
 	Rate        float64 // new targets per second; 0 = unlimited
@@ -54,6 +57,14 @@ type RunConfig struct {
 	// VantageLocation and VantageContact describe the vantage point (vantage_points and
 	// the run's provenance); "" keeps what the database has.
 	VantageLocation, VantageContact string
+	// Rerun verifies a run the database holds again, as a new attempt: a run of its own
+	// under the label Label-r2, -r3, ... (store.AttemptLabel), instead of only the
+	// targets it lacks.
+	Rerun bool
+	// OnResult, if set, gets every target's result of this invocation as it is made
+	// (from one goroutine), with its location when GeoIP databases are given: the
+	// command prints them (Printer).
+	OnResult func(Record)
 	// NoDDR skips DDR discovery: by default every DNS/53 responder of the scan (and of
 	// DDRTargetsFile) is asked for _dns.resolver.arpa SVCB (RFC 9462), the answers are
 	// stored (ddr_queries, ddr_designations) and the designated DoQ endpoints are
@@ -179,8 +190,10 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 	var scanID *int64
 	if cfg.TargetsFile != "" {
 		sum.Source = "file"
-		if targets, err = ReadTargetsFile(cfg.TargetsFile); err != nil {
-			return nil, fmt.Errorf("targets: %w", err)
+		if targets = cfg.Targets; targets == nil {
+			if targets, err = ReadTargetsFile(cfg.TargetsFile); err != nil {
+				return nil, fmt.Errorf("targets: %w", err)
+			}
 		}
 		sum.Week = cfg.Week
 	} else {
@@ -231,6 +244,16 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		}
 	}
 
+	if cfg.Rerun {
+		taken, err := s.AttemptLabels(ctx, "verification_runs", "iso_week = $2 AND vantage_id = $3", cfg.Label, sum.Week, cfg.Vantage)
+		if err != nil {
+			return nil, err
+		}
+		if l := store.AttemptLabel(cfg.Label, taken); l != cfg.Label {
+			log.Info("--rerun: the run is verified again as a new attempt, under its own label", "label", l, "first_attempt", cfg.Label, "week", sum.Week)
+			cfg.Label, sum.Label = l, l
+		}
+	}
 	// One process at a time verifies a run (week, vantage, label): a second one ends
 	// here with a *store.LockedError (exit 75) before it contacts anything.
 	ctx, release, err := s.HoldLock(ctx, LockKey(sum.Week, cfg.Vantage, cfg.Label), store.RetryPolicy{}, log)
@@ -339,12 +362,21 @@ func Run(ctx context.Context, s *store.Store, cfg RunConfig, log *slog.Logger) (
 		sum.Skipped = len(targets) - len(kept)
 		targets = kept
 	}
+	if sum.Skipped > 0 {
+		lv := slog.LevelInfo
+		if len(targets) == 0 {
+			lv = slog.LevelWarn
+		}
+		log.Log(ctx, lv, "targets the run holds already are not verified again; to verify them again: --rerun (a new attempt) or another --label",
+			"skipped", sum.Skipped, "run_id", runID, "week", sum.Week, "vantage", cfg.Vantage, "label", cfg.Label)
+	}
 	log.Info("verification run", "run_id", runID, "week", sum.Week, "vantage", cfg.Vantage, "label", cfg.Label,
 		"source", sum.Source, "scan_ids", sum.ScanIDs, "ports", portsString(cfg.Ports), "targets", sum.Targets,
 		"already_done", sum.Skipped, "concurrency", cfg.Concurrency, "rate", cfg.Rate)
 
 	start := time.Now()
-	n, runErr := verifyAll(ctx, s, v.Verify, gdb, cityID, asnID, runID, targets, cfg, log)
+	w := &writer{s: s, runID: runID, gdb: gdb, cityID: cityID, asnID: asnID}
+	n, runErr := verifyAll(ctx, v.Verify, w, gdb, targets, cfg, log)
 	sum.Verified = n
 	sum.Elapsed = time.Since(start).Seconds()
 	if sum.Elapsed > 0 {
@@ -423,11 +455,18 @@ func doneTargets(ctx context.Context, s *store.Store, runID int64) (map[netip.Ad
 // checkFunc verifies one target (Verifier.Verify).
 type checkFunc func(context.Context, Target) Result
 
-// verifyAll runs the worker pool and the writer; it returns how many results were
-// written. Results of targets cut short by cancellation are dropped (a resumed run
-// verifies them again) rather than stored as false timeouts.
-func verifyAll(ctx context.Context, s *store.Store, check checkFunc, gdb *geo.DB, cityID, asnID *int64,
-	runID int64, targets []Target, cfg RunConfig, log *slog.Logger) (int, error) {
+// sink keeps results: the database's writer, or counts in memory (RunLocal).
+type sink interface {
+	add(Result) error
+	// flush writes what was added since the last flush and returns how many results.
+	flush(context.Context) (int, error)
+	buffered() int
+}
+
+// verifyAll runs the worker pool and hands every result to out (and cfg.OnResult); it
+// returns how many results out kept. Results of targets cut short by cancellation are
+// dropped (a resumed run verifies them again) rather than stored as false timeouts.
+func verifyAll(ctx context.Context, check checkFunc, w sink, gdb *geo.DB, targets []Target, cfg RunConfig, log *slog.Logger) (int, error) {
 	total := len(targets)
 	if total == 0 {
 		return 0, ctx.Err()
@@ -493,7 +532,6 @@ func verifyAll(ctx context.Context, s *store.Store, check checkFunc, gdb *geo.DB
 	}()
 	defer func() { close(stopProgress); <-progressDone }()
 
-	w := &writer{s: s, runID: runID, gdb: gdb, cityID: cityID, asnID: asnID}
 	flushEvery := time.NewTicker(2 * time.Second)
 	defer flushEvery.Stop()
 	written := 0
@@ -519,10 +557,13 @@ func verifyAll(ctx context.Context, s *store.Store, check checkFunc, gdb *geo.DB
 				break
 			}
 			done.Add(1)
+			if cfg.OnResult != nil {
+				cfg.OnResult(RecordOf(r, gdb))
+			}
 			if err := w.add(r); err != nil && werr == nil {
 				werr = err
 			}
-			if len(w.results) >= cfg.BatchSize {
+			if w.buffered() >= cfg.BatchSize {
 				flush()
 			}
 		case <-flushEvery.C:
@@ -632,6 +673,8 @@ func (w *writer) add(r Result) error {
 	}
 	return nil
 }
+
+func (w *writer) buffered() int { return len(w.results) }
 
 func (w *writer) flush(ctx context.Context) (int, error) {
 	n := len(w.results)
@@ -781,20 +824,44 @@ func runSummary(ctx context.Context, s *store.Store, runID int64, sum *Summary) 
 		vc.QUICVersion = quicver.Name(uint32(qv))
 		sum.Versions = append(sum.Versions, vc)
 	}
-	sort.Slice(sum.Versions, func(i, j int) bool {
-		if sum.Versions[i].Count != sum.Versions[j].Count {
-			return sum.Versions[i].Count > sum.Versions[j].Count
-		}
-		return sum.Versions[i].ALPN+sum.Versions[i].QUICVersion < sum.Versions[j].ALPN+sum.Versions[j].QUICVersion
-	})
+	sortVersions(sum.Versions)
 	return rows.Err()
+}
+
+// sortVersions orders version counts, most first.
+func sortVersions(vs []VersionCount) {
+	sort.Slice(vs, func(i, j int) bool {
+		if vs[i].Count != vs[j].Count {
+			return vs[i].Count > vs[j].Count
+		}
+		return vs[i].ALPN+vs[i].QUICVersion < vs[j].ALPN+vs[j].QUICVersion
+	})
+}
+
+// Log logs the summary as one line with structured fields (outcomes and versions as
+// groups, not Go map strings).
+func (s *Summary) Log(log *slog.Logger) {
+	versions := map[string]int{}
+	for _, v := range s.Versions {
+		versions[cmp.Or(v.ALPN, "(none)")+"/"+v.QUICVersion] = v.Count
+	}
+	log.Info("verification summary", "run_id", s.RunID, "week", s.Week, "vantage", s.Vantage, "label", s.Label,
+		"source", s.Source, "targets", s.Targets, "skipped", s.Skipped, "excluded", s.Excluded, "verified_now", s.Verified,
+		"elapsed_s", s.Elapsed, "status", s.Status, cli.CountsAttr("outcomes", s.Outcomes), cli.CountsAttr("versions", versions))
 }
 
 // WriteText prints a summary as a small table.
 func (s *Summary) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "verification run %d (%s, vantage %s, label %s, source %s)\n", s.RunID, s.Week, s.Vantage, s.Label, s.Source)
+	if s.RunID == 0 {
+		fmt.Fprintf(w, "verification without a database (vantage %s, source %s)\n", s.Vantage, s.Source)
+	} else {
+		fmt.Fprintf(w, "verification run %d (%s, vantage %s, label %s, source %s)\n", s.RunID, s.Week, s.Vantage, s.Label, s.Source)
+	}
 	fmt.Fprintf(w, "this invocation: %d targets, %d already done, %d verified in %.1f s (%.1f/s), status %s\n",
 		s.Targets, s.Skipped, s.Verified, s.Elapsed, s.Rate, s.Status)
+	if s.Skipped > 0 {
+		fmt.Fprintf(w, "skipped: %d targets the run holds already; to verify them again: --rerun (a new attempt) or another --label\n", s.Skipped)
+	}
 	fmt.Fprintf(w, "\noutcome            count (whole run)\n")
 	for _, o := range Outcomes.Values() {
 		if n := s.Outcomes[o]; n > 0 {
@@ -829,4 +896,100 @@ func (s *Summary) WriteText(w io.Writer) {
 // isResolverOutcome reports whether an outcome with an rcode makes its address a resolver.
 func isResolverOutcome(o Outcome) bool {
 	return o == OutcomeVerified || o == OutcomeRefused || o == OutcomeDNSError
+}
+
+// RunLocal verifies cfg's targets (cfg.Targets, else TargetsFile) without a database:
+// no run row, no lock, no resume; the targets in the blocklist files (--blocklist-dir,
+// its optout.conf included) and in reserved ranges outside the lab space are not
+// contacted; every result goes to cfg.OnResult. The summary counts this invocation.
+func RunLocal(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Summary, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.TargetsFile == "" && cfg.Targets == nil {
+		return nil, cli.Usagef("without a database the targets come from --targets")
+	}
+	v, err := New(cfg.Verify)
+	if err != nil {
+		return nil, err
+	}
+	sum := &Summary{Vantage: cfg.Vantage, Label: cfg.Label, Source: "file", Week: cmp.Or(cfg.Week, runkey.Week(time.Now()))}
+	targets := cfg.Targets
+	if targets == nil {
+		if targets, err = ReadTargetsFile(cfg.TargetsFile); err != nil {
+			return nil, fmt.Errorf("targets: %w", err)
+		}
+	}
+	if targets, sum.Excluded, err = blocklist.ExcludeForContact(ctx, nil, cfg.BlocklistDir, targets, func(t Target) netip.Addr { return t.Addr.Addr() }, "target", log); err != nil {
+		return nil, err
+	}
+	guard := labnet.NewGuard()
+	for _, t := range targets {
+		if err := guard.Check(t.Addr.Addr()); err != nil {
+			return nil, err
+		}
+	}
+	var gdb *geo.DB
+	if cfg.CityDB != "" {
+		if gdb, err = geo.Open(cfg.CityDB, cfg.ASNDB); err != nil {
+			return nil, cli.Environmentf("%w", err)
+		}
+		defer gdb.Close()
+	}
+	sum.Targets = len(targets)
+	log.Info("verification without a database", "targets", sum.Targets, "excluded", sum.Excluded, "ports", portsString(cfg.Ports),
+		"concurrency", cfg.Concurrency, "rate", cfg.Rate)
+	start := time.Now()
+	counts := &counter{}
+	n, runErr := verifyAll(ctx, v.Verify, counts, gdb, targets, cfg, log)
+	sum.Verified = n
+	sum.Elapsed = time.Since(start).Seconds()
+	if sum.Elapsed > 0 {
+		sum.Rate = float64(n) / sum.Elapsed
+	}
+	sum.Status = store.RunStatusOf(ctx, runErr)
+	sum.Outcomes, sum.Versions = counts.outcomes, counts.versionCounts()
+	return sum, runErr
+}
+
+// counter is the sink of RunLocal: counts per outcome and per (ALPN, QUIC version).
+type counter struct {
+	outcomes map[Outcome]int
+	versions map[VersionCount]int
+	added    int
+}
+
+func (c *counter) add(r Result) error {
+	if c.outcomes == nil {
+		c.outcomes, c.versions = map[Outcome]int{}, map[VersionCount]int{}
+	}
+	c.outcomes[r.Outcome]++
+	if r.QUICVersion != 0 {
+		c.versions[VersionCount{ALPN: r.ALPN, QUICVersion: quicver.Name(r.QUICVersion)}]++
+	}
+	c.added++
+	return nil
+}
+
+func (c *counter) flush(context.Context) (int, error) {
+	n := c.added
+	c.added = 0
+	return n, nil
+}
+
+func (c *counter) buffered() int { return c.added }
+
+// versionCounts are the counts in the order runSummary gives them (most first).
+func (c *counter) versionCounts() []VersionCount {
+	out := []VersionCount{}
+	for vc, n := range c.versions {
+		vc.Count = n
+		out = append(out, vc)
+	}
+	sortVersions(out)
+	if c.outcomes == nil {
+		c.outcomes = map[Outcome]int{}
+	}
+	return out
 }

@@ -289,7 +289,7 @@ func TestPanickingTargetRecordedAsError(t *testing.T) {
 	}
 	var logs testsupport.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	n, err := verifyAll(ctx, s, check, nil, nil, nil, runID, targets, RunConfig{Concurrency: 4, BatchSize: 5, Progress: time.Hour}, log)
+	n, err := verifyAll(ctx, check, &writer{s: s, runID: runID}, nil, targets, RunConfig{Concurrency: 4, BatchSize: 5, Progress: time.Hour}, log)
 	if err != nil || n != len(targets) {
 		t.Fatalf("verifyAll = %d, %v; want %d results and no error", n, err, len(targets))
 	}
@@ -340,5 +340,43 @@ func TestRunUnderAnotherRunsLockDoesNothing(t *testing.T) {
 	sum, err := Run(ctx, s, cfg, log)
 	if err != nil || sum.Outcomes[OutcomeVerified] != 1 {
 		t.Fatalf("Run after the lock was released: %+v %v", sum, err)
+	}
+}
+
+// TestRunAgainSaysWhatItSkips: a run started again on the same targets verifies nothing,
+// warns, and says (log and summary) how to verify again; --rerun verifies every target
+// again as a new attempt, a run of its own (label adhoc-r2), the first one untouched.
+func TestRunAgainSaysWhatItSkips(t *testing.T) {
+	s := storetest.Open(t)
+	pki := newPKI(t)
+	a := startServer(t, pki, behaviour{name: "rfc9250"})
+	p := filepath.Join(t.TempDir(), "targets.txt")
+	if err := os.WriteFile(p, []byte(a.addr.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(rerun bool) (*Summary, string, string) {
+		var logs, text strings.Builder
+		sum, err := Run(context.Background(), s, RunConfig{Verify: testConfig(pki), Vantage: "verifier", Label: "adhoc",
+			TargetsFile: p, Week: "2026-W47", Rerun: rerun}, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum.WriteText(&text)
+		return sum, logs.String(), text.String()
+	}
+	first, _, _ := run(false)
+	again, logs, text := run(false)
+	if again.RunID != first.RunID || again.Skipped != 1 || again.Verified != 0 {
+		t.Errorf("again: %+v; want the same run, 1 skipped, 0 verified", again)
+	}
+	if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "--rerun") || !strings.Contains(text, "--rerun") {
+		t.Errorf("a run that verifies nothing must warn and say how to verify again:\nlog:\n%s\nsummary:\n%s", logs, text)
+	}
+	re, _, _ := run(true)
+	if re.RunID == first.RunID || re.Label != "adhoc-r2" || re.Verified != 1 || re.Outcomes[OutcomeVerified] != 1 {
+		t.Errorf("--rerun: %+v; want a new run labelled adhoc-r2 that verified the target", re)
+	}
+	if n := count(t, s, `SELECT count(*) FROM verification_results WHERE run_id = $1`, first.RunID); n != 1 {
+		t.Errorf("first attempt has %d results after --rerun, want 1", n)
 	}
 }

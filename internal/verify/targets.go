@@ -6,56 +6,65 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/doqscan/doqscan/internal/doq"
 	"github.com/doqscan/doqscan/internal/listfile"
+	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
 // DefaultPorts are the DoQ ports a scan's QUIC replies are verified on.
 var DefaultPorts = []int32{doq.PortExperimental, doq.PortRFC9250, doq.PortDraft02}
 
-// ReadTargets parses a targets file (name is its name in errors): one target per line
-// as "addr:port", "[v6]:port", or a bare address (port 853, RFC 9250 §8.2); blank lines
-// and '#' comments are skipped. A target listed twice is verified once: targets are
-// keyed by (address, port), the key of their verification_results row; order is kept.
-// A bad or too long line is a *listfile.LineError naming the line.
+// ReadTargets parses a targets file (name is its name in errors) in the grammar
+// measure shares (internal/listfile, Targets): one resolver per line,
+//
+//	ADDRESS[:PORT] [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]
+//
+// whose DoQ endpoints are verified: the port after the address and every doq=PORT, or
+// DoQ on 853 (RFC 9250 §8.2) when the line names none ("198.19.0.7" is
+// 198.19.0.7:853). Every --alpns is offered whatever ALPN a line names; its sni= is
+// tried when a name seems required (after the certificate's names, before
+// --sni-names); the endpoints of other protocols are checked and left to measure. A
+// target listed twice is verified once: targets are keyed by (address, port), the key
+// of their verification_results row; order is kept. A bad or too long line is a
+// *listfile.LineError naming the line.
 func ReadTargets(r io.Reader, name string) ([]Target, error) {
-	return targetsFile.Scan(r, name)
+	ts, err := targetsFile.Scan(r, name)
+	return doqTargets(ts), err
 }
 
 // ReadTargetsFile reads the targets file at path ("-": standard input); a file that
 // cannot be opened is a *listfile.OpenError.
 func ReadTargetsFile(path string) ([]Target, error) {
-	return targetsFile.ReadFile(path)
+	ts, err := targetsFile.ReadFile(path)
+	return doqTargets(ts), err
 }
 
-// targetsFile reads a targets file's lines, one target per (address, port); a target
-// listed again is dropped.
-var targetsFile = listfile.Entries[netip.AddrPort, Target]{
-	Parse: func(l listfile.Line) (netip.AddrPort, Target, error) {
-		ap, err := parseTarget(l.Text)
-		return ap, Target{Addr: ap}, err
-	},
-}
+// targetsFile reads targets files: each line checked (measure.CheckTarget), with DoQ on
+// 853 when it names no DoQ endpoint.
+var targetsFile = listfile.Targets{Expand: func(t listfile.Target) (listfile.Target, error) {
+	if !slices.ContainsFunc(t.Endpoints, func(ep listfile.Endpoint) bool { return ep.Protocol == string(measure.DoQ) }) {
+		t.Endpoints = append(t.Endpoints, listfile.Endpoint{Protocol: string(measure.DoQ), Port: doq.PortRFC9250})
+	}
+	return measure.CheckTarget(t)
+}}
 
-func parseTarget(s string) (netip.AddrPort, error) {
-	if a, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
-		if a.Zone() != "" {
-			return netip.AddrPort{}, fmt.Errorf("%q: zoned addresses are not targets", s)
+// doqTargets returns the DoQ endpoints of targets (each (address, port) once: the
+// targets are merged by address, their endpoints by protocol and port).
+func doqTargets(ts []listfile.Target) []Target {
+	var out []Target
+	for _, t := range ts {
+		for _, ep := range t.Endpoints {
+			if ep.Protocol == string(measure.DoQ) {
+				out = append(out, Target{Addr: netip.AddrPortFrom(t.Addr, ep.Port), ServerName: t.ServerName})
+			}
 		}
-		return netip.AddrPortFrom(a.Unmap(), doq.PortRFC9250), nil
 	}
-	ap, err := netip.ParseAddrPort(s)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("%q: want addr, addr:port or [v6]:port", s)
-	}
-	if ap.Port() == 0 || ap.Addr().Zone() != "" {
-		return netip.AddrPort{}, fmt.Errorf("%q: bad port or zoned address", s)
-	}
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+	return out
 }
 
 // ScanSelection says which scan(s) to take targets from: an id, or the scans of one

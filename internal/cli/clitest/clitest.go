@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,9 +129,11 @@ func WriteFile(t testing.TB, dir, name, content string) string {
 // wait for a writer forever), a directory or a link to nothing is a missing prerequisite
 // (5) saying what it is; a bad third line (badThirdLine is a file's content whose third
 // line is bad) or a 200 KB line is bad input (2), and the message names the file and the
-// line.
+// line. The file is read before the database is opened: the command runs with a
+// database that does not answer (NoDatabase), which must not hide the file's error.
 func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
 	t.Helper()
+	NoDatabase(t)
 	dir := t.TempDir()
 	for _, cs := range []struct {
 		name, path string
@@ -228,6 +232,74 @@ func RunProvenance(t *testing.T, url, runTable, label, tool string, want provena
 		t.Errorf("%s: provenance %+v", want.ID, r)
 	}
 }
+
+// Subcommands are the subcommands a tool's help names: the first word of each line of
+// its "Subcommands:" or "Commands:" section (indented by two spaces; deeper ones continue
+// a line), and the first word of each alternative after the tool's name (and "[flags]")
+// in its usage lines, up to the first that is no subcommand ("dbctl [flags]
+// up|status|url|stop", "testnet [flags] up|...|path set ADDR --loss P|path show",
+// "optout [serve] [flags]"; not "jobrun --job scan|verify").
+func Subcommands(tool, help string) []string {
+	var subs []string
+	add := func(s string) bool {
+		if !regexp.MustCompile(`^[a-z][a-z0-9-]*$`).MatchString(s) {
+			return false
+		}
+		if !slices.Contains(subs, s) {
+			subs = append(subs, s)
+		}
+		return true
+	}
+	section := ""
+	for _, line := range strings.Split(help, "\n") {
+		if line != "" && !strings.HasPrefix(line, " ") {
+			section = strings.TrimSpace(line)
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(line, "   ") {
+			continue
+		}
+		switch section {
+		case "Subcommands:", "Commands:":
+			add(f[0])
+		case "Usage:":
+			f = slices.DeleteFunc(f, func(s string) bool { return s == tool || s == "[flags]" })
+			for _, alt := range strings.Split(strings.Join(f, " "), "|") {
+				w := strings.Fields(alt)
+				if len(w) == 0 || !add(strings.Trim(w[0], "[]")) {
+					break
+				}
+			}
+		}
+	}
+	return subs
+}
+
+// Examples are the examples a help text lists: each line of its "Examples:" section,
+// without the two spaces of indentation and the "# comment" after two or more spaces.
+func Examples(help string) []string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(help, "\n") {
+		if line != "" && !strings.HasPrefix(line, " ") {
+			in = strings.TrimSpace(line) == "Examples:"
+			continue
+		}
+		if !in || strings.TrimSpace(line) == "" {
+			continue
+		}
+		ex := strings.TrimSpace(line)
+		if i := commentRE.FindStringIndex(ex); i != nil {
+			ex = strings.TrimSpace(ex[:i[0]])
+		}
+		out = append(out, ex)
+	}
+	return out
+}
+
+// commentRE finds an example's trailing comment: two spaces or more, then "# ".
+var commentRE = regexp.MustCompile(`\s{2,}# `)
 
 // LockedOut runs the process of a second run of one unit while first (started, its Wait
 // result coming on firstDone) runs: it waits until the database shows the advisory lock

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
@@ -40,9 +42,6 @@ const (
 	PhaseWarmup   = "warmup"
 	PhaseMeasured = "measured"
 )
-
-// DefaultQueryName is the name a round asks every resolver for (A, RD set).
-const DefaultQueryName = "test.com"
 
 // Config is one campaign round.
 type Config struct {
@@ -85,6 +84,10 @@ type Config struct {
 	// every exchange's result before it is stored (the testbed benchmarks check the
 	// results' stamps against a packet capture).
 	OnResult func(t Target, ep Endpoint, phase string, res *measure.Result)
+	// OnResolver, if set, is called (from the resolver's goroutine: concurrently) with
+	// every resolver's record once it is measured whole, before it is stored: the
+	// command prints them (Printer).
+	OnResolver func(Record)
 	// Clock, if set, replaces the wall clock in Spread's schedule (slot times, the wait
 	// for a slot, late starts): tests use it to make the schedule deterministic.
 	Clock Clock
@@ -134,7 +137,7 @@ func (c *Config) defaults() {
 	if len(c.DoHVariants) == 0 {
 		c.DoHVariants = []string{measure.VariantGET, measure.VariantPOST}
 	}
-	c.Name = cmp.Or(c.Name, DefaultQueryName)
+	c.Name = cmp.Or(c.Name, dnsmsg.DefaultQueryName)
 	c.Timeout = cmp.Or(c.Timeout, measure.DefaultTimeout)
 	c.Concurrency = cmp.Or(c.Concurrency, 64)
 	c.RTTSamples = cmp.Or(c.RTTSamples, 3)
@@ -178,6 +181,11 @@ type Summary struct {
 	// Spilled counts the resolvers whose results were left in a spill file because the
 	// database stayed unavailable past the deadline (the next round stores them).
 	Spilled int `json:"resolvers_spilled,omitempty"`
+	// Label is the round's label (with --rerun, the new attempt's).
+	Label string `json:"label"`
+	// Resumed counts the resolvers the round held in part: only their units not stored
+	// yet were measured (Skipped counts those it held whole).
+	Resumed int `json:"resolvers_partly_stored,omitempty"`
 }
 
 // batch holds the rows of some resolvers, written together.
@@ -199,7 +207,11 @@ func (b *batch) add(o *batch) {
 	b.targets += o.targets
 }
 
-// Run measures targets in the campaign of cfg (created or resumed) and finishes it.
+// Run measures targets in the campaign of cfg (created or resumed) and finishes it. A
+// resolver the round already holds is measured only in the units it lacks (a unit is a
+// protocol, port, DoH variant, mode and key share with its measured row stored), with
+// the support checks if they were asked for and have not run; one that has every unit
+// (and the checks) is skipped, and the log and the summary say so.
 func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log *slog.Logger) (_ *Summary, retErr error) {
 	cfg.defaults()
 	if err := cfg.Validate(); err != nil {
@@ -247,29 +259,48 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	if err != nil {
 		return nil, err
 	}
-	sum := &Summary{CampaignID: cid, Planned: len(targets), Status: map[string]map[string]int{}, Causes: map[string]int{}}
-	var done map[netip.Addr]bool
+	sum := newSummary(cid, cfg.Label, len(targets))
+	var done map[netip.Addr]*stored
 	err = store.Retry(ctx, policy, log, "read what the round stored", func(ctx context.Context) (err error) {
-		done, err = storedTargets(ctx, s, cid)
+		done, err = storedRound(ctx, s, cid)
 		return err
 	})
 	if err != nil {
 		return sum, err
 	}
-	var todo []Target
+	r := &runner{cfg: cfg, cid: cid, hour: cfg.Hour.UTC().Truncate(time.Hour), log: log}
+	var todo []job
 	for _, t := range targets {
-		if done[t.Addr] {
+		j := job{t: t, done: done[t.Addr]}
+		switch {
+		case j.done == nil:
+		case r.complete(j):
 			sum.Skipped++
 			continue
+		default:
+			sum.Resumed++
 		}
-		todo = append(todo, t)
+		todo = append(todo, j)
 	}
 	log.Info("campaign round", "campaign", cid, "hour", cfg.Hour.UTC().Format(time.RFC3339), "resumed", existed,
-		"planned", len(targets), "already_stored", sum.Skipped, "to_measure", len(todo), "concurrency", cfg.Concurrency)
+		"planned", len(targets), "already_stored", sum.Skipped, "partly_stored", sum.Resumed, "to_measure", len(todo),
+		"concurrency", cfg.Concurrency)
+	if sum.Skipped > 0 {
+		lv := slog.LevelInfo
+		if len(todo) == 0 {
+			lv = slog.LevelWarn
+		}
+		log.Log(ctx, lv, "resolvers the round holds with every unit asked for are not measured again; to measure them again: --rerun (a new attempt) or another --label",
+			"skipped", sum.Skipped, "campaign", cid, "vantage", cfg.VantageID, "label", cfg.Label, "hour", cfg.Hour.UTC().Format(time.RFC3339))
+	}
+	if sum.Resumed > 0 {
+		log.Info("resolvers the round holds in part: only the units not stored yet are measured (protocol, port, variant, mode, key share), RTTs not probed again",
+			"partly_stored", sum.Resumed, "campaign", cid)
+	}
 
 	prober := rtt.New()
 	defer prober.Close()
-	r := &runner{cfg: cfg, cid: cid, hour: cfg.Hour.UTC().Truncate(time.Hour), prober: prober, log: log}
+	r.prober = prober
 
 	// Measuring stops when ctx ends or when the database stays away past the deadline
 	// (the sink gives up); what is measured by then is stored or spilled.
@@ -278,20 +309,7 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	var sumMu sync.Mutex // sum's stored counters: the sink's goroutine writes them
 	stored := func(b *batch) {
 		sumMu.Lock()
-		sum.Rows += int64(len(b.meas))
-		sum.RTTSamples += int64(len(b.rtts))
-		sum.Analyses += int64(len(b.analyses))
-		sum.Features += int64(len(b.features))
-		sum.Measured += b.targets
-		for _, m := range b.meas {
-			if m.Phase != PhaseMeasured {
-				continue
-			}
-			if sum.Status[m.Protocol] == nil {
-				sum.Status[m.Protocol] = map[string]int{}
-			}
-			sum.Status[m.Protocol][m.Status]++
-		}
+		sum.count(b)
 		n := sum.Measured
 		sumMu.Unlock()
 		if cfg.OnFlush != nil {
@@ -305,69 +323,6 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	out := newSink(ctx, s, &cfg, spillCampaign{CampaignID: cid, VantageID: cfg.VantageID, Label: cfg.Label,
 		RoundHour: cfg.Hour.UTC().Truncate(time.Hour)}, log, stored, gaveUp)
 
-	// A worker puts a token into idle before it takes a job, so the dispatcher knows
-	// when a worker is free, before it hands the resolver over.
-	jobs := make(chan Target)
-	idle := make(chan struct{}, cfg.Concurrency)
-	results := make(chan *resolverResult, cfg.Concurrency)
-	var wg sync.WaitGroup
-	for i := 0; i < cfg.Concurrency; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				idle <- struct{}{}
-				t, ok := <-jobs
-				if !ok {
-					return
-				}
-				results <- r.resolver(mctx, t)
-			}
-		}()
-	}
-	var lateStarts, maxLagNS atomic.Int64
-	go func() {
-		defer close(jobs)
-		var step time.Duration
-		if cfg.Spread > 0 && len(todo) > 0 {
-			step = cfg.Spread / time.Duration(len(todo))
-		}
-		// The slots begin now, not at the round's start: replaying spill files and the
-		// database's set-up queries are no worker's fault.
-		slots := cfg.Clock.Now()
-		for i, t := range todo {
-			var at time.Time
-			if step > 0 {
-				// Spread over the round with jitter: resolver i starts in its slot.
-				at = slots.Add(step*time.Duration(i) + time.Duration(rand.Int64N(int64(step)+1)))
-				if cfg.Clock.WaitUntil(mctx, at) != nil {
-					return
-				}
-			}
-			select {
-			case <-idle:
-			case <-mctx.Done():
-				return
-			}
-			if step > 0 {
-				// Started a whole slot late: every worker was busy until now (read
-				// when a worker is free, before it takes the resolver).
-				if lag := cfg.Clock.Now().Sub(at); lag > step {
-					lateStarts.Add(1)
-					if lag.Nanoseconds() > maxLagNS.Load() {
-						maxLagNS.Store(lag.Nanoseconds())
-					}
-				}
-			}
-			select {
-			case jobs <- t:
-			case <-mctx.Done():
-				return
-			}
-		}
-	}()
-	go func() { wg.Wait(); close(results) }()
-
 	var pending batch
 	flush := func() {
 		if pending.targets == 0 {
@@ -377,49 +332,32 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		out.put(&b)
 		pending = batch{}
 	}
-	tick := time.NewTicker(cfg.Progress)
-	defer tick.Stop()
-loop:
-	for {
-		select {
-		case b, ok := <-results:
-			if !ok {
-				break loop
-			}
-			if b.interrupted {
-				continue // cut short by the stop: the resumed round measures it again
-			}
-			for _, a := range b.batch.analyses {
-				sum.Causes[a.Cause]++
-			}
-			pending.add(&b.batch)
-			if pending.targets >= cfg.BatchSize {
-				flush()
-			}
-		case <-tick.C:
-			flush()
-			sumMu.Lock()
-			args := []any{"campaign", cid, "done", sum.Measured + sum.Skipped, "planned", sum.Planned,
-				"rows", sum.Rows, "elapsed", time.Since(start).Round(time.Second)}
-			sumMu.Unlock()
-			if mem, spilled := out.pending(); mem+spilled > 0 {
-				args = append(args, "buffered_resolvers", mem, "spilled_resolvers", spilled)
-			}
-			if cfg.Spread > 0 {
-				args = append(args, "late_starts", lateStarts.Load())
-			}
-			log.Info("progress", args...)
+	lateStarts, maxLag := r.measureAll(mctx, todo, func(b *resolverResult) {
+		for _, a := range b.batch.analyses {
+			sum.Causes[a.Cause]++
 		}
-	}
+		pending.add(&b.batch)
+		if pending.targets >= cfg.BatchSize {
+			flush()
+		}
+	}, func(lateStarts int64) {
+		flush()
+		sumMu.Lock()
+		args := []any{"campaign", cid, "done", sum.Measured + sum.Skipped, "planned", sum.Planned,
+			"rows", sum.Rows, "elapsed", time.Since(start).Round(time.Second)}
+		sumMu.Unlock()
+		if mem, spilled := out.pending(); mem+spilled > 0 {
+			args = append(args, "buffered_resolvers", mem, "spilled_resolvers", spilled)
+		}
+		if cfg.Spread > 0 {
+			args = append(args, "late_starts", lateStarts)
+		}
+		log.Info("progress", args...)
+	})
 	flush()
 	writeErr := out.close()
 	sum.DurationSecs = time.Since(start).Seconds()
-	sum.LateStarts, sum.MaxStartLagSecs = lateStarts.Load(), time.Duration(maxLagNS.Load()).Seconds()
-	if sum.LateStarts > 0 {
-		log.Warn("round fell behind its schedule: every worker was busy when resolvers were due; raise --concurrency (docs/measure.md: sizing)",
-			"campaign", cid, "late_starts", sum.LateStarts, "max_start_lag", time.Duration(maxLagNS.Load()).Round(time.Millisecond),
-			"concurrency", cfg.Concurrency)
-	}
+	sum.lateStarts(lateStarts, maxLag, cfg, log)
 	// A database that stayed away, or a stop: interrupted (the round resumes once it is
 	// back); another write error: failed.
 	status := store.RunStatusOf(ctx, errors.Join(writeErr, ctx.Err()))
@@ -440,27 +378,271 @@ loop:
 	return sum, nil
 }
 
+// RunLocal measures targets as a round does, without a database: no campaign row, no
+// lock, no spill file, nothing skipped; every resolver's record goes to
+// cfg.OnResolver. The summary counts what was measured.
+func RunLocal(ctx context.Context, cfg Config, targets []Target, log *slog.Logger) (*Summary, error) {
+	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	targets, err := MergeTargets(targets)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	sum := newSummary(0, cfg.Label, len(targets))
+	prober := rtt.New()
+	defer prober.Close()
+	r := &runner{cfg: cfg, prober: prober, log: log}
+	todo := make([]job, len(targets))
+	for i, t := range targets {
+		todo[i] = job{t: t}
+	}
+	log.Info("measuring without a database", "resolvers", len(targets), "concurrency", cfg.Concurrency)
+	lateStarts, maxLag := r.measureAll(ctx, todo, func(b *resolverResult) {
+		for _, a := range b.batch.analyses {
+			sum.Causes[a.Cause]++
+		}
+		sum.count(&b.batch)
+	}, func(lateStarts int64) {
+		log.Info("progress", "done", sum.Measured, "planned", sum.Planned, "elapsed", time.Since(start).Round(time.Second))
+	})
+	sum.DurationSecs = time.Since(start).Seconds()
+	sum.lateStarts(lateStarts, maxLag, cfg, log)
+	return sum, context.Cause(ctx)
+}
+
+func newSummary(cid int64, label string, planned int) *Summary {
+	return &Summary{CampaignID: cid, Label: label, Planned: planned, Status: map[string]map[string]int{}, Causes: map[string]int{}}
+}
+
+// count adds a stored (or, without a database, measured) batch to the summary.
+func (sum *Summary) count(b *batch) {
+	sum.Rows += int64(len(b.meas))
+	sum.RTTSamples += int64(len(b.rtts))
+	sum.Analyses += int64(len(b.analyses))
+	sum.Features += int64(len(b.features))
+	sum.Measured += b.targets
+	for _, m := range b.meas {
+		if m.Phase != PhaseMeasured {
+			continue
+		}
+		if sum.Status[m.Protocol] == nil {
+			sum.Status[m.Protocol] = map[string]int{}
+		}
+		sum.Status[m.Protocol][m.Status]++
+	}
+}
+
+// lateStarts records a spread round's late starts, and warns about them.
+func (sum *Summary) lateStarts(n int64, maxLag time.Duration, cfg Config, log *slog.Logger) {
+	sum.LateStarts, sum.MaxStartLagSecs = n, maxLag.Seconds()
+	if n > 0 {
+		log.Warn("round fell behind its schedule: every worker was busy when resolvers were due; raise --concurrency (docs/measure.md: sizing)",
+			"campaign", sum.CampaignID, "late_starts", n, "max_start_lag", maxLag.Round(time.Millisecond), "concurrency", cfg.Concurrency)
+	}
+}
+
+// measureAll measures the jobs with cfg.Concurrency workers (their starts spread over
+// cfg.Spread) and calls each, from the calling goroutine, with every resolver measured
+// whole (cut short by the stop: dropped, a resumed round measures it again) after
+// handing its record to cfg.OnResolver; tick every cfg.Progress. It returns when every
+// job is done or ctx ends, with the spread schedule's late starts and largest lag.
+func (r *runner) measureAll(ctx context.Context, todo []job, each func(*resolverResult), tick func(lateStarts int64)) (int64, time.Duration) {
+	cfg := r.cfg
+	// A worker puts a token into idle before it takes a job, so the dispatcher knows
+	// when a worker is free, before it hands the resolver over.
+	jobs := make(chan job)
+	idle := make(chan struct{}, cfg.Concurrency)
+	results := make(chan *resolverResult, cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i := 0; i < cfg.Concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				idle <- struct{}{}
+				j, ok := <-jobs
+				if !ok {
+					return
+				}
+				res := r.resolver(ctx, j)
+				if !res.interrupted && cfg.OnResolver != nil {
+					cfg.OnResolver(recordOf(j.t, &res.batch))
+				}
+				results <- res
+			}
+		}()
+	}
+	var lateStarts, maxLagNS atomic.Int64
+	go func() {
+		defer close(jobs)
+		var step time.Duration
+		if cfg.Spread > 0 && len(todo) > 0 {
+			step = cfg.Spread / time.Duration(len(todo))
+		}
+		// The slots begin now, not at the round's start: replaying spill files and the
+		// database's set-up queries are no worker's fault.
+		slots := cfg.Clock.Now()
+		for i, j := range todo {
+			var at time.Time
+			if step > 0 {
+				// Spread over the round with jitter: resolver i starts in its slot.
+				at = slots.Add(step*time.Duration(i) + time.Duration(rand.Int64N(int64(step)+1)))
+				if cfg.Clock.WaitUntil(ctx, at) != nil {
+					return
+				}
+			}
+			select {
+			case <-idle:
+			case <-ctx.Done():
+				return
+			}
+			if step > 0 {
+				// Started a whole slot late: every worker was busy until now (read
+				// when a worker is free, before it takes the resolver).
+				if lag := cfg.Clock.Now().Sub(at); lag > step {
+					lateStarts.Add(1)
+					if lag.Nanoseconds() > maxLagNS.Load() {
+						maxLagNS.Store(lag.Nanoseconds())
+					}
+				}
+			}
+			select {
+			case jobs <- j:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(results) }()
+
+	tk := time.NewTicker(cfg.Progress)
+	defer tk.Stop()
+	for {
+		select {
+		case b, ok := <-results:
+			if !ok {
+				return lateStarts.Load(), time.Duration(maxLagNS.Load())
+			}
+			if b.interrupted {
+				continue // cut short by the stop: the resumed round measures it again
+			}
+			each(b)
+		case <-tk.C:
+			tick(lateStarts.Load())
+		}
+	}
+}
+
 // LockKey is the advisory lock of a round (store.RunKey): its vantage point, label and
 // hour.
 func LockKey(vantage, label string, hour time.Time) string {
 	return store.RunKey("measure", vantage, label, runkey.Hour(hour))
 }
 
-// storedTargets returns the resolvers whose rows are already stored for the campaign.
-// A resolver's rows are written in one transaction, so any row means all of them.
-func storedTargets(ctx context.Context, s *store.Store, cid int64) (map[netip.Addr]bool, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT address FROM measurements WHERE campaign_id = $1`, cid)
+// stored is what a round already holds of one resolver. A resolver's rows of one run
+// are written in one transaction, so a unit with its measured row has all its rows.
+type stored struct {
+	units    map[unitKey]bool // units with their measured rows
+	rtts     map[rttKey]int64 // (transport, port) probed: the median RTT, 0 without an answer
+	features bool             // the support checks ran (their tfo or edns-tcp-keepalive rows)
+}
+
+// unitKey names a unit as measurements rows do.
+type unitKey struct {
+	protocol measure.Protocol
+	port     uint16
+	variant  string
+	mode     measure.Mode
+	ks       measure.KeyShare
+}
+
+func (u unit) key() unitKey { return unitKey{u.ep.Protocol, u.ep.Port, u.variant, u.mode, u.ks} }
+
+// storedRound returns what the campaign holds, per resolver.
+func storedRound(ctx context.Context, s *store.Store, cid int64) (map[netip.Addr]*stored, error) {
+	out := map[netip.Addr]*stored{}
+	get := func(a netip.Addr) *stored {
+		a = a.Unmap()
+		if out[a] == nil {
+			out[a] = &stored{units: map[unitKey]bool{}, rtts: map[rttKey]int64{}}
+		}
+		return out[a]
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT address, protocol, port, variant, mode, key_share FROM measurements
+		WHERE campaign_id = $1 AND phase = 'measured'`, cid)
 	if err != nil {
 		return nil, fmt.Errorf("stored measurements of campaign %d: %w", cid, err)
 	}
+	for rows.Next() {
+		var (
+			a                  netip.Addr
+			proto, v, mode, ks string
+			port               int32
+		)
+		if err := rows.Scan(&a, &proto, &port, &v, &mode, &ks); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		get(a).units[unitKey{measure.Protocol(proto), uint16(port), v, measure.Mode(mode), measure.KeyShare(ks)}] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = s.Pool.Query(ctx, `SELECT address, transport, port, rtt_ns FROM rtt_samples WHERE campaign_id = $1`, cid)
+	if err != nil {
+		return nil, fmt.Errorf("stored RTT samples of campaign %d: %w", cid, err)
+	}
+	samples := map[netip.Addr]map[rttKey][]int64{}
+	for rows.Next() {
+		var (
+			a  netip.Addr
+			tr string
+			p  int32
+			ns *int64
+		)
+		if err := rows.Scan(&a, &tr, &p, &ns); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		a, k := a.Unmap(), rttKey{rtt.Transport(tr), uint16(p)}
+		if samples[a] == nil {
+			samples[a] = map[rttKey][]int64{}
+		}
+		if samples[a][k] == nil {
+			samples[a][k] = []int64{} // probed, answered or not
+		}
+		if ns != nil {
+			samples[a][k] = append(samples[a][k], *ns)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for a, byKey := range samples {
+		for k, ns := range byKey {
+			get(a).rtts[k] = median(ns)
+		}
+	}
+	rows, err = s.Pool.Query(ctx, `SELECT DISTINCT address FROM resolver_features WHERE campaign_id = $1 AND feature = ANY($2)`,
+		cid, []string{FeatureTFO, FeatureTCPKeepalive})
+	if err != nil {
+		return nil, fmt.Errorf("stored support checks of campaign %d: %w", cid, err)
+	}
 	defer rows.Close()
-	out := map[netip.Addr]bool{}
 	for rows.Next() {
 		var a netip.Addr
 		if err := rows.Scan(&a); err != nil {
 			return nil, err
 		}
-		out[a.Unmap()] = true
+		get(a).features = true
 	}
 	return out, rows.Err()
 }
@@ -498,6 +680,26 @@ type runner struct {
 	hour   time.Time // the campaign's round_hour: the partition key of its rows
 	prober *rtt.Prober
 	log    *slog.Logger
+}
+
+// job is one resolver to measure and what the round holds of it already (nil: nothing).
+type job struct {
+	t    Target
+	done *stored
+}
+
+// complete says whether the round holds every unit of j asked for, and the support
+// checks if they are asked for: nothing is left to measure.
+func (r *runner) complete(j job) bool {
+	if j.done == nil || (r.cfg.Features && !j.done.features) {
+		return false
+	}
+	for _, u := range r.units(j.t) {
+		if !j.done.units[u.key()] {
+			return false
+		}
+	}
+	return true
 }
 
 // unit is one (endpoint, variant, mode, key share).
@@ -556,14 +758,19 @@ type rttKey struct {
 	port uint16
 }
 
-// resolver measures one resolver: every unit (warm-up then measured), RTT per (transport,
-// port) after its first success, analyses and features.
-func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
+// resolver measures one resolver: every unit (warm-up then measured) the round does not
+// hold yet (j.done), RTT per (transport, port) after its first success unless the round
+// holds its samples, analyses and features.
+func (r *runner) resolver(ctx context.Context, j job) (out *resolverResult) {
+	t := j.t
 	out = &resolverResult{}
 	defer r.recoverResolver(t, out)
 	b := &out.batch
 	b.targets = 1
 	rtts := map[rttKey]int64{} // median RTT ns, 0: none
+	if j.done != nil {
+		maps.Copy(rtts, j.done.rtts) // probed by an earlier run of the round: not again
+	}
 	type pending struct {
 		m     store.Measurement
 		qa    *qlogana.Analysis
@@ -581,6 +788,9 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 		feat[k] = o
 	}
 	for _, u := range r.units(t) {
+		if j.done != nil && j.done.units[u.key()] {
+			continue // stored by an earlier run of the round
+		}
 		if ctx.Err() != nil {
 			out.interrupted = true
 			return out
@@ -673,7 +883,7 @@ func (r *runner) resolver(ctx context.Context, t Target) (out *resolverResult) {
 		}
 		b.analyses = append(b.analyses, analysisRow(q.m, q.qa, rtts[q.tk], q.wall))
 	}
-	if r.cfg.Features {
+	if r.cfg.Features && (j.done == nil || !j.done.features) {
 		r.checkFeatures(ctx, t, setFeature)
 	}
 	// A resolver is stored whole or not at all. If the round was stopped while it was

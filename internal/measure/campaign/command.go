@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/store"
@@ -37,17 +39,29 @@ type Options struct {
 	// vantage point; --run-label, default "weekly").
 	Run         RunSelection
 	TargetsFile string // instead of a verification run
-	Every       time.Duration
-	Protocols   string
-	Modes       string
-	KeyShares   string
-	Variants    string
+	// Targets are TargetsFile's resolvers when they were read already (Command reads the
+	// file once, before it opens the database; every round measures them); nil: each
+	// round reads the file.
+	Targets   []Target
+	Every     time.Duration
+	Protocols string
+	Modes     string
+	KeyShares string
+	Variants  string
 	// BlocklistDir holds the operator's blocklist *.conf files ("": none). Resolvers in
 	// them, in an accepted opt-out or in a reserved range outside the lab space are never
 	// contacted (blocklist.ForContact).
 	BlocklistDir string
 	// DBDeadline is --db-deadline (copied into Config.DBDeadline by Parse).
 	DBDeadline time.Duration
+	// Output is --json and --no-store.
+	Output cli.OutputFlags
+	// Rerun is --rerun: measure the round again as a new attempt (label LABEL-rN,
+	// store.AttemptLabel) instead of only what it lacks.
+	Rerun bool
+	// Out receives the results and the summary (Command: default standard output;
+	// nil for Rounds: nothing is printed).
+	Out io.Writer
 }
 
 // DefaultOptions are the defaults of cmd/measure's flags (the vantage flags take theirs
@@ -56,7 +70,7 @@ func DefaultOptions() Options {
 	return Options{
 		Config: Config{
 			Label:       "hourly",
-			Name:        DefaultQueryName,
+			Name:        dnsmsg.DefaultQueryName,
 			Timeout:     measure.DefaultTimeout,
 			Concurrency: 64,
 			RTTSamples:  3,
@@ -72,14 +86,26 @@ func DefaultOptions() Options {
 }
 
 // Command is the measure command: it checks the flags as given (usage errors name the
-// flag: exit code 2; a missing blocklist directory: 5), opens the store and runs the
-// rounds (Rounds).
+// flag: exit code 2; a missing blocklist directory: 5), reads the targets file, opens
+// the store and runs the rounds (Rounds), or with --no-store one round without a
+// database (RunLocal). Every resolver's results go to o.Out as they are measured: one
+// JSON object a line with --json; else a table, when o.Out is a terminal or with
+// --no-store. Each round's summary follows (or with --json goes to the log only).
 func Command(ctx context.Context, log *slog.Logger, o Options, args []string) error {
 	if len(args) > 0 {
 		return cli.Usagef("unexpected arguments: %v", args)
 	}
 	if o.RoundHour != "" && o.Every != 0 {
 		return cli.Usagef("--hour names one round: it does not combine with --every")
+	}
+	if o.Rerun && (o.Every != 0 || o.Output.NoStore) {
+		return cli.Usagef("--rerun measures one stored round again: it does not combine with --every or --no-store")
+	}
+	if o.Output.NoStore && (o.TargetsFile == "" || o.Every != 0) {
+		return cli.Usagef("--no-store measures one round of the resolvers of --targets (a verification run's are in the database; --every needs the database)")
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
 	}
 	o.VantageID, o.VantageLocation, o.VantageContact = o.Vantage.ID, o.Vantage.Location, o.Vantage.Contact
 	if err := o.Parse(); err != nil {
@@ -93,12 +119,88 @@ func Command(ctx context.Context, log *slog.Logger, o Options, args []string) er
 		return cli.Usagef("--hour: %v", err)
 	}
 	o.Hour = h
+	// The targets file before the database: a missing or bad file is exit 5 or 2
+	// whether or not a database answers.
+	if o.TargetsFile != "" {
+		if o.Targets, err = ReadTargetsFile(o.TargetsFile); err != nil {
+			return fmt.Errorf("targets file: %w", err) // *listfile.OpenError: exit 5, *listfile.LineError: exit 2
+		}
+	}
+	if o.Output.NoStore {
+		return local(ctx, o, log)
+	}
 	s, err := cli.OpenStore(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	return Rounds(ctx, s, o, log)
+}
+
+// local measures the targets once without a database (--no-store).
+func local(ctx context.Context, o Options, log *slog.Logger) error {
+	targets, _, err := blocklist.ExcludeForContact(ctx, nil, o.BlocklistDir, o.Targets, func(t Target) netip.Addr { return t.Addr }, "resolver", log)
+	if err != nil {
+		return err
+	}
+	guard := labnet.NewGuard()
+	for _, t := range targets {
+		if err := guard.Check(t.Addr); err != nil {
+			return err
+		}
+	}
+	if len(targets) == 0 {
+		return cli.Environmentf("no targets to measure")
+	}
+	cfg := o.Config
+	pr := o.printer()
+	cfg.OnResolver = pr.print
+	sum, err := RunLocal(ctx, cfg, targets, log)
+	pr.done(sum, log)
+	return err
+}
+
+// roundPrinter prints one round's results and its summary (Command's rules).
+type roundPrinter struct {
+	p   *Printer // nil: results not printed
+	out io.Writer
+	// json: the summary goes to the log only
+	json bool
+}
+
+func (o Options) printer() *roundPrinter {
+	rp := &roundPrinter{out: o.Out, json: o.Output.JSON}
+	if o.Out == nil {
+		rp.out, rp.json = io.Discard, true
+		return rp
+	}
+	if o.Output.JSON || o.Output.NoStore || cli.Terminal(o.Out) {
+		rp.p = NewPrinter(o.Out, o.Output.JSON)
+	}
+	return rp
+}
+
+func (rp *roundPrinter) print(r Record) {
+	if rp.p != nil {
+		_ = rp.p.Print(r)
+	}
+}
+
+// done writes the table (if any) and the summary (nil: none).
+func (rp *roundPrinter) done(sum *Summary, log *slog.Logger) {
+	if rp.p != nil {
+		_ = rp.p.Close()
+	}
+	if sum == nil {
+		return
+	}
+	sum.Log(log)
+	if !rp.json {
+		if rp.p != nil {
+			fmt.Fprintln(rp.out)
+		}
+		sum.WriteText(rp.out)
+	}
 }
 
 // Parse fills the Config lists from the comma-separated flags and checks every flag
@@ -208,9 +310,11 @@ func round(ctx context.Context, s *store.Store, o Options, hour time.Time, sprea
 	var targets []Target
 	var err error
 	if o.TargetsFile != "" {
-		targets, err = ReadTargetsFile(o.TargetsFile)
-		if err != nil {
-			return nil, fmt.Errorf("targets file: %w", err) // *listfile.OpenError: exit 5, *listfile.LineError: exit 2
+		if targets = o.Targets; targets == nil {
+			targets, err = ReadTargetsFile(o.TargetsFile)
+			if err != nil {
+				return nil, fmt.Errorf("targets file: %w", err) // *listfile.OpenError: exit 5, *listfile.LineError: exit 2
+			}
 		}
 	} else {
 		runID := o.RunID
@@ -250,9 +354,19 @@ func round(ctx context.Context, s *store.Store, o Options, hour time.Time, sprea
 	if len(targets) == 0 {
 		return nil, cli.Environmentf("no targets to measure")
 	}
-	sum, err := Run(ctx, s, cfg, targets, log)
-	if sum != nil {
-		log.Info("summary", "campaign", sum.CampaignID, "status_by_protocol", fmt.Sprint(sum.Status), "doq_causes", fmt.Sprint(sum.Causes))
+	if o.Rerun {
+		taken, err := s.AttemptLabels(ctx, "campaigns", "vantage_id = $2 AND round_hour = $3", cfg.Label, cfg.VantageID, hour)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Label = store.AttemptLabel(cfg.Label, taken); cfg.Label != o.Label {
+			log.Info("--rerun: the round is measured again as a new attempt, under its own label", "label", cfg.Label,
+				"first_attempt", o.Label, "hour", hour.Format(time.RFC3339))
+		}
 	}
+	pr := o.printer()
+	cfg.OnResolver = pr.print
+	sum, err := Run(ctx, s, cfg, targets, log)
+	pr.done(sum, log)
 	return sum, err
 }

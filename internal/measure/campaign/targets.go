@@ -6,14 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
-
-	"github.com/miekg/dns"
 
 	"github.com/doqscan/doqscan/internal/doq"
 	"github.com/doqscan/doqscan/internal/listfile"
@@ -49,137 +44,81 @@ func defaultEndpoints(p measure.Protocol) []Endpoint {
 	return []Endpoint{ep}
 }
 
-// ParseTargets reads a targets file (name is its name in errors): one resolver per line,
+// ParseTargets reads a targets file (name is its name in errors) in the grammar verify
+// shares (internal/listfile, Targets): one resolver per line,
 //
-//	ADDRESS [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]
+//	ADDRESS[:PORT] [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]
 //
-// e.g. "198.19.0.7 doq=853/doq doq=784/doq-i02". A protocol not named gets its default
-// endpoint; '#' starts a comment. A resolver listed on several lines is measured once,
-// with the endpoints of all its lines (MergeTargets). A bad or too long line is a
-// *listfile.LineError naming the line.
+// e.g. "198.19.0.7 doq=853/doq doq=784/doq-i02", "198.19.0.7:784" (DoQ on 784). A
+// protocol not named gets its default endpoint; '#' starts a comment. A resolver listed
+// on several lines is measured once, with the endpoints of all its lines. A bad or too
+// long line is a *listfile.LineError naming the line.
 func ParseTargets(r io.Reader, name string) ([]Target, error) {
-	return targetsFile.Scan(r, name)
+	ts, err := targetsFile.Scan(r, name)
+	return fromList(ts), err
 }
 
 // ReadTargetsFile reads the targets file at path ("-": standard input; see
 // ParseTargets); a file that cannot be opened is a *listfile.OpenError.
 func ReadTargetsFile(path string) ([]Target, error) {
-	return targetsFile.ReadFile(path)
+	ts, err := targetsFile.ReadFile(path)
+	return fromList(ts), err
 }
 
-// MergeTargets merges the targets that share an address, in the order of their first
-// appearance: a resolver's rows are keyed by its address (measurements, and a restarted
-// round skips the addresses already stored), so two targets with one address would be
-// measured twice and stored once. The merged target has the endpoints of all of them,
-// each (protocol, port) once. Two different server names, or two ALPNs for one DoQ
-// port, are an error: the rows could not tell them apart.
-func MergeTargets(targets []Target) ([]Target, error) {
-	k := listfile.Keyed[netip.Addr, Target]{Merge: mergeTarget}
-	for _, t := range targets {
-		if err := k.Add(t.Addr, t); err != nil {
-			return nil, err
-		}
-	}
-	return k.Items(), nil
-}
-
-// targetsFile reads a targets file's lines, merged by address.
-var targetsFile = listfile.Entries[netip.Addr, Target]{
-	Parse: func(l listfile.Line) (netip.Addr, Target, error) {
-		t, err := parseTarget(l.Fields())
-		return t.Addr, t, err
-	},
-	Merge: mergeTarget,
-}
-
-// mergeTarget adds next's endpoints (and server name) to the target kept for the same
-// address.
-func mergeTarget(kept *Target, next Target) error {
-	if next.ServerName != "" && kept.ServerName != "" && next.ServerName != kept.ServerName {
-		return fmt.Errorf("%s: sni=%s, but an earlier entry has sni=%s (one server name per resolver)", next.Addr, next.ServerName, kept.ServerName)
-	}
-	if kept.ServerName == "" {
-		kept.ServerName = next.ServerName
-	}
-	eps := kept.Endpoints
-	for _, ep := range next.Endpoints {
-		var err error
-		if eps, err = addEndpoint(eps, ep); err != nil {
-			return fmt.Errorf("%s: %w", next.Addr, err)
-		}
-	}
-	kept.Endpoints = eps
-	return nil
-}
-
-// addEndpoint appends ep unless its (protocol, port) is there already; the same
-// (protocol, port) with another ALPN is an error.
-func addEndpoint(eps []Endpoint, ep Endpoint) ([]Endpoint, error) {
-	for _, e := range eps {
-		if e.Protocol == ep.Protocol && e.Port == ep.Port {
-			if e.ALPN != ep.ALPN {
-				return eps, fmt.Errorf("%s=%d with ALPN %q and %q (one ALPN per port)", ep.Protocol, ep.Port, e.ALPN, ep.ALPN)
-			}
-			return eps, nil
-		}
-	}
-	return append(eps, ep), nil
-}
-
-// parseTarget parses the fields of one targets line.
-func parseTarget(f []string) (Target, error) {
-	addr, err := netip.ParseAddr(f[0])
+// targetsFile reads a round's targets: each line checked (measure.CheckTarget), with the
+// default endpoint of every protocol it does not name.
+var targetsFile = listfile.Targets{Expand: func(t listfile.Target) (listfile.Target, error) {
+	t, err := measure.CheckTarget(t)
 	if err != nil {
-		return Target{}, err
+		return t, err
 	}
-	if addr.Zone() != "" {
-		return Target{}, fmt.Errorf("%q: zoned addresses are not targets", f[0])
-	}
-	t := Target{Addr: addr.Unmap()}
-	named := map[measure.Protocol]bool{}
-	for _, kv := range f[1:] {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return Target{}, fmt.Errorf("%q is not PROTOCOL=PORT[/ALPN]", kv)
-		}
-		if k == "sni" {
-			if _, ok := dns.IsDomainName(v); !ok || v == "" || net.ParseIP(v) != nil {
-				return Target{}, fmt.Errorf("sni=%q is not a host name", v)
-			}
-			if t.ServerName != "" && t.ServerName != v {
-				return Target{}, fmt.Errorf("two server names (sni=%s, sni=%s)", t.ServerName, v)
-			}
-			t.ServerName = v
-			continue
-		}
-		p := measure.Protocol(k)
-		if _, err := measure.For(p); err != nil {
-			return Target{}, err
-		}
-		portS, alpn, _ := strings.Cut(v, "/")
-		port, err := strconv.ParseUint(portS, 10, 16)
-		if err != nil || port == 0 {
-			return Target{}, fmt.Errorf("%s: port %q: want 1..65535", k, portS)
-		}
-		if p == measure.DoQ {
-			if alpn == "" {
-				alpn = doq.Versions[0].ALPN
-			}
-			if _, ok := doq.Lookup(alpn); !ok {
-				return Target{}, fmt.Errorf("unknown DoQ ALPN %q", alpn)
-			}
-		}
-		named[p] = true
-		if t.Endpoints, err = addEndpoint(t.Endpoints, Endpoint{p, uint16(port), alpn}); err != nil {
-			return Target{}, err
-		}
+	named := map[string]bool{}
+	for _, ep := range t.Endpoints {
+		named[ep.Protocol] = true
 	}
 	for _, p := range measure.Protocols {
-		if !named[p] {
-			t.Endpoints = append(t.Endpoints, defaultEndpoints(p)...)
+		if !named[string(p)] {
+			t.Endpoints = append(t.Endpoints, Target{}.toList(defaultEndpoints(p)...)...)
 		}
 	}
 	return t, nil
+}}
+
+// MergeTargets merges the targets that share an address, in the order of their first
+// appearance: a resolver's rows are keyed by its address, so two targets with one
+// address would be measured twice and stored once. The merged target has the endpoints
+// of all of them, each (protocol, port) once. Two different server names, or two ALPNs
+// for one DoQ port, are an error: the rows could not tell them apart
+// (listfile.MergeTarget, as for the lines of a targets file).
+func MergeTargets(targets []Target) ([]Target, error) {
+	k := listfile.Keyed[netip.Addr, listfile.Target]{Merge: listfile.MergeTarget}
+	for _, t := range targets {
+		if err := k.Add(t.Addr, listfile.Target{Addr: t.Addr, ServerName: t.ServerName, Endpoints: t.toList(t.Endpoints...)}); err != nil {
+			return nil, err
+		}
+	}
+	return fromList(k.Items()), nil
+}
+
+// toList converts endpoints to the targets file's form.
+func (Target) toList(eps ...Endpoint) []listfile.Endpoint {
+	out := make([]listfile.Endpoint, len(eps))
+	for i, ep := range eps {
+		out[i] = listfile.Endpoint{Protocol: string(ep.Protocol), Port: ep.Port, ALPN: ep.ALPN}
+	}
+	return out
+}
+
+// fromList converts targets of the targets file's form.
+func fromList(ts []listfile.Target) []Target {
+	out := make([]Target, len(ts))
+	for i, t := range ts {
+		out[i] = Target{Addr: t.Addr, ServerName: t.ServerName}
+		for _, ep := range t.Endpoints {
+			out[i].Endpoints = append(out[i].Endpoints, Endpoint{Protocol: measure.Protocol(ep.Protocol), Port: ep.Port, ALPN: ep.ALPN})
+		}
+	}
+	return out
 }
 
 // RunSelection names the verification run a round measures when no run id is given:

@@ -50,7 +50,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.only, "only", "", "check only the resolvers inside these prefixes (comma-separated CIDRs)")
 	cli.IntVar(fs, &c.Sample, "sample", 0, 0, math.MaxInt32, "check at most this many resolvers, spread evenly over the address order (0: all)")
 	fs.StringVar(&c.BlocklistDir, "blocklist-dir", cli.DefaultBlocklistDir(), "blocklist *.conf files (must exist); their ranges, opt-outs and reserved ranges are never contacted")
-	fs.BoolVar(&f.JSON, "json", false, "print the summary as JSON on stdout")
+	cli.RegisterJSON(fs, &f.JSON, "run (its summary: endpoints, statuses per protocol, Retry policy)")
 }
 
 // Resolve checks the flags and returns the run's Config.
@@ -111,7 +111,7 @@ func (f *Flags) Resolve() (Config, error) {
 }
 
 // Command is the conncheck command: resolve the flags, open the store, run, print the
-// summary (text, or JSON with --json).
+// summary (text, or one JSON line with --json).
 func Command(ctx context.Context, log *slog.Logger, f *Flags, args []string, stdout io.Writer) error {
 	if len(args) > 0 {
 		return cli.Usagef("unexpected arguments %q", args)
@@ -128,9 +128,7 @@ func Command(ctx context.Context, log *slog.Logger, f *Flags, args []string, std
 	sum, err := Run(ctx, s, cfg, log)
 	if sum != nil {
 		if f.JSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			_ = enc.Encode(sum)
+			_ = json.NewEncoder(stdout).Encode(sum) // one line
 		} else {
 			sum.WriteText(stdout)
 		}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -120,7 +121,18 @@ type Config struct {
 	// Hold queries outstanding at once gets no answer. DoTCP/DoT then read a connection's
 	// queries while earlier ones wait (pipelining, RFC 7766 §6.2.1.1).
 	Hold int
+	// Ports fixes the servers' ports (0: any free port): a server a command line names
+	// by its port (dnsbench's help examples on 127.0.0.1).
+	Ports Ports
 }
+
+// Ports are the ports of the six servers; DoUDP/DoTCP, DoT/DoQ and DoH/DoH3 may share a
+// number (different transports).
+type Ports struct {
+	UDP, TCP, DoT, DoH, DoQ, DoH3 uint16
+}
+
+func (c Config) hostPort(p uint16) string { return net.JoinHostPort(c.Host, strconv.Itoa(int(p))) }
 
 // Servers are the running servers' addresses.
 type Servers struct {
@@ -246,7 +258,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // ---- DoUDP ------------------------------------------------------------------------
 
 func (s *Servers) startUDP(tb testing.TB, ctx context.Context, cfg Config) {
-	pc, err := net.ListenPacket("udp", net.JoinHostPort(cfg.Host, "0"))
+	pc, err := net.ListenPacket("udp", cfg.hostPort(cfg.Ports.UDP))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -312,7 +324,11 @@ func (s *Servers) miekgHandler(cfg Config) dns.Handler {
 // ---- DoTCP / DoT ------------------------------------------------------------------
 
 func (s *Servers) startTCP(tb testing.TB, ctx context.Context, cfg Config, useTLS bool) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, "0"))
+	port := cfg.Ports.TCP
+	if useTLS {
+		port = cfg.Ports.DoT
+	}
+	ln, err := net.Listen("tcp", cfg.hostPort(port))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -497,7 +513,7 @@ func (s *Servers) dohHandler(ctx context.Context, cfg Config) http.Handler {
 }
 
 func (s *Servers) startDoH(tb testing.TB, ctx context.Context, cfg Config) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, "0"))
+	ln, err := net.Listen("tcp", cfg.hostPort(cfg.Ports.DoH))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -596,7 +612,11 @@ func (c *shapedConn) run(ctx context.Context) {
 }
 
 func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 bool) {
-	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(cfg.Host), 0)))
+	port := cfg.Ports.DoQ
+	if h3 {
+		port = cfg.Ports.DoH3
+	}
+	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(cfg.Host), port)))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -14,16 +14,15 @@ import (
 
 // Cmd describes `qlogs` for --help.
 var Cmd = cli.Command{
-	Name:       "qlogs",
-	Subcommand: true,
-	Summary:    "explain QUIC handshakes from qlog files of any vintage; export a campaign's stored qlogs for qvis",
-	Usage:      "qlogs [flags] analyze FILE|DIR...\n  qlogs [flags] export (--campaign ID | --hour HOUR [--vantage V] [--label L]) --out DIR",
+	Name:    "qlogs",
+	Summary: "explain QUIC handshakes from qlog files of any vintage; export a campaign's stored qlogs for qvis",
+	Usage:   "qlogs [flags] analyze FILE|DIR...\n  qlogs [flags] export (--campaign ID | --hour HOUR [--vantage V] [--label L]) --out DIR",
 	Examples: []string{
 		"qlogs analyze ../shared/datasets/dns-analysis-2021/qlog-sample/      # one JSON line per file (quic-go v0.21 draft-02 NDJSON)",
 		"qlogs analyze client.sqlog old.qlog.gz | jq -c 'select(.cause != \"1rtt\")'",
 		"qlogs analyze --rtt 5ms client.sqlog                                # flights grouped by a path RTT measured apart",
 		"qlogs export --campaign 42 --out /tmp/qlogs                          # .sqlog/.qlog files to open in qvis",
-		"qlogs export --vantage local --hour 2026-11-22T04 --out /tmp/qlogs   # the campaign of that hourly round",
+		"qlogs export --vantage vp2 --hour 2026-11-22T04 --out /tmp/qlogs     # the campaign of that hourly round",
 	},
 	Notes: `analyze reads quic-go's JSON-SEQ (.sqlog, today), the qlog draft-02 NDJSON that quic-go
 v0.21 to v0.2x wrote, qlog JSON documents ({"traces":[...]}) and a JSON array of NDJSON

@@ -255,11 +255,11 @@ func decider(action string) func(IO, []string) int {
 		}
 		fs := newFlagSet(verb, usage, &common,
 			"optout "+verb+" 42 --reason 'confirmed by phone with the AS contact'",
-			"optout "+verb+" 42 --actor alice --blocklist-dir /srv/doqscan/blocklist")
+			"optout "+verb+" 42 --actor alice --reason 'asked by the AS contact' --blocklist-dir blocklist")
 		reason := fs.String("reason", "", "why, for the audit row (required for reject)")
 		actor := fs.String("actor", defaultActor(), "who decides, for the audit row")
 		dir := blocklistDirFlag(fs)
-		return cli.RunMain(fs, &common, reorder(args), io.Err, func(ctx context.Context, log *slog.Logger, args []string) error {
+		return cli.RunMain(fs, &common, args, io.Err, func(ctx context.Context, log *slog.Logger, args []string) error {
 			if len(args) != 1 {
 				return cli.Usagef("want exactly one request ID (see optout list)")
 			}
@@ -318,15 +318,6 @@ func Decide(ctx context.Context, st *store.Store, dir string, id int64, action, 
 	}
 	log.Info("blocklist file written", "path", path)
 	return e, nil
-}
-
-// reorder moves the positional ID after the flags, so "accept 42 --reason x" parses as
-// "accept --reason x 42" (Go's flag package stops at the first positional argument).
-func reorder(args []string) []string {
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		return append(append([]string(nil), args[1:]...), args[0])
-	}
-	return args
 }
 
 func defaultActor() string {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/store"
@@ -26,13 +27,16 @@ var Cmd = cli.Command{
 	Name:    "zprobe",
 	Summary: "scan for QUIC (UDP/784, 853, 8853) and DNS (UDP/53) with zmap; classify and store every reply",
 	Usage:   "zprobe [flags] scan|send|ingest|probes|blocklist [subcommand flags]",
-	Locks:   "the scan (week, vantage, label, shard; scan, send, ingest)",
+	// Each subcommand parses its own flags, --help and --version (Run).
+	PassArgs:       true,
+	SubcommandHelp: true,
+	Locks:          "the scan (week, vantage, label, shard; scan, send, ingest)",
 	Examples: []string{
-		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000      # the testbed's whole /16, all four ports",
-		"zprobe scan --vantage fra1 --allowlist targets.conf --rate 40000 --seed 42 --shards 4 --shard 0",
+		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000 --cooldown 3   # the testbed's whole /16, all four ports (paths <= 300 ms)",
+		"zprobe scan --vantage fra1 --testbed 198.19.0.0/16 --allowlist targets.conf --rate 40000 --seed 42 --shards 4 --shard 0 --cooldown 3",
 		"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42   # the real weekly scan (deliberate)",
 		"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 200  # built-in sender, IPv6 too",
-		"zprobe ingest var/scans/2026-W47/fra1/weekly-shard0/853.csv   # replay a raw zmap output (idempotent)",
+		"zprobe ingest var/scans/*/fra1/weekly-shard0/853.csv        # replay a raw zmap output (idempotent)",
 		"zprobe probes --write probes                                  # regenerate probes/",
 		"zprobe blocklist --why 198.19.5.1 --testbed 198.19.0.0/16       # is an address excluded, and why",
 	},
@@ -67,12 +71,17 @@ func Run(ctx context.Context, log *slog.Logger, args []string) error {
 		if c.name != args[0] {
 			continue
 		}
-		fs := sub(c.name, c.usage, c.examples...)
+		fs, version := sub(c.name, c.usage, c.examples...)
 		run := c.flags(fs)
-		if err := parse(log, fs, args[1:]); err != nil {
+		rest, err := parse(log, fs, args[1:])
+		if err != nil {
 			return ignoreHelp(err)
 		}
-		return run(ctx, log, fs.Args())
+		if *version {
+			fmt.Println(cli.VersionLine("zprobe"))
+			return nil
+		}
+		return run(ctx, log, rest)
 	}
 	return cli.Usagef("unknown subcommand %q: want scan, send, ingest, probes or blocklist", args[0])
 }
@@ -90,16 +99,16 @@ type runFunc func(ctx context.Context, log *slog.Logger, args []string) error
 // subcommands are zprobe's subcommands, with the usage and examples of their --help.
 var subcommands = []subcommand{
 	{name: "scan", usage: "zprobe scan [flags] [PREFIX...]",
-		examples: []string{"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000",
+		examples: []string{"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000 --cooldown 3",
 			"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42 --shards 2 --shard 1 --yes --json",
-			"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rescan   # send this week's finished ports again (new raw files)"},
+			"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000 --cooldown 3 --rerun   # send this week's finished ports again (new raw files)"},
 		flags: scanFlags},
 	{name: "send", usage: "zprobe send --hitlist FILE [flags]",
 		examples: []string{"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 200",
 			"zprobe send --vantage dq --testbed 198.19.0.0/16 --hitlist known.txt --rate 2000 --json"},
 		flags: sendFlags},
 	{name: "ingest", usage: "zprobe ingest [--raw] FILE.csv...",
-		examples: []string{"zprobe ingest var/scans/2026-W47/fra1/weekly-shard0/*.csv"},
+		examples: []string{"zprobe ingest var/scans/*/fra1/weekly-shard0/*.csv"},
 		flags:    ingestFlags},
 	{name: "probes", usage: "zprobe probes [--write DIR]",
 		examples: []string{"zprobe probes --write probes"},
@@ -110,23 +119,26 @@ var subcommands = []subcommand{
 		flags: blocklistFlags},
 }
 
-// sub is a subcommand's flag set with the shared --help format.
-
-func sub(name, usage string, examples ...string) *flag.FlagSet {
+// sub is a subcommand's flag set with the shared --help format and --version (the
+// tool's version, as in every tool).
+func sub(name, usage string, examples ...string) (*flag.FlagSet, *bool) {
 	c := cli.Command{Name: "zprobe " + name, Summary: Cmd.Summary, Usage: usage, Examples: examples}
 	fs := flag.NewFlagSet("zprobe "+name, flag.ContinueOnError)
 	fs.Usage = func() { cli.PrintHelp(fs.Output(), c, fs) }
-	return fs
+	version := fs.Bool("version", false, "print the version and exit")
+	return fs, version
 }
 
-// parse parses a subcommand's flags; --help prints the help and returns cli.ErrHelp. A
-// deprecated flag name that was used is logged.
-func parse(log *slog.Logger, fs *flag.FlagSet, args []string) error {
-	if err := cli.Parse(fs, args); err != nil {
-		return err
+// parse parses a subcommand's flags, wherever they are among its arguments, and returns
+// the positional ones; --help prints the help and returns cli.ErrHelp. A deprecated flag
+// name that was used is logged.
+func parse(log *slog.Logger, fs *flag.FlagSet, args []string) ([]string, error) {
+	rest, err := cli.ParseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
 	}
 	cli.WarnDeprecated(log, fs)
-	return nil
+	return rest, nil
 }
 
 // targetFlags are shared by scan, send and blocklist.
@@ -193,11 +205,11 @@ type probeFlags struct {
 func (p *probeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.quicPorts, "quic-ports", "784,853,8853", "ports probed with the QUIC probe")
 	fs.StringVar(&p.dnsPorts, "dns-ports", "53", "ports probed with the DNS query")
-	fs.StringVar(&p.version, "version", "0x1a2a3a4a", "QUIC version in the probe: a reserved 0x?a?a?a?a (default), 0xffffffff (the original study's) or 0 (dropped by modern stacks)")
+	fs.StringVar(&p.version, "probe-version", "0x1a2a3a4a", "QUIC version in the probe: a reserved 0x?a?a?a?a (default), 0xffffffff (the original study's) or 0 (dropped by modern stacks)")
 	fs.StringVar(&p.dcid, "dcid", "", "probe DCID, 8..20 bytes, as text or hex:... (default \"doqscan-vn-dcid!\")")
 	fs.StringVar(&p.scid, "scid", "", "probe SCID, 0..20 bytes, as text or hex:... (default \"doqscan-scid\")")
 	cli.IntVar(fs, &p.size, "size", probe.MinInitialDatagram, probe.MinInitialDatagram, probe.MaxProbeDatagram, "QUIC probe datagram size")
-	fs.StringVar(&p.qname, "query-name", probe.DefaultQName, "name the DNS probe asks for (A, RD set)")
+	fs.StringVar(&p.qname, "query-name", dnsmsg.DefaultQueryName, "name the DNS probe asks for (A, RD set)")
 	cli.Deprecate(fs, "qname", "query-name")
 }
 
@@ -212,7 +224,7 @@ func (p *probeFlags) build() (probe.QUICProbe, probe.DNSProbe, error) {
 	q := probe.DefaultQUICProbe()
 	v, err := quicver.Parse(p.version)
 	if err != nil {
-		return q, probe.DNSProbe{}, cli.Usagef("--version: %v", err)
+		return q, probe.DNSProbe{}, cli.Usagef("--probe-version: %v", err)
 	}
 	q.Version, q.Size = v, p.size
 	for _, c := range []struct {

@@ -24,8 +24,8 @@ func TestRefusals(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, args := range [][]string{
 		{"scan", "--vantage", "x"},
-		{"scan", "--vantage", "x", "--testbed", "10.0.0.0/8", "--version", "v1"},
-		{"scan", "--vantage", "x", "--targets", "198.19.0.0/16", "--version", "v1"},
+		{"scan", "--vantage", "x", "--testbed", "10.0.0.0/8", "--probe-version", "v1"},
+		{"scan", "--vantage", "x", "--targets", "198.19.0.0/16", "--probe-version", "v1"},
 		{"scan", "--vantage", "x", "--targets", "198.19.0.0/16", "--shards", "2"},
 		{"scan", "--vantage", "x", "--targets", "198.19.0.0/16", "--dcid", "short"},
 		{"scan", "--vantage", "", "--targets", "198.19.0.0/16"},

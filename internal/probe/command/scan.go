@@ -2,7 +2,6 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/doqscan/doqscan/internal/optout/pace"
 	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/runkey"
+	"github.com/doqscan/doqscan/internal/store"
 )
 
 func scanFlags(fs *flag.FlagSet) runFunc {
@@ -50,8 +50,9 @@ func scanFlags(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&gw, "gateway-mac", "", "zmap -G (default: the next hop's MAC from the neighbour table)")
 	fs.StringVar(&src, "source-ip", "", "zmap -S (default: the route's source address)")
 	fs.StringVar(&zmapBin, "zmap", probe.DefaultZmap, "zmap binary")
-	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON on stdout")
-	fs.BoolVar(&rescan, "rescan", false, "send every port again, also those an earlier run of this scan (week, vantage, label, shard) finished; each run writes a new raw file")
+	cli.RegisterJSON(fs, &asJSON, "reply the scan holds (address and port that answered; the summary goes to the log)")
+	fs.BoolVar(&rescan, "rerun", false, "send every port again, also those an earlier run of this scan (week, vantage, label, shard) finished (without it, a scan run again sends only the ports it lacks); each run writes a new raw file")
+	cli.Deprecate(fs, "rescan", "rerun")
 	fs.BoolVar(&yes, "yes", false, "run an --internet-wide scan estimated to take longer than "+probe.FormatDuration(probe.DefaultConfirmAbove))
 	cli.DurationVar(fs, &dbWait, "db-wait", probe.DefaultDBWait, time.Second, 24*time.Hour, "how long to wait for an unavailable database before stopping with exit 3 (zmap's output meanwhile goes to the raw file)")
 	return func(ctx context.Context, log *slog.Logger, args []string) error {
@@ -131,10 +132,7 @@ func scanFlags(fs *flag.FlagSet) runFunc {
 			Testbed: tb, InternetWide: tf.internetWide, BlocklistDir: tf.blocklistDir, Safety: safety, OutDir: out, Zmap: z,
 			FlushEvery: time.Second, DBWait: dbWait, ZmapVersion: &zv, Rescan: rescan, Confirmed: yes,
 			OnEstimate: func(e probe.ScanEstimate) { fmt.Fprintf(os.Stderr, "zprobe: %s: %s\n", zv.Raw, e) }})
-		if sum != nil {
-			printSummary(sum, asJSON)
-		}
-		return classify(err)
+		return classify(errors.Join(err, output(ctx, s, sum, asJSON, log)))
 	}
 }
 
@@ -184,14 +182,19 @@ func (r *rateFlag) Set(s string) error {
 	return nil
 }
 
-func printSummary(sum *probe.Summary, asJSON bool) {
-	if asJSON {
-		e := json.NewEncoder(os.Stdout)
-		e.SetIndent("", "  ")
-		e.Encode(sum) //nolint:errcheck // the summary on stdout is informational; the rows are stored
-		return
+// output prints what a scan or send did (sum nil: nothing): with asJSON one JSON object
+// per reply the scan holds, else the summary; the summary is logged either way.
+func output(ctx context.Context, s *store.Store, sum *probe.Summary, asJSON bool, log *slog.Logger) error {
+	if sum == nil {
+		return nil
 	}
-	probe.PrintSummary(os.Stdout, sum)
+	sum.Log(log)
+	if !asJSON {
+		probe.PrintSummary(os.Stdout, sum)
+		return nil
+	}
+	_, err := probe.WriteReplies(context.WithoutCancel(ctx), s, sum.ScanID, os.Stdout)
+	return err
 }
 
 func weekFromRunKey() string {

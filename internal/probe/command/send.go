@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -28,7 +29,7 @@ func sendFlags(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&hitlist, "hitlist", "", "file of addresses (IPv4 or IPv6, one a line); each must be inside the allowlist")
 	cli.FloatVar(fs, &rate, "rate", 1000, probe.MinSendRate, probe.MaxRate, "probes per second")
 	cli.DurationVar(fs, &cooldown, "cooldown", 3*time.Second, time.Millisecond, time.Hour, "wait for replies after the last probe")
-	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON")
+	cli.RegisterJSON(fs, &asJSON, "reply the scan holds (address and port that answered; the summary goes to the log)")
 	return func(ctx context.Context, log *slog.Logger, args []string) error {
 		if vf.ID == "" || hitlist == "" {
 			return cli.Usagef("--vantage (default %s) and --hitlist are required", cli.DefaultVantageID)
@@ -55,9 +56,6 @@ func sendFlags(fs *flag.FlagSet) runFunc {
 		defer s.Close()
 		sum, err := probe.Send(ctx, probe.SendConfig{Store: s, Log: log, VantageID: vf.ID, VantageLocation: vf.Location, VantageContact: vf.Contact, Label: label, Week: week,
 			QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Hitlist: hl, Safety: safety, Rate: rate, Cooldown: cooldown})
-		if sum != nil {
-			printSummary(sum, asJSON)
-		}
-		return classify(err)
+		return classify(errors.Join(err, output(ctx, s, sum, asJSON, log)))
 	}
 }

@@ -6,6 +6,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -207,8 +208,25 @@ func TestScanKilled(t *testing.T) {
 	if m, _ := os.ReadFile(filepath.Join(dir, "784.meta.json")); !bytes.Equal(m, meta784) {
 		t.Error("the re-run sent port 784 again (its zmap metadata changed)")
 	}
-	if !strings.Contains(stdout.String(), `"resumed": true`) {
-		t.Errorf("the summary does not mark 784 as done by the earlier run:\n%s", stdout.String())
+	var summary string
+	if err := s.Pool.QueryRow(context.Background(), "SELECT summary::text FROM scans WHERE label = 'killed'").Scan(&summary); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(summary, `"resumed": true`) {
+		t.Errorf("the summary does not mark 784 as done by the earlier run:\n%s", summary)
+	}
+	// --json: one JSON object per reply the scan holds, nothing else on stdout.
+	var replies int
+	s.Pool.QueryRow(context.Background(), "SELECT count(*) FROM scan_replies").Scan(&replies)
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	for _, l := range lines {
+		var r probe.ReplyRecord
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.IP == "" || r.ReplyKind == "" {
+			t.Fatalf("stdout line %q is no reply (%v)", l, err)
+		}
+	}
+	if len(lines) != replies {
+		t.Errorf("--json printed %d lines, the scan holds %d replies", len(lines), replies)
 	}
 	// The rate zmap was given and used, without --rate on the command line.
 	var zargs []string

@@ -24,13 +24,14 @@ import (
 
 // Cmd is testnet's help.
 var Cmd = cli.Command{
-	Name:    "testnet",
-	Summary: "the simulated internet: network namespaces, delay line, simulated and third-party servers",
-	Usage:   "testnet [flags] up|down|status|exec [-- CMD...]|path set ADDR --loss P|path show|path reset",
+	Name:     "testnet",
+	Summary:  "the simulated internet: network namespaces, delay line, simulated and third-party servers",
+	PassArgs: true, // "path set ADDR --loss P", "exec CMD ..." carry flags of their own
+	Usage:    "testnet [flags] up|down|status|exec [-- CMD...]|path set ADDR --loss P|path show|path reset",
 	Examples: []string{
 		"testnet up                          # instance dq with testbed/population.txt",
-		"testnet --name t1 --vantages 2 up   # a second instance with two vantage points",
-		"testnet --name f1 --vantages 3 --db up   # three vantage points and a central database behind the delay line",
+		"testnet --vantages 2 up             # with a second vantage point (another instance: --name NAME)",
+		"testnet --vantages 3 --db up        # three vantage points and a central database behind the delay line",
 		"testnet status",
 		"testnet exec -- ping -c3 198.19.0.1",
 		"testnet --vantage 1 exec -- ip route",
@@ -116,6 +117,9 @@ func Run(ctx context.Context, log *slog.Logger, f Flags, args []string, stdout i
 			return err
 		}
 		fmt.Fprintf(stdout, "testbed %s up (state %s)\n", tb.Name, tb.State)
+		if tb.PeersMissing != "" {
+			fmt.Fprintf(stdout, "NOTE: %s\n", tb.PeersMissing)
+		}
 		return nil
 	case "down":
 		return testbed.Down(ctx, o)

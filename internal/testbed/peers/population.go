@@ -186,3 +186,27 @@ func alreadyRunning(ctx context.Context, cfg Config, specs []Spec) bool {
 	}
 	return true
 }
+
+// Missing returns the peer kinds the records name whose binaries are missing under root,
+// and how many of the records they serve, or nil and 0 when every one is installed.
+func Missing(root string, records []*population.Record) (kinds []Kind, addresses int) {
+	missing := map[Kind]bool{}
+	for _, r := range records {
+		if r.Peer == "" {
+			continue
+		}
+		k := Kind(r.Peer)
+		if _, seen := missing[k]; !seen {
+			missing[k] = Installed(root, k) != nil
+		}
+		if missing[k] {
+			addresses++
+		}
+	}
+	for _, k := range Kinds {
+		if missing[k] {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds, addresses
+}

@@ -106,7 +106,7 @@ func BenchmarkTestbedThroughput(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	query, err := dnsmsg.Build(dnsmsg.Query{Name: verify.DefaultQueryName, Type: dns.TypeA, ID: 0})
+	query, err := dnsmsg.Build(dnsmsg.Query{Name: dnsmsg.DefaultQueryName, Type: dns.TypeA, ID: 0})
 	if err != nil {
 		b.Fatal(err)
 	}

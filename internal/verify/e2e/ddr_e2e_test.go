@@ -37,7 +37,7 @@ func TestTestbedDDR(t *testing.T) {
 	responders := g.pop.DNSServers("udp")
 	var replies []store.ScanReply
 	for _, a := range responders {
-		replies = append(replies, store.ScanReply{ScanID: scanID, Port: 53, Address: a, ReplyKind: "dns", ReceivedAt: time.Now()})
+		replies = append(replies, store.ScanReply{ScanID: scanID, Port: 53, Address: a, ReplyKind: "dns", ReceivedAt: time.Now(), ISOWeek: "2026-W48"})
 	}
 	if _, err := store.Insert(ctx, s, store.TableScanReplies, replies); err != nil {
 		t.Fatal(err)

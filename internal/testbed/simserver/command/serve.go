@@ -18,10 +18,10 @@ func runServe(args []string) int {
 		Summary: "answer for every address of the population: QUIC/DoQ (UDP 784, 853, 8853), DoH3 (UDP 443), DNS (53), DoT (853), DoH (TCP 443)",
 		Usage:   "simserver [serve] --population FILE [--listen ADDR] [--ready-file FILE]",
 		Examples: []string{
-			"ip netns exec dq-inet bin/simserver --population testbed/population.txt   # what testnet up runs",
 			"simserver serve --population testbed/population.txt --ready-file /tmp/ready --log-level debug",
 		},
-		Notes: `Readiness: once every listener is bound, simserver writes "ready\n" to the file
+		Notes: `testnet up runs "simserver --population FILE" in the instance's internet namespace.
+Readiness: once every listener is bound, simserver writes "ready\n" to the file
 descriptor named by DOQSCAN_READY_FD (the testbed's contract) and/or creates --ready-file.
 It runs until SIGINT/SIGTERM.`,
 	}
