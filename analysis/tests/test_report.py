@@ -148,3 +148,14 @@ def test_kernel_channels_are_unix_sockets(tmp_path):
     assert transport == "ipc"
     assert os.path.basename(os.path.dirname(ip)).startswith("doqscan-kernel-")
     assert not os.path.exists(os.path.dirname(ip)), "the socket directory outlived the notebook"
+
+
+def test_relative_out_is_made_absolute(synth_db, tmp_path, monkeypatch):
+    """A relative --out names a folder under the caller's working directory: the
+    notebooks (run in notebooks/) get it as an absolute output_dir."""
+    monkeypatch.chdir(tmp_path)
+    s = report.run(synth_db, "rel-reports", notebooks=["benchmarks"], parallel=False)
+    assert os.path.isabs(s["folder"]) and s["folder"].startswith(str(tmp_path))
+    nb = nbformat.read(os.path.join(s["folder"], "benchmarks.ipynb"), as_version=4)
+    params = next(c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", []))
+    assert f"output_dir = {s['folder']!r}" in params.source or f'output_dir = "{s["folder"]}"' in params.source
