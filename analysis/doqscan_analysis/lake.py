@@ -147,6 +147,13 @@ class Lake:
     def first(self, col: str) -> str:
         return f"{col}[1]" if self.engine == "duckdb" else f"element_at({col}, 1)"
 
+    def exact_sum(self, col: str) -> str:
+        """The exact sum of an integer column as text (DuckDB sums BIGINT into HUGEINT;
+        Spark's BIGINT sum would overflow, so it sums DECIMAL(38, 0))."""
+        if self.engine == "duckdb":
+            return f"CAST(sum({col}) AS STRING)"
+        return f"CAST(sum(CAST({col} AS DECIMAL(38, 0))) AS STRING)"
+
     def size(self, col: str) -> str:
         return f"len({col})" if self.engine == "duckdb" else f"size({col})"
 
@@ -864,13 +871,15 @@ def response_times(lake: Lake, weeks=None, vantages=None, dox_only: bool = False
     gsel = ", ".join(group_by)
     cls = f"LEAST(GREATEST({_rint('ratio')}, 1), {ROUND_TRIP_CLASSES})"
     aggs = ", ".join([f"count({m}) AS {m}_n" for m in METRICS] +
-                     ["CAST(sum(CAST(resolve_ns AS DECIMAL(38, 0))) AS STRING) AS resolve_ns_sum",
-                      "CAST(sum(CAST(handshake_ns AS DECIMAL(38, 0))) AS STRING) AS handshake_ns_sum",
+                     [f"{lake.exact_sum('resolve_ns')} AS resolve_ns_sum",
+                      f"{lake.exact_sum('handshake_ns')} AS handshake_ns_sum",
                       "sum(rtt_ns) AS rtt_ns_sum", "sum(ratio) AS ratio_sum"] +
-                     [f"sum(CASE WHEN ratio IS NOT NULL AND {cls} = {k} THEN 1 ELSE 0 END) AS round_trips_{k}"
+                     [f"sum(CASE WHEN cls_ = {k} THEN 1 ELSE 0 END) AS round_trips_{k}"
                       for k in range(1, ROUND_TRIP_CLASSES + 1)])
+    # the round-trip class once per row, not once per class
+    classed = f"(SELECT r.*, CASE WHEN ratio IS NOT NULL THEN {cls} END AS cls_ FROM {rel} r)"
     base = lake.sql(f"""SELECT {gsel + ', ' if group_by else ''}count(*) AS n, count(DISTINCT address) AS resolvers, {aggs}
-                          FROM {rel} r {'GROUP BY ' + gsel if group_by else ''}""")
+                          FROM {classed} r {'GROUP BY ' + gsel if group_by else ''}""")
     cols = group_by + ["n", "resolvers"] + [f"{m}_{s}" for m in METRICS for s in ("n", "mean", "median", "q")] \
         + [f"round_trips_{k}" for k in range(1, ROUND_TRIP_CLASSES + 1)]
     if base.empty or (not group_by and int(base["n"].iloc[0]) == 0):
