@@ -77,7 +77,10 @@ class Lake:
             self.db = duckdb.connect(config=cfg)
             self.db.execute("SET preserve_insertion_order = false")
             self.db.execute("SET parquet_metadata_cache = true")
-            self.db.execute("SET enable_progress_bar = false")
+            try:
+                self.db.execute("SET enable_progress_bar = false")
+            except duckdb.Error:
+                pass  # in a Jupyter kernel DuckDB changes it only with ipywidgets installed; no bar there
         elif engine == "spark":
             from pyspark.sql import SparkSession
             b = SparkSession.builder.appName("doqscan-report").master(master or os.environ.get("SPARK_MASTER", "local[2]"))
