@@ -606,9 +606,10 @@ def facts_files(lake: Lake, weeks=None, vantages=None) -> list[str]:
             _build_facts(lake, os.path.join(lake.path, m["path"]),
                          os.path.join(lake.path, src["handshake_analyses"]["path"]) if "handshake_analyses" in src
                          else None, path)
-            with open(meta + ".tmp", "w") as fh:
+            tmp = f"{meta}.{os.getpid()}.tmp"
+            with open(tmp, "w") as fh:
                 json.dump(stamp, fh)
-            os.replace(meta + ".tmp", meta)
+            os.replace(tmp, meta)
         out.append(path)
     return out
 
@@ -621,7 +622,7 @@ def _build_facts(lake: Lake, measurements: str, analyses: str | None, path: str)
         hc = "h.measurement_id IS NOT NULL AS analysed, h.cause"
     else:
         h, hc = "", "FALSE AS analysed, CAST(NULL AS VARCHAR) AS cause"
-    tmp = path + ".tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"  # two reports writing the same file set do not mix their bytes
     lake.db.execute(f"""
         COPY (SELECT m.iso_week, m.vantage_id, m.campaign_id, m.address, m.protocol, m.port, m.phase,
                      m.mode, m.key_share, m.resolve_ns, m.handshake_ns, m.rtt_median_ns AS rtt_ns, {hc}
