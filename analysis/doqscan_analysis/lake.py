@@ -74,6 +74,9 @@ class Lake:
             import tempfile
             self._spill = tempfile.mkdtemp(prefix="doqscan-duckdb-")
             cfg["temp_directory"] = self._spill
+            import atexit
+            import shutil
+            atexit.register(shutil.rmtree, self._spill, True)  # notebooks never close their Lake
             self.db = duckdb.connect(config=cfg)
             self.db.execute("SET preserve_insertion_order = false")
             self.db.execute("SET parquet_metadata_cache = true")
