@@ -70,8 +70,21 @@ class Lake:
             cfg = {"memory_limit": memory_limit or os.environ.get("DOQSCAN_DUCKDB_MEMORY", "1GB")}
             if threads:
                 cfg["threads"] = threads
+            # spills go to a directory of this process, not .tmp/ in the working directory
+            # (the notebooks': the source tree)
+            import tempfile
+            self._spill = tempfile.mkdtemp(prefix="doqscan-duckdb-")
+            cfg["temp_directory"] = self._spill
+            import atexit
+            import shutil
+            atexit.register(shutil.rmtree, self._spill, True)  # notebooks never close their Lake
             self.db = duckdb.connect(config=cfg)
             self.db.execute("SET preserve_insertion_order = false")
+            self.db.execute("SET parquet_metadata_cache = true")
+            try:
+                self.db.execute("SET enable_progress_bar = false")
+            except duckdb.Error:
+                pass  # in a Jupyter kernel DuckDB changes it only with ipywidgets installed; no bar there
         elif engine == "spark":
             from pyspark.sql import SparkSession
             b = SparkSession.builder.appName("doqscan-report").master(master or os.environ.get("SPARK_MASTER", "local[2]"))
@@ -131,13 +144,22 @@ class Lake:
 
     def close(self) -> None:
         if self.engine == "duckdb":
+            import shutil
             self.db.close()
+            shutil.rmtree(self._spill, ignore_errors=True)
         else:
             self.spark.stop()
 
     # Dialect: the few spellings DuckDB and Spark SQL do not share.
     def first(self, col: str) -> str:
         return f"{col}[1]" if self.engine == "duckdb" else f"element_at({col}, 1)"
+
+    def exact_sum(self, col: str) -> str:
+        """The exact sum of an integer column as text (DuckDB sums BIGINT into HUGEINT;
+        Spark's BIGINT sum would overflow, so it sums DECIMAL(38, 0))."""
+        if self.engine == "duckdb":
+            return f"CAST(sum({col}) AS STRING)"
+        return f"CAST(sum(CAST({col} AS DECIMAL(38, 0))) AS STRING)"
 
     def size(self, col: str) -> str:
         return f"len({col})" if self.engine == "duckdb" else f"size({col})"
@@ -549,18 +571,109 @@ def geo_points(lake: Lake, week: str | None = None, vantages=None, grid_deg: flo
 # ----------------------------------------------------------------------------------
 # Measurements (the response-times notebook).
 
+# The facts cache (DuckDB): per file set, its successful measurements (status ok with an
+# rcode) with only the columns the response-time analysis reads, the DoQ handshake's
+# cause joined from handshake_analyses, ordered by the groups the distributions are
+# computed over (so a group's rows are a few row groups). Built once per file set from
+# its measurements and handshake_analyses files (rebuilt when their SHA-256 in the
+# manifest changes, or FACTS_VERSION does); every later report reads it instead of the
+# wide measurement rows and the join.
+FACTS_VERSION = 1
+FACTS_ORDER = "vantage_id, protocol, phase, mode, key_share, address"
+FACTS_ROW_GROUP = 65536
+
+
+def facts_cache_dir(lake: Lake) -> str:
+    """Where the facts cache lives: $DOQSCAN_LAKE_CACHE, else .cache/ inside the release,
+    else (a release that is not writable) a temporary directory of this process."""
+    import tempfile
+    root = os.environ.get("DOQSCAN_LAKE_CACHE") or os.path.join(lake.path, ".cache")
+    root = os.path.join(root, "facts")
+    try:
+        os.makedirs(root, exist_ok=True)
+        if os.access(root, os.W_OK):
+            return root
+    except OSError:
+        pass
+    return tempfile.mkdtemp(prefix="doqscan-facts-")
+
+
+def facts_files(lake: Lake, weeks=None, vantages=None) -> list[str]:
+    """The facts cache's files of the selected file sets, built where missing or stale."""
+    root = facts_cache_dir(lake)
+    out = []
+    for fs in lake.manifest.get("file_sets", []):
+        week, vp = fs["iso_week"], fs["vantage_id"]
+        if vp.startswith("_") or (weeks is not None and week not in weeks) or \
+                (vantages is not None and vp not in vantages):
+            continue
+        src = {f["table"]: f for f in fs["files"] if f["table"] in ("measurements", "handshake_analyses")}
+        m = src.get("measurements")
+        if not m or not m.get("rows"):
+            continue
+        stamp = {"version": FACTS_VERSION, **{t: f.get("sha256") or f.get("bytes") for t, f in sorted(src.items())}}
+        path = os.path.join(root, week, vp + ".parquet")
+        meta = path[:-len(".parquet")] + ".json"
+        try:
+            with open(meta) as fh:
+                fresh = json.load(fh) == stamp and os.path.exists(path)
+        except (OSError, ValueError):
+            fresh = False
+        if not fresh:
+            _build_facts(lake, os.path.join(lake.path, m["path"]),
+                         os.path.join(lake.path, src["handshake_analyses"]["path"]) if "handshake_analyses" in src
+                         else None, path)
+            tmp = f"{meta}.{os.getpid()}.tmp"
+            with open(tmp, "w") as fh:
+                json.dump(stamp, fh)
+            os.replace(tmp, meta)
+        out.append(path)
+    return out
+
+
+def _build_facts(lake: Lake, measurements: str, analyses: str | None, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if analyses:
+        h = f"""LEFT JOIN (SELECT measurement_id, cause FROM read_parquet({_lit(analyses)})) h
+                  ON m.protocol = 'doq' AND h.measurement_id = m.measurement_id"""
+        hc = "h.measurement_id IS NOT NULL AS analysed, h.cause"
+    else:
+        h, hc = "", "FALSE AS analysed, CAST(NULL AS VARCHAR) AS cause"
+    tmp = f"{path}.{os.getpid()}.tmp"  # two reports writing the same file set do not mix their bytes
+    lake.db.execute(f"""
+        COPY (SELECT m.iso_week, m.vantage_id, m.campaign_id, m.address, m.protocol, m.port, m.phase,
+                     m.mode, m.key_share, m.resolve_ns, m.handshake_ns, m.rtt_median_ns AS rtt_ns, {hc}
+                FROM read_parquet({_lit(measurements)}) m {h}
+               WHERE m.status = 'ok' AND m.rcode IS NOT NULL
+               ORDER BY {', '.join('m.' + c.strip() for c in FACTS_ORDER.split(','))})
+        TO {_lit(tmp)} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {FACTS_ROW_GROUP})""")
+    os.replace(tmp, path)
+
+
 class LakeFacts:
     """The successful measurements (status ok with an rcode) of a selection, as SQL over
     the release: `ok` (one row per measurement with its paired RTT, the release's
-    measurements.rtt_median_ns) and the DoX set, computed once per selection."""
+    measurements.rtt_median_ns) and the DoX set, computed once per selection. On DuckDB
+    `ok` reads the facts cache (facts_files) and carries each DoQ measurement's handshake
+    cause (`analysed`, `cause`); on Spark it reads the measurements."""
 
     def __init__(self, lake: Lake, weeks=None, vantages=None):
         self.lake, self.weeks, self.vantages = lake, weeks, vantages
-        self.ok = f"""(SELECT vantage_id, campaign_id, measurement_id, address, protocol, port, phase, mode, key_share,
-                              resolve_ns, handshake_ns, rtt_median_ns AS rtt_ns
-                         FROM measurements
-                        WHERE status = 'ok' AND rcode IS NOT NULL AND {_in('iso_week', weeks)}
-                          AND {_in('vantage_id', vantages)})"""
+        self.cached = lake.engine == "duckdb"
+        if self.cached:
+            files = facts_files(lake, weeks, vantages)
+            src = ("read_parquet([" + ", ".join(_lit(f) for f in files) + "])") if files else \
+                "(SELECT * FROM measurements WHERE FALSE)"
+            cols = "analysed, cause" if files else "FALSE AS analysed, CAST(NULL AS VARCHAR) AS cause"
+            self.ok = f"""(SELECT vantage_id, campaign_id, address, protocol, port, phase, mode, key_share,
+                                  resolve_ns, handshake_ns, {'rtt_ns' if files else 'rtt_median_ns AS rtt_ns'}, {cols}
+                             FROM {src} f)"""
+        else:
+            self.ok = f"""(SELECT vantage_id, campaign_id, measurement_id, address, protocol, port, phase, mode, key_share,
+                                  resolve_ns, handshake_ns, rtt_median_ns AS rtt_ns
+                             FROM measurements
+                            WHERE status = 'ok' AND rcode IS NOT NULL AND {_in('iso_week', weeks)}
+                              AND {_in('vantage_id', vantages)})"""
         lake.materialize("dox_set", f"""
             SELECT vantage_id, address FROM (
               SELECT DISTINCT vantage_id, address, protocol FROM {self.ok} ok
@@ -605,6 +718,8 @@ def order_statistics_of(lake: Lake, rel: str, groups: list[str], values: list[st
     factor e of the values), not by the rows; then, in the engine, the values of the
     buckets that hold a wanted rank, numbered within their bucket, of which only the
     wanted ones come back. Returns {value: {group tuple: (n, {rank: value})}}."""
+    if lake.engine == "duckdb":
+        return _order_statistics_local(lake, rel, groups, values, ranks_of)
     if len(values) > 1:
         # one value at a time: stacking them (a cross join with the value's number) made
         # DuckDB's passes slower than separate scans
@@ -655,6 +770,97 @@ def order_statistics_of(lake: Lake, rel: str, groups: list[str], values: list[st
     return out
 
 
+# Group columns whose values the local order statistics split in numpy (one query
+# fetches every value of the other columns' group): few (dox) or many (address) values.
+_SPLIT = ("dox", "address")
+
+
+def _eq(col: str, v) -> str:
+    return f"{col} IS NULL" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{col} = {_lit(v)}"
+
+
+def _order_statistics_local(lake: Lake, rel: str, groups: list[str], values: list[str], ranks_of) -> dict:
+    """order_statistics_of on DuckDB: per group (without the _SPLIT columns) and value, one
+    query fetches the group's non-null values (a few row groups of the facts cache, which
+    is ordered by the groups) and numpy sorts them; memory is one group's values of one
+    metric at a time. The same result as the two-pass search (exact ranks)."""
+    outer = [c for c in groups if c not in _SPLIT]
+    split = [c for c in groups if c in _SPLIT]
+    if outer:
+        keys = [tuple(r) for r in lake.db.execute(f"SELECT DISTINCT {', '.join(outer)} FROM {rel} r").fetchall()]
+    else:
+        keys = [()]
+    out = {v: {} for v in values}
+    sel = "".join(f"{c}, " for c in split)
+    for key in keys:
+        where = " AND ".join([_eq(c, k) for c, k in zip(outer, key)] + ["TRUE"])
+        for v in values:
+            # one metric at a time: memory is one group's values of one metric (all four
+            # at once peaked at 4.9 GB over a synthetic year)
+            x = f"CAST({v} AS DOUBLE)"
+            got = lake.db.sql(f"SELECT {sel}{x} AS x_ FROM {rel} r WHERE {where} AND {x} IS NOT NULL "
+                              f"AND NOT isnan({x})").to_arrow_table()
+            if got.num_rows == 0:
+                continue
+            codes, uniq = _codes(got, split)
+            xs = got.column("x_").to_numpy()
+            del got
+            for u, part in _split_sorted(codes, uniq, xs):
+                n = len(part)
+                if n == 0:
+                    continue
+                full = dict(zip(outer, key)) | dict(zip(split, u))
+                out[v][tuple(full[c] for c in groups)] = (n, {r: float(part[r - 1]) for r in sorted(set(ranks_of(n)))})
+    return out
+
+
+def _codes(tbl, split: list[str]):
+    """(a code per row, the split columns' values of each code) of the Arrow table tbl;
+    (None, [()]) without split columns."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if not split:
+        return None, [()]
+    codes = np.zeros(tbl.num_rows, dtype=np.int64)
+    uniq = [()]
+    for c in split:
+        col = tbl.column(c)
+        if pa.types.is_boolean(col.type) and col.null_count == 0:
+            idx, dic = col.to_numpy(zero_copy_only=False).astype(np.int64), [False, True]
+        else:
+            enc = pc.dictionary_encode(col).combine_chunks()
+            idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            dic = enc.dictionary.to_pylist()
+        codes = codes * len(dic) + idx
+        uniq = [u + (d,) for u in uniq for d in dic]
+    return codes, uniq
+
+
+def _split_sorted(codes, uniq: list, xs: np.ndarray):
+    """(split values, the sorted values xs of that code) for each code present."""
+    if codes is None:
+        yield (), np.sort(xs)
+        return
+    if len(uniq) <= 16:  # few (DoX or not): sort each part
+        for i, u in enumerate(uniq):
+            part = xs[codes == i]
+            if len(part):
+                yield u, np.sort(part)
+        return
+    # many (addresses): sort by value, then stably by code (a radix sort for 16-bit codes)
+    order = np.argsort(xs)
+    c = codes[order]
+    c = c.astype(np.uint16) if len(uniq) <= 1 << 16 else c
+    order = order[np.argsort(c, kind="stable")]
+    xs = xs[order]
+    ends = np.cumsum(np.bincount(codes, minlength=len(uniq)))
+    start = 0
+    for u, end in zip(uniq, ends.tolist()):
+        if end > start:
+            yield u, xs[start:end]
+        start = end
+
+
 def _median_ranks(n: int) -> list[int]:
     pos = 0.5 * (n - 1)
     return [int(math.floor(pos)) + 1, int(math.ceil(pos)) + 1]
@@ -686,13 +892,15 @@ def response_times(lake: Lake, weeks=None, vantages=None, dox_only: bool = False
     gsel = ", ".join(group_by)
     cls = f"LEAST(GREATEST({_rint('ratio')}, 1), {ROUND_TRIP_CLASSES})"
     aggs = ", ".join([f"count({m}) AS {m}_n" for m in METRICS] +
-                     ["CAST(sum(CAST(resolve_ns AS DECIMAL(38, 0))) AS STRING) AS resolve_ns_sum",
-                      "CAST(sum(CAST(handshake_ns AS DECIMAL(38, 0))) AS STRING) AS handshake_ns_sum",
+                     [f"{lake.exact_sum('resolve_ns')} AS resolve_ns_sum",
+                      f"{lake.exact_sum('handshake_ns')} AS handshake_ns_sum",
                       "sum(rtt_ns) AS rtt_ns_sum", "sum(ratio) AS ratio_sum"] +
-                     [f"sum(CASE WHEN ratio IS NOT NULL AND {cls} = {k} THEN 1 ELSE 0 END) AS round_trips_{k}"
+                     [f"sum(CASE WHEN cls_ = {k} THEN 1 ELSE 0 END) AS round_trips_{k}"
                       for k in range(1, ROUND_TRIP_CLASSES + 1)])
+    # the round-trip class once per row, not once per class
+    classed = f"(SELECT r.*, CASE WHEN ratio IS NOT NULL THEN {cls} END AS cls_ FROM {rel} r)"
     base = lake.sql(f"""SELECT {gsel + ', ' if group_by else ''}count(*) AS n, count(DISTINCT address) AS resolvers, {aggs}
-                          FROM {rel} r {'GROUP BY ' + gsel if group_by else ''}""")
+                          FROM {classed} r {'GROUP BY ' + gsel if group_by else ''}""")
     cols = group_by + ["n", "resolvers"] + [f"{m}_{s}" for m in METRICS for s in ("n", "mean", "median", "q")] \
         + [f"round_trips_{k}" for k in range(1, ROUND_TRIP_CLASSES + 1)]
     if base.empty or (not group_by and int(base["n"].iloc[0]) == 0):
@@ -765,11 +973,15 @@ def doq_causes(lake: Lake, weeks=None, vantages=None, facts: LakeFacts | None = 
                    FROM verification_results r JOIN verification_runs vr ON vr.run_id = r.run_id
                    LEFT JOIN scan_replies sr ON sr.scan_id = vr.scan_id AND sr.port = r.port AND sr.address = r.address
                   WHERE r.outcome = 'doq-verified') x WHERE rn = 1"""
+    # the facts cache carries the cause (joined when it was built); else join the analyses
+    a = f"""SELECT vantage_id, phase, mode, key_share, address, cause FROM {f.ok} ok
+             WHERE protocol = 'doq' AND analysed""" if f.cached else f"""
+            SELECT ok.vantage_id, ok.phase, ok.mode, ok.key_share, ok.address, h.cause
+              FROM {f.ok} ok JOIN handshake_analyses h ON h.measurement_id = ok.measurement_id
+             WHERE ok.protocol = 'doq'"""
     df = lake.sql(f"""
         WITH impl AS ({impl}),
-        a AS (SELECT ok.vantage_id, ok.phase, ok.mode, ok.key_share, ok.address, h.cause
-                FROM {f.ok} ok JOIN handshake_analyses h ON h.measurement_id = ok.measurement_id
-               WHERE ok.protocol = 'doq')
+        a AS ({a})
         SELECT a.vantage_id, a.phase, a.mode, a.key_share, i.fp AS implementation, a.cause, count(*) AS handshakes
           FROM a LEFT JOIN impl i ON i.address = a.address
          GROUP BY 1, 2, 3, 4, 5, 6""")

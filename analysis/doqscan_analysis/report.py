@@ -173,7 +173,8 @@ def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
     With `parallel` (the default) every notebook runs at once, each in its own process
     and kernel: adoption's figures (Python, one core) overlap response_times' wait for
     PostgreSQL (benchmarks, the dnsbench runs, is small), and the peak memory is the sum of the kernels (~1.5 GB on the 10 M bench)."""
-    out = report_dir(out_base)
+    # absolute: the notebooks run in notebooks/ and write their figures to output_dir
+    out = report_dir(os.path.abspath(out_base))
     os.environ["PYTHONPATH"] = ANALYSIS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     release = bool(db) and os.path.isdir(db)

@@ -197,3 +197,40 @@ def test_synthetic_year_keeps_identity_tables(id_release, tmp_path):
     rows = {t: sum(x["rows"] for s in m["file_sets"] for x in s["files"] if x["table"] == t) for t in IDENTITY_TABLES}
     assert all(rows.values()), rows
     assert {t: totals.get(t) for t in IDENTITY_TABLES} == {t: 2 * n for t, n in rows.items()}
+
+
+def test_facts_cache_built_once_and_rebuilt_when_stale(release, tmp_path, monkeypatch):
+    """The facts cache holds every successful measurement of each file set, is written
+    once, and is written again when its source files change (their SHA-256 in the
+    manifest, recorded in the stamp beside it)."""
+    monkeypatch.setenv("DOQSCAN_LAKE_CACHE", str(tmp_path))
+    c = load.connect(release)
+    try:
+        files = lake.facts_files(c)
+        assert files and all(f.startswith(str(tmp_path)) for f in files)
+        lst = "[" + ", ".join(f"'{f}'" for f in files) + "]"
+        got = c.sql(f"SELECT count(*) AS n FROM read_parquet({lst})")["n"].iloc[0]
+        want = c.sql("SELECT count(*) AS n FROM measurements WHERE status = 'ok' AND rcode IS NOT NULL")["n"].iloc[0]
+        assert got == want
+        before = {f: os.stat(f).st_mtime_ns for f in files}
+        assert lake.facts_files(c) == files
+        assert {f: os.stat(f).st_mtime_ns for f in files} == before
+        stamp = files[0][:-len(".parquet")] + ".json"
+        with open(stamp, "w") as fh:
+            fh.write('{"version": 1, "measurements": "an older file"}')
+        lake.facts_files(c)
+        assert os.stat(files[0]).st_mtime_ns != before[files[0]]
+        assert [os.stat(f).st_mtime_ns for f in files[1:]] == [before[f] for f in files[1:]]
+    finally:
+        c.close()
+
+
+def test_duckdb_spills_outside_working_directory(release):
+    """DuckDB's spill files go to a directory of the Lake (removed on close), not .tmp/
+    in the working directory (the notebooks run in notebooks/ of the source tree)."""
+    c = load.connect(release)
+    spill = c.sql("SELECT current_setting('temp_directory') AS d")["d"].iloc[0]
+    assert os.path.isabs(spill) and not spill.startswith(os.getcwd() + os.sep)
+    assert os.path.isdir(spill)
+    c.close()
+    assert not os.path.exists(spill)

@@ -185,3 +185,14 @@ def test_tables_published(executed):
         mode = os.stat(os.path.join(folder, f)).st_mode & 0o777
         assert mode == 0o666 & ~umask, f"{f}: mode {mode:o}"
         assert f"href='figures/{f}'" in index, f
+
+
+def test_relative_out_is_made_absolute(synth_db, tmp_path, monkeypatch):
+    """A relative --out names a folder under the caller's working directory: the
+    notebooks (run in notebooks/) get it as an absolute output_dir."""
+    monkeypatch.chdir(tmp_path)
+    s = report.run(synth_db, "rel-reports", notebooks=["benchmarks"], parallel=False)
+    assert os.path.isabs(s["folder"]) and s["folder"].startswith(str(tmp_path))
+    nb = nbformat.read(os.path.join(s["folder"], "benchmarks.ipynb"), as_version=4)
+    params = next(c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", []))
+    assert f"output_dir = {s['folder']!r}" in params.source or f'output_dir = "{s["folder"]}"' in params.source
