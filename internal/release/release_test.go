@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
@@ -135,9 +136,22 @@ func files(t *testing.T, dir string) map[string][]byte {
 	return out
 }
 
-// column reads one string column of a Parquet file (with pqarrow: an independent
-// reader of what the writer wrote).
+// column reads one string column of a Parquet file.
 func column(t *testing.T, path, name string) []string {
+	t.Helper()
+	var out []string
+	for _, ch := range columnChunks(t, path, name) {
+		sa := ch.(*array.String)
+		for i := 0; i < sa.Len(); i++ {
+			out = append(out, sa.Value(i))
+		}
+	}
+	return out
+}
+
+// columnChunks reads one column of a Parquet file with pqarrow (an independent reader of
+// what the writer wrote); the chunks stay valid after the table is released.
+func columnChunks(t *testing.T, path, name string) []arrow.Array {
 	t.Helper()
 	rdr, err := file.OpenParquetFile(path, false)
 	if err != nil {
@@ -157,14 +171,11 @@ func column(t *testing.T, path, name string) []string {
 	if len(idx) != 1 {
 		t.Fatalf("%s: no column %s", path, name)
 	}
-	var out []string
-	for _, ch := range tbl.Column(idx[0]).Data().Chunks() {
-		sa := ch.(*array.String)
-		for i := 0; i < sa.Len(); i++ {
-			out = append(out, sa.Value(i))
-		}
+	chunks := tbl.Column(idx[0]).Data().Chunks()
+	for _, ch := range chunks {
+		ch.Retain()
 	}
-	return out
+	return chunks
 }
 
 // TestExportIsIdempotentAndItsManifestTrue: two exports of the same rows into two
@@ -274,26 +285,8 @@ var addressTables = []string{"scan_replies", "verification_results", "resolvers"
 // listColumn reads one list-of-strings column of a Parquet file, one slice per row.
 func listColumn(t *testing.T, path, name string) [][]string {
 	t.Helper()
-	rdr, err := file.OpenParquetFile(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdr.Close()
-	fr, err := pqarrow.NewFileReader(rdr, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := fr.ReadTable(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Release()
-	idx := tbl.Schema().FieldIndices(name)
-	if len(idx) != 1 {
-		t.Fatalf("%s: no column %s", path, name)
-	}
 	var out [][]string
-	for _, ch := range tbl.Column(idx[0]).Data().Chunks() {
+	for _, ch := range columnChunks(t, path, name) {
 		la := ch.(*array.List)
 		vals := la.ListValues().(*array.String)
 		for i := 0; i < la.Len(); i++ {
