@@ -14,13 +14,17 @@ import (
 // rejected is sent again in 1-RTT on the same connection (RFC 9001 §4.6.2: 0-RTT data the
 // server rejected is lost), its start kept at its first send, and the result says the
 // session was resumed without 0-RTT. DoQ queries and DoH3 GETs leave as early data,
-// before the handshake completes; DoH3 POSTs wait for it.
+// before the handshake completes; DoH3 POSTs wait for it. The server holds its flight
+// of the 0-RTT exchange until our query has reached it (at most earlyDataWait): which
+// comes first, the query or the handshake's end, is decided by the client's code, not by
+// how soon it is scheduled (a rejected early query leaves earlyDataWait before the
+// handshake can end).
 func TestZeroRTTRejected(t *testing.T) {
 	for _, reject := range []bool{false, true} {
 		// An emulated RTT of 30 ms sets the early sends (within a few ms of the dial)
 		// well apart from the handshake's end.
 		s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.2", Allow0RTT: true, Reject0RTT: reject,
-			QUICDelay: 30 * time.Millisecond})
+			QUICDelay: 30 * time.Millisecond, EarlyDataWait: earlyDataWait})
 		for _, c := range []struct {
 			p       measure.Protocol
 			variant string
@@ -43,7 +47,9 @@ func TestZeroRTTRejected(t *testing.T) {
 				}
 				req := target(s, c.p)
 				req.Mode, req.Peer, req.Variant = measure.Mode0RTT, peer, c.variant
+				s.WaitForEarlyData(true)
 				res := m.Measure(context.Background(), req)
+				s.WaitForEarlyData(false)
 				if res.Status != measure.StatusOK {
 					t.Fatalf("status %s: %v", res.Status, res.Err)
 				}
@@ -77,6 +83,10 @@ func TestZeroRTTRejected(t *testing.T) {
 		}
 	}
 }
+
+// earlyDataWait bounds how long the server waits for a query that cannot come before the
+// handshake ends (a POST, a rejected early query): those subtests take this much longer.
+const earlyDataWait = 500 * time.Millisecond
 
 func deref(b *bool) any {
 	if b == nil {

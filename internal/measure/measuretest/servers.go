@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,6 +113,13 @@ type Config struct {
 	// QUICDelay delays every datagram the QUIC servers send: an emulated RTT on
 	// loopback (the testbed's delay line does this for every protocol).
 	QUICDelay time.Duration
+	// EarlyDataWait, while Servers.WaitForEarlyData is on, holds the QUIC servers'
+	// datagrams to a client address until a query from that address has reached a DoQ
+	// or DoH3 handler, at most this long: a query sent as early data (and accepted) is
+	// sent before the handshake can complete, however late the client is scheduled; a
+	// client that waits for the handshake, or whose early data is rejected, sees the
+	// handshake complete after the wait.
+	EarlyDataWait time.Duration
 	// IdleTimeout is the QUIC servers' max_idle_timeout (default 10 s): shorter than the
 	// client's timeout, a silent connection idles out before the client's deadline.
 	IdleTimeout time.Duration
@@ -144,7 +152,42 @@ type Servers struct {
 	held                          int           // queries waiting in the current Hold group
 	release                       chan struct{} // closed when the current group is complete
 	ctx                           context.Context
+	waitEarly                     atomic.Bool              // Config.EarlyDataWait is in force
+	queried                       map[string]chan struct{} // per client address, closed at its first query
 }
+
+// queryChan is the channel closed when a query from the client at addr (ip:port) has
+// reached a handler.
+func (s *Servers) queryChan(addr string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.queried == nil {
+		s.queried = map[string]chan struct{}{}
+	}
+	ch, ok := s.queried[addr]
+	if !ok {
+		ch = make(chan struct{})
+		s.queried[addr] = ch
+	}
+	return ch
+}
+
+// queryFrom notes a query from the client at addr (EarlyDataWait).
+func (s *Servers) queryFrom(addr string) {
+	ch := s.queryChan(addr)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+// WaitForEarlyData switches Config.EarlyDataWait on or off (off at the start: a
+// handshake without early data, such as the one that gets the session ticket, is not
+// held).
+func (s *Servers) WaitForEarlyData(on bool) { s.waitEarly.Store(on) }
 
 // Queries returns how many queries the servers saw.
 func (s *Servers) Queries() int { s.mu.Lock(); defer s.mu.Unlock(); return s.queries }
@@ -460,6 +503,7 @@ func (s *Servers) dohHandler(ctx context.Context, cfg Config) http.Handler {
 			http.Error(w, "bad request", http.StatusBadRequest)
 			return
 		}
+		s.queryFrom(r.RemoteAddr)
 		switch cfg.Behavior {
 		case Stall:
 			s.count()
@@ -553,12 +597,18 @@ type shapedConn struct {
 	split time.Duration
 	sent  map[string]int // datagrams sent to each address (split)
 	queue chan delayed
+	// earlyWait, while *waitOn: how long a datagram waits for a query from its address
+	// (queried: the channel closed when one arrived).
+	earlyWait time.Duration
+	waitOn    *atomic.Bool
+	queried   func(addr string) chan struct{}
 }
 
 type delayed struct {
-	due  time.Time
-	b    []byte
-	addr net.Addr
+	due   time.Time
+	b     []byte
+	addr  net.Addr
+	early <-chan struct{} // nil, or closed when a query from addr has arrived
 }
 
 func (c *shapedConn) WriteTo(b []byte, addr net.Addr) (int, error) {
@@ -570,6 +620,10 @@ func (c *shapedConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 		return len(b), nil
 	}
 	due := time.Now().Add(c.delay)
+	var early <-chan struct{}
+	if c.earlyWait > 0 && c.waitOn.Load() {
+		early = c.queried(addr.String())
+	}
 	if c.split > 0 {
 		// The address's second datagram waits; what follows it to the address goes
 		// through the queue too, which is sent in order, so it stays behind.
@@ -584,10 +638,10 @@ func (c *shapedConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 		case n < 2 && c.delay <= 0:
 			return c.PacketConn.WriteTo(b, addr)
 		}
-	} else if c.delay <= 0 {
+	} else if c.delay <= 0 && early == nil {
 		return c.PacketConn.WriteTo(b, addr)
 	}
-	c.queue <- delayed{due: due, b: append([]byte(nil), b...), addr: addr}
+	c.queue <- delayed{due: due, b: append([]byte(nil), b...), addr: addr, early: early}
 	return len(b), nil
 }
 
@@ -597,6 +651,17 @@ func (c *shapedConn) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case d := <-c.queue:
+			if d.early != nil {
+				t := time.NewTimer(c.earlyWait)
+				select {
+				case <-d.early:
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return
+				}
+				t.Stop()
+			}
 			if w := time.Until(d.due); w > 0 {
 				t := time.NewTimer(w)
 				select {
@@ -621,9 +686,10 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 		tb.Fatal(err)
 	}
 	var pc net.PacketConn = udp
-	if len(cfg.DropDatagrams) > 0 || cfg.QUICDelay > 0 || cfg.SplitFlight > 0 {
+	if len(cfg.DropDatagrams) > 0 || cfg.QUICDelay > 0 || cfg.SplitFlight > 0 || cfg.EarlyDataWait > 0 {
 		sc := &shapedConn{PacketConn: udp, drop: map[int]bool{}, delay: cfg.QUICDelay, split: cfg.SplitFlight,
-			sent: map[string]int{}, queue: make(chan delayed, 4096)}
+			sent: map[string]int{}, queue: make(chan delayed, 4096),
+			earlyWait: cfg.EarlyDataWait, waitOn: &s.waitEarly, queried: s.queryChan}
 		for _, i := range cfg.DropDatagrams {
 			sc.drop[i] = true
 		}
@@ -720,6 +786,7 @@ func (s *Servers) serveDoQ(ctx context.Context, cfg Config, conn *quic.Conn) {
 				str.CancelWrite(0x2)
 				return
 			}
+			s.queryFrom(conn.RemoteAddr().String())
 			sleepCtx(ctx, cfg.Delay)
 			a := s.answer(cfg, raw[2:])
 			if a == nil {
