@@ -175,7 +175,6 @@ def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
     PostgreSQL (benchmarks, the dnsbench runs, is small), and the peak memory is the sum of the kernels (~1.5 GB on the 10 M bench)."""
     # absolute: the notebooks run in notebooks/ and write their figures to output_dir
     out = report_dir(os.path.abspath(out_base))
-    os.environ["PYTHONPATH"] = ANALYSIS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     release = bool(db) and os.path.isdir(db)
     summary = {"folder": out, "database": _redact(db), "source": "release" if release else "postgresql",
