@@ -158,9 +158,13 @@ def weeks(conn, vantages=None) -> list[str]:
 
 @_on_lake
 def vantage_points(conn) -> pd.DataFrame:
-    """vantage_id, description, country, latitude, longitude of every vantage point."""
-    return _frame(conn, """SELECT vantage_id, description, country, latitude, longitude
-                             FROM vantage_points ORDER BY vantage_id""")
+    """vantage_id, description, country, latitude, longitude, location (free text, ''
+    when the database predates it) of every vantage point."""
+    df = _frame(conn, "SELECT * FROM vantage_points ORDER BY vantage_id")
+    return df.reindex(columns=VANTAGE_COLUMNS).assign(location=lambda d: d["location"].fillna(""))
+
+
+VANTAGE_COLUMNS = ["vantage_id", "description", "country", "latitude", "longitude", "location"]
 
 
 def _has(conn, table: str) -> bool:
