@@ -71,6 +71,17 @@ def publish(fig, outdir: str | None, name: str) -> None:
     plt.close(fig)
 
 
+def show(df: pd.DataFrame, why: str, fmt=None) -> None:
+    """Display a table in the notebook, or, when it has no row, "no data: <why>" (an
+    empty frame prints as "Empty DataFrame", which says neither that nor why). `fmt`:
+    a Styler format (e.g. "{:.1%}", or a dict per column)."""
+    from IPython.display import Markdown, display
+    if df is None or len(df) == 0:
+        display(Markdown(f"no data: {why}"))
+        return
+    display(df.style.format(fmt) if fmt is not None else df)
+
+
 def _ms_formatter():
     return FuncFormatter(lambda v, _: f"{v:g}")
 

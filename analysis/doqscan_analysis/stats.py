@@ -114,8 +114,11 @@ def dox_set(answers: pd.DataFrame, protocols=names.DOX_PROTOCOLS) -> set:
 def churn(members: pd.DataFrame) -> pd.DataFrame:
     """Week-over-week churn from load.membership_by_week: new (not in the previous week),
     gone (in the previous week, not in this one), retention from the previous week and
-    from the first week (share of the first week's resolvers still there)."""
+    from the first week (share of the first week's resolvers still there). No weeks: an
+    empty frame with those columns."""
     df = members.sort_values("week_index").reset_index(drop=True).copy()
+    if df.empty:
+        return df.reindex(columns=list(df.columns) + ["new", "gone", "retention_previous", "retention_first"])
     prev_total = df["total"].shift(1)
     first_total = df["total"].iloc[0] if len(df) else np.nan
     df["new"] = df["total"] - df["kept_from_previous"]
