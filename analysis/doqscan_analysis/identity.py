@@ -263,12 +263,13 @@ def amplification_figure(cells: pd.DataFrame):
     for j, ks in enumerate(shares):
         c = cells[cells["key_share"] == ks]
         for k, (size, g) in enumerate(c.groupby("initial_size")):
+            n = int(g["handshakes"].sum())
             g = g.set_index("chain").reindex([lab for lab in CHAIN_LABELS if lab in set(c["chain"])])
             x = np.arange(len(g))
             # Sizes often coincide (a quic-go server sends whole datagrams: 1,350 and
             # 1,452 get the same): distinct dashes and markers keep every line visible.
             style = dict(linestyle=("-", "--", ":")[k % 3], marker="os^"[k % 3], markersize=8 - 2 * (k % 3),
-                         label=f"Initial {size} B")
+                         label=f"Initial {size} B ({plots.fmt_n(n)} handshakes)")
             axes[0][j].plot(x, g["stall_share"], **style)
             axes[1][j].plot(x, g["extra_rtts"], **style)
             for ax in (axes[0][j], axes[1][j]):
@@ -280,7 +281,9 @@ def amplification_figure(cells: pd.DataFrame):
         axes[1][j].set_xlabel("certificate chain sent (DER bytes)")
         if c.empty:
             plots._empty(axes[0][j], "no amplification handshakes")
-    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    for ax in axes[0]:  # each panel's own lines and their n
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", frameon=True, framealpha=0.9, fontsize=8)
     fig.suptitle("The anti-amplification limit: stalls by chain size and client configuration")
     fig.tight_layout()
     return fig

@@ -265,7 +265,9 @@ def weeks(lake: Lake, vantages=None) -> list[str]:
 
 
 def vantage_points(lake: Lake) -> pd.DataFrame:
-    return lake.sql("SELECT vantage_id, description, country, latitude, longitude FROM vantage_points ORDER BY vantage_id")
+    from .load import VANTAGE_COLUMNS
+    df = lake.sql("SELECT * FROM vantage_points ORDER BY vantage_id")
+    return df.reindex(columns=VANTAGE_COLUMNS).assign(location=lambda d: d["location"].fillna(""))
 
 
 def datasets(lake: Lake) -> pd.DataFrame:

@@ -14,11 +14,9 @@ Filters common to all functions:
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import os
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -160,9 +158,13 @@ def weeks(conn, vantages=None) -> list[str]:
 
 @_on_lake
 def vantage_points(conn) -> pd.DataFrame:
-    """vantage_id, description, country, latitude, longitude of every vantage point."""
-    return _frame(conn, """SELECT vantage_id, description, country, latitude, longitude
-                             FROM vantage_points ORDER BY vantage_id""")
+    """vantage_id, description, country, latitude, longitude, location (free text, ''
+    when the database predates it) of every vantage point."""
+    df = _frame(conn, "SELECT * FROM vantage_points ORDER BY vantage_id")
+    return df.reindex(columns=VANTAGE_COLUMNS).assign(location=lambda d: d["location"].fillna(""))
+
+
+VANTAGE_COLUMNS = ["vantage_id", "description", "country", "latitude", "longitude", "location"]
 
 
 def _has(conn, table: str) -> bool:
@@ -1485,45 +1487,21 @@ def per_resolver_medians(conn, weeks=None, vantages=None, phase: str = "measured
     return df
 
 
-# The reader of the testbed population file (grammar: docs/population.md): the Go parse,
-# through `bin/simserver check --json`.
-_POPULATION_READER = Path(__file__).resolve().parents[2] / "testbed" / "tests" / "population.py"
-
 PEER_COLUMNS = ["address", "peer", "class"]
-
-
-def _population_reader():
-    """testbed/tests/population.py as a module (loaded once), None when it is not there."""
-    name = "doqscan_testbed_population"
-    if name in sys.modules:
-        return sys.modules[name]
-    if not _POPULATION_READER.exists():
-        return None
-    spec = importlib.util.spec_from_file_location(name, _POPULATION_READER)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # its dataclasses look their module up while being defined
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return mod
 
 
 def testbed_peers(path: str | os.PathLike | None = None) -> pd.DataFrame:
     """The third-party DoQ servers of the simulated internet: every population record
     with `peer=` (coredns, hickory, aioquic, ngtcp2, dnsproxy), from `path`, else
-    $DOQSCAN_POPULATION, else <repo>/testbed/population.txt (read with
-    testbed/tests/population.py). Columns address (a record's first address), peer,
-    class; address order, IPv4 first. Empty when the file, the reader or
-    bin/simserver (which parses the file) is not there (an installation without the testbed)."""
-    reader = _population_reader()
-    if reader is None:
+    $DOQSCAN_POPULATION, else <repo>/testbed/population.txt (read with the module
+    population). Columns address (a record's first address), peer, class; address
+    order, IPv4 first. Empty when the file or bin/simserver (which parses the file) is
+    not there (an installation without the testbed)."""
+    from . import population
+    file = path or os.environ.get("DOQSCAN_POPULATION") or population.REPO / "testbed" / "population.txt"
+    if not os.path.exists(file) or not population.SIMSERVER.exists():
         return pd.DataFrame(columns=PEER_COLUMNS)
-    file = path or os.environ.get("DOQSCAN_POPULATION") or reader.REPO / "testbed" / "population.txt"
-    if not os.path.exists(file) or not reader.SIMSERVER.exists():
-        return pd.DataFrame(columns=PEER_COLUMNS)
-    pop = reader.load(file)
+    pop = population.load(file)
     rows = [(h.first, h.peer, h.cls) for h in pop.hosts + pop.hosts6 if h.peer]
     return pd.DataFrame(rows, columns=PEER_COLUMNS)
 

@@ -4,6 +4,7 @@ units, legends, log axes where latency spans orders of magnitude)."""
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 
 import matplotlib.pyplot as plt
@@ -70,6 +71,17 @@ def publish(fig, outdir: str | None, name: str) -> None:
     plt.close(fig)
 
 
+def show(df: pd.DataFrame, why: str, fmt=None) -> None:
+    """Display a table in the notebook, or, when it has no row, "no data: <why>" (an
+    empty frame prints as "Empty DataFrame", which says neither that nor why). `fmt`:
+    a Styler format (e.g. "{:.1%}", or a dict per column)."""
+    from IPython.display import Markdown, display
+    if df is None or len(df) == 0:
+        display(Markdown(f"no data: {why}"))
+        return
+    display(df.style.format(fmt) if fmt is not None else df)
+
+
 def _ms_formatter():
     return FuncFormatter(lambda v, _: f"{v:g}")
 
@@ -77,6 +89,18 @@ def _ms_formatter():
 def _empty(ax, what: str):
     ax.text(0.5, 0.5, f"no data: {what}", ha="center", va="center", transform=ax.transAxes,
             color="#777777")
+
+
+def caption(fig, text: str):
+    """The figure's population under it (what was counted, n per series): part of the
+    saved PNG and SVG, so the figure says what it shows when read on its own."""
+    fig.text(0.01, 0.0, text, ha="left", va="top", fontsize=8.5, color="#333333", wrap=True)
+    return fig
+
+
+def fmt_n(n) -> str:
+    """A count as the figures print it: n=1,234."""
+    return f"n={int(n):,}"
 
 
 def stacked_weeks(pivot: pd.DataFrame, title: str, ylabel: str, ax=None, legend_title: str = "",
@@ -95,6 +119,10 @@ def stacked_weeks(pivot: pd.DataFrame, title: str, ylabel: str, ax=None, legend_
         vals = pivot[col].to_numpy(float)
         ax.bar(x, vals, bottom=bottom, label=str(col), color=colors[i % len(colors)], width=0.8)
         bottom += vals
+    # each week's total over its bar: the population of that bar
+    for xi, tot in zip(x, bottom):
+        ax.text(xi, tot, fmt_n(tot), ha="center", va="bottom", fontsize=7, rotation=90 if len(pivot) > 12 else 0)
+    ax.set_ylim(0, max(float(bottom.max()), 1.0) * 1.12)
     ax.set_xticks(x, pivot.index, rotation=60 if len(pivot) > 6 else 0, ha="right" if len(pivot) > 6 else "center")
     ax.set_xlabel("ISO week")
     ax.set_ylabel(ylabel)
@@ -105,54 +133,82 @@ def stacked_weeks(pivot: pd.DataFrame, title: str, ylabel: str, ax=None, legend_
 
 
 def port_share_lines(shares: pd.DataFrame, ax=None):
-    """Share of DoQ-verified resolvers offering DoQ on each port, per week."""
+    """Share of DoQ-verified resolvers offering DoQ on each port, per week (load.port_shares:
+    iso_week, port, resolvers, total, share): a line per port; one week alone as a bar
+    per port (a line of one point is a dot). The x labels give each week's n (total)."""
     if ax is None:
         fig, ax = plt.subplots(figsize=(9, 4.5))
     fig = ax.figure
     if shares.empty:
-        _empty(ax, "port shares")
+        _empty(ax, "no DoQ-verified resolver with a recorded port")
+        ax.set_title("DoQ ports offered by verified resolvers")
         return fig
     p = shares.pivot_table(index="iso_week", columns="port", values="share", fill_value=0)
-    x = np.arange(len(p))
-    for port in p.columns:
-        ax.plot(x, p[port].to_numpy(), marker="o", label=f"UDP/{port}")
-    ax.set_xticks(x, p.index, rotation=60 if len(p) > 6 else 0, ha="right" if len(p) > 6 else "center")
+    totals = shares.groupby("iso_week")["total"].max().reindex(p.index)
+    labels = [f"{w}\n{fmt_n(t)}" for w, t in zip(p.index, totals)]
+    if len(p) == 1:
+        x = np.arange(len(p.columns))
+        vals = p.iloc[0].to_numpy(float)
+        ax.bar(x, vals, color="#4c72b0", width=0.6)
+        for xi, v, port in zip(x, vals, p.columns):
+            n = int(shares[(shares["port"] == port)]["resolvers"].sum())
+            ax.text(xi, v, f"{v:.1%} ({n:,})", ha="center", va="bottom", fontsize=9)
+        ax.set_xticks(x, [f"UDP/{port}" for port in p.columns])
+        ax.set_xlabel(f"port (one week: {labels[0].replace(chr(10), ', ')} DoQ-verified resolvers)")
+        ax.grid(axis="x", visible=False)
+    else:
+        x = np.arange(len(p))
+        for port in p.columns:
+            ax.plot(x, p[port].to_numpy(), marker="o", label=f"UDP/{port}")
+        ax.set_xticks(x, labels, rotation=60 if len(p) > 6 else 0, ha="right" if len(p) > 6 else "center")
+        ax.set_xlabel("ISO week (n: DoQ-verified resolvers with a recorded port)")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_ylim(0, 1.05)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_xlabel("ISO week")
     ax.set_ylabel("share of DoQ-verified resolvers")
     ax.set_title("DoQ ports offered by verified resolvers")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
 
 
 def retention_lines(churn_by_kind: dict[str, pd.DataFrame], ax=None):
-    """Share of the first week's resolvers still in the set, per week, per kind."""
+    """Share of the first week's resolvers still in the set, per week, per kind
+    (stats.churn); the legend gives each kind's n (its first week's resolvers). Retention
+    needs a second week: with one week or none the panel says so."""
     if ax is None:
         fig, ax = plt.subplots(figsize=(9, 4.5))
     fig = ax.figure
-    for kind, c in churn_by_kind.items():
-        if len(c):
-            ax.plot(c["iso_week"], c["retention_first"], marker="o", label=kind)
+    drawn = [k for k, c in churn_by_kind.items() if len(c) > 1]
+    for kind in drawn:
+        c = churn_by_kind[kind]
+        ax.plot(c["iso_week"], c["retention_first"], marker="o",
+                label=f"{kind} ({fmt_n(c['total'].iloc[0])} in {c['iso_week'].iloc[0]})")
+    if not drawn:
+        weeks = sorted({w for c in churn_by_kind.values() for w in c.get("iso_week", [])})
+        _empty(ax, "retention needs two weeks or more; " +
+               (f"the data has one ({weeks[0]})" if len(weeks) == 1 else "the data has none"))
     ax.set_ylim(0, 1.05)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlabel("ISO week")
     ax.set_ylabel("share of first week's resolvers still present")
-    ax.set_title("Retention since the first week, " + " vs ".join(k for k, c in churn_by_kind.items() if len(c)))
+    ax.set_title("Retention since the first week" + (", " + " vs ".join(drawn) if drawn else ""))
     weeks = max((len(c) for c in churn_by_kind.values()), default=0)
     if weeks > 6:  # slanted labels only when they would overlap (as in the other weekly figures)
         ax.tick_params(axis="x", rotation=60)
         for t in ax.get_xticklabels():
             t.set_ha("right")
-    ax.legend(frameon=False)
+    if drawn:
+        ax.legend(frameon=False)
     return fig
 
 
 def barh_counts(df: pd.DataFrame, label: str, value: str = "resolvers", title: str = "", top: int = 15, ax=None,
                 total: int | None = None, xlabel: str | None = None):
     """Horizontal bars of the `top` largest rows, with the count and its share of
-    `total` (default: the sum of `value`) printed."""
+    `total` (default: the sum of `value`) printed; the title says how many rows are shown
+    ('top 15 of 40', or 'all 7')."""
     d = df.head(top).iloc[::-1]
+    if title and len(df):
+        title += f" (top {len(d)} of {len(df)})" if len(df) > len(d) else f" (all {len(d)})"
     if ax is None:
         fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(d), 3) + 1.2))
     fig = ax.figure
@@ -184,12 +240,24 @@ def _cdf_lines(ax, rt: pd.DataFrame, metric: str, scale: float, style_col: str |
         label = names.PROTOCOL_LABELS.get(r.protocol, r.protocol)
         if label_extra:
             label += label_extra(r)
-        n = int(getattr(r, f"{metric}_n"))
         # dashed lines on top of solid ones, so identical distributions stay visible
         ax.step(x, y, where="post", color=names.PROTOCOL_COLORS.get(r.protocol, "black"), linestyle=style,
-                label=f"{label} (n={n:,})", linewidth=1.6, zorder=2 if style == "-" else 3)
+                label=f"{label} ({series_n(r, metric)})", linewidth=1.6, zorder=2 if style == "-" else 3)
         drawn += 1
     return drawn
+
+
+def series_n(r, metric: str) -> str:
+    """The population of one ECDF line: its measurements and, where known, the resolvers
+    they come from (a row of load.response_times)."""
+    n = fmt_n(getattr(r, f"{metric}_n"))
+    res = getattr(r, "resolvers", None)
+    return n if res is None or pd.isna(res) else f"{n} of {int(res):,} resolvers"
+
+
+FIG3_CAPTION = ("n: measurements of each line, and the resolvers they come from. The resolvers are the same set "
+                "for every protocol ({subset}); the measurements differ: one per port a resolver answers on "
+                "(DoQ on 784, 853 and 8853) and hour, and only those with an answered RTT (except DoUDP).")
 
 
 def _log_ms_axis(ax, label: str):
@@ -232,7 +300,7 @@ def fig3a(rt: pd.DataFrame, subset: str = "DoX"):
     cdf_figure(rt[rt["protocol"] != "doudp"] if subset else rt, "rtt_ns",
                f"RTT (same transport and port), {subset} resolvers", "RTT [ms] (log scale)", ax=b)
     fig.tight_layout()
-    return fig
+    return caption(fig, FIG3_CAPTION.format(subset=subset))
 
 
 def fig3b(measured: pd.DataFrame, warmup: pd.DataFrame | None = None, subset: str = "DoX"):
@@ -251,7 +319,7 @@ def fig3b(measured: pd.DataFrame, warmup: pd.DataFrame | None = None, subset: st
             ax.legend(loc="lower right", frameon=True, framealpha=0.9)
     b.set_xlim(0, 6)
     fig.tight_layout()
-    return fig
+    return caption(fig, FIG3_CAPTION.format(subset=subset))
 
 
 def _cdf_warmup(ax, w: pd.DataFrame, metric: str):
@@ -262,7 +330,7 @@ def _cdf_warmup(ax, w: pd.DataFrame, metric: str):
             continue
         x, y = stats.ecdf_points(q / scale)
         ax.step(x, y, where="post", color=names.PROTOCOL_COLORS["doq"], linestyle="--", linewidth=1.6,
-                label=f"DoQ warm-up (n={int(getattr(r, f'{metric}_n')):,})")
+                label=f"DoQ warm-up ({series_n(r, metric)})")
 
 
 def modes_figure(rt: pd.DataFrame, metric: str = "handshake_ns", title: str = ""):
@@ -284,7 +352,7 @@ def modes_figure(rt: pd.DataFrame, metric: str = "handshake_ns", title: str = ""
             style = MODE_STYLES.get(r.mode, "-")
             ax.step(x, y, where="post", color=MODE_COLORS.get(r.mode, "black"), linestyle=style,
                     linewidth=1.6 if style == "-" else 2.0, zorder=2 if style == "-" else 3,
-                    label=f"{r.mode} (n={int(getattr(r, f'{metric}_n')):,})")
+                    label=f"{r.mode} ({series_n(r, metric)})")
         if metric == "ratio":
             ax.set_xlabel("handshake time / RTT")
         else:
@@ -333,7 +401,7 @@ VANTAGE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c
 VANTAGE_STYLES = ["-", "--", ":", "-."]
 
 
-def _grouped_bars(ax, table: pd.DataFrame, col: str, vps: list, title: str):
+def _grouped_bars(ax, table: pd.DataFrame, col: str, vps: list, title: str, n_col: str = "common_resolvers"):
     order = {p: i for i, p in enumerate(names.PROTOCOLS)}
     d = table[table[col].notna()]
     protos = sorted(d["protocol"].unique(), key=lambda p: order.get(p, 99))
@@ -352,7 +420,9 @@ def _grouped_bars(ax, table: pd.DataFrame, col: str, vps: list, title: str):
         for px, v in zip(pos, vals):
             if not np.isnan(v):
                 ax.text(px, v + 0.01 * top, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(x, [names.PROTOCOL_LABELS.get(p, p) for p in protos])
+    # each protocol's bars are medians over its own resolvers: n under its name
+    ns = d.groupby("protocol")[n_col].max()
+    ax.set_xticks(x, [f"{names.PROTOCOL_LABELS.get(p, p)}\n{fmt_n(ns[p])}" for p in protos])
     # headroom above the bars for the value labels and the legend
     ax.set_ylim(0, top * 1.35 if top > 0 else 1)
     ax.set_ylabel("median over resolvers [ms]")
@@ -368,10 +438,9 @@ def vantage_figure(per: pd.DataFrame, table: pd.DataFrame, subset: str = "measur
     vantage point, one line per protocol and other vantage point (right)."""
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(17, 5), gridspec_kw={"width_ratios": [1, 1, 1.2]})
     vps = sorted(table["vantage_id"].unique()) if len(table) else []
-    n = int(table["common_resolvers"].max()) if len(table) else 0
     _grouped_bars(a, table, "resolve_median_ms", vps, "Resolve time")
     _grouped_bars(b, table[table["protocol"] != "doudp"], "rtt_median_ms", vps,
-                  "RTT (same transport and port)")
+                  "RTT (same transport and port)", n_col="rtt_resolvers")
     ref = table["reference"].iloc[0] if len(table) else None
     drawn = 0
     if ref is not None and len(vps) > 1:
@@ -402,9 +471,11 @@ def vantage_figure(per: pd.DataFrame, table: pd.DataFrame, subset: str = "measur
     c.set_xlabel(f"resolve time {other} minus {ref} [ms] (same resolver)")
     c.set_ylabel("CDF (share of resolvers)")
     c.set_title(f"Per-resolver difference to {ref}")
-    fig.suptitle(f"Vantage points compared on the same {n:,} resolvers ({subset})")
+    fig.suptitle(f"Vantage points compared on the same resolvers, per protocol ({subset})")
     fig.tight_layout()
-    return fig
+    return caption(fig, "n under each protocol: the resolvers that answered it from every vantage point "
+                        "(for the RTT: of those, the ones with an answered RTT from each); a protocol's bars are "
+                        "medians over its own resolvers, so n differs between protocols.")
 
 
 def _umask() -> int:
@@ -413,11 +484,81 @@ def _umask() -> int:
     return m
 
 
+# The CSV table(s) each figure is drawn from (figure name pattern -> tables): the report's
+# index and README.csv link them; the tests read each figure's population from them.
+FIGURE_TABLES = [
+    (r"fig1_doq_quic_versions_per_week", ["fig1_doq_quic_versions_per_week"]),
+    (r"quic_libraries_per_week", ["quic_libraries"]),
+    (r"port_shares", ["port_shares"]),
+    (r"scan_advertised_versions", ["scan_advertised_versions"]),
+    (r"stack_fingerprints", ["stack_fingerprints"]),
+    (r"top_providers", ["top_providers"]),
+    (r"retention", ["retention_doq", "retention_doudp"]),
+    (r"countries_ases", ["geo_countries", "geo_ases"]),
+    (r"fig2_world_map", ["fig2_world_map"]),
+    (r"(fig3a_resolve_rtt|fig3b_handshake_ratio|modes_handshake|modes_resolve)_.+", ["response_times_quantiles"]),
+    (r"vantage_comparison", ["vantage_comparison"]),
+    (r"doq_causes_.+", ["doq_causes"]),
+    (r"amplification_stalls", ["amplification_cells"]),
+    (r"loss_sweep", ["loss_sweep_qps", "loss_sweep_latency_mean_ms", "loss_sweep_success_rate"]),
+]
+
+
+def figure_tables(figure: str) -> list[str]:
+    """The CSV tables (names without .csv) figure `figure` (its name without extension)
+    is drawn from; [] for a figure not listed in FIGURE_TABLES."""
+    for pattern, tables in FIGURE_TABLES:
+        if re.fullmatch(pattern, figure):
+            return tables
+    return []
+
+
+# Units of the report's CSV columns, by the last token of their name (csv_header puts
+# the unit last): README.csv in the figures folder lists every column with its unit.
+UNITS = {"ms": "milliseconds", "ns": "nanoseconds", "s": "seconds", "bytes": "bytes", "b": "bytes",
+         "share": "fraction (0..1)", "rate": "fraction (0..1)", "ratio": "ratio (handshake time / RTT)",
+         "qps": "queries per second"}
+_UNIT_TOKENS = ("ms", "ns", "s", "bytes")
+
+# The tables whose header dnsbench's end-to-end tests read as they are (one column per
+# loss level such as "1%"; "<policy> mean ms"): csv_header leaves them alone.
+VERBATIM_HEADERS = re.compile(r"^(loss_sweep_.*|connection_reuse)$")
+
+
+def csv_header(name) -> str:
+    """One header style for every CSV table: lower-case words joined by '_', the unit
+    last ('resolve median [ms]' -> 'resolve_median_ms', 'idle alive s (median)' ->
+    'idle_alive_median_s'); a column of several levels (a MultiIndex, e.g. metric and
+    vantage point) is the first level's name, then the others as they are, joined by '.'."""
+    if isinstance(name, tuple):
+        return ".".join([csv_header(name[0])] + [str(p) for p in name[1:] if str(p) != ""])
+    words = re.findall(r"[a-z0-9]+", str(name).lower())
+    units = [w for w in words if w in _UNIT_TOKENS]
+    words = [w for w in words if w not in _UNIT_TOKENS] + units[-1:]
+    return "_".join(words)
+
+
+def unit_of(column: str) -> str:
+    """The unit of a CSV column named as csv_header names them ('' when it has none: a
+    count, a name, a label)."""
+    last = column.rsplit(".", 1)[0].rsplit("_", 1)[-1]
+    return UNITS.get(last, "")
+
+
 def save_table(df: pd.DataFrame, outdir: str | None, name: str) -> str | None:
     """Write df as CSV beside the figures (outdir/figures/name.csv): the numbers a
-    figure draws, machine-readable. Nothing when outdir is None."""
+    figure draws, machine-readable. Nothing when outdir is None. Headers in one style
+    (csv_header); a frame with a named index (e.g. stats.side_by_side's protocol) keeps
+    it as its first columns."""
     if not outdir:
         return None
+    if any(n is not None for n in df.index.names):
+        df = df.reset_index()
+    if not VERBATIM_HEADERS.match(name):
+        cols = [csv_header(c) for c in df.columns]
+        if len(set(cols)) != len(cols):
+            raise ValueError(f"table {name}: columns {list(df.columns)} give duplicate CSV headers {cols}")
+        df = df.set_axis(cols, axis=1)
     d = os.path.join(outdir, "figures")
     os.makedirs(d, exist_ok=True)
     p = os.path.join(d, f"{name}.csv")

@@ -175,7 +175,6 @@ def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
     PostgreSQL (benchmarks, the dnsbench runs, is small), and the peak memory is the sum of the kernels (~1.5 GB on the 10 M bench)."""
     # absolute: the notebooks run in notebooks/ and write their figures to output_dir
     out = report_dir(os.path.abspath(out_base))
-    os.environ["PYTHONPATH"] = ANALYSIS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     release = bool(db) and os.path.isdir(db)
     summary = {"folder": out, "database": _redact(db), "source": "release" if release else "postgresql",
@@ -204,6 +203,7 @@ def run(db: str, out_base: str, weeks=None, vantages=None, notebooks=NOTEBOOKS,
         ok = ok and error is None
         summary["notebooks"][name] = {"seconds": round(secs, 1), "error": error}
     summary["parallel"] = bool(parallel and len(notebooks) > 1)
+    write_readme_csv(os.path.join(out, "figures"))
     figs = sorted(os.listdir(os.path.join(out, "figures"))) if os.path.isdir(os.path.join(out, "figures")) else []
     summary["figures"] = figs
     summary["ok"] = ok
@@ -222,21 +222,60 @@ def _redact(url: str) -> str:
                   ("" if m.group(1) else "@"), url)
 
 
+def write_readme_csv(figures_dir: str) -> str | None:
+    """figures/README.csv: one row per column of every CSV table there (file, column,
+    unit by plots.UNITS, the figures drawn from the table). None without tables."""
+    import csv
+
+    from . import plots
+    if not os.path.isdir(figures_dir):
+        return None
+    names = sorted(os.listdir(figures_dir))
+    tables = [f for f in names if f.endswith(".csv") and f != "README.csv"]
+    if not tables:
+        return None
+    drawn = {}
+    for f in names:
+        if f.endswith(".png"):
+            for t in plots.figure_tables(f[:-4]):
+                drawn.setdefault(t, []).append(f)
+    path = os.path.join(figures_dir, "README.csv")
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["file", "column", "unit", "figures"])
+        for t in tables:
+            with open(os.path.join(figures_dir, t), newline="") as src:
+                header = next(csv.reader(src), [])
+            for col in header:
+                w.writerow([t, col, plots.unit_of(col), " ".join(drawn.get(t[:-4], []))])
+    return path
+
+
 def _index(out: str, s: dict) -> None:
+    from . import plots
     rows = "".join(
         f"<li><a href='{n}.html'>{n}</a> ({v['seconds']} s){' <b>FAILED</b>: ' + html.escape(v['error'][:300]) if v['error'] else ''}</li>"
         for n, v in s["notebooks"].items())
-    figs = "".join(f"<li><a href='figures/{html.escape(f)}'>{html.escape(f)}</a></li>" for f in s["figures"]
-                   if f.endswith(".png"))
+
+    def numbers(png: str) -> str:
+        ts = [t + ".csv" for t in plots.figure_tables(png[:-4]) if t + ".csv" in s["figures"]]
+        return (" (numbers: " + ", ".join(f"<a href='figures/{html.escape(t)}'>{html.escape(t)}</a>" for t in ts) + ")"
+                if ts else "")
+    figs = "".join(f"<li><a href='figures/{html.escape(f)}'>{html.escape(f)}</a>{numbers(f)}</li>"
+                   for f in s["figures"] if f.endswith(".png"))
     tables = "".join(f"<li><a href='figures/{html.escape(f)}'>{html.escape(f)}</a></li>" for f in s["figures"]
-                     if f.endswith(".csv"))
+                     if f.endswith(".csv") and f != "README.csv")
+    readme = ("<p>Headers: lower-case words joined by <code>_</code>, the unit last (<code>_ms</code>, <code>_s</code>, "
+              "<code>_ns</code>, <code>_bytes</code>; <code>share</code>, <code>rate</code>: 0..1); every column with its "
+              "unit and the figures drawn from its table: <a href='figures/README.csv'>README.csv</a>.</p>"
+              if "README.csv" in s["figures"] else "")
     with open(os.path.join(out, "index.html"), "w") as f:
         f.write(f"<!doctype html><meta charset=utf-8><title>doqscan report {html.escape(os.path.basename(out))}</title>"
                 f"<h1>doqscan report {html.escape(os.path.basename(out))}</h1>"
                 f"<p>database: <code>{html.escape(s['database'])}</code>; weeks: {html.escape(str(s['weeks'] or 'all'))}; "
                 f"vantage points: {html.escape(str(s['vantages'] or 'all'))}</p>"
                 f"<h2>Notebooks</h2><ul>{rows}</ul><h2>Figures (PNG; SVG beside them)</h2><ul>{figs}</ul>"
-                f"<h2>Tables (CSV: the numbers the figures draw)</h2><ul>{tables}</ul>")
+                f"<h2>Tables (CSV: the numbers the figures draw)</h2>{readme}<ul>{tables}</ul>")
 
 
 def main(argv=None) -> int:

@@ -114,8 +114,11 @@ def dox_set(answers: pd.DataFrame, protocols=names.DOX_PROTOCOLS) -> set:
 def churn(members: pd.DataFrame) -> pd.DataFrame:
     """Week-over-week churn from load.membership_by_week: new (not in the previous week),
     gone (in the previous week, not in this one), retention from the previous week and
-    from the first week (share of the first week's resolvers still there)."""
+    from the first week (share of the first week's resolvers still there). No weeks: an
+    empty frame with those columns."""
     df = members.sort_values("week_index").reset_index(drop=True).copy()
+    if df.empty:
+        return df.reindex(columns=list(df.columns) + ["new", "gone", "retention_previous", "retention_first"])
     prev_total = df["total"].shift(1)
     first_total = df["total"].iloc[0] if len(df) else np.nan
     df["new"] = df["total"] - df["kept_from_previous"]
@@ -172,16 +175,19 @@ def figure_rows(rt: pd.DataFrame, vantage=None, phase: str = "measured", mode: s
 def quantile_table(rt: pd.DataFrame, metrics=("resolve_ns", "rtt_ns", "handshake_ns", "ratio")) -> pd.DataFrame:
     """Every distribution of load.response_times as a table to save beside the figures:
     one row per group and metric with its values, mean, median and the exact order
-    statistics the ECDFs draw (`q`: space-separated, rank k/len at position k)."""
+    statistics the ECDFs draw (`q`: space-separated, rank k/len at position k); `resolvers`:
+    the resolvers the group's measurements come from (the figures' n per line)."""
     groups = [c for c in ("vantage_id", "protocol", "phase", "mode", "key_share", "dox") if c in rt]
+    extra = ["resolvers"] if "resolvers" in rt else []
     rows = []
     for r in rt.itertuples(index=False):
         for m in metrics:
             q = getattr(r, f"{m}_q")
-            rows.append({**{g: getattr(r, g) for g in groups}, "metric": m, "n": getattr(r, f"{m}_n"),
+            rows.append({**{g: getattr(r, g) for g in groups}, **{e: getattr(r, e) for e in extra},
+                         "metric": m, "n": getattr(r, f"{m}_n"),
                          "mean": getattr(r, f"{m}_mean"), "median": getattr(r, f"{m}_median"),
                          "q": " ".join(repr(float(x)) for x in q)})
-    return pd.DataFrame(rows, columns=groups + ["metric", "n", "mean", "median", "q"])
+    return pd.DataFrame(rows, columns=groups + extra + ["metric", "n", "mean", "median", "q"])
 
 
 def round_trip_shares(classes: pd.DataFrame) -> pd.DataFrame:
@@ -299,3 +305,12 @@ def side_by_side(rt: pd.DataFrame, metrics=("resolve_ns", "handshake_ns", "rtt_n
         return pd.DataFrame()
     out = pd.concat(parts, axis=1)
     return out[sorted(out.columns, key=lambda c: ([m.replace("_ns", "") for m in metrics].index(c[0].split(" ")[0]), c[1]))]
+
+
+def top_note(df: pd.DataFrame, column: str, other: str = "other") -> str:
+    """What a top-N breakdown (e.g. load.top_providers) shows, from the rows themselves:
+    'top 8; the rest as other' when some were folded into `other`, else 'all 7'."""
+    shown = sorted(set(df[column]) - {other}) if len(df) else []
+    if len(df) and other in set(df[column]):
+        return f"top {len(shown)}; the rest as {other}"
+    return f"all {len(shown)}"

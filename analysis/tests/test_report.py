@@ -150,12 +150,42 @@ def test_kernel_channels_are_unix_sockets(tmp_path):
     assert not os.path.exists(os.path.dirname(ip)), "the socket directory outlived the notebook"
 
 
+def _silent_or_empty_cells(folder):
+    """Code cells of the executed notebooks that show nothing, or show an empty table
+    ("Empty DataFrame", an HTML table without a cell, "nan%") or a bare file path,
+    instead of saying "no data: why"."""
+    bad = []
+    for name in report.NOTEBOOKS:
+        nb = nbformat.read(os.path.join(folder, f"{name}.ipynb"), as_version=4)
+        for i, c in enumerate(nb.cells):
+            tags = c.metadata.get("tags", [])
+            if c.cell_type != "code" or "parameters" in tags or "injected-parameters" in tags:
+                continue
+            outs = c.get("outputs", [])
+            if not outs:
+                bad.append((name, i, "no output", c.source[:80]))
+            for o in outs:
+                texts = [o.get("text", "")] + [o.get("data", {}).get(k, "") for k in ("text/plain", "text/markdown")]
+                html = o.get("data", {}).get("text/html", "")
+                for t in texts:
+                    if "Empty DataFrame" in t or "nan%" in t or t.strip().endswith(".csv'"):
+                        bad.append((name, i, t[:80], c.source[:80]))
+                if "<table" in html and "<td" not in html:
+                    bad.append((name, i, "a table without rows", c.source[:80]))
+    return bad
+
+
 def test_report_on_an_empty_database(fresh_db, tmp_path):
     """A database with the schema and no row: every notebook runs to its end (a cell
-    without data says so instead of raising), and the report has no error."""
+    without data says so instead of raising), the report has no error, and every cell
+    shows something: a figure saying "no data: ..." or a sentence saying why it has
+    nothing, never an empty table."""
     s = report.run(fresh_db(), str(tmp_path))
     errors = {n: v["error"] for n, v in s["notebooks"].items() if v["error"]}
     assert not errors
+    assert not _silent_or_empty_cells(s["folder"])
+    assert "no data: no successful measurement in the selection" in _text(os.path.join(s["folder"], "response_times.ipynb"))
+    assert report.main(["--db", fresh_db(), "--out", str(tmp_path), "--notebooks", "benchmarks"]) == report.EXIT_OK
 
 
 def test_report_on_one_resolver(fresh_db, tmp_path):
@@ -170,6 +200,7 @@ def test_report_on_one_resolver(fresh_db, tmp_path):
     errors = {n: v["error"] for n, v in s["notebooks"].items() if v["error"]}
     assert not errors
     assert "no data: no DoX resolver" in _text(os.path.join(s["folder"], "response_times.ipynb"))
+    assert not _silent_or_empty_cells(s["folder"])
 
 
 def test_tables_published(executed):

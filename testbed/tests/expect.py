@@ -3,7 +3,7 @@ population file's documented semantics, docs/population.md; never from fixed lis
 
 from __future__ import annotations
 
-from population import Host, Population
+from doqscan_analysis.population import Host, Population
 
 FAIL = "fail"  # the exchange must not yield a DNS answer (error, timeout, reset, garbage)
 

@@ -5,8 +5,9 @@ hostile) serves."""
 from __future__ import annotations
 
 import expect
-import population
 import pytest
+
+from doqscan_analysis import population
 
 POP = population.load()
 REPS = expect.representatives(POP)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 import subprocess
 
-import population
 import pytest
 from conftest import REPO
+
+from doqscan_analysis import population
 
 
 def test_parse_committed_file():

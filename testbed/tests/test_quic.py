@@ -5,8 +5,9 @@ reserved-version Initial (Version Negotiation lists)."""
 from __future__ import annotations
 
 import expect
-import population
 import pytest
+
+from doqscan_analysis import population
 
 POP = population.load()
 REPS = {c: h for c, h in expect.representatives(POP).items() if h.quic}

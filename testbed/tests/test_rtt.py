@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import statistics
 
-import population
 import pytest
+
+from doqscan_analysis import population
 
 POP = population.load()
 PING_COUNT = 10

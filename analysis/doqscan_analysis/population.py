@@ -1,5 +1,6 @@
-"""The testbed population (testbed/population.txt, grammar: docs/population.md) for the
-independent pytest checks and the analysis code (ground truth of the simulated internet).
+"""The testbed population (testbed/population.txt, grammar: docs/population.md): the
+ground truth of the simulated internet, read by the analysis (load.testbed_peers) and by
+the testbed's independent pytest checks (testbed/tests).
 
 The file is parsed once, by the Go reader (internal/testbed/population): load() runs
 `bin/simserver check --json` and turns its JSON into the dataclasses below, so Python
@@ -21,13 +22,15 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 
+# The repository this package sits in (installed editable from analysis/): the committed
+# population file and bin/simserver, which parses it.
 REPO = FilePath(__file__).resolve().parents[2]
 SIMSERVER = REPO / "bin" / "simserver"
 
 # QUIC version names the population file may use: Go's quicver.Known, generated into
-# the analysis package's quic_versions.json (the one table Go and Python share).
+# this package's quic_versions.json (the one table Go and Python share).
 VERSIONS = {k["name"]: k["value"] for k in json.loads(
-    (REPO / "analysis/doqscan_analysis/quic_versions.json").read_text())["known"]}
+    (FilePath(__file__).with_name("quic_versions.json")).read_text())["known"]}
 
 
 @dataclass(frozen=True)
