@@ -53,9 +53,10 @@ type pipeIO struct {
 	setReadDeadline func(time.Time) error
 }
 
-// pipe runs a session's queries with up to Streams outstanding, answers matched by DNS
-// ID: a sender goroutine asks for queries (Request.Next, from that one goroutine) and,
-// with Request.Burst, as many as slots are free before it sends them with one write (DoUDP: one sendmmsg; DoTCP/DoT:
+// pipe runs a session's queries with up to Pipelining.Streams outstanding, answers
+// matched by DNS ID: a sender goroutine asks for queries (Pipelining.Next, from that one
+// goroutine) and, with Pipelining.Burst, as many as slots are free before it sends them
+// with one write (DoUDP: one sendmmsg; DoTCP/DoT:
 // the frames in one write, RFC 7766 §6.2.1.1); the receiving goroutine takes every
 // message there is from one read (DoUDP: one recvmmsg), matches them by ID, and ends
 // queries that ran out of QueryTimeout. A query starts just before the write that
@@ -63,7 +64,7 @@ type pipeIO struct {
 // the session's reads: every query outstanding then fails with it.
 type pipe struct {
 	io        pipeIO
-	req       *Request
+	pl        Pipelining
 	qt        time.Duration
 	keepalive bool // queries carry edns-tcp-keepalive (DoTCP/DoT: Request.TCPKeepalive)
 
@@ -75,35 +76,37 @@ type pipe struct {
 	fifo    []*pending // send order = deadline order (one QueryTimeout for all), from head
 	head    int
 	free    []*pending // ended and out of fifo: reused for the next queries
-	out     []Query    // outcomes not yet delivered (Request.OnQuery) or kept
-	spare   []Query    // with Request.OnQuery: the other buffer of out
+	out     []Query    // outcomes not yet delivered (Pipelining.Deliver) or kept
+	spare   []Query    // with Pipelining.Deliver: the other buffer of out
 	failed  bool
 	sent    bool // the sender has stopped
 }
 
-// runPipe runs req's queries over pio and appends their outcomes to res in seq order
-// (with req.OnQuery: hands each to it from the receiving goroutine as it ends).
-func runPipe(ctx context.Context, req *Request, res *Result, pio pipeIO, keepalive bool) {
-	qt := req.QueryTimeout
+// runPipe runs pl's queries over pio (timeout: the exchange's) and returns their
+// outcomes in seq order (with pl.Deliver: hands each to it from the receiving goroutine
+// as it ends, and returns none).
+func runPipe(ctx context.Context, pl Pipelining, timeout time.Duration, pio pipeIO, keepalive bool) []Query {
+	qt := pl.QueryTimeout
 	if qt <= 0 {
-		qt = req.timeout()
+		qt = timeout
 	}
-	p := &pipe{io: pio, req: req, qt: qt, keepalive: keepalive, slots: make(chan struct{}, req.streams()),
-		sendDone: make(chan struct{}), pending: make(map[uint16]*pending, req.streams())}
+	pl.Streams = max(pl.Streams, 1)
+	p := &pipe{io: pio, pl: pl, qt: qt, keepalive: keepalive, slots: make(chan struct{}, pl.Streams),
+		sendDone: make(chan struct{}), pending: make(map[uint16]*pending, pl.Streams)}
 	go func() { p.send(ctx); close(p.sendDone) }()
-	p.receive(ctx, res)
+	p.receive(ctx)
 	<-p.sendDone
-	if req.OnQuery != nil {
-		p.deliver(res)
-		return
+	if pl.Deliver != nil {
+		p.deliver()
+		return nil
 	}
 	slices.SortFunc(p.out, func(a, b Query) int { return a.Seq - b.Seq })
-	res.Queries = append(res.Queries, p.out...)
+	return p.out
 }
 
 // udpPipeline runs a DoUDP session's queries with several outstanding on its socket.
-func udpPipeline(ctx context.Context, req *Request, res *Result, conn *kstamp.PacketConn) {
-	n := min(udpBatch, req.streams())
+func udpPipeline(ctx context.Context, pl Pipelining, timeout time.Duration, conn *kstamp.PacketConn) []Query {
+	n := min(udpBatch, max(pl.Streams, 1))
 	var wb, rb kstamp.Batch
 	backing := make([]byte, n*udpPipeBuf)
 	bufs := make([][]byte, n)
@@ -112,7 +115,7 @@ func udpPipeline(ctx context.Context, req *Request, res *Result, conn *kstamp.Pa
 	}
 	dgs := make([]kstamp.Datagram, n)
 	msgs := make([]message, n)
-	runPipe(ctx, req, res, pipeIO{
+	return runPipe(ctx, pl, timeout, pipeIO{
 		write: func(m [][]byte) (int, error) { return conn.WriteBatch(&wb, m) },
 		read: func() ([]message, error) {
 			k, err := conn.ReadBatch(&rb, bufs, dgs)
@@ -131,12 +134,12 @@ func udpPipeline(ctx context.Context, req *Request, res *Result, conn *kstamp.Pa
 // tcpPipeline runs a DoTCP/DoT session's queries pipelined on c: each burst's frames in
 // one write, answers read through a buffer (every complete message it holds after one
 // read is taken; each carries the kernel time of the last segment that read consumed).
-func tcpPipeline(ctx context.Context, req *Request, res *Result, c *timedConn) {
+func tcpPipeline(ctx context.Context, pl Pipelining, timeout time.Duration, c *timedConn, keepalive bool) []Query {
 	br := bufio.NewReaderSize(c, 2+65535)
 	var wbuf []byte
 	var msgs []message
 	discard := 0
-	runPipe(ctx, req, res, pipeIO{
+	return runPipe(ctx, pl, timeout, pipeIO{
 		write: func(m [][]byte) (int, error) {
 			wbuf = wbuf[:0]
 			for _, b := range m {
@@ -187,7 +190,7 @@ func tcpPipeline(ctx context.Context, req *Request, res *Result, c *timedConn) {
 			return msgs, nil
 		},
 		setReadDeadline: c.SetReadDeadline,
-	}, req.TCPKeepalive)
+	}, keepalive)
 }
 
 // tcpReadErr is the error of a framed read cut short: the end of the stream inside an
@@ -236,7 +239,7 @@ func (p *pipe) register(u *pending) ([]byte, bool) {
 // newPending returns a pending for query seq, reusing one that ended if there is one:
 // a pending leaves fifo once, after its outcome, and only the sender (this caller)
 // holds it after that; its message memory is reused only after the write that sent it.
-func (p *pipe) newPending(name string, qtype uint16, seq int) *pending {
+func (p *pipe) newPending(q dnsmsg.Query, seq int) *pending {
 	p.mu.Lock()
 	var u *pending
 	if n := len(p.free); n > 0 {
@@ -247,7 +250,7 @@ func (p *pipe) newPending(name string, qtype uint16, seq int) *pending {
 	if u == nil {
 		u = new(pending)
 	}
-	*u = pending{q: dnsmsg.Query{Name: name, Type: qtype, TCPKeepalive: p.keepalive, RcodeOnly: p.req.RcodeOnly},
+	*u = pending{q: dnsmsg.Query{Name: q.Name, Type: q.Type, TCPKeepalive: p.keepalive, RcodeOnly: q.RcodeOnly},
 		out: Query{Seq: seq, KeepaliveTimeout: -1}, wire: u.wire[:0]}
 	return u
 }
@@ -283,18 +286,18 @@ func (p *pipe) send(ctx context.Context) {
 				stop = true
 				break
 			}
-			name, qtype, ok := p.req.NextQuery(ctx, seq)
+			q, ok := p.pl.Next(ctx, seq)
 			if !ok {
 				stop = true
 				break
 			}
 			held--
-			u := p.newPending(name, qtype, seq)
+			u := p.newPending(q, seq)
 			seq++
 			if msg, ok := p.register(u); ok {
 				msgs, sending = append(msgs, msg), append(sending, u)
 			}
-			if len(msgs) == udpBatch || !p.req.Burst {
+			if len(msgs) == udpBatch || !p.pl.Burst {
 				break
 			}
 			select {
@@ -373,9 +376,9 @@ func (p *pipe) expire(now time.Time, all bool, readErr error) {
 	}
 }
 
-// deliver hands the outcomes finished so far to Request.OnQuery (no-op without it).
-func (p *pipe) deliver(res *Result) {
-	if p.req.OnQuery == nil {
+// deliver hands the outcomes finished so far to Pipelining.Deliver (no-op without it).
+func (p *pipe) deliver() {
+	if p.pl.Deliver == nil {
 		return
 	}
 	p.mu.Lock()
@@ -383,8 +386,7 @@ func (p *pipe) deliver(res *Result) {
 	p.out, p.spare = p.spare[:0], nil
 	p.mu.Unlock()
 	for i := range out {
-		res.noteDelivered(&out[i])
-		p.req.OnQuery(out[i])
+		p.pl.Deliver(out[i])
 		out[i] = Query{}
 	}
 	p.mu.Lock()
@@ -393,7 +395,7 @@ func (p *pipe) deliver(res *Result) {
 }
 
 // receive reads answers until the sender has stopped and no query is outstanding.
-func (p *pipe) receive(ctx context.Context, res *Result) {
+func (p *pipe) receive(ctx context.Context) {
 	over := func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -408,7 +410,7 @@ func (p *pipe) receive(ctx context.Context, res *Result) {
 			d = p.fifo[p.head].deadline
 		}
 		p.mu.Unlock()
-		p.deliver(res)
+		p.deliver()
 		_ = p.io.setReadDeadline(d)
 		// After the deadline is set: the sender's stop and ctx's end (which set the
 		// deadline to now) either show here or cut the read short.
@@ -465,6 +467,6 @@ func (p *pipe) receive(ctx context.Context, res *Result) {
 			}
 		}
 		p.mu.Unlock()
-		p.deliver(res)
+		p.deliver()
 	}
 }

@@ -69,22 +69,3 @@ func TestStreamsQueryTimeout(t *testing.T) {
 		})
 	}
 }
-
-// NoQlog: a QUIC exchange without a qlog still answers and times its handshake.
-func TestNoQlog(t *testing.T) {
-	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5"})
-	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
-		for _, noQlog := range []bool{false, true} {
-			m, _ := measure.For(p)
-			req := target(s, p)
-			req.Variant, req.NoQlog = measure.VariantPOST, noQlog
-			res := m.Measure(context.Background(), req)
-			if res.Status != measure.StatusOK || !res.HasHandshake || res.Handshake <= 0 {
-				t.Fatalf("%s NoQlog=%v: %s %v handshake %v", p, noQlog, res.Status, res.Err, res.Handshake)
-			}
-			if got := len(res.Qlog) > 0 && res.QlogAnalysis != nil; got == noQlog {
-				t.Errorf("%s NoQlog=%v: qlog of %d bytes, analysis %v", p, noQlog, len(res.Qlog), res.QlogAnalysis != nil)
-			}
-		}
-	}
-}

@@ -21,9 +21,9 @@ func TestUDPPipelineHostile(t *testing.T) {
 	srv := measuretest.UDPAnswerer(t)
 	m, _ := measure.For(measure.DoUDP)
 	names := []string{"ok.example", "big.example", "wrong.example"}
-	for _, rcodeOnly := range []bool{false, true} {
+	{
 		req := &measure.Request{Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Timeout: 10 * time.Second,
-			QueryTimeout: 300 * time.Millisecond, Mode: measure.ModePersistent, Streams: 3, RcodeOnly: rcodeOnly}
+			QueryTimeout: 300 * time.Millisecond, Mode: measure.ModePersistent, Streams: 3}
 		req.Next = func(_ context.Context, seq int) (string, uint16, bool) {
 			if seq >= len(names) {
 				return "", 0, false
@@ -32,12 +32,12 @@ func TestUDPPipelineHostile(t *testing.T) {
 		}
 		res := m.Measure(context.Background(), req)
 		if len(res.Queries) != 3 {
-			t.Fatalf("rcodeOnly %v: %d outcomes (%s %v)", rcodeOnly, len(res.Queries), res.Status, res.Err)
+			t.Fatalf("%d outcomes (%s %v)", len(res.Queries), res.Status, res.Err)
 		}
 		want := []measure.Status{measure.StatusOK, measure.StatusBadResponse, measure.StatusBadResponse}
 		for i, q := range res.Queries {
 			if q.Seq != i || q.Status != want[i] {
-				t.Errorf("rcodeOnly %v, %s: seq %d %s %v; want %s", rcodeOnly, names[i], q.Seq, q.Status, q.Err, want[i])
+				t.Errorf("%s: seq %d %s %v; want %s", names[i], q.Seq, q.Status, q.Err, want[i])
 			}
 		}
 		if q := res.Queries[0]; q.Resolve <= 0 || q.Resolve > 300*time.Millisecond {
@@ -46,8 +46,7 @@ func TestUDPPipelineHostile(t *testing.T) {
 	}
 }
 
-// TestPipelineSendsBeforeNextWaits: without Burst (a paced Next), a query goes out as
-// soon as Next returned it, before Next is asked for the next one: Next for seq 1 waits
+// TestPipelineSendsBeforeNextWaits: a query goes out as soon as Next returned it, before Next is asked for the next one: Next for seq 1 waits
 // until the server has seen query 0, for DoUDP and pipelined DoTCP.
 func TestPipelineSendsBeforeNextWaits(t *testing.T) {
 	seen := make(chan struct{}, 16)
@@ -118,7 +117,7 @@ func TestPipelineSendsBeforeNextWaits(t *testing.T) {
 			}
 			m, _ := measure.For(c.p)
 			waited := false
-			req := &measure.Request{Addr: c.addr, Timeout: 10 * time.Second, Mode: measure.ModePersistent, Streams: 4, RcodeOnly: true}
+			req := &measure.Request{Addr: c.addr, Timeout: 10 * time.Second, Mode: measure.ModePersistent, Streams: 4}
 			req.Next = func(_ context.Context, seq int) (string, uint16, bool) {
 				if seq == 1 {
 					select {
