@@ -1,5 +1,5 @@
 // Package udploop is dnsbench's DoUDP load on many sockets from one goroutine per loop
-// (epoll, kstamp.Poller). A query is built, timed and classified by measure's DoUDP
+// (epoll, Poller). A query is built, timed and classified by measure's DoUDP
 // rules (measure.CheckAnswer, measure.ReadFailure), so a session on the loop ends as
 // measure.For(DoUDP) would have ended it; the hourly measurement never runs here.
 package udploop
@@ -21,7 +21,7 @@ import (
 
 // Loop runs DoUDP sessions of one query at a time (Streams <= 1) on one goroutine of
 // its own, for a load generator with many sockets and one query outstanding on each:
-// one epoll wait (kstamp.Poller) reports every socket with an answer, where a session
+// one epoll wait (Poller) reports every socket with an answer, where a session
 // on its caller's goroutine parks and is woken through Go's netpoller for each answer.
 // A query is timed as measure's DoUDP client times it (from just before the send to the answer's
 // kernel arrival stamp) and classified the same way.
@@ -37,7 +37,7 @@ import (
 // loop's goroutine, so Next must not block (an unpaced load) and Deliver must be quick:
 // every session of the loop waits meanwhile.
 type Loop struct {
-	p    *kstamp.Poller
+	p    *Poller
 	keys atomic.Uint64 // the last socket key handed out
 
 	mu      sync.Mutex
@@ -85,7 +85,7 @@ type loopSession struct {
 
 // New starts a loop; Close ends it.
 func New() (*Loop, error) {
-	p, err := kstamp.NewPoller()
+	p, err := NewPoller()
 	if err != nil {
 		return nil, fmt.Errorf("DoUDP loop: %w", err)
 	}
