@@ -40,7 +40,7 @@ func measureUDP(ctx context.Context, req *Request, res *Result, c *client) *Resu
 		ex: func(ctx context.Context, seq int, q dnsmsg.Query, _ bool) Query {
 			return udpExchange(ctx, conn, dnsmsg.Query{Name: q.Name, Type: q.Type, ID: NewID(), RcodeOnly: q.RcodeOnly}, seq)
 		},
-		pipe: func(ctx context.Context, p Pipelining) []Query { return udpPipeline(ctx, p, req.timeout(), conn) },
+		udp: conn,
 	})
 	return res.finish()
 }

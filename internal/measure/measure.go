@@ -159,9 +159,9 @@ type Request struct {
 	// Streams, persistent mode: how many of the session's queries may be outstanding at
 	// once (<= 1: one after another). DoQ opens a stream per query (RFC 9250 §4.2), DoH
 	// and DoH3 send concurrent requests on the connection, DoTCP and DoT pipeline
-	// queries with distinct IDs and match answers by ID in any order (RFC 7766 §6.2.1.1),
-	// DoUDP matches answers on its one socket by ID. Next is then called from one
-	// goroutine, seq in order, while earlier queries are outstanding. A query's resolve
+	// queries with distinct IDs and match answers by ID in any order (RFC 7766 §6.2.1.1);
+	// DoUDP, which has no session, sends its queries one after another. Next is then
+	// called from one goroutine, seq in order, while earlier queries are outstanding. A query's resolve
 	// time starts just before its first write (not the kernel's write log, which cannot
 	// tell concurrent queries apart) and ends at the kernel arrival of the last read
 	// before its answer was seen.

@@ -13,17 +13,11 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
-	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
-const (
-	// udpBatch bounds the datagrams of one sendmmsg/recvmmsg of a DoUDP session.
-	udpBatch = 32
-	// udpPipeBuf is the receive buffer per datagram of a DoUDP session with several
-	// queries outstanding: more than the EDNS size its queries advertise
-	// (dnsmsg.EDNSBufferSize), so an answer cut to it is a bad response.
-	udpPipeBuf = 4096
-)
+// PipeBurst bounds the queries of one burst (Pipelining.Burst): one write of a
+// transport (a DoUDP sendmmsg) carries at most this many.
+const PipeBurst = 32
 
 // pending is one outstanding query of a pipe.
 type pending struct {
@@ -35,22 +29,22 @@ type pending struct {
 	wire     []byte // the query's message (memory kept when the pending is reused)
 }
 
-// message is one message a pipe read: its bytes (valid until the next read), the
+// Message is one message a pipe read: its bytes (valid until the next read), the
 // kernel receive time of the packet that completed it (zero: none), and whether it was
-// cut at the receive buffer.
-type message struct {
-	raw       []byte
-	at        time.Time
-	truncated bool
+// cut at the receive buffer (a bad response).
+type Message struct {
+	Raw       []byte
+	At        time.Time
+	Truncated bool
 }
 
-// pipeIO is a pipe's transport. write sends whole query messages (framed by the
-// transport) and returns how many went out; read waits, until the read deadline, for at
-// least one message and returns those it has.
-type pipeIO struct {
-	write           func(msgs [][]byte) (int, error)
-	read            func() ([]message, error)
-	setReadDeadline func(time.Time) error
+// PipeIO is a pipe's transport. Write sends whole query messages (framed by the
+// transport) and returns how many went out; Read waits, until the read deadline, for
+// at least one message and returns those it has.
+type PipeIO struct {
+	Write           func(msgs [][]byte) (int, error)
+	Read            func() ([]Message, error)
+	SetReadDeadline func(time.Time) error
 }
 
 // pipe runs a session's queries with up to Pipelining.Streams outstanding, answers
@@ -63,7 +57,7 @@ type pipeIO struct {
 // carried it and ends at its answer's kernel receive time. The first read error ends
 // the session's reads: every query outstanding then fails with it.
 type pipe struct {
-	io        pipeIO
+	io        PipeIO
 	pl        Pipelining
 	qt        time.Duration
 	keepalive bool // queries carry edns-tcp-keepalive (DoTCP/DoT: Request.TCPKeepalive)
@@ -85,7 +79,7 @@ type pipe struct {
 // runPipe runs pl's queries over pio (timeout: the exchange's) and returns their
 // outcomes in seq order (with pl.Deliver: hands each to it from the receiving goroutine
 // as it ends, and returns none).
-func runPipe(ctx context.Context, pl Pipelining, timeout time.Duration, pio pipeIO, keepalive bool) []Query {
+func runPipe(ctx context.Context, pl Pipelining, timeout time.Duration, pio PipeIO, keepalive bool) []Query {
 	qt := pl.QueryTimeout
 	if qt <= 0 {
 		qt = timeout
@@ -104,43 +98,16 @@ func runPipe(ctx context.Context, pl Pipelining, timeout time.Duration, pio pipe
 	return p.out
 }
 
-// udpPipeline runs a DoUDP session's queries with several outstanding on its socket.
-func udpPipeline(ctx context.Context, pl Pipelining, timeout time.Duration, conn *kstamp.PacketConn) []Query {
-	n := min(udpBatch, max(pl.Streams, 1))
-	var wb, rb kstamp.Batch
-	backing := make([]byte, n*udpPipeBuf)
-	bufs := make([][]byte, n)
-	for i := range bufs {
-		bufs[i] = backing[i*udpPipeBuf : (i+1)*udpPipeBuf : (i+1)*udpPipeBuf]
-	}
-	dgs := make([]kstamp.Datagram, n)
-	msgs := make([]message, n)
-	return runPipe(ctx, pl, timeout, pipeIO{
-		write: func(m [][]byte) (int, error) { return conn.WriteBatch(&wb, m) },
-		read: func() ([]message, error) {
-			k, err := conn.ReadBatch(&rb, bufs, dgs)
-			if err != nil {
-				return nil, err
-			}
-			for i, d := range dgs[:k] {
-				msgs[i] = message{raw: bufs[i][:d.N], at: d.At, truncated: d.Truncated}
-			}
-			return msgs[:k], nil
-		},
-		setReadDeadline: conn.SetReadDeadline,
-	}, false)
-}
-
 // tcpPipeline runs a DoTCP/DoT session's queries pipelined on c: each burst's frames in
 // one write, answers read through a buffer (every complete message it holds after one
 // read is taken; each carries the kernel time of the last segment that read consumed).
 func tcpPipeline(ctx context.Context, pl Pipelining, timeout time.Duration, c *timedConn, keepalive bool) []Query {
 	br := bufio.NewReaderSize(c, 2+65535)
 	var wbuf []byte
-	var msgs []message
+	var msgs []Message
 	discard := 0
-	return runPipe(ctx, pl, timeout, pipeIO{
-		write: func(m [][]byte) (int, error) {
+	return runPipe(ctx, pl, timeout, PipeIO{
+		Write: func(m [][]byte) (int, error) {
 			wbuf = wbuf[:0]
 			for _, b := range m {
 				wbuf = binary.BigEndian.AppendUint16(wbuf, uint16(len(b)))
@@ -151,7 +118,7 @@ func tcpPipeline(ctx context.Context, pl Pipelining, timeout time.Duration, c *t
 			}
 			return len(m), nil
 		},
-		read: func() ([]message, error) {
+		Read: func() ([]Message, error) {
 			_, _ = br.Discard(discard)
 			discard = 0
 			msgs = msgs[:0]
@@ -173,7 +140,7 @@ func tcpPipeline(ctx context.Context, pl Pipelining, timeout time.Duration, c *t
 				return nil, tcpReadErr(err, n)
 			}
 			at := c.log.ArrivedBy(time.Time{}, time.Now())
-			msgs = append(msgs, message{raw: b[2:], at: at})
+			msgs = append(msgs, Message{Raw: b[2:], At: at})
 			off := 2 + n
 			// Then every further complete message already buffered (no more reads).
 			for br.Buffered() >= off+2 {
@@ -183,13 +150,13 @@ func tcpPipeline(ctx context.Context, pl Pipelining, timeout time.Duration, c *t
 					break
 				}
 				b, _ = br.Peek(off + 2 + n)
-				msgs = append(msgs, message{raw: b[off+2:], at: at})
+				msgs = append(msgs, Message{Raw: b[off+2:], At: at})
 				off += 2 + n
 			}
 			discard = off
 			return msgs, nil
 		},
-		setReadDeadline: c.SetReadDeadline,
+		SetReadDeadline: c.SetReadDeadline,
 	}, keepalive)
 }
 
@@ -270,7 +237,7 @@ func (p *pipe) send(ctx context.Context) {
 		p.mu.Lock()
 		p.sent = true
 		p.mu.Unlock()
-		_ = p.io.setReadDeadline(time.Now()) // the receiver re-checks what is left
+		_ = p.io.SetReadDeadline(time.Now()) // the receiver re-checks what is left
 	}()
 	for seq := 0; ; {
 		msgs, sending = msgs[:0], sending[:0]
@@ -280,7 +247,7 @@ func (p *pipe) send(ctx context.Context) {
 			return
 		}
 		held, stop := 1, false
-		// A burst: one query per free slot, up to udpBatch.
+		// A burst: one query per free slot, up to PipeBurst.
 		for held > 0 {
 			if p.stopped(ctx) {
 				stop = true
@@ -297,7 +264,7 @@ func (p *pipe) send(ctx context.Context) {
 			if msg, ok := p.register(u); ok {
 				msgs, sending = append(msgs, msg), append(sending, u)
 			}
-			if len(msgs) == udpBatch || !p.pl.Burst {
+			if len(msgs) == PipeBurst || !p.pl.Burst {
 				break
 			}
 			select {
@@ -317,7 +284,7 @@ func (p *pipe) send(ctx context.Context) {
 				p.push(u)
 			}
 			p.mu.Unlock()
-			if n, err := p.io.write(msgs); err != nil {
+			if n, err := p.io.Write(msgs); err != nil {
 				p.mu.Lock()
 				for _, u := range sending[n:] {
 					if !u.done {
@@ -411,16 +378,16 @@ func (p *pipe) receive(ctx context.Context) {
 		}
 		p.mu.Unlock()
 		p.deliver()
-		_ = p.io.setReadDeadline(d)
+		_ = p.io.SetReadDeadline(d)
 		// After the deadline is set: the sender's stop and ctx's end (which set the
 		// deadline to now) either show here or cut the read short.
 		if over() {
 			return
 		}
 		if ctx.Err() != nil {
-			_ = p.io.setReadDeadline(time.Now())
+			_ = p.io.SetReadDeadline(time.Now())
 		}
-		msgs, err := p.io.read()
+		msgs, err := p.io.Read()
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue
@@ -440,25 +407,25 @@ func (p *pipe) receive(ctx context.Context) {
 		now = time.Now()
 		p.mu.Lock()
 		for _, m := range msgs {
-			if len(m.raw) < 2 {
+			if len(m.Raw) < 2 {
 				continue
 			}
-			u := p.pending[uint16(m.raw[0])<<8|uint16(m.raw[1])]
+			u := p.pending[uint16(m.Raw[0])<<8|uint16(m.Raw[1])]
 			if u == nil || u.out.StartedAt.IsZero() {
 				continue // not an answer to an outstanding query: dropped
 			}
-			done := m.at
+			done := m.At
 			if done.IsZero() || done.After(now) {
 				done = now
 			}
 			if done.Before(u.out.StartedAt) {
 				done = u.out.StartedAt
 			}
-			if m.truncated {
-				u.lastBad = fmt.Errorf("%w: answer longer than %d bytes", dnsmsg.ErrBadResponse, udpPipeBuf)
+			if m.Truncated {
+				u.lastBad = fmt.Errorf("%w: answer longer than the receive buffer (%d bytes)", dnsmsg.ErrBadResponse, len(m.Raw))
 				continue
 			}
-			q := CheckAnswer(u.out, u.q, m.raw, done)
+			q := CheckAnswer(u.out, u.q, m.Raw, done)
 			if q.Status == StatusOK || !errors.Is(q.Err, dnsmsg.ErrBadResponse) {
 				p.finish(u, q)
 			} else {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
 // Session is one session a Measure call has set up (DoUDP: its socket), handed to the
@@ -16,9 +17,12 @@ import (
 type Session struct {
 	req *Request
 	ex  exchangeFunc
-	// pipe runs pipelined queries (DoUDP, DoTCP, DoT: answers matched by ID, pipe.go);
-	// nil for the protocols whose queries run concurrently through ex.
+	// pipe runs pipelined queries (DoTCP, DoT: answers matched by ID, pipe.go); nil for
+	// the protocols whose queries run concurrently through ex.
 	pipe func(ctx context.Context, p Pipelining) []Query
+	// udp is DoUDP's socket: its queries go one after another through ex, or pipelined
+	// over a transport of the driver's on it (PipelineOver).
+	udp *kstamp.PacketConn
 }
 
 // Request is the request the session was set up for.
@@ -33,10 +37,21 @@ func (s *Session) Exchange(ctx context.Context, seq int, q dnsmsg.Query, shared 
 	return s.ex(ctx, seq, q, shared)
 }
 
-// Pipelined reports whether the session's queries can be pipelined (Pipeline): DoUDP,
-// DoTCP and DoT, whose queries from concurrent Exchange calls would share one socket
-// or byte stream.
+// Pipelined reports whether the session's queries can be pipelined (Pipeline): DoTCP
+// and DoT, whose queries from concurrent Exchange calls would share one byte stream.
 func (s *Session) Pipelined() bool { return s.pipe != nil }
+
+// PacketConn is a DoUDP session's connected socket (nil for the other protocols).
+// Concurrent Exchange calls on it would read each other's answers: queries outstanding
+// together go through PipelineOver.
+func (s *Session) PacketConn() *kstamp.PacketConn { return s.udp }
+
+// PipelineOver runs queries as Pipeline does, over io: a transport of the caller's on
+// the session's socket (PacketConn), sending and reading its own datagrams (without
+// edns-tcp-keepalive).
+func (s *Session) PipelineOver(ctx context.Context, p Pipelining, io PipeIO) []Query {
+	return runPipe(ctx, p, s.req.timeout(), io, false)
+}
 
 // Pipelining is how Pipeline runs a session's queries.
 type Pipelining struct {
@@ -51,16 +66,16 @@ type Pipelining struct {
 	// receiving goroutine) in place of Pipeline's result.
 	Deliver func(Query)
 	// Burst: Next returns at once (an unpaced load), so a query is asked for per free
-	// slot and they are sent together (one sendmmsg, or one write); a query's start is
+	// slot, up to PipeBurst, and they are sent together (one write); a query's start is
 	// then taken before that write. Without Burst each query is sent as soon as Next
 	// returns it.
 	Burst bool
 }
 
 // Pipeline runs queries on a pipelined session (Pipelined) with up to p.Streams
-// outstanding, answers matched by DNS ID (RFC 7766 §6.2.1.1 over TCP), until p.Next has
-// no more, ctx ends or a query failed, and returns their outcomes in seq order (none
-// with p.Deliver). It returns nil on a session that cannot pipeline.
+// outstanding, answers matched by DNS ID (RFC 7766 §6.2.1.1), until p.Next has no more,
+// ctx ends or a query failed, and returns their outcomes in seq order (none with
+// p.Deliver). It returns nil on a session that cannot pipeline.
 func (s *Session) Pipeline(ctx context.Context, p Pipelining) []Query {
 	if s.pipe == nil {
 		return nil
@@ -105,27 +120,29 @@ func (r *Request) streams() int {
 // Session.Exchange).
 type exchangeFunc func(ctx context.Context, seq int, q dnsmsg.Query, shared bool) Query
 
-// drive is For's Driver: req's queries, pipelined on DoUDP/DoTCP/DoT with Streams > 1,
-// else through runQueries.
+// drive is For's Driver: req's queries, pipelined on DoTCP/DoT with Streams > 1, one
+// after another on DoUDP, else through runQueries.
 func drive(ctx context.Context, s *Session) []Query {
 	req := s.req
 	next := func(ctx context.Context, seq int) (dnsmsg.Query, bool) {
 		name, qtype, ok := req.NextQuery(ctx, seq)
 		return dnsmsg.Query{Name: name, Type: qtype}, ok
 	}
-	if s.pipe != nil && req.streams() > 1 {
-		return s.pipe(ctx, Pipelining{Streams: req.streams(), QueryTimeout: req.QueryTimeout, Next: next})
+	n := req.streams()
+	if s.pipe != nil && n > 1 {
+		return s.pipe(ctx, Pipelining{Streams: n, QueryTimeout: req.QueryTimeout, Next: next})
 	}
-	return runQueries(ctx, req, s.ex, next)
+	if s.udp != nil {
+		n = 1
+	}
+	return runQueries(ctx, req, n, s.ex, next)
 }
 
 // runQueries runs req's queries on one session through ex and returns their outcomes
-// in seq order. With Streams <= 1 they run one after another and the first failure
-// ends the session. With Streams = N > 1 up to N are outstanding at once, each bounded
-// by QueryTimeout (0: the exchange's Timeout); after a failure no new query is asked
+// in seq order. With n = 1 they run one after another and the first failure ends the
+// session. With n > 1 up to n are outstanding at once, each bounded by QueryTimeout (0: the exchange's Timeout); after a failure no new query is asked
 // for, and runQueries returns once every query it started has its outcome.
-func runQueries(ctx context.Context, req *Request, ex exchangeFunc, next func(context.Context, int) (dnsmsg.Query, bool)) []Query {
-	n := req.streams()
+func runQueries(ctx context.Context, req *Request, n int, ex exchangeFunc, next func(context.Context, int) (dnsmsg.Query, bool)) []Query {
 	var out []Query
 	if n == 1 {
 		for i := 0; ; i++ {

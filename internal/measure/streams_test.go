@@ -9,13 +9,18 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
 
+// sessionProtocols are the protocols whose sessions keep several queries outstanding
+// (Streams). DoUDP has no session: its queries go one after another (a load generator
+// pipelines them over a transport of its own, internal/dnsbench/drive).
+var sessionProtocols = []measure.Protocol{measure.DoTCP, measure.DoT, measure.DoH, measure.DoQ, measure.DoH3}
+
 // With Streams = N a persistent session keeps N queries outstanding: the servers hold
 // every answer until N queries wait, so each protocol completes only if its N queries
 // really are in flight together. Outcomes come back in seq order.
 func TestStreamsOutstandingAtOnce(t *testing.T) {
 	const n, total = 3, 9
 	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Hold: n})
-	for _, p := range measure.Protocols {
+	for _, p := range sessionProtocols {
 		t.Run(string(p), func(t *testing.T) {
 			m, _ := measure.For(p)
 			req := target(s, p)
@@ -49,7 +54,7 @@ func TestStreamsOutstandingAtOnce(t *testing.T) {
 func TestStreamsQueryTimeout(t *testing.T) {
 	const n = 3
 	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Behavior: measuretest.Stall})
-	for _, p := range measure.Protocols {
+	for _, p := range sessionProtocols {
 		t.Run(string(p), func(t *testing.T) {
 			m, _ := measure.For(p)
 			req := target(s, p)
@@ -67,5 +72,21 @@ func TestStreamsQueryTimeout(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// DoUDP runs a persistent session's queries one after another whatever Streams says:
+// against a server that never answers, the first query times out alone and ends the
+// session before a second is asked for.
+func TestDoUDPQueriesOneAfterAnother(t *testing.T) {
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Behavior: measuretest.Stall})
+	m, _ := measure.For(measure.DoUDP)
+	req := target(s, measure.DoUDP)
+	req.Mode, req.Streams, req.Timeout = measure.ModePersistent, 3, 300*time.Millisecond
+	asked := 0
+	req.Next = func(context.Context, int) (string, uint16, bool) { asked++; return "a.example", 1, true }
+	res := m.Measure(context.Background(), req)
+	if asked != 1 || len(res.Queries) != 1 || res.Queries[0].Status != measure.StatusTimeout {
+		t.Fatalf("asked %d, outcomes %+v (%s %v)", asked, res.Queries, res.Status, res.Err)
 	}
 }

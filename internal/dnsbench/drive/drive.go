@@ -30,16 +30,16 @@ type Plan struct {
 	// Measure returns.
 	Deliver func(measure.Query)
 	// Streams, persistent mode: how many queries may be outstanding at once (<= 1: one
-	// after another, the first failure ends the session). With more, DoUDP, DoTCP and
-	// DoT pipeline them on their socket or stream (measure.Session.Pipeline), the others
-	// run concurrent exchanges (a DoQ stream, an HTTP request each); after a failure no
-	// new query is asked for.
+	// after another, the first failure ends the session). With more, DoUDP pipelines
+	// them on its socket (sendmmsg/recvmmsg, udp.go), DoTCP and DoT on their stream
+	// (measure.Session.Pipeline), the others run concurrent exchanges (a DoQ stream, an
+	// HTTP request each); after a failure no new query is asked for.
 	Streams int
 	// QueryTimeout bounds each query when Streams > 1 (0: the request's Timeout).
 	QueryTimeout time.Duration
 	// Burst, with Streams > 1 on DoUDP/DoTCP/DoT: Next returns at once (an unpaced
-	// load), so a query is asked for per free slot and they are sent together (see
-	// measure.Pipelining.Burst).
+	// load), so a query is asked for per free slot and they are sent together (one
+	// sendmmsg, or one write; see measure.Pipelining.Burst).
 	Burst bool
 }
 
@@ -91,6 +91,8 @@ func (plan Plan) drive(ctx context.Context, s *measure.Session) []measure.Query 
 				break
 			}
 		}
+	case s.PacketConn() != nil:
+		udpPipeline(ctx, s, measure.Pipelining{Streams: streams, QueryTimeout: qt, Next: plan.Next, Deliver: deliver, Burst: plan.Burst})
 	case s.Pipelined():
 		s.Pipeline(ctx, measure.Pipelining{Streams: streams, QueryTimeout: qt, Next: plan.Next, Deliver: deliver, Burst: plan.Burst})
 	default:

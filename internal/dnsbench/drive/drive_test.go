@@ -3,6 +3,7 @@ package drive_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
@@ -198,22 +199,64 @@ func TestNoQlog(t *testing.T) {
 	}
 }
 
-// With several queries outstanding on one DoUDP socket and RcodeOnly, a datagram with
-// another ID is skipped, and an answer cut at the receive buffer or for another
-// question is a bad response once the query's time runs out.
-func TestUDPPipelineHostileRcodeOnly(t *testing.T) {
+// With several queries outstanding on one DoUDP socket, a datagram with another ID is
+// skipped, and an answer cut at the receive buffer or for another question is a bad
+// response once the query's time runs out; with and without RcodeOnly.
+func TestUDPPipelineHostile(t *testing.T) {
 	srv := measuretest.UDPAnswerer(t)
-	req := &measure.Request{Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Timeout: 10 * time.Second, Mode: measure.ModePersistent}
 	ns := []string{"ok.example", "big.example", "wrong.example"}
-	var c collector
-	res, qs := c.measure(t, measure.DoUDP, req, drive.Plan{Streams: 3, QueryTimeout: 300 * time.Millisecond, Next: names(true, ns...)})
-	if len(qs) != 3 {
-		t.Fatalf("%d outcomes (%s %v)", len(qs), res.Status, res.Err)
+	for _, rcodeOnly := range []bool{false, true} {
+		req := &measure.Request{Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Timeout: 10 * time.Second, Mode: measure.ModePersistent}
+		var c collector
+		res, qs := c.measure(t, measure.DoUDP, req, drive.Plan{Streams: 3, QueryTimeout: 300 * time.Millisecond, Next: names(rcodeOnly, ns...)})
+		if len(qs) != 3 {
+			t.Fatalf("rcodeOnly %v: %d outcomes (%s %v)", rcodeOnly, len(qs), res.Status, res.Err)
+		}
+		want := []measure.Status{measure.StatusOK, measure.StatusBadResponse, measure.StatusBadResponse}
+		for i, q := range qs {
+			if q.Seq != i || q.Status != want[i] {
+				t.Errorf("rcodeOnly %v, %s: seq %d %s %v; want %s", rcodeOnly, ns[i], q.Seq, q.Status, q.Err, want[i])
+			}
+		}
+		if q := qs[0]; q.Resolve <= 0 || q.Resolve > 300*time.Millisecond {
+			t.Errorf("resolve %v", q.Resolve)
+		}
 	}
-	want := []measure.Status{measure.StatusOK, measure.StatusBadResponse, measure.StatusBadResponse}
-	for i, q := range qs {
-		if q.Seq != i || q.Status != want[i] {
-			t.Errorf("%s: seq %d %s %v; want %s", ns[i], q.Seq, q.Status, q.Err, want[i])
+}
+
+// With Streams = N a load's persistent session keeps N queries outstanding on every
+// protocol (DoUDP on its own pipeline): the servers hold every answer until N queries
+// wait, so each protocol completes only if its N queries really are in flight together;
+// Next is called in seq order.
+func TestStreamsOutstandingAtOnce(t *testing.T) {
+	const n, total = 3, 9
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Hold: n})
+	for _, p := range measure.Protocols {
+		for _, burst := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/burst=%v", p, burst), func(t *testing.T) {
+				req := target(s, p)
+				req.Mode, req.Variant, req.Timeout = measure.ModePersistent, measure.VariantPOST, 10*time.Second
+				var seqs []int
+				next := func(_ context.Context, seq int) (dnsmsg.Query, bool) {
+					seqs = append(seqs, seq) // one goroutine calls Next
+					return dnsmsg.Query{Name: "a.example", Type: dns.TypeA}, seq < total
+				}
+				var c collector
+				res, qs := c.measure(t, p, req, drive.Plan{Streams: n, Burst: burst, Next: next})
+				if res.Status != measure.StatusOK || len(qs) != total {
+					t.Fatalf("status %s (%v), %d queries", res.Status, res.Err, len(qs))
+				}
+				for i, q := range qs {
+					if q.Seq != i || q.Status != measure.StatusOK || q.Resolve <= 0 || len(q.Answers) != 1 {
+						t.Errorf("query %d: %+v", i, q)
+					}
+				}
+				for i, sq := range seqs {
+					if sq != i {
+						t.Fatalf("Next called with %v", seqs)
+					}
+				}
+			})
 		}
 	}
 }
