@@ -223,7 +223,7 @@ func (b *bench) record(issued, deadline time.Time, q measure.Query) {
 
 func (b *bench) request(q Question) *measure.Request {
 	r := &measure.Request{
-		Addr: b.t.Addr, ServerName: b.t.ServerName, Name: q.Name, QType: q.QType,
+		Addr: b.t.Addr, ServerName: b.t.ServerName,
 		Timeout: b.c.Timeout, Mode: b.c.Policy, KeyShare: b.c.KeyShare, Variant: b.t.Variant,
 	}
 	if b.t.Protocol == measure.DoQ {

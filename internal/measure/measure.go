@@ -137,8 +137,7 @@ func (p *Peer) setVersion(v quic.Version) {
 type Request struct {
 	Addr       netip.AddrPort
 	ServerName string // SNI; empty: none (as the study)
-	Name       string // query name; dnsmsg.DefaultQueryName when empty
-	QType      uint16 // dns.TypeA when zero
+	Name       string // query name (type A, the study's); dnsmsg.DefaultQueryName when empty
 	Timeout    time.Duration
 	Mode       Mode
 	Queries    int // persistent mode: queries on the session (>= 1)
@@ -151,7 +150,7 @@ type Request struct {
 	TCPKeepalive bool
 	// FastOpen asks for TCP Fast Open (RFC 7413) on TCP-based protocols.
 	FastOpen bool
-	// Next, when set, replaces Name, QType and Queries: it is called before each query of
+	// Next, when set, replaces Name and Queries: it is called before each query of
 	// the session (seq from 0) and gives its name and type; ok false ends the session
 	// there (before the first query: a session without queries). It may block, as a
 	// check that waits between two queries does, and must return promptly once ctx is done.
@@ -180,7 +179,7 @@ type Request struct {
 }
 
 // NextQuery returns query seq's name and type, and whether that query runs (Next, or
-// Queries of Name and QType).
+// Queries of Name, type A).
 func (r *Request) NextQuery(ctx context.Context, seq int) (string, uint16, bool) {
 	if r.Next != nil {
 		return r.Next(ctx, seq)
@@ -188,7 +187,7 @@ func (r *Request) NextQuery(ctx context.Context, seq int) (string, uint16, bool)
 	if seq >= r.queries() {
 		return "", 0, false
 	}
-	return r.name(), r.QType, true
+	return r.name(), 0, true // 0: dnsmsg.Query's default, type A
 }
 
 func (r *Request) name() string {

@@ -85,7 +85,7 @@ func (s *Session) Pipeline(ctx context.Context, p Pipelining) []Query {
 
 // Driver runs the queries of a session Measure set up and returns the outcomes that
 // go into Result.Queries (the exchange's Status is the first failure among them, else
-// ok). For's measures Request's queries (Name/QType/Queries or Next, Streams,
+// ok). For's measures Request's queries (Name/Queries or Next, Streams,
 // QueryTimeout); a load generator brings its own (Load).
 type Driver func(ctx context.Context, s *Session) []Query
 
