@@ -221,7 +221,7 @@ func (b *bench) record(issued, deadline time.Time, q measure.Query) {
 	}
 }
 
-func (b *bench) request(q Question) *measure.Request {
+func (b *bench) request() *measure.Request {
 	r := &measure.Request{
 		Addr: b.t.Addr, ServerName: b.t.ServerName,
 		Timeout: b.c.Timeout, Mode: b.c.Policy, KeyShare: b.c.KeyShare, Variant: b.t.Variant,
@@ -272,7 +272,7 @@ func (b *bench) sessionWorker(ctx context.Context) {
 	var peer *measure.Peer
 	if b.c.Policy == measure.ModeResumed || b.c.Policy == measure.Mode0RTT {
 		peer = measure.NewPeer()
-		warm := b.request(b.c.Queries[0])
+		warm := b.request()
 		warm.Peer = peer
 		b.once(ctx, warm, b.c.Queries[0])
 	}
@@ -281,7 +281,7 @@ func (b *bench) sessionWorker(ctx context.Context) {
 		if !ok {
 			return
 		}
-		req := b.request(q)
+		req := b.request()
 		req.Peer = peer
 		b.record(at, at.Add(b.c.Timeout), b.once(ctx, req, q))
 	}
@@ -324,7 +324,7 @@ func (b *bench) persistentWorker(ctx context.Context, loop *udploop.Loop) {
 			}
 			b.record(is.at, is.deadline, q)
 		}
-		req := b.request(q0)
+		req := b.request()
 		req.Mode = measure.ModePersistent
 		plan := drive.Plan{Deliver: outcome}
 		// The session's own bound; each query is bounded by the timer above, or with
