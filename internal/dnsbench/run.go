@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/dnsbench/drive"
 	"github.com/doqscan/doqscan/internal/dnsbench/h2fast"
 	"github.com/doqscan/doqscan/internal/dnsbench/udploop"
 	"github.com/doqscan/doqscan/internal/dnsmsg"
@@ -69,7 +71,7 @@ type bench struct {
 	runKey string
 	c      Config
 	t      Target
-	m      measure.Measurer
+	h2     func(net.Conn) (measure.HTTP2Conn, error) // DoH's HTTP/2 client (h2fast)
 	start  time.Time
 
 	stop     chan struct{} // closed when no more queries may be issued
@@ -219,15 +221,10 @@ func (b *bench) record(issued, deadline time.Time, q measure.Query) {
 	}
 }
 
-func (b *bench) request(q Question) *measure.Request {
+func (b *bench) request() *measure.Request {
 	r := &measure.Request{
-		Addr: b.t.Addr, ServerName: b.t.ServerName, Name: q.Name, QType: q.QType,
+		Addr: b.t.Addr, ServerName: b.t.ServerName,
 		Timeout: b.c.Timeout, Mode: b.c.Policy, KeyShare: b.c.KeyShare, Variant: b.t.Variant,
-		// Only the queries' outcomes count: no qlog to record, nor to analyse after a
-		// flooding server's exchange (every byte a packet).
-		NoQlog: true,
-		// Only status and rcode are reported: no full unpack of every answer.
-		RcodeOnly: true,
 	}
 	if b.t.Protocol == measure.DoQ {
 		// Named, so that 0-RTT frames its early query with the resumed session's ALPN.
@@ -236,12 +233,37 @@ func (b *bench) request(q Question) *measure.Request {
 	return r
 }
 
-// first is the outcome of an exchange's first query (the exchange's failure if none ran).
-func first(res *measure.Result) measure.Query {
-	if len(res.Queries) > 0 {
-		return res.Queries[0]
+// question is q as a session's query: only status and rcode are reported, so its
+// answer is checked on its raw bytes, not unpacked.
+func question(q Question) dnsmsg.Query {
+	return dnsmsg.Query{Name: q.Name, Type: q.QType, RcodeOnly: true}
+}
+
+// measure runs req as one session of plan on b's protocol (drive.Measurer: measure's
+// session set-up, timing and classification; no qlog to record, nor to analyse after a
+// flooding server's exchange, since only the queries' outcomes count).
+func (b *bench) measure(ctx context.Context, req *measure.Request, plan drive.Plan) *measure.Result {
+	m, err := drive.Measurer(b.t.Protocol, b.h2, plan)
+	if err != nil {
+		return &measure.Result{Status: measure.StatusError, Err: err}
 	}
-	return measure.Query{Status: res.Status, Err: res.Err}
+	return m.Measure(ctx, req)
+}
+
+// once runs req as a session of the one query q and returns its outcome (the
+// session's failure if it never ran).
+func (b *bench) once(ctx context.Context, req *measure.Request, q Question) measure.Query {
+	var out measure.Query
+	ran := false
+	res := b.measure(ctx, req, drive.Plan{
+		Next: func(_ context.Context, seq int) (dnsmsg.Query, bool) { return question(q), seq == 0 },
+		// One query, one at a time: delivered before Measure returns, from its goroutine.
+		Deliver: func(o measure.Query) { out, ran = o, true },
+	})
+	if !ran {
+		return measure.Query{Status: res.Status, Err: res.Err}
+	}
+	return out
 }
 
 // sessionWorker issues one query per exchange (fresh, resumed, 0rtt); resumed and
@@ -250,18 +272,18 @@ func (b *bench) sessionWorker(ctx context.Context) {
 	var peer *measure.Peer
 	if b.c.Policy == measure.ModeResumed || b.c.Policy == measure.Mode0RTT {
 		peer = measure.NewPeer()
-		warm := b.request(b.c.Queries[0])
+		warm := b.request()
 		warm.Peer = peer
-		b.m.Measure(ctx, warm)
+		b.once(ctx, warm, b.c.Queries[0])
 	}
 	for {
 		q, at, ok := b.gate()
 		if !ok {
 			return
 		}
-		req := b.request(q)
+		req := b.request()
 		req.Peer = peer
-		b.record(at, at.Add(b.c.Timeout), first(b.m.Measure(ctx, req)))
+		b.record(at, at.Add(b.c.Timeout), b.once(ctx, req, q))
 	}
 }
 
@@ -269,9 +291,9 @@ func (b *bench) sessionWorker(ctx context.Context) {
 // failure. With one stream, each query (the first with the session set-up) has Timeout
 // to complete: when it runs out the session is cancelled and the query counts as a
 // timeout. With Streams > 1 the session keeps up to Streams queries outstanding
-// (measure.Request.Streams): the set-up has Timeout, then each query has its own
-// Timeout (measure.Request.QueryTimeout), and a failed query ends the session once the
-// queries outstanding on it have their outcomes.
+// (drive.Plan.Streams): the set-up has Timeout, then each query has its own Timeout
+// (drive.Plan.QueryTimeout), and a failed query ends the session once the queries
+// outstanding on it have their outcomes.
 func (b *bench) persistentWorker(ctx context.Context, loop *udploop.Loop) {
 	streams := b.c.Streams > 1
 	for {
@@ -280,7 +302,7 @@ func (b *bench) persistentWorker(ctx context.Context, loop *udploop.Loop) {
 			return
 		}
 		// The session's queries issued and not yet recorded, by seq: each is recorded as
-		// its outcome arrives (measure.Request.OnQuery), so a long session keeps none.
+		// its outcome arrives (drive.Plan.Deliver), so a long session keeps none.
 		var mu sync.Mutex
 		open := map[int]issue{0: {at0, at0.Add(b.c.Timeout)}}
 		last := 0 // the last seq issued
@@ -302,19 +324,19 @@ func (b *bench) persistentWorker(ctx context.Context, loop *udploop.Loop) {
 			}
 			b.record(is.at, is.deadline, q)
 		}
-		req := b.request(q0)
+		req := b.request()
 		req.Mode = measure.ModePersistent
-		req.OnQuery = outcome
+		plan := drive.Plan{Deliver: outcome}
 		// The session's own bound; each query is bounded by the timer above, or with
 		// several streams by QueryTimeout.
 		req.Timeout = b.c.Timeout * time.Duration(b.c.SessionQueries+1)
 		if streams {
-			req.Streams, req.QueryTimeout = b.c.Streams, b.c.Timeout
+			plan.Streams, plan.QueryTimeout = b.c.Streams, b.c.Timeout
 			// Unpaced: the queries of all free slots go out together.
-			req.Burst = b.c.Load == LoadMax
+			plan.Burst = b.c.Load == LoadMax
 		}
 		// Next is called from one goroutine (the session's), seq in order.
-		req.Next = func(_ context.Context, seq int) (string, uint16, bool) {
+		plan.Next = func(_ context.Context, seq int) (dnsmsg.Query, bool) {
 			if seq == 0 {
 				if streams && timer.Stop() {
 					// Set up in time: from here the first query has its own bound.
@@ -322,17 +344,17 @@ func (b *bench) persistentWorker(ctx context.Context, loop *udploop.Loop) {
 					open[0] = issue{at0, time.Now().Add(b.c.Timeout)}
 					mu.Unlock()
 				}
-				return q0.Name, q0.QType, true
+				return question(q0), true
 			}
 			if !streams {
 				timer.Pause() // waiting for the right to issue is no query's time
 			}
 			if seq >= b.c.SessionQueries {
-				return "", 0, false
+				return dnsmsg.Query{}, false
 			}
 			q, at, ok := b.gate()
 			if !ok {
-				return "", 0, false
+				return dnsmsg.Query{}, false
 			}
 			mu.Lock()
 			open[seq], last = issue{at, at.Add(b.c.Timeout)}, seq
@@ -340,18 +362,18 @@ func (b *bench) persistentWorker(ctx context.Context, loop *udploop.Loop) {
 			if !streams {
 				timer.Set(at.Add(b.c.Timeout)) // the session's one timer, for this query
 			}
-			return q.Name, q.QType, true
+			return question(q), true
 		}
 		var res *measure.Result
 		if loop != nil {
-			res = loop.Measure(sctx, req)
+			res = loop.Measure(sctx, req, plan)
 		} else {
-			res = b.m.Measure(sctx, req)
+			res = b.measure(sctx, req, plan)
 		}
 		timer.Stop()
 		cancel()
-		// Outcomes the client kept rather than delivered, then the issued queries it
-		// never ran: they fail with the session.
+		// The session's first failure (already delivered: dropped here), then the issued
+		// queries it never ran: they fail with the session.
 		for _, q := range res.Queries {
 			outcome(q)
 		}
@@ -428,22 +450,16 @@ func runTarget(ctx context.Context, c Config, t Target, log *slog.Logger) *Repor
 	return newBench(c, t).run(ctx, log)
 }
 
-// measurerFor is the client dnsbench loads p with: measure's, but DoH on its own
-// HTTP/2 client (h2fast), which costs less CPU per answer than x/net's.
-func measurerFor(p measure.Protocol) measure.Measurer {
-	if p == measure.DoH {
-		return measure.DoHOver(h2fast.Start)
-	}
-	m, _ := measure.For(p) // Validate/ParseTarget checked the protocol
-	return m
-}
-
 func newBench(c Config, t Target) *bench {
-	m := measurerFor(t.Protocol)
-	b := &bench{runKey: newRunKey(), c: c, t: t, m: m, stop: make(chan struct{}),
+	b := &bench{runKey: newRunKey(), c: c, t: t, stop: make(chan struct{}),
 		statuses: map[measure.Status]int64{}, errSample: map[measure.Status]string{}, rcodes: map[string]int64{}}
 	if c.Load == LoadRamp {
 		b.ramp = &RampResult{Max: c.RampMax, LossThreshold: c.RampLoss}
+	}
+	if t.Protocol == measure.DoH {
+		// DoH on dnsbench's own HTTP/2 client, which costs less CPU per answer than
+		// x/net's (the hourly measurement's).
+		b.h2 = h2fast.Start
 	}
 	return b
 }

@@ -28,8 +28,11 @@ var errGoAway = errors.New("http2: server sent GOAWAY or closed the connection")
 // measureDoH is DNS over HTTPS (RFC 8484) over HTTP/2 and TLS: handshake = TCP + TLS
 // (2 RTT with TLS 1.3), GET or POST per Request.Variant, on x/net's HTTP/2 client
 // connection over the TLS connection we dial (and time) ourselves.
-func measureDoH(ctx context.Context, req *Request, res *Result) *Result {
-	return dohOver(ctx, req, res, newH2Conn)
+func measureDoH(ctx context.Context, req *Request, res *Result, c *client) *Result {
+	if c.h2 != nil {
+		return dohOver(ctx, req, res, c, c.h2)
+	}
+	return dohOver(ctx, req, res, c, newH2Conn)
 }
 
 // HTTP2Conn is one DoH session's HTTP/2 client connection, started on an established
@@ -47,16 +50,7 @@ type HTTP2Conn interface {
 	Close()
 }
 
-// DoHOver returns the DoH Measurer whose sessions run on the HTTP/2 client connections
-// start makes, timed and classified as For(DoH)'s are. For(DoH), what the campaign
-// measures with, runs x/net's HTTP/2 client; a load generator may bring its own.
-func DoHOver(start func(net.Conn) (HTTP2Conn, error)) Measurer {
-	return measurer{proto: DoH, run: func(ctx context.Context, req *Request, res *Result) *Result {
-		return dohOver(ctx, req, res, start)
-	}}
-}
-
-func dohOver[C HTTP2Conn](ctx context.Context, req *Request, res *Result, start func(net.Conn) (C, error)) *Result {
+func dohOver[C HTTP2Conn](ctx context.Context, req *Request, res *Result, cl *client, start func(net.Conn) (C, error)) *Result {
 	return overTLS(ctx, req, res, []string{alpnH2}, func(c *timedConn, tc *tls.Conn) *Result {
 		if res.ALPN != alpnH2 {
 			return res.fail(ctx, fmt.Errorf("%w: server chose ALPN %q, want h2", errALPN, res.ALPN))
@@ -66,9 +60,9 @@ func dohOver[C HTTP2Conn](ctx context.Context, req *Request, res *Result, start 
 			return res.fail(ctx, err)
 		}
 		defer h.Close()
-		dohQueries(ctx, req, res, func(ctx context.Context, msg []byte, sending func()) ([]byte, time.Time, error) {
+		res.Queries = cl.drive(ctx, dohSession(req, func(ctx context.Context, msg []byte, sending func()) ([]byte, time.Time, error) {
 			return h.Exchange(ctx, req, msg, sending)
-		}, c.log)
+		}, c.log))
 		res.PeerMaxStreams = h.PeerMaxStreams()
 		return res.finish()
 	})

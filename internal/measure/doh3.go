@@ -33,11 +33,11 @@ func h3ResponseError(ctx context.Context, err error) error {
 
 // measureDoH3 is DNS over HTTPS over HTTP/3 (RFC 8484 + RFC 9114), via quic-go's http3
 // package on a connection we dial (and time) ourselves.
-func measureDoH3(ctx context.Context, req *Request, res *Result) *Result {
-	return overQUIC(ctx, req, res, []string{alpnH3}, func(conn *quicConn) {
+func measureDoH3(ctx context.Context, req *Request, res *Result, c *client) *Result {
+	return overQUIC(ctx, req, res, c, []string{alpnH3}, func(conn *quicConn) {
 		h := &h3Conn{tr: &http3.Transport{MaxResponseHeaderBytes: DoHMaxHeaderBytes}, conn: conn.Conn}
 		h.cc = h.tr.NewClientConn(conn.Conn)
-		dohQueries(ctx, req, res, h.exchange(req), conn.log)
+		res.Queries = c.drive(ctx, dohSession(req, h.exchange(req), conn.log))
 	})
 }
 

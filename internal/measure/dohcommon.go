@@ -92,12 +92,12 @@ func dohResponse(resp *http.Response, read func()) ([]byte, error) {
 // query's first write.
 type dohExchange func(ctx context.Context, msg []byte, sending func()) (body []byte, at time.Time, err error)
 
-// dohQueries runs req's queries as DoH requests through ex (concurrent requests with
-// Streams > 1), timed on clk (the Log of the socket under it), appending them to res.
-// The DNS ID is 0 for HTTP cache friendliness (RFC 8484 §4.1).
-func dohQueries(ctx context.Context, req *Request, res *Result, ex dohExchange, clk *kstamp.Log) {
-	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
-		q := dnsmsg.Query{Name: name, Type: qtype, ID: 0, RcodeOnly: req.RcodeOnly}
+// dohSession is the session of DoH requests sent through ex (concurrent requests when
+// queries are outstanding together), timed on clk (the Log of the socket under it). The
+// DNS ID is 0 for HTTP cache friendliness (RFC 8484 §4.1).
+func dohSession(req *Request, ex dohExchange, clk *kstamp.Log) *Session {
+	return &Session{req: req, ex: func(ctx context.Context, seq int, q dnsmsg.Query, shared bool) Query {
+		q = dnsmsg.Query{Name: q.Name, Type: q.Type, ID: 0, RcodeOnly: q.RcodeOnly}
 		out := Query{Seq: seq, KeepaliveTimeout: -1}
 		msg, err := dnsmsg.Build(q)
 		if err != nil {
@@ -127,5 +127,5 @@ func dohQueries(ctx context.Context, req *Request, res *Result, ex dohExchange, 
 			return out
 		}
 		return CheckAnswer(out, q, raw, done)
-	})
+	}}
 }

@@ -110,9 +110,9 @@ func TestDoHConcurrentNoReset(t *testing.T) {
 	req := &Request{Mode: ModePersistent, Queries: queries, Streams: streams, Timeout: 10 * time.Second, Name: "a.example",
 		Addr: netip.MustParseAddrPort(ln.Addr().String())}
 	res := &Result{}
-	dohQueries(context.Background(), req, res, func(ctx context.Context, msg []byte, sending func()) ([]byte, time.Time, error) {
+	res.Queries = drive(context.Background(), dohSession(req, func(ctx context.Context, msg []byte, sending func()) ([]byte, time.Time, error) {
 		return h.Exchange(ctx, req, msg, sending)
-	}, &kstamp.Log{})
+	}, &kstamp.Log{}))
 	if len(res.Queries) != queries {
 		t.Fatalf("%d outcomes, want %d: %+v", len(res.Queries), queries, res.Queries)
 	}

@@ -12,24 +12,24 @@ import (
 
 // measureDoQ is DNS over QUIC (RFC 9250): handshake = the QUIC handshake (1 RTT when
 // neither VN, Retry nor the anti-amplification limit intervene), one query per stream.
-func measureDoQ(ctx context.Context, req *Request, res *Result) *Result {
+func measureDoQ(ctx context.Context, req *Request, res *Result, c *client) *Result {
 	alpn := req.ALPN
 	if len(alpn) == 0 {
 		alpn = []string{doq.Versions[0].ALPN}
 	}
-	return overQUIC(ctx, req, res, alpn, func(conn *quicConn) {
-		runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, shared bool) Query {
-			return doqExchange(ctx, conn, alpn, dnsmsg.Query{Name: name, Type: qtype, RcodeOnly: req.RcodeOnly}, seq, shared)
-		})
+	return overQUIC(ctx, req, res, c, alpn, func(conn *quicConn) {
+		res.Queries = c.drive(ctx, &Session{req: req, ex: func(ctx context.Context, seq int, q dnsmsg.Query, shared bool) Query {
+			return doqExchange(ctx, conn, alpn, dnsmsg.Query{Name: q.Name, Type: q.Type, RcodeOnly: q.RcodeOnly}, seq, shared)
+		}})
 	})
 }
 
 // overQUIC dials QUIC with alpn (DoQ, DoH3; see dialQUIC), runs queries on the
 // connection, in 0-RTT mode waits for the handshake the queries went ahead of, and
 // then closes the connection and takes its qlog and handshake times (finishQUIC).
-func overQUIC(ctx context.Context, req *Request, res *Result, alpn []string, queries func(conn *quicConn)) *Result {
+func overQUIC(ctx context.Context, req *Request, res *Result, c *client, alpn []string, queries func(conn *quicConn)) *Result {
 	ql := newQlogBuffer()
-	conn, err := dialQUIC(ctx, req, res, alpn, ql)
+	conn, err := dialQUIC(ctx, req, res, alpn, ql, !c.noQlog)
 	if err != nil {
 		finishQUIC(nil, res, ql)
 		return res.fail(ctx, err)

@@ -10,11 +10,11 @@ import (
 const alpnDoT = "dot"
 
 // measureDoT is DNS over TLS (RFC 7858): handshake = TCP + TLS (2 RTT with TLS 1.3).
-func measureDoT(ctx context.Context, req *Request, res *Result) *Result {
+func measureDoT(ctx context.Context, req *Request, res *Result, cl *client) *Result {
 	return overTLS(ctx, req, res, []string{alpnDoT}, func(c *timedConn, tc *tls.Conn) *Result {
 		// The first write on the TLS conn is what puts a query's first packet on the
 		// wire (the TCP conn's writes carry the same bytes, encrypted).
-		tcpQueries(ctx, req, res, &timedConn{Conn: tc, log: c.log})
+		res.Queries = cl.drive(ctx, tcpSession(req, &timedConn{Conn: tc, log: c.log}))
 		return res.finish()
 	})
 }

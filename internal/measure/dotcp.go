@@ -9,7 +9,7 @@ import (
 
 // measureTCP is DNS over TCP (RFC 1035 §4.2.2, RFC 7766): handshake = the TCP 3-way
 // handshake (1 RTT).
-func measureTCP(ctx context.Context, req *Request, res *Result) *Result {
+func measureTCP(ctx context.Context, req *Request, res *Result, cl *client) *Result {
 	c, start, hs, err := dialTCP(ctx, req)
 	res.StartedAt = start
 	if err != nil {
@@ -20,7 +20,7 @@ func measureTCP(ctx context.Context, req *Request, res *Result) *Result {
 	res.Local = AddrPortOf(c.LocalAddr())
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
-	tcpQueries(ctx, req, res, c)
+	res.Queries = cl.drive(ctx, tcpSession(req, c))
 	if req.FastOpen {
 		res.TFO = tfoUsed(c.Conn)
 		// With TCP_FASTOPEN_CONNECT, connect(2) returns before the SYN leaves (it goes

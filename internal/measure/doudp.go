@@ -21,7 +21,7 @@ const MaxUDPResponse = 65535
 var udpBufs = sync.Pool{New: func() any { b := make([]byte, MaxUDPResponse); return &b }}
 
 // measureUDP is DNS over UDP (RFC 1035 §4.2.1): no session, one datagram each way.
-func measureUDP(ctx context.Context, req *Request, res *Result) *Result {
+func measureUDP(ctx context.Context, req *Request, res *Result, c *client) *Result {
 	res.StartedAt = time.Now()
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "udp", req.Addr.String()) // a fresh random source port
@@ -36,12 +36,11 @@ func measureUDP(ctx context.Context, req *Request, res *Result) *Result {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
-	if req.streams() > 1 {
-		udpPipeline(ctx, req, res, conn)
-		return res.finish()
-	}
-	runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
-		return udpExchange(ctx, conn, dnsmsg.Query{Name: name, Type: qtype, ID: NewID(), RcodeOnly: req.RcodeOnly}, seq)
+	res.Queries = c.drive(ctx, &Session{req: req,
+		ex: func(ctx context.Context, seq int, q dnsmsg.Query, _ bool) Query {
+			return udpExchange(ctx, conn, dnsmsg.Query{Name: q.Name, Type: q.Type, ID: NewID(), RcodeOnly: q.RcodeOnly}, seq)
+		},
+		udp: conn,
 	})
 	return res.finish()
 }

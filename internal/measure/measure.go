@@ -137,8 +137,7 @@ func (p *Peer) setVersion(v quic.Version) {
 type Request struct {
 	Addr       netip.AddrPort
 	ServerName string // SNI; empty: none (as the study)
-	Name       string // query name; dnsmsg.DefaultQueryName when empty
-	QType      uint16 // dns.TypeA when zero
+	Name       string // query name (type A, the study's); dnsmsg.DefaultQueryName when empty
 	Timeout    time.Duration
 	Mode       Mode
 	Queries    int // persistent mode: queries on the session (>= 1)
@@ -151,43 +150,24 @@ type Request struct {
 	TCPKeepalive bool
 	// FastOpen asks for TCP Fast Open (RFC 7413) on TCP-based protocols.
 	FastOpen bool
-	// Next, when set, replaces Name, QType and Queries: it is called before each query of
+	// Next, when set, replaces Name and Queries: it is called before each query of
 	// the session (seq from 0) and gives its name and type; ok false ends the session
-	// there (before the first query: a session without queries). It may block, as a load
-	// generator pacing its queries does, and must return promptly once ctx is done.
+	// there (before the first query: a session without queries). It may block, as a
+	// check that waits between two queries does, and must return promptly once ctx is done.
 	Next func(ctx context.Context, seq int) (name string, qtype uint16, ok bool)
 	// Streams, persistent mode: how many of the session's queries may be outstanding at
 	// once (<= 1: one after another). DoQ opens a stream per query (RFC 9250 §4.2), DoH
 	// and DoH3 send concurrent requests on the connection, DoTCP and DoT pipeline
-	// queries with distinct IDs and match answers by ID in any order (RFC 7766 §6.2.1.1),
-	// DoUDP matches answers on its one socket by ID. Next is then called from one
-	// goroutine, seq in order, while earlier queries are outstanding. A query's resolve
+	// queries with distinct IDs and match answers by ID in any order (RFC 7766 §6.2.1.1);
+	// DoUDP, which has no session, sends its queries one after another. Next is then
+	// called from one goroutine, seq in order, while earlier queries are outstanding. A query's resolve
 	// time starts just before its first write (not the kernel's write log, which cannot
 	// tell concurrent queries apart) and ends at the kernel arrival of the last read
 	// before its answer was seen.
 	Streams int
-	// NoQlog: DoQ/DoH3 record no qlog (Result.Qlog stays empty, nothing is analysed
-	// after the exchange; the handshake time then comes from the kernel stamps or the
-	// wall clock): a load generator needs only the queries' outcomes.
-	NoQlog bool
 	// QueryTimeout bounds each query when Streams > 1 (0: Timeout); Timeout still bounds
 	// the whole exchange.
 	QueryTimeout time.Duration
-	// RcodeOnly: only each query's status and rcode are needed (a load generator), so
-	// answers are checked on their raw bytes (dnsmsg.Check: ID, QR, question, record
-	// bounds) without unpacking them; Query.Answers stays empty and KeepaliveTimeout -1.
-	RcodeOnly bool
-	// Burst, with Streams > 1 on DoUDP/DoTCP/DoT: Next returns at once (an unpaced
-	// load), so the session asks for a query per free slot and sends them together
-	// (one sendmmsg, or one write). A query's start is then taken before that write:
-	// the later messages of a burst leave up to the write's duration after it. Without
-	// Burst each query is sent as soon as Next returns it (a paced Next waits between).
-	Burst bool
-	// OnQuery, when set, receives each query's outcome as soon as it is known, in place
-	// of Result.Queries (which then stays empty), so a long session keeps none of its
-	// queries (a load generator). It may be called from several goroutines at once, in any seq order,
-	// and never after Measure returns. Result.Status and Err are still the first failure.
-	OnQuery func(Query)
 	// InitialPacketSize pads a DoQ/DoH3 client's Initial datagrams to this many bytes
 	// (quic-go's Config.InitialPacketSize, 1200..1452; 0: quic-go's 1,280). The server's
 	// anti-amplification budget is 3x what it receives (RFC 9000 §8.1).
@@ -199,7 +179,7 @@ type Request struct {
 }
 
 // NextQuery returns query seq's name and type, and whether that query runs (Next, or
-// Queries of Name and QType).
+// Queries of Name, type A).
 func (r *Request) NextQuery(ctx context.Context, seq int) (string, uint16, bool) {
 	if r.Next != nil {
 		return r.Next(ctx, seq)
@@ -207,7 +187,7 @@ func (r *Request) NextQuery(ctx context.Context, seq int) (string, uint16, bool)
 	if seq >= r.queries() {
 		return "", 0, false
 	}
-	return r.name(), r.QType, true
+	return r.name(), 0, true // 0: dnsmsg.Query's default, type A
 }
 
 func (r *Request) name() string {
@@ -257,10 +237,6 @@ type Result struct {
 	Status        Status // of the whole exchange: the first failure, or ok
 	Err           error
 	Queries       []Query
-	// failed is the lowest-seq failure among the queries delivered to Request.OnQuery
-	// (hasFailed: there is one).
-	failed    Query
-	hasFailed bool
 
 	TLSVersion    uint16
 	TLSCipher     string
@@ -341,21 +317,10 @@ func (r *Result) finish() *Result {
 			break
 		}
 	}
-	if r.hasFailed && (first == nil || r.failed.Seq < first.Seq) {
-		first = &r.failed
-	}
 	if first != nil {
 		r.Status, r.Err = first.Status, first.Err
 	}
 	return r
-}
-
-// noteDelivered remembers q, handed to Request.OnQuery, for finish if it is the
-// lowest-seq failure so far (callers delivering from several goroutines hold a lock).
-func (r *Result) noteDelivered(q *Query) {
-	if q.Status != StatusOK && (!r.hasFailed || q.Seq < r.failed.Seq) {
-		r.failed, r.hasFailed = *q, true
-	}
 }
 
 // Measurer is one protocol's client. Measure never returns without a classified Status
@@ -366,10 +331,23 @@ type Measurer interface {
 }
 
 // measurer is the Measurer of one protocol: Measure bounds ctx by the request's timeout
-// and hands run an empty Result of that protocol to fill in and return.
+// and hands run an empty Result of that protocol to fill in and return, with the
+// client's options.
 type measurer struct {
 	proto Protocol
-	run   func(ctx context.Context, req *Request, res *Result) *Result
+	run   runner
+	c     client
+}
+
+// runner is one protocol's client.
+type runner func(ctx context.Context, req *Request, res *Result, c *client) *Result
+
+// client is how a measurer sets up its sessions and who runs their queries: For's
+// measure Request's queries (drive) and record the qlog; Load's are a load generator's.
+type client struct {
+	drive  Driver
+	noQlog bool
+	h2     func(net.Conn) (HTTP2Conn, error) // DoH: the HTTP/2 client connection (nil: x/net's)
 }
 
 func (m measurer) Protocol() Protocol { return m.proto }
@@ -377,11 +355,11 @@ func (m measurer) Protocol() Protocol { return m.proto }
 func (m measurer) Measure(ctx context.Context, req *Request) *Result {
 	ctx, cancel := context.WithTimeout(ctx, req.timeout())
 	defer cancel()
-	return m.run(ctx, req, &Result{Protocol: m.proto})
+	return m.run(ctx, req, &Result{Protocol: m.proto}, &m.c)
 }
 
 // runners holds each protocol's client.
-var runners = map[Protocol]func(context.Context, *Request, *Result) *Result{
+var runners = map[Protocol]runner{
 	DoUDP: measureUDP,
 	DoTCP: measureTCP,
 	DoT:   measureDoT,
@@ -393,7 +371,7 @@ var runners = map[Protocol]func(context.Context, *Request, *Result) *Result{
 // For returns the measurer of protocol p.
 func For(p Protocol) (Measurer, error) {
 	if run, ok := runners[p]; ok {
-		return measurer{proto: p, run: run}, nil
+		return measurer{proto: p, run: run, c: client{drive: drive}}, nil
 	}
 	return nil, fmt.Errorf("unknown protocol %q", p)
 }

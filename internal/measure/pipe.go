@@ -13,17 +13,11 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsmsg"
-	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
-const (
-	// udpBatch bounds the datagrams of one sendmmsg/recvmmsg of a DoUDP session.
-	udpBatch = 32
-	// udpPipeBuf is the receive buffer per datagram of a DoUDP session with several
-	// queries outstanding: more than the EDNS size its queries advertise
-	// (dnsmsg.EDNSBufferSize), so an answer cut to it is a bad response.
-	udpPipeBuf = 4096
-)
+// PipeBurst bounds the queries of one burst (Pipelining.Burst): one write of a
+// transport (a DoUDP sendmmsg) carries at most this many.
+const PipeBurst = 32
 
 // pending is one outstanding query of a pipe.
 type pending struct {
@@ -35,35 +29,36 @@ type pending struct {
 	wire     []byte // the query's message (memory kept when the pending is reused)
 }
 
-// message is one message a pipe read: its bytes (valid until the next read), the
+// Message is one message a pipe read: its bytes (valid until the next read), the
 // kernel receive time of the packet that completed it (zero: none), and whether it was
-// cut at the receive buffer.
-type message struct {
-	raw       []byte
-	at        time.Time
-	truncated bool
+// cut at the receive buffer (a bad response).
+type Message struct {
+	Raw       []byte
+	At        time.Time
+	Truncated bool
 }
 
-// pipeIO is a pipe's transport. write sends whole query messages (framed by the
-// transport) and returns how many went out; read waits, until the read deadline, for at
-// least one message and returns those it has.
-type pipeIO struct {
-	write           func(msgs [][]byte) (int, error)
-	read            func() ([]message, error)
-	setReadDeadline func(time.Time) error
+// PipeIO is a pipe's transport. Write sends whole query messages (framed by the
+// transport) and returns how many went out; Read waits, until the read deadline, for
+// at least one message and returns those it has.
+type PipeIO struct {
+	Write           func(msgs [][]byte) (int, error)
+	Read            func() ([]Message, error)
+	SetReadDeadline func(time.Time) error
 }
 
-// pipe runs a session's queries with up to Streams outstanding, answers matched by DNS
-// ID: a sender goroutine asks for queries (Request.Next, from that one goroutine) and,
-// with Request.Burst, as many as slots are free before it sends them with one write (DoUDP: one sendmmsg; DoTCP/DoT:
+// pipe runs a session's queries with up to Pipelining.Streams outstanding, answers
+// matched by DNS ID: a sender goroutine asks for queries (Pipelining.Next, from that one
+// goroutine) and, with Pipelining.Burst, as many as slots are free before it sends them
+// with one write (DoUDP: one sendmmsg; DoTCP/DoT:
 // the frames in one write, RFC 7766 §6.2.1.1); the receiving goroutine takes every
 // message there is from one read (DoUDP: one recvmmsg), matches them by ID, and ends
 // queries that ran out of QueryTimeout. A query starts just before the write that
 // carried it and ends at its answer's kernel receive time. The first read error ends
 // the session's reads: every query outstanding then fails with it.
 type pipe struct {
-	io        pipeIO
-	req       *Request
+	io        PipeIO
+	pl        Pipelining
 	qt        time.Duration
 	keepalive bool // queries carry edns-tcp-keepalive (DoTCP/DoT: Request.TCPKeepalive)
 
@@ -75,69 +70,44 @@ type pipe struct {
 	fifo    []*pending // send order = deadline order (one QueryTimeout for all), from head
 	head    int
 	free    []*pending // ended and out of fifo: reused for the next queries
-	out     []Query    // outcomes not yet delivered (Request.OnQuery) or kept
-	spare   []Query    // with Request.OnQuery: the other buffer of out
+	out     []Query    // outcomes not yet delivered (Pipelining.Deliver) or kept
+	spare   []Query    // with Pipelining.Deliver: the other buffer of out
 	failed  bool
 	sent    bool // the sender has stopped
 }
 
-// runPipe runs req's queries over pio and appends their outcomes to res in seq order
-// (with req.OnQuery: hands each to it from the receiving goroutine as it ends).
-func runPipe(ctx context.Context, req *Request, res *Result, pio pipeIO, keepalive bool) {
-	qt := req.QueryTimeout
+// runPipe runs pl's queries over pio (timeout: the exchange's) and returns their
+// outcomes in seq order (with pl.Deliver: hands each to it from the receiving goroutine
+// as it ends, and returns none).
+func runPipe(ctx context.Context, pl Pipelining, timeout time.Duration, pio PipeIO, keepalive bool) []Query {
+	qt := pl.QueryTimeout
 	if qt <= 0 {
-		qt = req.timeout()
+		qt = timeout
 	}
-	p := &pipe{io: pio, req: req, qt: qt, keepalive: keepalive, slots: make(chan struct{}, req.streams()),
-		sendDone: make(chan struct{}), pending: make(map[uint16]*pending, req.streams())}
+	pl.Streams = max(pl.Streams, 1)
+	p := &pipe{io: pio, pl: pl, qt: qt, keepalive: keepalive, slots: make(chan struct{}, pl.Streams),
+		sendDone: make(chan struct{}), pending: make(map[uint16]*pending, pl.Streams)}
 	go func() { p.send(ctx); close(p.sendDone) }()
-	p.receive(ctx, res)
+	p.receive(ctx)
 	<-p.sendDone
-	if req.OnQuery != nil {
-		p.deliver(res)
-		return
+	if pl.Deliver != nil {
+		p.deliver()
+		return nil
 	}
 	slices.SortFunc(p.out, func(a, b Query) int { return a.Seq - b.Seq })
-	res.Queries = append(res.Queries, p.out...)
-}
-
-// udpPipeline runs a DoUDP session's queries with several outstanding on its socket.
-func udpPipeline(ctx context.Context, req *Request, res *Result, conn *kstamp.PacketConn) {
-	n := min(udpBatch, req.streams())
-	var wb, rb kstamp.Batch
-	backing := make([]byte, n*udpPipeBuf)
-	bufs := make([][]byte, n)
-	for i := range bufs {
-		bufs[i] = backing[i*udpPipeBuf : (i+1)*udpPipeBuf : (i+1)*udpPipeBuf]
-	}
-	dgs := make([]kstamp.Datagram, n)
-	msgs := make([]message, n)
-	runPipe(ctx, req, res, pipeIO{
-		write: func(m [][]byte) (int, error) { return conn.WriteBatch(&wb, m) },
-		read: func() ([]message, error) {
-			k, err := conn.ReadBatch(&rb, bufs, dgs)
-			if err != nil {
-				return nil, err
-			}
-			for i, d := range dgs[:k] {
-				msgs[i] = message{raw: bufs[i][:d.N], at: d.At, truncated: d.Truncated}
-			}
-			return msgs[:k], nil
-		},
-		setReadDeadline: conn.SetReadDeadline,
-	}, false)
+	return p.out
 }
 
 // tcpPipeline runs a DoTCP/DoT session's queries pipelined on c: each burst's frames in
 // one write, answers read through a buffer (every complete message it holds after one
 // read is taken; each carries the kernel time of the last segment that read consumed).
-func tcpPipeline(ctx context.Context, req *Request, res *Result, c *timedConn) {
+func tcpPipeline(ctx context.Context, pl Pipelining, timeout time.Duration, c *timedConn, keepalive bool) []Query {
 	br := bufio.NewReaderSize(c, 2+65535)
 	var wbuf []byte
-	var msgs []message
+	var msgs []Message
 	discard := 0
-	runPipe(ctx, req, res, pipeIO{
-		write: func(m [][]byte) (int, error) {
+	return runPipe(ctx, pl, timeout, PipeIO{
+		Write: func(m [][]byte) (int, error) {
 			wbuf = wbuf[:0]
 			for _, b := range m {
 				wbuf = binary.BigEndian.AppendUint16(wbuf, uint16(len(b)))
@@ -148,7 +118,7 @@ func tcpPipeline(ctx context.Context, req *Request, res *Result, c *timedConn) {
 			}
 			return len(m), nil
 		},
-		read: func() ([]message, error) {
+		Read: func() ([]Message, error) {
 			_, _ = br.Discard(discard)
 			discard = 0
 			msgs = msgs[:0]
@@ -170,7 +140,7 @@ func tcpPipeline(ctx context.Context, req *Request, res *Result, c *timedConn) {
 				return nil, tcpReadErr(err, n)
 			}
 			at := c.log.ArrivedBy(time.Time{}, time.Now())
-			msgs = append(msgs, message{raw: b[2:], at: at})
+			msgs = append(msgs, Message{Raw: b[2:], At: at})
 			off := 2 + n
 			// Then every further complete message already buffered (no more reads).
 			for br.Buffered() >= off+2 {
@@ -180,14 +150,14 @@ func tcpPipeline(ctx context.Context, req *Request, res *Result, c *timedConn) {
 					break
 				}
 				b, _ = br.Peek(off + 2 + n)
-				msgs = append(msgs, message{raw: b[off+2:], at: at})
+				msgs = append(msgs, Message{Raw: b[off+2:], At: at})
 				off += 2 + n
 			}
 			discard = off
 			return msgs, nil
 		},
-		setReadDeadline: c.SetReadDeadline,
-	}, req.TCPKeepalive)
+		SetReadDeadline: c.SetReadDeadline,
+	}, keepalive)
 }
 
 // tcpReadErr is the error of a framed read cut short: the end of the stream inside an
@@ -236,7 +206,7 @@ func (p *pipe) register(u *pending) ([]byte, bool) {
 // newPending returns a pending for query seq, reusing one that ended if there is one:
 // a pending leaves fifo once, after its outcome, and only the sender (this caller)
 // holds it after that; its message memory is reused only after the write that sent it.
-func (p *pipe) newPending(name string, qtype uint16, seq int) *pending {
+func (p *pipe) newPending(q dnsmsg.Query, seq int) *pending {
 	p.mu.Lock()
 	var u *pending
 	if n := len(p.free); n > 0 {
@@ -247,7 +217,7 @@ func (p *pipe) newPending(name string, qtype uint16, seq int) *pending {
 	if u == nil {
 		u = new(pending)
 	}
-	*u = pending{q: dnsmsg.Query{Name: name, Type: qtype, TCPKeepalive: p.keepalive, RcodeOnly: p.req.RcodeOnly},
+	*u = pending{q: dnsmsg.Query{Name: q.Name, Type: q.Type, TCPKeepalive: p.keepalive, RcodeOnly: q.RcodeOnly},
 		out: Query{Seq: seq, KeepaliveTimeout: -1}, wire: u.wire[:0]}
 	return u
 }
@@ -267,7 +237,7 @@ func (p *pipe) send(ctx context.Context) {
 		p.mu.Lock()
 		p.sent = true
 		p.mu.Unlock()
-		_ = p.io.setReadDeadline(time.Now()) // the receiver re-checks what is left
+		_ = p.io.SetReadDeadline(time.Now()) // the receiver re-checks what is left
 	}()
 	for seq := 0; ; {
 		msgs, sending = msgs[:0], sending[:0]
@@ -277,24 +247,24 @@ func (p *pipe) send(ctx context.Context) {
 			return
 		}
 		held, stop := 1, false
-		// A burst: one query per free slot, up to udpBatch.
+		// A burst: one query per free slot, up to PipeBurst.
 		for held > 0 {
 			if p.stopped(ctx) {
 				stop = true
 				break
 			}
-			name, qtype, ok := p.req.NextQuery(ctx, seq)
+			q, ok := p.pl.Next(ctx, seq)
 			if !ok {
 				stop = true
 				break
 			}
 			held--
-			u := p.newPending(name, qtype, seq)
+			u := p.newPending(q, seq)
 			seq++
 			if msg, ok := p.register(u); ok {
 				msgs, sending = append(msgs, msg), append(sending, u)
 			}
-			if len(msgs) == udpBatch || !p.req.Burst {
+			if len(msgs) == PipeBurst || !p.pl.Burst {
 				break
 			}
 			select {
@@ -314,7 +284,7 @@ func (p *pipe) send(ctx context.Context) {
 				p.push(u)
 			}
 			p.mu.Unlock()
-			if n, err := p.io.write(msgs); err != nil {
+			if n, err := p.io.Write(msgs); err != nil {
 				p.mu.Lock()
 				for _, u := range sending[n:] {
 					if !u.done {
@@ -373,9 +343,9 @@ func (p *pipe) expire(now time.Time, all bool, readErr error) {
 	}
 }
 
-// deliver hands the outcomes finished so far to Request.OnQuery (no-op without it).
-func (p *pipe) deliver(res *Result) {
-	if p.req.OnQuery == nil {
+// deliver hands the outcomes finished so far to Pipelining.Deliver (no-op without it).
+func (p *pipe) deliver() {
+	if p.pl.Deliver == nil {
 		return
 	}
 	p.mu.Lock()
@@ -383,8 +353,7 @@ func (p *pipe) deliver(res *Result) {
 	p.out, p.spare = p.spare[:0], nil
 	p.mu.Unlock()
 	for i := range out {
-		res.noteDelivered(&out[i])
-		p.req.OnQuery(out[i])
+		p.pl.Deliver(out[i])
 		out[i] = Query{}
 	}
 	p.mu.Lock()
@@ -393,7 +362,7 @@ func (p *pipe) deliver(res *Result) {
 }
 
 // receive reads answers until the sender has stopped and no query is outstanding.
-func (p *pipe) receive(ctx context.Context, res *Result) {
+func (p *pipe) receive(ctx context.Context) {
 	over := func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -408,17 +377,17 @@ func (p *pipe) receive(ctx context.Context, res *Result) {
 			d = p.fifo[p.head].deadline
 		}
 		p.mu.Unlock()
-		p.deliver(res)
-		_ = p.io.setReadDeadline(d)
+		p.deliver()
+		_ = p.io.SetReadDeadline(d)
 		// After the deadline is set: the sender's stop and ctx's end (which set the
 		// deadline to now) either show here or cut the read short.
 		if over() {
 			return
 		}
 		if ctx.Err() != nil {
-			_ = p.io.setReadDeadline(time.Now())
+			_ = p.io.SetReadDeadline(time.Now())
 		}
-		msgs, err := p.io.read()
+		msgs, err := p.io.Read()
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue
@@ -438,25 +407,25 @@ func (p *pipe) receive(ctx context.Context, res *Result) {
 		now = time.Now()
 		p.mu.Lock()
 		for _, m := range msgs {
-			if len(m.raw) < 2 {
+			if len(m.Raw) < 2 {
 				continue
 			}
-			u := p.pending[uint16(m.raw[0])<<8|uint16(m.raw[1])]
+			u := p.pending[uint16(m.Raw[0])<<8|uint16(m.Raw[1])]
 			if u == nil || u.out.StartedAt.IsZero() {
 				continue // not an answer to an outstanding query: dropped
 			}
-			done := m.at
+			done := m.At
 			if done.IsZero() || done.After(now) {
 				done = now
 			}
 			if done.Before(u.out.StartedAt) {
 				done = u.out.StartedAt
 			}
-			if m.truncated {
-				u.lastBad = fmt.Errorf("%w: answer longer than %d bytes", dnsmsg.ErrBadResponse, udpPipeBuf)
+			if m.Truncated {
+				u.lastBad = fmt.Errorf("%w: answer longer than the receive buffer (%d bytes)", dnsmsg.ErrBadResponse, len(m.Raw))
 				continue
 			}
-			q := CheckAnswer(u.out, u.q, m.raw, done)
+			q := CheckAnswer(u.out, u.q, m.Raw, done)
 			if q.Status == StatusOK || !errors.Is(q.Err, dnsmsg.ErrBadResponse) {
 				p.finish(u, q)
 			} else {
@@ -465,6 +434,6 @@ func (p *pipe) receive(ctx context.Context, res *Result) {
 			}
 		}
 		p.mu.Unlock()
-		p.deliver(res)
+		p.deliver()
 	}
 }

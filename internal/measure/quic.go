@@ -270,8 +270,9 @@ func (c *quicConn) close() {
 // datagram by its checksum (finishQUIC), so neither building the ClientHello, nor our
 // processing of the server's flight, nor a datagram that arrived after it (0.5-RTT data,
 // an answer to 0-RTT data) is counted. Until finishQUIC has the qlog, and where there is
-// none (Request.NoQlog), the handshake ends at the last arrival before the dial returned.
-func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql *qlogBuffer) (*quicConn, error) {
+// none (qlog false: no qlog is recorded), the handshake ends at the last arrival before
+// the dial returned.
+func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql *qlogBuffer, qlog bool) (*quicConn, error) {
 	tconf, err := tlsConfig(req, alpn)
 	if err != nil {
 		return nil, err
@@ -289,7 +290,7 @@ func dialQUIC(ctx context.Context, req *Request, res *Result, alpn []string, ql 
 		MaxConnectionReceiveWindow:     quicConnWindow,
 	}
 	qconf.InitialPacketSize = req.InitialPacketSize
-	if req.NoQlog {
+	if !qlog {
 		qconf.Tracer = nil
 	}
 	var tokens *recordingTokenStore

@@ -52,7 +52,7 @@ func FuzzTCPPipeline(f *testing.F) {
 		req := &Request{Mode: ModePersistent, Streams: 2, QueryTimeout: 300 * time.Millisecond,
 			Next: func(_ context.Context, seq int) (string, uint16, bool) { return "a.example", 1, seq < 2 }}
 		res := &Result{}
-		tcpPipeline(ctx, req, res, c)
+		res.Queries = drive(ctx, tcpSession(req, c))
 		// The pipeline ends on its 300 ms query timeout: had it waited for the context's
 		// 2 s deadline instead, the context would be done by now.
 		if ctx.Err() != nil {

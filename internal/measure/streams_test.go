@@ -9,13 +9,18 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
 
+// sessionProtocols are the protocols whose sessions keep several queries outstanding
+// (Streams). DoUDP has no session: its queries go one after another (a load generator
+// pipelines them over a transport of its own, internal/dnsbench/drive).
+var sessionProtocols = []measure.Protocol{measure.DoTCP, measure.DoT, measure.DoH, measure.DoQ, measure.DoH3}
+
 // With Streams = N a persistent session keeps N queries outstanding: the servers hold
 // every answer until N queries wait, so each protocol completes only if its N queries
 // really are in flight together. Outcomes come back in seq order.
 func TestStreamsOutstandingAtOnce(t *testing.T) {
 	const n, total = 3, 9
 	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Hold: n})
-	for _, p := range measure.Protocols {
+	for _, p := range sessionProtocols {
 		t.Run(string(p), func(t *testing.T) {
 			m, _ := measure.For(p)
 			req := target(s, p)
@@ -49,7 +54,7 @@ func TestStreamsOutstandingAtOnce(t *testing.T) {
 func TestStreamsQueryTimeout(t *testing.T) {
 	const n = 3
 	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Behavior: measuretest.Stall})
-	for _, p := range measure.Protocols {
+	for _, p := range sessionProtocols {
 		t.Run(string(p), func(t *testing.T) {
 			m, _ := measure.For(p)
 			req := target(s, p)
@@ -70,21 +75,18 @@ func TestStreamsQueryTimeout(t *testing.T) {
 	}
 }
 
-// NoQlog: a QUIC exchange without a qlog still answers and times its handshake.
-func TestNoQlog(t *testing.T) {
-	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5"})
-	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
-		for _, noQlog := range []bool{false, true} {
-			m, _ := measure.For(p)
-			req := target(s, p)
-			req.Variant, req.NoQlog = measure.VariantPOST, noQlog
-			res := m.Measure(context.Background(), req)
-			if res.Status != measure.StatusOK || !res.HasHandshake || res.Handshake <= 0 {
-				t.Fatalf("%s NoQlog=%v: %s %v handshake %v", p, noQlog, res.Status, res.Err, res.Handshake)
-			}
-			if got := len(res.Qlog) > 0 && res.QlogAnalysis != nil; got == noQlog {
-				t.Errorf("%s NoQlog=%v: qlog of %d bytes, analysis %v", p, noQlog, len(res.Qlog), res.QlogAnalysis != nil)
-			}
-		}
+// DoUDP runs a persistent session's queries one after another whatever Streams says:
+// against a server that never answers, the first query times out alone and ends the
+// session before a second is asked for.
+func TestDoUDPQueriesOneAfterAnother(t *testing.T) {
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Behavior: measuretest.Stall})
+	m, _ := measure.For(measure.DoUDP)
+	req := target(s, measure.DoUDP)
+	req.Mode, req.Streams, req.Timeout = measure.ModePersistent, 3, 300*time.Millisecond
+	asked := 0
+	req.Next = func(context.Context, int) (string, uint16, bool) { asked++; return "a.example", 1, true }
+	res := m.Measure(context.Background(), req)
+	if asked != 1 || len(res.Queries) != 1 || res.Queries[0].Status != measure.StatusTimeout {
+		t.Fatalf("asked %d, outcomes %+v (%s %v)", asked, res.Queries, res.Status, res.Err)
 	}
 }

@@ -125,17 +125,18 @@ func tcpExchange(ctx context.Context, c *timedConn, q dnsmsg.Query, seq int) Que
 	return CheckAnswer(out, q, raw, done)
 }
 
-// tcpQueries runs req's queries on c (DoTCP, DoT): one after another, or with Streams > 1
-// pipelined, answers matched by ID in any order (RFC 7766 §6.2.1.1). clk is the log of
-// the kernel-timestamped TCP connection under c.
-func tcpQueries(ctx context.Context, req *Request, res *Result, c *timedConn) {
-	if req.streams() == 1 {
-		runQueries(ctx, req, res, func(ctx context.Context, seq int, name string, qtype uint16, _ bool) Query {
-			return tcpExchange(ctx, c, dnsmsg.Query{Name: name, Type: qtype, ID: NewID(), TCPKeepalive: req.TCPKeepalive, RcodeOnly: req.RcodeOnly}, seq)
-		})
-		return
+// tcpSession is the session of c (DoTCP, DoT): one query after another, or pipelined,
+// answers matched by ID in any order (RFC 7766 §6.2.1.1). c's log is that of the
+// kernel-timestamped TCP connection under it.
+func tcpSession(req *Request, c *timedConn) *Session {
+	return &Session{req: req,
+		ex: func(ctx context.Context, seq int, q dnsmsg.Query, _ bool) Query {
+			return tcpExchange(ctx, c, dnsmsg.Query{Name: q.Name, Type: q.Type, ID: NewID(), TCPKeepalive: req.TCPKeepalive, RcodeOnly: q.RcodeOnly}, seq)
+		},
+		pipe: func(ctx context.Context, p Pipelining) []Query {
+			return tcpPipeline(ctx, p, req.timeout(), c, req.TCPKeepalive)
+		},
 	}
-	tcpPipeline(ctx, req, res, c)
 }
 
 // readTCPMessage reads one 2-byte length-prefixed message.

@@ -195,37 +195,12 @@ func (c *ScanConfig) defaults() {
 	}
 }
 
-// dbRetry runs op until it succeeds or fails with an error other than unavailability
-// (store.IsUnavailable). While the database is unavailable it retries with a growing
-// pause, for at most wait after the first failure, then returns the error wrapped in
-// store.ErrUnavailable. Every operation it retries is idempotent.
-func dbRetry(ctx context.Context, log *slog.Logger, wait time.Duration, what string, op func(context.Context) error) error {
-	var since time.Time
-	pause := 250 * time.Millisecond
-	for {
-		err := op(ctx)
-		if err == nil || !store.IsUnavailable(err) {
-			if err == nil && !since.IsZero() {
-				log.Info("database back", "op", what, "after", time.Since(since).Round(time.Millisecond))
-			}
-			return err
-		}
-		if since.IsZero() {
-			since = time.Now()
-			log.Warn("database unavailable: waiting for it", "op", what, "wait", wait, "err", err)
-		}
-		if time.Since(since) >= wait {
-			return fmt.Errorf("%s: gave up after %s: %w", what, wait, store.Unavailable(err))
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%s: %w (database unavailable: %v)", what, ctx.Err(), err)
-		case <-t.C:
-		}
-		pause = min(2*pause, 5*time.Second)
-	}
+// dbPolicy is how a scan waits for an unavailable database (store.Retry): for wait
+// after the first failure; an attempt may take long (replaying a raw file) and stops
+// when ctx ends, which ends the wait with ctx's error. Every operation it retries is
+// idempotent.
+func dbPolicy(wait time.Duration) store.RetryPolicy {
+	return store.RetryPolicy{Deadline: wait, Attempt: store.NoDeadline, Interruptible: true}
 }
 
 // PrepareSafety builds the blocklist (reserved + dir + database opt-outs), checks the
@@ -526,7 +501,7 @@ func Scan(ctx context.Context, c ScanConfig) (_ *Summary, retErr error) {
 		if runErr != nil { // one attempt: a run left 'running' is settled by the next run or ingest
 			wait = 0
 		}
-		err := dbRetry(context.WithoutCancel(ctx), log, wait, "finish scan", func(ctx context.Context) error {
+		err := store.Retry(context.WithoutCancel(ctx), dbPolicy(wait), log, "finish scan", func(ctx context.Context) error {
 			return store.Unavailable(c.Store.FinishScan(ctx, scanID, sum.Status, js))
 		})
 		if err != nil && runErr == nil {
@@ -650,7 +625,7 @@ func settlePort(ctx context.Context, c ScanConfig, scanID int64, port uint16, ki
 	}
 	plog := log.With("port", port, "raw", r.RawOutput)
 	var in *Ingest
-	err := dbRetry(ctx, plog, c.DBWait, "recover port", func(ctx context.Context) error {
+	err := store.Retry(ctx, dbPolicy(c.DBWait), plog, "recover port", func(ctx context.Context) error {
 		f, err := os.Open(r.RawOutput)
 		if errors.Is(err, os.ErrNotExist) {
 			plog.Warn("the earlier run's raw file is gone: nothing to recover", "status", r.Status)
@@ -693,7 +668,7 @@ func settlePort(ctx context.Context, c ScanConfig, scanID int64, port uint16, ki
 		return ps, false, nil
 	}
 	ps.Status = status
-	err = dbRetry(ctx, plog, c.DBWait, "recover port", func(ctx context.Context) error {
+	err = store.Retry(ctx, dbPolicy(c.DBWait), plog, "recover port", func(ctx context.Context) error {
 		return store.Unavailable(c.Store.FinishScanRun(ctx, scanID, r.Port, status, sent, &ps.Replies, r.Blocklisted))
 	})
 	return ps, done, err
@@ -748,7 +723,7 @@ func runPorts(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt 
 	plog := log.With("ports", rawBase(ports), "probe", kind, "raw", filepath.Base(rawPath))
 	h := sha256.Sum256(pkt)
 	if c.Store != nil {
-		err := dbRetry(ctx, plog, c.DBWait, "start port", func(ctx context.Context) error {
+		err := store.Retry(ctx, dbPolicy(c.DBWait), plog, "start port", func(ctx context.Context) error {
 			for _, p := range ports {
 				if err := c.Store.StartScanRun(ctx, store.ScanRun{ScanID: scanID, Port: int32(p), ProbeKind: string(kind),
 					ProbeSHA256: h[:], ZmapArgs: args, RawOutput: rawPath}); err != nil {
@@ -814,7 +789,7 @@ func runPorts(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt 
 		// file when it answers (the rows already stored are dropped by the table's key).
 		plog.Warn("not every reply reached the database during the scan; replaying the raw output", "deferred_lines", in.Deferred)
 		var again *Ingest
-		streamErr = dbRetry(ctx, plog, c.DBWait, "replay raw output", func(ctx context.Context) error {
+		streamErr = store.Retry(ctx, dbPolicy(c.DBWait), plog, "replay raw output", func(ctx context.Context) error {
 			f, err := os.Open(rawPath)
 			if err != nil {
 				return err
@@ -900,7 +875,7 @@ func runPorts(ctx context.Context, c ScanConfig, z ZmapRun, kind ProbeKind, pkt 
 		pss[i].Status = runStatus
 	}
 	if c.Store != nil {
-		ferr := dbRetry(context.WithoutCancel(ctx), plog, wait, "finish port", func(ctx context.Context) error {
+		ferr := store.Retry(context.WithoutCancel(ctx), dbPolicy(wait), plog, "finish port", func(ctx context.Context) error {
 			for _, ps := range pss {
 				sent, rep, bl := ps.ProbesSent, ps.Replies, ps.Blocklisted
 				if err := c.Store.FinishScanRun(ctx, scanID, int32(ps.Port), ps.Status, &sent, &rep, &bl); err != nil {

@@ -2,48 +2,10 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// Transient reports whether err means the database could not be reached or dropped the
-// connection (refused or timed-out connect, a connection closed mid-statement, the
-// server shutting down or starting up, too many connections): a later attempt of the
-// same work can succeed. Errors the server raised about the statement itself (a
-// constraint, a syntax error, a missing table) are not transient.
-func Transient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
-		return false
-	}
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"): // connection_exception
-			return true
-		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03": // admin/crash shutdown, cannot connect now
-			return true
-		case pgErr.Code == "53300": // too_many_connections
-			return true
-		case pgErr.Code == "40001", pgErr.Code == "40P01": // serialization failure, deadlock
-			return true
-		}
-		return false
-	}
-	var connErr *pgconn.ConnectError
-	var netErr net.Error
-	return errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) || pgconn.Timeout(err)
-}
 
 // RetryPolicy says how long work waits for an unavailable database.
 type RetryPolicy struct {
@@ -52,8 +14,15 @@ type RetryPolicy struct {
 	// context ends.
 	Deadline time.Duration
 	// Attempt bounds one attempt (a hung server, or a network that drops packets, never
-	// fails a statement by itself); 0: DefaultAttemptTimeout.
+	// fails a statement by itself); 0: DefaultAttemptTimeout; NoDeadline: unbounded
+	// (an attempt that may take long, e.g. replaying a raw scan file).
 	Attempt time.Duration
+	// Interruptible: each attempt runs under ctx itself, so that ctx's end stops one
+	// under way (a long replay), and ctx's end ends the retries with ctx's error (the
+	// work was interrupted, not given up for the database). Otherwise an attempt under
+	// way finishes, and once ctx is done the next failure gives up with ErrUnavailable
+	// (the caller keeps the work elsewhere, e.g. the campaign's spill file).
+	Interruptible bool
 	// MinBackoff and MaxBackoff bound the wait between attempts (doubling);
 	// 0: 250 ms and 5 s.
 	MinBackoff, MaxBackoff time.Duration
@@ -68,17 +37,20 @@ const NoDeadline time.Duration = -1
 // DefaultAttemptTimeout bounds one attempt of a retried database operation.
 const DefaultAttemptTimeout = 30 * time.Second
 
-// Retry runs fn until it succeeds. A transient failure (Transient) is logged as a
-// warning with the attempt count and the outage so far, and retried with backoff until
-// the database has been unavailable for p.Deadline; then Retry returns an error
-// wrapping ErrUnavailable and the last failure. Any other error is returned at once.
-// Each attempt gets a context of its own that ctx's cancellation does not end (a write
-// that is under way finishes), but once ctx is done the next failure ends the retries.
+// Retry runs fn until it succeeds: the one retry of every stage. A failure that means
+// the database is unavailable (IsUnavailable) is logged as a warning with the attempt
+// count and the outage so far, and retried with backoff until the database has been
+// unavailable for p.Deadline; then Retry returns an error wrapping ErrUnavailable and
+// the last failure. Any other error is returned at once. Each attempt gets a context of
+// its own bounded by p.Attempt that ctx's cancellation does not end (a write that is
+// under way finishes), but once ctx is done the next failure ends the retries; with
+// p.Interruptible ctx's cancellation reaches the attempt and ends the retries with
+// ctx's error.
 func Retry(ctx context.Context, p RetryPolicy, log *slog.Logger, what string, fn func(context.Context) error) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if p.Attempt <= 0 {
+	if p.Attempt == 0 {
 		p.Attempt = DefaultAttemptTimeout
 	}
 	if p.MinBackoff <= 0 {
@@ -90,7 +62,13 @@ func Retry(ctx context.Context, p RetryPolicy, log *slog.Logger, what string, fn
 	var first time.Time
 	backoff := p.MinBackoff
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Attempt)
+		actx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+		if p.Interruptible {
+			actx = ctx
+		}
+		if p.Attempt > 0 {
+			actx, cancel = context.WithTimeout(actx, p.Attempt)
+		}
 		err := fn(actx)
 		cancel()
 		if err == nil {
@@ -100,8 +78,11 @@ func Retry(ctx context.Context, p RetryPolicy, log *slog.Logger, what string, fn
 			}
 			return nil
 		}
-		if !Transient(err) {
+		if !IsUnavailable(err) {
 			return err
+		}
+		if p.Interruptible && ctx.Err() != nil {
+			return fmt.Errorf("%s: %w (database unavailable: %s)", what, ctx.Err(), oneLine(err))
 		}
 		if first.IsZero() {
 			first = time.Now()
@@ -125,6 +106,9 @@ func Retry(ctx context.Context, p RetryPolicy, log *slog.Logger, what string, fn
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
+			if p.Interruptible {
+				return fmt.Errorf("%s: %w (database unavailable: %s)", what, ctx.Err(), oneLine(err))
+			}
 		}
 		backoff = min(2*backoff, p.MaxBackoff)
 	}

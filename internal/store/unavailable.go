@@ -12,17 +12,22 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// IsUnavailable reports whether err means the database could not be reached or went
-// away during the operation (connection refused or reset, server shut down or starting
-// up, a dead pooled connection), as opposed to an error of the statement itself. A
-// caller may wait for the database and retry the operation: every write of this
-// package is idempotent.
+// IsUnavailable reports whether err means the database could not be reached, went
+// away during the operation, or refused the work for now (connection refused or reset,
+// server shut down or starting up, too many connections, a dead pooled connection, a
+// serialization failure or deadlock), as opposed to an error of the statement itself
+// (a constraint, a syntax error, a missing table): a later attempt of the same work
+// can succeed. It is the one outage predicate of every stage: Retry retries what it
+// accepts, and a caller that cannot wait (zprobe's ingest) defers the work. Every write
+// of this package is idempotent.
 //
-// Only errors of the database's connection count: pgconn's (connect errors, SQLSTATE
-// class 08 and 57P01..57P03, a closed connection, what pgconn says is safe to retry) and
-// a *net.OpError (a socket's dial, read or write), or a deadline. An error of a local
-// file is not one, whatever its errno: syscall.Errno satisfies net.Error, and a full disk
-// under the raw output (ENOSPC) was reported as "database unavailable" (exit code 3).
+// Only errors of the database's connection and server count, by type: pgconn's
+// (connect errors, SQLSTATE class 08, 57P01..57P03, 53300, 40001, 40P01, a closed
+// connection, what pgconn says is safe to retry or a timeout) and a *net.OpError (a
+// socket's dial, read or write), a closed network connection, an unexpected EOF, or a
+// deadline. An error of a local file is not one, whatever its errno: syscall.Errno
+// satisfies net.Error, and a full disk under the raw output (ENOSPC) was reported as
+// "database unavailable" (exit code 3).
 func IsUnavailable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) { // the caller gave up, not the database
 		return false
@@ -32,9 +37,17 @@ func IsUnavailable(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		// Class 08: connection exception; 57P01..57P03: admin/crash shutdown, cannot
-		// connect now (starting up or shutting down).
-		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"): // connection_exception
+			return true
+		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03": // admin/crash shutdown, cannot connect now
+			return true
+		case pgErr.Code == "53300": // too_many_connections
+			return true
+		case pgErr.Code == "40001", pgErr.Code == "40P01": // serialization_failure, deadlock_detected
+			return true
+		}
+		return false
 	}
 	var connErr *pgconn.ConnectError
 	var opErr *net.OpError
@@ -45,10 +58,10 @@ func IsUnavailable(err error) bool {
 	case errors.As(err, &pathErr):
 		return false // a file's error (the raw output, a spill file), not the connection's
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, net.ErrClosed):
+		errors.Is(err, net.ErrClosed), errors.Is(err, pgconn.ErrConnClosed):
 		return true
 	}
-	return errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err)
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err)
 }
 
 // Unavailable returns err wrapped in ErrUnavailable when IsUnavailable(err), else err.

@@ -44,6 +44,13 @@ func TestIsUnavailableByType(t *testing.T) {
 		{"unexpected EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
 		{"deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), true},
 		{"wrapped sentinel", fmt.Errorf("x: %w", ErrUnavailable), true},
+		// Classes only one of the two former predicates had (IsUnavailable, and the
+		// Transient of Retry): the one predicate has them all.
+		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
+		{"serialization failure", fmt.Errorf("write: %w", &pgconn.PgError{Code: "40001"}), true},
+		{"deadlock", &pgconn.PgError{Code: "40P01"}, true},
+		{"closed pooled connection", fmt.Errorf("x: %w", pgconn.ErrConnClosed), true},
+		{"closed network connection", fmt.Errorf("x: %w", net.ErrClosed), true},
 	} {
 		if got := IsUnavailable(c.err); got != c.want {
 			t.Errorf("%s: IsUnavailable(%v) = %v, want %v", c.name, c.err, got, c.want)

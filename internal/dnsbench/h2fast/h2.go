@@ -3,8 +3,8 @@
 // every stream, built on x/net's frame codec and HPACK. It costs a third less CPU per
 // answer than x/net's ClientConn, which runs a goroutine per request and flushes once per
 // request. It exists for the load generator only: the hourly measurement (package
-// measure) runs x/net's client, what real Go clients use; measure.DoHOver(Start) runs
-// measure's DoH timing and classification on this one.
+// measure) runs x/net's client, what real Go clients use; measure.Load(DoH, ..., Start)
+// runs measure's DoH timing and classification on this one.
 package h2fast
 
 import (
@@ -138,8 +138,8 @@ func newH2Client(conn net.Conn) (*h2Client, error) {
 	return h, nil
 }
 
-// Start starts a client connection on conn (TLS with ALPN h2 done): measure.DoHOver's
-// start.
+// Start starts a client connection on conn (TLS with ALPN h2 done): the h2 of
+// measure.Load.
 func Start(conn net.Conn) (measure.HTTP2Conn, error) { return newH2Client(conn) }
 
 // Exchange sends msg as req's DoH request (measure.HTTP2Conn).

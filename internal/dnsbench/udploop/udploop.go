@@ -1,5 +1,5 @@
 // Package udploop is dnsbench's DoUDP load on many sockets from one goroutine per loop
-// (epoll, kstamp.Poller). A query is built, timed and classified by measure's DoUDP
+// (epoll, Poller). A query is built, timed and classified by measure's DoUDP
 // rules (measure.CheckAnswer, measure.ReadFailure), so a session on the loop ends as
 // measure.For(DoUDP) would have ended it; the hourly measurement never runs here.
 package udploop
@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/dnsbench/drive"
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/kstamp"
 	"github.com/doqscan/doqscan/internal/measure"
@@ -20,7 +21,7 @@ import (
 
 // Loop runs DoUDP sessions of one query at a time (Streams <= 1) on one goroutine of
 // its own, for a load generator with many sockets and one query outstanding on each:
-// one epoll wait (kstamp.Poller) reports every socket with an answer, where a session
+// one epoll wait (Poller) reports every socket with an answer, where a session
 // on its caller's goroutine parks and is woken through Go's netpoller for each answer.
 // A query is timed as measure's DoUDP client times it (from just before the send to the answer's
 // kernel arrival stamp) and classified the same way.
@@ -32,11 +33,11 @@ import (
 // 0.66 to 0.74 interrupts per answer on the server's CPU instead of 0.84 to 0.89). A
 // query's time starts at its send, so the wait is not in its latency.
 //
-// Measure runs a session there; its Request's Next and OnQuery are then called on the
-// loop's goroutine, so Next must not block (an unpaced load) and OnQuery must be quick:
+// Measure runs a session there; its Plan's Next and Deliver are then called on the
+// loop's goroutine, so Next must not block (an unpaced load) and Deliver must be quick:
 // every session of the loop waits meanwhile.
 type Loop struct {
-	p    *kstamp.Poller
+	p    *Poller
 	keys atomic.Uint64 // the last socket key handed out
 
 	mu      sync.Mutex
@@ -66,6 +67,7 @@ const (
 type loopSession struct {
 	ctx  context.Context
 	req  *measure.Request
+	plan drive.Plan
 	res  *measure.Result
 	sock *kstamp.Socket
 	key  uint64
@@ -83,7 +85,7 @@ type loopSession struct {
 
 // New starts a loop; Close ends it.
 func New() (*Loop, error) {
-	p, err := kstamp.NewPoller()
+	p, err := NewPoller()
 	if err != nil {
 		return nil, fmt.Errorf("DoUDP loop: %w", err)
 	}
@@ -122,11 +124,11 @@ func (l *Loop) post(s *loopSession, start bool) error {
 	return l.p.Wake()
 }
 
-// Measure runs req, a DoUDP session of one query at a time (Streams <= 1), on the loop,
-// bounded by req.Timeout (measure.DefaultTimeout when 0) as measure.For(DoUDP) bounds it:
-// the session's queries are req.NextQuery's, handed to req.OnQuery (or kept in
-// Result.Queries), and the first failure ends it (Result.Status and Err).
-func (l *Loop) Measure(ctx context.Context, req *measure.Request) *measure.Result {
+// Measure runs req, a DoUDP session of one query at a time (plan.Streams is not
+// consulted), on the loop, bounded by req.Timeout (measure.DefaultTimeout when 0) as
+// measure.For(DoUDP) bounds it: the session's queries are plan.Next's, handed to
+// plan.Deliver, and the first failure ends it (Result.Status and Err).
+func (l *Loop) Measure(ctx context.Context, req *measure.Request, plan drive.Plan) *measure.Result {
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = measure.DefaultTimeout
@@ -141,7 +143,7 @@ func (l *Loop) Measure(ctx context.Context, req *measure.Request) *measure.Resul
 		return res
 	}
 	res.Local = sock.Local
-	s := &loopSession{ctx: ctx, req: req, res: res, sock: sock, key: key, done: make(chan struct{})}
+	s := &loopSession{ctx: ctx, req: req, plan: plan, res: res, sock: sock, key: key, done: make(chan struct{})}
 	if err := l.post(s, true); err != nil {
 		_ = sock.Close()
 		res.Status, res.Err = measure.Failure(ctx, measure.StepHandshake, err)
@@ -234,12 +236,12 @@ func (l *Loop) start(s *loopSession) {
 
 // next sends the session's next query, or ends the session when there is none.
 func (l *Loop) next(s *loopSession) {
-	name, qtype, ok := s.req.NextQuery(s.ctx, s.seq)
+	q, ok := s.plan.Next(s.ctx, s.seq)
 	if !ok {
 		l.end(s)
 		return
 	}
-	s.q = dnsmsg.Query{Name: name, Type: qtype, ID: measure.NewID(), RcodeOnly: s.req.RcodeOnly}
+	s.q = dnsmsg.Query{Name: q.Name, Type: q.Type, ID: measure.NewID(), RcodeOnly: q.RcodeOnly}
 	s.out, s.lastBad = measure.Query{Seq: s.seq, KeepaliveTimeout: -1}, nil
 	msg, err := dnsmsg.AppendBuild(l.msg[:0], s.q)
 	if err != nil {
@@ -300,11 +302,7 @@ func (l *Loop) expire(s *loopSession) {
 // (its queries run one at a time: the first failure is the last outcome).
 func (l *Loop) deliver(s *loopSession, q measure.Query) {
 	s.outstanding = false
-	if s.req.OnQuery != nil {
-		s.req.OnQuery(q)
-	} else {
-		s.res.Queries = append(s.res.Queries, q)
-	}
+	s.plan.Deliver(q)
 	if q.Status != measure.StatusOK {
 		s.res.Status, s.res.Err = q.Status, q.Err
 		l.end(s)

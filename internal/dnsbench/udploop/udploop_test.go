@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/doqscan/doqscan/internal/dnsbench/drive"
 	"github.com/doqscan/doqscan/internal/dnsbench/udploop"
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/testsupport"
@@ -53,18 +56,49 @@ func newLoop(t *testing.T) *udploop.Loop {
 	return l
 }
 
-// names is a Next of the given names, one per query.
-func names(ns ...string) func(context.Context, int) (string, uint16, bool) {
-	return func(_ context.Context, seq int) (string, uint16, bool) {
+// names is a Plan.Next of the given names, one per query.
+func names(ns ...string) func(context.Context, int) (dnsmsg.Query, bool) {
+	return namesOf(false, ns...)
+}
+
+// namesOf is names with RcodeOnly as given.
+func namesOf(rcodeOnly bool, ns ...string) func(context.Context, int) (dnsmsg.Query, bool) {
+	return func(_ context.Context, seq int) (dnsmsg.Query, bool) {
 		if seq >= len(ns) {
-			return "", 0, false
+			return dnsmsg.Query{}, false
 		}
-		return ns[seq], dns.TypeA, true
+		return dnsmsg.Query{Name: ns[seq], Type: dns.TypeA, RcodeOnly: rcodeOnly}, true
 	}
 }
 
+// collect runs req as a session of next's queries on l (nil: measure's DoUDP client,
+// through drive.Measurer) and returns its result with the outcomes delivered in
+// Result.Queries, by seq.
+func collect(t *testing.T, l *udploop.Loop, ctx context.Context, req *measure.Request,
+	next func(context.Context, int) (dnsmsg.Query, bool)) *measure.Result {
+	t.Helper()
+	var mu sync.Mutex
+	var qs []measure.Query
+	plan := drive.Plan{Next: next, Deliver: func(q measure.Query) { mu.Lock(); qs = append(qs, q); mu.Unlock() }}
+	var res *measure.Result
+	if l != nil {
+		res = l.Measure(ctx, req, plan)
+	} else {
+		m, err := drive.Measurer(measure.DoUDP, nil, plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = m.Measure(ctx, req)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(qs, func(a, b measure.Query) int { return a.Seq - b.Seq })
+	res.Queries = qs
+	return res
+}
+
 // sameOutcomes fails unless a session on the loop and one on its own goroutine
-// (measure.For(DoUDP)) ended alike: the same status and error presence, and query by query the
+// (measure's DoUDP client) ended alike: the same status and error presence, and query by query the
 // same status, rcode, answers and keepalive; an answered query has a resolve time.
 func sameOutcomes(t *testing.T, what string, plain, looped *measure.Result) {
 	t.Helper()
@@ -94,15 +128,15 @@ func sameOutcomes(t *testing.T, what string, plain, looped *measure.Result) {
 // the answer.
 func TestUDPLoopClassifiesAsUdpExchange(t *testing.T) {
 	loop := newLoop(t)
-	m, _ := measure.For(measure.DoUDP)
 	// both measures with and without the loop; the looped session ends on its own
 	// timeout (not on another deadline, tooLate: the wall clock is no test here).
-	both := func(t *testing.T, what string, mk func() *measure.Request) *measure.Result {
+	both := func(t *testing.T, what string, mk func() (*measure.Request, func(context.Context, int) (dnsmsg.Query, bool))) *measure.Result {
 		t.Helper()
-		plain := m.Measure(context.Background(), mk())
-		req := mk()
+		req, next := mk()
+		plain := collect(t, nil, context.Background(), req, next)
+		req, next = mk()
 		begin := time.Now()
-		looped := loop.Measure(context.Background(), req)
+		looped := collect(t, loop, context.Background(), req, next)
 		if took := time.Since(begin); tooLate(took) {
 			t.Errorf("%s: the loop took %v with a timeout of %v: it ended on another deadline", what, took, req.Timeout)
 		}
@@ -112,9 +146,9 @@ func TestUDPLoopClassifiesAsUdpExchange(t *testing.T) {
 
 	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.4"})
 	for _, rcodeOnly := range []bool{false, true} {
-		res := both(t, fmt.Sprintf("answers, rcodeOnly %v", rcodeOnly), func() *measure.Request {
-			return &measure.Request{Addr: s.UDP, Timeout: 3 * time.Second, Mode: measure.ModePersistent,
-				RcodeOnly: rcodeOnly, Next: names("a.example", "b.example", "c.example")}
+		res := both(t, fmt.Sprintf("answers, rcodeOnly %v", rcodeOnly), func() (*measure.Request, func(context.Context, int) (dnsmsg.Query, bool)) {
+			return &measure.Request{Addr: s.UDP, Timeout: 3 * time.Second, Mode: measure.ModePersistent},
+				namesOf(rcodeOnly, "a.example", "b.example", "c.example")
 		})
 		if res.Status != measure.StatusOK || len(res.Queries) != 3 {
 			t.Errorf("answers: %s %v, %d queries", res.Status, res.Err, len(res.Queries))
@@ -123,16 +157,16 @@ func TestUDPLoopClassifiesAsUdpExchange(t *testing.T) {
 
 	for _, b := range measuretest.Behaviors {
 		h := measuretest.Start(t, measuretest.Config{Host: "127.0.0.4", Behavior: b})
-		res := both(t, string(b), func() *measure.Request {
-			return &measure.Request{Addr: h.UDP, Timeout: hostileTimeout, Mode: measure.ModePersistent, Next: names("a.example", "b.example")}
+		res := both(t, string(b), func() (*measure.Request, func(context.Context, int) (dnsmsg.Query, bool)) {
+			return &measure.Request{Addr: h.UDP, Timeout: hostileTimeout, Mode: measure.ModePersistent}, names("a.example", "b.example")
 		})
 		if res.Status == measure.StatusOK {
 			t.Errorf("%s: ok", b)
 		}
 	}
 
-	res := both(t, "closed port", func() *measure.Request {
-		return &measure.Request{Addr: measuretest.UnusedPort(t, "udp", "127.0.0.5"), Timeout: time.Second}
+	res := both(t, "closed port", func() (*measure.Request, func(context.Context, int) (dnsmsg.Query, bool)) {
+		return &measure.Request{Addr: measuretest.UnusedPort(t, "udp", "127.0.0.5"), Timeout: time.Second}, names("a.example")
 	})
 	if res.Status != measure.StatusConnRefused {
 		t.Errorf("closed port: %s %v", res.Status, res.Err)
@@ -142,15 +176,15 @@ func TestUDPLoopClassifiesAsUdpExchange(t *testing.T) {
 	// another question only; big.example: an answer padded past 4,096 bytes.
 	srv := measuretest.UDPAnswerer(t)
 	for _, name := range []string{"ok.example", "wrong.example", "big.example"} {
-		both(t, name, func() *measure.Request {
+		both(t, name, func() (*measure.Request, func(context.Context, int) (dnsmsg.Query, bool)) {
 			return &measure.Request{Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Timeout: 300 * time.Millisecond,
-				Mode: measure.ModePersistent, Next: names(name, name)}
+				Mode: measure.ModePersistent}, names(name, name)
 		})
 	}
 }
 
 // Many sessions share the loop at once, each with its outcomes delivered through
-// OnQuery as they end; a session whose context is cancelled ends its query outstanding
+// Plan.Deliver as they end; a session whose context is cancelled ends its query outstanding
 // then, as a timeout; a session started after Close fails.
 func TestUDPLoopManySessions(t *testing.T) {
 	l, err := udploop.New()
@@ -163,15 +197,18 @@ func TestUDPLoopManySessions(t *testing.T) {
 	var wg sync.WaitGroup
 	for range sessions {
 		wg.Go(func() {
-			req := &measure.Request{Addr: s.UDP, Timeout: 10 * time.Second, Mode: measure.ModePersistent, RcodeOnly: true,
-				Next: func(_ context.Context, seq int) (string, uint16, bool) { return "a.example", dns.TypeA, seq < queries }}
-			req.OnQuery = func(q measure.Query) {
-				if q.Status == measure.StatusOK && q.Rcode == dns.RcodeSuccess {
-					answered.Add(1)
-				}
-			}
-			if res := l.Measure(context.Background(), req); res.Status != measure.StatusOK || len(res.Queries) != 0 {
-				t.Errorf("session: %s %v, %d queries kept (OnQuery set)", res.Status, res.Err, len(res.Queries))
+			req := &measure.Request{Addr: s.UDP, Timeout: 10 * time.Second, Mode: measure.ModePersistent}
+			plan := drive.Plan{
+				Next: func(_ context.Context, seq int) (dnsmsg.Query, bool) {
+					return dnsmsg.Query{Name: "a.example", Type: dns.TypeA, RcodeOnly: true}, seq < queries
+				},
+				Deliver: func(q measure.Query) {
+					if q.Status == measure.StatusOK && q.Rcode == dns.RcodeSuccess {
+						answered.Add(1)
+					}
+				}}
+			if res := l.Measure(context.Background(), req, plan); res.Status != measure.StatusOK || len(res.Queries) != 0 {
+				t.Errorf("session: %s %v, %d queries kept", res.Status, res.Err, len(res.Queries))
 			}
 		})
 	}
@@ -198,10 +235,9 @@ func TestUDPLoopManySessions(t *testing.T) {
 		b, _ := a.Pack()
 		_, _ = c.WriteToUDPAddrPort(b, from)
 	})
-	req := &measure.Request{Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Timeout: 30 * time.Second, Mode: measure.ModePersistent,
-		Next: names("ok.example", "silent.example", "never.example")}
+	req := &measure.Request{Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Timeout: 30 * time.Second, Mode: measure.ModePersistent}
 	begin := time.Now()
-	res := l.Measure(ctx, req)
+	res := collect(t, l, ctx, req, names("ok.example", "silent.example", "never.example"))
 	if len(res.Queries) != 2 || res.Queries[0].Status != measure.StatusOK || res.Queries[1].Status != measure.StatusTimeout ||
 		!errors.Is(res.Err, context.DeadlineExceeded) || time.Since(begin) > 10*time.Second {
 		t.Errorf("cancelled: %s %v, queries %+v, after %v", res.Status, res.Err, res.Queries, time.Since(begin))
@@ -210,7 +246,7 @@ func TestUDPLoopManySessions(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	res = l.Measure(context.Background(), &measure.Request{Addr: s.UDP, Timeout: time.Second})
+	res = collect(t, l, context.Background(), &measure.Request{Addr: s.UDP, Timeout: time.Second}, names("a.example"))
 	if res.Status == measure.StatusOK || res.Err == nil {
 		t.Errorf("after Close: %s %v", res.Status, res.Err)
 	}
@@ -238,8 +274,8 @@ func TestUDPLoopSendsWithFewAnswered(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 15 {
 		wg.Go(func() {
-			res := l.Measure(ctx, &measure.Request{Addr: addr, Timeout: time.Minute, Mode: measure.ModePersistent,
-				Next: names("quiet.example")})
+			res := collect(t, l, ctx, &measure.Request{Addr: addr, Timeout: time.Minute, Mode: measure.ModePersistent},
+				names("quiet.example"))
 			quietEnded.Add(1)
 			if len(res.Queries) != 1 || res.Queries[0].Status != measure.StatusTimeout {
 				t.Errorf("quiet session: %s %v, queries %+v", res.Status, res.Err, res.Queries)
@@ -247,10 +283,10 @@ func TestUDPLoopSendsWithFewAnswered(t *testing.T) {
 		})
 	}
 	const queries = 200
-	res := l.Measure(context.Background(), &measure.Request{Addr: addr, Timeout: time.Minute, Mode: measure.ModePersistent,
-		Next: func(_ context.Context, seq int) (string, uint16, bool) {
-			return "talk.example", dns.TypeA, seq < queries
-		}})
+	res := collect(t, l, context.Background(), &measure.Request{Addr: addr, Timeout: time.Minute, Mode: measure.ModePersistent},
+		func(_ context.Context, seq int) (dnsmsg.Query, bool) {
+			return dnsmsg.Query{Name: "talk.example", Type: dns.TypeA}, seq < queries
+		})
 	ended := quietEnded.Load()
 	cancel()
 	wg.Wait()

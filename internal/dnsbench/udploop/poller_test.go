@@ -1,4 +1,4 @@
-package kstamp_test
+package udploop_test
 
 import (
 	"errors"
@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/dnsbench/udploop"
 	"github.com/doqscan/doqscan/internal/kstamp"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
-func newPoller(t *testing.T) *kstamp.Poller {
+func newPoller(t *testing.T) *udploop.Poller {
 	t.Helper()
-	p, err := kstamp.NewPoller()
+	p, err := udploop.NewPoller()
 	if err != nil {
 		t.Fatal(err)
 	}

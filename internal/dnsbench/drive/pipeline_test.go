@@ -1,4 +1,4 @@
-package measure_test
+package drive_test
 
 import (
 	"context"
@@ -10,41 +10,10 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/doqscan/doqscan/internal/dnsbench/drive"
+	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/measure"
-	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
-
-// TestUDPPipelineHostile: with several queries outstanding on one DoUDP socket, a
-// datagram with another ID is skipped, and an answer cut at the receive buffer or for
-// another question is a bad response once the query's time runs out.
-func TestUDPPipelineHostile(t *testing.T) {
-	srv := measuretest.UDPAnswerer(t)
-	m, _ := measure.For(measure.DoUDP)
-	names := []string{"ok.example", "big.example", "wrong.example"}
-	for _, rcodeOnly := range []bool{false, true} {
-		req := &measure.Request{Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Timeout: 10 * time.Second,
-			QueryTimeout: 300 * time.Millisecond, Mode: measure.ModePersistent, Streams: 3, RcodeOnly: rcodeOnly}
-		req.Next = func(_ context.Context, seq int) (string, uint16, bool) {
-			if seq >= len(names) {
-				return "", 0, false
-			}
-			return names[seq], dns.TypeA, true
-		}
-		res := m.Measure(context.Background(), req)
-		if len(res.Queries) != 3 {
-			t.Fatalf("rcodeOnly %v: %d outcomes (%s %v)", rcodeOnly, len(res.Queries), res.Status, res.Err)
-		}
-		want := []measure.Status{measure.StatusOK, measure.StatusBadResponse, measure.StatusBadResponse}
-		for i, q := range res.Queries {
-			if q.Seq != i || q.Status != want[i] {
-				t.Errorf("rcodeOnly %v, %s: seq %d %s %v; want %s", rcodeOnly, names[i], q.Seq, q.Status, q.Err, want[i])
-			}
-		}
-		if q := res.Queries[0]; q.Resolve <= 0 || q.Resolve > 300*time.Millisecond {
-			t.Errorf("resolve %v", q.Resolve)
-		}
-	}
-}
 
 // TestPipelineSendsBeforeNextWaits: without Burst (a paced Next), a query goes out as
 // soon as Next returned it, before Next is asked for the next one: Next for seq 1 waits
@@ -116,10 +85,9 @@ func TestPipelineSendsBeforeNextWaits(t *testing.T) {
 			for len(seen) > 0 {
 				<-seen
 			}
-			m, _ := measure.For(c.p)
 			waited := false
-			req := &measure.Request{Addr: c.addr, Timeout: 10 * time.Second, Mode: measure.ModePersistent, Streams: 4, RcodeOnly: true}
-			req.Next = func(_ context.Context, seq int) (string, uint16, bool) {
+			req := &measure.Request{Addr: c.addr, Timeout: 10 * time.Second, Mode: measure.ModePersistent}
+			next := func(_ context.Context, seq int) (dnsmsg.Query, bool) {
 				if seq == 1 {
 					select {
 					case <-seen: // query 0 reached the server while Next waits
@@ -127,14 +95,15 @@ func TestPipelineSendsBeforeNextWaits(t *testing.T) {
 					case <-time.After(3 * time.Second):
 					}
 				}
-				return "a.example", dns.TypeA, seq < 2
+				return dnsmsg.Query{Name: "a.example", Type: dns.TypeA}, seq < 2
 			}
-			res := m.Measure(context.Background(), req)
+			var col collector
+			res, qs := col.measure(t, c.p, req, drive.Plan{Streams: 4, Next: next})
 			if !waited {
 				t.Fatal("query 0 was held back until Next returned query 1")
 			}
-			if len(res.Queries) != 2 || res.Status != measure.StatusOK {
-				t.Fatalf("%s %v, %d outcomes", res.Status, res.Err, len(res.Queries))
+			if len(qs) != 2 || res.Status != measure.StatusOK {
+				t.Fatalf("%s %v, %d outcomes", res.Status, res.Err, len(qs))
 			}
 		})
 	}

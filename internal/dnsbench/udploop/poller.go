@@ -1,4 +1,4 @@
-package kstamp
+package udploop
 
 import (
 	"encoding/binary"
@@ -13,16 +13,16 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
-// ErrWouldBlock is Socket.Recv's answer when no datagram is waiting.
-var ErrWouldBlock = errors.New("kstamp: no datagram waiting")
-
-// Poller waits on many UDP sockets from one goroutine (epoll(7)), for a client that
-// keeps a query outstanding on each of many sockets: one wait reports every socket
-// with a datagram, where a goroutine per socket costs a park and a netpoller wake-up
-// per datagram. Its sockets are its own (not Go's netpoller's) and non-blocking: Send
-// and Recv never sleep. Wait is for one goroutine; Dial, Wake and Close for any.
+// Poller waits on many UDP sockets (kstamp.Socket) from one goroutine (epoll(7)), for a
+// client that keeps a query outstanding on each of many sockets: one wait reports every
+// socket with a datagram, where a goroutine per socket costs a park and a netpoller
+// wake-up per datagram. Its sockets are its own (not Go's netpoller's) and
+// non-blocking: Send and Recv never sleep. Wait is for one goroutine; Dial, Wake and
+// Close for any.
 type Poller struct {
 	ep, wake int // the epoll instance; an eventfd that ends a Wait (Wake)
 	evs      []unix.EpollEvent
@@ -35,7 +35,6 @@ const wakeKey = ^uint64(0)
 
 // NewPoller opens an epoll instance and its wake-up eventfd.
 func NewPoller() (*Poller, error) {
-	keepStamping()
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
@@ -68,89 +67,22 @@ func (p *Poller) add(fd int, key uint64) error {
 	return os.NewSyscallError("epoll_ctl", unix.EpollCtl(p.ep, unix.EPOLL_CTL_ADD, fd, &ev))
 }
 
-// Socket is a connected, non-blocking UDP socket of a Poller with receive timestamps.
-type Socket struct {
-	fd    int
-	Local netip.AddrPort // the source address the kernel chose
-	oob   [oobSize]byte
-}
-
-// Dial opens a UDP socket connected to addr (a fresh ephemeral source port, as
-// net.Dial gives) with receive timestamps, watched under key (below 2^64-1) until its
-// Close.
-func (p *Poller) Dial(addr netip.AddrPort, key uint64) (*Socket, error) {
+// Dial opens a socket connected to addr (kstamp.DialSocket), watched under key (below
+// 2^64-1) until its Close.
+func (p *Poller) Dial(addr netip.AddrPort, key uint64) (*kstamp.Socket, error) {
 	if key == wakeKey {
-		return nil, fmt.Errorf("kstamp: socket key %d is reserved", key)
+		return nil, fmt.Errorf("poller: socket key %d is reserved", key)
 	}
-	sa6 := &unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16()}
-	if zone := addr.Addr().Zone(); zone != "" { // a link-local address's interface
-		ifi, err := net.InterfaceByName(zone)
-		if err != nil {
-			return nil, &net.OpError{Op: "dial", Net: "udp", Addr: net.UDPAddrFromAddrPort(addr), Err: err}
-		}
-		sa6.ZoneId = uint32(ifi.Index)
-	}
-	family, sa := unix.AF_INET6, unix.Sockaddr(sa6)
-	if addr.Addr().Is4() || addr.Addr().Is4In6() {
-		family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().Unmap().As4()}
-	}
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	s, err := kstamp.DialSocket(addr)
 	if err != nil {
-		return nil, &net.OpError{Op: "dial", Net: "udp", Addr: net.UDPAddrFromAddrPort(addr), Err: os.NewSyscallError("socket", err)}
+		return nil, err
 	}
-	fail := func(op string, err error) (*Socket, error) {
-		_ = unix.Close(fd)
-		return nil, &net.OpError{Op: "dial", Net: "udp", Addr: net.UDPAddrFromAddrPort(addr), Err: os.NewSyscallError(op, err)}
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
-		return fail("setsockopt", err)
-	}
-	if err := unix.Connect(fd, sa); err != nil {
-		return fail("connect", err)
-	}
-	s := &Socket{fd: fd}
-	if local, err := unix.Getsockname(fd); err == nil {
-		switch a := local.(type) {
-		case *unix.SockaddrInet4:
-			s.Local = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
-		case *unix.SockaddrInet6:
-			s.Local = netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port))
-		}
-	}
-	if err := p.add(fd, key); err != nil {
-		_ = unix.Close(fd)
+	if err := p.add(s.FD(), key); err != nil {
+		_ = s.Close()
 		return nil, &net.OpError{Op: "dial", Net: "udp", Addr: net.UDPAddrFromAddrPort(addr), Err: err}
 	}
 	return s, nil
 }
-
-// Send writes b as one datagram and returns the time taken just before the write. A
-// full send buffer is an error (EAGAIN), as the socket cannot wait for room.
-func (s *Socket) Send(b []byte) (time.Time, error) {
-	sent := time.Now()
-	if err := write(s.fd, b); err != nil {
-		return sent, &net.OpError{Op: "write", Net: "udp", Err: os.NewSyscallError("write", err)}
-	}
-	return sent, nil
-}
-
-// Recv reads one datagram into p with its kernel receive time (zero if the kernel gave
-// none). ErrWouldBlock: nothing is waiting. An ICMP error the kernel queued for the
-// socket (port unreachable: ECONNREFUSED) is returned as a read error, as on a net
-// package socket.
-func (s *Socket) Recv(p []byte) (int, time.Time, error) {
-	n, oobn, err := recvmsg(s.fd, p, s.oob[:], nil)
-	if err != nil {
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EWOULDBLOCK) {
-			return 0, time.Time{}, ErrWouldBlock
-		}
-		return 0, time.Time{}, &net.OpError{Op: "read", Net: "recvmsg", Err: err}
-	}
-	return n, Parse(s.oob[:oobn]), nil
-}
-
-// Close closes the socket, which leaves the Poller's watch with it.
-func (s *Socket) Close() error { return unix.Close(s.fd) }
 
 // Wait blocks until a socket has a datagram or Wake is called, and appends the keys of
 // the sockets with one to keys. A key may come once more after its socket was closed

@@ -1,6 +1,6 @@
 //go:build !race
 
-package measure_test
+package drive_test
 
 // raceDetector: see race_on_test.go.
 const raceDetector = false

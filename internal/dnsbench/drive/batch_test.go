@@ -1,10 +1,12 @@
-package kstamp
+package drive
 
 import (
 	"errors"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/kstamp"
 )
 
 // TestBatch: WriteBatch sends every message in order; ReadBatch returns the answers
@@ -19,7 +21,7 @@ func TestBatch(t *testing.T) {
 	}
 	var wb, rb Batch
 	before := time.Now()
-	if sent, err := c.WriteBatch(&wb, msgs); err != nil || sent != n {
+	if sent, err := WriteBatch(c, &wb, msgs); err != nil || sent != n {
 		t.Fatalf("WriteBatch = %d, %v", sent, err)
 	}
 	_ = srv.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -42,7 +44,7 @@ func TestBatch(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	got := 0
 	for got < n {
-		k, err := c.ReadBatch(&rb, bufs[got:], out[got:])
+		k, err := ReadBatch(c, &rb, bufs[got:], out[got:])
 		done := time.Now()
 		if err != nil || k == 0 {
 			t.Fatalf("ReadBatch = %d, %v after %d", k, err, got)
@@ -62,9 +64,29 @@ func TestBatch(t *testing.T) {
 		got += k
 	}
 	_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-	if _, err := c.ReadBatch(&rb, bufs, out); err == nil {
+	if _, err := ReadBatch(c, &rb, bufs, out); err == nil {
 		t.Fatal("read past the deadline succeeded")
 	} else if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("deadline error %v is not a timeout", err)
 	}
+}
+
+// loopbackPair is a server socket and a kernel-stamped client connected to it.
+func loopbackPair(t *testing.T) (*net.UDPConn, *kstamp.PacketConn) {
+	t.Helper()
+	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	raw, err := net.DialUDP("udp4", nil, srv.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kstamp.NewPacketConn(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return srv, c
 }

@@ -1,6 +1,6 @@
 //go:build race
 
-package measure_test
+package drive_test
 
 // raceDetector: the tests run under the race detector, whose instrumentation makes
 // values escape to the heap that do not otherwise: allocation counts are not the

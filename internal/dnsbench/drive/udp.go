@@ -1,13 +1,57 @@
-package kstamp
+package drive
 
 import (
+	"context"
 	"errors"
 	"net"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doqscan/doqscan/internal/kstamp"
+	"github.com/doqscan/doqscan/internal/measure"
 )
+
+const (
+	// udpBatch bounds the datagrams of one recvmmsg of a DoUDP pipeline (its sends are
+	// bursts of at most measure.PipeBurst).
+	udpBatch = measure.PipeBurst
+	// udpPipeBuf is the receive buffer per datagram of a DoUDP session with several
+	// queries outstanding: more than the EDNS size its queries advertise
+	// (dnsmsg.EDNSBufferSize), so an answer cut to it is a bad response.
+	udpPipeBuf = 4096
+)
+
+// udpPipeline runs a DoUDP session's queries with several outstanding on its socket
+// (measure.Session.PipelineOver): a burst's queries in one sendmmsg, every answer
+// waiting in one recvmmsg, each with its kernel receive time.
+func udpPipeline(ctx context.Context, s *measure.Session, pl measure.Pipelining) []measure.Query {
+	conn := s.PacketConn()
+	n := min(udpBatch, max(pl.Streams, 1))
+	var wb, rb Batch
+	backing := make([]byte, n*udpPipeBuf)
+	bufs := make([][]byte, n)
+	for i := range bufs {
+		bufs[i] = backing[i*udpPipeBuf : (i+1)*udpPipeBuf : (i+1)*udpPipeBuf]
+	}
+	dgs := make([]Datagram, n)
+	msgs := make([]measure.Message, n)
+	return s.PipelineOver(ctx, pl, measure.PipeIO{
+		Write: func(m [][]byte) (int, error) { return WriteBatch(conn, &wb, m) },
+		Read: func() ([]measure.Message, error) {
+			k, err := ReadBatch(conn, &rb, bufs, dgs)
+			if err != nil {
+				return nil, err
+			}
+			for i, d := range dgs[:k] {
+				msgs[i] = measure.Message{Raw: bufs[i][:d.N], At: d.At, Truncated: d.Truncated}
+			}
+			return msgs[:k], nil
+		},
+		SetReadDeadline: conn.SetReadDeadline,
+	})
+}
 
 // mmsghdr is the kernel's struct mmsghdr (sendmmsg(2), recvmmsg(2)).
 type mmsghdr struct {
@@ -23,7 +67,7 @@ type Datagram struct {
 	Truncated bool
 }
 
-// Batch holds the buffers of one PacketConn's batched reads and writes (reused: one
+// Batch holds the buffers of one socket's batched reads and writes (reused: one
 // Batch per reading or writing goroutine).
 type Batch struct {
 	hdrs []mmsghdr
@@ -84,11 +128,15 @@ func (b *Batch) grow(n int, oob bool) {
 	}
 }
 
-// ReadBatch reads at least one and at most len(bufs) datagrams of a connected socket in
-// one recvmmsg(2) (waiting, honouring the read deadline, until one is there) and
-// describes each in out (len(out) >= len(bufs)), its kernel receive time included (so
-// Log is left alone).
-func (c *PacketConn) ReadBatch(b *Batch, bufs [][]byte, out []Datagram) (int, error) {
+// oobSize holds one SCM_TIMESTAMPNS control message (a struct timespec) with headroom,
+// as kstamp's reads do.
+const oobSize = 128
+
+// ReadBatch reads at least one and at most len(bufs) datagrams of c, a connected
+// socket, in one recvmmsg(2) (waiting, honouring the read deadline, until one is there)
+// and describes each in out (len(out) >= len(bufs)), its kernel receive time included
+// (so c.Log is left alone).
+func ReadBatch(c *kstamp.PacketConn, b *Batch, bufs [][]byte, out []Datagram) (int, error) {
 	n := min(len(bufs), len(out))
 	if n == 0 {
 		return 0, nil
@@ -108,7 +156,8 @@ func (c *PacketConn) ReadBatch(b *Batch, bufs [][]byte, out []Datagram) (int, er
 		h.hdr.SetControllen(oobSize)
 	}
 	b.start(true, n)
-	if err := c.rc.Read(b.call); err != nil {
+	rc, _ := c.SyscallConn()
+	if err := rc.Read(b.call); err != nil {
 		return 0, err
 	}
 	if b.err != nil {
@@ -117,7 +166,7 @@ func (c *PacketConn) ReadBatch(b *Batch, bufs [][]byte, out []Datagram) (int, er
 	got := b.done
 	for i := range got {
 		h := &b.hdrs[i]
-		at := Parse(b.oob[i*oobSize : i*oobSize+int(h.hdr.Controllen)])
+		at := kstamp.Parse(b.oob[i*oobSize : i*oobSize+int(h.hdr.Controllen)])
 		out[i] = Datagram{N: int(h.len), At: at, Truncated: h.hdr.Flags&unix.MSG_TRUNC != 0}
 		if out[i].N > len(bufs[i]) {
 			out[i].N = len(bufs[i])
@@ -126,9 +175,9 @@ func (c *PacketConn) ReadBatch(b *Batch, bufs [][]byte, out []Datagram) (int, er
 	return got, nil
 }
 
-// WriteBatch sends msgs on a connected socket, as many as possible per sendmmsg(2),
-// until all are sent or an error; it returns how many were sent. Log notes the write.
-func (c *PacketConn) WriteBatch(b *Batch, msgs [][]byte) (int, error) {
+// WriteBatch sends msgs on c, a connected socket, as many as possible per sendmmsg(2),
+// until all are sent or an error; it returns how many were sent. c.Log notes the write.
+func WriteBatch(c *kstamp.PacketConn, b *Batch, msgs [][]byte) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
@@ -146,7 +195,8 @@ func (c *PacketConn) WriteBatch(b *Batch, msgs [][]byte) (int, error) {
 		h.hdr.SetIovlen(1)
 	}
 	b.start(false, len(msgs))
-	if err := c.rc.Write(b.call); err != nil {
+	rc, _ := c.SyscallConn()
+	if err := rc.Write(b.call); err != nil {
 		return b.done, err
 	}
 	if b.err != nil {
