@@ -5,10 +5,12 @@ package testsupport
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -48,4 +50,39 @@ func Commands(t testing.TB, names ...string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// Shared is a set of commands built once per test process, for the tests of a package
+// that run the same commands (NewShared at package level; Dir in each test; Remove in
+// TestMain after m.Run, the binaries are not in a test's temporary directory).
+type Shared struct {
+	names []string
+	once  sync.Once
+	dir   string
+	err   error
+}
+
+// NewShared is the commands cmd/<name> for each name, built on the first Dir.
+func NewShared(names ...string) *Shared { return &Shared{names: names} }
+
+// Dir builds the commands the first time (a failed build fails every test that asks)
+// and returns their directory.
+func (s *Shared) Dir(t testing.TB) string {
+	t.Helper()
+	s.once.Do(func() {
+		if s.dir, s.err = os.MkdirTemp("", "doqscan-test-bin"); s.err == nil {
+			s.err = Build(s.dir, s.names...)
+		}
+	})
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.dir
+}
+
+// Remove deletes the built commands (nothing when none were built in this process).
+func (s *Shared) Remove() {
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+	}
 }

@@ -26,14 +26,20 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // The tests run in vantage 0. Vantage 1 (198.18.1.2) is for first contacts: a
 // retry=first server (dnsproxy) sends Retry to an address it has not seen within 30
 // minutes, so its first-contact handshakes come from an address no other test uses.
 func TestMain(m *testing.M) {
-	os.Exit(testbed.RunInVantage(m, testbed.Options{Servers: true, Vantages: 2}))
+	code := testbed.RunInVantage(m, testbed.Options{Servers: true, Vantages: 2})
+	commands.Remove()
+	os.Exit(code)
 }
+
+// commands is bin/measure for the tests that run it as a process, built once.
+var commands = testsupport.NewShared("measure")
 
 // firstContactVantage is the vantage only first-contact exchanges use.
 const firstContactVantage = 1
