@@ -24,11 +24,11 @@ var Cmd = cli.Command{
 	Usage:   "dnsbench [flags] PROTOCOL://ADDRESS[:PORT] ...",
 	Examples: []string{
 		"dnsbench --count 10000 --workers 16 doudp://127.0.0.1 doq://127.0.0.1:8853",
-		"dnsbench --duration 5s --workers 4 --streams 32 doq://127.0.0.1:8853 doh3://127.0.0.1:8443",
-		"dnsbench --duration 5s --rate 500 --policy fresh dot://127.0.0.1:8853 --json   # one JSON object per target",
+		"dnsbench --duration 3s --workers 4 --streams 32 doq://127.0.0.1:8853 doh3://127.0.0.1:8443",
+		"dnsbench --duration 3s --rate 500 --policy fresh dot://127.0.0.1:8853 --json   # one JSON object per target",
 		"dnsbench --count 5000 doq://127.0.0.1:8853 --histogram-csv lat.csv --plot lat.png  # the latency histogram as CSV and PNG",
-		"dnsbench --ramp-max 5000 --ramp-loss 0.05 --duration 10s --workers 50 doudp://127.0.0.1",
-		"bin/testnet exec -- bin/dnsbench --duration 10s --queries q.txt doq://198.19.3.7 dot://198.19.3.7 --store --label loss=5%",
+		"dnsbench --ramp-max 5000 --ramp-loss 0.05 --duration 5s --workers 50 doudp://127.0.0.1",
+		"bin/testnet exec -- bin/dnsbench --duration 3s --queries q.txt doq://198.19.3.7 dot://198.19.3.7 --store --label loss=5%",
 		"bin/testnet exec -- bin/dnsbench --loss-sweep 0,5,20 --duration 3s --store doudp://198.19.3.7 dot://198.19.3.7 doq://198.19.3.7",
 	},
 	Notes: `PROTOCOL is doudp, dotcp, dot, doh (POST), doh-get, doh-post, doh3, doh3-get, doh3-post or

@@ -18,7 +18,6 @@ import (
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/wirecap"
-	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // concurrentTargets is how many resolvers the concurrent-rounds test measures: enough
@@ -34,7 +33,7 @@ const concurrentTargets = 16
 // round stored rows (measurements, rtt_samples): each query went out once in total.
 func TestConcurrentRoundsMeasureOnce(t *testing.T) {
 	v, pop := testbed.RequirePopulation(t)
-	bin := filepath.Join(testsupport.Commands(t, "measure"), "measure")
+	bin := filepath.Join(commands.Dir(t), "measure")
 	lines := doqTCPTargets(pop)
 	if len(lines) < concurrentTargets {
 		t.Fatalf("only %d targets on paths up to %v: the population changed?", len(lines), restartMaxRTT)

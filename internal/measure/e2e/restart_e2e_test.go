@@ -20,7 +20,6 @@ import (
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
-	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // restartMaxRTT bounds the paths of the restart test's targets (it is about rows, not
@@ -77,7 +76,7 @@ func doqTCPTargets(pop *population.Population) []string {
 // resumed round skipped it.
 func TestStoppedMeasureLosesAndDuplicatesNothing(t *testing.T) {
 	_, pop := testbed.RequirePopulation(t)
-	bin := filepath.Join(testsupport.Commands(t, "measure"), "measure")
+	bin := filepath.Join(commands.Dir(t), "measure")
 	// Enough resolvers that each of the stopped runs stores its first batch (16
 	// resolvers, or what is done at the 10 s progress tick) well before the round ends;
 	// the IPv6 ones of the dual-stack population spread over the round, so that some are

@@ -26,14 +26,20 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // The tests run in vantage 0. Vantage 1 (198.18.1.2) is for first contacts: a
 // retry=first server (dnsproxy) sends Retry to an address it has not seen within 30
 // minutes, so its first-contact handshakes come from an address no other test uses.
 func TestMain(m *testing.M) {
-	os.Exit(testbed.RunInVantage(m, testbed.Options{Servers: true, Vantages: 2}))
+	code := testbed.RunInVantage(m, testbed.Options{Servers: true, Vantages: 2})
+	commands.Remove()
+	os.Exit(code)
 }
+
+// commands is bin/measure for the tests that run it as a process, built once.
+var commands = testsupport.NewShared("measure")
 
 // firstContactVantage is the vantage only first-contact exchanges use.
 const firstContactVantage = 1
@@ -376,7 +382,7 @@ func checkEndpoint(t *testing.T, ctx context.Context, v *testbed.Vantage, prober
 	var samples []rtt.Sample
 	var got []time.Duration
 	for try := 0; try < attempts; try++ {
-		round := prober.Probe(ctx, ep.proto.Transport(), req.Addr, 3, 2*time.Second)
+		round := prober.Probe(ctx, ep.proto.Transport(), req.Addr, 3, probeTimeout(path))
 		samples = append(samples, round...)
 		for _, s := range round {
 			if s.Answered() {
@@ -410,6 +416,20 @@ func checkEndpoint(t *testing.T, ctx context.Context, v *testbed.Vantage, prober
 		}
 	}
 }
+
+// probeTimeout is how long an RTT probe sample of checkEndpoint waits for its answer on
+// path: twice the path's RTT and jitter plus probeLateSlack. The samples go one after
+// the other, and a server drops the study's random-payload UDP probe whenever its QR bit
+// happens to be set, so every dropped sample costs the whole timeout (a fixed 2 s made
+// the DoUDP endpoints of the IPv6 check 2-6 s each). An answer within the assertion's
+// tolerance of the RTT (tolerance(path, path.RTT), tens of milliseconds) arrives long
+// before it, and a late one still arrives in time to be reported late: probeLateSlack is
+// ten times the 10-30 ms lateness of the user-space stamps the assertion once caught.
+func probeTimeout(path population.Path) time.Duration {
+	return 2*(path.RTT+path.Jitter) + probeLateSlack
+}
+
+const probeLateSlack = 300 * time.Millisecond
 
 func ratio(d, rtt time.Duration) float64 { return float64(d) / float64(rtt) }
 

@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,9 +33,7 @@ const vantage1RTT = 10 * time.Millisecond
 func TestMain(m *testing.M) {
 	code := testbed.RunInVantage(m, testbed.Options{Servers: true, NoPeers: true, Vantages: 2,
 		VantageRTT: map[int]time.Duration{1: vantage1RTT}})
-	if binDir != "" {
-		os.RemoveAll(binDir) // the commands built by bins (in the process that ran the tests)
-	}
+	commands.Remove() // the commands built for the tests (in the process that ran them)
 	os.Exit(code)
 }
 
@@ -46,27 +43,8 @@ func repoRoot(t *testing.T) string {
 	return testsupport.Root()
 }
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binErr  error
-)
-
-// bins builds the project's commands once per test binary and returns their directory.
-func bins(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "doqscan-ops-e2e-bin")
-		if binErr != nil {
-			return
-		}
-		binErr = testsupport.Build(binDir, "zprobe", "verify", "conncheck", "measure", "jobrun", "optout")
-	})
-	if binErr != nil {
-		t.Fatalf("%v", binErr)
-	}
-	return binDir
-}
+// commands are the project's commands the tests run, built once per test binary.
+var commands = testsupport.NewShared("zprobe", "verify", "conncheck", "measure", "jobrun", "optout")
 
 // env is a test's setting: the testbed, a fresh database and the built commands.
 type env struct {
@@ -85,7 +63,7 @@ func setup(t *testing.T) *env {
 	}
 	v.RequireSimserver(t)
 	s, url := storetest.OpenURL(t)
-	return &env{v: v, pop: v.Population, url: url, s: s, bin: bins(t)}
+	return &env{v: v, pop: v.Population, url: url, s: s, bin: commands.Dir(t)}
 }
 
 func nsOf(v *testbed.Vantage, i int) string { return netns.Instance{Name: v.Instance}.Vantage(i) }

@@ -14,7 +14,6 @@ import (
 	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed/wirecap"
-	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // TestConcurrentScansRunZmapOnce starts `zprobe scan` and, once it holds the scan's lock
@@ -26,7 +25,7 @@ import (
 func TestConcurrentScansRunZmapOnce(t *testing.T) {
 	e := requireTestbed(t)
 	v := e.v
-	bin := filepath.Join(testsupport.Commands(t, "zprobe"), "zprobe")
+	bin := filepath.Join(commands.Dir(t), "zprobe")
 	s, url := storetest.OpenURL(t)
 	out := keepOnFailure(t)
 	const week, vantage, label = "2026-W47", "pair", "pair"

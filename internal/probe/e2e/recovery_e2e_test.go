@@ -23,7 +23,6 @@ import (
 	"github.com/doqscan/doqscan/internal/probe/probetest"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
-	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // waitRows polls the database until the scan has at least one reply on port (the scan
@@ -119,7 +118,7 @@ const helpRate = 10000
 func TestScanKilled(t *testing.T) {
 	e := requireTestbed(t)
 	v := e.v
-	bin := filepath.Join(testsupport.Commands(t, "zprobe"), "zprobe")
+	bin := filepath.Join(commands.Dir(t), "zprobe")
 	s, url := storetest.OpenURL(t)
 	out := keepOnFailure(t)
 	args := []string{"scan", "--vantage", "killed", "--week", "2026-W47", "--label", "killed", "--testbed", testbedPrefix.String(),

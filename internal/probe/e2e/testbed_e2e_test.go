@@ -49,8 +49,13 @@ func TestMain(m *testing.M) {
 	if pop, err := population.LoadDefault(); err == nil {
 		o.Paths = lossFreeTable(pop)
 	}
-	os.Exit(testbed.RunInVantage(m, o))
+	code := testbed.RunInVantage(m, o)
+	commands.Remove()
+	os.Exit(code)
 }
+
+// commands is bin/zprobe for the tests that run it as a process, built once.
+var commands = testsupport.NewShared("zprobe")
 
 // lossFreeTable is the population's path table (delays, jitter) with every loss rate 0.
 func lossFreeTable(p *population.Population) *delayline.Table {
