@@ -12,6 +12,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/conncheck"
+	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 	"github.com/doqscan/doqscan/internal/testbed/population"
@@ -207,7 +208,10 @@ func slicesFirst(got string, ok ...string) string {
 // decides a cell (chain-mid, the edge chains, chain-big behind simserver, aioquic and
 // dnsproxy's public set-up) and a small-chain host: each stalls exactly where the
 // population's model says (the first flight above what an unvalidated server may send),
-// and then takes two round trips, one otherwise.
+// and then takes two round trips, one otherwise. A server slower than a round trip (the
+// handshakes run at once on a shared host) has our ACK before it reaches its limit and
+// never waits: its first flight then carries more than 3x our Initial, and one round
+// trip is right. The test fails if no predicted stall was seen at all.
 func TestConnCheckAmplification(t *testing.T) {
 	v := testbed.Require(t)
 	pop := v.Population
@@ -233,7 +237,7 @@ func TestConnCheckAmplification(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	cells, stalls := 0, 0
+	cells, stalls, late := 0, 0, 0
 	for i, c := range classes {
 		p := results[i]
 		if len(p.Amplification) != len(conncheck.DefaultInitialSizes)*len(conncheck.DefaultKeyShares) {
@@ -254,7 +258,12 @@ func TestConnCheckAmplification(t *testing.T) {
 			if want {
 				wantRTT, stalls = 2, stalls+1
 			}
-			if an.AmplificationStall != want || an.RoundTrips != wantRTT {
+			if want && !an.AmplificationStall && an.RoundTrips == 1 && an.Cause == qlogana.Cause1RTT &&
+				an.ServerBytesPreAck > qlogana.AmplificationFactor*an.ClientInitialBytes {
+				late++
+				t.Logf("%s: the server sent %d bytes before our ACK, past 3x our %d: it had our ACK before its limit (no stall)",
+					cell, an.ServerBytesPreAck, an.ClientInitialBytes)
+			} else if an.AmplificationStall != want || an.RoundTrips != wantRTT {
 				t.Errorf("%s: stall %v, %d round trips (cause %s, client %d bytes, server %d before our ACK); population: stall %v (flight %d, sendable %d)",
 					cell, an.AmplificationStall, an.RoundTrips, an.Cause, an.ClientInitialBytes, an.ServerBytesPreAck, want,
 					pop.Certs[pop.Lookup(p.Addr.Addr()).Cert].ServerFlightBytes(client), population.SendableUnvalidated(client))
@@ -264,5 +273,8 @@ func TestConnCheckAmplification(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d cells, %d stalls", cells, stalls)
+	t.Logf("%d cells, %d stalls predicted, %d of them not waited for (a slow server)", cells, stalls, late)
+	if stalls > 0 && late == stalls {
+		t.Error("no predicted stall was seen: the stall case is not exercised")
+	}
 }
