@@ -125,6 +125,18 @@ def sweep_table(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
     return out
 
 
+# The unit of each SWEEP_METRICS value, as the CSV column's last word (plots.UNITS).
+SWEEP_UNITS = {"qps": "qps", "latency_mean_ms": "ms", "success_rate": "rate"}
+
+
+def sweep_csv(table: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """sweep_table's table with its loss levels named for the CSV: 'loss <level> <unit
+    of metric>' ('5%' of the QPS table -> 'loss 5% qps', written loss_5pct_qps), so that
+    each column's name ends in its values' unit."""
+    unit = SWEEP_UNITS[metric]
+    return table.rename(columns={c: f"loss {c} {unit}" for c in table.columns if c not in KEY_COLUMNS})
+
+
 def sweep_tables(runs: pd.DataFrame, name: str | None = None, peers: pd.DataFrame | None = None
                  ) -> dict[str, pd.DataFrame]:
     """The three tables of a loss sweep (sweep_table for every SWEEP_METRICS key)."""

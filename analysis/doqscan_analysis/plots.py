@@ -517,22 +517,18 @@ def figure_tables(figure: str) -> list[str]:
 # the unit last): README.csv in the figures folder lists every column with its unit.
 UNITS = {"ms": "milliseconds", "ns": "nanoseconds", "s": "seconds", "bytes": "bytes", "b": "bytes",
          "share": "fraction (0..1)", "rate": "fraction (0..1)", "ratio": "ratio (handshake time / RTT)",
-         "qps": "queries per second"}
+         "qps": "queries per second", "success": "fraction (0..1)"}
 _UNIT_TOKENS = ("ms", "ns", "s", "bytes")
-
-# The tables whose header dnsbench's end-to-end tests read as they are (one column per
-# loss level such as "1%"; "<policy> mean ms"): csv_header leaves them alone.
-VERBATIM_HEADERS = re.compile(r"^(loss_sweep_.*|connection_reuse)$")
 
 
 def csv_header(name) -> str:
     """One header style for every CSV table: lower-case words joined by '_', the unit
     last ('resolve median [ms]' -> 'resolve_median_ms', 'idle alive s (median)' ->
-    'idle_alive_median_s'); a column of several levels (a MultiIndex, e.g. metric and
+    'idle_alive_median_s', 'loss 0.5% ms' -> 'loss_0_5pct_ms'); a column of several levels (a MultiIndex, e.g. metric and
     vantage point) is the first level's name, then the others as they are, joined by '.'."""
     if isinstance(name, tuple):
         return ".".join([csv_header(name[0])] + [str(p) for p in name[1:] if str(p) != ""])
-    words = re.findall(r"[a-z0-9]+", str(name).lower())
+    words = re.findall(r"[a-z0-9]+", str(name).lower().replace("%", "pct"))
     units = [w for w in words if w in _UNIT_TOKENS]
     words = [w for w in words if w not in _UNIT_TOKENS] + units[-1:]
     return "_".join(words)
@@ -554,11 +550,10 @@ def save_table(df: pd.DataFrame, outdir: str | None, name: str) -> str | None:
         return None
     if any(n is not None for n in df.index.names):
         df = df.reset_index()
-    if not VERBATIM_HEADERS.match(name):
-        cols = [csv_header(c) for c in df.columns]
-        if len(set(cols)) != len(cols):
-            raise ValueError(f"table {name}: columns {list(df.columns)} give duplicate CSV headers {cols}")
-        df = df.set_axis(cols, axis=1)
+    cols = [csv_header(c) for c in df.columns]
+    if len(set(cols)) != len(cols):
+        raise ValueError(f"table {name}: columns {list(df.columns)} give duplicate CSV headers {cols}")
+    df = df.set_axis(cols, axis=1)
     d = os.path.join(outdir, "figures")
     os.makedirs(d, exist_ok=True)
     p = os.path.join(d, f"{name}.csv")

@@ -186,9 +186,31 @@ def test_side_by_side_keeps_its_protocols(executed):
 @pytest.mark.parametrize("name,want", [
     ("resolve median [ms]", "resolve_median_ms"), ("handshake_median_ms", "handshake_median_ms"),
     ("idle alive s (median)", "idle_alive_median_s"), ("cold ms (median)", "cold_median_ms"),
-    (("ratio median", "synth-a"), "ratio_median.synth-a"), (("protocol", ""), "protocol"), ("iso_week", "iso_week")])
+    (("ratio median", "synth-a"), "ratio_median.synth-a"), (("protocol", ""), "protocol"), ("iso_week", "iso_week"),
+    ("loss 0.5% ms", "loss_0_5pct_ms"), ("loss 20% qps", "loss_20pct_qps"), ("fresh p50 ms", "fresh_p50_ms"),
+    ("0rtt success", "0rtt_success")])
 def test_csv_header(name, want):
     assert plots.csv_header(name) == want
+
+
+def test_sweep_and_reuse_csvs_in_the_one_header_style(tmp_path):
+    """The loss sweep's tables (a column per loss level) and the connection-reuse table
+    are written in the one header style, each column's last word its values' unit."""
+    from doqscan_analysis import bench
+    t = pd.DataFrame({"server": ["s"], "target": ["doq://x"], "protocol": ["doq"], "policy": ["persistent"],
+                      "0%": [1.0], "0.5%": [2.0]})
+    for metric, unit in (("qps", "queries per second"), ("latency_mean_ms", "milliseconds"),
+                         ("success_rate", "fraction (0..1)")):
+        path = plots.save_table(bench.sweep_csv(t, metric), str(tmp_path), f"loss_sweep_{metric}")
+        cols = list(pd.read_csv(path).columns)
+        assert cols[:4] == list(bench.KEY_COLUMNS)
+        assert all(re.fullmatch(r"loss_0(_5)?pct_[a-z]+", c) for c in cols[4:]), cols
+        assert {plots.unit_of(c) for c in cols[4:]} == {unit}, cols
+    reuse = pd.DataFrame({"server": ["s"], "target": ["doq://x"], "protocol": ["doq"], "fresh mean ms": [3.0],
+                          "fresh p50 ms": [2.0], "fresh success": [1.0]})
+    cols = list(pd.read_csv(plots.save_table(reuse, str(tmp_path), "connection_reuse")).columns)
+    assert cols == ["server", "target", "protocol", "fresh_mean_ms", "fresh_p50_ms", "fresh_success"]
+    assert [plots.unit_of(c) for c in cols[3:]] == ["milliseconds", "milliseconds", "fraction (0..1)"]
 
 
 def test_vantage_figure_says_n_per_protocol():

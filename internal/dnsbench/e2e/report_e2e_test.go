@@ -126,10 +126,6 @@ func checkSweepReport(t *testing.T, rs []*dnsbench.Report, levels []float64) {
 			targets = append(targets, r.Target)
 		}
 	}
-	header := []string{"server", "target", "protocol", "policy"}
-	for _, l := range levels {
-		header = append(header, dnsbench.FormatLoss(l))
-	}
 	metrics := map[string]func(*dnsbench.Report) float64{
 		"qps":          func(r *dnsbench.Report) float64 { return r.QPS },
 		"success_rate": func(r *dnsbench.Report) float64 { return r.SuccessRate },
@@ -144,6 +140,10 @@ func checkSweepReport(t *testing.T, rs []*dnsbench.Report, levels []float64) {
 		tb, ok := tables["loss_sweep_"+metric]
 		if !ok {
 			t.Fatalf("the report has no loss_sweep_%s table (tables: %v)", metric, slices.Sorted(maps.Keys(tables)))
+		}
+		header := []string{"server", "target", "protocol", "policy"}
+		for _, l := range levels {
+			header = append(header, csvLoss(l, metric))
 		}
 		if !slices.Equal(tb.header, header) {
 			t.Fatalf("loss_sweep_%s: header %q, want %q", metric, tb.header, header)
@@ -160,7 +160,7 @@ func checkSweepReport(t *testing.T, rs []*dnsbench.Report, levels []float64) {
 			}
 		}
 		for _, r := range rs {
-			got, want := tb.num(t, tb.row(t, r.Target), dnsbench.FormatLoss(*r.PathLoss)), get(r)
+			got, want := tb.num(t, tb.row(t, r.Target), csvLoss(*r.PathLoss, metric)), get(r)
 			if !(near(got, want) || math.IsNaN(got) && math.IsNaN(want)) {
 				t.Errorf("loss_sweep_%s %s at %s: %v, stored %v", metric, r.Target, dnsbench.FormatLoss(*r.PathLoss), got, want)
 			}
@@ -173,10 +173,10 @@ func checkSweepReport(t *testing.T, rs []*dnsbench.Report, levels []float64) {
 			udp = target
 		}
 	}
-	lo, hi := dnsbench.FormatLoss(levels[0]), dnsbench.FormatLoss(levels[len(levels)-1])
+	lo, hi := levels[0], levels[len(levels)-1]
 	u := succ.row(t, udp)
 	for i := 1; i < len(levels); i++ {
-		if prev, cur := succ.num(t, u, dnsbench.FormatLoss(levels[i-1])), succ.num(t, u, dnsbench.FormatLoss(levels[i])); !(cur < prev) {
+		if prev, cur := succ.num(t, u, csvLoss(levels[i-1], "success_rate")), succ.num(t, u, csvLoss(levels[i], "success_rate")); !(cur < prev) {
 			t.Errorf("report: DoUDP success %v at %s, not below %v at %s", cur, dnsbench.FormatLoss(levels[i]),
 				prev, dnsbench.FormatLoss(levels[i-1]))
 		}
@@ -186,15 +186,23 @@ func checkSweepReport(t *testing.T, rs []*dnsbench.Report, levels []float64) {
 			continue
 		}
 		r := succ.row(t, target)
-		if s, us := succ.num(t, r, hi), succ.num(t, u, hi); !(s > us+0.15) {
-			t.Errorf("report: %s success %v at %s, not clearly above DoUDP's %v (retransmission)", target, s, hi, us)
+		if s, us := succ.num(t, r, csvLoss(hi, "success_rate")), succ.num(t, u, csvLoss(hi, "success_rate")); !(s > us+0.15) {
+			t.Errorf("report: %s success %v at %s, not clearly above DoUDP's %v (retransmission)", target, s, dnsbench.FormatLoss(hi), us)
 		}
-		if a, b := lat.num(t, lat.row(t, target), hi), lat.num(t, lat.row(t, target), lo); !(a > b) {
-			t.Errorf("report: %s mean latency %v ms at %s, not above %v ms at %s", target, a, hi, b, lo)
+		if a, b := lat.num(t, lat.row(t, target), csvLoss(hi, "latency_mean_ms")), lat.num(t, lat.row(t, target), csvLoss(lo, "latency_mean_ms")); !(a > b) {
+			t.Errorf("report: %s mean latency %v ms at %s, not above %v ms at %s", target, a, dnsbench.FormatLoss(hi), b, dnsbench.FormatLoss(lo))
 		}
 	}
 	checkPNG(t, folder, "loss_sweep")
 	t.Logf("report %s: success rate table %q %q", folder, succ.header, succ.rows)
+}
+
+// csvLoss is the report's CSV column of loss level l in the table of metric (its one
+// header style, the values' unit last: 0.5 % in loss_sweep_latency_mean_ms is
+// loss_0_5pct_ms).
+func csvLoss(l float64, metric string) string {
+	unit := map[string]string{"qps": "qps", "latency_mean_ms": "ms", "success_rate": "rate"}[metric]
+	return "loss_" + strings.ReplaceAll(strings.TrimSuffix(dnsbench.FormatLoss(l), "%"), ".", "_") + "pct_" + unit
 }
 
 // checkReuseReport runs the report on the stored policy comparison and checks its
@@ -219,14 +227,14 @@ func checkReuseReport(t *testing.T, rs []*dnsbench.Report) {
 	}
 	header := []string{"server", "target", "protocol"}
 	for _, p := range policies {
-		header = append(header, p+" mean ms", p+" p50 ms", p+" success")
+		header = append(header, p+"_mean_ms", p+"_p50_ms", p+"_success")
 	}
 	if !slices.Equal(tb.header, header) || len(tb.rows) != len(targets) {
 		t.Fatalf("connection_reuse: header %q with %d rows, want %q with %d", tb.header, len(tb.rows), header, len(targets))
 	}
 	for _, r := range rs {
 		i := tb.row(t, r.Target)
-		for col, want := range map[string]float64{" mean ms": r.Total.Mean, " p50 ms": r.Total.P50, " success": r.SuccessRate} {
+		for col, want := range map[string]float64{"_mean_ms": r.Total.Mean, "_p50_ms": r.Total.P50, "_success": r.SuccessRate} {
 			if got := tb.num(t, i, r.Policy+col); !near(got, want) {
 				t.Errorf("connection_reuse %s %s%s: %v, stored %v", r.Target, r.Policy, col, got, want)
 			}
@@ -234,11 +242,11 @@ func checkReuseReport(t *testing.T, rs []*dnsbench.Report) {
 	}
 	for _, target := range targets {
 		i := tb.row(t, target)
-		if f, p := tb.num(t, i, "fresh p50 ms"), tb.num(t, i, "persistent p50 ms"); !(f > p) {
+		if f, p := tb.num(t, i, "fresh_p50_ms"), tb.num(t, i, "persistent_p50_ms"); !(f > p) {
 			t.Errorf("report: %s new session p50 %v ms, not above persistent %v ms", target, f, p)
 		}
 		if strings.HasPrefix(target, "doq://") {
-			if z, f := tb.num(t, i, "0rtt p50 ms"), tb.num(t, i, "fresh p50 ms"); !(z < f) {
+			if z, f := tb.num(t, i, "0rtt_p50_ms"), tb.num(t, i, "fresh_p50_ms"); !(z < f) {
 				t.Errorf("report: %s 0-RTT p50 %v ms, not below a new session's %v ms", target, z, f)
 			}
 		}
