@@ -245,10 +245,23 @@ def write_readme_csv(figures_dir: str) -> str | None:
         w.writerow(["file", "column", "unit", "figures"])
         for t in tables:
             with open(os.path.join(figures_dir, t), newline="") as src:
-                header = next(csv.reader(src), [])
-            for col in header:
-                w.writerow([t, col, plots.unit_of(col), " ".join(drawn.get(t[:-4], []))])
+                rows = list(csv.reader(src))
+            header = rows[0] if rows else []
+            for i, col in enumerate(header):
+                # A unit only for a column of numbers: a name such as key_share ends in a
+                # unit's word but holds labels (x25519).
+                values = [r[i] for r in rows[1:] if i < len(r) and r[i] != ""]
+                unit = plots.unit_of(col) if all(_is_number(v) for v in values) else ""
+                w.writerow([t, col, unit, " ".join(drawn.get(t[:-4], []))])
     return path
+
+
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
 
 
 def _index(out: str, s: dict) -> None:

@@ -167,12 +167,23 @@ def test_tables_one_header_style_units_in_readme(executed):
         for col in header:
             assert re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*(\.[^,]+)?", col), f"{t}: header {col!r}"
             assert (t, col) in listed, f"{t}: {col} not in README.csv"
-            assert listed[(t, col)]["unit"] == plots.unit_of(col)
+            assert listed[(t, col)]["unit"] in (plots.unit_of(col), "")
     assert listed[("vantage_comparison.csv", "resolve_median_ms")]["unit"] == "milliseconds"
     assert "vantage_comparison.png" in listed[("vantage_comparison.csv", "resolve_median_ms")]["figures"]
     index = open(os.path.join(executed["folder"], "index.html")).read()
     assert "href='figures/README.csv'" in index
     assert re.search(r"vantage_comparison\.png</a> \(numbers: <a href='figures/vantage_comparison\.csv'>", index)
+
+
+def test_readme_units_only_for_numbers(tmp_path):
+    """A column of labels whose name ends in a unit's word (key_share: x25519) has no unit
+    in README.csv; a column of numbers has its suffix's."""
+    figs = tmp_path / "figures"
+    figs.mkdir()
+    (figs / "cells.csv").write_text("key_share,stall_share,resolve_median_ms\nx25519,0.5,12.5\nx25519mlkem768,,13\n")
+    with open(report.write_readme_csv(str(figs)), newline="") as f:
+        units = {r["column"]: r["unit"] for r in csv.DictReader(f)}
+    assert units == {"key_share": "", "stall_share": "fraction (0..1)", "resolve_median_ms": "milliseconds"}
 
 
 def test_side_by_side_keeps_its_protocols(executed):
