@@ -55,7 +55,7 @@ func BenchmarkTimingError(b *testing.B) {
 					wg.Add(1)
 					go func() {
 						defer func() { <-sem; wg.Done() }()
-						req := target(s, p)
+						req := s.Request(p)
 						res := m.Measure(context.Background(), req)
 						mu.Lock()
 						defer mu.Unlock()

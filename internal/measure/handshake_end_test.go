@@ -100,13 +100,13 @@ func TestHandshakeEndsAtTheCompletingDatagram(t *testing.T) {
 				}
 				peer := measure.NewPeer()
 				if mode == measure.Mode0RTT {
-					warm := target(s, p)
+					warm := s.Request(p)
 					warm.Mode, warm.Peer = measure.ModeResumed, peer
 					if res := m.Measure(context.Background(), warm); res.Status != measure.StatusOK {
 						t.Fatalf("warm-up: %s: %v", res.Status, res.Err)
 					}
 				}
-				req := target(s, p)
+				req := s.Request(p)
 				req.Mode, req.Peer, req.KeyShare = mode, peer, measure.KeyShareMLKEM
 				var c *readAhead
 				measure.SetListenPacket(req, func(pc net.PacketConn, log *kstamp.Log) net.PacketConn {

@@ -56,7 +56,7 @@ func TestHostileServersAreClassified(t *testing.T) {
 			t.Run(string(b)+"/"+string(p), func(t *testing.T) {
 				t.Parallel()
 				m, _ := measure.For(p)
-				req := target(s, p)
+				req := s.Request(p)
 				req.Timeout = hostileTimeout
 				begin := time.Now()
 				res := m.Measure(context.Background(), req)
@@ -90,7 +90,7 @@ func TestFloodBoundsTheQlog(t *testing.T) {
 	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
 		t.Run(string(p), func(t *testing.T) {
 			m, _ := measure.For(p)
-			req := target(s, p)
+			req := s.Request(p)
 			req.Timeout = 2 * time.Second
 			var finishBegan time.Time
 			var finishing time.Duration
@@ -144,7 +144,7 @@ func TestHostileHTTPServersAreClassified(t *testing.T) {
 				t.Run(string(b)+"/"+string(p)+"/"+v, func(t *testing.T) {
 					t.Parallel()
 					m, _ := measure.For(p)
-					req := target(s, p)
+					req := s.Request(p)
 					req.Timeout, req.Variant = hostileTimeout, v
 					res := m.Measure(context.Background(), req)
 					if res.Status != want[b] {
@@ -190,16 +190,16 @@ func TestOneTimeoutOneText(t *testing.T) {
 		},
 	}
 	for _, p := range measure.Protocols {
-		steps["answer"] = append(steps["answer"], exchange{"stall", p, target(stall, p).Addr})
+		steps["answer"] = append(steps["answer"], exchange{"stall", p, stall.Request(p).Addr})
 		if p != measure.DoUDP { // garbage datagrams until the deadline: bad-response
-			steps["answer"] = append(steps["answer"], exchange{"flood", p, target(flood, p).Addr})
+			steps["answer"] = append(steps["answer"], exchange{"flood", p, flood.Request(p).Addr})
 		}
 	}
 	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
-		steps["answer"] = append(steps["answer"], exchange{"server idle timeout", p, target(idle, p).Addr})
+		steps["answer"] = append(steps["answer"], exchange{"server idle timeout", p, idle.Request(p).Addr})
 	}
 	for _, p := range []measure.Protocol{measure.DoH, measure.DoH3} {
-		steps["answer"] = append(steps["answer"], exchange{"drip", p, target(drip, p).Addr})
+		steps["answer"] = append(steps["answer"], exchange{"drip", p, drip.Request(p).Addr})
 	}
 	for step, exchanges := range steps {
 		texts := map[string][]string{}

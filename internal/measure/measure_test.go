@@ -3,21 +3,13 @@ package measure_test
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
-
-func target(s *measuretest.Servers, p measure.Protocol) *measure.Request {
-	addrs := map[measure.Protocol]netip.AddrPort{measure.DoUDP: s.UDP, measure.DoTCP: s.TCP, measure.DoT: s.DoT,
-		measure.DoH: s.DoH, measure.DoQ: s.DoQ, measure.DoH3: s.DoH3}
-	return &measure.Request{Addr: addrs[p], Timeout: 3 * time.Second, KeyShare: measure.KeyShareX25519}
-}
 
 func TestEveryProtocolAnswers(t *testing.T) {
 	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.2"})
@@ -32,7 +24,7 @@ func TestEveryProtocolAnswers(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				req := target(s, p)
+				req := s.Request(p)
 				req.Variant = v
 				req.Peer = measure.NewPeer()
 				res := m.Measure(context.Background(), req)

@@ -83,6 +83,18 @@ func (s *Session) Pipeline(ctx context.Context, p Pipelining) []Query {
 	return s.pipe(ctx, p)
 }
 
+// Concurrent runs queries on a session whose exchanges may overlap (DoQ's streams,
+// DoH's and DoH3's requests) with up to p.Streams outstanding, each bounded by
+// p.QueryTimeout, asking p.Next for none after a failure; p.Deliver receives each
+// outcome as it ends. It returns once every query it started has its outcome.
+func (s *Session) Concurrent(ctx context.Context, p Pipelining) {
+	qt := p.QueryTimeout
+	if qt <= 0 {
+		qt = s.req.timeout()
+	}
+	concurrent(ctx, max(p.Streams, 1), qt, p.Next, s.ex, p.Deliver)
+}
+
 // Driver runs the queries of a session Measure set up and returns the outcomes that
 // go into Result.Queries (the exchange's Status is the first failure among them, else
 // ok). For's measures Request's queries (Name/Queries or Next, Streams,
@@ -161,6 +173,21 @@ func runQueries(ctx context.Context, req *Request, n int, ex exchangeFunc, next 
 	if qt <= 0 {
 		qt = req.timeout()
 	}
+	var mu sync.Mutex
+	concurrent(ctx, n, qt, next, ex, func(r Query) {
+		mu.Lock()
+		out = append(out, r)
+		mu.Unlock()
+	})
+	slices.SortFunc(out, func(a, b Query) int { return a.Seq - b.Seq })
+	return out
+}
+
+// concurrent runs up to n exchanges through ex at once, each bounded by qt, asking next
+// for none after a failure, hands each outcome to deliver as it ends, and returns once
+// every query it started has its outcome.
+func concurrent(ctx context.Context, n int, qt time.Duration, next func(context.Context, int) (dnsmsg.Query, bool),
+	ex exchangeFunc, deliver func(Query)) {
 	var (
 		mu     sync.Mutex
 		failed bool
@@ -189,13 +216,11 @@ func runQueries(ctx context.Context, req *Request, n int, ex exchangeFunc, next 
 			r := ex(qctx, i, q, true)
 			cancel()
 			mu.Lock()
-			out = append(out, r)
 			failed = failed || r.Status != StatusOK
 			mu.Unlock()
+			deliver(r)
 			<-slots
 		})
 	}
 	wg.Wait()
-	slices.SortFunc(out, func(a, b Query) int { return a.Seq - b.Seq })
-	return out
 }

@@ -23,7 +23,7 @@ func TestStreamsOutstandingAtOnce(t *testing.T) {
 	for _, p := range sessionProtocols {
 		t.Run(string(p), func(t *testing.T) {
 			m, _ := measure.For(p)
-			req := target(s, p)
+			req := s.Request(p)
 			req.Mode, req.Streams, req.Variant = measure.ModePersistent, n, measure.VariantPOST
 			req.Timeout = 10 * time.Second
 			var seqs []int
@@ -57,7 +57,7 @@ func TestStreamsQueryTimeout(t *testing.T) {
 	for _, p := range sessionProtocols {
 		t.Run(string(p), func(t *testing.T) {
 			m, _ := measure.For(p)
-			req := target(s, p)
+			req := s.Request(p)
 			req.Mode, req.Streams, req.Variant = measure.ModePersistent, n, measure.VariantPOST
 			req.Timeout, req.QueryTimeout = time.Minute, 200*time.Millisecond
 			asked := 0
@@ -81,7 +81,7 @@ func TestStreamsQueryTimeout(t *testing.T) {
 func TestDoUDPQueriesOneAfterAnother(t *testing.T) {
 	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Behavior: measuretest.Stall})
 	m, _ := measure.For(measure.DoUDP)
-	req := target(s, measure.DoUDP)
+	req := s.Request(measure.DoUDP)
 	req.Mode, req.Streams, req.Timeout = measure.ModePersistent, 3, 300*time.Millisecond
 	asked := 0
 	req.Next = func(context.Context, int) (string, uint16, bool) { asked++; return "a.example", 1, true }

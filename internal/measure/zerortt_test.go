@@ -40,12 +40,12 @@ func TestZeroRTTRejected(t *testing.T) {
 					t.Fatal(err)
 				}
 				peer := measure.NewPeer()
-				warm := target(s, c.p)
+				warm := s.Request(c.p)
 				warm.Mode, warm.Peer, warm.Variant = measure.ModeResumed, peer, c.variant
 				if res := m.Measure(context.Background(), warm); res.Status != measure.StatusOK {
 					t.Fatalf("warm-up: status %s: %v", res.Status, res.Err)
 				}
-				req := target(s, c.p)
+				req := s.Request(c.p)
 				req.Mode, req.Peer, req.Variant = measure.Mode0RTT, peer, c.variant
 				s.WaitForEarlyData(true)
 				res := m.Measure(context.Background(), req)

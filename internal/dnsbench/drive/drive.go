@@ -71,13 +71,6 @@ func (plan Plan) drive(ctx context.Context, s *measure.Session) []measure.Query 
 	if s.Request().Mode == measure.ModePersistent && plan.Streams > 1 {
 		streams = plan.Streams
 	}
-	qt := plan.QueryTimeout
-	if qt <= 0 {
-		qt = s.Request().Timeout
-		if qt <= 0 {
-			qt = measure.DefaultTimeout
-		}
-	}
 	switch {
 	case streams == 1:
 		for i := 0; ; i++ {
@@ -92,11 +85,11 @@ func (plan Plan) drive(ctx context.Context, s *measure.Session) []measure.Query 
 			}
 		}
 	case s.PacketConn() != nil:
-		udpPipeline(ctx, s, measure.Pipelining{Streams: streams, QueryTimeout: qt, Next: plan.Next, Deliver: deliver, Burst: plan.Burst})
+		udpPipeline(ctx, s, measure.Pipelining{Streams: streams, QueryTimeout: plan.QueryTimeout, Next: plan.Next, Deliver: deliver, Burst: plan.Burst})
 	case s.Pipelined():
-		s.Pipeline(ctx, measure.Pipelining{Streams: streams, QueryTimeout: qt, Next: plan.Next, Deliver: deliver, Burst: plan.Burst})
+		s.Pipeline(ctx, measure.Pipelining{Streams: streams, QueryTimeout: plan.QueryTimeout, Next: plan.Next, Deliver: deliver, Burst: plan.Burst})
 	default:
-		concurrent(ctx, s, plan.Next, streams, qt, deliver)
+		s.Concurrent(ctx, measure.Pipelining{Streams: streams, QueryTimeout: plan.QueryTimeout, Next: plan.Next, Deliver: deliver})
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -104,45 +97,4 @@ func (plan Plan) drive(ctx context.Context, s *measure.Session) []measure.Query 
 		return []measure.Query{failed}
 	}
 	return nil
-}
-
-// concurrent runs up to streams exchanges of s at once, each bounded by qt, asking for
-// none after a failure, and returns once every query it started has its outcome.
-func concurrent(ctx context.Context, s *measure.Session, next func(context.Context, int) (dnsmsg.Query, bool),
-	streams int, qt time.Duration, deliver func(measure.Query)) {
-	var (
-		mu     sync.Mutex
-		failed bool
-		wg     sync.WaitGroup
-	)
-	slots := make(chan struct{}, streams)
-	for i := 0; ; i++ {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-		}
-		mu.Lock()
-		stop := failed
-		mu.Unlock()
-		if stop || ctx.Err() != nil {
-			break
-		}
-		q, ok := next(ctx, i)
-		if !ok {
-			break
-		}
-		// A query asked for is always run (on a failed session it fails at once): the
-		// load counted it as issued.
-		wg.Go(func() {
-			qctx, cancel := context.WithTimeout(ctx, qt)
-			out := s.Exchange(qctx, i, q, true)
-			cancel()
-			mu.Lock()
-			failed = failed || out.Status != measure.StatusOK
-			mu.Unlock()
-			deliver(out)
-			<-slots
-		})
-	}
-	wg.Wait()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"runtime"
 	"slices"
 	"sync"
@@ -20,12 +19,6 @@ import (
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/testsupport"
 )
-
-func target(s *measuretest.Servers, p measure.Protocol) *measure.Request {
-	addrs := map[measure.Protocol]netip.AddrPort{measure.DoUDP: s.UDP, measure.DoTCP: s.TCP, measure.DoT: s.DoT,
-		measure.DoH: s.DoH, measure.DoQ: s.DoQ, measure.DoH3: s.DoH3}
-	return &measure.Request{Addr: addrs[p], Timeout: 3 * time.Second, KeyShare: measure.KeyShareX25519}
-}
 
 // names asks for the given names in turn (type A), rcodeOnly as given.
 func names(rcodeOnly bool, ns ...string) func(context.Context, int) (dnsmsg.Query, bool) {
@@ -88,7 +81,7 @@ func TestDeliversEveryOutcome(t *testing.T) {
 	for _, p := range measure.Protocols {
 		for _, streams := range []int{1, 3} {
 			t.Run(string(p)+"/"+string(rune('0'+streams)), func(t *testing.T) {
-				req := target(s, p)
+				req := s.Request(p)
 				req.Mode, req.Variant, req.Timeout = measure.ModePersistent, measure.VariantPOST, 10*time.Second
 				var c collector
 				res, qs := c.measure(t, p, req, drive.Plan{Streams: streams, Next: repeat("a.example", total)})
@@ -146,7 +139,7 @@ func TestRcodeOnly(t *testing.T) {
 	for _, p := range measure.Protocols {
 		t.Run(string(p), func(t *testing.T) {
 			for _, streams := range []int{1, 3} {
-				req := target(s, p)
+				req := s.Request(p)
 				n := 1
 				if streams > 1 {
 					req.Mode, n = measure.ModePersistent, 6
@@ -162,7 +155,7 @@ func TestRcodeOnly(t *testing.T) {
 					}
 				}
 			}
-			req := target(bad, p)
+			req := bad.Request(p)
 			req.Timeout = 500 * time.Millisecond
 			var c collector
 			res, qs := c.measure(t, p, req, drive.Plan{Next: repeat("test.com", 1)})
@@ -179,7 +172,7 @@ func TestNoQlog(t *testing.T) {
 	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5"})
 	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
 		for _, load := range []bool{false, true} {
-			req := target(s, p)
+			req := s.Request(p)
 			req.Variant = measure.VariantPOST
 			var res *measure.Result
 			if load {
@@ -234,7 +227,7 @@ func TestStreamsOutstandingAtOnce(t *testing.T) {
 	for _, p := range measure.Protocols {
 		for _, burst := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/burst=%v", p, burst), func(t *testing.T) {
-				req := target(s, p)
+				req := s.Request(p)
 				req.Mode, req.Variant, req.Timeout = measure.ModePersistent, measure.VariantPOST, 10*time.Second
 				var seqs []int
 				next := func(_ context.Context, seq int) (dnsmsg.Query, bool) {

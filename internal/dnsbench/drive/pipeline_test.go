@@ -13,6 +13,7 @@ import (
 	"github.com/doqscan/doqscan/internal/dnsbench/drive"
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // TestPipelineSendsBeforeNextWaits: without Burst (a paced Next), a query goes out as
@@ -41,18 +42,11 @@ func TestPipelineSendsBeforeNextWaits(t *testing.T) {
 		out, _ := m.Pack()
 		return out
 	}
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := uc.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			if a := answer(buf[:n]); a != nil {
-				_, _ = uc.WriteToUDP(a, from)
-			}
+	testsupport.ServeUDP(uc, func(c *net.UDPConn, msg []byte, from netip.AddrPort) {
+		if a := answer(msg); a != nil {
+			_, _ = c.WriteToUDPAddrPort(a, from)
 		}
-	}()
+	})
 	go func() {
 		for {
 			c, err := tl.Accept()

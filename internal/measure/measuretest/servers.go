@@ -189,6 +189,14 @@ func (s *Servers) queryFrom(addr string) {
 // held).
 func (s *Servers) WaitForEarlyData(on bool) { s.waitEarly.Store(on) }
 
+// Request is a request to the server of protocol p (a 3 s timeout, the X25519 key
+// share).
+func (s *Servers) Request(p measure.Protocol) *measure.Request {
+	addrs := map[measure.Protocol]netip.AddrPort{measure.DoUDP: s.UDP, measure.DoTCP: s.TCP, measure.DoT: s.DoT,
+		measure.DoH: s.DoH, measure.DoQ: s.DoQ, measure.DoH3: s.DoH3}
+	return &measure.Request{Addr: addrs[p], Timeout: 3 * time.Second, KeyShare: measure.KeyShareX25519}
+}
+
 // Queries returns how many queries the servers saw.
 func (s *Servers) Queries() int { s.mu.Lock(); defer s.mu.Unlock(); return s.queries }
 
