@@ -47,6 +47,12 @@ type Packet struct {
 	Type    Type
 	Version uint32 // long header only
 	Len     int
+	// SCID is a long-header packet's Source Connection ID (RFC 8999 §5.1, any version), a
+	// sub-slice of the datagram; nil for a short header and for a header cut before the
+	// SCID's end. A client keeps one SCID for all the long-header packets of a
+	// connection and picks a new one for the next, so it tells connections apart that
+	// share an address and port.
+	SCID []byte
 }
 
 // typeOf maps the long-header type bits (0x30 of the first byte) of version v to a Type.
@@ -118,6 +124,22 @@ func packetAt(b []byte, off, size int) (Packet, bool) {
 	v := binary.BigEndian.Uint32(b[off+1 : off+5])
 	t := typeOf(v, first>>4&0x3)
 	p := Packet{Type: t, Version: v}
+	// Every long header, of any version, carries both connection IDs, each after a
+	// one-byte length (RFC 8999 §5.1); QUIC v1 and v2 bound them to 20 bytes.
+	limit := maxCIDLen
+	if t == Unknown || t == VersionNegotiation {
+		limit = 255
+	}
+	i := off + 5
+	scid := false
+	if i < len(b) && int(b[i]) <= limit {
+		i += 1 + int(b[i])
+		if i < len(b) && int(b[i]) <= limit && i+1+int(b[i]) <= len(b) {
+			p.SCID = b[i+1 : i+1+int(b[i])]
+			i += 1 + int(b[i])
+			scid = true
+		}
+	}
 	switch t {
 	case VersionNegotiation, Retry:
 		p.Len = size - off
@@ -125,15 +147,9 @@ func packetAt(b []byte, off, size int) (Packet, bool) {
 	case Unknown:
 		return p, true
 	}
-	i := off + 5
-	if i >= len(b) || int(b[i]) > maxCIDLen {
+	if !scid {
 		return p, true
 	}
-	i += 1 + int(b[i])
-	if i >= len(b) || int(b[i]) > maxCIDLen {
-		return p, true
-	}
-	i += 1 + int(b[i])
 	if t == Initial {
 		tl, n, ok := varint(b, i)
 		if !ok || tl > uint64(size) {

@@ -87,6 +87,10 @@ func TestPacketsOfARealHandshake(t *testing.T) {
 				t.Errorf("version %#x, want %#x", first[0].Version, uint32(v))
 			}
 			handshake := 0
+			scid := string(first[0].SCID)
+			if scid == "" {
+				t.Errorf("the server's Initial shows no SCID: %+v", first[0])
+			}
 			for i, dg := range dgs {
 				pkts := Packets(dg, 0)
 				sum := 0
@@ -94,6 +98,9 @@ func TestPacketsOfARealHandshake(t *testing.T) {
 					sum += p.Len
 					if p.Type == Unknown {
 						t.Errorf("datagram %d: an unknown packet: %+v", i, pkts)
+					}
+					if p.Type != Short && string(p.SCID) != scid {
+						t.Errorf("datagram %d: %v packet with SCID %x, the connection's is %x", i, p.Type, p.SCID, scid)
 					}
 				}
 				if sum != len(dg) {
@@ -113,6 +120,9 @@ func TestPacketsOfARealHandshake(t *testing.T) {
 			if cut := Packets(dgs[0][:first[0].Len], len(dgs[0])); len(cut) != 1 {
 				t.Errorf("cut after the first packet: %+v, want only the Initial", cut)
 			}
+			if other := Packets(handshakeDatagrams(t, v)[0], 0); len(other) == 0 || string(other[0].SCID) == scid {
+				t.Errorf("a second connection's first packet %+v has the first's SCID %x", other, scid)
+			}
 		})
 	}
 }
@@ -126,6 +136,19 @@ func TestPacketsShortAndUnknown(t *testing.T) {
 	}
 	if p := Packets([]byte{0xc0, 0x1a, 0x2a, 0x3a, 0x4a, 0, 0}, 0); len(p) != 1 || p[0].Type != Unknown || p[0].Version != quicver.ProbeGrease {
 		t.Errorf("unknown version: %+v", p)
+	}
+	// RFC 8999: the connection IDs of any version, up to 255 bytes each.
+	long := append([]byte{0xc0, 0x1a, 0x2a, 0x3a, 0x4a, 2, 9, 9, 21}, make([]byte, 21)...)
+	long[len(long)-1] = 7
+	if p := Packets(long, 1200); len(p) != 1 || p[0].Type != Unknown || len(p[0].SCID) != 21 || p[0].SCID[20] != 7 {
+		t.Errorf("unknown version's 21-byte SCID: %+v", p)
+	}
+	if p := Packets(long[:len(long)-1], 1200); len(p) != 1 || p[0].SCID != nil {
+		t.Errorf("an SCID cut short: %+v", p)
+	}
+	copy(long[1:5], []byte{0, 0, 0, 1}) // QUIC v1 bounds connection IDs to 20 bytes
+	if p := Packets(long, 1200); len(p) != 1 || p[0].Type != Initial || p[0].SCID != nil || p[0].Len != 0 {
+		t.Errorf("v1 with a 21-byte SCID: %+v", p)
 	}
 	if p := Packets([]byte{0xc0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 0); len(p) != 1 || p[0].Type != VersionNegotiation {
 		t.Errorf("version negotiation: %+v", p)
@@ -148,6 +171,9 @@ func FuzzPackets(f *testing.F) {
 		for _, p := range Packets(b, size) {
 			if p.Len < 0 {
 				t.Fatalf("negative length: %+v", p)
+			}
+			if len(p.SCID) > 255 || (len(p.SCID) > maxCIDLen && p.Type != Unknown && p.Type != VersionNegotiation) {
+				t.Fatalf("an SCID of %d bytes: %+v", len(p.SCID), p)
 			}
 			total += p.Len
 		}

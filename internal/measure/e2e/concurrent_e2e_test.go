@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,8 +30,9 @@ const concurrentTargets = 16
 // label, hour). The second exits 75 naming the first (its pid), while the first is still
 // measuring; the first finishes the round. A packet capture on the vantage's link counts
 // what reached the wire: per resolver and port, every exchange and every RTT probe is a
-// flow of its own (a fresh socket, a TCP SYN), and there are exactly as many as the
-// round stored rows (measurements, rtt_samples): each query went out once in total.
+// flow of its own (a fresh socket: a TCP SYN, a DNS ID, a QUIC SCID), and there are
+// exactly as many as the round stored rows (measurements, rtt_samples): each query went
+// out once in total.
 func TestConcurrentRoundsMeasureOnce(t *testing.T) {
 	v, pop := testbed.RequirePopulation(t)
 	bin := filepath.Join(commands.Dir(t), "measure")
@@ -83,24 +85,46 @@ func TestConcurrentRoundsMeasureOnce(t *testing.T) {
 		t.Fatalf("packet capture: %d of %d packets dropped (flushed: %v)", st.Dropped(), st.Captured, st.Flushed)
 	}
 
-	// On the wire: flows from the vantage to each (address, port, transport); a TCP flow
-	// counts once it sent a SYN.
+	// On the wire: flows from the vantage to each (address, port, transport). The kernel
+	// may give two sockets in a row the same port, so a flow is its source port and what
+	// starts it: a TCP SYN's sequence number; on port 53 a datagram's first two bytes (a
+	// DNS ID, the start of an RTT probe's random payload); on a QUIC port the client's
+	// SCID, one per connection and per Version Negotiation probe (short-header packets
+	// carry none and are not counted).
 	type dst struct {
 		addr  netip.Addr
 		port  uint16
 		proto uint8
 	}
+	type flow struct {
+		port uint16
+		id   string
+	}
 	src := netip.MustParseAddr(v.Addr)
-	flows := map[dst]map[uint16]bool{}
+	flows := map[dst]map[flow]bool{}
 	for _, p := range pkts {
-		if p.Src.Addr() != src || (p.Proto == wirecap.ProtoTCP && p.TCPFlags&(wirecap.TCPSyn|wirecap.TCPAck) != wirecap.TCPSyn) {
+		if p.Src.Addr() != src {
+			continue
+		}
+		f := flow{port: p.Src.Port()}
+		switch {
+		case p.Proto == wirecap.ProtoTCP:
+			if p.TCPFlags&(wirecap.TCPSyn|wirecap.TCPAck) != wirecap.TCPSyn {
+				continue
+			}
+			f.id = strconv.FormatUint(uint64(p.Seq), 10)
+		case p.Dst.Port() == 53:
+			f.id = strconv.FormatUint(uint64(p.Lead), 10)
+		case p.SCID != "":
+			f.id = p.SCID
+		default:
 			continue
 		}
 		d := dst{p.Dst.Addr(), p.Dst.Port(), p.Proto}
 		if flows[d] == nil {
-			flows[d] = map[uint16]bool{}
+			flows[d] = map[flow]bool{}
 		}
-		flows[d][p.Src.Port()] = true
+		flows[d][f] = true
 	}
 	// Stored: one exchange per measurement row (fresh sessions), one probe per RTT sample.
 	stored := map[dst]int{}

@@ -89,6 +89,13 @@ type Packet struct {
 	// (quicwire.Packets: the types of its coalesced packets, as far as the snaplen
 	// lets them be read); meaningless for a datagram that is not QUIC.
 	QUIC QUICTypes
+	// SCID is the Source Connection ID of the datagram's first long-header QUIC packet
+	// (quicwire.Packet.SCID), "" if none: one per client connection, so it tells apart
+	// two connections whose sockets the kernel gave the same port.
+	SCID string
+	// Lead is the first two bytes of a UDP payload (0 if shorter): a DNS message's ID
+	// (RFC 1035 §4.1.1), meaningless for other payloads.
+	Lead uint16
 }
 
 // QUICTypes is a set of QUIC packet types (quicwire.Type).
@@ -97,18 +104,26 @@ type QUICTypes uint8
 // Has reports whether t is in the set.
 func (q QUICTypes) Has(t quicwire.Type) bool { return q&(1<<t) != 0 }
 
-// quicTypes reads the packet types of a QUIC datagram of size bytes whose first bytes
-// are b. A datagram whose first byte lacks the fixed bit is not QUIC (RFC 9000 §17.2,
-// §17.3; the testbed's servers do not grease it, RFC 9287): none.
-func quicTypes(b []byte, size int) QUICTypes {
+// quicTypes reads the packet types of a QUIC datagram of size bytes whose first bytes are
+// b, and the SCID of its first long-header packet. A datagram whose first byte lacks the
+// fixed bit is not QUIC (RFC 9000 §17.2, §17.3; the testbed's servers do not grease it,
+// RFC 9287): none.
+func quicTypes(b []byte, size int) (QUICTypes, string) {
 	if len(b) == 0 || b[0]&0x40 == 0 {
-		return 0
+		return 0, ""
 	}
-	var q QUICTypes
+	var (
+		q    QUICTypes
+		scid string
+		seen bool
+	)
 	for _, p := range quicwire.Packets(b, size) {
 		q |= 1 << p.Type
+		if p.SCID != nil && !seen {
+			scid, seen = string(p.SCID), true
+		}
 	}
-	return q
+	return q, scid
 }
 
 // Errors of Parse and Reader.Next (wrapped with the record number and offset).
@@ -326,7 +341,11 @@ func decodeTransport(b []byte, src, dst netip.Addr, proto uint8, ihl, total, fra
 			return Packet{}, fmt.Errorf("%w: IP total length %d too short for UDP", ErrBadPacket, total)
 		}
 		p.Payload = total - ihl - udpHeaderLen
-		p.QUIC = quicTypes(t[udpHeaderLen:], p.Payload)
+		u := t[udpHeaderLen:]
+		p.QUIC, p.SCID = quicTypes(u, p.Payload)
+		if len(u) >= 2 {
+			p.Lead = binary.BigEndian.Uint16(u)
+		}
 	}
 	p.Src = netip.AddrPortFrom(src, binary.BigEndian.Uint16(t[0:]))
 	p.Dst = netip.AddrPortFrom(dst, binary.BigEndian.Uint16(t[2:]))

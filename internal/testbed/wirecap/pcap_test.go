@@ -38,6 +38,9 @@ func (s spec) want(nano bool) Packet {
 	if s.proto == ProtoTCP {
 		p.TCPFlags, p.Seq, p.Ack = s.flags, s.seq, s.ack
 	}
+	if s.proto == ProtoUDP && s.payload >= 2 {
+		p.Lead = 0x0001 // the payload's bytes count up from 0
+	}
 	return p
 }
 
@@ -487,10 +490,11 @@ func TestParseIPv6(t *testing.T) {
 
 // TestQUICTypes: a UDP datagram's coalesced QUIC packets are read through the pcap
 // path, as far as the snap length lets their headers be walked; a datagram without the
-// QUIC fixed bit reads as no QUIC at all.
+// QUIC fixed bit reads as no QUIC at all. The first long-header packet's SCID and the
+// payload's first two bytes (a DNS ID) come along.
 func TestQUICTypes(t *testing.T) {
 	long := func(typ byte, n int) []byte { // a QUIC v1 long-header packet of n bytes in all
-		h := []byte{0xc0 | typ<<4, 0, 0, 0, 1, 0, 4, 1, 2, 3, 4}
+		h := []byte{0xc0 | typ<<4, 0, 0, 0, 1, 0, 4, 1, 2, 3, 4 + typ}
 		if typ == 0 { // Initial: an empty token
 			h = append(h, 0)
 		}
@@ -504,13 +508,15 @@ func TestQUICTypes(t *testing.T) {
 		payload []byte
 		snap    int
 		want    []quicwire.Type
+		scid    string
 	}{
-		{"initial+handshake", initialHS, 0, []quicwire.Type{quicwire.Initial, quicwire.Handshake}},
-		{"snapped after the second header", initialHS, 28 + 160, []quicwire.Type{quicwire.Initial, quicwire.Handshake}},
-		{"snapped inside the first", initialHS, 28 + 100, []quicwire.Type{quicwire.Initial}},
-		{"handshake+1rtt", append(long(2, 600), short...), 0, []quicwire.Type{quicwire.Handshake, quicwire.Short}},
-		{"1rtt", short, 0, []quicwire.Type{quicwire.Short}},
-		{"no fixed bit (DNS)", make([]byte, 40), 0, nil},
+		{"initial+handshake", initialHS, 0, []quicwire.Type{quicwire.Initial, quicwire.Handshake}, "\x01\x02\x03\x04"},
+		{"snapped after the second header", initialHS, 28 + 160, []quicwire.Type{quicwire.Initial, quicwire.Handshake}, "\x01\x02\x03\x04"},
+		{"snapped inside the first", initialHS, 28 + 100, []quicwire.Type{quicwire.Initial}, "\x01\x02\x03\x04"},
+		{"snapped inside the first's SCID", initialHS, 28 + 9, []quicwire.Type{quicwire.Initial}, ""},
+		{"handshake+1rtt", append(long(2, 600), short...), 0, []quicwire.Type{quicwire.Handshake, quicwire.Short}, "\x01\x02\x03\x06"},
+		{"1rtt", short, 0, []quicwire.Type{quicwire.Short}, ""},
+		{"no fixed bit (DNS)", append([]byte{0x12, 0x34}, make([]byte, 38)...), 0, nil, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sp := spec{at: t0, src: server, dst: client, proto: ProtoUDP, payload: len(c.payload)}
@@ -526,6 +532,12 @@ func TestQUICTypes(t *testing.T) {
 			}
 			if pkts[0].QUIC != want {
 				t.Errorf("QUIC types %08b, want %08b", pkts[0].QUIC, want)
+			}
+			if pkts[0].SCID != c.scid {
+				t.Errorf("SCID %x, want %x", pkts[0].SCID, c.scid)
+			}
+			if lead := uint16(c.payload[0])<<8 | uint16(c.payload[1]); pkts[0].Lead != lead {
+				t.Errorf("lead %#04x, want %#04x", pkts[0].Lead, lead)
 			}
 			for _, typ := range c.want {
 				if !pkts[0].QUIC.Has(typ) {
