@@ -15,7 +15,7 @@ import (
 // server rejected is lost), its start kept at its first send, and the result says the
 // session was resumed without 0-RTT. DoQ queries and DoH3 GETs leave as early data,
 // before the handshake completes; DoH3 POSTs wait for it. The server holds its flight
-// of the 0-RTT exchange until our query has reached it (at most earlyDataWait): which
+// of a dial that offers early data until our query has reached it (at most earlyDataWait): which
 // comes first, the query or the handshake's end, is decided by the client's code, not by
 // how soon it is scheduled (a rejected early query leaves earlyDataWait before the
 // handshake can end).
@@ -42,16 +42,21 @@ func TestZeroRTTRejected(t *testing.T) {
 				peer := measure.NewPeer()
 				warm := s.Request(c.p)
 				warm.Mode, warm.Peer, warm.Variant = measure.ModeResumed, peer, c.variant
-				if res := m.Measure(context.Background(), warm); res.Status != measure.StatusOK {
-					t.Fatalf("warm-up: status %s: %v", res.Status, res.Err)
+				wres := m.Measure(context.Background(), warm)
+				if wres.Status != measure.StatusOK {
+					t.Fatalf("warm-up: status %s: %v", wres.Status, wres.Err)
 				}
 				req := s.Request(c.p)
 				req.Mode, req.Peer, req.Variant = measure.Mode0RTT, peer, c.variant
-				s.WaitForEarlyData(true)
 				res := m.Measure(context.Background(), req)
-				s.WaitForEarlyData(false)
 				if res.Status != measure.StatusOK {
 					t.Fatalf("status %s: %v", res.Status, res.Err)
+				}
+				// The server holds its flight only for a ClientHello that offers early
+				// data: the 0-RTT dial's, not the warm-up's.
+				if s.OfferedEarlyData(wres.Local.Port()) || !s.OfferedEarlyData(res.Local.Port()) {
+					t.Errorf("early data offered: warm-up %v, 0-RTT dial %v; want false, true",
+						s.OfferedEarlyData(wres.Local.Port()), s.OfferedEarlyData(res.Local.Port()))
 				}
 				if res.Resumed == nil || !*res.Resumed || res.Used0RTT == nil || *res.Used0RTT == reject {
 					t.Errorf("resumed %v, 0-RTT used %v; want resumed, 0-RTT used %v", deref(res.Resumed), deref(res.Used0RTT), !reject)

@@ -10,9 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,12 +113,16 @@ type Config struct {
 	// QUICDelay delays every datagram the QUIC servers send: an emulated RTT on
 	// loopback (the testbed's delay line does this for every protocol).
 	QUICDelay time.Duration
-	// EarlyDataWait, while Servers.WaitForEarlyData is on, holds the QUIC servers'
-	// datagrams to a client address until a query from that address has reached a DoQ
-	// or DoH3 handler, at most this long: a query sent as early data (and accepted) is
-	// sent before the handshake can complete, however late the client is scheduled; a
-	// client that waits for the handshake, or whose early data is rejected, sees the
-	// handshake complete after the wait.
+	// EarlyDataWait is how long the QUIC servers hold their datagrams to a client whose
+	// ClientHello offered early data (RFC 8446 §4.2.10; a 0-RTT dial) until a query from
+	// that client has reached a DoQ or DoH3 handler. 0: DefaultEarlyDataWait on a server
+	// that takes or rejects early data (Allow0RTT, Reject0RTT); negative: no hold. So a
+	// query sent as early data is sent before the handshake can complete, however late
+	// the client is scheduled: which comes first is decided by the client's code. It
+	// also keeps the client from opening its stream while quic-go applies the server's
+	// transport parameters, a data race inside quic-go that the race detector reports
+	// (quic-go/quic-go#4303, open for v0.65.0). A client that waits for the handshake,
+	// or whose early data is rejected, sees the handshake complete after the wait.
 	EarlyDataWait time.Duration
 	// IdleTimeout is the QUIC servers' max_idle_timeout (default 10 s): shorter than the
 	// client's timeout, a silent connection idles out before the client's deadline.
@@ -152,7 +156,7 @@ type Servers struct {
 	held                          int           // queries waiting in the current Hold group
 	release                       chan struct{} // closed when the current group is complete
 	ctx                           context.Context
-	waitEarly                     atomic.Bool              // Config.EarlyDataWait is in force
+	offeredEarly                  map[string]bool          // client addresses whose ClientHello offered early data
 	queried                       map[string]chan struct{} // per client address, closed at its first query
 }
 
@@ -184,10 +188,44 @@ func (s *Servers) queryFrom(addr string) {
 	}
 }
 
-// WaitForEarlyData switches Config.EarlyDataWait on or off (off at the start: a
-// handshake without early data, such as the one that gets the session ticket, is not
-// held).
-func (s *Servers) WaitForEarlyData(on bool) { s.waitEarly.Store(on) }
+// DefaultEarlyDataWait is Config.EarlyDataWait's default.
+const DefaultEarlyDataWait = 500 * time.Millisecond
+
+// extEarlyData is TLS's early_data extension (RFC 8446 §4.2).
+const extEarlyData = 42
+
+// noteHello records, from a ClientHello, whether its client offered early data.
+func (s *Servers) noteHello(info *tls.ClientHelloInfo) {
+	if info.Conn == nil || !slices.Contains(info.Extensions, extEarlyData) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.offeredEarly == nil {
+		s.offeredEarly = map[string]bool{}
+	}
+	s.offeredEarly[info.Conn.RemoteAddr().String()] = true
+}
+
+// offeredEarlyData reports whether the client at addr offered early data.
+func (s *Servers) offeredEarlyData(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.offeredEarly[addr]
+}
+
+// OfferedEarlyData reports whether a ClientHello from a client socket of this port
+// offered early data to the QUIC servers (what EarlyDataWait keys on).
+func (s *Servers) OfferedEarlyData(port uint16) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for a := range s.offeredEarly {
+		if ap, err := netip.ParseAddrPort(a); err == nil && ap.Port() == port {
+			return true
+		}
+	}
+	return false
+}
 
 // Request is a request to the server of protocol p (a 3 s timeout, the X25519 key
 // share).
@@ -605,10 +643,10 @@ type shapedConn struct {
 	split time.Duration
 	sent  map[string]int // datagrams sent to each address (split)
 	queue chan delayed
-	// earlyWait, while *waitOn: how long a datagram waits for a query from its address
-	// (queried: the channel closed when one arrived).
+	// earlyWait: how long a datagram to a client that offered early data (offered)
+	// waits for a query from its address (queried: the channel closed when one arrived).
 	earlyWait time.Duration
-	waitOn    *atomic.Bool
+	offered   func(addr string) bool
 	queried   func(addr string) chan struct{}
 }
 
@@ -629,7 +667,7 @@ func (c *shapedConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 	}
 	due := time.Now().Add(c.delay)
 	var early <-chan struct{}
-	if c.earlyWait > 0 && c.waitOn.Load() {
+	if c.earlyWait > 0 && c.offered(addr.String()) {
 		early = c.queried(addr.String())
 	}
 	if c.split > 0 {
@@ -694,10 +732,14 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 		tb.Fatal(err)
 	}
 	var pc net.PacketConn = udp
-	if len(cfg.DropDatagrams) > 0 || cfg.QUICDelay > 0 || cfg.SplitFlight > 0 || cfg.EarlyDataWait > 0 {
+	earlyWait := cfg.EarlyDataWait
+	if earlyWait == 0 && (cfg.Allow0RTT || cfg.Reject0RTT) {
+		earlyWait = DefaultEarlyDataWait
+	}
+	if len(cfg.DropDatagrams) > 0 || cfg.QUICDelay > 0 || cfg.SplitFlight > 0 || earlyWait > 0 {
 		sc := &shapedConn{PacketConn: udp, drop: map[int]bool{}, delay: cfg.QUICDelay, split: cfg.SplitFlight,
 			sent: map[string]int{}, queue: make(chan delayed, 4096),
-			earlyWait: cfg.EarlyDataWait, waitOn: &s.waitEarly, queried: s.queryChan}
+			earlyWait: earlyWait, offered: s.offeredEarlyData, queried: s.queryChan}
 		for _, i := range cfg.DropDatagrams {
 			sc.drop[i] = true
 		}
@@ -715,7 +757,11 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 	if h3 {
 		alpn = http3.NextProtoH3
 	}
-	tconf := &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{alpn}}
+	tconf := &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{alpn},
+		GetConfigForClient: func(info *tls.ClientHelloInfo) (*tls.Config, error) {
+			s.noteHello(info)
+			return nil, nil
+		}}
 	if cfg.Reject0RTT {
 		rejectEarlyData(tb, tconf)
 	}
