@@ -70,8 +70,14 @@ const (
 	ModePersistent Mode = protocol.ModePersistent
 )
 
-// Modes lists the valid modes.
-var Modes = []Mode{ModeFresh, ModeResumed, Mode0RTT, ModePersistent}
+// Modes lists the valid modes (internal/protocol's Modes).
+var Modes = func() []Mode {
+	out := make([]Mode, len(protocol.Modes))
+	for i, m := range protocol.Modes {
+		out[i] = Mode(m)
+	}
+	return out
+}()
 
 // KeyShare names the ClientHello key share, as stored in measurements.key_share.
 type KeyShare string

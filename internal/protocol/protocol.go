@@ -138,8 +138,13 @@ func MustLookup(name string) Spec {
 	return s
 }
 
-// DefaultPort is the port a target without one uses.
-func (s Spec) DefaultPort() uint16 { return s.Ports[0] }
+// DefaultPort is the port a target without one uses (0 for the zero Spec: no protocol).
+func (s Spec) DefaultPort() uint16 {
+	if len(s.Ports) == 0 {
+		return 0
+	}
+	return s.Ports[0]
+}
 
 // DefaultALPN is the ALPN offered by default ("" without ALPN).
 func (s Spec) DefaultALPN() string {

@@ -55,6 +55,9 @@ func TestTableRows(t *testing.T) {
 			t.Errorf("Lookup(%q) = %v, %v", s.Name, got.Name, ok)
 		}
 	}
+	if (Spec{}).DefaultPort() != 0 || (Spec{}).DefaultALPN() != "" {
+		t.Error("the zero Spec (no protocol) has a port or an ALPN")
+	}
 	if _, ok := Lookup("DoQ"); ok {
 		t.Error(`Lookup("DoQ") found a row: names are lower case, labels are not names`)
 	}
