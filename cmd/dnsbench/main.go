@@ -1,6 +1,6 @@
-// Command dnsbench is a load generator for DNS resolvers over DoUDP, DoTCP, DoT, DoH,
-// DoH3 and DoQ. Its logic lives in internal/dnsbench; this main only binds flags, and
-// hands --loss-sweep the testbed's path-loss control (the simulated internet is wired
+// Command dnsbench is a load generator for DNS resolvers over every protocol of
+// internal/protocol's table. Its logic lives in internal/dnsbench; this main only binds
+// flags, and hands --loss-sweep the testbed's path-loss control (the simulated internet is wired
 // here so that internal/dnsbench stays free of it).
 package main
 

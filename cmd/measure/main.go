@@ -1,5 +1,5 @@
-// Command measure runs the hourly response-time campaign over DoUDP, DoTCP, DoT, DoH,
-// DoQ and DoH3. Its logic lives in internal/measure/campaign; this main binds
+// Command measure runs the hourly response-time campaign over every protocol of
+// internal/protocol's table. Its logic lives in internal/measure/campaign; this main binds
 // its flags to campaign.Options and calls campaign.Command.
 package main
 

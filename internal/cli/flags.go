@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/doqscan/doqscan/blocklist"
+	"github.com/doqscan/doqscan/internal/protocol"
 	"github.com/doqscan/doqscan/internal/provenance"
 )
 
@@ -65,13 +66,14 @@ func (v VantageFlags) Provenance() provenance.Vantage {
 func DefaultBlocklistDir() string { return blocklist.DefaultDir() }
 
 // TargetsHelp is the --help paragraph of a --targets file, the grammar verify and
-// measure share (internal/listfile, Targets).
-const TargetsHelp = `Targets file (--targets, - = stdin): one resolver per line, "ADDRESS[:PORT] [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]",
+// measure share (internal/listfile, Targets); its protocols and default ports are
+// internal/protocol's.
+var TargetsHelp = `Targets file (--targets, - = stdin): one resolver per line, "ADDRESS[:PORT] [sni=NAME] [PROTOCOL=PORT[/ALPN] ...]",
 '#' comments: 198.19.0.7, 198.19.0.7:784, [2001:2::7]:8853, 198.19.0.7 sni=dns.example doq=784/doq-i02 dot=853.
-The port after the address is a DoQ port (as doq=PORT); PROTOCOL is doudp, dotcp, dot, doh, doh3 or doq,
+The port after the address is a DoQ port (as doq=PORT); PROTOCOL is ` + protocol.List(protocol.Names(), "or") + `,
 ALPN a DoQ ALPN (default doq). verify verifies a line's DoQ endpoints, DoQ on 853 when it names none
 (a bare address means port 853); measure measures every protocol, on its default port where the line names
-none (doudp/dotcp 53, dot 853, doh/doh3 443, doq 853/doq). A resolver on several lines is one target.`
+none (` + protocol.DefaultPortsText(true) + `). A resolver on several lines is one target.`
 
 // deprecated is an old flag name kept working: it sets the new flag's value.
 type deprecated struct {

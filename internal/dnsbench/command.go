@@ -15,12 +15,13 @@ import (
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/protocol"
 )
 
 // Cmd describes cmd/dnsbench for --help.
 var Cmd = cli.Command{
 	Name:    "dnsbench",
-	Summary: "benchmark DNS resolvers over DoUDP, DoTCP, DoT, DoH, DoH3 and DoQ (QPS, latency percentiles, loss)",
+	Summary: "benchmark DNS resolvers over " + protocol.Labels() + " (QPS, latency percentiles, loss)",
 	Usage:   "dnsbench [flags] PROTOCOL://ADDRESS[:PORT] ...",
 	Examples: []string{
 		"dnsbench --count 10000 --workers 16 doudp://127.0.0.1 doq://127.0.0.1:8853",
@@ -31,8 +32,8 @@ var Cmd = cli.Command{
 		"bin/testnet exec -- bin/dnsbench --duration 3s --queries q.txt doq://198.19.3.7 dot://198.19.3.7 --store --label loss=5%",
 		"bin/testnet exec -- bin/dnsbench --loss-sweep 0,5,20 --duration 3s --store doudp://198.19.3.7 dot://198.19.3.7 doq://198.19.3.7",
 	},
-	Notes: `PROTOCOL is doudp, dotcp, dot, doh (POST), doh-get, doh-post, doh3, doh3-get, doh3-post or
-doq; without a port the protocol's default (53, 853, 443, 853). Targets are run in turn.
+	Notes: "PROTOCOL is " + targetProtocols() + ";\nwithout a port the protocol's default (" +
+		protocol.DefaultPortsText(false) + `). Targets are run in turn.
 Query file (--queries): dnsperf's format, "NAME [TYPE]" per line, ';' or '#' comments;
 queries are sent in file order, cycling. Without one: test.com A.
 Load: as fast as answered (each worker keeps one query outstanding, or --streams N on its
@@ -48,6 +49,23 @@ Policies: fresh (new session per query), persistent (--session-queries per sessi
 DoUDP answers matched by ID), resumed (TLS session ticket), 0rtt (early data). Testbed
 addresses are refused outside the simulated internet (exit 5): run through bin/testnet
 exec. See docs/dnsbench.md.`,
+}
+
+// targetProtocols lists what PROTOCOL:// may be, for --help: every protocol, one with
+// request variants also with each ("doh (POST), doh-get, doh-post").
+func targetProtocols() string {
+	var out []string
+	for _, s := range protocol.Table {
+		if len(s.Variants) == 0 {
+			out = append(out, s.Name)
+			continue
+		}
+		out = append(out, s.Name+" ("+measure.VariantPOST+")")
+		for _, v := range s.Variants {
+			out = append(out, s.Name+"-"+strings.ToLower(v))
+		}
+	}
+	return protocol.List(out, "or")
 }
 
 // Defaults of the command's flags.

@@ -36,21 +36,9 @@ func (t Target) String() string {
 	return p + "://" + t.Addr.String()
 }
 
-// DefaultPort is the port a protocol uses when a target names none.
-func DefaultPort(p measure.Protocol) uint16 {
-	switch p {
-	case measure.DoUDP, measure.DoTCP:
-		return measure.PortDNS
-	case measure.DoT:
-		return measure.PortDoT
-	case measure.DoQ:
-		return measure.PortDoQ
-	}
-	return measure.PortHTTPS
-}
-
-// ParseTarget reads "PROTOCOL://ADDRESS[:PORT]" where PROTOCOL is doudp, dotcp, dot,
-// doh, doh-get, doh-post, doh3, doh3-get, doh3-post or doq (DoH without a method: POST).
+// ParseTarget reads "PROTOCOL://ADDRESS[:PORT]" where PROTOCOL is a protocol of
+// internal/protocol's table, one with request variants also NAME-get or NAME-post (doh,
+// doh-get, doh-post; without a method: POST).
 func ParseTarget(s string) (Target, error) {
 	proto, hostport, ok := strings.Cut(s, "://")
 	if !ok {
@@ -63,7 +51,7 @@ func ParseTarget(s string) (Target, error) {
 		return Target{}, fmt.Errorf("target %q: %v", s, err)
 	}
 	switch {
-	case t.Protocol == measure.DoH || t.Protocol == measure.DoH3:
+	case len(t.Protocol.Spec().Variants) > 0:
 		switch variant {
 		case "", "post":
 			t.Variant = measure.VariantPOST
@@ -78,7 +66,7 @@ func ParseTarget(s string) (Target, error) {
 	if ap, err := netip.ParseAddrPort(hostport); err == nil {
 		t.Addr = ap
 	} else if a, err := netip.ParseAddr(strings.Trim(hostport, "[]")); err == nil {
-		t.Addr = netip.AddrPortFrom(a, DefaultPort(t.Protocol))
+		t.Addr = netip.AddrPortFrom(a, t.Protocol.DefaultPort())
 	} else {
 		return Target{}, fmt.Errorf("target %q: address %q: want an IP address with an optional port", s, hostport)
 	}

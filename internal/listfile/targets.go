@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/doqscan/doqscan/internal/protocol"
 )
 
 // The targets file of verify and measure: one resolver per line,
@@ -18,15 +20,16 @@ import (
 // ADDRESS is an IPv4 or IPv6 address ("198.19.0.7", "2001:2::7", "[2001:2::7]"); with a
 // port ("198.19.0.7:784", "[2001:2::7]:784") the port is a DoQ port, as doq=PORT: a
 // targets file lists the DoQ endpoints a scan finds. PROTOCOL=PORT[/ALPN] names one
-// endpoint (the protocols are measure's: doudp, dotcp, dot, doh, doh3, doq; the ALPN is
-// DoQ's, default doq); sni=NAME is the server name. What a line does not name, each
+// endpoint (the protocols are internal/protocol's; the ALPN is DoQ's, default doq);
+// sni=NAME is the server name. What a line does not name, each
 // tool fills in (Targets.Expand): verify verifies the line's DoQ endpoints, or DoQ on
 // 853 when it names none; measure measures every protocol, on its default port where
 // the line names none. A resolver on several lines is one target with the endpoints of
 // all of them (MergeTargets).
 
-// PortProtocol is the protocol of the port written after a target's address.
-const PortProtocol = "doq"
+// PortProtocol is the protocol of the port written after a target's address: the one
+// the scan discovers.
+const PortProtocol = protocol.DoQ
 
 // Target is one resolver of a targets file: its address, server name and endpoints.
 type Target struct {

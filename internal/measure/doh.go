@@ -14,8 +14,8 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// alpnH2 is HTTP/2 over TLS (RFC 9113 §3.2).
-const alpnH2 = "h2"
+// alpnH2 is HTTP/2 over TLS (RFC 9113 §3.2): the protocol table's ALPN.
+var alpnH2 = DoH.Spec().DefaultALPN()
 
 // errBadHTTP is an HTTP/2 response the client refused: x/net's verdict on what the
 // server sent (a malformed or missing :status, a header list over the limit, a frame

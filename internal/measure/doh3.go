@@ -11,8 +11,8 @@ import (
 	"github.com/quic-go/quic-go/http3"
 )
 
-// alpnH3 is HTTP/3 (RFC 9114 §3.1).
-const alpnH3 = "h3"
+// alpnH3 is HTTP/3 (RFC 9114 §3.1): the protocol table's ALPN.
+var alpnH3 = DoH3.Spec().DefaultALPN()
 
 // errBadH3 is an HTTP/3 response the client cannot take (see h3ResponseError).
 var errBadH3 = errors.New("malformed HTTP/3 response")

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// alpnDoT is the DoT ALPN (RFC 7858 has none; "dot" is registered by RFC 9461 §7.1 for SVCB).
-const alpnDoT = "dot"
+// alpnDoT is the DoT ALPN: the protocol table's ALPN.
+var alpnDoT = DoT.Spec().DefaultALPN()
 
 // measureDoT is DNS over TLS (RFC 7858): handshake = TCP + TLS (2 RTT with TLS 1.3).
 func measureDoT(ctx context.Context, req *Request, res *Result, cl *client) *Result {

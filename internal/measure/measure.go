@@ -26,53 +26,58 @@ import (
 	"github.com/doqscan/doqscan/internal/kstamp"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
 	"github.com/doqscan/doqscan/internal/measure/rtt"
+	"github.com/doqscan/doqscan/internal/protocol"
 )
 
-// Protocol names, as in schema.sql measurements.protocol.
+// Protocol names a protocol of internal/protocol's table (schema.sql
+// measurements.protocol).
 type Protocol string
 
+// The protocols (internal/protocol).
 const (
-	DoUDP Protocol = "doudp" // RFC 1035 §4.2.1
-	DoTCP Protocol = "dotcp" // RFC 1035 §4.2.2, RFC 7766
-	DoT   Protocol = "dot"   // RFC 7858
-	DoH   Protocol = "doh"   // RFC 8484 over HTTP/2 (RFC 9113)
-	DoQ   Protocol = "doq"   // RFC 9250
-	DoH3  Protocol = "doh3"  // RFC 8484 over HTTP/3 (RFC 9114)
+	DoUDP Protocol = protocol.DoUDP
+	DoTCP Protocol = protocol.DoTCP
+	DoT   Protocol = protocol.DoT
+	DoH   Protocol = protocol.DoH
+	DoQ   Protocol = protocol.DoQ
+	DoH3  Protocol = protocol.DoH3
 )
 
-// Default ports per protocol.
+// Default ports (internal/protocol).
 const (
-	PortDNS   = 53  // RFC 1035 §4.2
-	PortDoT   = 853 // RFC 7858 §3.1
-	PortHTTPS = 443 // RFC 8484 §1 (https)
-	PortDoQ   = 853 // RFC 9250 §8.2
+	PortDNS   = protocol.PortDNS
+	PortDoT   = protocol.PortDoT
+	PortHTTPS = protocol.PortHTTPS
+	PortDoQ   = protocol.PortDoQ
 )
 
-// DefaultPort is the port p uses where a target names none (see the Port constants).
-func (p Protocol) DefaultPort() uint16 {
-	switch p {
-	case DoUDP, DoTCP:
-		return PortDNS
-	case DoT:
-		return PortDoT
-	case DoQ:
-		return PortDoQ
-	}
-	return PortHTTPS
+// Spec is p's row of internal/protocol's table (the zero Spec for a name not in it).
+func (p Protocol) Spec() protocol.Spec {
+	s, _ := protocol.Lookup(string(p))
+	return s
 }
+
+// DefaultPort is the port p uses where a target names none (its table row's first).
+func (p Protocol) DefaultPort() uint16 { return p.Spec().DefaultPort() }
 
 // Mode is how sessions are set up, as in schema.sql measurements.mode.
 type Mode string
 
 const (
-	ModeFresh      Mode = "fresh"      // a new session per query, no resumption (the study)
-	ModeResumed    Mode = "resumed"    // TLS session ticket from the warm-up (RFC 8446 §2.2)
-	Mode0RTT       Mode = "0rtt"       // early data where the server allows it (RFC 8446 §2.3, RFC 9001 §4.6)
-	ModePersistent Mode = "persistent" // several queries on one session
+	ModeFresh      Mode = protocol.ModeFresh
+	ModeResumed    Mode = protocol.ModeResumed
+	Mode0RTT       Mode = protocol.Mode0RTT
+	ModePersistent Mode = protocol.ModePersistent
 )
 
-// Modes lists the valid modes.
-var Modes = []Mode{ModeFresh, ModeResumed, Mode0RTT, ModePersistent}
+// Modes lists the valid modes (internal/protocol's Modes).
+var Modes = func() []Mode {
+	out := make([]Mode, len(protocol.Modes))
+	for i, m := range protocol.Modes {
+		out[i] = Mode(m)
+	}
+	return out
+}()
 
 // KeyShare names the ClientHello key share, as stored in measurements.key_share.
 type KeyShare string
@@ -96,10 +101,10 @@ func (k KeyShare) Curves() ([]tls.CurveID, error) {
 	return nil, fmt.Errorf("unknown key share %q", k)
 }
 
-// DoH variants.
+// DoH variants (internal/protocol).
 const (
-	VariantGET  = "GET"  // RFC 8484 §4.1 (dns= parameter, base64url)
-	VariantPOST = "POST" // RFC 8484 §4.1 (application/dns-message body)
+	VariantGET  = protocol.VariantGET
+	VariantPOST = protocol.VariantPOST
 )
 
 // DefaultTimeout is the per-exchange timeout (the study's 5 s).
@@ -376,20 +381,18 @@ func For(p Protocol) (Measurer, error) {
 	return nil, fmt.Errorf("unknown protocol %q", p)
 }
 
-// Protocols lists every protocol in measuring order.
-var Protocols = []Protocol{DoUDP, DoTCP, DoT, DoH, DoQ, DoH3}
+// Protocols lists every protocol in measuring order (internal/protocol's table).
+var Protocols = func() []Protocol {
+	out := make([]Protocol, len(protocol.Table))
+	for i, s := range protocol.Table {
+		out[i] = Protocol(s.Name)
+	}
+	return out
+}()
 
 // Transport returns the transport whose RTT pairs with p's handshake (the study's
-// Sect. 2; rtt_samples.transport): UDP for DoUDP, QUIC for DoQ and DoH3, TCP otherwise.
-func (p Protocol) Transport() rtt.Transport {
-	switch p {
-	case DoUDP:
-		return rtt.UDP
-	case DoQ, DoH3:
-		return rtt.QUIC
-	}
-	return rtt.TCP
-}
+// Sect. 2; rtt_samples.transport): its table row's RTT.
+func (p Protocol) Transport() rtt.Transport { return rtt.Transport(p.Spec().RTT) }
 
 func boolp(b bool) *bool { return &b }
 

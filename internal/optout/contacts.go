@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/doqscan/doqscan/internal/doq"
 	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/protocol"
 )
 
 // Contact is one kind of packet the tools send to hosts: which stage, transport and
@@ -18,28 +18,45 @@ type Contact struct {
 	What      string
 }
 
-// measured is how measure contacts a resolver for each protocol of measure.Protocols
-// (the default endpoints of internal/measure/campaign; contacts_test.go checks this table
-// against both) and which RTT probe it then sends to the same port.
-var measured = []struct {
+// measuredContact is how measure contacts a resolver over one protocol and which RTT
+// probe it then sends to the same port.
+type measuredContact struct {
 	Protocol  measure.Protocol
-	Transport string
+	Transport string // UDP or TCP
 	Ports     []uint16
 	Name      string
 	RTT       string
-}{
-	{measure.DoUDP, "UDP", []uint16{measure.PortDNS}, "DNS over UDP", "a datagram of 16 random bytes"},
-	{measure.DoTCP, "TCP", []uint16{measure.PortDNS}, "DNS over TCP", "a TCP SYN that is never completed"},
-	{measure.DoT, "TCP", []uint16{measure.PortDoT}, "DNS over TLS", "a TCP SYN that is never completed"},
-	{measure.DoH, "TCP", []uint16{measure.PortHTTPS}, "DNS over HTTPS (HTTP/2)", "a TCP SYN that is never completed"},
-	{measure.DoH3, "UDP", []uint16{measure.PortHTTPS}, "DNS over HTTPS over HTTP/3 (QUIC)", "a QUIC packet that only asks for Version Negotiation"},
-	{measure.DoQ, "UDP", doqPorts(), "DNS over QUIC, on the port where verification found it", "a QUIC packet that only asks for Version Negotiation"},
+}
+
+// rttProbes says what each RTT probe (internal/measure/rtt) sends.
+var rttProbes = map[protocol.Transport]string{
+	protocol.UDP:  "a datagram of 16 random bytes",
+	protocol.TCP:  "a TCP SYN that is never completed",
+	protocol.QUIC: "a QUIC packet that only asks for Version Negotiation",
+}
+
+// measured lists, from internal/protocol's table, how measure contacts a resolver for
+// each protocol (the default endpoints of internal/measure/campaign; contacts_test.go
+// checks both): the protocols on their default ports first, then the Discovered one
+// (DoQ) on the port where verification found it.
+func measured() []measuredContact {
+	var fixed, found []measuredContact
+	for _, s := range protocol.Table {
+		m := measuredContact{measure.Protocol(s.Name), strings.ToUpper(s.Transport.IP()), []uint16{s.DefaultPort()}, s.Description, rttProbes[s.RTT]}
+		if s.Discovered {
+			m.Ports, m.Name = slices.Clone(s.Ports), s.Description+", on the port where verification found it"
+			found = append(found, m)
+			continue
+		}
+		fixed = append(fixed, m)
+	}
+	return append(fixed, found...)
 }
 
 // doqPorts are the ports of the DoQ table the scan probes with QUIC (probe.DefaultQUICPorts;
 // contacts_test.go checks they are the same).
 func doqPorts() []uint16 {
-	return []uint16{doq.PortRFC9250, doq.PortExperimental, doq.PortDraft02}
+	return slices.Clone(protocol.MustLookup(protocol.DoQ).Ports)
 }
 
 // Contacts lists every kind of packet the scan, verification and measurements send.
@@ -51,7 +68,7 @@ func Contacts() []Contact {
 		{"verification (weekly, only hosts that answered the scan with QUIC)", "UDP", doqPorts(),
 			"a DNS-over-QUIC handshake and one DNS query, on the port where the host answered"},
 	}
-	for _, m := range measured {
+	for _, m := range measured() {
 		out = append(out, Contact{"measurement (hourly, only verified DNS-over-QUIC resolvers)", m.Transport, m.Ports,
 			m.Name + " queries; then round-trip probes to the same port: " + m.RTT})
 	}

@@ -26,15 +26,8 @@ func TestContactsMatchTheCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range measure.Protocols {
-		i := slices.IndexFunc(measured, func(m struct {
-			Protocol  measure.Protocol
-			Transport string
-			Ports     []uint16
-			Name      string
-			RTT       string
-		}) bool {
-			return m.Protocol == p
-		})
+		measured := measured()
+		i := slices.IndexFunc(measured, func(m measuredContact) bool { return m.Protocol == p })
 		if i < 0 {
 			t.Errorf("measure protocol %s is not on the page", p)
 			continue

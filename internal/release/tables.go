@@ -11,6 +11,8 @@ package release
 // week, $2 the vantage point, $3 the honoured opt-out ranges (text[]); per-campaign
 // statements take $1 the campaign, $2 the ISO week, $3 the opt-out ranges.
 
+import "github.com/doqscan/doqscan/internal/protocol"
+
 type tableSQL struct {
 	name        string
 	perCampaign bool // one statement per campaign of the set, in round order
@@ -137,7 +139,7 @@ var tables = []tableSQL{
 		               FROM rtt_samples s WHERE s.campaign_id = $1 AND s.status = 'ok' AND s.rtt_ns > 0
 		              GROUP BY 1, 2, 3) r
 		    ON r.address = m.address AND r.port = m.port
-		   AND r.transport = CASE m.protocol WHEN 'doudp' THEN 'udp' WHEN 'doq' THEN 'quic' WHEN 'doh3' THEN 'quic' ELSE 'tcp' END
+		   AND r.transport = ` + protocol.TransportSQL("m.protocol") + `
 		 WHERE m.campaign_id = $1 AND NOT (m.address <<= ANY($3::text[]::cidr[]))
 		 ORDER BY m.protocol, m.phase, m.address, m.port, m.variant, m.mode, m.key_share, m.seq`},
 	{name: "rtt_samples", perCampaign: true, sql: `

@@ -720,21 +720,18 @@ func (r *runner) units(t Target) []unit {
 		if !want[ep.Protocol] {
 			continue
 		}
+		spec := ep.Protocol.Spec()
 		variants := []string{""}
-		if ep.Protocol == measure.DoH || ep.Protocol == measure.DoH3 {
+		if len(spec.Variants) > 0 {
 			variants = r.cfg.DoHVariants
 		}
-		tls := ep.Protocol != measure.DoUDP && ep.Protocol != measure.DoTCP
 		for _, v := range variants {
 			for _, m := range r.cfg.Modes {
-				if !tls && (m == measure.ModeResumed || m == measure.Mode0RTT) {
-					continue // no TLS, nothing to resume
-				}
-				if ep.Protocol == measure.DoUDP && m == measure.ModePersistent {
-					continue // no session
+				if !spec.HasMode(string(m)) {
+					continue // e.g. no TLS, nothing to resume; DoUDP: no session to persist
 				}
 				keyShares := []measure.KeyShare{""}
-				if tls {
+				if spec.TLS {
 					keyShares = r.cfg.KeyShares
 				}
 				for _, ks := range keyShares {
@@ -868,8 +865,8 @@ func (r *runner) resolver(ctx context.Context, j job) (out *resolverResult) {
 		if u.mode == measure.ModeResumed {
 			setFeature(u.ep.Protocol, u.ep.Port, FeatureSessionTicket, ticketShown(warm, meas))
 		}
-		// A DoH3 POST is never early data (not safe to replay): only GETs show 0-RTT.
-		if u.mode == measure.Mode0RTT && (u.ep.Protocol == measure.DoQ || u.ep.Protocol == measure.DoH3) && u.variant != measure.VariantPOST {
+		// A POST is never early data (not safe to replay): only GETs show 0-RTT.
+		if u.mode == measure.Mode0RTT && u.ep.Protocol.Spec().EarlyData && u.variant != measure.VariantPOST {
 			setFeature(u.ep.Protocol, u.ep.Port, Feature0RTT, zeroRTTShown(warm, meas))
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/doqscan/doqscan/internal/dnsmsg"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/protocol"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -76,7 +77,7 @@ func DefaultOptions() Options {
 			RTTSamples:  3,
 			Persistent:  5,
 		},
-		Protocols:    "doudp,dotcp,dot,doh,doq,doh3",
+		Protocols:    strings.Join(protocol.Names(), ","),
 		Modes:        "fresh",
 		KeyShares:    "x25519",
 		Variants:     "GET,POST",

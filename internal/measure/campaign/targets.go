@@ -31,15 +31,16 @@ type Target struct {
 }
 
 // defaultEndpoints are the optimistic endpoints of every resolver: each protocol on
-// its default port (DoUDP and DoTCP on 53, DoT on 853, DoH and DoH3 on 443; DoQ on 853
-// with the first DoQ ALPN, though DoQ endpoints normally come from verification).
+// its default port (internal/protocol); a Discovered protocol (DoQ, whose endpoints
+// normally come from verification) with its first ALPN.
 func defaultEndpoints(p measure.Protocol) []Endpoint {
 	if !slices.Contains(measure.Protocols, p) {
 		return nil
 	}
-	ep := Endpoint{Protocol: p, Port: p.DefaultPort()}
-	if p == measure.DoQ {
-		ep.ALPN = doq.Versions[0].ALPN
+	spec := p.Spec()
+	ep := Endpoint{Protocol: p, Port: spec.DefaultPort()}
+	if spec.Discovered {
+		ep.ALPN = spec.DefaultALPN()
 	}
 	return []Endpoint{ep}
 }
@@ -191,7 +192,7 @@ func LoadTargets(ctx context.Context, s *store.Store, runID int64) ([]Target, er
 	out := make([]Target, 0, len(byAddr))
 	for _, t := range byAddr {
 		for _, p := range measure.Protocols {
-			if p != measure.DoQ {
+			if !p.Spec().Discovered {
 				t.Endpoints = append(t.Endpoints, defaultEndpoints(p)...)
 			}
 		}
