@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -34,6 +35,8 @@ type Tool struct {
 	// DefaultWithoutArgs: Default runs with no argument at all too ("optout" serves the
 	// page); otherwise no argument is a usage error.
 	DefaultWithoutArgs bool
+
+	root string // the tool a Subcommand with subcommands of its own belongs to ("testnet")
 }
 
 // Subcommand is one subcommand of a Tool.
@@ -58,6 +61,11 @@ type Subcommand struct {
 	// Flags registers the subcommand's flags on fs, bound to the stage's configuration,
 	// and returns what runs once they are parsed (with the positional arguments).
 	Flags func(fs *flag.FlagSet) RunFunc
+	// Subcommands are the subcommand's own ("testnet path set ADDR --loss 5%"): it is then
+	// a Tool named "TOOL NAME" (Usage, Examples and Notes its help; Flags unused), and
+	// the flags before its name belong to the subcommand that follows it ("testnet
+	// --name x path show").
+	Subcommands []Subcommand
 }
 
 // Main runs the tool with the process's arguments and exits with its exit code.
@@ -70,18 +78,20 @@ func (t *Tool) RunMain(args []string, stderr io.Writer) int {
 	sub, before, after, err := t.split(args)
 	switch {
 	case err != nil:
-		return execute(t.Name, flag.NewFlagSet(t.Name, flag.ContinueOnError), &common, nil, err, stderr, nil)
+		return execute(t.rootName(), flag.NewFlagSet(t.Name, flag.ContinueOnError), &common, nil, err, stderr, nil)
 	case sub == nil && t.wantsVersion(before):
-		fmt.Println(VersionLine(t.Name))
+		fmt.Println(VersionLine(t.rootName()))
 		return ExitOK
 	case sub == nil: // a help form of the tool's own
 		t.PrintHelp(os.Stdout)
 		return ExitOK
+	case len(sub.Subcommands) > 0:
+		return t.nested(sub).RunMain(append(slices.Clip(before), after...), stderr)
 	}
 	fs := t.flagSet(sub, &common)
 	run := sub.Flags(fs)
 	if sub.Raw {
-		return execute(t.Name, fs, &common, after, Parse(fs, before), stderr, run)
+		return execute(t.rootName(), fs, &common, after, Parse(fs, before), stderr, run)
 	}
 	err = Parse(fs, before)
 	var rest []string
@@ -92,7 +102,21 @@ func (t *Tool) RunMain(args []string, stderr io.Writer) int {
 	default:
 		rest, err = ParseInterspersed(fs, after)
 	}
-	return execute(t.Name, fs, &common, rest, err, stderr, run)
+	return execute(t.rootName(), fs, &common, rest, err, stderr, run)
+}
+
+// rootName is the name of the tool the version line names.
+func (t *Tool) rootName() string {
+	if t.root != "" {
+		return t.root
+	}
+	return t.Name
+}
+
+// nested is subcommand s (with subcommands of its own) as a Tool.
+func (t *Tool) nested(s *Subcommand) *Tool {
+	return &Tool{Command: Command{Name: t.Name + " " + s.Name, Summary: s.Summary, Usage: s.Usage, Examples: s.Examples,
+		Notes: s.Notes, Locks: s.Locks}, Subcommands: s.Subcommands, root: t.rootName()}
 }
 
 // PrintHelp writes the tool's help: its summary and usage, the subcommands with their
@@ -113,6 +137,10 @@ func (t *Tool) SubcommandHelp(w io.Writer, name string) error {
 	s := t.lookup(name)
 	if s == nil {
 		return t.unknown(name)
+	}
+	if len(s.Subcommands) > 0 {
+		t.nested(s).PrintHelp(w)
+		return nil
 	}
 	var common Common
 	fs := t.flagSet(s, &common)
@@ -150,6 +178,14 @@ func printSubcommands(w io.Writer, tool string, subs []Subcommand) {
 		}
 	}
 	fmt.Fprintf(w, "Use \"%s <subcommand> --help\" or \"%s help <subcommand>\" for a subcommand's flags and examples.\n", tool, tool)
+}
+
+// lookupSubs are the subcommands of subcommand name (none for an unknown one).
+func (t *Tool) lookupSubs(name string) []Subcommand {
+	if s := t.lookup(name); s != nil {
+		return s.Subcommands
+	}
+	return nil
 }
 
 func (t *Tool) lookup(name string) *Subcommand {
@@ -202,16 +238,16 @@ func (t *Tool) split(args []string) (sub *Subcommand, before, after []string, er
 		switch {
 		case len(after) == 0:
 			return nil, nil, nil, nil
-		case len(after) > 1:
+		case len(after) > 1 && len(t.lookupSubs(after[0])) == 0:
 			return nil, nil, nil, Usagef("help takes one subcommand, got %q", strings.Join(after, " "))
 		}
-		name, after = after[0], []string{"--help"}
+		name, after = after[0], append(slices.Clone(after[1:]), "--help") // "help path set": "path set --help"
 	}
 	if sub = t.lookup(name); sub == nil {
 		return nil, nil, nil, t.unknown(name)
 	}
 	if help {
-		after = []string{"--help"} // "tool --help SUB"
+		after = append([]string{"--help"}, after...) // "tool --help SUB" is "tool SUB --help"
 	}
 	return sub, before, after, nil
 }
@@ -258,19 +294,25 @@ func (t *Tool) findName(args []string) (int, bool, error) {
 func (t *Tool) allFlags() *flag.FlagSet {
 	var common Common
 	all := NewFlagSet(t.Command, &common)
-	for i := range t.Subcommands {
-		s := &t.Subcommands[i]
-		if s.Raw {
-			continue
-		}
-		var c Common
-		fs := t.flagSet(s, &c)
-		s.Flags(fs)
+	add := func(fs *flag.FlagSet) {
 		fs.VisitAll(func(f *flag.Flag) {
 			if all.Lookup(f.Name) == nil {
 				all.Var(f.Value, f.Name, f.Usage)
 			}
 		})
+	}
+	for i := range t.Subcommands {
+		s := &t.Subcommands[i]
+		switch {
+		case s.Raw:
+		case len(s.Subcommands) > 0:
+			add(t.nested(s).allFlags())
+		default:
+			var c Common
+			fs := t.flagSet(s, &c)
+			s.Flags(fs)
+			add(fs)
+		}
 	}
 	return all
 }

@@ -43,6 +43,15 @@ func (tt *testTool) tool(def string) *cli.Tool {
 				Flags: func(fs *flag.FlagSet) cli.RunFunc { return record("exec") }},
 			{Name: "role", Summary: "an internal role", Hidden: true, Raw: true,
 				Flags: func(fs *flag.FlagSet) cli.RunFunc { return record("role") }},
+			{Name: "path", Summary: "paths, with subcommands of their own", Examples: []string{"tool path show"},
+				Subcommands: []cli.Subcommand{
+					{Name: "set", Summary: "set a path", Usage: "tool path set ADDR --loss N",
+						Flags: func(fs *flag.FlagSet) cli.RunFunc {
+							fs.StringVar(&tt.name, "loss", "0", "loss")
+							return record("path set")
+						}},
+					{Name: "show", Summary: "show the paths", Flags: func(fs *flag.FlagSet) cli.RunFunc { return record("path show") }},
+				}},
 			{Name: "fail", Summary: "fail with a missing prerequisite",
 				Flags: func(fs *flag.FlagSet) cli.RunFunc {
 					return func(context.Context, *slog.Logger, []string) error {
@@ -97,19 +106,28 @@ func TestToolDispatch(t *testing.T) {
 		{args: []string{"greet", "--", "--loud"}, ran: "greet --loud", name: "world"},
 		{args: []string{"exec", "--", "ls", "--name", "y"}, ran: "exec ls --name y"},
 		{args: []string{"exec", "ls", "--help"}, ran: ""}, // the help of exec, as Command.PassArgs
+		{args: []string{"--help", "exec", "--", "ls"}, ran: ""},
 		{args: []string{"role", "--table", "x", "--help"}, ran: "role --table x --help"},
 		{args: []string{"--name", "x"}, def: "greet", ran: "greet", name: "x"},
-		{args: nil, code: cli.ExitUsage, want: "want a subcommand: greet, exec, fail"},
-		{args: []string{"--log-level", "debug"}, code: cli.ExitUsage, want: "want a subcommand: greet, exec, fail"},
-		{args: []string{"nope"}, code: cli.ExitUsage, want: `unknown subcommand "nope": want greet, exec, fail`},
+		{args: nil, code: cli.ExitUsage, want: "want a subcommand: greet, exec, path, fail"},
+		{args: []string{"--log-level", "debug"}, code: cli.ExitUsage, want: "want a subcommand: greet, exec, path, fail"},
+		{args: []string{"nope"}, code: cli.ExitUsage, want: `unknown subcommand "nope": want greet, exec, path, fail`},
 		{args: []string{"nope"}, def: "greet", code: cli.ExitUsage, want: `unknown subcommand "nope"`},
-		{args: []string{"help", "nope"}, code: cli.ExitUsage, want: `unknown subcommand "nope": want greet, exec, fail`},
+		{args: []string{"help", "nope"}, code: cli.ExitUsage, want: `unknown subcommand "nope": want greet, exec, path, fail`},
 		{args: []string{"help", "greet", "exec"}, code: cli.ExitUsage, want: "help takes one subcommand"},
 		{args: []string{"--bogus", "greet"}, code: cli.ExitUsage, want: "flag provided but not defined: -bogus"},
 		{args: []string{"greet", "--bogus"}, code: cli.ExitUsage, want: "flag provided but not defined: -bogus"},
 		{args: []string{"exec", "--name", "x"}, code: cli.ExitUsage, want: "-name"}, // greet's flag, not exec's
 		{args: []string{"greet", "--log-level", "loud"}, code: cli.ExitUsage, want: "--log-level"},
 		{args: []string{"fail"}, code: cli.ExitEnvironment, want: "tool fail: error: no such thing"},
+		// A subcommand with subcommands of its own.
+		{args: []string{"path", "set", "A", "--loss", "5"}, ran: "path set A", name: "5"},
+		{args: []string{"--loss", "5", "path", "set", "A"}, ran: "path set A", name: "5"},
+		{args: []string{"path", "--loss", "5", "set", "A"}, ran: "path set A", name: "5"},
+		{args: []string{"path", "show"}, ran: "path show"},
+		{args: []string{"path"}, code: cli.ExitUsage, want: "tool path: want a subcommand: set, show"},
+		{args: []string{"path", "frob"}, code: cli.ExitUsage, want: `unknown subcommand "frob": want set, show`},
+		{args: []string{"path", "show", "--loss", "5"}, code: cli.ExitUsage, want: "-loss"},
 	} {
 		t.Run(strings.Join(c.args, " ")+"/"+c.def, func(t *testing.T) {
 			tt := &testTool{}
@@ -125,7 +143,7 @@ func TestToolDispatch(t *testing.T) {
 			if got := strings.Join(tt.ran, "|"); got != c.ran {
 				t.Errorf("ran %q, want %q", got, c.ran)
 			}
-			if c.ran == "greet" || strings.HasPrefix(c.ran, "greet ") {
+			if c.name != "" {
 				if tt.name != c.name || tt.loud != c.loud {
 					t.Errorf("--name %q --loud %v, want %q %v", tt.name, tt.loud, c.name, c.loud)
 				}
@@ -186,10 +204,38 @@ func TestToolHelp(t *testing.T) {
 			t.Errorf("%q: exit %d, stdout:\n%s\nwant 0 and greet's help", args, code, out)
 		}
 	}
+	// A subcommand with subcommands: its help lists them; theirs is their own.
+	var path, set bytes.Buffer
+	tl := (&testTool{}).tool("")
+	if err := tl.SubcommandHelp(&path, "path"); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"tool path: paths, with subcommands of their own", "Subcommands:", "set   set a path", "tool path show"} {
+		if !strings.Contains(path.String(), h) {
+			t.Errorf("path's help lacks %q:\n%s", h, path.String())
+		}
+	}
+	for _, args := range [][]string{{"path", "--help"}, {"help", "path"}, {"--help", "path"}, {"path", "help"}} {
+		if out, code := run(t, "", args...); code != cli.ExitOK || out != path.String() {
+			t.Errorf("%q: exit %d, stdout:\n%s\nwant 0 and path's help", args, code, out)
+		}
+	}
+	if out, code := run(t, "", "path", "set", "--help"); code != cli.ExitOK || !strings.Contains(out, "tool path set: set a path") ||
+		!strings.Contains(out, "-loss string") {
+		t.Errorf("path set --help: exit %d, stdout:\n%s", code, out)
+	} else {
+		set.WriteString(out)
+	}
+	for _, args := range [][]string{{"help", "path", "set"}, {"path", "help", "set"}, {"--help", "path", "set"}} {
+		if out, code := run(t, "", args...); code != cli.ExitOK || out != set.String() {
+			t.Errorf("%q: exit %d, stdout:\n%s\nwant 0 and path set's help", args, code, out)
+		}
+	}
 	if err := (&testTool{}).tool("").SubcommandHelp(io.Discard, "nope"); cli.ExitCode(err) != cli.ExitUsage {
 		t.Errorf("SubcommandHelp of an unknown subcommand: %v, want a usage error", err)
 	}
-	for _, args := range [][]string{{"--version"}, {"greet", "--version"}, {"--version", "greet"}, {"exec", "ls", "--version"}} {
+	for _, args := range [][]string{{"--version"}, {"greet", "--version"}, {"--version", "greet"}, {"exec", "ls", "--version"},
+		{"path", "--version"}, {"path", "show", "--version"}, {"--version", "path", "show"}} {
 		out, code := run(t, "", args...)
 		if code != cli.ExitOK || !strings.HasPrefix(out, "tool ") || strings.Count(out, "\n") != 1 {
 			t.Errorf("%q: exit %d, stdout %q; want 0 and the tool's version line", args, code, out)
@@ -209,7 +255,7 @@ func TestToolDefaultWithoutArgs(t *testing.T) {
 	tt = &testTool{}
 	var stderr bytes.Buffer
 	if code := tt.tool("greet").RunMain(nil, &stderr); code != cli.ExitUsage || len(tt.ran) != 0 ||
-		!strings.Contains(stderr.String(), "want a subcommand: greet, exec, fail") {
+		!strings.Contains(stderr.String(), "want a subcommand: greet, exec, path, fail") {
 		t.Errorf("no arguments: exit %d, ran %q, stderr %q; want 2 and the subcommands", code, tt.ran, stderr.String())
 	}
 }
