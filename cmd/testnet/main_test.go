@@ -31,6 +31,15 @@ func TestBadFlags(t *testing.T) {
 		// up's flags are not status's.
 		clitest.Usage("-vantages", "--vantages", "2", "status"),
 		clitest.Usage("down takes no arguments", "down", "now"),
+		// path's subcommands: an address for set, and something to set; none for show.
+		clitest.Usage("want one address or prefix", "path", "set", "--loss", "5%"),
+		clitest.Usage("at least one of --loss", "path", "set", "198.19.3.7"),
+		clitest.Usage("bad loss", "path", "set", "198.19.3.7", "--loss", "150%"),
+		clitest.Usage("-speed", "path", "set", "198.19.3.7", "--speed", "1"),
+		clitest.Usage("takes no arguments", "path", "show", "x"),
+		clitest.Usage("at most one", "path", "reset", "a", "b"),
+		clitest.Usage(`unknown subcommand "frob": want set, show, reset`, "path", "frob"),
+		clitest.Usage("testnet path: want a subcommand", "path"),
 	})
 }
 
@@ -49,6 +58,7 @@ func TestExitCodes(t *testing.T) {
 		{Code: cli.ExitOK, Why: "help", Args: []string{"--help"}},
 		{Code: cli.ExitOK, Why: "help of a subcommand", Args: []string{"help", "path"}},
 		{Code: cli.ExitUsage, Why: "bad flags", Args: []string{"--vantages", "0", "up"}},
+		{Code: cli.ExitEnvironment, Why: "no delay line to set a path on", Args: []string{"--name", "nosuchtb", "path", "set", "198.19.3.7", "--loss", "5%"}},
 		{Code: cli.ExitEnvironment, Why: "no such testbed", Args: []string{"--name", "nosuchtb", "exec", "--", "true"}},
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -161,17 +162,36 @@ func Tool(stdout io.Writer) *cli.Tool {
 			}},
 		{Name: "path", Summary: "set, show or reset the delay line's path profiles at run time",
 			Usage: "testnet path set ADDR|PREFIX [--loss P] [--rtt D] [--jitter D] | path show | path reset [ADDR|PREFIX]",
-			Notes: pathNotes, PassArgs: true,
+			Notes: pathNotes,
 			Examples: []string{"testnet path set 198.19.3.7 --loss 5%", "testnet path set 198.19.3.0/24 --rtt 80ms --jitter 1ms",
 				"testnet path show", "testnet path reset"},
-			Flags: func(fs *flag.FlagSet) cli.RunFunc {
-				f.registerName(fs)
-				return func(ctx context.Context, log *slog.Logger, args []string) error {
-					if _, err := f.options(log); err != nil {
-						return err
-					}
-					return path(ctx, f.Options.Name, args, stdout)
-				}
+			Subcommands: []cli.Subcommand{
+				{Name: "set", Summary: "override the path profile of an address or prefix (each direction)",
+					Usage: "testnet path set ADDR|PREFIX [--loss P] [--rtt D] [--jitter D]", Notes: pathNotes,
+					Examples: []string{"testnet path set 198.19.3.7 --loss 5%", "testnet path set 198.19.3.0/24 --rtt 80ms --jitter 1ms"},
+					Flags: func(fs *flag.FlagSet) cli.RunFunc {
+						f.registerName(fs)
+						loss := fs.String("loss", "", `loss each way: a percentage ("5%") or a probability ("0.05")`)
+						rtt := fs.String("rtt", "", `round-trip time ("30ms")`)
+						jitter := fs.String("jitter", "", `jitter ("1ms")`)
+						return pathRun(&f, stdout, 1, 1, func(args []string) (string, error) {
+							return testbed.PathSetRequest(args[0], *loss, *rtt, *jitter)
+						})
+					}},
+				{Name: "show", Summary: "print the path profiles in effect, overrides included",
+					Examples: []string{"testnet path show"},
+					Flags: func(fs *flag.FlagSet) cli.RunFunc {
+						f.registerName(fs)
+						return pathRun(&f, stdout, 0, 0, func([]string) (string, error) { return "show", nil })
+					}},
+				{Name: "reset", Summary: "drop the override of an address or prefix, or every override",
+					Usage: "testnet path reset [ADDR|PREFIX]", Examples: []string{"testnet path reset"},
+					Flags: func(fs *flag.FlagSet) cli.RunFunc {
+						f.registerName(fs)
+						return pathRun(&f, stdout, 0, 1, func(args []string) (string, error) {
+							return strings.TrimSpace("reset " + strings.Join(args, " ")), nil
+						})
+					}},
 			}},
 		// The delay line has its own flags (testbed.DelayLineMain); up starts it this way
 		// in the router namespace.
@@ -211,22 +231,36 @@ func status(ctx context.Context, o testbed.Options, asJSON bool, stdout io.Write
 	return nil
 }
 
-// path sends a `testnet path` request (testbed.PathArgs) to the instance's delay line.
-func path(ctx context.Context, instance string, args []string, stdout io.Writer) error {
-	req, err := testbed.PathArgs(args)
-	if err != nil {
-		return cli.Usagef("%v", err)
+// pathRun is the run function of a `testnet path` subcommand: it takes from min to max
+// arguments, builds the delay-line control request with request and sends it to the
+// instance's delay line, printing the answer.
+func pathRun(f *Flags, stdout io.Writer, minArgs, maxArgs int, request func(args []string) (string, error)) cli.RunFunc {
+	return func(ctx context.Context, log *slog.Logger, args []string) error {
+		switch {
+		case len(args) > maxArgs && maxArgs == 0:
+			return cli.Usagef("takes no arguments, got %q", strings.Join(args, " "))
+		case len(args) < minArgs || len(args) > maxArgs:
+			return cli.Usagef("want %s address or prefix, got %q (see --help)", map[bool]string{true: "one", false: "at most one"}[minArgs == 1],
+				strings.Join(args, " "))
+		}
+		req, err := request(args)
+		if err != nil {
+			return cli.Usagef("%v", err)
+		}
+		if _, err := f.options(log); err != nil {
+			return err
+		}
+		name := instanceName(f.Options.Name)
+		ans, err := testbed.PathControl(ctx, home.Dir(), name, req)
+		switch {
+		case errors.Is(err, delayline.ErrControl):
+			return cli.Usagef("%v", err)
+		case err != nil:
+			return cli.Environmentf("testbed %s: %v (is it up? `testnet up`)", name, err)
+		}
+		fmt.Fprintln(stdout, ans)
+		return nil
 	}
-	name := instanceName(instance)
-	ans, err := testbed.PathControl(ctx, home.Dir(), name, req)
-	switch {
-	case errors.Is(err, delayline.ErrControl):
-		return cli.Usagef("%v", err)
-	case err != nil:
-		return cli.Environmentf("testbed %s: %v (is it up? `testnet up`)", name, err)
-	}
-	fmt.Fprintln(stdout, ans)
-	return nil
 }
 
 // execIn runs argv in the vantage namespace f.Vantage of the instance, forwarding
