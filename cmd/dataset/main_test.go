@@ -9,7 +9,8 @@ import (
 )
 
 func TestHelp(t *testing.T) {
-	clitest.Help(t, command, "dataset import [flags] DIR", "-dry-run", "dataset import --dry-run DIR", "dataset export [flags] [DIR]", "-weeks")
+	clitest.Help(t, tool, "dataset import [flags] DIR", "Subcommands:", "dataset import --dry-run DIR", "dataset export [flags] [DIR]")
+	clitest.SubcommandHelp(t, tool)
 }
 
 // TestBadArgs: a missing or unknown subcommand, a bad flag or name is a usage error
@@ -19,12 +20,15 @@ func TestBadArgs(t *testing.T) {
 	clitest.NoDatabase(t) // reached only if the arguments pass
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "absent")
-	clitest.OneLineErrors(t, command, []clitest.Case{
-		clitest.Usage("dataset import [flags] DIR"),
-		clitest.Usage(`(got "import")`, "import"),
+	clitest.OneLineErrors(t, tool, []clitest.Case{
+		clitest.Usage("want a subcommand: import, export"),
+		clitest.Usage("want: dataset import [flags] DIR", "import"),
 		clitest.Usage("want: dataset export [flags] [DIR]", "export", dir, dir),
+		// export's flags are not import's, nor import's export's.
+		clitest.Usage("-weeks", "import", "--weeks", "2026-W47", dir),
+		clitest.Usage("-dry-run", "export", "--dry-run", dir),
 		clitest.Usage(`--weeks: "2026-47"`, "export", "--weeks", "2026-47", dir),
-		clitest.Usage(`(got "import `, "import", dir, dir),
+		clitest.Usage(`(got "`+dir+" "+dir+`")`, "import", dir, dir),
 		clitest.Usage("bad name", "import", "--label", "BAD", dir),
 		clitest.Usage("bad name", "--vantage", "Bad Vantage", "import", dir),
 		clitest.Usage("no-such-flag", "import", "--no-such-flag", dir),
@@ -52,5 +56,5 @@ func TestExitCodes(t *testing.T) {
 		{Code: cli.ExitEnvironment, Why: "no such directory", Args: []string{"import", "--dry-run", filepath.Join(empty, "absent")}},
 	}
 	cases = append(cases, clitest.DatabaseCases(t, "import", excerpt)...)
-	clitest.ExitCodes(t, command, cases)
+	clitest.ExitCodes(t, tool, cases)
 }

@@ -1,6 +1,7 @@
 // Command optout serves the opt-out web page on the scanner's own address (who scans,
 // why, and a form through which operators exclude their ranges) and reviews its requests
-// (list, accept, reject, withdraw). The flags live in internal/optout/command.
+// (list, accept, reject, withdraw). The subcommands and their flags live in
+// internal/optout/command.
 package main
 
 import (
@@ -9,4 +10,4 @@ import (
 	"github.com/doqscan/doqscan/internal/optout/command"
 )
 
-func main() { os.Exit(command.Main(os.Args[1:], command.IO{Out: os.Stdout, Err: os.Stderr})) }
+func main() { command.Tool(command.IO{Out: os.Stdout}).Main() }

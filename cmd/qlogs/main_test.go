@@ -2,6 +2,7 @@ package main
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
@@ -11,23 +12,30 @@ import (
 )
 
 func TestHelp(t *testing.T) {
-	clitest.Help(t, command, "qlogs [flags] analyze FILE|DIR...", "-rtt duration", "qlogs export --campaign 42")
-	if code, out := clitest.Run(t, command, "export", "--help"); code != cli.ExitOK || out != "" {
+	clitest.Help(t, tool, "qlogs [flags] analyze FILE|DIR...", "Subcommands:", "qlogs export --campaign 42")
+	var b strings.Builder
+	if err := tool().SubcommandHelp(&b, "analyze"); err != nil || !strings.Contains(b.String(), "-rtt duration") {
+		t.Errorf("analyze --help (%v) lacks --rtt:\n%s", err, b.String())
+	}
+	if code, out := clitest.Run(t, tool, "export", "--help"); code != cli.ExitOK || out != "" {
 		t.Errorf("export --help: exit %d, stderr %q; want 0 and the help on stdout only", code, out)
 	}
+	clitest.SubcommandHelp(t, tool)
 }
 
 // TestBadArgs: a missing or unknown command or a bad flag (before or after the command)
 // is a usage error (2) in one line; a file that cannot be read is 5.
 func TestBadArgs(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "absent.sqlog")
-	clitest.OneLineErrors(t, command, []clitest.Case{
-		clitest.Usage("want a command"),
+	clitest.OneLineErrors(t, tool, []clitest.Case{
+		clitest.Usage("want a subcommand: analyze, export"),
 		clitest.Usage(`"frob"`, "frob"),
 		clitest.Usage("FILE or DIR", "analyze"),
 		clitest.Usage("--rtt", "analyze", "--rtt", "-1s", missing),
 		clitest.Usage("--rtt", "--rtt", "-1s", "analyze", missing),
 		clitest.Usage("bogus", "analyze", "--bogus", missing),
+		// export's flags are not analyze's.
+		clitest.Usage("-out", "analyze", "--out", "/tmp/x", missing),
 		{Args: []string{"analyze", "--rtt", "5ms", missing}, Code: cli.ExitEnvironment, Want: "could not be read"},
 		{Args: []string{"--rtt", "5ms", "analyze", missing}, Code: cli.ExitEnvironment, Want: "could not be read"},
 	})
@@ -49,5 +57,5 @@ func TestExitCodes(t *testing.T) {
 		{Code: cli.ExitEnvironment, Why: "a FIFO", Args: []string{"analyze", listfiletest.FIFO(t, dir, "pipe.qlog"), fixtures}},
 	}
 	cases = append(cases, clitest.DatabaseCases(t, "export", "--campaign", "1", "--out", dir)...)
-	clitest.ExitCodes(t, command, cases)
+	clitest.ExitCodes(t, tool, cases)
 }

@@ -1,16 +1,9 @@
 // Command zprobe is the weekly scan of doqscan: zmap's udp module sends a VN-forcing QUIC
 // Initial to UDP/784, 853 and 8853 and a DNS query to UDP/53, and every reply is
-// classified and stored while zmap runs. The flags live in internal/probe/command, the
-// scan in internal/probe.
+// classified and stored while zmap runs. The subcommands and their flags live in
+// internal/probe/command, the scan in internal/probe.
 package main
 
-import (
-	"github.com/doqscan/doqscan/internal/cli"
-	"github.com/doqscan/doqscan/internal/probe/command"
-)
+import "github.com/doqscan/doqscan/internal/probe/command"
 
-func main() {
-	var common cli.Common
-	fs := cli.NewFlagSet(command.Cmd, &common)
-	cli.Main(fs, &common, command.Run)
-}
+func main() { command.Tool().Main() }

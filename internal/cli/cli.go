@@ -118,17 +118,19 @@ type Command struct {
 	Examples []string
 	Notes    string // extra paragraphs after the flags
 	// PassArgs says the arguments from the first positional one on belong to the run
-	// function, unparsed: they hold flags of their own ("testnet path set ADDR --loss
-	// 5%"). A --help or --version among them (before any "--") is still the tool's,
-	// unless SubcommandHelp. Without PassArgs, flags may come before, between and after
-	// the positional arguments ("dnsbench dot://127.0.0.1:8853 --json"), up to a "--".
+	// function, unparsed: they hold flags of their own ("jobrun --job x -- measure
+	// --hour H"). A --help or --version among them (before any "--") is still the
+	// tool's. Without PassArgs, flags may come before, between and after the positional
+	// arguments ("dnsbench dot://127.0.0.1:8853 --json"), up to a "--". A tool made of
+	// subcommands is a Tool (tool.go), never a Command whose run function reads
+	// args[0].
 	PassArgs bool
-	// SubcommandHelp (with PassArgs): the run function's subcommands have flag sets of
-	// their own and answer --help and --version themselves ("zprobe scan --help").
-	SubcommandHelp bool
 	// Locks names the unit of work whose lock the command takes, with its key ("a
 	// measurement round (vantage, label, hour)"); the help then lists exit code 75.
 	Locks string
+
+	subcommands []Subcommand // a Tool's, listed after the usage (Tool.PrintHelp)
+	tool        string       // a subcommand's tool: its help points back to "tool help"
 }
 
 // Common flags every command has.
@@ -137,7 +139,7 @@ type Common struct {
 	LogFormat string
 	Version   bool
 
-	passArgs, subcommandHelp bool // Command.PassArgs and SubcommandHelp of the flag set's command
+	passArgs bool // Command.PassArgs of the flag set's command
 }
 
 // NewFlagSet returns a flag set whose --help prints the summary, usage, flags, examples
@@ -147,14 +149,18 @@ func NewFlagSet(c Command, common *Common) *flag.FlagSet {
 	fs.StringVar(&common.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&common.LogFormat, "log-format", "text", "log format: text or json (structured, to stderr)")
 	fs.BoolVar(&common.Version, "version", false, "print the version and exit")
-	common.passArgs, common.subcommandHelp = c.PassArgs, c.SubcommandHelp
+	common.passArgs = c.PassArgs
 	fs.Usage = func() { PrintHelp(fs.Output(), c, fs) }
 	return fs
 }
 
 // PrintHelp writes the full help text of a command.
 func PrintHelp(w io.Writer, c Command, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "%s: %s\n\nUsage:\n  %s\n\nFlags:\n", c.Name, c.Summary, c.Usage)
+	fmt.Fprintf(w, "%s: %s\n\nUsage:\n  %s\n", c.Name, c.Summary, c.Usage)
+	if len(c.subcommands) > 0 {
+		printSubcommands(w, c.Name, c.subcommands)
+	}
+	fmt.Fprintf(w, "\nFlags:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	if len(c.Examples) > 0 {
@@ -165,6 +171,9 @@ func PrintHelp(w io.Writer, c Command, fs *flag.FlagSet) {
 	}
 	if c.Notes != "" {
 		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(c.Notes))
+	}
+	if c.tool != "" {
+		fmt.Fprintf(w, "\nSee %q for the other subcommands.\n", c.tool+" help")
 	}
 	fmt.Fprintf(w, "\nEnvironment:\n  DATABASE_URL  PostgreSQL URL; unset: a private cluster under <project>/var/postgres is started or reused\n")
 	if fs.Lookup("vantage") != nil && fs.Lookup("vantage-location") != nil {
@@ -275,29 +284,45 @@ func Main(fs *flag.FlagSet, common *Common, run RunFunc) {
 func RunMain(fs *flag.FlagSet, common *Common, args []string, stderr io.Writer, run RunFunc) int {
 	var err error
 	if common.passArgs {
-		err = Parse(fs, args)
-		switch {
-		case err != nil, common.subcommandHelp:
-		case afterArgument(args, fs.Args(), "-h", "-help", "--help"):
-			fs.SetOutput(os.Stdout)
-			fs.Usage()
-			err = ErrHelp
-		case afterArgument(args, fs.Args(), "-version", "--version"):
-			common.Version = true
-		}
-		args = fs.Args()
+		args, err = parsePassArgs(fs, common, args)
 	} else {
 		args, err = ParseInterspersed(fs, args)
 	}
-	if err != nil {
-		if errors.Is(err, ErrHelp) {
+	return execute(fs.Name(), fs, common, args, err, stderr, run)
+}
+
+// parsePassArgs parses the flags up to the first positional argument and returns the
+// arguments from there on, unparsed (Command.PassArgs); a --help or --version among
+// them before any "--" is still the command's.
+func parsePassArgs(fs *flag.FlagSet, common *Common, args []string) ([]string, error) {
+	if err := Parse(fs, args); err != nil {
+		return nil, err
+	}
+	switch {
+	case afterArgument(args, fs.Args(), "-h", "-help", "--help"):
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		return nil, ErrHelp
+	case afterArgument(args, fs.Args(), "-version", "--version"):
+		common.Version = true
+	}
+	return fs.Args(), nil
+}
+
+// execute finishes what RunMain and Tool.RunMain start once the flags are parsed (parseErr
+// is the parse's error): it prints the error or the version of tool, or sets up logging
+// and a context cancelled on SIGINT/SIGTERM, calls run with args, prints one error line
+// and returns the matching exit code.
+func execute(tool string, fs *flag.FlagSet, common *Common, args []string, parseErr error, stderr io.Writer, run RunFunc) int {
+	if parseErr != nil {
+		if errors.Is(parseErr, ErrHelp) {
 			return ExitOK
 		}
-		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
-		return ExitCode(err)
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), parseErr)
+		return ExitCode(parseErr)
 	}
 	if common.Version {
-		fmt.Println(VersionLine(fs.Name()))
+		fmt.Println(VersionLine(tool))
 		return ExitOK
 	}
 	log, err := NewLogger(stderr, common.LogLevel, common.LogFormat)

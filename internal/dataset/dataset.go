@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -92,20 +93,101 @@ func CheckName(s string) error {
 	return nil
 }
 
-// Command is the dataset command: args are the subcommand and the directory ("import
-// DIR", or "export [DIR]": release.Command), cfg the flags. It imports the directory (Run, opening the store with
-// cli.OpenStore), logs what it did and prints the Summary as JSON on stdout. A missing
-// directory is a missing prerequisite (exit code 5), a bad --vantage or --label a usage
-// error (2).
-func Command(ctx context.Context, log *slog.Logger, cfg Config, args []string, stdout io.Writer) error {
-	if len(args) >= 1 && args[0] == "export" {
-		return release.Command(ctx, log, cfg.Export, args[1:], stdout)
+// Tool is the dataset command: the subcommands import and export, their flags bound to
+// a Config (export's to its Export); what they print goes to stdout.
+func Tool(stdout io.Writer) *cli.Tool {
+	var cfg Config
+	return &cli.Tool{Command: Cmd, Subcommands: []cli.Subcommand{
+		{Name: "import", Summary: "import a directory of another study's published files (one transaction)",
+			Usage: "dataset import [flags] DIR", Notes: importNotes,
+			Examples: []string{
+				"dataset import ../shared/datasets/dns-analysis-2021                 # the pre-study (label dns-analysis-2021, vantage pam2022-tum)",
+				"dataset import ../shared/datasets/misc-dns-measurements-2021        # its misc SQLite files",
+				"dataset import --label pam2022-w03 --vantage pam2022-tum DIR        # a directory laid out like the published archives",
+				"dataset import --dry-run DIR                                        # read and check every file, write nothing",
+			},
+			Flags: func(set *flag.FlagSet) cli.RunFunc {
+				set.StringVar(&cfg.Vantage, "vantage", DefaultVantage, "vantage_id the imported rows are stored under")
+				set.StringVar(&cfg.Label, "label", "", "label of the imported scans, verification runs and campaigns (default: DIR's name)")
+				set.StringVar(&cfg.Description, "description", "", "description of the vantage point when it is new (default names the study)")
+				set.BoolVar(&cfg.DryRun, "dry-run", false, "read and check every file, print what would be imported, write nothing")
+				return func(ctx context.Context, log *slog.Logger, args []string) error {
+					return ImportCommand(ctx, log, cfg, args, stdout)
+				}
+			}},
+		{Name: "export", Summary: "write doqscan's data as a Parquet release, one file set per ISO week and vantage point",
+			Usage: "dataset export [flags] [DIR]", Notes: exportNotes,
+			Examples: []string{
+				"dataset export                                                      # every week into release/ of the doqscan home (resumable)",
+				"dataset export --weeks 2021-W26,2021-W27 /tmp/release               # two weeks",
+				"dataset export --vantages vp0 --force /tmp/release                  # one vantage point, unchanged weeks rewritten too",
+			},
+			Flags: func(set *flag.FlagSet) cli.RunFunc {
+				set.Func("weeks", "ISO weeks to write, comma-separated (default: every week with data)", func(v string) error {
+					cfg.Export.Weeks = append(cfg.Export.Weeks, cli.SplitList(v)...)
+					return nil
+				})
+				set.Func("vantages", "vantage points to write, comma-separated (default: all)", func(v string) error {
+					cfg.Export.Vantages = append(cfg.Export.Vantages, cli.SplitList(v)...)
+					return nil
+				})
+				set.BoolVar(&cfg.Export.Force, "force", false, "rewrite file sets whose runs and opt-outs are unchanged")
+				return func(ctx context.Context, log *slog.Logger, args []string) error {
+					return release.Command(ctx, log, cfg.Export, args, stdout)
+				}
+			}},
+	}}
+}
+
+// Cmd is dataset's help.
+var Cmd = cli.Command{
+	Name:    "dataset",
+	Summary: "import another study's published measurement files into the database; export doqscan's data as a Parquet release",
+	Usage:   "dataset import [flags] DIR | dataset export [flags] [DIR]",
+	Examples: []string{
+		"dataset import ../shared/datasets/dns-analysis-2021                 # the pre-study (label dns-analysis-2021, vantage pam2022-tum)",
+		"dataset import ../shared/datasets/misc-dns-measurements-2021        # its misc SQLite files",
+		"dataset import --label pam2022-w03 --vantage pam2022-tum DIR        # a directory laid out like the published archives",
+		"dataset import --dry-run DIR                                        # read and check every file, write nothing",
+		"dataset export                                                      # every week into release/ of the doqscan home (resumable)",
+		"dataset export --weeks 2021-W26,2021-W27 /tmp/release               # two weeks",
+		"dataset export --vantages vp0 --force /tmp/release                  # one vantage point, unchanged weeks rewritten too",
+	},
+	Notes: importNotes + "\n\n" + exportNotes,
+}
+
+const importNotes = `import walks DIR recursively; files are recognised by name: DD-MM-YYYY-<port>.csv (ZMap
+list), DD-MM-YYYY[-<port>]-verified.csv (verifier list; without a port the port is
+unknown and stored as 0), DD-MM-YYYY-combined.csv (checked, not stored twice), certs*.csv
+(certificate CSV), ip-location*.csv (locations), *.db (misc or performance SQLite, told
+apart by their tables). Other files are listed in dataset_files as not imported.
+One import is one transaction: a malformed file stops it with the file and line (or
+table and row) and nothing is written; so do a list or CSV file cut short (its last line
+without a line end), bytes that are not UTF-8, and an entry that is not a regular file or
+directory (FIFO, socket, link to nothing). A directory with nothing to import is a usage
+error (exit 2). Importing the same files again adds nothing.
+The summary (rows added per table) is printed as JSON on stdout. See docs/dataset.md.`
+
+const exportNotes = `export writes the database as Parquet files, one set per ISO week and vantage point, with
+the week's qlogs in one archive per set and manifest.json (rows, bytes, SHA-256 per file).
+A set whose runs and honoured opt-outs are unchanged is skipped; written again it is the
+same bytes. Honoured opt-out ranges are left out. --vantage, --label, --description and
+--dry-run are import flags; --weeks, --vantages and --force export flags. See
+docs/data-release.md.`
+
+// ImportCommand is "dataset import DIR" (args: DIR), cfg the flags. It imports the
+// directory (Run, opening the store with cli.OpenStore), logs what it did and prints
+// the Summary as JSON on stdout. A missing directory is a missing prerequisite (exit
+// code 5), a bad --vantage or --label a usage error (2).
+func ImportCommand(ctx context.Context, log *slog.Logger, cfg Config, args []string, stdout io.Writer) error {
+	if len(args) != 1 {
+		return cli.Usagef("want: dataset import [flags] DIR (got %q)", strings.Join(args, " "))
 	}
-	if len(args) != 2 || args[0] != "import" {
-		return cli.Usagef("want: dataset import [flags] DIR, or dataset export [flags] [DIR] (got %q)", strings.Join(args, " "))
+	cfg.Dir, cfg.Log = args[0], log
+	if log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	cfg.Dir, cfg.Log = args[1], log
-	sum, err := Run(ctx, cfg, func(ctx context.Context) (*store.Store, error) { return cli.OpenStore(ctx, log) })
+	sum, err := Run(ctx, cfg, func(ctx context.Context) (*store.Store, error) { return cli.OpenStore(ctx, cfg.Log) })
 	switch {
 	case errors.Is(err, ErrNoDirectory):
 		return cli.Environmentf("%v", err)
@@ -114,7 +196,7 @@ func Command(ctx context.Context, log *slog.Logger, cfg Config, args []string, s
 	case err != nil:
 		return err
 	}
-	log.Info("done", "dataset_id", sum.DatasetID, "vantage", sum.Vantage, "label", sum.Label,
+	cfg.Log.Info("done", "dataset_id", sum.DatasetID, "vantage", sum.Vantage, "label", sum.Label,
 		"weeks", len(sum.Weeks), "imported_before", sum.Existed, "dry_run", cfg.DryRun)
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")

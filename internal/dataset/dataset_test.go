@@ -562,7 +562,7 @@ func TestImportNothing(t *testing.T) {
 		if !errors.Is(err, dataset.ErrNothingToImport) {
 			t.Errorf("dry run %s: %v, want %v", dir, err, dataset.ErrNothingToImport)
 		}
-		err = dataset.Command(context.Background(), nil, dataset.Config{DryRun: true}, []string{"import", dir}, io.Discard)
+		err = dataset.ImportCommand(context.Background(), nil, dataset.Config{DryRun: true}, []string{dir}, io.Discard)
 		if code := cli.ExitCode(err); code != cli.ExitUsage {
 			t.Errorf("dataset import --dry-run %s: exit %d (%v), want %d", dir, code, err, cli.ExitUsage)
 		}

@@ -13,65 +13,30 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
 
-// PathArgs turns `testnet path` arguments into a delay-line control request:
-//
-//	set ADDR|PREFIX [--loss 5%|0.05] [--rtt 30ms] [--jitter 1ms]
-//	reset [ADDR|PREFIX]
-//	show
-//
-// Loss takes a percentage ("5%") or a probability ("0.05").
-func PathArgs(args []string) (string, error) {
-	if len(args) == 0 {
-		return "", fmt.Errorf("path needs set, reset or show")
-	}
-	switch args[0] {
-	case "show":
-		if len(args) != 1 {
-			return "", fmt.Errorf("path show takes no arguments")
-		}
-		return "show", nil
-	case "reset":
-		if len(args) > 2 {
-			return "", fmt.Errorf("path reset takes at most one address or prefix")
-		}
-		return strings.Join(args, " "), nil
-	case "set":
-	default:
-		return "", fmt.Errorf("unknown path subcommand %q (set, reset, show)", args[0])
-	}
-	if len(args) < 2 || strings.HasPrefix(args[1], "-") {
+// PathSetRequest is the delay-line control request of `testnet path set TARGET [--loss
+// L] [--rtt D] [--jitter D]`: target an address or prefix, loss a percentage ("5%") or a
+// probability ("0.05"), rtt and jitter durations; an attribute given as "" keeps its
+// value, and at least one must be given.
+func PathSetRequest(target, loss, rtt, jitter string) (string, error) {
+	if target == "" || strings.HasPrefix(target, "-") {
 		return "", fmt.Errorf("path set needs an address or prefix first")
 	}
-	req := []string{"set", args[1]}
-	rest := args[2:]
-	for len(rest) > 0 {
-		name := strings.TrimLeft(rest[0], "-")
-		val, hasVal := "", false
-		if k, v, ok := strings.Cut(name, "="); ok {
-			name, val, hasVal = k, v, true
-			rest = rest[1:]
-		} else if len(rest) > 1 {
-			val, hasVal = rest[1], true
-			rest = rest[2:]
+	req := []string{"set", target}
+	if loss != "" {
+		x, err := ParseLoss(loss)
+		if err != nil {
+			return "", err
 		}
-		if !hasVal {
-			return "", fmt.Errorf("path set: --%s needs a value", name)
+		req = append(req, "loss="+strconv.FormatFloat(x, 'g', -1, 64))
+	}
+	for _, a := range []struct{ name, v string }{{"rtt", rtt}, {"jitter", jitter}} {
+		if a.v == "" {
+			continue
 		}
-		switch name {
-		case "loss":
-			x, err := ParseLoss(val)
-			if err != nil {
-				return "", err
-			}
-			req = append(req, "loss="+strconv.FormatFloat(x, 'g', -1, 64))
-		case "rtt", "jitter":
-			if _, err := time.ParseDuration(val); err != nil {
-				return "", fmt.Errorf("path set: bad --%s %q", name, val)
-			}
-			req = append(req, name+"="+val)
-		default:
-			return "", fmt.Errorf("path set: unknown option --%s (loss, rtt, jitter)", name)
+		if _, err := time.ParseDuration(a.v); err != nil {
+			return "", fmt.Errorf("path set: bad --%s %q", a.name, a.v)
 		}
+		req = append(req, a.name+"="+a.v)
 	}
 	if len(req) == 2 {
 		return "", fmt.Errorf("path set needs at least one of --loss, --rtt, --jitter")
@@ -92,7 +57,8 @@ func ParseLoss(s string) (float64, error) {
 	return x, nil
 }
 
-// PathControl sends a `testnet path` request (PathArgs) to instance name's delay line.
+// PathControl sends a `testnet path` request ("show", "reset [TARGET]", PathSetRequest)
+// to instance name's delay line and returns its answer.
 func PathControl(ctx context.Context, home, name, request string) (string, error) {
 	return delayline.ControlRequest(ctx, ControlSocket(home, name), request)
 }

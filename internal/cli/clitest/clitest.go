@@ -31,13 +31,60 @@ import (
 // the common flags and the run function.
 type Command func() (*flag.FlagSet, *cli.Common, cli.RunFunc)
 
-// Run runs the command with args and returns its exit code and stderr.
-func Run(t testing.TB, c Command, args ...string) (int, string) {
+// Tool is what the main of a tool made of subcommands builds: its cli.Tool, the
+// subcommands' flags bound to the stage's config.
+type Tool func() *cli.Tool
+
+// Main is either kind of main: the functions of this package take both.
+type Main interface {
+	~func() (*flag.FlagSet, *cli.Common, cli.RunFunc) | ~func() *cli.Tool
+}
+
+// tool returns c as a Tool, or nil for a Command.
+func tool[C Main](c C) *cli.Tool {
+	switch f := any(c).(type) {
+	case Tool:
+		return f()
+	case func() *cli.Tool:
+		return f()
+	}
+	return nil
+}
+
+// command returns c as a Command (c must not be a Tool).
+func command[C Main](c C) Command {
+	switch f := any(c).(type) {
+	case Command:
+		return f
+	case func() (*flag.FlagSet, *cli.Common, cli.RunFunc):
+		return f
+	}
+	panic(fmt.Sprintf("clitest: %T is neither a Command nor a Tool", c))
+}
+
+// Run runs the command or tool with args and returns its exit code and stderr.
+func Run[C Main](t testing.TB, c C, args ...string) (int, string) {
 	t.Helper()
-	fs, common, run := c()
 	var stderr bytes.Buffer
+	if tl := tool(c); tl != nil {
+		return tl.RunMain(args, &stderr), stderr.String()
+	}
+	fs, common, run := command(c)()
 	code := cli.RunMain(fs, common, args, &stderr, run)
 	return code, stderr.String()
+}
+
+// helpText is what --help of the command or tool prints.
+func helpText[C Main](c C) string {
+	var b bytes.Buffer
+	if tl := tool(c); tl != nil {
+		tl.PrintHelp(&b)
+		return b.String()
+	}
+	fs, _, _ := command(c)()
+	fs.SetOutput(&b)
+	fs.Usage()
+	return b.String()
 }
 
 // Case is one invocation that must fail before anything runs: its exit code and a part
@@ -55,7 +102,7 @@ func Usage(want string, args ...string) Case {
 
 // OneLineErrors runs every case, with extra appended to its arguments, as a subtest: the
 // exit code must be the case's and stderr one line containing Want.
-func OneLineErrors(t *testing.T, c Command, cases []Case, extra ...string) {
+func OneLineErrors[C Main](t *testing.T, c C, cases []Case, extra ...string) {
 	t.Helper()
 	for _, cs := range cases {
 		t.Run(strings.Join(cs.Args, "="), func(t *testing.T) {
@@ -90,7 +137,7 @@ type ExitCase struct {
 // ExitCodes runs every case of a command's exit-code table (one per documented code
 // and cause) as a subtest and checks its exit code: the code comes from the error's
 // type, so each must be reached by the cause it documents.
-func ExitCodes(t *testing.T, c Command, cases []ExitCase) {
+func ExitCodes[C Main](t *testing.T, c C, cases []ExitCase) {
 	t.Helper()
 	for _, cs := range cases {
 		t.Run(fmt.Sprintf("%d %s", cs.Code, cs.Why), func(t *testing.T) {
@@ -131,7 +178,7 @@ func WriteFile(t testing.TB, dir, name, content string) string {
 // line is bad) or a 200 KB line is bad input (2), and the message names the file and the
 // line. The file is read before the database is opened: the command runs with a
 // database that does not answer (NoDatabase), which must not hide the file's error.
-func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
+func TargetsFileErrors[C Main](t *testing.T, c C, badThirdLine string) {
 	t.Helper()
 	NoDatabase(t)
 	dir := t.TempDir()
@@ -160,7 +207,7 @@ func TargetsFileErrors(t *testing.T, c Command, badThirdLine string) {
 // file: a directory that does not exist stops the run with exit code 5 naming it, before
 // anything is contacted; the default follows DOQSCAN_HOME, and an installation without
 // blocklist/ is refused too; an empty flag is a usage error (2).
-func MissingBlocklistDir(t *testing.T, c Command) {
+func MissingBlocklistDir[C Main](t *testing.T, c C) {
 	t.Helper()
 	args := []string{"--targets", WriteFile(t, t.TempDir(), "none.txt", "")}
 	missing := filepath.Join(t.TempDir(), "blocklist")
@@ -181,21 +228,42 @@ func MissingBlocklistDir(t *testing.T, c Command) {
 // Help checks that --help exits 0, that the help text holds every want (usage line,
 // flags, examples, exit codes) and no "panic" (the flag package prints "panic calling
 // String method ..." into the help when a flag's zero value panics, and carries on).
-func Help(t *testing.T, c Command, want ...string) {
+func Help[C Main](t *testing.T, c C, want ...string) {
 	t.Helper()
 	if code, out := Run(t, c, "--help"); code != cli.ExitOK {
 		t.Fatalf("--help: exit %d, stderr %q", code, out)
 	}
-	fs, _, _ := c()
-	var b bytes.Buffer
-	fs.SetOutput(&b)
-	fs.Usage()
-	if strings.Contains(b.String(), "panic") {
-		t.Errorf("help holds a panic:\n%s", b.String())
+	help := helpText(c)
+	if strings.Contains(help, "panic") {
+		t.Errorf("help holds a panic:\n%s", help)
 	}
 	for _, w := range append(want, "Examples:", "Exit codes") {
-		if !strings.Contains(b.String(), w) {
-			t.Errorf("help lacks %q:\n%s", w, b.String())
+		if !strings.Contains(help, w) {
+			t.Errorf("help lacks %q:\n%s", w, help)
+		}
+	}
+}
+
+// SubcommandHelp checks the help of each subcommand of a tool, as "tool SUB --help"
+// prints it: exit 0, nothing on stderr, no panic, and the examples and exit codes.
+func SubcommandHelp(t *testing.T, c Tool) {
+	t.Helper()
+	tl := c()
+	for _, s := range tl.Subcommands {
+		if s.Hidden {
+			continue
+		}
+		if code, out := Run(t, c, s.Name, "--help"); code != cli.ExitOK || out != "" {
+			t.Errorf("%s --help: exit %d, stderr %q; want 0 and the help on stdout", s.Name, code, out)
+		}
+		var b bytes.Buffer
+		if err := c().SubcommandHelp(&b, s.Name); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []string{"Usage:", tl.Name + " " + s.Name, "Exit codes"} {
+			if !strings.Contains(b.String(), w) || strings.Contains(b.String(), "panic") {
+				t.Errorf("%s %s --help lacks %q or holds a panic:\n%s", tl.Name, s.Name, w, b.String())
+			}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -132,21 +133,21 @@ func TestRunClassifiesBadRequests(t *testing.T) {
 	out := io.Discard
 	for _, c := range []struct {
 		name string
+		run  func(context.Context, qlogs.Config, io.Writer, *slog.Logger) error
 		cfg  qlogs.Config
 		code int
 	}{
-		{"no command", qlogs.Config{}, cli.ExitUsage},
-		{"unknown command", qlogs.Config{Command: "frobnicate"}, cli.ExitUsage},
-		{"analyze without files", qlogs.Config{Command: "analyze"}, cli.ExitUsage},
-		{"export without --out", qlogs.Config{Command: "export", Export: qlogs.ExportConfig{CampaignID: 1}}, cli.ExitUsage},
-		{"export with two campaigns", qlogs.Config{Command: "export", Hour: "2026-11-22T04", Export: qlogs.ExportConfig{CampaignID: 1, Out: "x"}}, cli.ExitUsage},
-		{"export without campaign", qlogs.Config{Command: "export", Export: qlogs.ExportConfig{Out: "x"}}, cli.ExitUsage},
-		{"export with a bad hour", qlogs.Config{Command: "export", Hour: "yesterday", Export: qlogs.ExportConfig{Out: "x"}}, cli.ExitUsage},
-		{"missing file", qlogs.Config{Command: "analyze", Paths: []string{"/nonexistent/x.qlog"}}, cli.ExitEnvironment},
-		{"not a qlog", qlogs.Config{Command: "analyze", Paths: []string{"export_test.go"}}, cli.ExitFailure},
-		{"fixtures", qlogs.Config{Command: "analyze", Paths: []string{"../qlogana/testdata/dns-analysis-2021/qlogs", "../qlogana/testdata/normal.sqlog"}}, cli.ExitOK},
+		{"analyze without files", qlogs.RunAnalyze, qlogs.Config{}, cli.ExitUsage},
+		{"export without --out", qlogs.RunExport, qlogs.Config{Export: qlogs.ExportConfig{CampaignID: 1}}, cli.ExitUsage},
+		{"export with two campaigns", qlogs.RunExport, qlogs.Config{Hour: "2026-11-22T04", Export: qlogs.ExportConfig{CampaignID: 1, Out: "x"}}, cli.ExitUsage},
+		{"export without campaign", qlogs.RunExport, qlogs.Config{Export: qlogs.ExportConfig{Out: "x"}}, cli.ExitUsage},
+		{"export with a bad hour", qlogs.RunExport, qlogs.Config{Hour: "yesterday", Export: qlogs.ExportConfig{Out: "x"}}, cli.ExitUsage},
+		{"export with files", qlogs.RunExport, qlogs.Config{Paths: []string{"x.qlog"}, Export: qlogs.ExportConfig{CampaignID: 1, Out: "x"}}, cli.ExitUsage},
+		{"missing file", qlogs.RunAnalyze, qlogs.Config{Paths: []string{"/nonexistent/x.qlog"}}, cli.ExitEnvironment},
+		{"not a qlog", qlogs.RunAnalyze, qlogs.Config{Paths: []string{"export_test.go"}}, cli.ExitFailure},
+		{"fixtures", qlogs.RunAnalyze, qlogs.Config{Paths: []string{"../qlogana/testdata/dns-analysis-2021/qlogs", "../qlogana/testdata/normal.sqlog"}}, cli.ExitOK},
 	} {
-		if got := cli.ExitCode(qlogs.Run(ctx, c.cfg, out, discard())); got != c.code {
+		if got := cli.ExitCode(c.run(ctx, c.cfg, out, discard())); got != c.code {
 			t.Errorf("%s: exit code %d, want %d", c.name, got, c.code)
 		}
 	}

@@ -28,196 +28,198 @@ import (
 	"github.com/doqscan/doqscan/internal/store"
 )
 
-// IO is where a subcommand writes: its output and its log/errors.
+// IO is where a subcommand writes its output (errors and logs go to the tool's stderr).
 type IO struct {
-	Out, Err io.Writer
+	Out io.Writer
 }
 
-var subcommands = []struct {
-	name, summary string
-	run           func(io IO, args []string) int
-}{
-	{"serve", "serve the opt-out page (the default when the first argument is a flag or absent)", runServe},
-	{"list", "list opt-out requests (--status pending: those waiting for review)", runList},
-	{"accept", "accept request ID: it is honoured from the next scan and measurement on", decider(optout.ActionAccept)},
-	{"reject", "reject pending request ID, with --reason", decider(optout.ActionReject)},
-	{"withdraw", "withdraw accepted (or pending) request ID: the range is scanned again", decider(optout.ActionWithdraw)},
+// Tool is optout: serve (the default when the arguments are flags or none: "optout
+// --listen :80" is what the systemd unit runs), list, accept, reject and withdraw, each
+// with its flags.
+func Tool(io IO) *cli.Tool {
+	decision := func(verb, action, summary, usage string) cli.Subcommand {
+		return cli.Subcommand{Name: verb, Summary: summary, Usage: usage, Notes: notes,
+			Examples: []string{
+				"optout " + verb + " 42 --reason 'confirmed by phone with the AS contact'",
+				"optout " + verb + " 42 --actor alice --reason 'asked by the AS contact' --blocklist-dir blocklist"},
+			Flags: decider(io, action)}
+	}
+	return &cli.Tool{Command: Cmd, Default: "serve", DefaultWithoutArgs: true, Subcommands: []cli.Subcommand{
+		{Name: "serve", Summary: "serve the opt-out page (the default when the first argument is a flag or absent)",
+			Usage: "optout [serve] [flags]", Notes: notes, Examples: serveExamples, Flags: serveFlags(io)},
+		{Name: "list", Summary: "list opt-out requests (--status pending: those waiting for review)",
+			Usage: "optout list [--status STATUS] [--json] [--audit]", Notes: notes,
+			Examples: []string{
+				"optout list --status pending          # what waits for review",
+				"optout list --json                    # every request, one JSON object a line",
+				"optout list --audit                   # every submission and decision, oldest first"},
+			Flags: listFlags(io)},
+		decision("accept", optout.ActionAccept, "accept request ID: it is honoured from the next scan and measurement on",
+			"optout accept ID [--reason TEXT] [flags]"),
+		decision("reject", optout.ActionReject, "reject pending request ID, with --reason",
+			"optout reject ID --reason TEXT [flags]"),
+		decision("withdraw", optout.ActionWithdraw, "withdraw accepted (or pending) request ID: the range is scanned again",
+			"optout withdraw ID [--reason TEXT] [flags]"),
+	}}
 }
 
-const notes = `Subcommands:
-  serve      serve the page (default: "optout --listen :80" is "optout serve --listen :80")
-  list       list requests: optout list [--status pending|accepted|rejected|withdrawn] [--json] [--audit]
-  accept     optout accept ID [--reason TEXT]
-  reject     optout reject ID --reason TEXT
-  withdraw   optout withdraw ID [--reason TEXT]
+// Cmd is optout's help.
+var Cmd = cli.Command{
+	Name:     "optout",
+	Summary:  "the opt-out page and the review of its requests (optout_requests, blocklist/optout.conf)",
+	Usage:    "optout [serve] [flags] | optout list|accept|reject|withdraw [flags] [ID]",
+	Examples: serveExamples,
+	Notes:    notes,
+}
 
-Policy (--policy): own-range (default) honours at once a request for a range that contains
+var serveExamples = []string{
+	"optout --listen :80 --contact noc@example.org                       # plain HTTP on the scanner's address",
+	"optout --listen :80 --tls-listen :443 --tls-cert c.pem --tls-key k.pem   # and HTTPS",
+	"optout --listen 127.0.0.1:8080 --max-v4-prefix 24                    # local test, at most a /24 per request",
+	"optout serve --policy review-all                                     # every request waits for optout accept",
+	"optout --rewrite-only                                                # regenerate blocklist/optout.conf and exit",
+}
+
+const notes = `Policy (--policy): own-range (default) honours at once a request for a range that contains
 the requester's own address (the TCP peer; no proxy header is read), up to
 --own-range-max-v4-prefix / --own-range-max-v6-prefix; any other request is stored as
 pending until "optout accept ID". all honours every request at once; review-all none.
 accept, reject and withdraw each write one optout_audit row (--actor, default the user
 and host) and regenerate optout.conf in --blocklist-dir. Only accepted requests are
-excluded from scans and measurements.
-Use "optout <subcommand> --help" for each subcommand's flags.`
-
-// Main runs optout with args (os.Args[1:]) and returns its exit code.
-func Main(args []string, io IO) int {
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		for _, s := range subcommands {
-			if s.name == args[0] {
-				return s.run(io, args[1:])
-			}
-		}
-		fmt.Fprintf(io.Err, "optout: unknown subcommand %q: want serve, list, accept, reject or withdraw\n", args[0])
-		return cli.ExitUsage
-	}
-	return runServe(io, args) // `optout --listen :80`: what the systemd unit runs
-}
-
-func newFlagSet(name, usage string, common *cli.Common, examples ...string) *flag.FlagSet {
-	c := cli.Command{Name: strings.TrimSpace("optout " + name), Usage: usage, Examples: examples, Notes: notes,
-		Summary: "the opt-out page and the review of its requests (optout_requests, blocklist/optout.conf)"}
-	return cli.NewFlagSet(c, common)
-}
+excluded from scans and measurements.`
 
 func blocklistDirFlag(fs *flag.FlagSet) *string {
 	return fs.String("blocklist-dir", blocklist.HomeDir(),
 		"directory of the blocklist files; accepted opt-outs go to optout.conf there")
 }
 
-func runServe(io IO, args []string) int {
-	var common cli.Common
-	fs := newFlagSet("", "optout [serve] [flags]", &common,
-		"optout --listen :80 --contact noc@example.org                       # plain HTTP on the scanner's address",
-		"optout --listen :80 --tls-listen :443 --tls-cert c.pem --tls-key k.pem   # and HTTPS",
-		"optout --listen 127.0.0.1:8080 --max-v4-prefix 24                    # local test, at most a /24 per request",
-		"optout serve --policy review-all                                     # every request waits for optout accept",
-		"optout --rewrite-only                                                # regenerate blocklist/optout.conf and exit")
-	listen := fs.String("listen", ":80", "HTTP listen address (the scanner's own address, port 80)")
-	tlsListen := fs.String("tls-listen", "", "HTTPS listen address (e.g. :443); needs --tls-cert and --tls-key")
-	tlsCert := fs.String("tls-cert", "", "certificate chain (PEM) for HTTPS")
-	tlsKey := fs.String("tls-key", "", "private key (PEM) for HTTPS")
-	dir := blocklistDirFlag(fs)
-	contact := fs.String("contact", optout.DefaultInfo.Contact, "contact email shown on the page")
-	operator := fs.String("operator", optout.DefaultInfo.Operator, "who runs the scans")
-	project := fs.String("project-url", "", "link to the project page (optional)")
-	releaseDir := fs.String("release-dir", manifest.DefaultDir(home.Dir()), "the data release the page describes under \"What we publish\" (dataset export's directory)")
-	releaseURL := fs.String("release-url", "", "where the release is published (empty: on request from --contact)")
-	var maxV4, maxV6, ownV4, ownV6 int
-	var perMin float64
-	cli.IntVar(fs, &maxV4, "max-v4-prefix", optout.DefaultLimits.MinBitsV4, 0, 32, "shortest IPv4 prefix one request may exclude")
-	cli.IntVar(fs, &maxV6, "max-v6-prefix", optout.DefaultLimits.MinBitsV6, 0, 128, "shortest IPv6 prefix one request may exclude")
-	policy := fs.String("policy", string(optout.PolicyOwnRange), "which requests are honoured at once: own-range, all or review-all")
-	cli.IntVar(fs, &ownV4, "own-range-max-v4-prefix", optout.DefaultOwnRange.MinBitsV4, 0, 32, "own-range: shortest IPv4 prefix honoured at once (larger ones wait for review)")
-	cli.IntVar(fs, &ownV6, "own-range-max-v6-prefix", optout.DefaultOwnRange.MinBitsV6, 0, 128, "own-range: shortest IPv6 prefix honoured at once")
-	cli.FloatVar(fs, &perMin, "posts-per-minute", 6, 0.001, 10000, "form submissions accepted per source and minute (a source is an IPv4 address or an IPv6 /56)")
-	rewrite := fs.Bool("rewrite-only", false, "regenerate optout.conf from the database and exit")
-	return cli.RunMain(fs, &common, args, io.Err, func(ctx context.Context, log *slog.Logger, args []string) error {
-		if len(args) > 0 {
-			return cli.Usagef("unexpected arguments: %s", strings.Join(args, " "))
-		}
-		pol, err := optout.ParsePolicy(*policy)
-		if err != nil {
-			return cli.Usagef("--policy: %v", err)
-		}
-		if *tlsListen != "" && (*tlsCert == "" || *tlsKey == "") {
-			return cli.Usagef("--tls-listen needs --tls-cert and --tls-key")
-		}
-		// Before the database: an address no listener can take is a usage error (it was
-		// exit 1 when the listener failed), a missing blocklist directory a missing
-		// prerequisite (it was created, and the page served).
-		for _, l := range []struct{ flag, addr string }{{"listen", *listen}, {"tls-listen", *tlsListen}} {
-			if l.addr != "" && !*rewrite {
-				if err := cli.CheckListenAddr(l.flag, l.addr); err != nil {
-					return err
+// serveFlags binds serve's flags; serve writes nothing on io.Out (it logs).
+func serveFlags(io IO) func(fs *flag.FlagSet) cli.RunFunc {
+	return func(fs *flag.FlagSet) cli.RunFunc {
+		listen := fs.String("listen", ":80", "HTTP listen address (the scanner's own address, port 80)")
+		tlsListen := fs.String("tls-listen", "", "HTTPS listen address (e.g. :443); needs --tls-cert and --tls-key")
+		tlsCert := fs.String("tls-cert", "", "certificate chain (PEM) for HTTPS")
+		tlsKey := fs.String("tls-key", "", "private key (PEM) for HTTPS")
+		dir := blocklistDirFlag(fs)
+		contact := fs.String("contact", optout.DefaultInfo.Contact, "contact email shown on the page")
+		operator := fs.String("operator", optout.DefaultInfo.Operator, "who runs the scans")
+		project := fs.String("project-url", "", "link to the project page (optional)")
+		releaseDir := fs.String("release-dir", manifest.DefaultDir(home.Dir()), "the data release the page describes under \"What we publish\" (dataset export's directory)")
+		releaseURL := fs.String("release-url", "", "where the release is published (empty: on request from --contact)")
+		var maxV4, maxV6, ownV4, ownV6 int
+		var perMin float64
+		cli.IntVar(fs, &maxV4, "max-v4-prefix", optout.DefaultLimits.MinBitsV4, 0, 32, "shortest IPv4 prefix one request may exclude")
+		cli.IntVar(fs, &maxV6, "max-v6-prefix", optout.DefaultLimits.MinBitsV6, 0, 128, "shortest IPv6 prefix one request may exclude")
+		policy := fs.String("policy", string(optout.PolicyOwnRange), "which requests are honoured at once: own-range, all or review-all")
+		cli.IntVar(fs, &ownV4, "own-range-max-v4-prefix", optout.DefaultOwnRange.MinBitsV4, 0, 32, "own-range: shortest IPv4 prefix honoured at once (larger ones wait for review)")
+		cli.IntVar(fs, &ownV6, "own-range-max-v6-prefix", optout.DefaultOwnRange.MinBitsV6, 0, 128, "own-range: shortest IPv6 prefix honoured at once")
+		cli.FloatVar(fs, &perMin, "posts-per-minute", 6, 0.001, 10000, "form submissions accepted per source and minute (a source is an IPv4 address or an IPv6 /56)")
+		rewrite := fs.Bool("rewrite-only", false, "regenerate optout.conf from the database and exit")
+		return func(ctx context.Context, log *slog.Logger, args []string) error {
+			if len(args) > 0 {
+				return cli.Usagef("unexpected arguments: %s", strings.Join(args, " "))
+			}
+			pol, err := optout.ParsePolicy(*policy)
+			if err != nil {
+				return cli.Usagef("--policy: %v", err)
+			}
+			if *tlsListen != "" && (*tlsCert == "" || *tlsKey == "") {
+				return cli.Usagef("--tls-listen needs --tls-cert and --tls-key")
+			}
+			// Before the database: an address no listener can take is a usage error (it was
+			// exit 1 when the listener failed), a missing blocklist directory a missing
+			// prerequisite (it was created, and the page served).
+			for _, l := range []struct{ flag, addr string }{{"listen", *listen}, {"tls-listen", *tlsListen}} {
+				if l.addr != "" && !*rewrite {
+					if err := cli.CheckListenAddr(l.flag, l.addr); err != nil {
+						return err
+					}
 				}
 			}
-		}
-		if err := cli.CheckBlocklistDir("blocklist-dir", *dir); err != nil {
-			return err
-		}
-		st, err := cli.OpenStore(ctx, log)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		info := optout.DefaultInfo
-		info.Contact, info.Operator, info.ProjectURL = *contact, *operator, *project
-		srv := &optout.Server{Store: st, BlocklistDir: *dir, Info: info, Log: log, PostsPerMinute: perMin,
-			Limits: optout.Limits{MinBitsV4: maxV4, MinBitsV6: maxV6}, SecureCookies: *tlsListen != "" && *listen == "",
-			Policy: pol, OwnRange: optout.Limits{MinBitsV4: ownV4, MinBitsV6: ownV6},
-			ReleaseDir: *releaseDir, ReleaseURL: *releaseURL}
-		path, err := srv.Rewrite(ctx)
-		if err != nil {
-			return err
-		}
-		log.Info("blocklist file written", "path", path)
-		if *rewrite {
-			return nil
-		}
-		g, ctx := errgroup.WithContext(ctx)
-		if *listen != "" {
-			log.Info("serving the opt-out page", "addr", *listen, "policy", pol)
-			g.Go(func() error { return srv.ListenAndServe(ctx, *listen, "", "") })
-		}
-		if *tlsListen != "" {
-			log.Info("serving the opt-out page over TLS", "addr", *tlsListen, "policy", pol)
-			g.Go(func() error { return srv.ListenAndServe(ctx, *tlsListen, *tlsCert, *tlsKey) })
-		}
-		return g.Wait()
-	})
-}
-
-func runList(io IO, args []string) int {
-	var common cli.Common
-	fs := newFlagSet("list", "optout list [--status STATUS] [--json] [--audit]", &common,
-		"optout list --status pending          # what waits for review",
-		"optout list --json                    # every request, one JSON object a line",
-		"optout list --audit                   # every submission and decision, oldest first")
-	status := fs.String("status", "", "only requests with this status: pending, accepted, rejected or withdrawn")
-	asJSON := fs.Bool("json", false, "one JSON object a line")
-	audit := fs.Bool("audit", false, "list the audit rows (optout_audit) instead of the requests")
-	return cli.RunMain(fs, &common, args, io.Err, func(ctx context.Context, log *slog.Logger, args []string) error {
-		if len(args) > 0 {
-			return cli.Usagef("unexpected arguments: %s", strings.Join(args, " "))
-		}
-		switch *status {
-		case "", optout.StatusPending, optout.StatusAccepted, optout.StatusRejected, optout.StatusWithdrawn:
-		default:
-			return cli.Usagef("--status %q: want pending, accepted, rejected or withdrawn", *status)
-		}
-		st, err := cli.OpenStore(ctx, log)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		if *audit {
-			rows, err := optout.Audit(ctx, st, 0)
+			if err := cli.CheckBlocklistDir("blocklist-dir", *dir); err != nil {
+				return err
+			}
+			st, err := cli.OpenStore(ctx, log)
 			if err != nil {
 				return err
 			}
-			return printRows(io.Out, *asJSON, rows, "AUDIT\tREQUEST\tACTION\tFROM\tTO\tACTOR\tAT\tREASON", func(r optout.AuditRow) string {
-				from := "-"
-				if r.FromStatus != nil {
-					from = *r.FromStatus
+			defer st.Close()
+			info := optout.DefaultInfo
+			info.Contact, info.Operator, info.ProjectURL = *contact, *operator, *project
+			srv := &optout.Server{Store: st, BlocklistDir: *dir, Info: info, Log: log, PostsPerMinute: perMin,
+				Limits: optout.Limits{MinBitsV4: maxV4, MinBitsV6: maxV6}, SecureCookies: *tlsListen != "" && *listen == "",
+				Policy: pol, OwnRange: optout.Limits{MinBitsV4: ownV4, MinBitsV6: ownV6},
+				ReleaseDir: *releaseDir, ReleaseURL: *releaseURL}
+			path, err := srv.Rewrite(ctx)
+			if err != nil {
+				return err
+			}
+			log.Info("blocklist file written", "path", path)
+			if *rewrite {
+				return nil
+			}
+			g, ctx := errgroup.WithContext(ctx)
+			if *listen != "" {
+				log.Info("serving the opt-out page", "addr", *listen, "policy", pol)
+				g.Go(func() error { return srv.ListenAndServe(ctx, *listen, "", "") })
+			}
+			if *tlsListen != "" {
+				log.Info("serving the opt-out page over TLS", "addr", *tlsListen, "policy", pol)
+				g.Go(func() error { return srv.ListenAndServe(ctx, *tlsListen, *tlsCert, *tlsKey) })
+			}
+			return g.Wait()
+		}
+	}
+}
+
+// listFlags binds list's flags; the rows go to io.Out.
+func listFlags(io IO) func(fs *flag.FlagSet) cli.RunFunc {
+	return func(fs *flag.FlagSet) cli.RunFunc {
+		status := fs.String("status", "", "only requests with this status: pending, accepted, rejected or withdrawn")
+		asJSON := fs.Bool("json", false, "one JSON object a line")
+		audit := fs.Bool("audit", false, "list the audit rows (optout_audit) instead of the requests")
+		return func(ctx context.Context, log *slog.Logger, args []string) error {
+			if len(args) > 0 {
+				return cli.Usagef("unexpected arguments: %s", strings.Join(args, " "))
+			}
+			switch *status {
+			case "", optout.StatusPending, optout.StatusAccepted, optout.StatusRejected, optout.StatusWithdrawn:
+			default:
+				return cli.Usagef("--status %q: want pending, accepted, rejected or withdrawn", *status)
+			}
+			st, err := cli.OpenStore(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if *audit {
+				rows, err := optout.Audit(ctx, st, 0)
+				if err != nil {
+					return err
 				}
-				return fmt.Sprintf("%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.RequestID, r.Action, from, r.ToStatus, r.Actor,
-					r.At.UTC().Format(time.RFC3339), optout.OneLine(r.Reason))
+				return printRows(io.Out, *asJSON, rows, "AUDIT\tREQUEST\tACTION\tFROM\tTO\tACTOR\tAT\tREASON", func(r optout.AuditRow) string {
+					from := "-"
+					if r.FromStatus != nil {
+						from = *r.FromStatus
+					}
+					return fmt.Sprintf("%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.RequestID, r.Action, from, r.ToStatus, r.Actor,
+						r.At.UTC().Format(time.RFC3339), optout.OneLine(r.Reason))
+				})
+			}
+			rows, err := optout.List(ctx, st, *status)
+			if err != nil {
+				return err
+			}
+			return printRows(io.Out, *asJSON, rows, "ID\tSTATUS\tPREFIX\tEMAIL\tSOURCE\tCREATED\tUPDATED\tREASON", func(r optout.Entry) string {
+				src := "-"
+				if r.SourceAddr != nil {
+					src = r.SourceAddr.String()
+				}
+				return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.Status, r.Prefix, optout.OneLine(r.Email), src,
+					r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339), optout.OneLine(r.Reason))
 			})
 		}
-		rows, err := optout.List(ctx, st, *status)
-		if err != nil {
-			return err
-		}
-		return printRows(io.Out, *asJSON, rows, "ID\tSTATUS\tPREFIX\tEMAIL\tSOURCE\tCREATED\tUPDATED\tREASON", func(r optout.Entry) string {
-			src := "-"
-			if r.SourceAddr != nil {
-				src = r.SourceAddr.String()
-			}
-			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.Status, r.Prefix, optout.OneLine(r.Email), src,
-				r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339), optout.OneLine(r.Reason))
-		})
-	})
+	}
 }
 
 // printRows writes rows as JSON, one object a line, or as a table: header, then row(r)
@@ -244,22 +246,14 @@ func writeJSON[T any](w io.Writer, rows []T) error {
 	return nil
 }
 
-// decider returns the subcommand for an operator action on one request.
-func decider(action string) func(IO, []string) int {
-	verb := map[string]string{optout.ActionAccept: "accept", optout.ActionReject: "reject", optout.ActionWithdraw: "withdraw"}[action]
-	return func(io IO, args []string) int {
-		var common cli.Common
-		usage := "optout " + verb + " ID [--reason TEXT] [flags]"
-		if action == optout.ActionReject {
-			usage = "optout reject ID --reason TEXT [flags]"
-		}
-		fs := newFlagSet(verb, usage, &common,
-			"optout "+verb+" 42 --reason 'confirmed by phone with the AS contact'",
-			"optout "+verb+" 42 --actor alice --reason 'asked by the AS contact' --blocklist-dir blocklist")
+// decider binds the flags of an operator action on one request (accept, reject,
+// withdraw); the request's new status goes to io.Out.
+func decider(io IO, action string) func(fs *flag.FlagSet) cli.RunFunc {
+	return func(fs *flag.FlagSet) cli.RunFunc {
 		reason := fs.String("reason", "", "why, for the audit row (required for reject)")
 		actor := fs.String("actor", defaultActor(), "who decides, for the audit row")
 		dir := blocklistDirFlag(fs)
-		return cli.RunMain(fs, &common, args, io.Err, func(ctx context.Context, log *slog.Logger, args []string) error {
+		return func(ctx context.Context, log *slog.Logger, args []string) error {
 			if len(args) != 1 {
 				return cli.Usagef("want exactly one request ID (see optout list)")
 			}
@@ -293,7 +287,7 @@ func decider(action string) func(IO, []string) int {
 			}
 			fmt.Fprintf(io.Out, "%d\t%s\t%s\n", e.ID, e.Status, e.Prefix)
 			return nil
-		})
+		}
 	}
 }
 

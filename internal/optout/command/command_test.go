@@ -3,6 +3,7 @@ package command
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/cli/clitest"
 	"github.com/doqscan/doqscan/internal/optout"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 )
@@ -21,7 +23,7 @@ import (
 func run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := Main(args, IO{Out: &out, Err: &errb})
+	code := Tool(IO{Out: &out}).RunMain(args, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -159,5 +161,20 @@ func TestExitCodes(t *testing.T) {
 	}
 	if _, err := os.Stat(missing); err == nil {
 		t.Errorf("%s was created", missing)
+	}
+}
+
+// TestHelp: optout's help lists its subcommands and serve's examples; each subcommand's
+// help is its own; "optout help serve" is "optout serve --help".
+func TestHelp(t *testing.T) {
+	tool := func() *cli.Tool { return Tool(IO{Out: io.Discard}) }
+	clitest.Help(t, tool, "optout [serve] [flags]", "Subcommands:", "withdraw", "optout --rewrite-only")
+	clitest.SubcommandHelp(t, tool)
+	var b strings.Builder
+	if err := tool().SubcommandHelp(&b, "serve"); err != nil || !strings.Contains(b.String(), "-tls-listen") {
+		t.Errorf("serve --help (%v) lacks --tls-listen:\n%s", err, b.String())
+	}
+	if code, _, errs := run(t, "help", "serve"); code != cli.ExitOK || errs != "" {
+		t.Errorf("help serve: exit %d, stderr %q", code, errs)
 	}
 }

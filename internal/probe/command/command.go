@@ -5,7 +5,6 @@ package command
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -21,16 +20,47 @@ import (
 	"github.com/doqscan/doqscan/internal/store"
 )
 
-// Cmd describes zprobe for --help.
+// Tool is zprobe: its subcommands, each with its flags (scanFlags, sendFlags, ...) and
+// the usage and examples of its --help.
+func Tool() *cli.Tool {
+	return &cli.Tool{Command: Cmd, Subcommands: []cli.Subcommand{
+		{Name: "scan", Summary: "run zmap once per port (needs root, or CAP_NET_RAW, and zmap 2.1.1)",
+			Usage: "zprobe scan [flags] [PREFIX...]", Locks: scanLocks,
+			Examples: []string{"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000 --cooldown 3",
+				"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42 --shards 2 --shard 1 --yes --json",
+				"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000 --cooldown 3 --rerun   # send this week's finished ports again (new raw files)"},
+			Flags: scanFlags},
+		{Name: "send", Summary: "probe an explicit hitlist (IPv4/IPv6) with the built-in rate-limited sender",
+			Usage: "zprobe send --hitlist FILE [flags]", Locks: scanLocks,
+			Examples: []string{"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 200",
+				"zprobe send --vantage dq --testbed 198.19.0.0/16 --hitlist known.txt --rate 2000 --json"},
+			Flags: sendFlags},
+		{Name: "ingest", Summary: "replay raw zmap CSV files kept under var/scans (needs the manifest.json next to them)",
+			Usage: "zprobe ingest [--raw] FILE.csv...", Locks: scanLocks,
+			Notes:    "ingest says what each file held and settles the port's status (ok only if zmap finished it).",
+			Examples: []string{"zprobe ingest var/scans/*/fra1/weekly-shard0/*.csv"},
+			Flags:    ingestFlags},
+		{Name: "probes", Summary: "print (or --write) the probe payloads",
+			Usage:    "zprobe probes [--write DIR]",
+			Examples: []string{"zprobe probes --write probes"},
+			Flags:    probesFlags},
+		{Name: "blocklist", Summary: "print the merged blocklist zmap reads, or --why ADDR",
+			Usage: "zprobe blocklist [--why ADDR] [--no-db] [flags]",
+			Examples: []string{"zprobe blocklist > /tmp/bl.conf",
+				"zprobe blocklist --why 198.19.5.1 --testbed 198.19.0.0/16"},
+			Flags: blocklistFlags},
+	}}
+}
 
+// scanLocks is the unit whose lock scan, send and ingest take.
+const scanLocks = "the scan (week, vantage, label, shard; scan, send, ingest)"
+
+// Cmd describes zprobe for --help.
 var Cmd = cli.Command{
 	Name:    "zprobe",
 	Summary: "scan for QUIC (UDP/784, 853, 8853) and DNS (UDP/53) with zmap; classify and store every reply",
 	Usage:   "zprobe [flags] scan|send|ingest|probes|blocklist [subcommand flags]",
-	// Each subcommand parses its own flags, --help and --version (Run).
-	PassArgs:       true,
-	SubcommandHelp: true,
-	Locks:          "the scan (week, vantage, label, shard; scan, send, ingest)",
+	Locks:   scanLocks,
 	Examples: []string{
 		"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000 --cooldown 3   # the testbed's whole /16, all four ports (paths <= 300 ms)",
 		"zprobe scan --vantage fra1 --testbed 198.19.0.0/16 --allowlist targets.conf --rate 40000 --seed 42 --shards 4 --shard 0 --cooldown 3",
@@ -40,15 +70,7 @@ var Cmd = cli.Command{
 		"zprobe probes --write probes                                  # regenerate probes/",
 		"zprobe blocklist --why 198.19.5.1 --testbed 198.19.0.0/16       # is an address excluded, and why",
 	},
-	Notes: `Subcommands:
-  scan       run zmap once per port (needs root, or CAP_NET_RAW, and zmap 2.1.1)
-  send       probe an explicit hitlist (IPv4/IPv6) with the built-in rate-limited sender
-  ingest     replay raw zmap CSV files kept under var/scans (needs the manifest.json next to them);
-             says what each file held and settles the port's status (ok only if zmap finished it)
-  probes     print (or --write) the probe payloads
-  blocklist  print the merged blocklist zmap reads, or --why ADDR
-
-Safety: every scan passes zmap a blocklist (-b) made of blocklist/reserved.conf, every other
+	Notes: `Safety: every scan passes zmap a blocklist (-b) made of blocklist/reserved.conf, every other
 blocklist/*.conf and the accepted opt-outs in the database. zmap runs only with an allowlist
 (-w, from --targets/--allowlist/--testbed) unless --internet-wide is given. --testbed PREFIX
 (inside 198.18.0.0/15) re-opens exactly that prefix in the reserved list and nothing else.
@@ -57,89 +79,10 @@ Rate: zmap always gets an explicit rate, --rate (default 10000 packets/s) or --b
 Recovery: the raw CSV is on disk before its rows reach the database. A re-run of the same
 scan key does not send again a port that finished, and first ingests the raw file of a
 port that did not. With the database away, a scan keeps zmap's output in the raw file,
-waits up to --db-wait for the database, then exits 3.
-Use "zprobe <subcommand> --help" for each subcommand's flags.`,
+waits up to --db-wait for the database, then exits 3.`,
 }
 
-// Run runs one zprobe subcommand (args[0]) with its flags.
-
-func Run(ctx context.Context, log *slog.Logger, args []string) error {
-	if len(args) == 0 {
-		return cli.Usagef("want a subcommand: scan, send, ingest, probes or blocklist")
-	}
-	for _, c := range subcommands {
-		if c.name != args[0] {
-			continue
-		}
-		fs, version := sub(c.name, c.usage, c.examples...)
-		run := c.flags(fs)
-		rest, err := parse(log, fs, args[1:])
-		if err != nil {
-			return ignoreHelp(err)
-		}
-		if *version {
-			fmt.Println(cli.VersionLine("zprobe"))
-			return nil
-		}
-		return run(ctx, log, rest)
-	}
-	return cli.Usagef("unknown subcommand %q: want scan, send, ingest, probes or blocklist", args[0])
-}
-
-// subcommand is one subcommand of zprobe: its help, and flags, which registers its flags
-// and returns what runs once they are parsed (given the positional arguments).
-type subcommand struct {
-	name, usage string
-	examples    []string
-	flags       func(fs *flag.FlagSet) runFunc
-}
-
-type runFunc func(ctx context.Context, log *slog.Logger, args []string) error
-
-// subcommands are zprobe's subcommands, with the usage and examples of their --help.
-var subcommands = []subcommand{
-	{name: "scan", usage: "zprobe scan [flags] [PREFIX...]",
-		examples: []string{"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000 --cooldown 3",
-			"zprobe scan --vantage fra1 --internet-wide --bandwidth 1G --seed 42 --shards 2 --shard 1 --yes --json",
-			"zprobe scan --vantage dq --testbed 198.19.0.0/16 --rate 50000 --cooldown 3 --rerun   # send this week's finished ports again (new raw files)"},
-		flags: scanFlags},
-	{name: "send", usage: "zprobe send --hitlist FILE [flags]",
-		examples: []string{"zprobe send --vantage fra1 --hitlist v6.txt --allowlist v6-allow.conf --rate 200",
-			"zprobe send --vantage dq --testbed 198.19.0.0/16 --hitlist known.txt --rate 2000 --json"},
-		flags: sendFlags},
-	{name: "ingest", usage: "zprobe ingest [--raw] FILE.csv...",
-		examples: []string{"zprobe ingest var/scans/*/fra1/weekly-shard0/*.csv"},
-		flags:    ingestFlags},
-	{name: "probes", usage: "zprobe probes [--write DIR]",
-		examples: []string{"zprobe probes --write probes"},
-		flags:    probesFlags},
-	{name: "blocklist", usage: "zprobe blocklist [--why ADDR] [--no-db] [flags]",
-		examples: []string{"zprobe blocklist > /tmp/bl.conf",
-			"zprobe blocklist --why 198.19.5.1 --testbed 198.19.0.0/16"},
-		flags: blocklistFlags},
-}
-
-// sub is a subcommand's flag set with the shared --help format and --version (the
-// tool's version, as in every tool).
-func sub(name, usage string, examples ...string) (*flag.FlagSet, *bool) {
-	c := cli.Command{Name: "zprobe " + name, Summary: Cmd.Summary, Usage: usage, Examples: examples}
-	fs := flag.NewFlagSet("zprobe "+name, flag.ContinueOnError)
-	fs.Usage = func() { cli.PrintHelp(fs.Output(), c, fs) }
-	version := fs.Bool("version", false, "print the version and exit")
-	return fs, version
-}
-
-// parse parses a subcommand's flags, wherever they are among its arguments, and returns
-// the positional ones; --help prints the help and returns cli.ErrHelp. A deprecated flag
-// name that was used is logged.
-func parse(log *slog.Logger, fs *flag.FlagSet, args []string) ([]string, error) {
-	rest, err := cli.ParseInterspersed(fs, args)
-	if err != nil {
-		return nil, err
-	}
-	cli.WarnDeprecated(log, fs)
-	return rest, nil
-}
+type runFunc = cli.RunFunc
 
 // targetFlags are shared by scan, send and blocklist.
 
@@ -293,13 +236,6 @@ func ports(s string) ([]uint16, error) {
 		out = append(out, uint16(n))
 	}
 	return out, nil
-}
-
-func ignoreHelp(err error) error {
-	if errors.Is(err, cli.ErrHelp) {
-		return nil
-	}
-	return err
 }
 
 // weekFromRunKey is the ISO week jobrun runs a weekly job for ($DOQSCAN_RUN_KEY,

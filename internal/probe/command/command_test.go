@@ -3,7 +3,7 @@ package command
 import (
 	"context"
 	"errors"
-	"io"
+	"flag"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,7 +21,6 @@ import (
 // outside the lab ranges, with a QUIC version servers accept, or with shards and no seed
 // (exit code 2), before touching the database or the network.
 func TestRefusals(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, args := range [][]string{
 		{"scan", "--vantage", "x"},
 		{"scan", "--vantage", "x", "--testbed", "10.0.0.0/8", "--probe-version", "v1"},
@@ -33,8 +32,8 @@ func TestRefusals(t *testing.T) {
 		{"nonsense"},
 		{},
 	} {
-		if code := cli.ExitCode(Run(context.Background(), log, args)); code != cli.ExitUsage {
-			t.Errorf("%v: exit %d, want %d", args, code, cli.ExitUsage)
+		if code, stderr, _ := zprobe(args...); code != cli.ExitUsage {
+			t.Errorf("%v: exit %d (%s), want %d", args, code, stderr, cli.ExitUsage)
 		}
 	}
 }
@@ -43,7 +42,6 @@ func TestRefusals(t *testing.T) {
 // network is touched, with the exit code of the mistake: 2 for a bad value, 5 for a
 // missing file.
 func TestFlagErrors(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	empty := tempFile(t, "empty.conf", "# no targets here\n", 0o644)
 	hitlist := tempFile(t, "hitlist.txt", "198.19.0.1\n", 0o644)
 	scan := []string{"scan", "--vantage", "x", "--testbed", "198.19.0.0/16", "--seed", "1"}
@@ -99,11 +97,10 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--rate", "3e9"}, cli.ExitUsage},
 		{[]string{"send", "--vantage", "x", "--testbed", "198.19.0.0/16", "--hitlist", hitlist, "--cooldown", "0s"}, cli.ExitUsage},
 	} {
-		err := Run(context.Background(), log, c.args)
-		if code := cli.ExitCode(err); code != c.code {
-			t.Errorf("%v: exit %d (%v), want %d", c.args, code, err, c.code)
+		if code, stderr, _ := zprobe(c.args...); code != c.code {
+			t.Errorf("%v: exit %d (%s), want %d", c.args, code, stderr, c.code)
 		} else {
-			t.Logf("%v: exit %d: %v", c.args[:1], code, err)
+			t.Logf("%v: exit %d: %s", c.args[:1], code, stderr)
 		}
 	}
 }
@@ -112,12 +109,11 @@ func TestFlagErrors(t *testing.T) {
 // the page's per-/16 promise is refused (exit 2) for internet addresses before anything
 // is opened or sent; the same rate inside the lab is allowed past that check.
 func TestSendPaceRefused(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	hitlist := tempFile(t, "hitlist.txt", "# one internet address\n44.0.0.1\n", 0o644)
 	allow := tempFile(t, "allow.conf", "44.0.0.0/16\n", 0o644)
-	err := Run(context.Background(), log, []string{"send", "--vantage", "x", "--allowlist", allow, "--hitlist", hitlist, "--rate", "1000"})
-	if !errors.Is(err, pace.ErrPace) || cli.ExitCode(err) != cli.ExitUsage {
-		t.Fatalf("send at 1000/s to an internet /16: %v (exit %d), want a pace error, exit 2", err, cli.ExitCode(err))
+	code, _, err := zprobe("send", "--vantage", "x", "--allowlist", allow, "--hitlist", hitlist, "--rate", "1000")
+	if !errors.Is(err, pace.ErrPace) || code != cli.ExitUsage {
+		t.Fatalf("send at 1000/s to an internet /16: %v (exit %d), want a pace error, exit 2", err, code)
 	}
 	t.Log(err)
 }
@@ -126,12 +122,10 @@ func TestSendPaceRefused(t *testing.T) {
 // (it sets the same value, and a warning is logged); a missing blocklist directory is
 // exit code 5, before the database or the network is touched.
 func TestDeprecatedQnameAndBlocklistDir(t *testing.T) {
-	var logs strings.Builder
-	log := slog.New(slog.NewTextHandler(&logs, nil))
 	scan := []string{"scan", "--testbed", "198.19.0.0/16"}
-	err := Run(context.Background(), log, append(scan, "--qname", "a..b"))
-	if cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(err.Error(), "--query-name") || !strings.Contains(logs.String(), "deprecated flag") {
-		t.Fatalf("--qname a..b: %v (exit %d), log %q; want exit 2 from --query-name and a deprecation warning", err, cli.ExitCode(err), logs.String())
+	code, stderr, err := zprobe(append(scan, "--qname", "a..b")...)
+	if code != cli.ExitUsage || err == nil || !strings.Contains(err.Error(), "--query-name") || !strings.Contains(stderr, "deprecated flag") {
+		t.Fatalf("--qname a..b: %v (exit %d), stderr %q; want exit 2 from --query-name and a deprecation warning", err, code, stderr)
 	}
 	missing := filepath.Join(t.TempDir(), "blocklist")
 	for _, args := range [][]string{
@@ -139,14 +133,35 @@ func TestDeprecatedQnameAndBlocklistDir(t *testing.T) {
 		{"send", "--testbed", "198.19.0.0/16", "--hitlist", "/dev/null", "--blocklist-dir", missing},
 		{"blocklist", "--no-db", "--blocklist-dir", missing},
 	} {
-		if err := Run(context.Background(), log, args); cli.ExitCode(err) != cli.ExitEnvironment || !strings.Contains(err.Error(), missing) {
-			t.Errorf("%v: %v (exit %d), want %d naming %s", args, err, cli.ExitCode(err), cli.ExitEnvironment, missing)
+		if code, stderr, _ := zprobe(args...); code != cli.ExitEnvironment || !strings.Contains(stderr, missing) {
+			t.Errorf("%v: exit %d (%s), want %d naming %s", args, code, stderr, cli.ExitEnvironment, missing)
 		}
 	}
 	t.Setenv("DOQSCAN_HOME", t.TempDir())
-	if err := Run(context.Background(), log, scan); cli.ExitCode(err) != cli.ExitEnvironment {
-		t.Errorf("DOQSCAN_HOME without blocklist/: %v (exit %d), want %d", err, cli.ExitCode(err), cli.ExitEnvironment)
+	if code, stderr, _ := zprobe(scan...); code != cli.ExitEnvironment {
+		t.Errorf("DOQSCAN_HOME without blocklist/: exit %d (%s), want %d", code, stderr, cli.ExitEnvironment)
 	}
+}
+
+// zprobe runs zprobe with args through its cli.Tool, as the binary does, and returns the
+// exit code, stderr (errors and logs) and the error the subcommand's run returned (nil
+// when it did not run: a flag refused while parsing).
+func zprobe(args ...string) (int, string, error) {
+	tl := Tool()
+	var runErr error
+	for i := range tl.Subcommands {
+		flags := tl.Subcommands[i].Flags
+		tl.Subcommands[i].Flags = func(fs *flag.FlagSet) cli.RunFunc {
+			run := flags(fs)
+			return func(ctx context.Context, log *slog.Logger, args []string) error {
+				runErr = run(ctx, log, args)
+				return runErr
+			}
+		}
+	}
+	var stderr strings.Builder
+	code := tl.RunMain(args, &stderr)
+	return code, stderr.String(), runErr
 }
 
 // tempFile writes body to a file of that name in a new temporary directory and returns
@@ -164,7 +179,6 @@ func tempFile(t *testing.T, name, body string, mode os.FileMode) string {
 // does not: 0, and 3 and 4 from the database (the blocklist subcommand reads the
 // opt-outs from it).
 func TestExitCodes(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	args := []string{"blocklist", "--testbed", "198.19.0.0/16"}
 	for _, c := range []struct {
 		why  string
@@ -180,9 +194,14 @@ func TestExitCodes(t *testing.T) {
 		if c.url != "" {
 			t.Setenv("DATABASE_URL", c.url)
 		}
-		err := Run(context.Background(), log, c.args) // prints the blocklist on stdout
-		if code := cli.ExitCode(err); code != c.code {
-			t.Errorf("%s: %v: exit %d (%v), want %d", c.why, c.args, code, err, c.code)
+		if code, stderr, _ := zprobe(c.args...); code != c.code { // prints the blocklist on stdout
+			t.Errorf("%s: %v: exit %d (%s), want %d", c.why, c.args, code, stderr, c.code)
 		}
 	}
+}
+
+// TestHelp: zprobe's help lists its subcommands; each subcommand's help is its own.
+func TestHelp(t *testing.T) {
+	clitest.Help(t, Tool, "zprobe [flags] scan|send|ingest|probes|blocklist", "Subcommands:", "blocklist  print the merged blocklist", "75 another run")
+	clitest.SubcommandHelp(t, Tool)
 }

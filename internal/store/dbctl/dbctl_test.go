@@ -2,10 +2,8 @@ package dbctl_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -19,7 +17,6 @@ import (
 // schema version of that database, and stop leaves the external server alone.
 func TestAgainstDatabaseURL(t *testing.T) {
 	url := storetest.UseDatabase(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	want := map[string]string{
 		"url":    url + "\n",
 		"up":     fmt.Sprintf("schema version %d (this binary: %d)\n", store.SchemaVersion(), store.SchemaVersion()),
@@ -27,9 +24,9 @@ func TestAgainstDatabaseURL(t *testing.T) {
 		"stop":   "",
 	}
 	for _, sub := range []string{"url", "up", "status", "stop", "status"} {
-		var out bytes.Buffer
-		if err := dbctl.Run(context.Background(), log, dbctl.DefaultOptions(), []string{sub}, &out); err != nil {
-			t.Fatalf("%s: %v", sub, err)
+		var out, stderr bytes.Buffer
+		if code := dbctl.Tool(&out).RunMain([]string{sub}, &stderr); code != cli.ExitOK {
+			t.Fatalf("%s: exit %d: %s", sub, code, stderr.String())
 		}
 		got := out.String()
 		if sub == "status" {
@@ -49,8 +46,8 @@ func TestAgainstDatabaseURL(t *testing.T) {
 // TestUnreachableDatabase: status against a server that does not answer is exit code 3.
 func TestUnreachableDatabase(t *testing.T) {
 	t.Setenv("DATABASE_URL", "host=/nonexistent-doqscan-socket dbname=doqscan user=doqscan connect_timeout=1")
-	err := dbctl.Run(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), dbctl.DefaultOptions(), []string{"status"}, io.Discard)
-	if code := cli.ExitCode(err); code != cli.ExitDatabase {
-		t.Fatalf("exit %d (%v), want %d", code, err, cli.ExitDatabase)
+	var stderr bytes.Buffer
+	if code := dbctl.Tool(io.Discard).RunMain([]string{"status"}, &stderr); code != cli.ExitDatabase {
+		t.Fatalf("exit %d (%s), want %d", code, stderr.String(), cli.ExitDatabase)
 	}
 }

@@ -1,11 +1,13 @@
 package command
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/cli"
+	"github.com/doqscan/doqscan/internal/cli/clitest"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
@@ -20,6 +22,9 @@ func TestMainExitCodes(t *testing.T) {
 		{nil, cli.ExitUsage},
 		{[]string{"bogus"}, cli.ExitUsage},
 		{[]string{"--help"}, cli.ExitOK},
+		{[]string{"help", "serve"}, cli.ExitOK},
+		{[]string{"help", "bogus"}, cli.ExitUsage},
+		{[]string{"pki", "--bogus"}, cli.ExitUsage},
 		{[]string{"population", "--seed", "3", "--out", pop}, cli.ExitOK},
 		{[]string{"check", "--population", pop}, cli.ExitOK},
 		{[]string{"check", "--population", filepath.Join(dir, "missing.txt")}, cli.ExitEnvironment},
@@ -27,7 +32,7 @@ func TestMainExitCodes(t *testing.T) {
 		{[]string{"pki", "--population", pop, "--out", filepath.Join(dir, "pki")}, cli.ExitOK},
 		{[]string{"serve", "--population", pop, "--listen", "not-an-address"}, cli.ExitUsage},
 	} {
-		if got := Main(tc.args); got != tc.want {
+		if got := Tool().RunMain(tc.args, io.Discard); got != tc.want {
 			t.Errorf("simserver %q: exit %d, want %d", tc.args, got, tc.want)
 		}
 	}
@@ -44,5 +49,13 @@ func TestMainExitCodes(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pki", "roots.crt")); err != nil {
 		t.Errorf("pki: %v", err)
+	}
+}
+
+// TestHelp: simserver's help lists its subcommands; each has a help of its own.
+func TestHelp(t *testing.T) {
+	clitest.SubcommandHelp(t, Tool)
+	if code, out := clitest.Run(t, Tool, "--help"); code != cli.ExitOK || out != "" {
+		t.Errorf("--help: exit %d, stderr %q", code, out)
 	}
 }

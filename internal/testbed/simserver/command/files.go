@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"os"
 	"time"
@@ -13,19 +14,10 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
-func runPKI(args []string) int {
-	cmd := cli.Command{
-		Name:     "simserver pki",
-		Summary:  "write the population's certificates (chain, leaf first) and keys as PEM, plus the CA roots",
-		Usage:    "simserver pki --out DIR [--population FILE]",
-		Examples: []string{"simserver pki --out var/pki   # then: var/pki/provider-b.crt, provider-b.key, roots.crt"},
-		Notes:    "The keys are derived from the population's seed: identical on every run, for the testbed only.",
-	}
-	var common cli.Common
-	fs := cli.NewFlagSet(cmd, &common)
+func pkiFlags(fs *flag.FlagSet) cli.RunFunc {
 	file := fs.String("population", population.DefaultPath(), "population file")
 	out := fs.String("out", home.Path("var", "pki"), "output directory")
-	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
+	return func(ctx context.Context, log *slog.Logger, _ []string) error {
 		p, err := population.Load(*file)
 		if err != nil {
 			return cli.Environmentf("%v", err)
@@ -41,26 +33,14 @@ func runPKI(args []string) int {
 			log.Info("certificate", "name", n, "chain_bytes", k.ChainBytes(n), "file", *out+"/"+n+".crt")
 		}
 		return nil
-	})
+	}
 }
 
-func runGeoDB(args []string) int {
-	cmd := cli.Command{
-		Name:    "simserver geodb",
-		Summary: "write MaxMind-format City and ASN databases for the population's addresses (sites and ASNs)",
-		Usage:   "simserver geodb --out DIR [--population FILE] [--build-time RFC3339]",
-		Examples: []string{
-			"simserver geodb --out var/geoip   # then: verify --geoip-city var/geoip/" + geodb.CityFile + " --geoip-asn var/geoip/" + geodb.ASNFile,
-			"simserver geodb --out /tmp/g --build-time 2026-11-01T00:00:00Z",
-		},
-		Notes: "The files depend only on the population and the build time (default: the population file's modification time), so the same inputs give byte-identical files.",
-	}
-	var common cli.Common
-	fs := cli.NewFlagSet(cmd, &common)
+func geodbFlags(fs *flag.FlagSet) cli.RunFunc {
 	file := fs.String("population", population.DefaultPath(), "population file")
 	out := fs.String("out", home.Path("var", "geoip"), "output directory")
 	bt := fs.String("build-time", "", "database build time, RFC 3339 (default: the population file's mtime)")
-	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
+	return func(ctx context.Context, log *slog.Logger, _ []string) error {
 		p, err := population.Load(*file)
 		if err != nil {
 			return cli.Environmentf("%v", err)
@@ -83,5 +63,5 @@ func runGeoDB(args []string) int {
 		}
 		log.Info("geoip databases written", "city", f.City, "asn", f.ASN, "build_time", when.Format(time.RFC3339))
 		return nil
-	})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,22 +15,11 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
-func runPopulation(args []string) int {
-	cmd := cli.Command{
-		Name:    "simserver population",
-		Summary: "print the population file generated from a seed",
-		Usage:   "simserver population [--seed N] [--out FILE]",
-		Examples: []string{
-			"simserver population --seed 1 --out testbed/population.txt   # regenerate the committed file",
-			"simserver population --seed 7 | grep class=doq-retry",
-		},
-	}
-	var common cli.Common
-	fs := cli.NewFlagSet(cmd, &common)
+func populationFlags(fs *flag.FlagSet) cli.RunFunc {
 	var seed uint64
 	cli.Uint64Var(fs, &seed, "seed", population.DefaultSeed, 0, math.MaxUint64, "generator seed")
 	out := fs.String("out", "", "write to FILE instead of stdout")
-	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
+	return func(ctx context.Context, log *slog.Logger, _ []string) error {
 		data := population.Generate(seed)
 		if _, err := population.Parse(bytesReader(data)); err != nil {
 			return fmt.Errorf("generated population does not parse: %w", err)
@@ -43,24 +33,13 @@ func runPopulation(args []string) int {
 		}
 		log.Info("population written", "file", *out, "seed", seed, "bytes", len(data))
 		return nil
-	})
+	}
 }
 
-func runCheck(args []string) int {
-	cmd := cli.Command{
-		Name:    "simserver check",
-		Summary: "parse a population file and print its classes with address counts, or all of it as JSON",
-		Usage:   "simserver check [--population FILE] [--json]",
-		Examples: []string{
-			"simserver check --population testbed/population.txt",
-			"simserver check --json | jq '.records[] | select(.peer != \"\") | .prefix'   # the parsed file, as the Python tests read it",
-		},
-	}
-	var common cli.Common
-	fs := cli.NewFlagSet(cmd, &common)
+func checkFlags(fs *flag.FlagSet) cli.RunFunc {
 	file := fs.String("population", population.DefaultPath(), "population file")
 	asJSON := fs.Bool("json", false, "print the parsed population as one JSON document (the Go structures' json names; durations in ns)")
-	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
+	return func(ctx context.Context, log *slog.Logger, _ []string) error {
 		p, err := population.Load(*file)
 		if err != nil {
 			return cli.Environmentf("%v", err)
@@ -79,7 +58,7 @@ func runCheck(args []string) int {
 		}
 		fmt.Printf("%-24s %6d\n%-24s %6d\n", "listed", total, "quic endpoints", len(p.QUICEndpoints()))
 		return nil
-	})
+	}
 }
 
 // bytesReader reads b.

@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -12,28 +13,14 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed/simserver"
 )
 
-func runServe(args []string) int {
-	cmd := cli.Command{
-		Name:    "simserver serve",
-		Summary: "answer for every address of the population: QUIC/DoQ (UDP 784, 853, 8853), DoH3 (UDP 443), DNS (53), DoT (853), DoH (TCP 443)",
-		Usage:   "simserver [serve] --population FILE [--listen ADDR] [--ready-file FILE]",
-		Examples: []string{
-			"simserver serve --population testbed/population.txt --ready-file /tmp/ready --log-level debug",
-		},
-		Notes: `testnet up runs "simserver --population FILE" in the instance's internet namespace.
-Readiness: once every listener is bound, simserver writes "ready\n" to the file
-descriptor named by DOQSCAN_READY_FD (the testbed's contract) and/or creates --ready-file.
-It runs until SIGINT/SIGTERM.`,
-	}
-	var common cli.Common
-	fs := cli.NewFlagSet(cmd, &common)
+func serveFlags(fs *flag.FlagSet) cli.RunFunc {
 	file := fs.String("population", population.DefaultPath(), "population file")
 	listen := fs.String("listen", "0.0.0.0", "address to bind (0.0.0.0: every address of the namespace)")
 	listen6 := fs.String("listen6", "::", "IPv6 address to bind when the population has an IPv6 half (:: every IPv6 address of the namespace; none: IPv4 only)")
 	ready := fs.String("ready-file", "", "create this file once every listener is bound")
 	noQUIC := fs.Bool("no-quic", false, "do not start the QUIC/DoQ side")
 	noDNS := fs.Bool("no-dns", false, "do not start the DNS/DoT/DoH side")
-	return cli.RunMain(fs, &common, args, os.Stderr, func(ctx context.Context, log *slog.Logger, _ []string) error {
+	return func(ctx context.Context, log *slog.Logger, _ []string) error {
 		p, err := population.Load(*file)
 		if err != nil {
 			return cli.Environmentf("%v", err)
@@ -66,5 +53,5 @@ It runs until SIGINT/SIGTERM.`,
 		}
 		log.Info("simserver ready", "population", *file, "records", len(p.Records), "records6", len(p.Records6), "listen", addr, "listen6", cfg.Listen6, "quic_transports", transports)
 		return s.Wait()
-	})
+	}
 }
