@@ -26,7 +26,7 @@ var sizedPackages = []string{"internal/probe", "internal/dataset"}
 var longFuncs = map[string]string{
 	"internal/probe/command/scan.go scanFlags":   "binds zprobe scan's flags and checks them in one table",
 	"internal/probe/scan.go Scan":                "not split yet",
-	"internal/probe/scan.go runPorts":            "not split yet",
+	"internal/probe/runports.go runPorts":        "not split yet",
 	"internal/probe/sender.go Send":              "not split yet",
 	"internal/probe/replay.go Replay":            "not split yet",
 	"internal/probe/ingest.go StreamCSV":         "not split yet",
