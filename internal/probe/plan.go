@@ -136,3 +136,11 @@ func groupPorts(send []uint16, kinds map[uint16]ProbeKind, multi bool) [][]uint1
 	}
 	return out
 }
+
+// packet is the probe payload a port carries.
+func (pl *plan) packet(port uint16) []byte {
+	if pl.kinds[port] == ProbeDNS {
+		return pl.dnsPkt
+	}
+	return pl.quicPkt
+}
