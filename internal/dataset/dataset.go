@@ -341,7 +341,7 @@ type perfFile struct {
 func (p *plan) listFile(rel string, d time.Time, data []byte) (addrList, *weekData, error) {
 	l, le := parseAddrList(strings.NewReader(string(data)))
 	if le != nil {
-		return l, nil, &FileError{Path: rel, Line: le.Line, Err: le.Err}
+		return l, nil, lineFileError(rel, le)
 	}
 	wd, err := p.week(rel, d)
 	return l, wd, err
@@ -480,7 +480,10 @@ func (p *plan) weekList() []string {
 	return w
 }
 
-// readFile classifies one file by its name and parses it.
+// readFile classifies one file by its name and parses it: a list of verified addresses,
+// a zmap port list, a certificate or location CSV, a SQLite database, or a file not
+// imported (recorded with the reason). Every file is hashed; a data file's text is
+// checked first.
 func (p *plan) readFile(ctx context.Context, path, rel string) (fileRec, error) {
 	rec := fileRec{Path: rel, Format: formatNotImported}
 	data, err := listfile.ReadAll(path, 0)
@@ -490,10 +493,9 @@ func (p *plan) readFile(ctx context.Context, path, rel string) (fileRec, error) 
 	h := sha256.Sum256(data)
 	rec.SHA256, rec.Size = h[:], int64(len(data))
 	name := filepath.Base(rel)
-	fileErr := func(le *lineError) error { return &FileError{Path: rel, Line: le.Line, Err: le.Err} }
 	if dataFileName(name) && !reSQLite.MatchString(name) {
 		if le := checkText(data); le != nil {
-			return rec, fileErr(le)
+			return rec, lineFileError(rel, le)
 		}
 	}
 
@@ -502,81 +504,18 @@ func (p *plan) readFile(ctx context.Context, path, rel string) (fileRec, error) 
 		rec.Format = "zmap-union"
 		l, le := parseAddrList(strings.NewReader(string(data)))
 		if le != nil {
-			return rec, fileErr(le)
+			return rec, lineFileError(rel, le)
 		}
 		rec.Records = int64(l.Lines)
 		rec.Detail = "the union of the port lists of the same day; not stored twice"
 	case reVerified.MatchString(name):
-		m := reVerified.FindStringSubmatch(name)
-		d, err := fileDate(m[1])
-		if err != nil {
-			return rec, &FileError{Path: rel, Err: err}
-		}
-		port := int32(PortUnknown)
-		if m[2] != "" {
-			n, _ := strconv.Atoi(m[2])
-			if n > 65535 {
-				return rec, &FileError{Path: rel, Err: malformed("port %d in the file name", n)}
-			}
-			port = int32(n)
-		}
-		l, wd, err := p.listFile(rel, d, data)
-		if err != nil {
-			return rec, err
-		}
-		for _, a := range l.Addrs {
-			k := verKey{a, port}
-			if wd.Verified[k] == nil {
-				wd.Verified[k] = &verifiedRecord{Source: rel}
-			}
-		}
-		rec.Format, rec.Records = "verified-list", int64(l.Lines)
-		if port == PortUnknown {
-			rec.Detail = "port not recorded by the verifier (stored as port 0)"
-		}
-		rec.Detail = joinDetail(rec.Detail, listDetail(l))
+		return p.readVerified(rec, name, data)
 	case reZmapList.MatchString(name):
-		m := reZmapList.FindStringSubmatch(name)
-		d, err := fileDate(m[1])
-		if err != nil {
-			return rec, &FileError{Path: rel, Err: err}
-		}
-		n, _ := strconv.Atoi(m[2])
-		if n > 65535 {
-			return rec, &FileError{Path: rel, Err: malformed("port %d in the file name", n)}
-		}
-		l, wd, err := p.listFile(rel, d, data)
-		if err != nil {
-			return rec, err
-		}
-		wd.Scan[int32(n)] = l.Addrs
-		wd.ScanFiles[int32(n)] = rel
-		rec.Format, rec.Records, rec.Detail = "zmap-list", int64(l.Lines), listDetail(l)
+		return p.readZmapList(rec, name, data)
 	case reCertCSV.MatchString(name):
-		recs, le := parseCertCSV(strings.NewReader(string(data)))
-		if le != nil {
-			return rec, fileErr(le)
-		}
-		c := certFile{Path: rel, Recs: recs}
-		if m := reDate.FindStringSubmatch(name); m != nil {
-			d, err := fileDate(m[1])
-			if err != nil {
-				return rec, &FileError{Path: rel, Err: err}
-			}
-			c.Week = runkey.Week(d)
-		}
-		p.certCSVs = append(p.certCSVs, c)
-		rec.Format, rec.Records = "cert-csv", int64(len(recs))
+		return p.readCertCSV(rec, name, data)
 	case reLocationCSV.MatchString(name):
-		if p.locFile != "" {
-			return rec, &FileError{Path: rel, Err: fmt.Errorf("a second location file (the first is %s): import them separately", p.locFile)}
-		}
-		locs, le := parseLocationCSV(strings.NewReader(string(data)))
-		if le != nil {
-			return rec, fileErr(le)
-		}
-		p.location, p.locFile = locs, rel
-		rec.Format, rec.Records = "location-csv", int64(len(locs))
+		return p.readLocationCSV(rec, data)
 	case reSQLite.MatchString(name):
 		return p.readSQLite(ctx, path, rel, rec)
 	case reSQLiteSidecar.MatchString(name):
@@ -584,6 +523,104 @@ func (p *plan) readFile(ctx context.Context, path, rel string) (fileRec, error) 
 	default:
 		rec.Detail = notImportedReason(rel)
 	}
+	return rec, nil
+}
+
+// lineFileError is the FileError of a line of the file at rel.
+func lineFileError(rel string, le *lineError) error {
+	return &FileError{Path: rel, Line: le.Line, Err: le.Err}
+}
+
+// readVerified reads a list of verified addresses (its date and, if recorded, the port
+// from its name) into the week's verification results.
+func (p *plan) readVerified(rec fileRec, name string, data []byte) (fileRec, error) {
+	rel := rec.Path
+	m := reVerified.FindStringSubmatch(name)
+	d, err := fileDate(m[1])
+	if err != nil {
+		return rec, &FileError{Path: rel, Err: err}
+	}
+	port := int32(PortUnknown)
+	if m[2] != "" {
+		n, _ := strconv.Atoi(m[2])
+		if n > 65535 {
+			return rec, &FileError{Path: rel, Err: malformed("port %d in the file name", n)}
+		}
+		port = int32(n)
+	}
+	l, wd, err := p.listFile(rel, d, data)
+	if err != nil {
+		return rec, err
+	}
+	for _, a := range l.Addrs {
+		k := verKey{a, port}
+		if wd.Verified[k] == nil {
+			wd.Verified[k] = &verifiedRecord{Source: rel}
+		}
+	}
+	rec.Format, rec.Records = "verified-list", int64(l.Lines)
+	if port == PortUnknown {
+		rec.Detail = "port not recorded by the verifier (stored as port 0)"
+	}
+	rec.Detail = joinDetail(rec.Detail, listDetail(l))
+	return rec, nil
+}
+
+// readZmapList reads a zmap port list (its date and port from its name) into the
+// week's scan.
+func (p *plan) readZmapList(rec fileRec, name string, data []byte) (fileRec, error) {
+	rel := rec.Path
+	m := reZmapList.FindStringSubmatch(name)
+	d, err := fileDate(m[1])
+	if err != nil {
+		return rec, &FileError{Path: rel, Err: err}
+	}
+	n, _ := strconv.Atoi(m[2])
+	if n > 65535 {
+		return rec, &FileError{Path: rel, Err: malformed("port %d in the file name", n)}
+	}
+	l, wd, err := p.listFile(rel, d, data)
+	if err != nil {
+		return rec, err
+	}
+	wd.Scan[int32(n)] = l.Addrs
+	wd.ScanFiles[int32(n)] = rel
+	rec.Format, rec.Records, rec.Detail = "zmap-list", int64(l.Lines), listDetail(l)
+	return rec, nil
+}
+
+// readCertCSV reads a certificate CSV (its week from the date in its name, if any).
+func (p *plan) readCertCSV(rec fileRec, name string, data []byte) (fileRec, error) {
+	rel := rec.Path
+	recs, le := parseCertCSV(strings.NewReader(string(data)))
+	if le != nil {
+		return rec, lineFileError(rel, le)
+	}
+	c := certFile{Path: rel, Recs: recs}
+	if m := reDate.FindStringSubmatch(name); m != nil {
+		d, err := fileDate(m[1])
+		if err != nil {
+			return rec, &FileError{Path: rel, Err: err}
+		}
+		c.Week = runkey.Week(d)
+	}
+	p.certCSVs = append(p.certCSVs, c)
+	rec.Format, rec.Records = "cert-csv", int64(len(recs))
+	return rec, nil
+}
+
+// readLocationCSV reads the location CSV; an import takes one.
+func (p *plan) readLocationCSV(rec fileRec, data []byte) (fileRec, error) {
+	rel := rec.Path
+	if p.locFile != "" {
+		return rec, &FileError{Path: rel, Err: fmt.Errorf("a second location file (the first is %s): import them separately", p.locFile)}
+	}
+	locs, le := parseLocationCSV(strings.NewReader(string(data)))
+	if le != nil {
+		return rec, lineFileError(rel, le)
+	}
+	p.location, p.locFile = locs, rel
+	rec.Format, rec.Records = "location-csv", int64(len(locs))
 	return rec, nil
 }
 

@@ -1,8 +1,6 @@
 package dataset
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/md5"
 	"crypto/sha256"
@@ -16,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/doqscan/doqscan/internal/certs"
-	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/store"
 )
 
@@ -114,6 +111,10 @@ func (w *writer) upsertID(table, sql string, args ...any) (int64, error) {
 	return id, nil
 }
 
+// write stores the plan in one transaction and returns what it added: the dataset and
+// its files (writeDataset), the certificates (writeCerts), the scans and verification
+// runs week by week (writeWeek), the resolvers and their locations (writeResolvers),
+// and the misc and performance databases (writeMisc, writePerf).
 func (p *plan) write(ctx context.Context, st *store.Store, cfg Config) (*Summary, error) {
 	p.mergeMisc()
 	sum := &Summary{Vantage: cfg.Vantage, Label: cfg.Label, Files: map[string]int{}, New: map[string]int64{}}
@@ -132,163 +133,22 @@ func (p *plan) write(ctx context.Context, st *store.Store, cfg Config) (*Summary
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit; on failure the first error is returned
 	w := &writer{ctx: ctx, tx: tx, new: sum.New}
-
-	if _, err := tx.Exec(ctx, `INSERT INTO vantage_points (vantage_id, description) VALUES ($1, $2)
-		ON CONFLICT (vantage_id) DO NOTHING`, cfg.Vantage, cfg.Description); err != nil {
-		return nil, fmt.Errorf("vantage %s: %w", cfg.Vantage, err)
-	}
-	var existed bool
-	err = tx.QueryRow(ctx, `INSERT INTO datasets (kind, database_type, build_time, sha256, path, vantage_id, label, source)
-		VALUES ('import', 'pam2022-study-files', $1, $2, $3, $4, $5, $3)
-		ON CONFLICT (sha256) DO UPDATE SET path = datasets.path
-		RETURNING dataset_id, (xmax <> 0)`, build, p.manifest(cfg), cfg.Dir, cfg.Vantage, cfg.Label).Scan(&sum.DatasetID, &existed)
-	if err != nil {
-		return nil, fmt.Errorf("datasets: %w", err)
-	}
-	sum.Existed = existed
-	if !existed {
-		sum.New["datasets"]++
+	if err := w.writeDataset(p, cfg, build, sum); err != nil {
+		return nil, err
 	}
 	ds := sum.DatasetID
-	var files []datasetFile
-	for _, f := range p.files {
-		files = append(files, datasetFile{ds, f.Path, f.Format, f.SHA256, f.Size, f.Records, f.Detail})
-	}
-	if err := insert(w, "dataset_files", files); err != nil {
+	if err := w.writeCerts(p, cfg, ds, build); err != nil {
 		return nil, err
 	}
-	var geoDS *int64
-	if p.locFile != "" {
-		geoDS = &ds
-	}
-
-	// Certificates with their DER (misc): parsed once, deduplicated by SHA-256.
-	var dedup certs.Dedup
-	var observed []ObservedCertificate
-	for _, m := range p.misc {
-		for _, c := range m.DB.Certs {
-			parsed, err := x509.ParseCertificate(c.DER)
-			if err != nil {
-				return nil, &FileError{Path: m.Path, Where: "table certificates, ip " + c.Addr.String(), Err: malformed("raw is not a DER certificate: %v", err)}
-			}
-			seen := build
-			if m.DB.First != nil {
-				seen = *m.DB.First
-			}
-			row := certs.Row(parsed, seen)
-			dedup.Add(row)
-			sum5 := md5.Sum(c.DER)
-			size := int32(len(c.DER))
-			ver := int16(parsed.Version)
-			observed = append(observed, ObservedCertificate{VantageID: cfg.Vantage, Label: cfg.Label, ISOWeek: m.Week,
-				Address: c.Addr, Protocol: c.Protocol, Port: c.Port, DatasetID: &ds, SHA256: row.SHA256, MD5: sum5[:],
-				SubjectCN: parsed.Subject.CommonName, Organization: nonNil(parsed.Subject.Organization),
-				DNSNames: nonNil(parsed.DNSNames), AuthorityKeyID: parsed.AuthorityKeyId, SubjectKeyID: parsed.SubjectKeyId,
-				DERSize: &size, KeyType: row.KeyType, SignatureAlg: parsed.SignatureAlgorithm.String(), X509Version: &ver})
-		}
-	}
-	if err := insert(w, store.TableCertificates, dedup.Take()); err != nil {
-		return nil, err
-	}
-	for _, c := range p.certCSVs {
-		for _, r := range c.Recs {
-			size := int32(r.Info.Size)
-			ver := int16(r.Info.Version)
-			observed = append(observed, ObservedCertificate{VantageID: cfg.Vantage, Label: cfg.Label, ISOWeek: c.Week,
-				Address: r.Addr, Protocol: r.Protocol, Port: r.Port, DatasetID: &ds, MD5: r.MD5,
-				SubjectCN: r.Info.CommonName, Organization: nonNil(r.Info.Organization), DNSNames: nonNil(r.Info.DNSNames),
-				AuthorityKeyID: r.AuthorityKey, SubjectKeyID: r.SubjectKey, DERSize: &size,
-				KeyType: r.Info.PublicKeyAlgorithm, SignatureAlg: r.Info.SignatureAlgorithm, X509Version: &ver})
-		}
-	}
-	if err := insert(w, "observed_certificates", observed); err != nil {
-		return nil, err
-	}
-
-	// Scans and verification runs, week by week.
-	firstSeen, lastSeen := map[netip.Addr]time.Time{}, map[netip.Addr]time.Time{}
+	seen := seenDates{first: map[netip.Addr]time.Time{}, last: map[netip.Addr]time.Time{}}
 	for _, wk := range sum.Weeks {
-		wd := p.weeks[wk]
-		var scanID *int64
-		if len(wd.Scan) > 0 {
-			id, err := w.writeScan(cfg, ds, wd)
-			if err != nil {
-				return nil, err
-			}
-			scanID = &id
-		}
-		if len(wd.Verified) == 0 {
-			continue
-		}
-		src := "scan"
-		if scanID == nil {
-			src = "file"
-		}
-		conf, _ := json.Marshal(map[string]any{"verifier": studyVerifier, "dataset_id": ds, "files": wd.Files})
-		summary, _ := json.Marshal(map[string]any{"verified": len(wd.Verified), "dataset_id": ds})
-		runID, err := w.upsertID("verification_runs", `INSERT INTO verification_runs (iso_week, vantage_id, label, scan_id,
-			    source, config, city_dataset, asn_dataset, started_at, finished_at, status, summary)
-			VALUES ($1,$2,$3,$4,$5,$6,$7,$7,$8,$8,'ok',$9)
-			ON CONFLICT (iso_week, vantage_id, label) DO UPDATE SET label = verification_runs.label
-			RETURNING run_id, (xmax = 0)`, wk, cfg.Vantage, cfg.Label, scanID, src, conf, geoDS, wd.Date, summary)
-		if err != nil {
-			return nil, err
-		}
-		var rows []store.VerificationResult
-		for k, v := range wd.Verified {
-			detail := "imported from " + v.Source
-			if k.Port == PortUnknown {
-				detail += "; port not recorded (784 or 8853)"
-			}
-			r := store.VerificationResult{RunID: runID, Address: k.Addr, Port: k.Port, Outcome: "doq-verified",
-				Detail: detail, ALPN: v.ALPN, QUICVersion: v.Version, Attempts: 1, VerifiedAt: wd.Date}
-			if v.Cert != nil {
-				r.CertChain = [][]byte{v.Cert}
-			}
-			rows = append(rows, r)
-			if t, ok := firstSeen[k.Addr]; !ok || wd.Date.Before(t) {
-				firstSeen[k.Addr] = wd.Date
-			}
-			if wd.Date.After(lastSeen[k.Addr]) {
-				lastSeen[k.Addr] = wd.Date
-			}
-		}
-		sort.Slice(rows, func(i, j int) bool { return lessKey(rows[i].Address, rows[i].Port, rows[j].Address, rows[j].Port) })
-		if err := insert(w, store.TableVerificationResults, rows); err != nil {
+		if err := w.writeWeek(p, cfg, ds, p.weeks[wk], seen); err != nil {
 			return nil, err
 		}
 	}
-
-	// Resolvers and their locations.
-	for _, l := range p.location {
-		if _, ok := firstSeen[l.Addr]; !ok {
-			firstSeen[l.Addr], lastSeen[l.Addr] = build, build
-		}
-	}
-	var resolvers []store.Resolver
-	for a, t := range firstSeen {
-		resolvers = append(resolvers, store.Resolver{Address: a, FirstSeen: t, LastSeen: lastSeen[a]})
-	}
-	sort.Slice(resolvers, func(i, j int) bool { return resolvers[i].Address.Less(resolvers[j].Address) })
-	if err := insert(w, store.TableResolvers, resolvers); err != nil {
+	if err := w.writeResolvers(p, ds, build, seen); err != nil {
 		return nil, err
 	}
-	var geo []store.ResolverGeo
-	for _, l := range p.location {
-		g := store.ResolverGeo{Address: l.Addr, CityDataset: ds, ASNDataset: ds, ASN: l.ASN,
-			Country: strPtr(l.Country), City: strPtr(l.City), Latitude: l.Lat, Longitude: l.Lon}
-		if l.ASN != nil {
-			g.ASOrg = strPtr(l.ASOrg)
-		}
-		if c := continentOf(l.Country); c != "" {
-			g.Continent = &c
-		}
-		geo = append(geo, g)
-	}
-	if err := insert(w, store.TableResolverGeo, geo); err != nil {
-		return nil, err
-	}
-
 	for _, m := range p.misc {
 		if err := w.writeMisc(cfg, ds, m); err != nil {
 			return nil, err
@@ -303,6 +163,183 @@ func (p *plan) write(ctx context.Context, st *store.Store, cfg Config) (*Summary
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return sum, nil
+}
+
+// writeDataset stores the vantage point, the dataset (sum.DatasetID; sum.Existed when
+// the same files were imported before) and its files.
+func (w *writer) writeDataset(p *plan, cfg Config, build time.Time, sum *Summary) error {
+	if _, err := w.tx.Exec(w.ctx, `INSERT INTO vantage_points (vantage_id, description) VALUES ($1, $2)
+		ON CONFLICT (vantage_id) DO NOTHING`, cfg.Vantage, cfg.Description); err != nil {
+		return fmt.Errorf("vantage %s: %w", cfg.Vantage, err)
+	}
+	var existed bool
+	err := w.tx.QueryRow(w.ctx, `INSERT INTO datasets (kind, database_type, build_time, sha256, path, vantage_id, label, source)
+		VALUES ('import', 'pam2022-study-files', $1, $2, $3, $4, $5, $3)
+		ON CONFLICT (sha256) DO UPDATE SET path = datasets.path
+		RETURNING dataset_id, (xmax <> 0)`, build, p.manifest(cfg), cfg.Dir, cfg.Vantage, cfg.Label).Scan(&sum.DatasetID, &existed)
+	if err != nil {
+		return fmt.Errorf("datasets: %w", err)
+	}
+	sum.Existed = existed
+	if !existed {
+		sum.New["datasets"]++
+	}
+	var files []datasetFile
+	for _, f := range p.files {
+		files = append(files, datasetFile{sum.DatasetID, f.Path, f.Format, f.SHA256, f.Size, f.Records, f.Detail})
+	}
+	return insert(w, "dataset_files", files)
+}
+
+// writeCerts stores the certificates with their DER (misc: parsed once, deduplicated
+// by SHA-256) and every observation of a certificate (misc and certificate CSVs).
+func (w *writer) writeCerts(p *plan, cfg Config, ds int64, build time.Time) error {
+	var dedup certs.Dedup
+	var observed []ObservedCertificate
+	for _, m := range p.misc {
+		seen := build
+		if m.DB.First != nil {
+			seen = *m.DB.First
+		}
+		for _, c := range m.DB.Certs {
+			parsed, err := x509.ParseCertificate(c.DER)
+			if err != nil {
+				return &FileError{Path: m.Path, Where: "table certificates, ip " + c.Addr.String(), Err: malformed("raw is not a DER certificate: %v", err)}
+			}
+			row := certs.Row(parsed, seen)
+			dedup.Add(row)
+			observed = append(observed, miscObserved(cfg, ds, m.Week, c, parsed, row))
+		}
+	}
+	if err := insert(w, store.TableCertificates, dedup.Take()); err != nil {
+		return err
+	}
+	for _, c := range p.certCSVs {
+		for _, r := range c.Recs {
+			observed = append(observed, csvObserved(cfg, ds, c.Week, r))
+		}
+	}
+	return insert(w, "observed_certificates", observed)
+}
+
+// miscObserved is the observation of a misc database's certificate c (parsed, and its
+// certificates row).
+func miscObserved(cfg Config, ds int64, week string, c miscCert, parsed *x509.Certificate, row store.Certificate) ObservedCertificate {
+	sum5 := md5.Sum(c.DER)
+	size := int32(len(c.DER))
+	ver := int16(parsed.Version)
+	return ObservedCertificate{VantageID: cfg.Vantage, Label: cfg.Label, ISOWeek: week,
+		Address: c.Addr, Protocol: c.Protocol, Port: c.Port, DatasetID: &ds, SHA256: row.SHA256, MD5: sum5[:],
+		SubjectCN: parsed.Subject.CommonName, Organization: nonNil(parsed.Subject.Organization),
+		DNSNames: nonNil(parsed.DNSNames), AuthorityKeyID: parsed.AuthorityKeyId, SubjectKeyID: parsed.SubjectKeyId,
+		DERSize: &size, KeyType: row.KeyType, SignatureAlg: parsed.SignatureAlgorithm.String(), X509Version: &ver}
+}
+
+// csvObserved is the observation of a certificate CSV's record r (no DER).
+func csvObserved(cfg Config, ds int64, week string, r certRecord) ObservedCertificate {
+	size := int32(r.Info.Size)
+	ver := int16(r.Info.Version)
+	return ObservedCertificate{VantageID: cfg.Vantage, Label: cfg.Label, ISOWeek: week,
+		Address: r.Addr, Protocol: r.Protocol, Port: r.Port, DatasetID: &ds, MD5: r.MD5,
+		SubjectCN: r.Info.CommonName, Organization: nonNil(r.Info.Organization), DNSNames: nonNil(r.Info.DNSNames),
+		AuthorityKeyID: r.AuthorityKey, SubjectKeyID: r.SubjectKey, DERSize: &size,
+		KeyType: r.Info.PublicKeyAlgorithm, SignatureAlg: r.Info.SignatureAlgorithm, X509Version: &ver}
+}
+
+// seenDates are the first and last dates each verified address was seen.
+type seenDates struct {
+	first, last map[netip.Addr]time.Time
+}
+
+// see records that a was seen at t.
+func (s seenDates) see(a netip.Addr, t time.Time) {
+	if f, ok := s.first[a]; !ok || t.Before(f) {
+		s.first[a] = t
+	}
+	if t.After(s.last[a]) {
+		s.last[a] = t
+	}
+}
+
+// writeWeek stores a week's scan (if its files had one) and verification run with its
+// results, and records in seen when each verified address was seen.
+func (w *writer) writeWeek(p *plan, cfg Config, ds int64, wd *weekData, seen seenDates) error {
+	var scanID *int64
+	if len(wd.Scan) > 0 {
+		id, err := w.writeScan(cfg, ds, wd)
+		if err != nil {
+			return err
+		}
+		scanID = &id
+	}
+	if len(wd.Verified) == 0 {
+		return nil
+	}
+	src := "scan"
+	if scanID == nil {
+		src = "file"
+	}
+	var geoDS *int64
+	if p.locFile != "" {
+		geoDS = &ds
+	}
+	conf, _ := json.Marshal(map[string]any{"verifier": studyVerifier, "dataset_id": ds, "files": wd.Files})
+	summary, _ := json.Marshal(map[string]any{"verified": len(wd.Verified), "dataset_id": ds})
+	runID, err := w.upsertID("verification_runs", `INSERT INTO verification_runs (iso_week, vantage_id, label, scan_id,
+		    source, config, city_dataset, asn_dataset, started_at, finished_at, status, summary)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$7,$8,$8,'ok',$9)
+		ON CONFLICT (iso_week, vantage_id, label) DO UPDATE SET label = verification_runs.label
+		RETURNING run_id, (xmax = 0)`, wd.Week, cfg.Vantage, cfg.Label, scanID, src, conf, geoDS, wd.Date, summary)
+	if err != nil {
+		return err
+	}
+	var rows []store.VerificationResult
+	for k, v := range wd.Verified {
+		detail := "imported from " + v.Source
+		if k.Port == PortUnknown {
+			detail += "; port not recorded (784 or 8853)"
+		}
+		r := store.VerificationResult{RunID: runID, Address: k.Addr, Port: k.Port, Outcome: "doq-verified",
+			Detail: detail, ALPN: v.ALPN, QUICVersion: v.Version, Attempts: 1, VerifiedAt: wd.Date}
+		if v.Cert != nil {
+			r.CertChain = [][]byte{v.Cert}
+		}
+		rows = append(rows, r)
+		seen.see(k.Addr, wd.Date)
+	}
+	sort.Slice(rows, func(i, j int) bool { return lessKey(rows[i].Address, rows[i].Port, rows[j].Address, rows[j].Port) })
+	return insert(w, store.TableVerificationResults, rows)
+}
+
+// writeResolvers stores the resolvers (every verified address, and every located one,
+// seen at the build time if not verified) and their locations.
+func (w *writer) writeResolvers(p *plan, ds int64, build time.Time, seen seenDates) error {
+	for _, l := range p.location {
+		if _, ok := seen.first[l.Addr]; !ok {
+			seen.first[l.Addr], seen.last[l.Addr] = build, build
+		}
+	}
+	var resolvers []store.Resolver
+	for a, t := range seen.first {
+		resolvers = append(resolvers, store.Resolver{Address: a, FirstSeen: t, LastSeen: seen.last[a]})
+	}
+	sort.Slice(resolvers, func(i, j int) bool { return resolvers[i].Address.Less(resolvers[j].Address) })
+	if err := insert(w, store.TableResolvers, resolvers); err != nil {
+		return err
+	}
+	var geo []store.ResolverGeo
+	for _, l := range p.location {
+		g := store.ResolverGeo{Address: l.Addr, CityDataset: ds, ASNDataset: ds, ASN: l.ASN,
+			Country: strPtr(l.Country), City: strPtr(l.City), Latitude: l.Lat, Longitude: l.Lon}
+		if l.ASN != nil {
+			g.ASOrg = strPtr(l.ASOrg)
+		}
+		if c := continentOf(l.Country); c != "" {
+			g.Continent = &c
+		}
+		geo = append(geo, g)
+	}
+	return insert(w, store.TableResolverGeo, geo)
 }
 
 func (w *writer) writeScan(cfg Config, ds int64, wd *weekData) (int64, error) {
@@ -451,172 +488,6 @@ func (w *writer) campaign(cfg Config, label string, hour, start, end time.Time, 
 		VALUES ($1,$2,$3,$4,$5,$6,'ok')
 		ON CONFLICT (vantage_id, label, round_hour) DO UPDATE SET label = campaigns.label
 		RETURNING campaign_id, (xmax = 0)`, cfg.Vantage, label, hour.UTC(), conf, start, end)
-}
-
-// writePerf stores the performance database: one campaign per hour of measurements, the
-// measurements (warm-up and measured), the destination hop of each traceroute as an RTT
-// sample, and the qlogs of measured DoQ queries.
-func (w *writer) writePerf(cfg Config, ds int64, pf perfFile) error {
-	db := pf.DB
-	type hourSpan struct{ start, end time.Time }
-	hours := map[time.Time]*hourSpan{}
-	for _, m := range db.Measurements {
-		h := m.Created.Truncate(time.Hour)
-		s := hours[h]
-		if s == nil {
-			s = &hourSpan{m.Created, m.Created}
-			hours[h] = s
-		}
-		if m.Created.Before(s.start) {
-			s.start = m.Created
-		}
-		if m.Created.After(s.end) {
-			s.end = m.Created
-		}
-	}
-	campaigns := map[time.Time]int64{}
-	hourOf := map[int64]time.Time{} // campaign -> its round_hour, its rows' partition key
-	var hs []time.Time
-	for h := range hours {
-		hs = append(hs, h)
-	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i].Before(hs[j]) })
-	for _, h := range hs {
-		id, err := w.campaign(cfg, cfg.Label, h, hours[h].start, hours[h].end, ds, pf.Path)
-		if err != nil {
-			return err
-		}
-		campaigns[h] = id
-		hourOf[id] = h
-	}
-
-	// Measurements in (created, id) order; several of one natural key in one hour get
-	// seq 0, 1, 2, ...
-	ms := append([]perfMeasurement(nil), db.Measurements...)
-	sort.SliceStable(ms, func(i, j int) bool {
-		if !ms[i].Created.Equal(ms[j].Created) {
-			return ms[i].Created.Before(ms[j].Created)
-		}
-		return ms[i].ID < ms[j].ID
-	})
-	seqs := map[store.MeasurementKey]int16{}
-	byID := map[string]store.MeasurementKey{} // dns_measurement_id -> the measured row's key
-	var rows []store.Measurement
-	var qlogs []store.Qlog
-	for _, m := range ms {
-		proto := perfProtocols[m.Protocol]
-		phase := "measured"
-		if m.Warmup {
-			phase = "warmup"
-		}
-		k := store.MeasurementKey{CampaignID: campaigns[m.Created.Truncate(time.Hour)], Address: m.Addr,
-			Protocol: proto, Port: m.Port, Mode: "fresh", Phase: phase}
-		base := k
-		k.Seq = seqs[base]
-		seqs[base]++
-		if !m.Warmup {
-			byID[m.ID] = k
-		} else if _, ok := byID[m.ID]; !ok {
-			byID[m.ID] = k
-		}
-		row := store.Measurement{MeasurementID: k.ID(), CampaignID: k.CampaignID, Address: m.Addr, Protocol: proto,
-			Port: m.Port, Mode: "fresh", Phase: phase, Seq: k.Seq, StartedAt: m.Created,
-			HandshakeNS: perfHandshake(proto, m), ResolveNS: m.QueryTime, TLSVersion: int32Ptr(m.TLSVersion),
-			RoundHour: hourOf[k.CampaignID]}
-		if m.Error == "" {
-			row.Status = "ok"
-			row.Rcode = int16Ptr(m.RCode)
-			if m.ResponseIP != "" {
-				row.Answers = []string{m.ResponseIP}
-			}
-		} else {
-			row.Status, row.Error = "error", m.Error
-		}
-		if proto == "doq" {
-			row.QUICVersion = m.QUICVersion
-			row.ALPN = strPtr(m.ALPN)
-			if nd, ok := db.Qlogs[m.ID]; ok && !m.Warmup {
-				q, err := gzipQlog(k, hourOf[k.CampaignID], m, nd)
-				if err != nil {
-					return err
-				}
-				qlogs = append(qlogs, q)
-				id := q.QlogID
-				row.QlogID = &id
-			}
-		}
-		rows = append(rows, row)
-	}
-	if err := insert(w, store.TableQlogs, qlogs); err != nil {
-		return err
-	}
-	if err := insert(w, store.TableMeasurements, rows); err != nil {
-		return err
-	}
-
-	// The RTT of a measurement: its traceroute's destination hop, over the transport the
-	// measurement's protocol uses.
-	type rttKey struct {
-		c int64
-		a netip.Addr
-		t string
-		p int32
-	}
-	rseq := map[rttKey]int16{}
-	var samples []store.RTTSample
-	hops := append([]perfHop(nil), db.Traceroutes...)
-	sort.SliceStable(hops, func(i, j int) bool { return hops[i].MeasurementID < hops[j].MeasurementID })
-	for _, h := range hops {
-		k, ok := byID[h.MeasurementID]
-		if !ok {
-			continue
-		}
-		t := string(measure.Protocol(k.Protocol).Transport())
-		rk := rttKey{k.CampaignID, h.Dest, t, h.Port}
-		seq := rseq[rk]
-		rseq[rk]++
-		at := time.Time{}
-		if h.At != nil {
-			at = *h.At
-		}
-		s := store.RTTSample{CampaignID: k.CampaignID, Address: h.Dest, Transport: t, Port: h.Port, Seq: seq,
-			SentAt: at, RTTNS: h.RTT, Status: "ok", Detail: "traceroute destination hop", RoundHour: hourOf[k.CampaignID]}
-		if h.RTT == nil || *h.RTT <= 0 {
-			s.Status, s.RTTNS = "timeout", nil
-		}
-		samples = append(samples, s)
-	}
-	return insert(w, store.TableRTTSamples, samples)
-}
-
-// perfHandshake applies the study's definitions: DoTCP the TCP handshake, DoT/DoH TCP +
-// TLS, DoQ the QUIC dial (VN and Retry included); DoUDP has none.
-func perfHandshake(proto string, m perfMeasurement) *int64 {
-	switch proto {
-	case "dotcp":
-		return m.TCPHandshake
-	case "dot", "doh":
-		if m.TCPHandshake == nil || m.TLSHandshake == nil {
-			return nil
-		}
-		v := *m.TCPHandshake + *m.TLSHandshake
-		return &v
-	case "doq":
-		return m.QUICHandshake
-	}
-	return nil
-}
-
-func gzipQlog(k store.MeasurementKey, hour time.Time, m perfMeasurement, nd []byte) (store.Qlog, error) {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	zw.Write(nd) //nolint:errcheck // a bytes.Buffer does not fail
-	if err := zw.Close(); err != nil {
-		return store.Qlog{}, err
-	}
-	return store.Qlog{QlogID: k.QlogID(), CampaignID: k.CampaignID, Address: m.Addr, Port: m.Port,
-		Encoding: "gzip", Format: "qlog-ndjson", RawSize: int32(len(nd)), Data: buf.Bytes(), CreatedAt: m.Created,
-		RoundHour: hour}, nil
 }
 
 func lessKey(a netip.Addr, p int32, b netip.Addr, q int32) bool {

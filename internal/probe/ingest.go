@@ -188,6 +188,9 @@ func (r *rawLog) sync() error {
 // file when the database is back. Any other database error is returned after r ends.
 // When ctx is cancelled (zmap got SIGINT), it keeps copying to the raw file until r ends
 // or StreamDrainLimit passes, and returns ctx's error.
+//
+// readLines reads r and writes the raw file; the loop here hands each line, each tick
+// and the end to a csvStream.
 func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in *Ingest, flushEvery time.Duration) error {
 	lines := make(chan []byte, StreamQueue)
 	readErr := make(chan error, 1)
@@ -197,135 +200,178 @@ func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in 
 		in.beforeFlush = rl.sync
 		defer func() { in.beforeFlush = nil }()
 	}
-	go func() {
-		defer close(lines)
-		br := bufio.NewReaderSize(r, 1<<20)
-		first := true
-		for {
-			line, err := br.ReadBytes('\n')
-			if len(line) > 0 {
-				if rl != nil {
-					rl.write(line)
-					if br.Buffered() == 0 { // the next read may block: put what we have on disk
-						rl.flush() // its error is kept in rl.err, returned below
-					}
-				}
-				if first { // the header must reach the parser
-					lines <- line
-					first = false
-				} else {
-					select {
-					case lines <- line:
-					default:
-						deferred.Add(1)
-					}
-				}
-			}
-			if err != nil {
-				var werr error
-				if rl != nil {
-					werr = rl.sync()
-				}
-				switch {
-				case err != io.EOF:
-					readErr <- fmt.Errorf("read zmap output: %w", err)
-				case werr != nil:
-					readErr <- fmt.Errorf("raw output: %w", werr)
-				}
-				return
-			}
-		}
-	}()
+	go readLines(r, rl, lines, readErr, &deferred)
 	if flushEvery <= 0 {
 		flushEvery = time.Second
 	}
 	tick := time.NewTicker(flushEvery)
 	defer tick.Stop()
-	cr := &CSVReader{Port: port, Ports: in.Ports}
-	var lineNo int64  // of the lines that reached the classifier (a replay numbers every line)
-	var stopErr error // a database error other than unavailability
-	dbAway := false   // the database went away: lines are deferred to the raw file
-	dbFailed := func(err error) error {
-		if store.IsUnavailable(err) {
-			if !dbAway {
-				in.Log.Warn("database unavailable: the rest of this port goes to the raw file only and is ingested when the database is back",
-					"err", err, "rows_pending", len(in.rows))
-			}
-			dbAway = true
-			in.Deferred += int64(len(in.rows))
-			in.rows = in.rows[:0]
-			return nil
-		}
-		stopErr = err
-		return err
-	}
+	st := &csvStream{in: in, rl: rl, cr: &CSVReader{Port: port, Ports: in.Ports}}
 	for {
 		select {
 		case line, ok := <-lines:
 			if !ok {
 				in.Deferred += deferred.Load()
-				if stopErr == nil && !dbAway {
-					if rl != nil {
-						if err := rl.sync(); err != nil {
-							return fmt.Errorf("raw output: %w", err)
-						}
-					}
-					if err := in.Flush(ctx); err != nil && dbFailed(err) != nil {
-						return err
-					}
-				}
-				select {
-				case err := <-readErr:
-					return err
-				default:
-				}
-				return stopErr
+				return st.end(ctx, readErr)
 			}
-			lineNo++
-			if stopErr != nil || dbAway {
-				if lineNo > 1 {
-					in.Deferred++
-				}
-				continue
-			}
-			if err := in.addLine(ctx, cr, line, lineNo); err != nil {
-				dbFailed(err) //nolint:errcheck // kept in stopErr
-			}
+			st.line(ctx, line)
 		case <-tick.C:
-			if stopErr != nil || dbAway {
-				continue
-			}
-			if rl != nil {
-				if err := rl.sync(); err != nil {
-					stopErr = fmt.Errorf("raw output: %w", err)
-					continue
-				}
-			}
-			if err := in.Flush(ctx); err != nil {
-				dbFailed(err) //nolint:errcheck // kept in stopErr
-			}
+			st.tick(ctx)
 		case <-ctx.Done():
-			// Keep what was read; zmap got SIGINT, and its remaining output still
-			// reaches the raw file through the reader.
-			if !dbAway && stopErr == nil {
-				in.Flush(context.WithoutCancel(ctx)) // on failure the raw file still holds the rows
-			}
-			limit := time.NewTimer(StreamDrainLimit)
-			defer limit.Stop()
-			for {
-				select {
-				case _, ok := <-lines:
-					if ok {
-						in.Deferred++
-						continue
-					}
-				case <-limit.C:
-				}
-				break
-			}
+			st.drain(ctx, lines)
 			in.Deferred += deferred.Load()
 			return ctx.Err()
 		}
+	}
+}
+
+// readLines reads zmap's output from r, copies each line to the raw file first (rl,
+// may be nil; written out whenever the reader has nothing more buffered from zmap) and
+// passes it on to lines, or counts it in deferred when lines is full (the header always
+// reaches the parser). When r ends it syncs the raw file, sends a read or raw-file error
+// to readErr, and closes lines.
+func readLines(r io.Reader, rl *rawLog, lines chan<- []byte, readErr chan<- error, deferred *atomic.Int64) {
+	defer close(lines)
+	br := bufio.NewReaderSize(r, 1<<20)
+	first := true
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			if rl != nil {
+				rl.write(line)
+				if br.Buffered() == 0 { // the next read may block: put what we have on disk
+					rl.flush() // its error is kept in rl.err, returned below
+				}
+			}
+			if first { // the header must reach the parser
+				lines <- line
+				first = false
+			} else {
+				select {
+				case lines <- line:
+				default:
+					deferred.Add(1)
+				}
+			}
+		}
+		if err != nil {
+			var werr error
+			if rl != nil {
+				werr = rl.sync()
+			}
+			switch {
+			case err != io.EOF:
+				readErr <- fmt.Errorf("read zmap output: %w", err)
+			case werr != nil:
+				readErr <- fmt.Errorf("raw output: %w", werr)
+			}
+			return
+		}
+	}
+}
+
+// csvStream is the state of StreamCSV's loop.
+type csvStream struct {
+	in      *Ingest
+	rl      *rawLog // nil: no raw file
+	cr      *CSVReader
+	lineNo  int64 // of the lines that reached the classifier (a replay numbers every line)
+	stopErr error // a database error other than unavailability
+	dbAway  bool  // the database went away: lines are deferred to the raw file
+}
+
+// stopped says lines no longer go to the database (it went away, or failed).
+func (st *csvStream) stopped() bool { return st.stopErr != nil || st.dbAway }
+
+// dbFailed handles a database error: unavailability defers the queued rows and the
+// rest to the raw file (nil); any other error stops the ingest and is returned.
+func (st *csvStream) dbFailed(err error) error {
+	in := st.in
+	if store.IsUnavailable(err) {
+		if !st.dbAway {
+			in.Log.Warn("database unavailable: the rest of this port goes to the raw file only and is ingested when the database is back",
+				"err", err, "rows_pending", len(in.rows))
+		}
+		st.dbAway = true
+		in.Deferred += int64(len(in.rows))
+		in.rows = in.rows[:0]
+		return nil
+	}
+	st.stopErr = err
+	return err
+}
+
+// line ingests one line of zmap's output, or counts it as deferred once stopped.
+func (st *csvStream) line(ctx context.Context, line []byte) {
+	st.lineNo++
+	if st.stopped() {
+		if st.lineNo > 1 {
+			st.in.Deferred++
+		}
+		return
+	}
+	if err := st.in.addLine(ctx, st.cr, line, st.lineNo); err != nil {
+		st.dbFailed(err) //nolint:errcheck // kept in stopErr
+	}
+}
+
+// tick syncs the raw file and writes the queued rows.
+func (st *csvStream) tick(ctx context.Context) {
+	if st.stopped() {
+		return
+	}
+	if st.rl != nil {
+		if err := st.rl.sync(); err != nil {
+			st.stopErr = fmt.Errorf("raw output: %w", err)
+			return
+		}
+	}
+	if err := st.in.Flush(ctx); err != nil {
+		st.dbFailed(err) //nolint:errcheck // kept in stopErr
+	}
+}
+
+// end runs when zmap's output ended: the raw file synced, the last rows written (unless
+// stopped); it returns the reader's error, else the database error that stopped the
+// ingest.
+func (st *csvStream) end(ctx context.Context, readErr <-chan error) error {
+	if !st.stopped() {
+		if st.rl != nil {
+			if err := st.rl.sync(); err != nil {
+				return fmt.Errorf("raw output: %w", err)
+			}
+		}
+		if err := st.in.Flush(ctx); err != nil && st.dbFailed(err) != nil {
+			return err
+		}
+	}
+	select {
+	case err := <-readErr:
+		return err
+	default:
+	}
+	return st.stopErr
+}
+
+// drain runs when ctx is cancelled (zmap got SIGINT): it writes what was read, then
+// counts as deferred the lines that still come while zmap's remaining output reaches
+// the raw file through the reader, until the output ends or StreamDrainLimit passes.
+func (st *csvStream) drain(ctx context.Context, lines <-chan []byte) {
+	if !st.stopped() {
+		st.in.Flush(context.WithoutCancel(ctx)) // on failure the raw file still holds the rows
+	}
+	limit := time.NewTimer(StreamDrainLimit)
+	defer limit.Stop()
+	for {
+		select {
+		case _, ok := <-lines:
+			if ok {
+				st.in.Deferred++
+				continue
+			}
+		case <-limit.C:
+		}
+		return
 	}
 }
 

@@ -90,23 +90,17 @@ var ErrNothingRecovered = errors.New("no reply recovered")
 // run stays 'ok'); then the scan: 'ok' when every port is, else a scan left 'running'
 // becomes 'interrupted'. A file with no data line of a port zmap did not finish returns
 // the result and ErrNothingRecovered. A missing file or manifest wraps os.ErrNotExist.
+//
+// Its steps: readReplayManifest, the scan's lock, planReplay (the file's ports and the
+// scan's probes), openRows (the scan's and ports' rows), ingest, and settle (the ports'
+// and the scan's status).
 func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logger) (_ *ReplayResult, retErr error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if f, err := listfile.Open(csvPath); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	} else {
-		f.Close()
-	}
-	dir := filepath.Dir(csvPath)
-	mb, err := listfile.ReadAll(filepath.Join(dir, "manifest.json"), 0)
+	man, err := readReplayManifest(csvPath)
 	if err != nil {
-		return nil, fmt.Errorf("replay %s: the scan's manifest.json must be next to it: %w", csvPath, err)
-	}
-	var man Manifest
-	if err := json.Unmarshal(mb, &man); err != nil {
-		return nil, fmt.Errorf("replay: manifest: %w", err)
+		return nil, err
 	}
 	// Not while a run of the same scan sends: its ports are not settled yet.
 	ctx, release, err := holdScanLock(ctx, s, ScanLockKey(man.Week, man.Vantage, man.Label, man.Shard), log)
@@ -118,78 +112,124 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 			retErr = errors.Join(retErr, lost)
 		}
 	}()
-	filePorts, _, err := ParseRawName(csvPath)
+	rp, err := planReplay(csvPath, man)
 	if err != nil {
+		return nil, err
+	}
+	meta, metaErr := ReadZmapMeta(metaFor(csvPath))
+	res := &ReplayResult{Port: rp.filePorts[0], Ports: rp.filePorts, Complete: metaErr == nil}
+	runs, err := rp.openRows(ctx, s, res)
+	if err != nil {
+		return nil, err
+	}
+	in, err := rp.ingest(ctx, s, res, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := rp.settle(ctx, s, res, runs, in, meta); err != nil {
+		return nil, err
+	}
+	if res.Lines == 0 && !res.Complete {
+		return res, fmt.Errorf("%w: %s has no data line and zmap did not finish the port (no %s): its output was lost "+
+			"or zmap never ran; port %d is marked %s, re-run the scan to send it again", ErrNothingRecovered, csvPath,
+			filepath.Base(metaFor(csvPath)), res.Port, res.Status)
+	}
+	return res, nil
+}
+
+// readReplayManifest checks that the raw file can be read and reads the manifest of
+// its scan, next to it.
+func readReplayManifest(csvPath string) (Manifest, error) {
+	var man Manifest
+	if f, err := listfile.Open(csvPath); err != nil {
+		return man, fmt.Errorf("replay: %w", err)
+	} else {
+		f.Close()
+	}
+	mb, err := listfile.ReadAll(filepath.Join(filepath.Dir(csvPath), "manifest.json"), 0)
+	if err != nil {
+		return man, fmt.Errorf("replay %s: the scan's manifest.json must be next to it: %w", csvPath, err)
+	}
+	if err := json.Unmarshal(mb, &man); err != nil {
+		return man, fmt.Errorf("replay: manifest: %w", err)
+	}
+	return man, nil
+}
+
+// replayPlan is what a replay reads a raw file with: the file's ports, the scan's
+// probes and its classifier.
+type replayPlan struct {
+	csvPath   string
+	man       Manifest
+	filePorts []uint16             // from the file's name; the first is the port of single-port rows
+	kinds     map[uint16]ProbeKind // the scan's ports (the manifest's)
+	qb, db    []byte               // the QUIC and DNS probes' bytes
+	q         QUICProbe
+	cl        *Classifier
+}
+
+// planReplay reads the ports from the raw file's name (each must be a port of the
+// manifest) and the scan's probes kept next to it, and builds the classifier.
+func planReplay(csvPath string, man Manifest) (*replayPlan, error) {
+	rp := &replayPlan{csvPath: csvPath, man: man, kinds: map[uint16]ProbeKind{}}
+	var err error
+	if rp.filePorts, _, err = ParseRawName(csvPath); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	port := filePorts[0]
-	ports := map[uint16]ProbeKind{}
 	for p, k := range man.Ports {
 		n, err := strconv.Atoi(p)
 		if err != nil {
 			return nil, fmt.Errorf("replay: manifest port %q", p)
 		}
-		ports[uint16(n)] = ProbeKind(k)
+		rp.kinds[uint16(n)] = ProbeKind(k)
 	}
-	for _, p := range filePorts {
-		if _, ok := ports[p]; !ok {
+	for _, p := range rp.filePorts {
+		if _, ok := rp.kinds[p]; !ok {
 			return nil, fmt.Errorf("replay: port %d is not in the scan's manifest", p)
 		}
 	}
-	qb, q, err := readProbe(filepath.Join(dir, man.QUICProbe), ParseQUICProbe)
-	if err != nil {
+	dir := filepath.Dir(csvPath)
+	if rp.qb, rp.q, err = readProbe(filepath.Join(dir, man.QUICProbe), ParseQUICProbe); err != nil {
 		return nil, err
 	}
-	db, d, err := readProbe(filepath.Join(dir, man.DNSProbe), ParseDNSProbe)
-	if err != nil {
+	var d DNSProbe
+	if rp.db, d, err = readProbe(filepath.Join(dir, man.DNSProbe), ParseDNSProbe); err != nil {
 		return nil, err
 	}
-	cl, err := NewClassifier(q, d, ports)
-	if err != nil {
+	if rp.cl, err = NewClassifier(rp.q, d, rp.kinds); err != nil {
 		return nil, err
 	}
-	meta, metaErr := ReadZmapMeta(metaFor(csvPath))
-	res := &ReplayResult{Port: port, Ports: filePorts, Complete: metaErr == nil}
+	return rp, nil
+}
+
+// openRows records the vantage point, finds the scan by its natural key (res.ScanID)
+// or creates it if this database never saw it (a replay into another database), and
+// opens a row for each of the file's ports that has none. It returns the ports' runs.
+func (rp *replayPlan) openRows(ctx context.Context, s *store.Store, res *ReplayResult) (map[uint16]store.ScanRunState, error) {
+	man := rp.man
 	if err := s.EnsureVantage(ctx, store.Vantage{ID: man.Vantage}); err != nil {
 		return nil, store.Unavailable(err)
 	}
-	// Find the scan by its natural key; create it if this database never saw it (a
-	// replay into another database).
 	st, found, err := s.FindScan(ctx, man.Week, man.Vantage, man.Label, man.Shard)
 	if err != nil {
 		return nil, store.Unavailable(err)
 	}
 	if found {
 		res.ScanID = st.ID
-	} else {
-		pv := int64(q.Version)
-		var seed *int64
-		if man.Seed != nil {
-			v := int64(*man.Seed)
-			seed = &v
-		}
-		var all []int32
-		for p := range ports {
-			all = append(all, int32(p))
-		}
-		slices.Sort(all)
-		if res.ScanID, _, err = s.StartScan(ctx, store.Scan{ISOWeek: man.Week, VantageID: man.Vantage, Label: man.Label,
-			Shard: man.Shard, Shards: man.Shards, Seed: seed, Ports: all, ProbeVersion: &pv,
-			Targets: strings.Join(man.Targets, " ")}); err != nil {
-			return nil, store.Unavailable(err)
-		}
+	} else if res.ScanID, err = rp.startScan(ctx, s); err != nil {
+		return nil, err
 	}
 	runs := map[uint16]store.ScanRunState{}
-	for _, p := range filePorts {
+	for _, p := range rp.filePorts {
 		run, hasRun := st.Runs[int32(p)]
 		if !hasRun {
-			pkt := qb
-			if ports[p] == ProbeDNS {
-				pkt = db
+			pkt := rp.qb
+			if rp.kinds[p] == ProbeDNS {
+				pkt = rp.db
 			}
 			h := sha256.Sum256(pkt)
-			abs, _ := filepath.Abs(csvPath)
-			if err := s.StartScanRun(ctx, store.ScanRun{ScanID: res.ScanID, Port: int32(p), ProbeKind: string(ports[p]),
+			abs, _ := filepath.Abs(rp.csvPath)
+			if err := s.StartScanRun(ctx, store.ScanRun{ScanID: res.ScanID, Port: int32(p), ProbeKind: string(rp.kinds[p]),
 				ProbeSHA256: h[:], RawOutput: abs}); err != nil {
 				return nil, store.Unavailable(err)
 			}
@@ -197,22 +237,58 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 		}
 		runs[p] = run
 	}
-	f, err := listfile.Open(csvPath)
+	return runs, nil
+}
+
+// startScan opens the scan's row from the manifest.
+func (rp *replayPlan) startScan(ctx context.Context, s *store.Store) (int64, error) {
+	man := rp.man
+	pv := int64(rp.q.Version)
+	var seed *int64
+	if man.Seed != nil {
+		v := int64(*man.Seed)
+		seed = &v
+	}
+	var all []int32
+	for p := range rp.kinds {
+		all = append(all, int32(p))
+	}
+	slices.Sort(all)
+	id, _, err := s.StartScan(ctx, store.Scan{ISOWeek: man.Week, VantageID: man.Vantage, Label: man.Label,
+		Shard: man.Shard, Shards: man.Shards, Seed: seed, Ports: all, ProbeVersion: &pv,
+		Targets: strings.Join(man.Targets, " ")})
+	if err != nil {
+		return 0, store.Unavailable(err)
+	}
+	return id, nil
+}
+
+// ingest classifies and stores the raw file's replies into the scan and counts them
+// in res.
+func (rp *replayPlan) ingest(ctx context.Context, s *store.Store, res *ReplayResult, log *slog.Logger) (*Ingest, error) {
+	f, err := listfile.Open(rp.csvPath)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	in := NewIngest(s, res.ScanID, cl, log)
-	if len(filePorts) > 1 {
-		in.Ports = filePorts
+	in := NewIngest(s, res.ScanID, rp.cl, log)
+	if len(rp.filePorts) > 1 {
+		in.Ports = rp.filePorts
 	}
-	if err := IngestCSV(ctx, f, port, in); err != nil {
+	if err := IngestCSV(ctx, f, res.Port, in); err != nil {
 		return nil, err
 	}
 	res.Lines, res.Replies, res.Inserted, res.Bad, res.BadLines, res.Truncated = in.Lines, in.Replies, in.Inserted, in.Bad, in.BadLines, in.Truncated
-	res.ByKind = in.Counts[port]
+	res.ByKind = in.Counts[res.Port]
 	res.NoPort = in.NoPort
-	for i, p := range filePorts {
+	return in, nil
+}
+
+// settle closes the file's ports' rows ('ok' when the run was, or when zmap finished
+// the port and the file is whole, else 'interrupted'; the probes sent from zmap's
+// metadata, shared by the ports) and settles the scan's status.
+func (rp *replayPlan) settle(ctx context.Context, s *store.Store, res *ReplayResult, runs map[uint16]store.ScanRunState, in *Ingest, meta *ZmapMeta) error {
+	for i, p := range rp.filePorts {
 		run := runs[p]
 		status := store.RunInterrupted
 		if run.Status == store.RunOK || (res.Complete && !res.Truncated) {
@@ -223,26 +299,22 @@ func Replay(ctx context.Context, s *store.Store, csvPath string, log *slog.Logge
 		}
 		sent := run.ProbesSent
 		if meta != nil {
-			share := meta.TotalSent / int64(len(filePorts))
+			share := meta.TotalSent / int64(len(rp.filePorts))
 			sent = &share
 		}
 		replies := res.Replies
-		if len(filePorts) > 1 {
+		if len(rp.filePorts) > 1 {
 			replies = countOf(in.Counts[p])
 		}
 		if err := s.FinishScanRun(ctx, res.ScanID, int32(p), status, sent, &replies, run.Blocklisted); err != nil {
-			return nil, store.Unavailable(err)
+			return store.Unavailable(err)
 		}
 	}
+	var err error
 	if res.ScanStatus, err = s.SettleScan(ctx, res.ScanID); err != nil {
-		return nil, store.Unavailable(err)
+		return store.Unavailable(err)
 	}
-	if res.Lines == 0 && !res.Complete {
-		return res, fmt.Errorf("%w: %s has no data line and zmap did not finish the port (no %s): its output was lost "+
-			"or zmap never ran; port %d is marked %s, re-run the scan to send it again", ErrNothingRecovered, csvPath,
-			filepath.Base(metaFor(csvPath)), port, res.Status)
-	}
-	return res, nil
+	return nil
 }
 
 // readProbe reads a probe file kept with a scan and returns its bytes and the probe

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"github.com/doqscan/doqscan/blocklist"
 	"github.com/doqscan/doqscan/internal/labnet"
 	"github.com/doqscan/doqscan/internal/listfile"
+	"github.com/doqscan/doqscan/internal/store"
 )
 
 // Safety is the target policy every sender obeys: targets come from explicit prefixes
@@ -145,4 +147,35 @@ func (s *Safety) WriteAllowlist(w io.Writer) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// PrepareSafety builds the blocklist (reserved + dir + database opt-outs), checks the
+// targets, and refuses lab targets unless this process runs inside the testbed
+// (Safety.CheckLab with g; nil: a guard of its own).
+func PrepareSafety(ctx context.Context, s *store.Store, targets []netip.Prefix, testbed *netip.Prefix, internetWide bool, dir string, g *labnet.Guard) (*Safety, error) {
+	var dirEntries []blocklist.Entry
+	if dir != "" {
+		var err error
+		if dirEntries, err = blocklist.Dir(dir); err != nil {
+			return nil, err
+		}
+	}
+	var opt []blocklist.Entry
+	if s != nil {
+		var err error
+		if opt, err = blocklist.OptOuts(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	safety, err := BuildSafety(targets, testbed, internetWide, dirEntries, opt)
+	if err != nil {
+		return nil, err
+	}
+	if g == nil {
+		g = labnet.NewGuard()
+	}
+	if err := safety.CheckLab(g); err != nil {
+		return nil, err
+	}
+	return safety, nil
 }

@@ -105,27 +105,8 @@ func scanFlags(fs *flag.FlagSet) runFunc {
 		defer s.Close()
 		z := probe.ZmapRun{Binary: zmapBin, Rate: rate.pps, Bandwidth: bandwidth, Interface: iface, GatewayMAC: gw, SourceIP: src,
 			Cooldown: cooldown, ProbesPerHost: probesPer, SenderThreads: threads}
-		if z.Interface == "" || z.GatewayMAC == "" {
-			dst := netip.MustParseAddr("1.1.1.1") // only the route is looked up; no packet goes there
-			if tb != nil {
-				dst = tb.Addr()
-			} else if len(targets) > 0 {
-				dst = targets[0].Addr()
-			}
-			r, err := probe.DiscoverRoute(ctx, dst)
-			if err != nil {
-				return cli.Environmentf("find the interface and gateway MAC (pass --interface and --gateway-mac): %v", err)
-			}
-			log.Info("route discovered", "interface", r.Interface, "source", r.SourceIP, "gateway", r.Gateway, "gateway_mac", r.GatewayMAC)
-			if z.Interface == "" {
-				z.Interface = r.Interface
-			}
-			if z.GatewayMAC == "" {
-				z.GatewayMAC = r.GatewayMAC
-			}
-			if z.SourceIP == "" {
-				z.SourceIP = r.SourceIP
-			}
+		if err := discoverRoute(ctx, log, &z, targets, tb); err != nil {
+			return err
 		}
 		sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, Log: log, VantageID: vf.ID, VantageLocation: vf.Location, VantageContact: vf.Contact, Label: label, Week: week,
 			Shard: shard, Shards: shards, Seed: seedP, QUICPorts: qp, DNSPorts: dp, QUIC: q, DNS: d, Targets: targets,
@@ -134,6 +115,35 @@ func scanFlags(fs *flag.FlagSet) runFunc {
 			OnEstimate: func(e probe.ScanEstimate) { fmt.Fprintf(os.Stderr, "zprobe: %s: %s\n", zv.Raw, e) }})
 		return classify(errors.Join(err, output(ctx, s, sum, asJSON, log)))
 	}
+}
+
+// discoverRoute fills what z leaves unset of the interface, gateway MAC and source
+// address from the route to the testbed, the first target, or (internet-wide) 1.1.1.1.
+func discoverRoute(ctx context.Context, log *slog.Logger, z *probe.ZmapRun, targets []netip.Prefix, tb *netip.Prefix) error {
+	if z.Interface != "" && z.GatewayMAC != "" {
+		return nil
+	}
+	dst := netip.MustParseAddr("1.1.1.1") // only the route is looked up; no packet goes there
+	if tb != nil {
+		dst = tb.Addr()
+	} else if len(targets) > 0 {
+		dst = targets[0].Addr()
+	}
+	r, err := probe.DiscoverRoute(ctx, dst)
+	if err != nil {
+		return cli.Environmentf("find the interface and gateway MAC (pass --interface and --gateway-mac): %v", err)
+	}
+	log.Info("route discovered", "interface", r.Interface, "source", r.SourceIP, "gateway", r.Gateway, "gateway_mac", r.GatewayMAC)
+	if z.Interface == "" {
+		z.Interface = r.Interface
+	}
+	if z.GatewayMAC == "" {
+		z.GatewayMAC = r.GatewayMAC
+	}
+	if z.SourceIP == "" {
+		z.SourceIP = r.SourceIP
+	}
+	return nil
 }
 
 // classify gives the errors of internal/probe their exit codes (by type).
