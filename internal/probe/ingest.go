@@ -146,6 +146,13 @@ func (r *rawLog) write(line []byte) {
 	r.mu.Unlock()
 }
 
+// failed reports whether a write, flush or sync of the raw file failed.
+func (r *rawLog) failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err != nil
+}
+
 // flush writes the buffered lines to the file.
 func (r *rawLog) flush() error {
 	r.mu.Lock()
@@ -227,37 +234,47 @@ func StreamCSV(ctx context.Context, r io.Reader, raw io.Writer, port uint16, in 
 
 // readLines reads zmap's output from r, copies each line to the raw file first (rl,
 // may be nil; written out whenever the reader has nothing more buffered from zmap) and
-// passes it on to lines, or counts it in deferred when lines is full (the header always
-// reaches the parser). When r ends it syncs the raw file, sends a read or raw-file error
-// to readErr, and closes lines.
+// passes it on to lines, or, when lines is full, leaves it to a replay of the raw file:
+// it counts in deferred once the raw file holds it (the header always reaches the
+// parser). Once the raw file fails, no line reaches the parser or the count: none of
+// them can be replayed; r is still read to its end, so zmap is not blocked. When r ends
+// it syncs the raw file, sends a read or raw-file error to readErr, and closes lines.
 func readLines(r io.Reader, rl *rawLog, lines chan<- []byte, readErr chan<- error, deferred *atomic.Int64) {
 	defer close(lines)
 	br := bufio.NewReaderSize(r, 1<<20)
 	first := true
+	var pending int64 // deferred lines not yet known to be on disk
 	for {
 		line, err := br.ReadBytes('\n')
-		if len(line) > 0 {
+		if len(line) > 0 && (rl == nil || !rl.failed()) {
 			if rl != nil {
 				rl.write(line)
-				if br.Buffered() == 0 { // the next read may block: put what we have on disk
-					rl.flush() // its error is kept in rl.err, returned below
-				}
 			}
-			if first { // the header must reach the parser
+			switch {
+			case first: // the header must reach the parser
 				lines <- line
 				first = false
-			} else {
+			default:
 				select {
 				case lines <- line:
 				default:
-					deferred.Add(1)
+					pending++
 				}
+			}
+			if rl == nil {
+				deferred.Add(pending)
+				pending = 0
+			} else if br.Buffered() == 0 && rl.flush() == nil { // the next read may block: put what we have on disk
+				deferred.Add(pending)
+				pending = 0
 			}
 		}
 		if err != nil {
 			var werr error
 			if rl != nil {
-				werr = rl.sync()
+				if werr = rl.sync(); werr == nil {
+					deferred.Add(pending)
+				}
 			}
 			switch {
 			case err != io.EOF:
@@ -283,6 +300,14 @@ type csvStream struct {
 // stopped says lines no longer go to the database (it went away, or failed).
 func (st *csvStream) stopped() bool { return st.stopErr != nil || st.dbAway }
 
+// deferLines counts n lines as left to a replay of the raw file, unless the raw file
+// failed: then it holds none of them to replay.
+func (st *csvStream) deferLines(n int64) {
+	if st.rl == nil || !st.rl.failed() {
+		st.in.Deferred += n
+	}
+}
+
 // dbFailed handles a database error: unavailability defers the queued rows and the
 // rest to the raw file (nil); any other error stops the ingest and is returned.
 func (st *csvStream) dbFailed(err error) error {
@@ -293,7 +318,7 @@ func (st *csvStream) dbFailed(err error) error {
 				"err", err, "rows_pending", len(in.rows))
 		}
 		st.dbAway = true
-		in.Deferred += int64(len(in.rows))
+		st.deferLines(int64(len(in.rows)))
 		in.rows = in.rows[:0]
 		return nil
 	}
@@ -306,7 +331,7 @@ func (st *csvStream) line(ctx context.Context, line []byte) {
 	st.lineNo++
 	if st.stopped() {
 		if st.lineNo > 1 {
-			st.in.Deferred++
+			st.deferLines(1)
 		}
 		return
 	}
@@ -366,7 +391,7 @@ func (st *csvStream) drain(ctx context.Context, lines <-chan []byte) {
 		select {
 		case _, ok := <-lines:
 			if ok {
-				st.in.Deferred++
+				st.deferLines(1)
 				continue
 			}
 		case <-limit.C:
