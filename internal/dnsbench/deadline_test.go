@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
@@ -18,7 +19,7 @@ import (
 // elapsed time ends at the last outcome.
 func TestOutcomesAreTimedByTheirDeadline(t *testing.T) {
 	const timeout = 250 * time.Millisecond
-	for _, beh := range []measuretest.Behavior{measuretest.Stall, measuretest.Reset, measuretest.Flood} {
+	for _, beh := range []hostile.Behaviour{hostile.Stall, hostile.Reset, hostile.Flood} {
 		s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", Behavior: beh})
 		for _, tg := range []Target{{Protocol: measure.DoQ, Addr: s.DoQ}, {Protocol: measure.DoH3, Variant: measure.VariantPOST, Addr: s.DoH3},
 			{Protocol: measure.DoT, Addr: s.DoT}, {Protocol: measure.DoUDP, Addr: s.UDP}} {
@@ -66,7 +67,7 @@ func TestOutcomesAreTimedByTheirDeadline(t *testing.T) {
 					if want := last.Sub(b.start).Seconds(); r.Elapsed != want {
 						t.Errorf("elapsed %vs, the last outcome came at %vs", r.Elapsed, want)
 					}
-					if beh == measuretest.Stall && r.Statuses[measure.StatusTimeout] != 12 {
+					if beh == hostile.Stall && r.Statuses[measure.StatusTimeout] != 12 {
 						t.Errorf("stalled: %v %v", r.Statuses, r.ErrorSamples)
 					}
 				})
@@ -82,7 +83,7 @@ func TestOutcomesAreTimedByTheirDeadline(t *testing.T) {
 // (TestOutcomesAreTimedByTheirDeadline); this is what the caller waits on top.
 func BenchmarkRunEndAgainstHostile(b *testing.B) {
 	const timeout = time.Second
-	for _, beh := range []measuretest.Behavior{measuretest.Flood, measuretest.Stall} {
+	for _, beh := range []hostile.Behaviour{hostile.Flood, hostile.Stall} {
 		s := measuretest.Start(b, measuretest.Config{Host: "127.0.0.3", Behavior: beh})
 		for _, tg := range []Target{{Protocol: measure.DoQ, Addr: s.DoQ}, {Protocol: measure.DoH3, Variant: measure.VariantPOST, Addr: s.DoH3}} {
 			b.Run(string(beh)+"/"+string(tg.Protocol), func(b *testing.B) {

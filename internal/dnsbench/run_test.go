@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsbench"
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
@@ -89,7 +90,7 @@ func TestFixedRateIsNotExceeded(t *testing.T) {
 // Hostile and absent servers give classified outcomes within the deadline.
 func TestBadServersAreClassified(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	for _, b := range []measuretest.Behavior{measuretest.Stall, measuretest.Reset, measuretest.Garbage} {
+	for _, b := range []hostile.Behaviour{hostile.Stall, hostile.Reset, hostile.Garbage} {
 		s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", Behavior: b})
 		for _, pol := range []measure.Mode{measure.ModeFresh, measure.ModePersistent} {
 			t.Run(string(b)+"/"+string(pol), func(t *testing.T) {
@@ -104,7 +105,7 @@ func TestBadServersAreClassified(t *testing.T) {
 					if r.Sent != 4 || r.Answered != 0 || r.Statuses[measure.StatusError] != 0 {
 						t.Errorf("%s: sent %d answered %d statuses %v %v", r.Target, r.Sent, r.Answered, r.Statuses, r.ErrorSamples)
 					}
-					if b == measuretest.Stall && r.Statuses[measure.StatusTimeout] != 4 {
+					if b == hostile.Stall && r.Statuses[measure.StatusTimeout] != 4 {
 						t.Errorf("%s stalled: statuses %v", r.Target, r.Statuses)
 					}
 				}
@@ -133,7 +134,7 @@ func TestBadServersAreClassified(t *testing.T) {
 
 func TestRampStopsAtLoss(t *testing.T) {
 	good := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3"})
-	dead := measuretest.Start(t, measuretest.Config{Host: "127.0.0.4", Behavior: measuretest.Stall})
+	dead := measuretest.Start(t, measuretest.Config{Host: "127.0.0.4", Behavior: hostile.Stall})
 	c := dnsbench.Config{Targets: []dnsbench.Target{{Protocol: measure.DoUDP, Addr: good.UDP}, {Protocol: measure.DoUDP, Addr: dead.UDP}},
 		Queries: questions, Load: dnsbench.LoadRamp, RampMax: 400, RampLoss: 0.05, Duration: 3 * time.Second,
 		Workers: 64, Timeout: 200 * time.Millisecond}
@@ -163,7 +164,7 @@ func TestRampStopsAtLoss(t *testing.T) {
 }
 
 func TestInterruptReturnsPromptly(t *testing.T) {
-	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", Behavior: measuretest.Stall})
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", Behavior: hostile.Stall})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	c := dnsbench.Config{Targets: []dnsbench.Target{{Protocol: measure.DoQ, Addr: s.DoQ}}, Workers: 4,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/dnsbench"
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
@@ -50,7 +51,7 @@ func TestStreamsKeepQueriesOutstanding(t *testing.T) {
 // A server that stalls with several streams outstanding: every query times out on its
 // own, none is lost, and the worker goes on with new sessions.
 func TestStreamsStallAndReset(t *testing.T) {
-	for _, b := range []measuretest.Behavior{measuretest.Stall, measuretest.Reset} {
+	for _, b := range []hostile.Behaviour{hostile.Stall, hostile.Reset} {
 		s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.3", Behavior: b})
 		t.Run(string(b), func(t *testing.T) {
 			c := dnsbench.Config{Targets: targets(s), Queries: questions, Policy: measure.ModePersistent,
@@ -61,7 +62,7 @@ func TestStreamsStallAndReset(t *testing.T) {
 			}
 			for _, r := range rs {
 				checkUnanswered(t, r, 12)
-				if b == measuretest.Stall && r.Statuses[measure.StatusTimeout] != 12 {
+				if b == hostile.Stall && r.Statuses[measure.StatusTimeout] != 12 {
 					t.Errorf("%s stalled: %v", r.Target, r.Statuses)
 				}
 			}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/benchpool"
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/testsupport"
@@ -33,7 +34,7 @@ const floodServerEnv = "DOQSCAN_FLOOD_SERVER"
 // names an address for each flooded protocol, and exits cleanly once stdin closes.
 func TestFloodServerProcess(t *testing.T) {
 	if os.Getenv(floodServerEnv) != "" {
-		s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.7", Behavior: measuretest.Flood})
+		s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.7", Behavior: hostile.Flood})
 		_ = json.NewEncoder(os.Stdout).Encode(map[string]string{"doq": s.DoQ.String(), "doh3": s.DoH3.String()})
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // EOF when the benchmark ends
 		return

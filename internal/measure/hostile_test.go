@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
@@ -26,20 +27,20 @@ func tooLate(took time.Duration) bool { return took >= measure.DefaultTimeout }
 
 // expected classification of each hostile behaviour per protocol. DoH has no "wrong
 // length" (HTTP frames the body): the test server answers 503 there instead.
-func expected(p measure.Protocol, b measuretest.Behavior) measure.Status {
+func expected(p measure.Protocol, b hostile.Behaviour) measure.Status {
 	switch b {
-	case measuretest.Stall:
+	case hostile.Stall:
 		return measure.StatusTimeout
-	case measuretest.Reset:
+	case hostile.Reset:
 		if p == measure.DoUDP {
 			return measure.StatusBadResponse // UDP has no reset: a truncated message
 		}
 		return measure.StatusReset
-	case measuretest.WrongLength:
+	case hostile.WrongLength:
 		if p == measure.DoH || p == measure.DoH3 {
 			return measure.StatusHTTPError
 		}
-	case measuretest.Flood:
+	case hostile.Flood:
 		if p == measure.DoUDP {
 			return measure.StatusBadResponse // only garbage datagrams until the deadline
 		}
@@ -86,7 +87,7 @@ func TestHostileServersAreClassified(t *testing.T) {
 // The timeout is long enough for either flood to pass the bound several times over on
 // a loaded machine (DoH3 ~20 MB per second, DoQ ~0.6 MB per second here unbounded).
 func TestFloodBoundsTheQlog(t *testing.T) {
-	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.6", Behavior: measuretest.Flood})
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.6", Behavior: hostile.Flood})
 	for _, p := range []measure.Protocol{measure.DoQ, measure.DoH3} {
 		t.Run(string(p), func(t *testing.T) {
 			m, _ := measure.For(p)
@@ -133,9 +134,9 @@ func TestFloodBoundsTheQlog(t *testing.T) {
 // the client takes is a bad response (HTTP/2's client refuses the frame, HTTP/3's the
 // header block: both a malformed reply).
 func TestHostileHTTPServersAreClassified(t *testing.T) {
-	want := map[measuretest.Behavior]measure.Status{
-		measuretest.Drip:        measure.StatusTimeout,
-		measuretest.HugeHeaders: measure.StatusBadResponse,
+	want := map[hostile.Behaviour]measure.Status{
+		hostile.Drip:        measure.StatusTimeout,
+		hostile.HugeHeaders: measure.StatusBadResponse,
 	}
 	for i, b := range measuretest.HTTPBehaviors {
 		s := measuretest.Start(t, measuretest.Config{Host: fmt.Sprintf("127.0.0.%d", 40+i), Behavior: b})
@@ -162,10 +163,10 @@ func TestHostileHTTPServersAreClassified(t *testing.T) {
 // client's timeout), HTTP/3's cancelled stream. Handshake: nothing answers the
 // ClientHello or the Initial. Answer: stalling, flooding and dripping servers.
 func TestOneTimeoutOneText(t *testing.T) {
-	stall := measuretest.Start(t, measuretest.Config{Host: "127.0.0.44", Behavior: measuretest.Stall})
-	idle := measuretest.Start(t, measuretest.Config{Host: "127.0.0.45", Behavior: measuretest.Stall, IdleTimeout: 150 * time.Millisecond})
-	flood := measuretest.Start(t, measuretest.Config{Host: "127.0.0.46", Behavior: measuretest.Flood})
-	drip := measuretest.Start(t, measuretest.Config{Host: "127.0.0.47", Behavior: measuretest.Drip})
+	stall := measuretest.Start(t, measuretest.Config{Host: "127.0.0.44", Behavior: hostile.Stall})
+	idle := measuretest.Start(t, measuretest.Config{Host: "127.0.0.45", Behavior: hostile.Stall, IdleTimeout: 150 * time.Millisecond})
+	flood := measuretest.Start(t, measuretest.Config{Host: "127.0.0.46", Behavior: hostile.Flood})
+	drip := measuretest.Start(t, measuretest.Config{Host: "127.0.0.47", Behavior: hostile.Drip})
 	silentUDP, err := net.ListenPacket("udp", "127.0.0.48:0")
 	if err != nil {
 		t.Fatal(err)

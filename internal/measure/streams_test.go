@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
@@ -53,7 +54,7 @@ func TestStreamsOutstandingAtOnce(t *testing.T) {
 // the first failure no further query is asked for.
 func TestStreamsQueryTimeout(t *testing.T) {
 	const n = 3
-	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Behavior: measuretest.Stall})
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Behavior: hostile.Stall})
 	for _, p := range sessionProtocols {
 		t.Run(string(p), func(t *testing.T) {
 			m, _ := measure.For(p)
@@ -79,7 +80,7 @@ func TestStreamsQueryTimeout(t *testing.T) {
 // against a server that never answers, the first query times out alone and ends the
 // session before a second is asked for.
 func TestDoUDPQueriesOneAfterAnother(t *testing.T) {
-	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Behavior: measuretest.Stall})
+	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.5", Behavior: hostile.Stall})
 	m, _ := measure.For(measure.DoUDP)
 	req := s.Request(measure.DoUDP)
 	req.Mode, req.Streams, req.Timeout = measure.ModePersistent, 3, 300*time.Millisecond

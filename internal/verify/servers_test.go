@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,21 +20,24 @@ import (
 
 	"github.com/doqscan/doqscan/internal/certs/certtest"
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/hostile"
 )
 
 // Behaviours of in-process test servers. Each test server is a real quic-go server (or
-// a raw UDP socket for what quic-go cannot be: draft-only, stall, garbage) on 127.0.0.0/8.
+// a raw UDP socket for what quic-go cannot be: draft-only, garbage datagrams, silence) on
+// 127.0.0.0/8. Misbehaviour is named by hostile.Behaviours (servedHostile says which).
 type behaviour struct {
 	name     string
-	alpns    []string       // offered by the server; default {"doq"}
-	versions []quic.Version // default v1, v2
-	rcode    int            // DNS rcode of the answer
-	dnsMode  string         // "" answer | stall | endless | bad-id | reset | close-app | garbage-dns
-	tlsMode  string         // "" | sni-list (needs sniName) | sni-san (cert shown, client cert demanded without SNI) | client-cert
+	alpns    []string          // offered by the server; default {"doq"}
+	versions []quic.Version    // default v1, v2
+	rcode    int               // DNS rcode of the answer
+	hostile  hostile.Behaviour // quic-go: what the DoQ stream gets (one of servedHostile.Implements); raw: Garbage, DraftOnly or None (silent)
+	tlsMode  string            // "" | sni-list (needs sniName) | sni-san (cert shown, client cert demanded without SNI) | client-cert
 	sniName  string
 	refuse   bool    // QUIC CONNECTION_REFUSED for every connection
 	noALPN   bool    // accepts only a ClientHello without ALPN, refuses any offered one (alert 120), as rustls/quinn with no ALPN configured
-	raw      string  // "" quic-go | stall | garbage | vn-draft | closed
+	raw      bool    // a raw UDP socket instead of quic-go (datagrams get b.hostile)
+	closed   bool    // nothing listens: the kernel answers ICMP port unreachable
 	ipv6     bool    // listen on ::1 instead of a 127.0.x.y address
 	want     Outcome // expected outcome (derived from the behaviour by its author)
 }
@@ -76,11 +80,11 @@ func startServer(t testing.TB, pki *testPKI, b behaviour) *testServer {
 		t.Fatal(err)
 	}
 	s := &testServer{b: b, addr: uc.LocalAddr().(*net.UDPAddr).AddrPort()}
-	switch b.raw {
-	case "closed":
+	switch {
+	case b.closed:
 		uc.Close() // nothing listens: the kernel answers ICMP port unreachable
 		return s
-	case "stall", "garbage", "vn-draft":
+	case b.raw:
 		t.Cleanup(func() { uc.Close() })
 		go s.serveRaw(uc)
 		return s
@@ -185,27 +189,27 @@ func (s *testServer) serveConn(c *quic.Conn) {
 		rr, _ := dns.NewRR(m.Question[0].Name + " 60 IN A 192.0.2.53")
 		r.Answer = append(r.Answer, rr)
 	}
-	switch s.b.dnsMode {
-	case "stall":
+	switch s.b.hostile {
+	case hostile.Stall:
 		<-c.Context().Done()
 		return
-	case "endless":
+	case hostile.Endless:
 		buf := make([]byte, 4096)
 		for {
 			if _, err := str.Write(buf); err != nil {
 				return
 			}
 		}
-	case "bad-id":
+	case hostile.WrongID:
 		r.Id = 4711
-	case "reset":
+	case hostile.Reset:
 		str.CancelWrite(doq.CodeInternalError)
 		<-c.Context().Done()
 		return
-	case "close-app":
+	case hostile.CloseApp:
 		c.CloseWithError(doq.CodeExcessiveLoad, "busy")
 		return
-	case "garbage-dns":
+	case hostile.Garbage:
 		out, _ := doq.Frame(f, []byte("this is not DNS"))
 		str.Write(out)
 		str.Close()
@@ -229,12 +233,12 @@ func (s *testServer) serveRaw(uc *net.UDPConn) {
 			return
 		}
 		s.hits.Add(1)
-		switch s.b.raw {
-		case "garbage":
+		switch s.b.hostile {
+		case hostile.Garbage:
 			junk := make([]byte, 40+int(buf[0])%1000)
 			rand.Read(junk)
 			uc.WriteToUDPAddrPort(junk, from)
-		case "vn-draft":
+		case hostile.DraftOnly:
 			if vn := versionNegotiation(buf[:n], 0xff00001d, 0xff000020); vn != nil {
 				uc.WriteToUDPAddrPort(vn, from)
 			}
@@ -282,25 +286,61 @@ func behaviours() []behaviour {
 		{name: "v2-only", versions: []quic.Version{quic.Version2}, want: OutcomeVerified},
 		{name: "refused", rcode: dns.RcodeRefused, want: OutcomeRefused},
 		{name: "servfail", rcode: dns.RcodeServerFailure, want: OutcomeDNSError},
-		{name: "stall-after-handshake", dnsMode: "stall", want: OutcomeTimeout},
-		{name: "endless-stream", dnsMode: "endless", want: OutcomeProtocolError},
-		{name: "bad-id", dnsMode: "bad-id", want: OutcomeProtocolError},
-		{name: "stream-reset", dnsMode: "reset", want: OutcomeProtocolError},
-		{name: "close-app", dnsMode: "close-app", want: OutcomeProtocolError},
-		{name: "garbage-dns", dnsMode: "garbage-dns", want: OutcomeProtocolError},
+		{name: "stall-after-handshake", hostile: hostile.Stall, want: OutcomeTimeout},
+		{name: "endless-stream", hostile: hostile.Endless, want: OutcomeProtocolError},
+		{name: "bad-id", hostile: hostile.WrongID, want: OutcomeProtocolError},
+		{name: "stream-reset", hostile: hostile.Reset, want: OutcomeProtocolError},
+		{name: "close-app", hostile: hostile.CloseApp, want: OutcomeProtocolError},
+		{name: "garbage-dns", hostile: hostile.Garbage, want: OutcomeProtocolError},
 		{name: "h3-only", alpns: []string{"h3"}, want: OutcomeQUICNotDoQ},
 		{name: "no-alpn-only", noALPN: true, want: OutcomeDoQNoALPN},
 		{name: "no-alpn-only-refused", noALPN: true, rcode: dns.RcodeRefused, want: OutcomeDoQNoALPN},
-		{name: "no-alpn-only-stall", noALPN: true, dnsMode: "stall", want: OutcomeQUICNotDoQ},
+		{name: "no-alpn-only-stall", noALPN: true, hostile: hostile.Stall, want: OutcomeQUICNotDoQ},
 		{name: "sni-listed", tlsMode: "sni-list", sniName: "resolver.doq.test", want: OutcomeVerified},
 		{name: "sni-unknown", tlsMode: "sni-list", sniName: "secret.doq.test", want: OutcomeSNIRequired},
 		{name: "sni-from-san", tlsMode: "sni-san", sniName: "san-only.doq.test", want: OutcomeVerified},
 		{name: "client-cert", tlsMode: "client-cert", want: OutcomeTLSError},
 		{name: "connection-refused", refuse: true, want: OutcomeProtocolError},
-		{name: "draft-only", raw: "vn-draft", want: OutcomeVersionMismatch},
-		{name: "stall", raw: "stall", want: OutcomeTimeout},
-		{name: "garbage", raw: "garbage", want: OutcomeTimeout},
-		{name: "closed-port", raw: "closed", want: OutcomeUnreachable},
+		{name: "draft-only", raw: true, hostile: hostile.DraftOnly, want: OutcomeVersionMismatch},
+		{name: "stall", raw: true, want: OutcomeTimeout},
+		{name: "garbage", raw: true, hostile: hostile.Garbage, want: OutcomeTimeout},
+		{name: "closed-port", closed: true, want: OutcomeUnreachable},
+	}
+}
+
+// servedHostile is the part of hostile.Behaviours these servers act out, and why not
+// the rest (TestServedHostile).
+var servedHostile = hostile.Subset{
+	Implements: []hostile.Behaviour{hostile.Stall, hostile.Endless, hostile.WrongID, hostile.Reset, hostile.CloseApp,
+		hostile.Garbage, hostile.DraftOnly},
+	Omits: map[hostile.Behaviour]string{
+		hostile.Truncated:   "verified against the testbed's hostile=truncated hosts (verify/e2e)",
+		hostile.WrongLength: "verified against the testbed's hostile=wrong-length hosts (verify/e2e)",
+		hostile.BadVN:       "verified against the testbed's hostile=bad-vn hosts (verify/e2e)",
+		hostile.TLSStall:    "DoT/DoH only (simdns); verify speaks QUIC",
+		hostile.Flood:       "no verify test needs it yet: measuretest acts it out",
+		hostile.Drip:        "HTTP only; verify speaks QUIC",
+		hostile.HugeHeaders: "HTTP only; verify speaks QUIC",
+	},
+}
+
+// TestServedHostile: the test servers' misbehaviours are exactly their declared part of
+// hostile.Behaviours, each with a reason for the rest.
+func TestServedHostile(t *testing.T) {
+	if err := servedHostile.Check(); err != nil {
+		t.Fatal(err)
+	}
+	used := map[hostile.Behaviour]bool{}
+	for _, b := range behaviours() {
+		if b.hostile != hostile.None && !slices.Contains(servedHostile.Implements, b.hostile) {
+			t.Errorf("%s: %s is not in servedHostile", b.name, b.hostile)
+		}
+		used[b.hostile] = true
+	}
+	for _, b := range servedHostile.Implements {
+		if !used[b] {
+			t.Errorf("servedHostile implements %s, which no test server acts out", b)
+		}
 	}
 }
 

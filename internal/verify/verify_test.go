@@ -15,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
 )
@@ -94,10 +95,10 @@ func TestEveryOutcomeClass(t *testing.T) {
 		if r.CertValid == nil || !*r.CertValid {
 			t.Errorf("%s: certificate should validate for %q", b.name, r.SNI)
 		}
-		if b.dnsMode == "" && (r.Rcode == nil || *r.Rcode != b.rcode) {
+		if b.hostile == hostile.None && (r.Rcode == nil || *r.Rcode != b.rcode) {
 			t.Errorf("%s: rcode %v, want %d", b.name, r.Rcode, b.rcode)
 		}
-		if b.rcode == dns.RcodeSuccess && b.dnsMode == "" && r.Answers != 1 {
+		if b.rcode == dns.RcodeSuccess && b.hostile == hostile.None && r.Answers != 1 {
 			t.Errorf("%s: %d answers", b.name, r.Answers)
 		}
 		switch b.tlsMode {
@@ -165,7 +166,7 @@ func TestConfigErrors(t *testing.T) {
 
 func TestCancelledContextStillClassifies(t *testing.T) {
 	pki := newPKI(t)
-	s := startServer(t, pki, behaviour{name: "stall", raw: "stall"})
+	s := startServer(t, pki, behaviour{name: "stall", raw: true})
 	v, _ := New(testConfig(pki))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

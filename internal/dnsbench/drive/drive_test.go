@@ -15,6 +15,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/dnsbench/drive"
 	"github.com/doqscan/doqscan/internal/dnsmsg"
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/measuretest"
 	"github.com/doqscan/doqscan/internal/testsupport"
@@ -135,7 +136,7 @@ func TestStatusIsFirstFailure(t *testing.T) {
 // that answers garbage is still a bad response.
 func TestRcodeOnly(t *testing.T) {
 	s := measuretest.Start(t, measuretest.Config{Host: "127.0.0.2"})
-	bad := measuretest.Start(t, measuretest.Config{Host: "127.0.0.2", Behavior: measuretest.Garbage})
+	bad := measuretest.Start(t, measuretest.Config{Host: "127.0.0.2", Behavior: hostile.Garbage})
 	for _, p := range measure.Protocols {
 		t.Run(string(p), func(t *testing.T) {
 			for _, streams := range []int{1, 3} {

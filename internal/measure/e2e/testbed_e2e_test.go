@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
@@ -459,12 +460,12 @@ func TestHostileEndpointsAreClassified(t *testing.T) {
 			if res.Status == measure.StatusOK || res.Status == measure.StatusError {
 				t.Errorf("status %s (%v): want a classified failure", res.Status, res.Err)
 			}
-			want := map[string]measure.Status{
-				population.HostileStall:   measure.StatusTimeout,
-				population.HostileReset:   measure.StatusReset,
-				population.HostileGarbage: measure.StatusBadResponse,
+			want := map[hostile.Behaviour]measure.Status{
+				hostile.Stall:   measure.StatusTimeout,
+				hostile.Reset:   measure.StatusReset,
+				hostile.Garbage: measure.StatusBadResponse,
 			}[ep.rec.Hostile]
-			if ep.rec.Hostile == population.HostileGarbage && ep.proto == measure.DoQ {
+			if ep.rec.Hostile == hostile.Garbage && ep.proto == measure.DoQ {
 				want = "" // garbage instead of QUIC: a handshake timeout
 			}
 			if want != "" && res.Status != want {

@@ -22,48 +22,36 @@ import (
 	"github.com/quic-go/quic-go/quicvarint"
 	"golang.org/x/net/http2"
 
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/measure"
 )
 
-// Behavior is how a server answers.
-type Behavior string
+// Behaviors lists the hostile behaviours every server acts out (what each does on its
+// transport: hostile.Behaviours). Config.Behavior hostile.None is a valid answer.
+var Behaviors = []hostile.Behaviour{hostile.Stall, hostile.Garbage, hostile.Endless, hostile.WrongLength,
+	hostile.Reset, hostile.Flood}
 
-const (
-	Normal      Behavior = ""             // a valid answer
-	Stall       Behavior = "stall"        // read the query, never answer
-	Garbage     Behavior = "garbage"      // random bytes instead of a DNS message
-	Endless     Behavior = "endless"      // an endless stream of bytes
-	WrongLength Behavior = "wrong-length" // length prefix larger than the message, then FIN/close
-	Reset       Behavior = "reset"        // TCP RST / QUIC stream reset / HTTP/2 RST_STREAM
-	// Flood keeps the client busy until its deadline with what it must skip or wait
-	// through, never completing an answer: unknown HTTP/3 frames on the request stream as
-	// fast as flow control allows (DoH3); a 65,535-byte length prefix, then the message
-	// one byte per packet (DoQ, DoTCP, DoT) or a body one byte per DATA frame (DoH); a
-	// garbage datagram at each tick (DoUDP). Every byte is a packet in a QUIC client's qlog.
-	Flood Behavior = "flood"
-)
+// HTTPBehaviors lists the hostile behaviours of the DoH and DoH3 servers only (the other
+// servers answer normally): Drip over HTTP/2 and HTTP/3 alike (Flood's DoH body, which
+// DoH3's Flood replaces with unknown frames); HugeHeaders, a HEADERS frame declaring 2^40
+// bytes over HTTP/3, the longest frame HTTP/2 can declare (2^24-1) over HTTP/2.
+var HTTPBehaviors = []hostile.Behaviour{hostile.Drip, hostile.HugeHeaders}
 
-// Behaviors lists the hostile behaviours.
-var Behaviors = []Behavior{Stall, Garbage, Endless, WrongLength, Reset, Flood}
-
-// Hostile behaviours of the DoH and DoH3 servers only (the other servers answer
-// normally).
-const (
-	// Drip answers 200, then the body one byte per DATA frame until the client leaves,
-	// over HTTP/2 and HTTP/3 alike (Flood's DoH body, which DoH3's Flood replaces with
-	// unknown frames).
-	Drip Behavior = "drip"
-	// HugeHeaders answers with a HEADERS frame that declares more bytes than any client
-	// takes and sends none of them: 2^40 over HTTP/3, the longest frame HTTP/2 can
-	// declare (2^24-1) over HTTP/2.
-	HugeHeaders Behavior = "huge-headers"
-)
-
-// HTTPBehaviors lists the hostile behaviours of the HTTP servers only.
-var HTTPBehaviors = []Behavior{Drip, HugeHeaders}
+// Served is the part of hostile.Behaviours these servers act out, and why not the rest.
+var Served = hostile.Subset{
+	Implements: slices.Concat(Behaviors, HTTPBehaviors),
+	Omits: map[hostile.Behaviour]string{
+		hostile.Truncated: "measured against the testbed's hostile=truncated hosts (measure/e2e)",
+		hostile.WrongID:   "no measure test needs it yet; simdns acts it out",
+		hostile.CloseApp:  "acted out by verify's in-process DoQ servers only",
+		hostile.TLSStall:  "no measure test needs it yet; simdns acts it out",
+		hostile.BadVN:     "QUIC Version Negotiation: the testbed's raw responders (hostile=bad-vn)",
+		hostile.DraftOnly: "QUIC Version Negotiation: the testbed's raw responders (hostile=draft-only)",
+	},
+}
 
 // httpOnly says whether b is a behaviour of the HTTP servers only.
-func httpOnly(b Behavior) bool { return b == Drip || b == HugeHeaders }
+func httpOnly(b hostile.Behaviour) bool { return slices.Contains(HTTPBehaviors, b) }
 
 // dripInterval paces Flood's one-byte writes (one packet each) and datagrams.
 const dripInterval = 100 * time.Microsecond
@@ -85,12 +73,12 @@ const alpnDoQ = "doq"
 
 // Config configures one set of servers on one loopback address.
 type Config struct {
-	Host       string        // 127.0.0.x; default 127.0.0.1
-	Answer     netip.Addr    // the A record answered; default 192.0.2.1
-	Delay      time.Duration // added before every answer (a known resolve time)
-	Behavior   Behavior
-	ChainBytes int  // certificate chain size (0: one small certificate)
-	Retry      bool // DoQ/DoH3: force Retry (Transport.VerifySourceAddress)
+	Host       string            // 127.0.0.x; default 127.0.0.1
+	Answer     netip.Addr        // the A record answered; default 192.0.2.1
+	Delay      time.Duration     // added before every answer (a known resolve time)
+	Behavior   hostile.Behaviour // hostile.None: a valid answer
+	ChainBytes int               // certificate chain size (0: one small certificate)
+	Retry      bool              // DoQ/DoH3: force Retry (Transport.VerifySourceAddress)
 	// IgnoreTokens makes NEW_TOKEN tokens useless (they expire at once): the server
 	// issues them but does not honour them, as the study found resolvers doing.
 	IgnoreTokens bool
@@ -352,7 +340,7 @@ func (s *Servers) startUDP(tb testing.TB, ctx context.Context, cfg Config) {
 		tb.Fatal(err)
 	}
 	s.UDP = measure.AddrPortOf(pc.LocalAddr())
-	if cfg.Behavior == Normal || httpOnly(cfg.Behavior) {
+	if cfg.Behavior == hostile.None || httpOnly(cfg.Behavior) {
 		serveMiekg(tb, &dns.Server{PacketConn: pc, Handler: s.miekgHandler(cfg)})
 		return
 	}
@@ -363,13 +351,13 @@ func (s *Servers) startUDP(tb testing.TB, ctx context.Context, cfg Config) {
 			return err
 		}
 		switch cfg.Behavior {
-		case Garbage, WrongLength:
+		case hostile.Garbage, hostile.WrongLength:
 			_, _ = pc.WriteTo(garbage(40), from)
-		case Endless:
+		case hostile.Endless:
 			for i := 0; i < 16; i++ {
 				_, _ = pc.WriteTo(garbage(1200), from)
 			}
-		case Flood:
+		case hostile.Flood:
 			go func() {
 				for i := 0; i < floodDatagrams && ctx.Err() == nil; i++ {
 					if _, err := pc.WriteTo(garbage(40), from); err != nil {
@@ -378,7 +366,7 @@ func (s *Servers) startUDP(tb testing.TB, ctx context.Context, cfg Config) {
 					sleepCtx(ctx, dripInterval)
 				}
 			}()
-		case Reset: // nothing like a reset in UDP: answer with a truncated message
+		case hostile.Reset: // nothing like a reset in UDP: answer with a truncated message
 			if a := s.answer(cfg, buf[:n]); a != nil {
 				_, _ = pc.WriteTo(a[:len(a)/2], from)
 			}
@@ -427,7 +415,7 @@ func (s *Servers) startTCP(tb testing.TB, ctx context.Context, cfg Config, useTL
 	} else {
 		s.TCP = measure.AddrPortOf(ln.Addr())
 	}
-	if (cfg.Behavior == Normal || httpOnly(cfg.Behavior)) && cfg.Hold <= 1 {
+	if (cfg.Behavior == hostile.None || httpOnly(cfg.Behavior)) && cfg.Hold <= 1 {
 		serveMiekg(tb, &dns.Server{Listener: ln, Handler: s.miekgHandler(cfg)})
 		return
 	}
@@ -436,7 +424,7 @@ func (s *Servers) startTCP(tb testing.TB, ctx context.Context, cfg Config, useTL
 		if err != nil {
 			return err
 		}
-		if cfg.Behavior == Normal || httpOnly(cfg.Behavior) {
+		if cfg.Behavior == hostile.None || httpOnly(cfg.Behavior) {
 			go s.pipelined(ctx, cfg, c)
 			return nil
 		}
@@ -497,24 +485,24 @@ func (s *Servers) hostileStream(ctx context.Context, cfg Config, c io.ReadWriteC
 	}
 	s.count()
 	switch cfg.Behavior {
-	case Stall:
+	case hostile.Stall:
 		<-ctx.Done()
-	case Garbage:
+	case hostile.Garbage:
 		g := garbage(40)
 		_, _ = c.Write(append([]byte{0, byte(len(g))}, g...))
-	case Endless:
+	case hostile.Endless:
 		chunk := garbage(4096)
 		for ctx.Err() == nil {
 			if _, err := c.Write(chunk); err != nil {
 				return
 			}
 		}
-	case WrongLength:
+	case hostile.WrongLength:
 		a := s.answer(cfg, q)
 		_, _ = c.Write(append([]byte{0xff, 0xff}, a...))
-	case Reset:
+	case hostile.Reset:
 		reset()
-	case Flood:
+	case hostile.Flood:
 		drip(ctx, c, []byte{0xff, 0xff})
 	}
 }
@@ -551,19 +539,19 @@ func (s *Servers) dohHandler(ctx context.Context, cfg Config) http.Handler {
 		}
 		s.queryFrom(r.RemoteAddr)
 		switch cfg.Behavior {
-		case Stall:
+		case hostile.Stall:
 			s.count()
 			select {
 			case <-r.Context().Done():
 			case <-ctx.Done():
 			}
 			return
-		case Garbage:
+		case hostile.Garbage:
 			s.count()
 			w.Header().Set("Content-Type", "application/dns-message")
 			_, _ = w.Write(garbage(40))
 			return
-		case Endless:
+		case hostile.Endless:
 			s.count()
 			w.Header().Set("Content-Type", "application/dns-message")
 			chunk := garbage(4096)
@@ -573,14 +561,14 @@ func (s *Servers) dohHandler(ctx context.Context, cfg Config) http.Handler {
 				}
 			}
 			return
-		case WrongLength: // the HTTP analogue: an error status
+		case hostile.WrongLength: // the HTTP analogue: an error status
 			s.count()
 			http.Error(w, "unavailable", http.StatusServiceUnavailable)
 			return
-		case Reset:
+		case hostile.Reset:
 			s.count()
 			panic(http.ErrAbortHandler)
-		case Flood, Drip:
+		case hostile.Flood, hostile.Drip:
 			s.count()
 			w.Header().Set("Content-Type", "application/dns-message")
 			w.WriteHeader(http.StatusOK)
@@ -608,7 +596,7 @@ func (s *Servers) startDoH(tb testing.TB, ctx context.Context, cfg Config) {
 		tb.Fatal(err)
 	}
 	s.DoH = measure.AddrPortOf(ln.Addr())
-	if cfg.Behavior == HugeHeaders {
+	if cfg.Behavior == hostile.HugeHeaders {
 		tl := tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{s.Cert}, NextProtos: []string{"h2"}})
 		serveLoop(tb, func() { tl.Close() }, func() error {
 			c, err := tl.Accept()
@@ -770,7 +758,7 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 		idle = 10 * time.Second
 	}
 	qconf := &quic.Config{Allow0RTT: cfg.Allow0RTT || cfg.Reject0RTT, MaxIdleTimeout: idle, Versions: cfg.QUICVersions}
-	if h3 && cfg.Behavior != Flood && cfg.Behavior != HugeHeaders {
+	if h3 && cfg.Behavior != hostile.Flood && cfg.Behavior != hostile.HugeHeaders {
 		s.DoH3 = measure.AddrPortOf(udp.LocalAddr())
 		srv := &http3.Server{Handler: s.dohHandler(ctx, cfg), TLSConfig: tconf, QUICConfig: qconf}
 		ln, err := tr.ListenEarly(http3.ConfigureTLSConfig(tconf), qconf)
@@ -830,7 +818,7 @@ func (s *Servers) serveDoQ(ctx context.Context, cfg Config, conn *quic.Conn) {
 			return
 		}
 		go func() {
-			if cfg.Behavior != Normal && !httpOnly(cfg.Behavior) {
+			if cfg.Behavior != hostile.None && !httpOnly(cfg.Behavior) {
 				s.hostileStream(ctx, cfg, &doqStream{str}, func() { str.CancelWrite(0x2) })
 				return
 			}
@@ -864,7 +852,7 @@ func (s *Servers) rawH3(ctx context.Context, cfg Config, conn *quic.Conn) {
 		_, _ = ctl.Write([]byte{h3StreamControl, h3FrameSettings, 0})
 	}
 	var chunk []byte
-	if cfg.Behavior == HugeHeaders {
+	if cfg.Behavior == hostile.HugeHeaders {
 		chunk = quicvarint.Append([]byte{h3FrameHeaders}, 1<<40)
 	} else {
 		chunk = make([]byte, 0, 4096)
@@ -880,7 +868,7 @@ func (s *Servers) rawH3(ctx context.Context, cfg Config, conn *quic.Conn) {
 		s.count()
 		go func() {
 			go func() { _, _ = io.Copy(io.Discard, str) }() // the request, unread
-			if cfg.Behavior == HugeHeaders {
+			if cfg.Behavior == hostile.HugeHeaders {
 				_, _ = str.Write(chunk)
 				<-str.Context().Done()
 				return

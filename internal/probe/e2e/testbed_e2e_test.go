@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/home"
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/probe"
 	"github.com/doqscan/doqscan/internal/provenance"
 	"github.com/doqscan/doqscan/internal/store"
@@ -129,9 +130,9 @@ func (c *targetCapture) stop(t *testing.T) int {
 // expectedDNS says what the scan must classify a UDP/53 server as, from its behaviour.
 func expectedDNS(r *population.Record) (probe.Kind, bool) {
 	switch r.Hostile {
-	case population.HostileGarbage, population.HostileTruncated:
+	case hostile.Garbage, hostile.Truncated:
 		return probe.KindDNSMalformed, true
-	case population.HostileStall:
+	case hostile.Stall:
 		return "", false // accepts and never answers
 	}
 	return probe.KindDNS, true

@@ -195,8 +195,7 @@ func (p *Population) ExpectLibrary(addr netip.Addr) string {
 	if r == nil || len(r.QUICPorts) == 0 {
 		return ""
 	}
-	switch r.Hostile {
-	case HostileGarbage, HostileBadVN, HostileDraftOnly:
+	if r.RawQUIC() {
 		return ""
 	}
 	if r.Peer != "" {

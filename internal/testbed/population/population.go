@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/doqscan/doqscan/internal/home"
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/quicver"
 )
@@ -41,17 +42,20 @@ const (
 	TokenNone   = "none"   // no NEW_TOKEN issued (only peers can do this: quic-go always issues one)
 )
 
-// Hostile behaviours. Each applies to every service of the host (see docs/population.md).
-const (
-	HostileGarbage     = "garbage"      // random bytes in reply to every datagram / TCP query
-	HostileTruncated   = "truncated"    // a DNS reply cut short (framing intact, message not)
-	HostileBadVN       = "bad-vn"       // a malformed Version Negotiation packet for every long-header packet
-	HostileEndless     = "endless"      // DoQ: a reply stream that never ends
-	HostileWrongLength = "wrong-length" // DoQ / DNS-over-TCP: a length prefix that disagrees with the data
-	HostileReset       = "reset"        // DoQ: the stream is reset (RESET_STREAM); TCP: RST
-	HostileStall       = "stall"        // accepts (handshake / TCP connect) and never answers
-	HostileDraftOnly   = "draft-only"   // a well-formed VN listing only draft versions, no handshake
-)
+// Hostile is the part of hostile.Behaviours the population file accepts as hostile=
+// (docs/population.md "Hostile kinds"). Each applies to every service of the host.
+var Hostile = hostile.Subset{
+	Implements: []hostile.Behaviour{hostile.Garbage, hostile.Truncated, hostile.BadVN, hostile.Endless,
+		hostile.WrongLength, hostile.Reset, hostile.Stall, hostile.DraftOnly},
+	Omits: map[hostile.Behaviour]string{
+		hostile.WrongID:     "no population host has it: simdns acts it out for a Behaviour set directly, verify's in-process servers on DoQ",
+		hostile.CloseApp:    "acted out by verify's in-process DoQ servers only",
+		hostile.TLSStall:    "no population host has it: simdns acts it out for a Behaviour set directly",
+		hostile.Flood:       "acted out by measuretest's in-process servers only (measure's deadline and memory tests)",
+		hostile.Drip:        "HTTP only: acted out by measuretest's in-process servers only",
+		hostile.HugeHeaders: "HTTP only: acted out by measuretest's in-process servers only",
+	},
+}
 
 // ALPNNone as a host's whole alpn list (alpn=none): the QUIC server accepts only a
 // ClientHello that offers no ALPN at all and refuses any offered protocol with TLS alert
@@ -137,17 +141,17 @@ type Record struct {
 	Versions  []string     `json:"versions"` // QUIC versions advertised in VN ("v1", "v2", "draft-29", ...)
 	Retry     bool         `json:"retry"`    // always sends Retry to a client without a valid token
 	// RetryFirst: retry=first (see RetryFirst); Retry is false then.
-	RetryFirst bool     `json:"retry_first"`
-	Token      string   `json:"token"`   // TokenHonour, TokenIgnore, TokenNone
-	Cert       string   `json:"cert"`    // certificate profile name
-	SNI        string   `json:"sni"`     // if set, a handshake without this SNI fails (TLS alert)
-	DNS        []string `json:"dns"`     // plain DNS on port 53: "udp", "tcp"
-	DoT        uint16   `json:"dot"`     // DoT TCP port (853), 0 if none
-	DoH        uint16   `json:"doh"`     // DoH TCP port (443), 0 if none
-	DoH3       uint16   `json:"doh3"`    // DoH over HTTP/3 UDP port (443, ALPN h3), 0 if none; same QUIC behaviour as the DoQ ports
-	RCode      string   `json:"rcode"`   // DNS rcode answered: NOERROR, REFUSED, SERVFAIL
-	Hostile    string   `json:"hostile"` // one of the Hostile* kinds, "" if well-behaved
-	Peer       string   `json:"peer"`    // a third-party server runs here (Peer* names)
+	RetryFirst bool              `json:"retry_first"`
+	Token      string            `json:"token"`   // TokenHonour, TokenIgnore, TokenNone
+	Cert       string            `json:"cert"`    // certificate profile name
+	SNI        string            `json:"sni"`     // if set, a handshake without this SNI fails (TLS alert)
+	DNS        []string          `json:"dns"`     // plain DNS on port 53: "udp", "tcp"
+	DoT        uint16            `json:"dot"`     // DoT TCP port (853), 0 if none
+	DoH        uint16            `json:"doh"`     // DoH TCP port (443), 0 if none
+	DoH3       uint16            `json:"doh3"`    // DoH over HTTP/3 UDP port (443, ALPN h3), 0 if none; same QUIC behaviour as the DoQ ports
+	RCode      string            `json:"rcode"`   // DNS rcode answered: NOERROR, REFUSED, SERVFAIL
+	Hostile    hostile.Behaviour `json:"hostile"` // one of Hostile.Implements, hostile.None if well-behaved
+	Peer       string            `json:"peer"`    // a third-party server runs here (Peer* names)
 	// Twin (IPv6 records only) is the IPv4 address of the same server: a dual-stack
 	// resolver, one host with two addresses and one certificate. Zero for IPv6-only hosts.
 	Twin netip.Addr `json:"twin"`
@@ -206,6 +210,16 @@ func (r *Record) AllQUICPorts() []uint16 {
 
 // HasDNS reports whether plain DNS runs on port 53 over transport ("udp" or "tcp").
 func (r *Record) HasDNS(transport string) bool { return slices.Contains(r.DNS, transport) }
+
+// RawQUIC reports whether the record's QUIC ports are a raw responder that never
+// completes a handshake (hostile garbage, bad-vn, draft-only) rather than a QUIC server.
+func (r *Record) RawQUIC() bool {
+	switch r.Hostile {
+	case hostile.Garbage, hostile.BadVN, hostile.DraftOnly:
+		return true
+	}
+	return false
+}
 
 // Population is a parsed population file.
 type Population struct {
@@ -685,11 +699,8 @@ func parseHost(toks []string, line int) (Record, error) {
 	default:
 		return r, fmt.Errorf("host %s: rcode=%q", toks[0], r.RCode)
 	}
-	r.Hostile = m["hostile"]
-	switch r.Hostile {
-	case "", HostileGarbage, HostileTruncated, HostileBadVN, HostileEndless, HostileWrongLength, HostileReset,
-		HostileStall, HostileDraftOnly:
-	default:
+	r.Hostile = hostile.Behaviour(m["hostile"])
+	if r.Hostile != hostile.None && !slices.Contains(Hostile.Implements, r.Hostile) {
 		return r, fmt.Errorf("host %s: hostile=%q", toks[0], r.Hostile)
 	}
 	r.Peer = m["peer"]
@@ -719,8 +730,7 @@ func parseHost(toks []string, line int) (Record, error) {
 		return r, fmt.Errorf("host %s: %w", toks[0], err)
 	}
 	if len(r.QUICPorts) > 0 && r.Peer == "" {
-		raw := r.Hostile == HostileGarbage || r.Hostile == HostileBadVN || r.Hostile == HostileDraftOnly
-		if !raw && (len(r.ALPNs) == 0 || len(r.Versions) == 0 || r.Cert == "" || r.Token == "") {
+		if !r.RawQUIC() && (len(r.ALPNs) == 0 || len(r.Versions) == 0 || r.Cert == "" || r.Token == "") {
 			return r, fmt.Errorf("host %s: a QUIC server needs alpn, versions, cert and token", toks[0])
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/listfile"
 	"github.com/doqscan/doqscan/internal/listfile/listfiletest"
 )
@@ -85,8 +86,8 @@ func TestEveryBehaviourClassExists(t *testing.T) {
 	has("drafts advertised", func(r *Record) bool { return slices.Contains(r.Versions, "draft-29") })
 	has("REFUSED DoQ", func(r *Record) bool { return r.RCode == "REFUSED" && len(r.QUICPorts) > 0 })
 	has("REFUSED DNS", func(r *Record) bool { return r.RCode == "REFUSED" && len(r.QUICPorts) == 0 })
-	for _, h := range []string{HostileGarbage, HostileTruncated, HostileBadVN, HostileEndless, HostileWrongLength, HostileReset, HostileStall, HostileDraftOnly} {
-		has("hostile="+h, func(r *Record) bool { return r.Hostile == h })
+	for _, h := range Hostile.Implements {
+		has("hostile="+string(h), func(r *Record) bool { return r.Hostile == h })
 	}
 	for _, peer := range []string{PeerCoreDNS, PeerHickory, PeerAioquic, PeerNgtcp2} {
 		has("peer="+peer, func(r *Record) bool { return r.Peer == peer })
@@ -144,11 +145,11 @@ func TestGroundTruth(t *testing.T) {
 		v := p.ExpectVerify(ep.Addr, ep.Port)
 		seen[v.Class]++
 		switch {
-		case r.Hostile == HostileGarbage || r.Hostile == HostileBadVN || r.Hostile == HostileStall:
+		case r.Hostile == hostile.Garbage || r.Hostile == hostile.BadVN || r.Hostile == hostile.Stall:
 			if v.Class != OutcomeTimeout {
 				t.Errorf("%s %s: %s", ep.Addr, r.Class, v.Class)
 			}
-		case r.Hostile == HostileDraftOnly:
+		case r.Hostile == hostile.DraftOnly:
 			if v.Class != OutcomeVersionMismatch {
 				t.Errorf("%s %s: %s", ep.Addr, r.Class, v.Class)
 			}
@@ -240,6 +241,26 @@ func TestParseErrors(t *testing.T) {
 	}
 	if _, err := Parse(strings.NewReader(strings.Replace(head, "format 1", "format 2", 1))); err == nil {
 		t.Error("format 2 accepted")
+	}
+}
+
+// TestHostileAcceptsItsSubset: hostile= takes exactly the behaviours Hostile says the
+// population implements, by their hostile.Behaviours names, and nothing else.
+func TestHostileAcceptsItsSubset(t *testing.T) {
+	if err := Hostile.Check(); err != nil {
+		t.Fatal(err)
+	}
+	head := "format 1\nprefix 198.19.0.0/16\nanswer 192.0.2.1\ndefault-path d\n[paths]\nd rtt=1ms\n[sites]\ns cc=DE continent=EU lat=1 lon=2\n[asns]\nAS1 org=x\n[certs]\nc cn=a.test issuer=self\n[hosts]\n"
+	for _, b := range append(hostile.Behaviours.Values(), "nice") {
+		line := "198.19.1.0/30 class=x dns=udp hostile=" + string(b) + " path=d asn=AS1 site=s\n"
+		p, err := Parse(strings.NewReader(head + line))
+		want := slices.Contains(Hostile.Implements, b)
+		if (err == nil) != want {
+			t.Errorf("hostile=%s: accepted %v (error %v), want %v", b, err == nil, err, want)
+		}
+		if err == nil && p.Records[0].Hostile != b {
+			t.Errorf("hostile=%s parsed as %q", b, p.Records[0].Hostile)
+		}
 	}
 }
 

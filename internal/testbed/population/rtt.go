@@ -3,6 +3,8 @@ package population
 import (
 	"net/netip"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/hostile"
 )
 
 // Protocols and phases of a measurement.
@@ -119,8 +121,8 @@ func (c Cert) ExceedsAmplification(client ClientHello) bool {
 //	by a Retry or a valid NEW_TOKEN token).
 func (p *Population) HandshakeRTTs(addr netip.Addr, port uint16, proto, phase string, client ClientHello) (int, bool) {
 	r := p.Lookup(addr)
-	if r == nil || (r.Hostile != "" && r.Hostile != HostileTruncated && r.Hostile != HostileEndless &&
-		r.Hostile != HostileWrongLength && r.Hostile != HostileReset) {
+	if r == nil || (r.Hostile != hostile.None && r.Hostile != hostile.Truncated && r.Hostile != hostile.Endless &&
+		r.Hostile != hostile.WrongLength && r.Hostile != hostile.Reset) {
 		return 0, false
 	}
 	switch proto {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/quicver"
 )
 
@@ -29,10 +30,10 @@ const (
 // VN reply kinds: what a Version Negotiation probe (a 1200+ byte long-header packet with a
 // reserved version, FIELD-NOTES) gets back.
 const (
-	VNNone      = "none"      // nothing
-	VNValid     = "valid"     // a well-formed VN packet (RFC 9000 §17.2.1) listing Versions
-	VNMalformed = "malformed" // a VN-looking packet that does not parse
-	VNGarbage   = "garbage"   // random bytes
+	VNNone      = "none"                  // nothing
+	VNValid     = "valid"                 // a well-formed VN packet (RFC 9000 §17.2.1) listing Versions
+	VNMalformed = "malformed"             // a VN-looking packet that does not parse
+	VNGarbage   = string(hostile.Garbage) // random bytes (a hostile=garbage host)
 )
 
 // Endpoint is an (address, UDP or TCP port) pair.
@@ -48,9 +49,9 @@ func (p *Population) VNReply(addr netip.Addr, port uint16) string {
 		return VNNone
 	}
 	switch r.Hostile {
-	case HostileGarbage:
+	case hostile.Garbage:
 		return VNGarbage
-	case HostileBadVN:
+	case hostile.BadVN:
 		return VNMalformed
 	}
 	return VNValid
@@ -143,9 +144,9 @@ func (p *Population) ExpectVerify(addr netip.Addr, port uint16) Verdict {
 		return v
 	}
 	switch r.Hostile {
-	case HostileGarbage, HostileBadVN:
+	case hostile.Garbage, hostile.BadVN:
 		return set(OutcomeTimeout)
-	case HostileDraftOnly:
+	case hostile.DraftOnly:
 		return set(OutcomeVersionMismatch)
 	}
 	v.Version = ""
@@ -164,7 +165,7 @@ func (p *Population) ExpectVerify(addr netip.Addr, port uint16) Verdict {
 		// attempt without ALPN completes and its DNS reply makes doq-no-alpn, unless the
 		// host's hostility spoils the reply (then it stays quic-not-doq).
 		switch r.Hostile {
-		case HostileStall, HostileEndless, HostileWrongLength, HostileReset, HostileTruncated:
+		case hostile.Stall, hostile.Endless, hostile.WrongLength, hostile.Reset, hostile.Truncated:
 			v.Version = ""
 			return set(OutcomeQUICNotDoQ)
 		}
@@ -183,9 +184,9 @@ func (p *Population) ExpectVerify(addr netip.Addr, port uint16) Verdict {
 		return set(OutcomeQUICNotDoQ)
 	}
 	switch r.Hostile {
-	case HostileStall:
+	case hostile.Stall:
 		set(OutcomeTimeout)
-	case HostileEndless, HostileWrongLength, HostileReset, HostileTruncated:
+	case hostile.Endless, hostile.WrongLength, hostile.Reset, hostile.Truncated:
 		set(OutcomeProtocolError)
 	default:
 		switch r.RCode {

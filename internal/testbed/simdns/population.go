@@ -98,19 +98,8 @@ func (d *PopulationDirectory) FastOpen(Protocol) []netip.Addr { return nil }
 
 // ClassOf is the simdns class of a population record's DNS services.
 func ClassOf(r *population.Record) Class {
-	switch r.Hostile {
-	case population.HostileGarbage:
-		return ClassGarbage
-	case population.HostileTruncated:
-		return ClassTruncated
-	case population.HostileEndless:
-		return ClassEndless
-	case population.HostileWrongLength:
-		return ClassWrongLength
-	case population.HostileReset:
-		return ClassReset
-	case population.HostileStall:
-		return ClassStall
+	if c, ok := HostileClass(r.Hostile); ok {
+		return c
 	}
 	switch r.RCode {
 	case "REFUSED":

@@ -19,11 +19,14 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/doqscan/doqscan/internal/hostile"
 )
 
 // Protocol is one DNS transport simdns serves.
@@ -57,9 +60,10 @@ const (
 	PortDoH = 443
 )
 
-// Class is what a server does with a query. The same classes apply to every protocol;
-// where one makes no sense for a transport the nearest behaviour is used (documented per
-// class).
+// Class is what a server does with a query: answer, refuse, fail, or one of the hostile
+// behaviours simdns acts out (Hostile), named as in hostile.Behaviours. The same classes
+// apply to every protocol; where one makes no sense for a transport the nearest
+// behaviour is used (documented per class).
 type Class string
 
 const (
@@ -70,32 +74,59 @@ const (
 	ClassRefused Class = "refused"
 	// ClassServfail answers every query with RCODE SERVFAIL (RFC 1035 §4.1.1).
 	ClassServfail Class = "servfail"
+)
+
+// The hostile classes: the behaviours of hostile.Behaviours simdns acts out.
+const (
 	// ClassGarbage replies with random bytes that are not a DNS message (TCP: framed with
 	// a correct length prefix; DoH: as an application/dns-message body).
-	ClassGarbage Class = "garbage"
+	ClassGarbage = Class(hostile.Garbage)
 	// ClassTruncated replies with the first half of a correct response (framed with the
 	// length of the half, so only the DNS parser can notice).
-	ClassTruncated Class = "truncated"
+	ClassTruncated = Class(hostile.Truncated)
 	// ClassWrongID replies with a correct response whose message ID is not the query's.
-	ClassWrongID Class = "wrong-id"
+	ClassWrongID = Class(hostile.WrongID)
 	// ClassWrongLength frames a correct response with a 2-byte length prefix larger than
 	// the message, then closes (TCP/DoT); DoH declares a Content-Length larger than the
 	// body. On UDP it behaves like ClassTruncated.
-	ClassWrongLength Class = "wrong-length"
+	ClassWrongLength = Class(hostile.WrongLength)
 	// ClassReset reads the first bytes of a connection (the query, or the TLS ClientHello)
 	// and resets it (RST). On UDP nothing is sent.
-	ClassReset Class = "reset"
+	ClassReset = Class(hostile.Reset)
 	// ClassStall accepts and reads but never answers; TLS transports complete the
 	// handshake first. On UDP nothing is sent.
-	ClassStall Class = "stall"
+	ClassStall = Class(hostile.Stall)
 	// ClassTLSStall accepts a connection, reads the ClientHello and never answers it
 	// (DoT/DoH); on DoTCP and DoUDP it behaves like ClassStall.
-	ClassTLSStall Class = "tls-stall"
+	ClassTLSStall = Class(hostile.TLSStall)
 	// ClassEndless sends a reply that never ends: TCP/DoT a length prefix of 65535 followed
 	// by a trickle of bytes; DoH a response body that never ends. On UDP it sends a burst
 	// of wrong-ID replies (bounded) instead.
-	ClassEndless Class = "endless"
+	ClassEndless = Class(hostile.Endless)
 )
+
+// Hostile is the part of hostile.Behaviours simdns acts out, each as the Class of the
+// same name.
+var Hostile = hostile.Subset{
+	Implements: []hostile.Behaviour{hostile.Garbage, hostile.Truncated, hostile.WrongID, hostile.WrongLength,
+		hostile.Reset, hostile.Stall, hostile.TLSStall, hostile.Endless},
+	Omits: map[hostile.Behaviour]string{
+		hostile.BadVN:       "QUIC only (Version Negotiation): simquic's raw responder",
+		hostile.DraftOnly:   "QUIC only (Version Negotiation): simquic's raw responder",
+		hostile.CloseApp:    "QUIC only (an application CONNECTION_CLOSE)",
+		hostile.Flood:       "acted out by measuretest's in-process servers only",
+		hostile.Drip:        "acted out by measuretest's in-process servers only",
+		hostile.HugeHeaders: "acted out by measuretest's in-process servers only",
+	},
+}
+
+// HostileClass returns the class acting out b, false if simdns does not act it out.
+func HostileClass(b hostile.Behaviour) (Class, bool) {
+	if !slices.Contains(Hostile.Implements, b) {
+		return "", false
+	}
+	return Class(b), true
+}
 
 // Classes lists every class, for tables and tests.
 var Classes = []Class{ClassAnswer, ClassRefused, ClassServfail, ClassGarbage, ClassTruncated, ClassWrongID,

@@ -21,7 +21,7 @@ func ServeConn(ctx context.Context, cfg Config, pc net.PacketConn, addr netip.Ad
 		return nil, errors.New("simquic: Config needs Population and PKI")
 	}
 	r := cfg.Population.Lookup(addr)
-	if r == nil || r.Peer != "" || rawHostile(r.Hostile) || !r.HasQUICPort(port) {
+	if r == nil || r.Peer != "" || r.RawQUIC() || !r.HasQUICPort(port) {
 		return nil, fmt.Errorf("simquic: %s port %d is not a quic-go behaviour of the population", addr, port)
 	}
 	if cfg.HoldTimeout <= 0 {

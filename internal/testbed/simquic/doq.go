@@ -11,6 +11,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
@@ -102,14 +103,14 @@ func (s *Server) serveStream(ctx context.Context, prof profile, framing doq.Fram
 	}
 	s.Stats.Queries.Add(1)
 	switch prof.hostile {
-	case population.HostileStall:
+	case hostile.Stall:
 		s.hold(ctx)
 		str.CancelWrite(quic.StreamErrorCode(doq.CodeNoError))
 		return
-	case population.HostileReset:
+	case hostile.Reset:
 		str.CancelWrite(quic.StreamErrorCode(doq.CodeInternalError))
 		return
-	case population.HostileEndless:
+	case hostile.Endless:
 		s.endless(ctx, str)
 		return
 	}
@@ -120,9 +121,9 @@ func (s *Server) serveStream(ctx context.Context, prof profile, framing doq.Fram
 	}
 	var out []byte
 	switch prof.hostile {
-	case population.HostileTruncated:
+	case hostile.Truncated:
 		out, _ = doq.Frame(framing, resp[:len(resp)/2])
-	case population.HostileWrongLength:
+	case hostile.WrongLength:
 		out = binary.BigEndian.AppendUint16(nil, uint16(len(resp)+wrongLengthExtra))
 		out = append(out, resp...)
 	default:

@@ -6,6 +6,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
@@ -18,14 +19,14 @@ func FuzzRawReply(f *testing.F) {
 	f.Add([]byte{0xc0, 0, 0, 0, 1, 21})
 	f.Add([]byte{})
 	recs := []*population.Record{
-		{Hostile: population.HostileBadVN, Versions: []string{"v1"}},
-		{Hostile: population.HostileDraftOnly, Versions: []string{"draft-29", "draft-34"}},
-		{Hostile: population.HostileGarbage},
+		{Hostile: hostile.BadVN, Versions: []string{"v1"}},
+		{Hostile: hostile.DraftOnly, Versions: []string{"draft-29", "draft-34"}},
+		{Hostile: hostile.Garbage},
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, r := range recs {
 			out := rawReply(r, b)
-			if out == nil || r.Hostile == population.HostileGarbage {
+			if out == nil || r.Hostile == hostile.Garbage {
 				continue
 			}
 			_, dcid, scid, ok := longHeaderIDs(b)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 	"github.com/doqscan/doqscan/internal/testbed/sockopt"
@@ -88,7 +89,7 @@ func garbage() []byte {
 
 // rawReply returns what a raw hostile responder sends for datagram b, or nil.
 func rawReply(r *population.Record, b []byte) []byte {
-	if r.Hostile == population.HostileGarbage {
+	if r.Hostile == hostile.Garbage {
 		return garbage()
 	}
 	version, dcid, scid, ok := longHeaderIDs(b)
@@ -98,7 +99,7 @@ func rawReply(r *population.Record, b []byte) []byte {
 	var versions []uint32
 	for _, v := range r.Versions {
 		n, _ := quicver.Lookup(v)
-		if n == version && r.Hostile == population.HostileDraftOnly {
+		if n == version && r.Hostile == hostile.DraftOnly {
 			return nil // a version we "speak": a real stack would start a handshake; we cannot
 		}
 		versions = append(versions, n)
@@ -106,7 +107,7 @@ func rawReply(r *population.Record, b []byte) []byte {
 	if len(versions) == 0 {
 		versions = []uint32{1}
 	}
-	return versionNegotiation(dcid, scid, versions, r.Hostile == population.HostileBadVN)
+	return versionNegotiation(dcid, scid, versions, r.Hostile == hostile.BadVN)
 }
 
 func (s *Server) raw(sock *net.UDPConn, r *population.Record, dst netip.Addr, src *net.UDPAddr, b []byte) {

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/net/ipv4"
 
 	"github.com/doqscan/doqscan/internal/doq"
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/testbed/pki"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 	"github.com/doqscan/doqscan/internal/testbed/sockopt"
@@ -109,7 +110,7 @@ type profile struct {
 	cert     string
 	sni      string
 	rcode    string
-	hostile  string
+	hostile  hostile.Behaviour
 	doh3     bool // this port is the host's DoH3 endpoint (HTTP/3 answers /dns-query)
 	// Connection policy (population maxq=, idle=, streams=, 0rtt=).
 	maxQueries int
@@ -137,11 +138,6 @@ type tport struct {
 	closer io.Closer // tr's connection
 	tr     *quic.Transport
 	ln     *quic.EarlyListener
-}
-
-// rawHostile reports whether a hostile kind is answered without QUIC (raw.go).
-func rawHostile(h string) bool {
-	return h == population.HostileGarbage || h == population.HostileBadVN || h == population.HostileDraftOnly
 }
 
 func profileOf(r *population.Record, port uint16) (profile, error) {
@@ -263,7 +259,7 @@ func (s *Server) setup() error {
 		s.routes[popPort] = map[*population.Record]*tport{}
 	}
 	for _, r := range s.cfg.Population.AllRecords() {
-		if r.Peer != "" || rawHostile(r.Hostile) || len(r.QUICPorts) == 0 {
+		if r.Peer != "" || r.RawQUIC() || len(r.QUICPorts) == 0 {
 			continue
 		}
 		for _, port := range r.AllQUICPorts() {
@@ -482,7 +478,7 @@ func (s *Server) handle(port uint16, sock *net.UDPConn, b, oob []byte, src *net.
 		s.Stats.Dropped.Add(1) // silent address, a peer's address, or a closed port
 		return
 	}
-	if rawHostile(r.Hostile) {
+	if r.RawQUIC() {
 		s.Stats.Raw.Add(1)
 		s.guard("raw", func() { s.raw(sock, r, dst, src, b) })
 		return

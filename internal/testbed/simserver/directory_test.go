@@ -41,7 +41,7 @@ func TestDirectoryFollowsPopulation(t *testing.T) {
 			}
 			counts[b.Class]++
 			switch {
-			case r.Hostile != "" && string(b.Class) != r.Hostile:
+			case r.Hostile != "" && b.Class != simdns.Class(r.Hostile):
 				t.Errorf("%s %s: class %s, hostile=%s", r.Class, p, b.Class, r.Hostile)
 			case r.Hostile == "" && r.RCode == "REFUSED" && b.Class != simdns.ClassRefused,
 				r.Hostile == "" && r.RCode == "NOERROR" && b.Class != simdns.ClassAnswer:

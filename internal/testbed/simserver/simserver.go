@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/netip"
 
+	"github.com/doqscan/doqscan/internal/hostile"
 	"github.com/doqscan/doqscan/internal/testbed/pki"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 	"github.com/doqscan/doqscan/internal/testbed/simdns"
@@ -100,29 +101,17 @@ type Directory struct{ Pop *population.Population }
 
 // dnsClass maps the population's rcode and hostile kind onto simdns's classes.
 func dnsClass(r *population.Record) (simdns.Class, bool) {
-	switch r.Hostile {
-	case "":
-		switch r.RCode {
-		case "REFUSED":
-			return simdns.ClassRefused, true
-		case "NOERROR":
-			return simdns.ClassAnswer, true
-		}
-		return "", false // SERVFAIL: simdns has no such class; the population gives no DNS service there
-	case population.HostileGarbage:
-		return simdns.ClassGarbage, true
-	case population.HostileTruncated:
-		return simdns.ClassTruncated, true
-	case population.HostileWrongLength:
-		return simdns.ClassWrongLength, true
-	case population.HostileReset:
-		return simdns.ClassReset, true
-	case population.HostileStall:
-		return simdns.ClassStall, true
-	case population.HostileEndless:
-		return simdns.ClassEndless, true
+	if r.Hostile != hostile.None {
+		// A kind simdns does not act out (bad-vn, draft-only: QUIC only) gives no DNS service.
+		return simdns.HostileClass(r.Hostile)
 	}
-	return "", false
+	switch r.RCode {
+	case "REFUSED":
+		return simdns.ClassRefused, true
+	case "NOERROR":
+		return simdns.ClassAnswer, true
+	}
+	return "", false // SERVFAIL: not served here; the population gives no DNS service there
 }
 
 // Behaviour implements simdns.Directory.
