@@ -212,25 +212,17 @@ func (b *batch) add(o *batch) {
 // protocol, port, DoH variant, mode and key share with its measured row stored), with
 // the support checks if they were asked for and have not run; one that has every unit
 // (and the checks) is skipped, and the log and the summary say so.
+//
+// Run takes the round's lock and stores what earlier rounds spilled, then goes in
+// three steps: plan (start or resume the campaign row, read what it holds, list what is
+// left to measure), measure (workers, progress, a writer that keeps results while the
+// database is away) and finish (the campaign's status and summary).
 func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log *slog.Logger) (_ *Summary, retErr error) {
-	cfg.defaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	targets, err := MergeTargets(targets)
+	targets, log, err := prepare(&cfg, targets, log)
 	if err != nil {
 		return nil, err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	start := time.Now()
-	confJSON, _ := json.Marshal(map[string]any{
-		"protocols": cfg.Protocols, "modes": cfg.Modes, "key_shares": cfg.KeyShares, "doh_variants": cfg.DoHVariants,
-		"name": cfg.Name, "timeout_ms": cfg.Timeout.Milliseconds(), "concurrency": cfg.Concurrency,
-		"rtt_samples": cfg.RTTSamples, "persistent_queries": cfg.Persistent, "features": cfg.Features,
-	})
-	prov := provenance.New("measure", provenance.Vantage{ID: cfg.VantageID, Location: cfg.VantageLocation, Contact: cfg.VantageContact}).JSON()
 	policy := store.RetryPolicy{Deadline: cfg.DBDeadline}
 	// One run of a round at a time: a second run of the same (vantage, label, hour) ends
 	// here with a *store.LockedError (exit 75) and sends nothing. If another run takes the
@@ -248,46 +240,101 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	if _, err := ReplaySpill(ctx, s, cfg.SpillDir, policy, log); err != nil {
 		return nil, err
 	}
-	planned := int32(len(targets))
-	var cid int64
-	var existed bool
-	err = store.Retry(ctx, policy, log, "start the round", func(ctx context.Context) (err error) {
-		cid, existed, err = s.StartCampaign(ctx, store.Campaign{VantageID: cfg.VantageID, Label: cfg.Label,
-			RoundHour: cfg.Hour, RunID: cfg.RunID, Config: confJSON, Planned: &planned, Provenance: prov})
-		return err
-	})
+	cid, existed, err := startRound(ctx, s, &cfg, len(targets), policy, log)
 	if err != nil {
 		return nil, err
 	}
-	sum := newSummary(cid, cfg.Label, len(targets))
+	rd := &roundRun{s: s, cfg: cfg, log: log, start: start, sum: newSummary(cid, cfg.Label, len(targets)),
+		r: &runner{cfg: cfg, cid: cid, hour: cfg.Hour.UTC().Truncate(time.Hour), log: log}}
+	if err := rd.plan(ctx, targets, existed, policy); err != nil {
+		return rd.sum, err
+	}
+	prober := rtt.New()
+	defer prober.Close()
+	rd.r.prober = prober
+	out, lateStarts, maxLag := rd.measure(ctx)
+	return rd.finish(ctx, out, lateStarts, maxLag)
+}
+
+// prepare fills cfg's defaults, validates it and merges the targets' duplicates; a nil
+// log discards.
+func prepare(cfg *Config, targets []Target, log *slog.Logger) ([]Target, *slog.Logger, error) {
+	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	targets, err := MergeTargets(targets)
+	if err != nil {
+		return nil, nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return targets, log, nil
+}
+
+// startRound creates the round's campaign row, or finds the one an earlier run of the
+// round created (existed), and returns its id.
+func startRound(ctx context.Context, s *store.Store, cfg *Config, planned int, policy store.RetryPolicy, log *slog.Logger) (cid int64, existed bool, err error) {
+	confJSON, _ := json.Marshal(map[string]any{
+		"protocols": cfg.Protocols, "modes": cfg.Modes, "key_shares": cfg.KeyShares, "doh_variants": cfg.DoHVariants,
+		"name": cfg.Name, "timeout_ms": cfg.Timeout.Milliseconds(), "concurrency": cfg.Concurrency,
+		"rtt_samples": cfg.RTTSamples, "persistent_queries": cfg.Persistent, "features": cfg.Features,
+	})
+	prov := provenance.New("measure", provenance.Vantage{ID: cfg.VantageID, Location: cfg.VantageLocation, Contact: cfg.VantageContact}).JSON()
+	n := int32(planned)
+	err = store.Retry(ctx, policy, log, "start the round", func(ctx context.Context) (err error) {
+		cid, existed, err = s.StartCampaign(ctx, store.Campaign{VantageID: cfg.VantageID, Label: cfg.Label,
+			RoundHour: cfg.Hour, RunID: cfg.RunID, Config: confJSON, Planned: &n, Provenance: prov})
+		return err
+	})
+	return cid, existed, err
+}
+
+// roundRun is one run of a campaign round with a database, between its plan and its finish.
+type roundRun struct {
+	s     *store.Store
+	cfg   Config
+	log   *slog.Logger
+	start time.Time
+	r     *runner
+	todo  []job // the resolvers left to measure, with what the round holds of each
+	// sum is the round's summary; sumMu guards its stored counters while the sink's
+	// goroutine writes them.
+	sum   *Summary
+	sumMu sync.Mutex
+}
+
+// plan reads what the round holds and lists the resolvers left to measure (rd.todo),
+// counting those held whole (skipped) and in part (resumed), and logs the plan.
+func (rd *roundRun) plan(ctx context.Context, targets []Target, existed bool, policy store.RetryPolicy) error {
+	cfg, log, sum, cid := rd.cfg, rd.log, rd.sum, rd.sum.CampaignID
 	var done map[netip.Addr]*stored
-	err = store.Retry(ctx, policy, log, "read what the round stored", func(ctx context.Context) (err error) {
-		done, err = storedRound(ctx, s, cid)
+	err := store.Retry(ctx, policy, log, "read what the round stored", func(ctx context.Context) (err error) {
+		done, err = storedRound(ctx, rd.s, cid)
 		return err
 	})
 	if err != nil {
-		return sum, err
+		return err
 	}
-	r := &runner{cfg: cfg, cid: cid, hour: cfg.Hour.UTC().Truncate(time.Hour), log: log}
-	var todo []job
 	for _, t := range targets {
 		j := job{t: t, done: done[t.Addr]}
 		switch {
 		case j.done == nil:
-		case r.complete(j):
+		case rd.r.complete(j):
 			sum.Skipped++
 			continue
 		default:
 			sum.Resumed++
 		}
-		todo = append(todo, j)
+		rd.todo = append(rd.todo, j)
 	}
 	log.Info("campaign round", "campaign", cid, "hour", cfg.Hour.UTC().Format(time.RFC3339), "resumed", existed,
-		"planned", len(targets), "already_stored", sum.Skipped, "partly_stored", sum.Resumed, "to_measure", len(todo),
+		"planned", len(targets), "already_stored", sum.Skipped, "partly_stored", sum.Resumed, "to_measure", len(rd.todo),
 		"concurrency", cfg.Concurrency)
 	if sum.Skipped > 0 {
 		lv := slog.LevelInfo
-		if len(todo) == 0 {
+		if len(rd.todo) == 0 {
 			lv = slog.LevelWarn
 		}
 		log.Log(ctx, lv, "resolvers the round holds with every unit asked for are not measured again; to measure them again: --rerun (a new attempt) or another --label",
@@ -297,31 +344,23 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		log.Info("resolvers the round holds in part: only the units not stored yet are measured (protocol, port, variant, mode, key share), RTTs not probed again",
 			"partly_stored", sum.Resumed, "campaign", cid)
 	}
+	return nil
+}
 
-	prober := rtt.New()
-	defer prober.Close()
-	r.prober = prober
-
-	// Measuring stops when ctx ends or when the database stays away past the deadline
-	// (the sink gives up); what is measured by then is stored or spilled.
+// measure measures rd.todo and hands every cfg.BatchSize resolvers measured to the
+// sink, which stores them (or keeps them while the database is away). Measuring stops
+// when ctx ends or when the database stays away past the deadline (the sink gives up);
+// what is measured by then is in the sink, which measure returns open.
+func (rd *roundRun) measure(ctx context.Context) (out *sink, lateStarts int64, maxLag time.Duration) {
+	cfg, cid := rd.cfg, rd.sum.CampaignID
 	mctx, stopMeasuring := context.WithCancel(ctx)
 	defer stopMeasuring()
-	var sumMu sync.Mutex // sum's stored counters: the sink's goroutine writes them
-	stored := func(b *batch) {
-		sumMu.Lock()
-		sum.count(b)
-		n := sum.Measured
-		sumMu.Unlock()
-		if cfg.OnFlush != nil {
-			cfg.OnFlush(n)
-		}
-	}
 	gaveUp := func(err error) {
 		stopMeasuring()
-		log.Error("round stopped: its results cannot be stored", "campaign", cid, "err", err)
+		rd.log.Error("round stopped: its results cannot be stored", "campaign", cid, "err", err)
 	}
-	out := newSink(ctx, s, &cfg, spillCampaign{CampaignID: cid, VantageID: cfg.VantageID, Label: cfg.Label,
-		RoundHour: cfg.Hour.UTC().Truncate(time.Hour)}, log, stored, gaveUp)
+	out = newSink(ctx, rd.s, &rd.cfg, spillCampaign{CampaignID: cid, VantageID: cfg.VantageID, Label: cfg.Label,
+		RoundHour: cfg.Hour.UTC().Truncate(time.Hour)}, rd.log, rd.stored, gaveUp)
 
 	var pending batch
 	flush := func() {
@@ -332,9 +371,9 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		out.put(&b)
 		pending = batch{}
 	}
-	lateStarts, maxLag := r.measureAll(mctx, todo, func(b *resolverResult) {
+	lateStarts, maxLag = rd.r.measureAll(mctx, rd.todo, func(b *resolverResult) {
 		for _, a := range b.batch.analyses {
-			sum.Causes[a.Cause]++
+			rd.sum.Causes[a.Cause]++
 		}
 		pending.add(&b.batch)
 		if pending.targets >= cfg.BatchSize {
@@ -342,22 +381,46 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		}
 	}, func(lateStarts int64) {
 		flush()
-		sumMu.Lock()
-		args := []any{"campaign", cid, "done", sum.Measured + sum.Skipped, "planned", sum.Planned,
-			"rows", sum.Rows, "elapsed", time.Since(start).Round(time.Second)}
-		sumMu.Unlock()
-		if mem, spilled := out.pending(); mem+spilled > 0 {
-			args = append(args, "buffered_resolvers", mem, "spilled_resolvers", spilled)
-		}
-		if cfg.Spread > 0 {
-			args = append(args, "late_starts", lateStarts)
-		}
-		log.Info("progress", args...)
+		rd.progress(out, lateStarts)
 	})
 	flush()
+	return out, lateStarts, maxLag
+}
+
+// stored counts a batch the sink stored (called from the sink's goroutine).
+func (rd *roundRun) stored(b *batch) {
+	rd.sumMu.Lock()
+	rd.sum.count(b)
+	n := rd.sum.Measured
+	rd.sumMu.Unlock()
+	if rd.cfg.OnFlush != nil {
+		rd.cfg.OnFlush(n)
+	}
+}
+
+// progress logs how far the round is.
+func (rd *roundRun) progress(out *sink, lateStarts int64) {
+	sum := rd.sum
+	rd.sumMu.Lock()
+	args := []any{"campaign", sum.CampaignID, "done", sum.Measured + sum.Skipped, "planned", sum.Planned,
+		"rows", sum.Rows, "elapsed", time.Since(rd.start).Round(time.Second)}
+	rd.sumMu.Unlock()
+	if mem, spilled := out.pending(); mem+spilled > 0 {
+		args = append(args, "buffered_resolvers", mem, "spilled_resolvers", spilled)
+	}
+	if rd.cfg.Spread > 0 {
+		args = append(args, "late_starts", lateStarts)
+	}
+	rd.log.Info("progress", args...)
+}
+
+// finish waits for the sink to store (or spill) what was measured, sets the campaign's
+// status and summary, and returns the summary with the round's error.
+func (rd *roundRun) finish(ctx context.Context, out *sink, lateStarts int64, maxLag time.Duration) (*Summary, error) {
+	sum := rd.sum
 	writeErr := out.close()
-	sum.DurationSecs = time.Since(start).Seconds()
-	sum.lateStarts(lateStarts, maxLag, cfg, log)
+	sum.DurationSecs = time.Since(rd.start).Seconds()
+	sum.lateStarts(lateStarts, maxLag, rd.cfg, rd.log)
 	// A database that stayed away, or a stop: interrupted (the round resumes once it is
 	// back); another write error: failed.
 	status := store.RunStatusOf(ctx, errors.Join(writeErr, ctx.Err()))
@@ -366,9 +429,9 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		js, _ := json.Marshal(sum)
 		return js
 	})
-	log.Info("campaign round finished", "campaign", cid, "status", status, "measured", sum.Measured,
+	rd.log.Info("campaign round finished", "campaign", sum.CampaignID, "status", status, "measured", sum.Measured,
 		"skipped", sum.Skipped, "rows", sum.Rows, "rtt_samples", sum.RTTSamples, "analyses", sum.Analyses,
-		"spilled", sum.Spilled, "duration", time.Since(start).Round(time.Millisecond))
+		"spilled", sum.Spilled, "duration", time.Since(rd.start).Round(time.Millisecond))
 	if writeErr != nil {
 		return sum, writeErr
 	}
@@ -382,16 +445,9 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 // lock, no spill file, nothing skipped; every resolver's record goes to
 // cfg.OnResolver. The summary counts what was measured.
 func RunLocal(ctx context.Context, cfg Config, targets []Target, log *slog.Logger) (*Summary, error) {
-	cfg.defaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	targets, err := MergeTargets(targets)
+	targets, log, err := prepare(&cfg, targets, log)
 	if err != nil {
 		return nil, err
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	start := time.Now()
 	sum := newSummary(0, cfg.Label, len(targets))
