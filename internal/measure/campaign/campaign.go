@@ -818,28 +818,7 @@ func (r *runner) resolver(ctx context.Context, j job) (out *resolverResult) {
 	t := j.t
 	out = &resolverResult{}
 	defer r.recoverResolver(t, out)
-	b := &out.batch
-	b.targets = 1
-	rtts := map[rttKey]int64{} // median RTT ns, 0: none
-	if j.done != nil {
-		maps.Copy(rtts, j.done.rtts) // probed by an earlier run of the round: not again
-	}
-	type pending struct {
-		m     store.Measurement
-		qa    *qlogana.Analysis
-		trace *qlogana.Trace
-		tk    rttKey
-		wall  time.Duration
-	}
-	var quicRows []pending
-	feat := map[featureKey]observation{}
-	setFeature := func(p measure.Protocol, port uint16, name string, o observation) {
-		k := featureKey{p, port, name}
-		if f, ok := feat[k]; ok && f.rank() >= o.rank() {
-			return // supported wins over unsupported, which wins over unknown; else the first
-		}
-		feat[k] = o
-	}
+	st := newResolverRun(j, &out.batch)
 	for _, u := range r.units(t) {
 		if j.done != nil && j.done.units[u.key()] {
 			continue // stored by an earlier run of the round
@@ -848,96 +827,19 @@ func (r *runner) resolver(ctx context.Context, j job) (out *resolverResult) {
 			out.interrupted = true
 			return out
 		}
-		m, _ := measure.For(u.ep.Protocol)
-		peer := measure.NewPeer()
-		base := measure.Request{
-			Addr: netip.AddrPortFrom(t.Addr, u.ep.Port), ServerName: t.ServerName, Name: r.cfg.Name,
-			Timeout: r.cfg.Timeout, Mode: u.mode, KeyShare: u.ks, Variant: u.variant, Peer: peer,
-		}
-		if u.ep.ALPN != "" {
-			base.ALPN = []string{u.ep.ALPN}
-		}
-		warmReq := base
-		warmReq.Queries = 1
-		if u.mode == measure.ModePersistent || u.mode == measure.Mode0RTT {
-			warmReq.Mode = measure.ModeFresh
-			if u.mode == measure.Mode0RTT {
-				warmReq.Mode = measure.ModeResumed // obtain the ticket
-			}
-		}
-		warm := m.Measure(ctx, &warmReq)
-		measReq := base
-		measReq.Queries = r.cfg.Persistent
-		meas := m.Measure(ctx, &measReq)
+		warm, meas := r.exchange(ctx, t, u)
 		if ctx.Err() != nil {
 			out.interrupted = true
 			return out
 		}
-		for _, pr := range []struct {
-			phase string
-			res   *measure.Result
-		}{{PhaseWarmup, warm}, {PhaseMeasured, meas}} {
-			if r.cfg.OnResult != nil {
-				r.cfg.OnResult(t, u.ep, pr.phase, pr.res)
-			}
-			rows, ql := r.rows(t, u, pr.phase, pr.res)
-			if ql != nil {
-				b.qlogs = append(b.qlogs, *ql)
-			}
-			b.meas = append(b.meas, rows...)
-			if len(pr.res.Qlog) > 0 && len(rows) > 0 {
-				// Only completed handshakes are explained (a failed one has no time); one
-				// whose qlog was cut before it completed gets cause unknown, marked
-				// qlog_truncated.
-				a := pr.res.QlogAnalysis
-				if a != nil && (a.HandshakeNS > 0 || a.Truncated) && rows[0].HandshakeNS != nil {
-					quicRows = append(quicRows, pending{m: rows[0], qa: a, trace: pr.res.QlogTrace, tk: rttKey{u.ep.Protocol.Transport(), u.ep.Port}, wall: pr.res.HandshakeWall})
-				}
-			}
-		}
-		// Per-protocol RTT after a successful measurement, once per (transport, port).
-		tk := rttKey{u.ep.Protocol.Transport(), u.ep.Port}
-		if _, ok := rtts[tk]; !ok && meas.Status == measure.StatusOK {
-			samples := r.prober.Probe(ctx, tk.t, netip.AddrPortFrom(t.Addr, u.ep.Port), r.cfg.RTTSamples, r.rttTimeout(meas))
-			var ok []int64
-			for _, s := range samples {
-				row := store.RTTSample{CampaignID: r.cid, Address: t.Addr, Transport: string(tk.t), Port: int32(u.ep.Port),
-					Seq: int16(s.Seq), SentAt: s.SentAt, Status: string(s.Status), Detail: s.Detail, RoundHour: r.hour}
-				if s.Answered() {
-					ns := s.RTT.Nanoseconds()
-					row.RTTNS = &ns
-					ok = append(ok, ns)
-				}
-				b.rtts = append(b.rtts, row)
-			}
-			rtts[tk] = median(ok)
-		}
-		// Support observations from the regular exchanges (each unknown unless the
-		// exchanges got far enough to show it).
-		if u.ep.Protocol == measure.DoQ && u.mode == measure.ModeFresh {
-			setFeature(measure.DoQ, u.ep.Port, FeatureNewToken, newTokenShown(warm))
-			setFeature(measure.DoQ, u.ep.Port, FeatureRetry, retryShown(warm))
-		}
-		if u.mode == measure.ModeResumed {
-			setFeature(u.ep.Protocol, u.ep.Port, FeatureSessionTicket, ticketShown(warm, meas))
-		}
-		// A POST is never early data (not safe to replay): only GETs show 0-RTT.
-		if u.mode == measure.Mode0RTT && u.ep.Protocol.Spec().EarlyData && u.variant != measure.VariantPOST {
-			setFeature(u.ep.Protocol, u.ep.Port, Feature0RTT, zeroRTTShown(warm, meas))
-		}
+		r.keepExchange(st, u, PhaseWarmup, warm)
+		r.keepExchange(st, u, PhaseMeasured, meas)
+		r.probeRTT(ctx, st, u, meas)
+		st.observe(u, warm, meas)
 	}
-	for _, q := range quicRows {
-		// With an RTT sample of the path, explain the handshake against it (the flight
-		// grouping is relative to the RTT) rather than against the qlog's own min_rtt.
-		if rtt := rtts[q.tk]; rtt > 0 {
-			if a, err := q.trace.Analyze(qlogana.Options{RTTNS: rtt}); err == nil && a.HandshakeNS > 0 {
-				q.qa = a
-			}
-		}
-		b.analyses = append(b.analyses, analysisRow(q.m, q.qa, rtts[q.tk], q.wall))
-	}
+	st.analyze()
 	if r.cfg.Features && (j.done == nil || !j.done.features) {
-		r.checkFeatures(ctx, t, setFeature)
+		r.checkFeatures(ctx, t, st.setFeature)
 	}
 	// A resolver is stored whole or not at all. If the round was stopped while it was
 	// measured (a signal, the database away past the deadline), something was cut short:
@@ -947,15 +849,159 @@ func (r *runner) resolver(ctx context.Context, j job) (out *resolverResult) {
 		out.interrupted = true
 		return out
 	}
-	for k, o := range feat {
-		b.features = append(b.features, store.ResolverFeature{CampaignID: r.cid, Address: t.Addr, Protocol: string(k.p),
+	st.featureRows(r.cid)
+	return out
+}
+
+// resolverRun is what the measurement of one resolver has gathered so far.
+type resolverRun struct {
+	t        Target
+	b        *batch
+	rtts     map[rttKey]int64 // median RTT ns, 0: none
+	quicRows []quicRow
+	feat     map[featureKey]observation
+}
+
+// quicRow is a QUIC measurement whose handshake is explained once the path's RTT is known.
+type quicRow struct {
+	m     store.Measurement
+	qa    *qlogana.Analysis
+	trace *qlogana.Trace
+	tk    rttKey
+	wall  time.Duration
+}
+
+func newResolverRun(j job, b *batch) *resolverRun {
+	b.targets = 1
+	st := &resolverRun{t: j.t, b: b, rtts: map[rttKey]int64{}, feat: map[featureKey]observation{}}
+	if j.done != nil {
+		maps.Copy(st.rtts, j.done.rtts) // probed by an earlier run of the round: not again
+	}
+	return st
+}
+
+// setFeature records a support observation (a featureSetter).
+func (st *resolverRun) setFeature(p measure.Protocol, port uint16, name string, o observation) {
+	k := featureKey{p, port, name}
+	if f, ok := st.feat[k]; ok && f.rank() >= o.rank() {
+		return // supported wins over unsupported, which wins over unknown; else the first
+	}
+	st.feat[k] = o
+}
+
+// exchange measures unit u of t: a cache-warming exchange, then the measured one, each
+// on a new session.
+func (r *runner) exchange(ctx context.Context, t Target, u unit) (warm, meas *measure.Result) {
+	m, _ := measure.For(u.ep.Protocol)
+	peer := measure.NewPeer()
+	base := measure.Request{
+		Addr: netip.AddrPortFrom(t.Addr, u.ep.Port), ServerName: t.ServerName, Name: r.cfg.Name,
+		Timeout: r.cfg.Timeout, Mode: u.mode, KeyShare: u.ks, Variant: u.variant, Peer: peer,
+	}
+	if u.ep.ALPN != "" {
+		base.ALPN = []string{u.ep.ALPN}
+	}
+	warmReq := base
+	warmReq.Queries = 1
+	if u.mode == measure.ModePersistent || u.mode == measure.Mode0RTT {
+		warmReq.Mode = measure.ModeFresh
+		if u.mode == measure.Mode0RTT {
+			warmReq.Mode = measure.ModeResumed // obtain the ticket
+		}
+	}
+	warm = m.Measure(ctx, &warmReq)
+	measReq := base
+	measReq.Queries = r.cfg.Persistent
+	meas = m.Measure(ctx, &measReq)
+	return warm, meas
+}
+
+// keepExchange adds an exchange's rows and qlog to the resolver's batch, and its
+// handshake to those to explain.
+func (r *runner) keepExchange(st *resolverRun, u unit, phase string, res *measure.Result) {
+	if r.cfg.OnResult != nil {
+		r.cfg.OnResult(st.t, u.ep, phase, res)
+	}
+	rows, ql := r.rows(st.t, u, phase, res)
+	if ql != nil {
+		st.b.qlogs = append(st.b.qlogs, *ql)
+	}
+	st.b.meas = append(st.b.meas, rows...)
+	if len(res.Qlog) > 0 && len(rows) > 0 {
+		// Only completed handshakes are explained (a failed one has no time); one
+		// whose qlog was cut before it completed gets cause unknown, marked
+		// qlog_truncated.
+		a := res.QlogAnalysis
+		if a != nil && (a.HandshakeNS > 0 || a.Truncated) && rows[0].HandshakeNS != nil {
+			st.quicRows = append(st.quicRows, quicRow{m: rows[0], qa: a, trace: res.QlogTrace, tk: rttKey{u.ep.Protocol.Transport(), u.ep.Port}, wall: res.HandshakeWall})
+		}
+	}
+}
+
+// probeRTT samples the RTT of u's (transport, port) after a successful measurement,
+// once per (transport, port).
+func (r *runner) probeRTT(ctx context.Context, st *resolverRun, u unit, meas *measure.Result) {
+	tk := rttKey{u.ep.Protocol.Transport(), u.ep.Port}
+	if _, ok := st.rtts[tk]; ok || meas.Status != measure.StatusOK {
+		return
+	}
+	t := st.t
+	samples := r.prober.Probe(ctx, tk.t, netip.AddrPortFrom(t.Addr, u.ep.Port), r.cfg.RTTSamples, r.rttTimeout(meas))
+	var ok []int64
+	for _, s := range samples {
+		row := store.RTTSample{CampaignID: r.cid, Address: t.Addr, Transport: string(tk.t), Port: int32(u.ep.Port),
+			Seq: int16(s.Seq), SentAt: s.SentAt, Status: string(s.Status), Detail: s.Detail, RoundHour: r.hour}
+		if s.Answered() {
+			ns := s.RTT.Nanoseconds()
+			row.RTTNS = &ns
+			ok = append(ok, ns)
+		}
+		st.b.rtts = append(st.b.rtts, row)
+	}
+	st.rtts[tk] = median(ok)
+}
+
+// observe records the support observations of u's regular exchanges (each unknown
+// unless the exchanges got far enough to show it).
+func (st *resolverRun) observe(u unit, warm, meas *measure.Result) {
+	if u.ep.Protocol == measure.DoQ && u.mode == measure.ModeFresh {
+		st.setFeature(measure.DoQ, u.ep.Port, FeatureNewToken, newTokenShown(warm))
+		st.setFeature(measure.DoQ, u.ep.Port, FeatureRetry, retryShown(warm))
+	}
+	if u.mode == measure.ModeResumed {
+		st.setFeature(u.ep.Protocol, u.ep.Port, FeatureSessionTicket, ticketShown(warm, meas))
+	}
+	// A POST is never early data (not safe to replay): only GETs show 0-RTT.
+	if u.mode == measure.Mode0RTT && u.ep.Protocol.Spec().EarlyData && u.variant != measure.VariantPOST {
+		st.setFeature(u.ep.Protocol, u.ep.Port, Feature0RTT, zeroRTTShown(warm, meas))
+	}
+}
+
+// analyze adds the handshake analysis of every QUIC measurement kept.
+func (st *resolverRun) analyze() {
+	for _, q := range st.quicRows {
+		// With an RTT sample of the path, explain the handshake against it (the flight
+		// grouping is relative to the RTT) rather than against the qlog's own min_rtt.
+		if rtt := st.rtts[q.tk]; rtt > 0 {
+			if a, err := q.trace.Analyze(qlogana.Options{RTTNS: rtt}); err == nil && a.HandshakeNS > 0 {
+				q.qa = a
+			}
+		}
+		st.b.analyses = append(st.b.analyses, analysisRow(q.m, q.qa, st.rtts[q.tk], q.wall))
+	}
+}
+
+// featureRows adds the resolver_features rows of the observations, in a stable order.
+func (st *resolverRun) featureRows(cid int64) {
+	b := st.b
+	for k, o := range st.feat {
+		b.features = append(b.features, store.ResolverFeature{CampaignID: cid, Address: st.t.Addr, Protocol: string(k.p),
 			Port: int32(k.port), Feature: k.name, Supported: o.Supported, Detail: o.Detail})
 	}
 	sort.Slice(b.features, func(i, j int) bool {
 		x, y := b.features[i], b.features[j]
 		return cmp.Or(cmp.Compare(x.Protocol, y.Protocol), cmp.Compare(x.Port, y.Port), cmp.Compare(x.Feature, y.Feature)) < 0
 	})
-	return out
 }
 
 // rttTimeoutFactor and rttTimeoutFloor bound an RTT sample's wait by the resolve time
