@@ -520,60 +520,13 @@ func (r *runner) measureAll(ctx context.Context, todo []job, each func(*resolver
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				idle <- struct{}{}
-				j, ok := <-jobs
-				if !ok {
-					return
-				}
-				res := r.resolver(ctx, j)
-				if !res.interrupted && cfg.OnResolver != nil {
-					cfg.OnResolver(recordOf(j.t, &res.batch))
-				}
-				results <- res
-			}
+			r.work(ctx, idle, jobs, results)
 		}()
 	}
-	var lateStarts, maxLagNS atomic.Int64
+	var late lateness
 	go func() {
 		defer close(jobs)
-		var step time.Duration
-		if cfg.Spread > 0 && len(todo) > 0 {
-			step = cfg.Spread / time.Duration(len(todo))
-		}
-		// The slots begin now, not at the round's start: replaying spill files and the
-		// database's set-up queries are no worker's fault.
-		slots := cfg.Clock.Now()
-		for i, j := range todo {
-			var at time.Time
-			if step > 0 {
-				// Spread over the round with jitter: resolver i starts in its slot.
-				at = slots.Add(step*time.Duration(i) + time.Duration(rand.Int64N(int64(step)+1)))
-				if cfg.Clock.WaitUntil(ctx, at) != nil {
-					return
-				}
-			}
-			select {
-			case <-idle:
-			case <-ctx.Done():
-				return
-			}
-			if step > 0 {
-				// Started a whole slot late: every worker was busy until now (read
-				// when a worker is free, before it takes the resolver).
-				if lag := cfg.Clock.Now().Sub(at); lag > step {
-					lateStarts.Add(1)
-					if lag.Nanoseconds() > maxLagNS.Load() {
-						maxLagNS.Store(lag.Nanoseconds())
-					}
-				}
-			}
-			select {
-			case jobs <- j:
-			case <-ctx.Done():
-				return
-			}
-		}
+		r.dispatch(ctx, todo, idle, jobs, &late)
 	}()
 	go func() { wg.Wait(); close(results) }()
 
@@ -583,14 +536,79 @@ func (r *runner) measureAll(ctx context.Context, todo []job, each func(*resolver
 		select {
 		case b, ok := <-results:
 			if !ok {
-				return lateStarts.Load(), time.Duration(maxLagNS.Load())
+				return late.starts.Load(), time.Duration(late.maxNS.Load())
 			}
 			if b.interrupted {
 				continue // cut short by the stop: the resumed round measures it again
 			}
 			each(b)
 		case <-tk.C:
-			tick(lateStarts.Load())
+			tick(late.starts.Load())
+		}
+	}
+}
+
+// work is one worker: it measures the jobs it takes until jobs is closed, handing each
+// resolver measured whole to cfg.OnResolver, and sends every result.
+func (r *runner) work(ctx context.Context, idle chan<- struct{}, jobs <-chan job, results chan<- *resolverResult) {
+	for {
+		idle <- struct{}{}
+		j, ok := <-jobs
+		if !ok {
+			return
+		}
+		res := r.resolver(ctx, j)
+		if !res.interrupted && r.cfg.OnResolver != nil {
+			r.cfg.OnResolver(recordOf(j.t, &res.batch))
+		}
+		results <- res
+	}
+}
+
+// lateness counts a spread round's late starts and their largest lag.
+type lateness struct {
+	starts, maxNS atomic.Int64
+}
+
+// dispatch hands the jobs to free workers, each in its slot of cfg.Spread (at once
+// without a spread), until every job is handed over or ctx ends.
+func (r *runner) dispatch(ctx context.Context, todo []job, idle <-chan struct{}, jobs chan<- job, late *lateness) {
+	cfg := r.cfg
+	var step time.Duration
+	if cfg.Spread > 0 && len(todo) > 0 {
+		step = cfg.Spread / time.Duration(len(todo))
+	}
+	// The slots begin now, not at the round's start: replaying spill files and the
+	// database's set-up queries are no worker's fault.
+	slots := cfg.Clock.Now()
+	for i, j := range todo {
+		var at time.Time
+		if step > 0 {
+			// Spread over the round with jitter: resolver i starts in its slot.
+			at = slots.Add(step*time.Duration(i) + time.Duration(rand.Int64N(int64(step)+1)))
+			if cfg.Clock.WaitUntil(ctx, at) != nil {
+				return
+			}
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return
+		}
+		if step > 0 {
+			// Started a whole slot late: every worker was busy until now (read
+			// when a worker is free, before it takes the resolver).
+			if lag := cfg.Clock.Now().Sub(at); lag > step {
+				late.starts.Add(1)
+				if lag.Nanoseconds() > late.maxNS.Load() {
+					late.maxNS.Store(lag.Nanoseconds())
+				}
+			}
+		}
+		select {
+		case jobs <- j:
+		case <-ctx.Done():
+			return
 		}
 	}
 }
