@@ -648,11 +648,26 @@ func storedRound(ctx context.Context, s *store.Store, cid int64) (map[netip.Addr
 		}
 		return out[a]
 	}
+	if err := storedUnits(ctx, s, cid, get); err != nil {
+		return nil, err
+	}
+	if err := storedRTTs(ctx, s, cid, get); err != nil {
+		return nil, err
+	}
+	if err := storedFeatures(ctx, s, cid, get); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// storedUnits marks the units the campaign holds with their measured rows.
+func storedUnits(ctx context.Context, s *store.Store, cid int64, get func(netip.Addr) *stored) error {
 	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT address, protocol, port, variant, mode, key_share FROM measurements
 		WHERE campaign_id = $1 AND phase = 'measured'`, cid)
 	if err != nil {
-		return nil, fmt.Errorf("stored measurements of campaign %d: %w", cid, err)
+		return fmt.Errorf("stored measurements of campaign %d: %w", cid, err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var (
 			a                  netip.Addr
@@ -660,19 +675,21 @@ func storedRound(ctx context.Context, s *store.Store, cid int64) (map[netip.Addr
 			port               int32
 		)
 		if err := rows.Scan(&a, &proto, &port, &v, &mode, &ks); err != nil {
-			rows.Close()
-			return nil, err
+			return err
 		}
 		get(a).units[unitKey{measure.Protocol(proto), uint16(port), v, measure.Mode(mode), measure.KeyShare(ks)}] = true
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows, err = s.Pool.Query(ctx, `SELECT address, transport, port, rtt_ns FROM rtt_samples WHERE campaign_id = $1`, cid)
+	return rows.Err()
+}
+
+// storedRTTs sets the median RTT of every (transport, port) the campaign probed (0
+// without an answer).
+func storedRTTs(ctx context.Context, s *store.Store, cid int64, get func(netip.Addr) *stored) error {
+	rows, err := s.Pool.Query(ctx, `SELECT address, transport, port, rtt_ns FROM rtt_samples WHERE campaign_id = $1`, cid)
 	if err != nil {
-		return nil, fmt.Errorf("stored RTT samples of campaign %d: %w", cid, err)
+		return fmt.Errorf("stored RTT samples of campaign %d: %w", cid, err)
 	}
+	defer rows.Close()
 	samples := map[netip.Addr]map[rttKey][]int64{}
 	for rows.Next() {
 		var (
@@ -682,8 +699,7 @@ func storedRound(ctx context.Context, s *store.Store, cid int64) (map[netip.Addr
 			ns *int64
 		)
 		if err := rows.Scan(&a, &tr, &p, &ns); err != nil {
-			rows.Close()
-			return nil, err
+			return err
 		}
 		a, k := a.Unmap(), rttKey{rtt.Transport(tr), uint16(p)}
 		if samples[a] == nil {
@@ -696,29 +712,33 @@ func storedRound(ctx context.Context, s *store.Store, cid int64) (map[netip.Addr
 			samples[a][k] = append(samples[a][k], *ns)
 		}
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	for a, byKey := range samples {
 		for k, ns := range byKey {
 			get(a).rtts[k] = median(ns)
 		}
 	}
-	rows, err = s.Pool.Query(ctx, `SELECT DISTINCT address FROM resolver_features WHERE campaign_id = $1 AND feature = ANY($2)`,
+	return nil
+}
+
+// storedFeatures marks the resolvers whose support checks ran.
+func storedFeatures(ctx context.Context, s *store.Store, cid int64, get func(netip.Addr) *stored) error {
+	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT address FROM resolver_features WHERE campaign_id = $1 AND feature = ANY($2)`,
 		cid, []string{FeatureTFO, FeatureTCPKeepalive})
 	if err != nil {
-		return nil, fmt.Errorf("stored support checks of campaign %d: %w", cid, err)
+		return fmt.Errorf("stored support checks of campaign %d: %w", cid, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var a netip.Addr
 		if err := rows.Scan(&a); err != nil {
-			return nil, err
+			return err
 		}
 		get(a).features = true
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 // write stores a batch in one transaction, parents first.
