@@ -212,25 +212,17 @@ func (b *batch) add(o *batch) {
 // protocol, port, DoH variant, mode and key share with its measured row stored), with
 // the support checks if they were asked for and have not run; one that has every unit
 // (and the checks) is skipped, and the log and the summary say so.
+//
+// Run takes the round's lock and stores what earlier rounds spilled, then goes in
+// three steps: plan (start or resume the campaign row, read what it holds, list what is
+// left to measure), measure (workers, progress, a writer that keeps results while the
+// database is away) and finish (the campaign's status and summary).
 func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log *slog.Logger) (_ *Summary, retErr error) {
-	cfg.defaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	targets, err := MergeTargets(targets)
+	targets, log, err := prepare(&cfg, targets, log)
 	if err != nil {
 		return nil, err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	start := time.Now()
-	confJSON, _ := json.Marshal(map[string]any{
-		"protocols": cfg.Protocols, "modes": cfg.Modes, "key_shares": cfg.KeyShares, "doh_variants": cfg.DoHVariants,
-		"name": cfg.Name, "timeout_ms": cfg.Timeout.Milliseconds(), "concurrency": cfg.Concurrency,
-		"rtt_samples": cfg.RTTSamples, "persistent_queries": cfg.Persistent, "features": cfg.Features,
-	})
-	prov := provenance.New("measure", provenance.Vantage{ID: cfg.VantageID, Location: cfg.VantageLocation, Contact: cfg.VantageContact}).JSON()
 	policy := store.RetryPolicy{Deadline: cfg.DBDeadline}
 	// One run of a round at a time: a second run of the same (vantage, label, hour) ends
 	// here with a *store.LockedError (exit 75) and sends nothing. If another run takes the
@@ -248,46 +240,101 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 	if _, err := ReplaySpill(ctx, s, cfg.SpillDir, policy, log); err != nil {
 		return nil, err
 	}
-	planned := int32(len(targets))
-	var cid int64
-	var existed bool
-	err = store.Retry(ctx, policy, log, "start the round", func(ctx context.Context) (err error) {
-		cid, existed, err = s.StartCampaign(ctx, store.Campaign{VantageID: cfg.VantageID, Label: cfg.Label,
-			RoundHour: cfg.Hour, RunID: cfg.RunID, Config: confJSON, Planned: &planned, Provenance: prov})
-		return err
-	})
+	cid, existed, err := startRound(ctx, s, &cfg, len(targets), policy, log)
 	if err != nil {
 		return nil, err
 	}
-	sum := newSummary(cid, cfg.Label, len(targets))
+	rd := &roundRun{s: s, cfg: cfg, log: log, start: start, sum: newSummary(cid, cfg.Label, len(targets)),
+		r: &runner{cfg: cfg, cid: cid, hour: cfg.Hour.UTC().Truncate(time.Hour), log: log}}
+	if err := rd.plan(ctx, targets, existed, policy); err != nil {
+		return rd.sum, err
+	}
+	prober := rtt.New()
+	defer prober.Close()
+	rd.r.prober = prober
+	out, lateStarts, maxLag := rd.measure(ctx)
+	return rd.finish(ctx, out, lateStarts, maxLag)
+}
+
+// prepare fills cfg's defaults, validates it and merges the targets' duplicates; a nil
+// log discards.
+func prepare(cfg *Config, targets []Target, log *slog.Logger) ([]Target, *slog.Logger, error) {
+	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	targets, err := MergeTargets(targets)
+	if err != nil {
+		return nil, nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return targets, log, nil
+}
+
+// startRound creates the round's campaign row, or finds the one an earlier run of the
+// round created (existed), and returns its id.
+func startRound(ctx context.Context, s *store.Store, cfg *Config, planned int, policy store.RetryPolicy, log *slog.Logger) (cid int64, existed bool, err error) {
+	confJSON, _ := json.Marshal(map[string]any{
+		"protocols": cfg.Protocols, "modes": cfg.Modes, "key_shares": cfg.KeyShares, "doh_variants": cfg.DoHVariants,
+		"name": cfg.Name, "timeout_ms": cfg.Timeout.Milliseconds(), "concurrency": cfg.Concurrency,
+		"rtt_samples": cfg.RTTSamples, "persistent_queries": cfg.Persistent, "features": cfg.Features,
+	})
+	prov := provenance.New("measure", provenance.Vantage{ID: cfg.VantageID, Location: cfg.VantageLocation, Contact: cfg.VantageContact}).JSON()
+	n := int32(planned)
+	err = store.Retry(ctx, policy, log, "start the round", func(ctx context.Context) (err error) {
+		cid, existed, err = s.StartCampaign(ctx, store.Campaign{VantageID: cfg.VantageID, Label: cfg.Label,
+			RoundHour: cfg.Hour, RunID: cfg.RunID, Config: confJSON, Planned: &n, Provenance: prov})
+		return err
+	})
+	return cid, existed, err
+}
+
+// roundRun is one run of a campaign round with a database, between its plan and its finish.
+type roundRun struct {
+	s     *store.Store
+	cfg   Config
+	log   *slog.Logger
+	start time.Time
+	r     *runner
+	todo  []job // the resolvers left to measure, with what the round holds of each
+	// sum is the round's summary; sumMu guards its stored counters while the sink's
+	// goroutine writes them.
+	sum   *Summary
+	sumMu sync.Mutex
+}
+
+// plan reads what the round holds and lists the resolvers left to measure (rd.todo),
+// counting those held whole (skipped) and in part (resumed), and logs the plan.
+func (rd *roundRun) plan(ctx context.Context, targets []Target, existed bool, policy store.RetryPolicy) error {
+	cfg, log, sum, cid := rd.cfg, rd.log, rd.sum, rd.sum.CampaignID
 	var done map[netip.Addr]*stored
-	err = store.Retry(ctx, policy, log, "read what the round stored", func(ctx context.Context) (err error) {
-		done, err = storedRound(ctx, s, cid)
+	err := store.Retry(ctx, policy, log, "read what the round stored", func(ctx context.Context) (err error) {
+		done, err = storedRound(ctx, rd.s, cid)
 		return err
 	})
 	if err != nil {
-		return sum, err
+		return err
 	}
-	r := &runner{cfg: cfg, cid: cid, hour: cfg.Hour.UTC().Truncate(time.Hour), log: log}
-	var todo []job
 	for _, t := range targets {
 		j := job{t: t, done: done[t.Addr]}
 		switch {
 		case j.done == nil:
-		case r.complete(j):
+		case rd.r.complete(j):
 			sum.Skipped++
 			continue
 		default:
 			sum.Resumed++
 		}
-		todo = append(todo, j)
+		rd.todo = append(rd.todo, j)
 	}
 	log.Info("campaign round", "campaign", cid, "hour", cfg.Hour.UTC().Format(time.RFC3339), "resumed", existed,
-		"planned", len(targets), "already_stored", sum.Skipped, "partly_stored", sum.Resumed, "to_measure", len(todo),
+		"planned", len(targets), "already_stored", sum.Skipped, "partly_stored", sum.Resumed, "to_measure", len(rd.todo),
 		"concurrency", cfg.Concurrency)
 	if sum.Skipped > 0 {
 		lv := slog.LevelInfo
-		if len(todo) == 0 {
+		if len(rd.todo) == 0 {
 			lv = slog.LevelWarn
 		}
 		log.Log(ctx, lv, "resolvers the round holds with every unit asked for are not measured again; to measure them again: --rerun (a new attempt) or another --label",
@@ -297,31 +344,23 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		log.Info("resolvers the round holds in part: only the units not stored yet are measured (protocol, port, variant, mode, key share), RTTs not probed again",
 			"partly_stored", sum.Resumed, "campaign", cid)
 	}
+	return nil
+}
 
-	prober := rtt.New()
-	defer prober.Close()
-	r.prober = prober
-
-	// Measuring stops when ctx ends or when the database stays away past the deadline
-	// (the sink gives up); what is measured by then is stored or spilled.
+// measure measures rd.todo and hands every cfg.BatchSize resolvers measured to the
+// sink, which stores them (or keeps them while the database is away). Measuring stops
+// when ctx ends or when the database stays away past the deadline (the sink gives up);
+// what is measured by then is in the sink, which measure returns open.
+func (rd *roundRun) measure(ctx context.Context) (out *sink, lateStarts int64, maxLag time.Duration) {
+	cfg, cid := rd.cfg, rd.sum.CampaignID
 	mctx, stopMeasuring := context.WithCancel(ctx)
 	defer stopMeasuring()
-	var sumMu sync.Mutex // sum's stored counters: the sink's goroutine writes them
-	stored := func(b *batch) {
-		sumMu.Lock()
-		sum.count(b)
-		n := sum.Measured
-		sumMu.Unlock()
-		if cfg.OnFlush != nil {
-			cfg.OnFlush(n)
-		}
-	}
 	gaveUp := func(err error) {
 		stopMeasuring()
-		log.Error("round stopped: its results cannot be stored", "campaign", cid, "err", err)
+		rd.log.Error("round stopped: its results cannot be stored", "campaign", cid, "err", err)
 	}
-	out := newSink(ctx, s, &cfg, spillCampaign{CampaignID: cid, VantageID: cfg.VantageID, Label: cfg.Label,
-		RoundHour: cfg.Hour.UTC().Truncate(time.Hour)}, log, stored, gaveUp)
+	out = newSink(ctx, rd.s, &rd.cfg, spillCampaign{CampaignID: cid, VantageID: cfg.VantageID, Label: cfg.Label,
+		RoundHour: cfg.Hour.UTC().Truncate(time.Hour)}, rd.log, rd.stored, gaveUp)
 
 	var pending batch
 	flush := func() {
@@ -332,9 +371,9 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		out.put(&b)
 		pending = batch{}
 	}
-	lateStarts, maxLag := r.measureAll(mctx, todo, func(b *resolverResult) {
+	lateStarts, maxLag = rd.r.measureAll(mctx, rd.todo, func(b *resolverResult) {
 		for _, a := range b.batch.analyses {
-			sum.Causes[a.Cause]++
+			rd.sum.Causes[a.Cause]++
 		}
 		pending.add(&b.batch)
 		if pending.targets >= cfg.BatchSize {
@@ -342,22 +381,46 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		}
 	}, func(lateStarts int64) {
 		flush()
-		sumMu.Lock()
-		args := []any{"campaign", cid, "done", sum.Measured + sum.Skipped, "planned", sum.Planned,
-			"rows", sum.Rows, "elapsed", time.Since(start).Round(time.Second)}
-		sumMu.Unlock()
-		if mem, spilled := out.pending(); mem+spilled > 0 {
-			args = append(args, "buffered_resolvers", mem, "spilled_resolvers", spilled)
-		}
-		if cfg.Spread > 0 {
-			args = append(args, "late_starts", lateStarts)
-		}
-		log.Info("progress", args...)
+		rd.progress(out, lateStarts)
 	})
 	flush()
+	return out, lateStarts, maxLag
+}
+
+// stored counts a batch the sink stored (called from the sink's goroutine).
+func (rd *roundRun) stored(b *batch) {
+	rd.sumMu.Lock()
+	rd.sum.count(b)
+	n := rd.sum.Measured
+	rd.sumMu.Unlock()
+	if rd.cfg.OnFlush != nil {
+		rd.cfg.OnFlush(n)
+	}
+}
+
+// progress logs how far the round is.
+func (rd *roundRun) progress(out *sink, lateStarts int64) {
+	sum := rd.sum
+	rd.sumMu.Lock()
+	args := []any{"campaign", sum.CampaignID, "done", sum.Measured + sum.Skipped, "planned", sum.Planned,
+		"rows", sum.Rows, "elapsed", time.Since(rd.start).Round(time.Second)}
+	rd.sumMu.Unlock()
+	if mem, spilled := out.pending(); mem+spilled > 0 {
+		args = append(args, "buffered_resolvers", mem, "spilled_resolvers", spilled)
+	}
+	if rd.cfg.Spread > 0 {
+		args = append(args, "late_starts", lateStarts)
+	}
+	rd.log.Info("progress", args...)
+}
+
+// finish waits for the sink to store (or spill) what was measured, sets the campaign's
+// status and summary, and returns the summary with the round's error.
+func (rd *roundRun) finish(ctx context.Context, out *sink, lateStarts int64, maxLag time.Duration) (*Summary, error) {
+	sum := rd.sum
 	writeErr := out.close()
-	sum.DurationSecs = time.Since(start).Seconds()
-	sum.lateStarts(lateStarts, maxLag, cfg, log)
+	sum.DurationSecs = time.Since(rd.start).Seconds()
+	sum.lateStarts(lateStarts, maxLag, rd.cfg, rd.log)
 	// A database that stayed away, or a stop: interrupted (the round resumes once it is
 	// back); another write error: failed.
 	status := store.RunStatusOf(ctx, errors.Join(writeErr, ctx.Err()))
@@ -366,9 +429,9 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 		js, _ := json.Marshal(sum)
 		return js
 	})
-	log.Info("campaign round finished", "campaign", cid, "status", status, "measured", sum.Measured,
+	rd.log.Info("campaign round finished", "campaign", sum.CampaignID, "status", status, "measured", sum.Measured,
 		"skipped", sum.Skipped, "rows", sum.Rows, "rtt_samples", sum.RTTSamples, "analyses", sum.Analyses,
-		"spilled", sum.Spilled, "duration", time.Since(start).Round(time.Millisecond))
+		"spilled", sum.Spilled, "duration", time.Since(rd.start).Round(time.Millisecond))
 	if writeErr != nil {
 		return sum, writeErr
 	}
@@ -382,16 +445,9 @@ func Run(ctx context.Context, s *store.Store, cfg Config, targets []Target, log 
 // lock, no spill file, nothing skipped; every resolver's record goes to
 // cfg.OnResolver. The summary counts what was measured.
 func RunLocal(ctx context.Context, cfg Config, targets []Target, log *slog.Logger) (*Summary, error) {
-	cfg.defaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	targets, err := MergeTargets(targets)
+	targets, log, err := prepare(&cfg, targets, log)
 	if err != nil {
 		return nil, err
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	start := time.Now()
 	sum := newSummary(0, cfg.Label, len(targets))
@@ -464,60 +520,13 @@ func (r *runner) measureAll(ctx context.Context, todo []job, each func(*resolver
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				idle <- struct{}{}
-				j, ok := <-jobs
-				if !ok {
-					return
-				}
-				res := r.resolver(ctx, j)
-				if !res.interrupted && cfg.OnResolver != nil {
-					cfg.OnResolver(recordOf(j.t, &res.batch))
-				}
-				results <- res
-			}
+			r.work(ctx, idle, jobs, results)
 		}()
 	}
-	var lateStarts, maxLagNS atomic.Int64
+	var late lateness
 	go func() {
 		defer close(jobs)
-		var step time.Duration
-		if cfg.Spread > 0 && len(todo) > 0 {
-			step = cfg.Spread / time.Duration(len(todo))
-		}
-		// The slots begin now, not at the round's start: replaying spill files and the
-		// database's set-up queries are no worker's fault.
-		slots := cfg.Clock.Now()
-		for i, j := range todo {
-			var at time.Time
-			if step > 0 {
-				// Spread over the round with jitter: resolver i starts in its slot.
-				at = slots.Add(step*time.Duration(i) + time.Duration(rand.Int64N(int64(step)+1)))
-				if cfg.Clock.WaitUntil(ctx, at) != nil {
-					return
-				}
-			}
-			select {
-			case <-idle:
-			case <-ctx.Done():
-				return
-			}
-			if step > 0 {
-				// Started a whole slot late: every worker was busy until now (read
-				// when a worker is free, before it takes the resolver).
-				if lag := cfg.Clock.Now().Sub(at); lag > step {
-					lateStarts.Add(1)
-					if lag.Nanoseconds() > maxLagNS.Load() {
-						maxLagNS.Store(lag.Nanoseconds())
-					}
-				}
-			}
-			select {
-			case jobs <- j:
-			case <-ctx.Done():
-				return
-			}
-		}
+		r.dispatch(ctx, todo, idle, jobs, &late)
 	}()
 	go func() { wg.Wait(); close(results) }()
 
@@ -527,14 +536,79 @@ func (r *runner) measureAll(ctx context.Context, todo []job, each func(*resolver
 		select {
 		case b, ok := <-results:
 			if !ok {
-				return lateStarts.Load(), time.Duration(maxLagNS.Load())
+				return late.starts.Load(), time.Duration(late.maxNS.Load())
 			}
 			if b.interrupted {
 				continue // cut short by the stop: the resumed round measures it again
 			}
 			each(b)
 		case <-tk.C:
-			tick(lateStarts.Load())
+			tick(late.starts.Load())
+		}
+	}
+}
+
+// work is one worker: it measures the jobs it takes until jobs is closed, handing each
+// resolver measured whole to cfg.OnResolver, and sends every result.
+func (r *runner) work(ctx context.Context, idle chan<- struct{}, jobs <-chan job, results chan<- *resolverResult) {
+	for {
+		idle <- struct{}{}
+		j, ok := <-jobs
+		if !ok {
+			return
+		}
+		res := r.resolver(ctx, j)
+		if !res.interrupted && r.cfg.OnResolver != nil {
+			r.cfg.OnResolver(recordOf(j.t, &res.batch))
+		}
+		results <- res
+	}
+}
+
+// lateness counts a spread round's late starts and their largest lag.
+type lateness struct {
+	starts, maxNS atomic.Int64
+}
+
+// dispatch hands the jobs to free workers, each in its slot of cfg.Spread (at once
+// without a spread), until every job is handed over or ctx ends.
+func (r *runner) dispatch(ctx context.Context, todo []job, idle <-chan struct{}, jobs chan<- job, late *lateness) {
+	cfg := r.cfg
+	var step time.Duration
+	if cfg.Spread > 0 && len(todo) > 0 {
+		step = cfg.Spread / time.Duration(len(todo))
+	}
+	// The slots begin now, not at the round's start: replaying spill files and the
+	// database's set-up queries are no worker's fault.
+	slots := cfg.Clock.Now()
+	for i, j := range todo {
+		var at time.Time
+		if step > 0 {
+			// Spread over the round with jitter: resolver i starts in its slot.
+			at = slots.Add(step*time.Duration(i) + time.Duration(rand.Int64N(int64(step)+1)))
+			if cfg.Clock.WaitUntil(ctx, at) != nil {
+				return
+			}
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return
+		}
+		if step > 0 {
+			// Started a whole slot late: every worker was busy until now (read
+			// when a worker is free, before it takes the resolver).
+			if lag := cfg.Clock.Now().Sub(at); lag > step {
+				late.starts.Add(1)
+				if lag.Nanoseconds() > late.maxNS.Load() {
+					late.maxNS.Store(lag.Nanoseconds())
+				}
+			}
+		}
+		select {
+		case jobs <- j:
+		case <-ctx.Done():
+			return
 		}
 	}
 }
@@ -574,11 +648,26 @@ func storedRound(ctx context.Context, s *store.Store, cid int64) (map[netip.Addr
 		}
 		return out[a]
 	}
+	if err := storedUnits(ctx, s, cid, get); err != nil {
+		return nil, err
+	}
+	if err := storedRTTs(ctx, s, cid, get); err != nil {
+		return nil, err
+	}
+	if err := storedFeatures(ctx, s, cid, get); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// storedUnits marks the units the campaign holds with their measured rows.
+func storedUnits(ctx context.Context, s *store.Store, cid int64, get func(netip.Addr) *stored) error {
 	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT address, protocol, port, variant, mode, key_share FROM measurements
 		WHERE campaign_id = $1 AND phase = 'measured'`, cid)
 	if err != nil {
-		return nil, fmt.Errorf("stored measurements of campaign %d: %w", cid, err)
+		return fmt.Errorf("stored measurements of campaign %d: %w", cid, err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var (
 			a                  netip.Addr
@@ -586,19 +675,21 @@ func storedRound(ctx context.Context, s *store.Store, cid int64) (map[netip.Addr
 			port               int32
 		)
 		if err := rows.Scan(&a, &proto, &port, &v, &mode, &ks); err != nil {
-			rows.Close()
-			return nil, err
+			return err
 		}
 		get(a).units[unitKey{measure.Protocol(proto), uint16(port), v, measure.Mode(mode), measure.KeyShare(ks)}] = true
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows, err = s.Pool.Query(ctx, `SELECT address, transport, port, rtt_ns FROM rtt_samples WHERE campaign_id = $1`, cid)
+	return rows.Err()
+}
+
+// storedRTTs sets the median RTT of every (transport, port) the campaign probed (0
+// without an answer).
+func storedRTTs(ctx context.Context, s *store.Store, cid int64, get func(netip.Addr) *stored) error {
+	rows, err := s.Pool.Query(ctx, `SELECT address, transport, port, rtt_ns FROM rtt_samples WHERE campaign_id = $1`, cid)
 	if err != nil {
-		return nil, fmt.Errorf("stored RTT samples of campaign %d: %w", cid, err)
+		return fmt.Errorf("stored RTT samples of campaign %d: %w", cid, err)
 	}
+	defer rows.Close()
 	samples := map[netip.Addr]map[rttKey][]int64{}
 	for rows.Next() {
 		var (
@@ -608,8 +699,7 @@ func storedRound(ctx context.Context, s *store.Store, cid int64) (map[netip.Addr
 			ns *int64
 		)
 		if err := rows.Scan(&a, &tr, &p, &ns); err != nil {
-			rows.Close()
-			return nil, err
+			return err
 		}
 		a, k := a.Unmap(), rttKey{rtt.Transport(tr), uint16(p)}
 		if samples[a] == nil {
@@ -622,29 +712,33 @@ func storedRound(ctx context.Context, s *store.Store, cid int64) (map[netip.Addr
 			samples[a][k] = append(samples[a][k], *ns)
 		}
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	for a, byKey := range samples {
 		for k, ns := range byKey {
 			get(a).rtts[k] = median(ns)
 		}
 	}
-	rows, err = s.Pool.Query(ctx, `SELECT DISTINCT address FROM resolver_features WHERE campaign_id = $1 AND feature = ANY($2)`,
+	return nil
+}
+
+// storedFeatures marks the resolvers whose support checks ran.
+func storedFeatures(ctx context.Context, s *store.Store, cid int64, get func(netip.Addr) *stored) error {
+	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT address FROM resolver_features WHERE campaign_id = $1 AND feature = ANY($2)`,
 		cid, []string{FeatureTFO, FeatureTCPKeepalive})
 	if err != nil {
-		return nil, fmt.Errorf("stored support checks of campaign %d: %w", cid, err)
+		return fmt.Errorf("stored support checks of campaign %d: %w", cid, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var a netip.Addr
 		if err := rows.Scan(&a); err != nil {
-			return nil, err
+			return err
 		}
 		get(a).features = true
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 // write stores a batch in one transaction, parents first.
@@ -762,28 +856,7 @@ func (r *runner) resolver(ctx context.Context, j job) (out *resolverResult) {
 	t := j.t
 	out = &resolverResult{}
 	defer r.recoverResolver(t, out)
-	b := &out.batch
-	b.targets = 1
-	rtts := map[rttKey]int64{} // median RTT ns, 0: none
-	if j.done != nil {
-		maps.Copy(rtts, j.done.rtts) // probed by an earlier run of the round: not again
-	}
-	type pending struct {
-		m     store.Measurement
-		qa    *qlogana.Analysis
-		trace *qlogana.Trace
-		tk    rttKey
-		wall  time.Duration
-	}
-	var quicRows []pending
-	feat := map[featureKey]observation{}
-	setFeature := func(p measure.Protocol, port uint16, name string, o observation) {
-		k := featureKey{p, port, name}
-		if f, ok := feat[k]; ok && f.rank() >= o.rank() {
-			return // supported wins over unsupported, which wins over unknown; else the first
-		}
-		feat[k] = o
-	}
+	st := newResolverRun(j, &out.batch)
 	for _, u := range r.units(t) {
 		if j.done != nil && j.done.units[u.key()] {
 			continue // stored by an earlier run of the round
@@ -792,96 +865,19 @@ func (r *runner) resolver(ctx context.Context, j job) (out *resolverResult) {
 			out.interrupted = true
 			return out
 		}
-		m, _ := measure.For(u.ep.Protocol)
-		peer := measure.NewPeer()
-		base := measure.Request{
-			Addr: netip.AddrPortFrom(t.Addr, u.ep.Port), ServerName: t.ServerName, Name: r.cfg.Name,
-			Timeout: r.cfg.Timeout, Mode: u.mode, KeyShare: u.ks, Variant: u.variant, Peer: peer,
-		}
-		if u.ep.ALPN != "" {
-			base.ALPN = []string{u.ep.ALPN}
-		}
-		warmReq := base
-		warmReq.Queries = 1
-		if u.mode == measure.ModePersistent || u.mode == measure.Mode0RTT {
-			warmReq.Mode = measure.ModeFresh
-			if u.mode == measure.Mode0RTT {
-				warmReq.Mode = measure.ModeResumed // obtain the ticket
-			}
-		}
-		warm := m.Measure(ctx, &warmReq)
-		measReq := base
-		measReq.Queries = r.cfg.Persistent
-		meas := m.Measure(ctx, &measReq)
+		warm, meas := r.exchange(ctx, t, u)
 		if ctx.Err() != nil {
 			out.interrupted = true
 			return out
 		}
-		for _, pr := range []struct {
-			phase string
-			res   *measure.Result
-		}{{PhaseWarmup, warm}, {PhaseMeasured, meas}} {
-			if r.cfg.OnResult != nil {
-				r.cfg.OnResult(t, u.ep, pr.phase, pr.res)
-			}
-			rows, ql := r.rows(t, u, pr.phase, pr.res)
-			if ql != nil {
-				b.qlogs = append(b.qlogs, *ql)
-			}
-			b.meas = append(b.meas, rows...)
-			if len(pr.res.Qlog) > 0 && len(rows) > 0 {
-				// Only completed handshakes are explained (a failed one has no time); one
-				// whose qlog was cut before it completed gets cause unknown, marked
-				// qlog_truncated.
-				a := pr.res.QlogAnalysis
-				if a != nil && (a.HandshakeNS > 0 || a.Truncated) && rows[0].HandshakeNS != nil {
-					quicRows = append(quicRows, pending{m: rows[0], qa: a, trace: pr.res.QlogTrace, tk: rttKey{u.ep.Protocol.Transport(), u.ep.Port}, wall: pr.res.HandshakeWall})
-				}
-			}
-		}
-		// Per-protocol RTT after a successful measurement, once per (transport, port).
-		tk := rttKey{u.ep.Protocol.Transport(), u.ep.Port}
-		if _, ok := rtts[tk]; !ok && meas.Status == measure.StatusOK {
-			samples := r.prober.Probe(ctx, tk.t, netip.AddrPortFrom(t.Addr, u.ep.Port), r.cfg.RTTSamples, r.rttTimeout(meas))
-			var ok []int64
-			for _, s := range samples {
-				row := store.RTTSample{CampaignID: r.cid, Address: t.Addr, Transport: string(tk.t), Port: int32(u.ep.Port),
-					Seq: int16(s.Seq), SentAt: s.SentAt, Status: string(s.Status), Detail: s.Detail, RoundHour: r.hour}
-				if s.Answered() {
-					ns := s.RTT.Nanoseconds()
-					row.RTTNS = &ns
-					ok = append(ok, ns)
-				}
-				b.rtts = append(b.rtts, row)
-			}
-			rtts[tk] = median(ok)
-		}
-		// Support observations from the regular exchanges (each unknown unless the
-		// exchanges got far enough to show it).
-		if u.ep.Protocol == measure.DoQ && u.mode == measure.ModeFresh {
-			setFeature(measure.DoQ, u.ep.Port, FeatureNewToken, newTokenShown(warm))
-			setFeature(measure.DoQ, u.ep.Port, FeatureRetry, retryShown(warm))
-		}
-		if u.mode == measure.ModeResumed {
-			setFeature(u.ep.Protocol, u.ep.Port, FeatureSessionTicket, ticketShown(warm, meas))
-		}
-		// A POST is never early data (not safe to replay): only GETs show 0-RTT.
-		if u.mode == measure.Mode0RTT && u.ep.Protocol.Spec().EarlyData && u.variant != measure.VariantPOST {
-			setFeature(u.ep.Protocol, u.ep.Port, Feature0RTT, zeroRTTShown(warm, meas))
-		}
+		r.keepExchange(st, u, PhaseWarmup, warm)
+		r.keepExchange(st, u, PhaseMeasured, meas)
+		r.probeRTT(ctx, st, u, meas)
+		st.observe(u, warm, meas)
 	}
-	for _, q := range quicRows {
-		// With an RTT sample of the path, explain the handshake against it (the flight
-		// grouping is relative to the RTT) rather than against the qlog's own min_rtt.
-		if rtt := rtts[q.tk]; rtt > 0 {
-			if a, err := q.trace.Analyze(qlogana.Options{RTTNS: rtt}); err == nil && a.HandshakeNS > 0 {
-				q.qa = a
-			}
-		}
-		b.analyses = append(b.analyses, analysisRow(q.m, q.qa, rtts[q.tk], q.wall))
-	}
+	st.analyze()
 	if r.cfg.Features && (j.done == nil || !j.done.features) {
-		r.checkFeatures(ctx, t, setFeature)
+		r.checkFeatures(ctx, t, st.setFeature)
 	}
 	// A resolver is stored whole or not at all. If the round was stopped while it was
 	// measured (a signal, the database away past the deadline), something was cut short:
@@ -891,15 +887,159 @@ func (r *runner) resolver(ctx context.Context, j job) (out *resolverResult) {
 		out.interrupted = true
 		return out
 	}
-	for k, o := range feat {
-		b.features = append(b.features, store.ResolverFeature{CampaignID: r.cid, Address: t.Addr, Protocol: string(k.p),
+	st.featureRows(r.cid)
+	return out
+}
+
+// resolverRun is what the measurement of one resolver has gathered so far.
+type resolverRun struct {
+	t        Target
+	b        *batch
+	rtts     map[rttKey]int64 // median RTT ns, 0: none
+	quicRows []quicRow
+	feat     map[featureKey]observation
+}
+
+// quicRow is a QUIC measurement whose handshake is explained once the path's RTT is known.
+type quicRow struct {
+	m     store.Measurement
+	qa    *qlogana.Analysis
+	trace *qlogana.Trace
+	tk    rttKey
+	wall  time.Duration
+}
+
+func newResolverRun(j job, b *batch) *resolverRun {
+	b.targets = 1
+	st := &resolverRun{t: j.t, b: b, rtts: map[rttKey]int64{}, feat: map[featureKey]observation{}}
+	if j.done != nil {
+		maps.Copy(st.rtts, j.done.rtts) // probed by an earlier run of the round: not again
+	}
+	return st
+}
+
+// setFeature records a support observation (a featureSetter).
+func (st *resolverRun) setFeature(p measure.Protocol, port uint16, name string, o observation) {
+	k := featureKey{p, port, name}
+	if f, ok := st.feat[k]; ok && f.rank() >= o.rank() {
+		return // supported wins over unsupported, which wins over unknown; else the first
+	}
+	st.feat[k] = o
+}
+
+// exchange measures unit u of t: a cache-warming exchange, then the measured one, each
+// on a new session.
+func (r *runner) exchange(ctx context.Context, t Target, u unit) (warm, meas *measure.Result) {
+	m, _ := measure.For(u.ep.Protocol)
+	peer := measure.NewPeer()
+	base := measure.Request{
+		Addr: netip.AddrPortFrom(t.Addr, u.ep.Port), ServerName: t.ServerName, Name: r.cfg.Name,
+		Timeout: r.cfg.Timeout, Mode: u.mode, KeyShare: u.ks, Variant: u.variant, Peer: peer,
+	}
+	if u.ep.ALPN != "" {
+		base.ALPN = []string{u.ep.ALPN}
+	}
+	warmReq := base
+	warmReq.Queries = 1
+	if u.mode == measure.ModePersistent || u.mode == measure.Mode0RTT {
+		warmReq.Mode = measure.ModeFresh
+		if u.mode == measure.Mode0RTT {
+			warmReq.Mode = measure.ModeResumed // obtain the ticket
+		}
+	}
+	warm = m.Measure(ctx, &warmReq)
+	measReq := base
+	measReq.Queries = r.cfg.Persistent
+	meas = m.Measure(ctx, &measReq)
+	return warm, meas
+}
+
+// keepExchange adds an exchange's rows and qlog to the resolver's batch, and its
+// handshake to those to explain.
+func (r *runner) keepExchange(st *resolverRun, u unit, phase string, res *measure.Result) {
+	if r.cfg.OnResult != nil {
+		r.cfg.OnResult(st.t, u.ep, phase, res)
+	}
+	rows, ql := r.rows(st.t, u, phase, res)
+	if ql != nil {
+		st.b.qlogs = append(st.b.qlogs, *ql)
+	}
+	st.b.meas = append(st.b.meas, rows...)
+	if len(res.Qlog) > 0 && len(rows) > 0 {
+		// Only completed handshakes are explained (a failed one has no time); one
+		// whose qlog was cut before it completed gets cause unknown, marked
+		// qlog_truncated.
+		a := res.QlogAnalysis
+		if a != nil && (a.HandshakeNS > 0 || a.Truncated) && rows[0].HandshakeNS != nil {
+			st.quicRows = append(st.quicRows, quicRow{m: rows[0], qa: a, trace: res.QlogTrace, tk: rttKey{u.ep.Protocol.Transport(), u.ep.Port}, wall: res.HandshakeWall})
+		}
+	}
+}
+
+// probeRTT samples the RTT of u's (transport, port) after a successful measurement,
+// once per (transport, port).
+func (r *runner) probeRTT(ctx context.Context, st *resolverRun, u unit, meas *measure.Result) {
+	tk := rttKey{u.ep.Protocol.Transport(), u.ep.Port}
+	if _, ok := st.rtts[tk]; ok || meas.Status != measure.StatusOK {
+		return
+	}
+	t := st.t
+	samples := r.prober.Probe(ctx, tk.t, netip.AddrPortFrom(t.Addr, u.ep.Port), r.cfg.RTTSamples, r.rttTimeout(meas))
+	var ok []int64
+	for _, s := range samples {
+		row := store.RTTSample{CampaignID: r.cid, Address: t.Addr, Transport: string(tk.t), Port: int32(u.ep.Port),
+			Seq: int16(s.Seq), SentAt: s.SentAt, Status: string(s.Status), Detail: s.Detail, RoundHour: r.hour}
+		if s.Answered() {
+			ns := s.RTT.Nanoseconds()
+			row.RTTNS = &ns
+			ok = append(ok, ns)
+		}
+		st.b.rtts = append(st.b.rtts, row)
+	}
+	st.rtts[tk] = median(ok)
+}
+
+// observe records the support observations of u's regular exchanges (each unknown
+// unless the exchanges got far enough to show it).
+func (st *resolverRun) observe(u unit, warm, meas *measure.Result) {
+	if u.ep.Protocol == measure.DoQ && u.mode == measure.ModeFresh {
+		st.setFeature(measure.DoQ, u.ep.Port, FeatureNewToken, newTokenShown(warm))
+		st.setFeature(measure.DoQ, u.ep.Port, FeatureRetry, retryShown(warm))
+	}
+	if u.mode == measure.ModeResumed {
+		st.setFeature(u.ep.Protocol, u.ep.Port, FeatureSessionTicket, ticketShown(warm, meas))
+	}
+	// A POST is never early data (not safe to replay): only GETs show 0-RTT.
+	if u.mode == measure.Mode0RTT && u.ep.Protocol.Spec().EarlyData && u.variant != measure.VariantPOST {
+		st.setFeature(u.ep.Protocol, u.ep.Port, Feature0RTT, zeroRTTShown(warm, meas))
+	}
+}
+
+// analyze adds the handshake analysis of every QUIC measurement kept.
+func (st *resolverRun) analyze() {
+	for _, q := range st.quicRows {
+		// With an RTT sample of the path, explain the handshake against it (the flight
+		// grouping is relative to the RTT) rather than against the qlog's own min_rtt.
+		if rtt := st.rtts[q.tk]; rtt > 0 {
+			if a, err := q.trace.Analyze(qlogana.Options{RTTNS: rtt}); err == nil && a.HandshakeNS > 0 {
+				q.qa = a
+			}
+		}
+		st.b.analyses = append(st.b.analyses, analysisRow(q.m, q.qa, st.rtts[q.tk], q.wall))
+	}
+}
+
+// featureRows adds the resolver_features rows of the observations, in a stable order.
+func (st *resolverRun) featureRows(cid int64) {
+	b := st.b
+	for k, o := range st.feat {
+		b.features = append(b.features, store.ResolverFeature{CampaignID: cid, Address: st.t.Addr, Protocol: string(k.p),
 			Port: int32(k.port), Feature: k.name, Supported: o.Supported, Detail: o.Detail})
 	}
 	sort.Slice(b.features, func(i, j int) bool {
 		x, y := b.features[i], b.features[j]
 		return cmp.Or(cmp.Compare(x.Protocol, y.Protocol), cmp.Compare(x.Port, y.Port), cmp.Compare(x.Feature, y.Feature)) < 0
 	})
-	return out
 }
 
 // rttTimeoutFactor and rttTimeoutFloor bound an RTT sample's wait by the resolve time
