@@ -18,13 +18,12 @@ import ipaddress
 import os
 import re
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import psycopg
 
-from . import lake, names
+from . import db, lake, names
 
 
 def _on_lake(fn):
@@ -92,10 +91,7 @@ def default_source(source: str | None = None) -> str:
         return source
     if os.environ.get("DATABASE_URL"):
         return os.environ["DATABASE_URL"]
-    import subprocess
-    dbctl = Path(__file__).resolve().parents[2] / "bin" / "dbctl"
-    out = subprocess.run([str(dbctl), "url"], capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
+    return db.dbctl_url()
 
 
 def describe(conn) -> str:
