@@ -31,7 +31,7 @@ DEFAULT_POINTS = 2000
 METRICS = ["resolve_ns", "rtt_ns", "handshake_ns", "ratio"]
 ROUND_TRIP_CLASSES = 5
 GROUP_COLUMNS = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")
-CAUSES = ["1rtt", "retry", "version-negotiation", "amplification", "loss", "multiple", "unknown"]
+CAUSES = names.CAUSES
 
 # Every table a release holds (docs/data-release.md); release-wide ones at the top.
 TABLES = ["scans", "scan_runs", "scan_replies", "verification_runs", "verification_results", "quic_stacks",
@@ -208,7 +208,7 @@ def _rint(x: str) -> str:
             f"THEN 0 ELSE 1 END ELSE floor({x} + 0.5) END)")
 
 
-_PORT_ORDER = "CASE port WHEN 853 THEN 1 WHEN 784 THEN 2 WHEN 8853 THEN 3 ELSE 4 END"
+_PORT_ORDER = names.sql_port_rank("port")
 
 
 def _verified(weeks, vantages) -> str:
@@ -474,7 +474,7 @@ def _leaf_sql(lake: Lake, src: str) -> str:
           SELECT s.*, coalesce(c.subject_cn, o.subject_cn) AS subject_cn,
                  coalesce('sha256:' || {lake.first('s.cert_chain')}, 'sha256:' || o.sha256, 'md5:' || o.md5) AS leaf,
                  row_number() OVER (PARTITION BY s.iso_week, s.vantage_id, s.run_id, s.address, s.port
-                                    ORDER BY CASE o.port WHEN 853 THEN 1 WHEN 784 THEN 2 WHEN 8853 THEN 3 ELSE 4 END,
+                                    ORDER BY {names.sql_port_rank('o.port')},
                                              o.port) AS rn_leaf
             FROM {src} s
             LEFT JOIN (SELECT DISTINCT sha256, subject_cn FROM certificates) c ON c.sha256 = {lake.first('s.cert_chain')}
@@ -971,7 +971,7 @@ def doq_causes(lake: Lake, weeks=None, vantages=None, facts: LakeFacts | None = 
     impl = f"""SELECT address, fp FROM (
                  SELECT r.address, {lake.fingerprint('coalesce(r.scan_versions, sr.quic_versions)')} AS fp,
                         row_number() OVER (PARTITION BY r.address ORDER BY vr.iso_week DESC,
-                                           CASE r.port WHEN 853 THEN 1 WHEN 784 THEN 2 WHEN 8853 THEN 3 ELSE 4 END) AS rn
+                                           {names.sql_port_rank('r.port')}) AS rn
                    FROM verification_results r JOIN verification_runs vr ON vr.run_id = r.run_id
                    LEFT JOIN scan_replies sr ON sr.scan_id = vr.scan_id AND sr.port = r.port AND sr.address = r.address
                   WHERE r.outcome = 'doq-verified') x WHERE rn = 1"""
@@ -1128,7 +1128,7 @@ def cold_and_warm(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
     if not lake.has("measurements"):
         return pd.DataFrame(columns=cols)
     rel = f"""(SELECT address, protocol, handshake_ns, resolve_ns FROM measurements
-                WHERE status = 'ok' AND phase = 'measured' AND mode = 'fresh' AND {_in('protocol', ['doq', 'dot', 'doh'])}
+                WHERE status = 'ok' AND phase = 'measured' AND mode = 'fresh' AND {_in('protocol', names.COLD_WARM_PROTOCOLS)}
                   AND handshake_ns IS NOT NULL AND resolve_ns IS NOT NULL
                   AND {_in('iso_week', weeks)} AND {_in('vantage_id', vantages)})"""
     base = lake.sql(f"SELECT address, protocol, count(*) AS queries FROM {rel} r GROUP BY 1, 2")

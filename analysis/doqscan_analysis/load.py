@@ -40,8 +40,8 @@ def _on_lake(fn):
     return run
 
 # Order in which a resolver's DoQ port decides its version pair when it answers on
-# several ports: the RFC 9250 port first, then the experimental port, then draft-02's.
-PORT_PREFERENCE = [853, 784, 8853]
+# several ports (names.PORT_PREFERENCE).
+PORT_PREFERENCE = names.PORT_PREFERENCE
 
 # verification_results.port of a resolver whose source did not record the port it
 # answered on (imported lists: the pre-study's verifier tried 784 then 8853 and kept only
@@ -134,7 +134,7 @@ rep AS (  -- one row per (week, resolver): its preferred DoQ port decides the pa
     SELECT DISTINCT ON (iso_week, address) *
       FROM verified
      ORDER BY iso_week, address,
-              array_position(ARRAY[853, 784, 8853], port) NULLS LAST, port, vantage_id
+              """ + names.sql_port_rank("port") + """, port, vantage_id
 )
 """
 
@@ -489,7 +489,7 @@ def _leaf_sql(conn, src: str) -> str:
                        WHERE {src}.cert_chain IS NULL AND o.address = {src}.address
                          AND o.iso_week = {src}.iso_week AND o.vantage_id = {src}.vantage_id
                          AND o.protocol = 'quic' AND ({src}.port = {PORT_UNKNOWN} OR o.port = {src}.port)
-                       ORDER BY array_position(ARRAY[853, 784, 8853], o.port) NULLS LAST, o.port LIMIT 1) o ON true"""
+                       ORDER BY {names.sql_port_rank('o.port')}, o.port LIMIT 1) o ON true"""
 
 
 @_on_lake
@@ -646,8 +646,7 @@ paired AS (
       FROM ok
       LEFT JOIN rtt ON rtt.campaign_id = ok.campaign_id AND rtt.address = ok.address
                    AND rtt.port = ok.port
-                   AND rtt.transport = CASE ok.protocol WHEN 'doudp' THEN 'udp'
-                                            WHEN 'doq' THEN 'quic' WHEN 'doh3' THEN 'quic' ELSE 'tcp' END
+                   AND rtt.transport = """ + names.sql_transport("ok.protocol") + """
       LEFT JOIN dox ON dox.vantage_id = ok.vantage_id AND dox.address = ok.address
      WHERE NOT %(require_rtt)s OR ok.protocol = 'doudp' OR rtt.rtt_ns IS NOT NULL)
 """
@@ -742,8 +741,8 @@ def _probs(points: int) -> list[float]:
 
 GROUP_COLUMNS = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")
 # Value domains of the group columns fixed by schema.sql's CHECK constraints.
-_PHASES = ["warmup", "measured"]
-_MODES = ["fresh", "resumed", "0rtt", "persistent"]
+_PHASES = names.PHASES
+_MODES = names.MODES
 
 # ----------------------------------------------------------------------------------
 # Measurement facts: one compact record per successful measurement of a selection,
@@ -779,14 +778,15 @@ _KNOWN_KEY_SHARES = ["", "x25519", "x25519mlkem768"]
 
 # handshake_analyses.cause values (schema.sql's CHECK); facts store 1 + the index, 0 for
 # a measurement without an analysis (only QUIC measurements have one).
-CAUSES = ["1rtt", "retry", "version-negotiation", "amplification", "loss", "multiple", "unknown"]
-_CAUSE_EXPR = """COALESCE(CASE WHEN m.protocol IN ('doq', 'doh3') THEN array_position(%(causes)s::text[],
+CAUSES = names.CAUSES
+_CAUSE_EXPR = """COALESCE(CASE WHEN m.protocol IN """ + names.sql_list(names.protocols_over("quic")) + """
+                   THEN array_position(%(causes)s::text[],
                    (SELECT ha.cause FROM handshake_analyses ha WHERE ha.measurement_id = m.measurement_id)) END,
                  0)::int2"""  # a primary-key lookup per QUIC measurement: no 4 M-row hash per batch
 
 _ADDR_HI = "('x' || encode(substring(inet_send(m.address) from 5 for 8), 'hex'))::bit(64)::int8"
 _ADDR_LO = "('x' || encode(substring(inet_send(m.address) from 13 for 8), 'hex'))::bit(64)::int8"
-_TRANSPORT = "CASE m.protocol WHEN 'doudp' THEN 'udp' WHEN 'doq' THEN 'quic' WHEN 'doh3' THEN 'quic' ELSE 'tcp' END"
+_TRANSPORT = names.sql_transport("m.protocol")
 
 _FACTS_SELECT = """
 SELECT (COALESCE(array_position(%(protos)s::text[], m.protocol) - 1, {np})
@@ -1373,7 +1373,7 @@ def doq_causes(conn, weeks=None, vantages=None, facts: Facts | None = None) -> p
               FROM verification_results r JOIN verification_runs vr USING (run_id)
               LEFT JOIN scan_replies sr ON sr.scan_id = vr.scan_id AND sr.port = r.port AND sr.address = r.address
              WHERE r.outcome = 'doq-verified'
-             ORDER BY r.address, vr.iso_week DESC, array_position(ARRAY[853, 784, 8853], r.port) NULLS LAST),
+             ORDER BY r.address, vr.iso_week DESC, """ + names.sql_port_rank("r.port") + """),
         agg AS (
             SELECT c.vantage_id, m.phase, m.mode, m.key_share, m.address, ha.cause
               FROM measurements m JOIN c USING (campaign_id)
@@ -1396,7 +1396,7 @@ _IMPL_SQL = """
       FROM verification_results r JOIN verification_runs vr USING (run_id)
       LEFT JOIN scan_replies sr ON sr.scan_id = vr.scan_id AND sr.port = r.port AND sr.address = r.address
      WHERE r.outcome = 'doq-verified'
-     ORDER BY r.address, vr.iso_week DESC, array_position(ARRAY[853, 784, 8853], r.port) NULLS LAST"""
+     ORDER BY r.address, vr.iso_week DESC, """ + names.sql_port_rank("r.port")
 
 
 def _doq_causes_from(conn, f: Facts) -> pd.DataFrame:
