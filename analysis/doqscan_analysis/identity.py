@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from . import names, plots
-from .load import _frame, _on_lake, _params
+from .source import _frame, _on_lake, _params
 
 # Ports a scan probes for DoQ (docs/zprobe.md); a designated endpoint elsewhere is only
 # found through DDR.

@@ -108,3 +108,32 @@ def test_go_and_shell_run_the_installed_package():
     assert REPO / "internal" / "testsupport" / "report.go" in files
     found = sorted(str(f.relative_to(REPO)) for f in files if "PYTHONPATH=" in f.read_text())
     assert [f for f in found if f not in PYTHONPATH_PENDING] == []
+
+
+# load's public names (the notebooks', report's, benchmarks' and tests' API).
+LOAD_API = ['BENCH_COLUMNS', 'CAUSES', 'DEFAULT_POINTS', 'DOUDP_RCODES', 'Facts', 'GROUP_COLUMNS', 'METRICS',
+            'PARALLEL', 'PEER_COLUMNS', 'PORT_PREFERENCE', 'PORT_UNKNOWN', 'PROVENANCE_COLUMNS', 'ROUND_TRIP_CLASSES',
+            'VANTAGE_COLUMNS', 'VERIFIED', 'address_key', 'answering', 'bench_runs', 'certificate_counts', 'connect',
+            'datasets', 'default_source', 'describe', 'doq_causes', 'features', 'geo_counts', 'geo_points',
+            'has_measurement_facts', 'has_rtt_medians', 'measurement_facts', 'membership_by_week',
+            'peer_response_times', 'per_resolver_medians', 'port_shares', 'ports_not_recorded', 'provenance',
+            'ratio_classes', 'read_siblings', 'refresh_measurement_facts', 'refresh_rtt_medians', 'response_times',
+            'response_times_sql', 'scan_versions', 'sources', 'stack_fingerprints', 'testbed_peers',
+            'top_providers', 'vantage_points', 'verification_outcomes', 'verified_by_family', 'verified_by_pair',
+            'weeks']
+
+
+def test_load_is_split_by_subject():
+    """load only re-exports: every function lives in a module of its subject (source,
+    catalog, census, rtt, facts, measurements, benchruns), and load's public names are
+    the same as before the split."""
+    from doqscan_analysis import load
+    assert sorted(load.__all__) == sorted(LOAD_API)
+    tree = ast.parse((PKG / "load.py").read_text())
+    defined = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign))
+               and not (isinstance(n, ast.Assign) and [t.id for t in n.targets if isinstance(t, ast.Name)] == ["__all__"])]
+    assert defined == [], f"load.py defines {[getattr(n, 'name', None) or ast.unparse(n)[:40] for n in defined]}"
+    for name in load.__all__:
+        obj = getattr(load, name)
+        if callable(obj):
+            assert obj.__module__ != "doqscan_analysis.load", name
