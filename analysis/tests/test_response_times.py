@@ -6,7 +6,7 @@ import pandas as pd
 import psycopg
 import pytest
 
-from doqscan_analysis import facts, load, stats, synth
+from doqscan_analysis import facts, load, names, stats, synth
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +198,19 @@ def test_doq_causes_from_facts_equals_sql(conn):
     b = load.doq_causes(conn).sort_values(key).reset_index(drop=True)
     assert len(a) > 0
     pd.testing.assert_frame_equal(a, b, check_dtype=False)
+
+
+def test_fetched_facts_follow_a_longer_protocol_table(conn, monkeypatch):
+    """Measurements fetched at query time carry their categories packed into one number
+    whose radices follow names' tables: with eight more protocols ahead of the real ones
+    (a longer table, as the protocol list may grow), every figure is unchanged (fixed
+    radices broke past 7 protocols)."""
+    kw = {"group_by": ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")}
+    monkeypatch.setattr(facts, "has_measurement_facts", lambda c: False)  # every campaign fetched
+    want = load.response_times(conn, refresh=False, **kw)
+    want_ans = load.answering(conn, refresh=False)
+    monkeypatch.setattr(names, "PROTOCOLS", [f"future{i}" for i in range(8)] + list(names.PROTOCOLS))
+    f = load.measurement_facts(conn, refresh=False)
+    assert len(f) > 0 and int(f.protocol.min()) >= 8
+    _frames_equal(load.response_times(conn, facts=f, **kw), want)
+    pd.testing.assert_frame_equal(load.answering(conn, facts=f), want_ans)
