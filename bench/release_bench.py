@@ -33,14 +33,12 @@ import sys
 import tempfile
 import time
 
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from doqscan_analysis import compare, db, report, synth
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "analysis", "tests"))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-
-import psycopg  # noqa: E402
-from psycopg.conninfo import make_conninfo  # noqa: E402
-
-from doqscan_analysis import compare, report, synth  # noqa: E402
 
 GOAL_SECONDS = 120
 GOAL_MB = 4096
@@ -99,8 +97,7 @@ def main() -> int:
     args = ap.parse_args()
     steps = set(args.steps.split(","))
     os.makedirs(args.dir, exist_ok=True)
-    import conftest
-    server = conftest.server_url()
+    server = db.server_url()
     subprocess.run(["go", "build", "-o", "bin/", "./cmd/dataset"], cwd=ROOT, check=True,
                    env={**os.environ, "PATH": os.environ.get("PATH", "") + ":/usr/local/go/bin"})
     rel10 = os.path.join(args.dir, "release-1e7")
@@ -150,7 +147,7 @@ def main() -> int:
             c.execute(f'CREATE DATABASE "{name}"')
         turl = make_conninfo(server, dbname=name)
         with psycopg.connect(turl, autocommit=True) as c:
-            conftest.apply_schema(c)
+            db.apply_schema(c)
             synth.generate(c, template_spec())
         export(turl, tmpl)
         with psycopg.connect(server, autocommit=True) as c:

@@ -22,14 +22,10 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "analysis"))
-sys.path.insert(0, os.path.join(ROOT, "analysis", "tests"))
+import psycopg
+from psycopg.conninfo import make_conninfo
 
-import psycopg  # noqa: E402
-from psycopg.conninfo import make_conninfo  # noqa: E402
-
-from doqscan_analysis import report, synth  # noqa: E402
+from doqscan_analysis import db, report, synth
 
 GOAL_SECONDS = 120
 GOAL_MB = 4096
@@ -64,8 +60,7 @@ def main() -> int:
     ap.add_argument("--sequential", action="store_true", help="execute the notebooks one after the other")
     args = ap.parse_args()
 
-    import conftest  # the tests' server lookup: $DOQSCAN_TEST_DATABASE_URL, $DATABASE_URL, bin/dbctl url
-    server = conftest.server_url()
+    server = db.server_url()  # $DOQSCAN_TEST_DATABASE_URL, $DATABASE_URL, else bin/dbctl url
     url = make_conninfo(server, dbname=args.db_name)
     spec = bench_spec(args.rows)
     with psycopg.connect(server, autocommit=True) as c:
@@ -81,7 +76,7 @@ def main() -> int:
             have = c.execute("SELECT count(*) FROM measurements").fetchone()[0]
         except psycopg.errors.UndefinedTable:
             pass
-        conftest.apply_schema(c)  # schema.sql and migrations (idempotent): adds rtt_medians to older bench databases
+        db.apply_schema(c)  # schema.sql and migrations (idempotent): adds rtt_medians to older bench databases
         if have == 0:
             print(f"generating: {spec.hours} hours x {len(spec.vantages)} vantage points, "
                   f"{synth.expected(spec)['targets']} resolvers", flush=True)

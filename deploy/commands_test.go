@@ -299,7 +299,6 @@ func checkReport(t *testing.T, origin string, argv []string) {
 		return
 	}
 	cmd := exec.Command(py, append([]string{"-m", "doqscan_analysis.report"}, append(args, "--help")...)...)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "analysis"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("%s: report %s: %v\n%s", origin, strings.Join(args, " "), err, tail(string(out)))
 	}

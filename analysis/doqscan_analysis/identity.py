@@ -18,8 +18,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from . import plots
-from .load import _frame, _on_lake, _params
+from . import names, plots
+from .source import _frame, _on_lake, _params
 
 # Ports a scan probes for DoQ (docs/zprobe.md); a designated endpoint elsewhere is only
 # found through DDR.
@@ -46,7 +46,7 @@ def libraries_by_week(conn, weeks=None, vantages=None) -> pd.DataFrame:
              WHERE r.outcome = 'doq-verified'
                AND (%(weeks)s::text[] IS NULL OR vr.iso_week = ANY(%(weeks)s::text[]))
                AND (%(vantages)s::text[] IS NULL OR vr.vantage_id = ANY(%(vantages)s::text[]))
-             ORDER BY vr.iso_week, r.address, array_position(ARRAY[853, 784, 8853], r.port) NULLS LAST, r.port, vr.vantage_id)
+             ORDER BY vr.iso_week, r.address, """ + names.sql_port_rank("r.port") + """, r.port, vr.vantage_id)
         SELECT v.iso_week, coalesce(q.library, %(none)s) AS library, count(*) AS resolvers
           FROM v LEFT JOIN quic_stacks q USING (run_id, address, port)
          GROUP BY 1, 2 ORDER BY 1, 2""", _params(weeks, vantages, none=NOT_IDENTIFIED))
@@ -173,7 +173,7 @@ def cold_and_warm(conn, weeks=None, vantages=None) -> pd.DataFrame:
                percentile_cont(0.5) WITHIN GROUP (ORDER BY m.resolve_ns / 1e6) AS warm_ms,
                count(*) AS queries
           FROM measurements m JOIN campaigns c USING (campaign_id)
-         WHERE m.status = 'ok' AND m.phase = 'measured' AND m.mode = 'fresh' AND m.protocol IN ('doq', 'dot', 'doh')
+         WHERE m.status = 'ok' AND m.phase = 'measured' AND m.mode = 'fresh' AND m.protocol IN """ + names.sql_list(names.COLD_WARM_PROTOCOLS) + """
            AND m.handshake_ns IS NOT NULL AND m.resolve_ns IS NOT NULL
            AND (%(weeks)s::text[] IS NULL OR to_char(c.round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
            AND (%(vantages)s::text[] IS NULL OR c.vantage_id = ANY(%(vantages)s::text[]))

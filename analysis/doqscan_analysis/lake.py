@@ -31,7 +31,7 @@ DEFAULT_POINTS = 2000
 METRICS = ["resolve_ns", "rtt_ns", "handshake_ns", "ratio"]
 ROUND_TRIP_CLASSES = 5
 GROUP_COLUMNS = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")
-CAUSES = ["1rtt", "retry", "version-negotiation", "amplification", "loss", "multiple", "unknown"]
+CAUSES = names.CAUSES
 
 # Every table a release holds (docs/data-release.md); release-wide ones at the top.
 TABLES = ["scans", "scan_runs", "scan_replies", "verification_runs", "verification_results", "quic_stacks",
@@ -165,7 +165,7 @@ class Lake:
         return f"len({col})" if self.engine == "duckdb" else f"size({col})"
 
     def fingerprint(self, col: str) -> str:
-        """The advertised version list as text, grease values as 'grease' (load._FINGERPRINT_SQL)."""
+        """The advertised version list as text, grease values as 'grease' (census._FINGERPRINT_SQL)."""
         body = "CASE WHEN (v & 252645135) = 168430090 THEN 'grease' ELSE CAST(v AS STRING) END"
         if self.engine == "duckdb":
             s = f"array_to_string(list_transform({col}, lambda v: {body}), ',')"
@@ -208,11 +208,11 @@ def _rint(x: str) -> str:
             f"THEN 0 ELSE 1 END ELSE floor({x} + 0.5) END)")
 
 
-_PORT_ORDER = "CASE port WHEN 853 THEN 1 WHEN 784 THEN 2 WHEN 8853 THEN 3 ELSE 4 END"
+_PORT_ORDER = names.sql_port_rank("port")
 
 
 def _verified(weeks, vantages) -> str:
-    """The verified and rep CTEs of load._VERIFIED_CTE (rep: one row per week and
+    """The verified and rep CTEs of census._VERIFIED_CTE (rep: one row per week and
     resolver, its preferred port deciding the pair)."""
     return f"""
 verified AS (
@@ -246,7 +246,7 @@ def _plain(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _fp_label(fp) -> str:
-    from .load import _fp_label as f
+    from .census import _fp_label as f
     return f(fp)
 
 
@@ -265,7 +265,7 @@ def weeks(lake: Lake, vantages=None) -> list[str]:
 
 
 def vantage_points(lake: Lake) -> pd.DataFrame:
-    from .load import VANTAGE_COLUMNS
+    from .catalog import VANTAGE_COLUMNS
     df = lake.sql("SELECT * FROM vantage_points ORDER BY vantage_id")
     return df.reindex(columns=VANTAGE_COLUMNS).assign(location=lambda d: d["location"].fillna(""))
 
@@ -276,7 +276,7 @@ def datasets(lake: Lake) -> pd.DataFrame:
 
 
 def provenance(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
-    from .load import PROVENANCE_COLUMNS
+    from .catalog import PROVENANCE_COLUMNS
     queries = {"scans": """SELECT 'scan' AS stage, scan_id AS run,
                                   iso_week || CASE WHEN shards > 1 THEN ' shard ' || CAST(shard AS STRING) ELSE '' END AS key,
                                   iso_week AS week, vantage_id, label, provenance FROM scans""",
@@ -365,7 +365,7 @@ def verified_by_pair(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
 
 
 def verified_by_family(lake: Lake, weeks=None, vantages=None, siblings=None) -> pd.DataFrame:
-    from .load import _sibling_pairs
+    from .census import _sibling_pairs
     pairs = _sibling_pairs(siblings)
     decl = (" UNION ALL ".join(f"SELECT {_lit(a)} AS address4, {_lit(b)} AS address6" for a, b in pairs)
             if pairs else "SELECT CAST(NULL AS STRING) AS address4, CAST(NULL AS STRING) AS address6 WHERE FALSE")
@@ -462,7 +462,7 @@ def stack_fingerprints(lake: Lake, weeks=None, vantages=None, verified_only=True
 
 
 def _leaf_sql(lake: Lake, src: str) -> str:
-    """load._leaf_sql over the release: the verified chain's leaf, else the QUIC leaf the
+    """census._leaf_sql over the release: the verified chain's leaf, else the QUIC leaf the
     same source recorded for the address in the same week (the row's port, or 853, 784,
     8853 when the port was not recorded)."""
     if not lake.has("observed_certificates"):
@@ -474,7 +474,7 @@ def _leaf_sql(lake: Lake, src: str) -> str:
           SELECT s.*, coalesce(c.subject_cn, o.subject_cn) AS subject_cn,
                  coalesce('sha256:' || {lake.first('s.cert_chain')}, 'sha256:' || o.sha256, 'md5:' || o.md5) AS leaf,
                  row_number() OVER (PARTITION BY s.iso_week, s.vantage_id, s.run_id, s.address, s.port
-                                    ORDER BY CASE o.port WHEN 853 THEN 1 WHEN 784 THEN 2 WHEN 8853 THEN 3 ELSE 4 END,
+                                    ORDER BY {names.sql_port_rank('o.port')},
                                              o.port) AS rn_leaf
             FROM {src} s
             LEFT JOIN (SELECT DISTINCT sha256, subject_cn FROM certificates) c ON c.sha256 = {lake.first('s.cert_chain')}
@@ -971,7 +971,7 @@ def doq_causes(lake: Lake, weeks=None, vantages=None, facts: LakeFacts | None = 
     impl = f"""SELECT address, fp FROM (
                  SELECT r.address, {lake.fingerprint('coalesce(r.scan_versions, sr.quic_versions)')} AS fp,
                         row_number() OVER (PARTITION BY r.address ORDER BY vr.iso_week DESC,
-                                           CASE r.port WHEN 853 THEN 1 WHEN 784 THEN 2 WHEN 8853 THEN 3 ELSE 4 END) AS rn
+                                           {names.sql_port_rank('r.port')}) AS rn
                    FROM verification_results r JOIN verification_runs vr ON vr.run_id = r.run_id
                    LEFT JOIN scan_replies sr ON sr.scan_id = vr.scan_id AND sr.port = r.port AND sr.address = r.address
                   WHERE r.outcome = 'doq-verified') x WHERE rn = 1"""
@@ -1007,7 +1007,7 @@ def features(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
 
 
 def bench_runs(lake: Lake, weeks=None) -> pd.DataFrame:
-    from .load import _LOSS_TOKEN, BENCH_COLUMNS
+    from .benchruns import _LOSS_TOKEN, BENCH_COLUMNS
     if not lake.has("bench_runs"):
         return pd.DataFrame(columns=BENCH_COLUMNS)
     samples = "(SELECT bench_id, count(*) AS seconds FROM bench_samples GROUP BY 1)" if lake.has("bench_samples") \
@@ -1128,7 +1128,7 @@ def cold_and_warm(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
     if not lake.has("measurements"):
         return pd.DataFrame(columns=cols)
     rel = f"""(SELECT address, protocol, handshake_ns, resolve_ns FROM measurements
-                WHERE status = 'ok' AND phase = 'measured' AND mode = 'fresh' AND {_in('protocol', ['doq', 'dot', 'doh'])}
+                WHERE status = 'ok' AND phase = 'measured' AND mode = 'fresh' AND {_in('protocol', names.COLD_WARM_PROTOCOLS)}
                   AND handshake_ns IS NOT NULL AND resolve_ns IS NOT NULL
                   AND {_in('iso_week', weeks)} AND {_in('vantage_id', vantages)})"""
     base = lake.sql(f"SELECT address, protocol, count(*) AS queries FROM {rel} r GROUP BY 1, 2")

@@ -48,6 +48,71 @@ PROTOCOL_TRANSPORT = {
     "doudp": "udp", "dotcp": "tcp", "dot": "tcp", "doh": "tcp", "doq": "quic", "doh3": "quic",
 }
 DOQ_PORTS = [784, 853, 8853]  # internal/doq: experimental, RFC 9250 §8.2, draft-02
+# Order in which a resolver's DoQ port decides its version pair when it answers on
+# several ports: the RFC 9250 port first, then the experimental port, then draft-02's.
+PORT_PREFERENCE = [853, 784, 8853]
+# The protocols whose session is TLS 1.3, over TCP or inside QUIC (measurements.tls_version).
+TLS_PROTOCOLS = ["dot", "doh", "doq", "doh3"]
+# The protocols whose cold (handshake + resolve) and warm (resolve) queries
+# identity.cold_and_warm compares: the encrypted ones over a connection the measure tool
+# opens fresh.
+COLD_WARM_PROTOCOLS = ["doq", "dot", "doh"]
+
+# Value domains fixed by schema.sql's CHECK constraints: measurements.phase,
+# measurements.mode and handshake_analyses.cause.
+PHASES = ["warmup", "measured"]
+MODES = ["fresh", "resumed", "0rtt", "persistent"]
+CAUSES = ["1rtt", "retry", "version-negotiation", "amplification", "loss", "multiple", "unknown"]
+
+
+def protocols_over(transport: str) -> list[str]:
+    """The protocols (PROTOCOLS order) whose handshake runs over `transport` (udp, tcp,
+    quic), from PROTOCOL_TRANSPORT."""
+    return [p for p in PROTOCOLS if PROTOCOL_TRANSPORT[p] == transport]
+
+
+# SQL spellings of the tables above, for the queries of load, lake and identity
+# (PostgreSQL, DuckDB and Spark SQL alike): no query spells a protocol or port list
+# itself (analysis/tests/test_names.py checks every SQL string of the package).
+
+def sql_literal(v) -> str:
+    """A string or integer as an SQL literal."""
+    if isinstance(v, bool) or not isinstance(v, (str, int)):
+        raise TypeError(f"sql_literal: {v!r} is neither a string nor an integer")
+    return str(v) if isinstance(v, int) else "'" + v.replace("'", "''") + "'"
+
+
+def sql_list(values) -> str:
+    """('a', 'b'): the right side of IN."""
+    values = list(values)
+    if not values:
+        raise ValueError("sql_list: an empty list")
+    return "(" + ", ".join(sql_literal(v) for v in values) + ")"
+
+
+def sql_case(col: str, mapping: dict, default=None) -> str:
+    """CASE col WHEN k THEN v ... [ELSE default] END, one WHEN per entry of `mapping`."""
+    whens = " ".join(f"WHEN {sql_literal(k)} THEN {sql_literal(v)}" for k, v in mapping.items())
+    tail = "" if default is None else f" ELSE {sql_literal(default)}"
+    return f"CASE {col} {whens}{tail} END"
+
+
+def sql_rank(col: str, values) -> str:
+    """The 1-based position of col in `values`, len(values) + 1 for any other value: an
+    ORDER BY key that puts `values` first, in their order."""
+    values = list(values)
+    return sql_case(col, {v: i for i, v in enumerate(values, 1)}, len(values) + 1)
+
+
+def sql_transport(col: str) -> str:
+    """The RTT transport of the protocol in `col` (PROTOCOL_TRANSPORT); NULL for a value
+    outside PROTOCOLS (schema.sql's CHECK allows none)."""
+    return sql_case(col, PROTOCOL_TRANSPORT)
+
+
+def sql_port_rank(col: str) -> str:
+    """ORDER BY key of a DoQ port by PORT_PREFERENCE (other ports after them)."""
+    return sql_rank(col, PORT_PREFERENCE)
 
 
 def is_grease(version: int) -> bool:

@@ -22,9 +22,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 
-# The repository this package sits in (installed editable from analysis/): the committed
-# population file and bin/simserver, which parses it.
-REPO = FilePath(__file__).resolve().parents[2]
+from .db import REPO  # the committed population file and bin/simserver, which parses it
+
 SIMSERVER = REPO / "bin" / "simserver"
 
 # QUIC version names the population file may use: Go's quicver.Known, generated into

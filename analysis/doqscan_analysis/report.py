@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,9 +42,8 @@ def database_url(arg: str | None) -> str:
         return arg
     if os.environ.get("DATABASE_URL"):
         return os.environ["DATABASE_URL"]
-    dbctl = os.path.join(REPO, "bin", "dbctl")
-    out = subprocess.run([dbctl, "url"], capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
+    from .db import dbctl_url
+    return dbctl_url()
 
 
 def report_dir(base: str, now: dt.datetime | None = None) -> str:

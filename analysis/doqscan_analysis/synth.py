@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from . import names
+
 COUNTRIES = [  # (ISO country, continent, latitude, longitude)
     ("DE", "EU", 51.2, 10.4), ("FR", "EU", 46.6, 2.2), ("RU", "EU", 55.7, 37.6),
     ("CN", "AS", 35.0, 105.0), ("JP", "AS", 36.2, 138.3), ("SG", "AS", 1.35, 103.8),
@@ -411,8 +413,8 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
           JOIN s_ks k ON k.ks = p.ks
           LEFT JOIN s_class cl ON p.protocol = 'doq' AND
                (29 * t.i + 17 * c.cnum + 41 * greatest(p.ks, 0) + t.pi) %% 100 >= cl.lo AND
-               (29 * t.i + 17 * c.cnum + 41 * greatest(p.ks, 0) + t.pi) %% 100 < cl.hi
-         WHERE t.dox OR p.protocol IN ('doq', 'dot')""", {"te": spec.timeouts_every})
+               (29 * t.i + 17 * c.cnum + 41 * greatest(p.ks, 0) + t.pi) %% 100 < cl.hi""",
+       {"te": spec.timeouts_every})
     ex("""INSERT INTO measurements (measurement_id, campaign_id, address, protocol, port, mode, key_share, phase, seq,
                                     started_at, handshake_ns, resolve_ns, status, rcode, answers, tls_version,
                                     quic_version, alpn, token_received, token_used, retry_seen, resumed, used_0rtt,
@@ -424,13 +426,13 @@ def _generate_measurements(conn, spec: Spec, say) -> None:
                  CASE WHEN failed THEN 'timeout' ELSE 'ok' END,
                  CASE WHEN failed THEN NULL ELSE 0 END,
                  CASE WHEN failed THEN NULL ELSE ARRAY['192.0.2.1'] END,
-                 CASE WHEN protocol IN ('dot', 'doh', 'doq') THEN 772 END,
+                 CASE WHEN protocol IN """ + names.sql_list(names.TLS_PROTOCOLS) + """ THEN 772 END,
                  CASE WHEN protocol = 'doq' THEN qv END,
                  CASE WHEN protocol = 'doq' THEN alpn WHEN protocol = 'doh' THEN 'h2' END,
                  CASE WHEN protocol = 'doq' THEN true END,
                  CASE WHEN protocol = 'doq' THEN phase = 'measured' END,
                  CASE WHEN protocol = 'doq' THEN cause = 'retry' OR (phase = 'warmup') END,
-                 CASE WHEN protocol IN ('dot', 'doh', 'doq') THEN mode IN ('resumed', '0rtt') END,
+                 CASE WHEN protocol IN """ + names.sql_list(names.TLS_PROTOCOLS) + """ THEN mode IN ('resumed', '0rtt') END,
                  CASE WHEN protocol = 'doq' THEN mode = '0rtt' END,
                  t
             FROM s_rows ORDER BY campaign_id""")  # a campaign's rows together, as measure writes them

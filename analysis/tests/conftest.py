@@ -1,56 +1,22 @@
 """pytest fixtures: a fresh PostgreSQL database per test session, filled by the seeded
 synthetic generator (doqscan_analysis.synth) from a known spec.
 
-The server: $DOQSCAN_TEST_DATABASE_URL, else $DATABASE_URL, else the project's private
-cluster (`bin/dbctl url`, built with `go build` when missing). The fixture creates
-doqscan_pytest_<random>, applies the repository's schema.sql and migrations, and drops it afterwards.
+The server: doqscan_analysis.db.server_url ($DOQSCAN_TEST_DATABASE_URL, else
+$DATABASE_URL, else the project's private cluster). The fixture creates
+doqscan_pytest_<random>, applies the repository's schema.sql and migrations
+(db.apply_schema), and drops it afterwards.
 """
 
 from __future__ import annotations
 
-import os
-import re
 import secrets
-import subprocess
-import sys
 
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "analysis"))
-
-from doqscan_analysis import synth  # noqa: E402
-
-
-def server_url() -> str:
-    for var in ("DOQSCAN_TEST_DATABASE_URL", "DATABASE_URL"):
-        if os.environ.get(var):
-            return os.environ[var]
-    dbctl = os.path.join(ROOT, "bin", "dbctl")
-    if not os.access(dbctl, os.X_OK):
-        subprocess.run(["go", "build", "-o", "bin/", "./cmd/dbctl"], cwd=ROOT, check=True)
-    out = subprocess.run([dbctl, "url"], cwd=ROOT, check=True, capture_output=True, text=True)
-    return out.stdout.strip().splitlines()[-1]
-
-
-def apply_schema(conn) -> None:
-    """schema.sql, then every internal/store/migrations/NNNN_name.sql in order, each
-    recorded in schema_migrations as store.Migrate records it: a Go tool that opens the
-    database later finds it up to date and applies none of them again (an older
-    migration run again after a newer one would narrow what the newer one widened)."""
-    with open(os.path.join(ROOT, "schema.sql")) as f:
-        conn.execute(f.read())
-    done = [(1, "baseline schema.sql")]
-    mig = os.path.join(ROOT, "internal", "store", "migrations")
-    for name in sorted(n for n in os.listdir(mig) if re.fullmatch(r"[0-9]{4}_[a-z0-9_]+\.sql", n)):
-        with open(os.path.join(mig, name)) as f:
-            conn.execute(f.read())
-        done.append((int(name[:4]), name[5:-4]))
-    for version, label in done:
-        conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s) ON CONFLICT (version) DO NOTHING",
-                     (version, label))
+from doqscan_analysis import synth
+from doqscan_analysis.db import apply_schema, server_url
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Results by address family; a dual-stack server is one resolver with two addresses."""
 
+import pandas as pd
 import psycopg
 import pytest
 
@@ -54,7 +55,7 @@ def test_declared_pair_with_same_leaf_is_one_resolver(fam_conn):
     # address was not verified.
     assert (r.ipv4, r.ipv6, r.dual_stack, r.resolvers) == (3, 4, 1, 6)
     assert r.shared_cert_unpaired == 2
-    df = load.verified_by_family(fam_conn, siblings=load.pd.DataFrame(SIBLINGS, columns=["address4", "address6"]))
+    df = load.verified_by_family(fam_conn, siblings=pd.DataFrame(SIBLINGS, columns=["address4", "address6"]))
     assert df.iloc[0].resolvers == 6
 
 

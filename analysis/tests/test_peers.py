@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from doqscan_analysis import load, names, stats
+from doqscan_analysis import facts, load, names, stats
 
 
 def _raw(conn, sql, params=None):
@@ -114,8 +114,8 @@ def test_no_peer_in_the_data(conn, tmp_path):
 
 @pytest.mark.parametrize("addr", ["198.19.3.7", "2001:2:0:8000::7", "ffff:ffff:ffff:ffff:8000::1"])
 def test_address_key_matches_sql(conn, addr):
-    """address_key encodes an address as the facts query does (load._ADDR_HI/_ADDR_LO)."""
-    sql = ("SELECT (family(m.address) = 6)::int, CASE WHEN family(m.address) = 4 THEN 0::int8 ELSE " + load._ADDR_HI +
-           " END, CASE WHEN family(m.address) = 4 THEN m.address - '0.0.0.0'::inet ELSE " + load._ADDR_LO +
+    """address_key encodes an address as the facts query does (facts._ADDR_HI/_ADDR_LO)."""
+    sql = ("SELECT (family(m.address) = 6)::int, CASE WHEN family(m.address) = 4 THEN 0::int8 ELSE " + facts._ADDR_HI +
+           " END, CASE WHEN family(m.address) = 4 THEN m.address - '0.0.0.0'::inet ELSE " + facts._ADDR_LO +
            " END FROM (SELECT %(a)s::inet AS address) m")
     assert load.address_key(addr) == tuple(conn.execute(sql, {"a": addr}).fetchone())

@@ -6,7 +6,7 @@ import pandas as pd
 import psycopg
 import pytest
 
-from doqscan_analysis import load, stats, synth
+from doqscan_analysis import facts, load, names, stats, synth
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def test_rtt_medians_cache(conn, monkeypatch):
     assert np.array_equal(got["samples"].to_numpy(int), want["size"].to_numpy(int))
 
     full = load.response_times(conn)
-    monkeypatch.setattr(load, "PARALLEL", 1)  # other connections would not see the rolled-back changes
+    monkeypatch.setattr(facts, "PARALLEL", 1)  # other connections would not see the rolled-back changes
     ids = [x[0] for x in conn.execute("SELECT campaign_id FROM rtt_median_campaigns ORDER BY 1").fetchall()]
     with conn.transaction():  # psycopg.Rollback below undoes it and is swallowed by the block
         conn.execute("DELETE FROM rtt_median_campaigns WHERE campaign_id = ANY(%s)", (ids[::2],))
@@ -144,7 +144,7 @@ def test_rtt_medians_cache(conn, monkeypatch):
 @pytest.mark.parametrize("kw", [{}, {"dox_only": True, "points": 300},
                                 {"group_by": ("protocol", "mode"), "require_rtt": False}])
 def test_numpy_path_equals_sql(conn, kw):
-    """response_times (binary COPY + numpy) gives the numbers of response_times_sql (all
+    """response_times (measurement_facts + numpy) gives the numbers of response_times_sql (all
     in PostgreSQL): counts, resolvers, order statistics and round-trip classes exactly,
     medians and means up to float rounding."""
     a = load.response_times(conn, **kw)
@@ -178,12 +178,12 @@ def test_measurement_facts_cache(conn, monkeypatch):
     kw = {"group_by": ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")}
     full = load.response_times(conn, **kw)
     ans = load.answering(conn)
-    monkeypatch.setattr(load, "PARALLEL", 1)  # other connections would not see the rolled-back changes
+    monkeypatch.setattr(facts, "PARALLEL", 1)  # other connections would not see the rolled-back changes
     ids = sorted(per)
     with conn.transaction():
         conn.execute("DELETE FROM measurement_fact_campaigns WHERE campaign_id = ANY(%s)", (ids[::2],))
         conn.execute("DELETE FROM rtt_median_campaigns WHERE campaign_id = ANY(%s)", (ids[1::4],))
-        camps = load._selected_campaigns(conn, None, None)
+        camps = facts._selected_campaigns(conn, None, None)
         assert {c[3] for c in camps} == {True, False} and {c[2] for c in camps} == {True, False}
         f = load.measurement_facts(conn, refresh=False)
         _frames_equal(load.response_times(conn, facts=f, **kw), full)
@@ -198,3 +198,19 @@ def test_doq_causes_from_facts_equals_sql(conn):
     b = load.doq_causes(conn).sort_values(key).reset_index(drop=True)
     assert len(a) > 0
     pd.testing.assert_frame_equal(a, b, check_dtype=False)
+
+
+def test_fetched_facts_follow_a_longer_protocol_table(conn, monkeypatch):
+    """Measurements fetched at query time carry their categories packed into one number
+    whose radices follow names' tables: with eight more protocols ahead of the real ones
+    (a longer table, as the protocol list may grow), every figure is unchanged (fixed
+    radices broke past 7 protocols)."""
+    kw = {"group_by": ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")}
+    monkeypatch.setattr(facts, "has_measurement_facts", lambda c: False)  # every campaign fetched
+    want = load.response_times(conn, refresh=False, **kw)
+    want_ans = load.answering(conn, refresh=False)
+    monkeypatch.setattr(names, "PROTOCOLS", [f"future{i}" for i in range(8)] + list(names.PROTOCOLS))
+    f = load.measurement_facts(conn, refresh=False)
+    assert len(f) > 0 and int(f.protocol.min()) >= 8
+    _frames_equal(load.response_times(conn, facts=f, **kw), want)
+    pd.testing.assert_frame_equal(load.answering(conn, facts=f), want_ans)

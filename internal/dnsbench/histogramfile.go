@@ -78,7 +78,7 @@ func Plot(ctx context.Context, csvPath, pngPath string) error {
 		return cli.Environmentf("--plot draws with the project's Python and matplotlib, and %s is missing (./dev install creates it; --histogram-csv writes the data without it)", py)
 	}
 	cmd := exec.CommandContext(ctx, py, "-m", "doqscan_analysis.benchplot", csvPath, pngPath)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+home.Path("analysis"), "MPLBACKEND=Agg")
+	cmd.Env = append(os.Environ(), "MPLBACKEND=Agg")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("--plot: %s: %w\n%s", py, err, out)

@@ -13,15 +13,28 @@ import (
 
 // ReportPython returns the python of the project's .venv; without the .venv or the
 // report's packages in it the test skips, saying so after checked (what the test has
-// checked by then, or "") and what could not be executed.
+// checked by then, or "") and what could not be executed. The analysis package comes
+// from the .venv's installation (./dev install: editable, from this checkout's
+// analysis/), not from PYTHONPATH; a .venv whose package is another checkout's fails
+// the test (it would run that checkout's code).
 func ReportPython(t testing.TB, checked, what string) string {
 	t.Helper()
 	python := filepath.Join(Root(), ".venv", "bin", "python")
 	if _, err := os.Stat(python); err != nil {
 		t.Skip("SKIP: " + checked + "no .venv (./dev install creates it): cannot execute the " + what)
 	}
-	if out, err := exec.Command(python, "-c", "import papermill, nbconvert, pandas, psycopg, matplotlib").CombinedOutput(); err != nil {
-		t.Skipf("SKIP: %s.venv lacks the report's packages (./dev install): %v\n%s", checked, err, Tail(string(out), 5))
+	cmd := exec.Command(python, "-c", "import papermill, nbconvert, pandas, psycopg, matplotlib, doqscan_analysis; "+
+		"print(doqscan_analysis.__file__)")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Skipf("SKIP: %s.venv lacks the report's packages (./dev install): %v\n%s", checked, err, Tail(stderr.String(), 5))
+	}
+	pkg, _ := filepath.EvalSymlinks(filepath.Dir(strings.TrimSpace(string(out))))
+	want, _ := filepath.EvalSymlinks(filepath.Join(Root(), "analysis", "doqscan_analysis"))
+	if pkg != want {
+		t.Fatalf("%s imports doqscan_analysis from %s, not this checkout's %s: run ./dev install", python, pkg, want)
 	}
 	return python
 }
@@ -44,7 +57,6 @@ func RunReport(t testing.TB, python, url, out string, args ...string) (string, R
 	t.Helper()
 	cmd := exec.Command(python, append([]string{"-m", "doqscan_analysis.report", "--db", url, "--out", out}, args...)...)
 	cmd.Dir = Root()
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(Root(), "analysis"))
 	if o, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("report: %v\n%s", err, Tail(string(o), 40))
 	}

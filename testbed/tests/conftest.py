@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from doqscan_analysis import population  # noqa: E402
+from doqscan_analysis import population
 
 REPO = Path(__file__).resolve().parents[2]
 INST = os.environ.get("DOQSCAN_PYTEST_TESTNET", "pyt")

@@ -134,7 +134,7 @@ func TestReportFromPipeline(t *testing.T) {
 	// The numbers behind the figures, from the package's load functions.
 	cmd := exec.Command(python, filepath.Join("internal", "ops", "e2e", "testdata", "report_numbers.py"))
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "analysis"), "DOQSCAN_REPORT_DB="+e.url)
+	cmd.Env = append(os.Environ(), "DOQSCAN_REPORT_DB="+e.url)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	raw, err := cmd.Output()
