@@ -95,11 +95,6 @@ def test_test_folders_do_not_edit_sys_path():
     assert not re.search(r"^\s*pythonpath\s*=", ini, re.M), "pytest.ini puts a folder on sys.path"
 
 
-# Files that still set PYTHONPATH, with the reason. internal/measure/protocol_test.go is
-# being rewritten elsewhere (the Go protocol table); it is to use the .venv's package too.
-PYTHONPATH_PENDING = {"internal/measure/protocol_test.go"}
-
-
 def test_go_and_shell_run_the_installed_package():
     """Go code, ./dev and the scripts run the .venv's python, which has the package
     installed: none puts analysis/ on PYTHONPATH (a path entry would hide a .venv
@@ -107,7 +102,7 @@ def test_go_and_shell_run_the_installed_package():
     files = _tracked("*.go", "*.sh", "dev", "Dockerfile*", "deploy/Dockerfile*")
     assert REPO / "internal" / "testsupport" / "report.go" in files
     found = sorted(str(f.relative_to(REPO)) for f in files if "PYTHONPATH=" in f.read_text())
-    assert [f for f in found if f not in PYTHONPATH_PENDING] == []
+    assert found == []
 
 
 # load's public names (the notebooks', report's, benchmarks' and tests' API).

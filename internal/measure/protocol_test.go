@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/doqscan/doqscan/internal/measure/rtt"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 func TestProtocolTransport(t *testing.T) {
@@ -24,17 +25,13 @@ func TestProtocolTransport(t *testing.T) {
 // the same transports (doqscan_analysis.names): every per-protocol dict has exactly the
 // table's protocols.
 func TestProtocolTableMatchesPython(t *testing.T) {
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not on PATH: cannot read the analysis package's protocol table")
-	}
+	python := testsupport.ReportPython(t, "", "analysis package's protocol table")
 	cmd := exec.Command(python, "-c", "import json; from doqscan_analysis import names; "+
 		"print(json.dumps({'protocols': names.PROTOCOLS, 'transport': names.PROTOCOL_TRANSPORT, "+
 		"'labels': names.PROTOCOL_LABELS, 'colors': names.PROTOCOL_COLORS, 'dox': names.DOX_PROTOCOLS}))")
-	cmd.Env = append(cmd.Environ(), "PYTHONPATH=../../analysis")
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("python3: %v", err)
+		t.Fatalf("%s: %v", python, err)
 	}
 	var py struct {
 		Protocols []Protocol                 `json:"protocols"`

@@ -30,7 +30,6 @@ var newProtocolFiles = []struct{ path, why string }{
 	{"internal/store/migrations/NNNN_*.sql", "a new migration widening the protocol CHECKs (schema.sql is version 1 and stays)"},
 	{"analysis/doqscan_analysis/names.py", "its name, label, colour and RTT transport for the analysis"},
 	{"analysis/doqscan_analysis/plots.py", "its line style (PROTOCOL_STYLES; without one, solid)"},
-	{"analysis/doqscan_analysis/load.py", "its RTT transport in the SQL the analysis runs"},
 	{"docs/measure.md", "what is measured over it and how"},
 }
 
