@@ -20,6 +20,8 @@ package hostile
 import (
 	"fmt"
 	"slices"
+
+	"github.com/doqscan/doqscan/internal/outcome"
 )
 
 // Behaviour names one way a server misbehaves.
@@ -129,21 +131,14 @@ func (t Table) Lookup(b Behaviour) (Entry, bool) {
 	return Entry{}, false
 }
 
-// Check returns an error unless every behaviour is non-empty, unique and has a meaning.
+// Check returns an error unless every behaviour is non-empty, unique and has a meaning
+// (outcome.Table's check).
 func (t Table) Check() error {
-	seen := map[Behaviour]bool{}
+	o := make(outcome.Table[Behaviour], len(t))
 	for i, e := range t {
-		switch {
-		case e.Behaviour == None:
-			return fmt.Errorf("entry %d: empty behaviour", i)
-		case seen[e.Behaviour]:
-			return fmt.Errorf("behaviour %q listed twice", e.Behaviour)
-		case e.Meaning == "":
-			return fmt.Errorf("behaviour %q has no meaning", e.Behaviour)
-		}
-		seen[e.Behaviour] = true
+		o[i] = outcome.Entry[Behaviour]{Status: e.Behaviour, Meaning: e.Meaning}
 	}
-	return nil
+	return o.Check()
 }
 
 // Subset is the part of Behaviours one server implements: the behaviours it acts out, and
