@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -32,43 +31,24 @@ var handDispatch = map[string]string{
 // os.Args[1:] on whole (a re-execution) is none either.
 func TestNoHandDispatch(t *testing.T) {
 	root := "../.."
-	var files []string
+	files := 0
 	for _, dir := range []string{"cmd", "internal"} {
-		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(root, path)
-			if d.IsDir() && (rel == filepath.Join("internal", "cli") || d.Name() == "testdata") {
-				return filepath.SkipDir
-			}
-			if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
-				files = append(files, rel)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		productGoFiles(t, root, dir, func(rel string) bool { return rel == filepath.Join("internal", "cli") },
+			func(rel string, fset *token.FileSet, f *ast.File) {
+				files++
+				found := handDispatchIn(fset, f)
+				_, excepted := handDispatch[filepath.ToSlash(rel)]
+				switch {
+				case len(found) > 0 && !excepted:
+					t.Errorf("%s picks a subcommand by hand at %s: make the tool a cli.Tool (internal/cli/tool.go) with one cli.Subcommand each",
+						rel, strings.Join(found, ", "))
+				case len(found) == 0 && excepted:
+					t.Errorf("%s no longer reads the command line by hand: remove it from handDispatch", rel)
+				}
+			})
 	}
-	if len(files) < 100 {
-		t.Fatalf("only %d Go files under cmd/ and internal/: is %s the project's root?", len(files), root)
-	}
-	fset := token.NewFileSet()
-	for _, rel := range files {
-		f, err := parser.ParseFile(fset, filepath.Join(root, rel), nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		found := handDispatchIn(fset, f)
-		_, excepted := handDispatch[filepath.ToSlash(rel)]
-		switch {
-		case len(found) > 0 && !excepted:
-			t.Errorf("%s picks a subcommand by hand at %s: make the tool a cli.Tool (internal/cli/tool.go) with one cli.Subcommand each",
-				rel, strings.Join(found, ", "))
-		case len(found) == 0 && excepted:
-			t.Errorf("%s no longer reads the command line by hand: remove it from handDispatch", rel)
-		}
+	if files < 100 {
+		t.Fatalf("only %d Go files under cmd/ and internal/: is %s the project's root?", files, root)
 	}
 }
 

@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -36,28 +34,7 @@ type funcLength struct {
 func funcLengths(t *testing.T, root, dir string) []funcLength {
 	t.Helper()
 	var out []funcLength
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, 0)
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
+	productGoFiles(t, root, dir, nil, func(rel string, fset *token.FileSet, f *ast.File) {
 		for _, decl := range f.Decls {
 			fd, ok := decl.(*ast.FuncDecl)
 			if !ok {
@@ -66,11 +43,7 @@ func funcLengths(t *testing.T, root, dir string) []funcLength {
 			n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
 			out = append(out, funcLength{key: filepath.ToSlash(rel) + " " + funcName(fd), lines: n})
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatalf("read %s: %v", dir, err)
-	}
 	return out
 }
 

@@ -5,13 +5,10 @@ import (
 	"context"
 	"flag"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,29 +214,8 @@ var flagMethods = map[string]int{ // name -> arguments of a flag definition
 // so every one is parsed, range-checked and refused the same way.
 func TestNumericFlagsAreRangeChecked(t *testing.T) {
 	root := "../.."
-	fset := token.NewFileSet()
 	var found []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			switch d.Name() {
-			case ".git", "vendor", "testdata", "node_modules", ".venv", "var", "bin":
-				return filepath.SkipDir
-			}
-			if path != root && fileExists(filepath.Join(path, "go.mod")) {
-				return filepath.SkipDir // another module (tools/lint, testbed/tools/...)
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, 0)
-		if err != nil {
-			return err
-		}
+	productGoFiles(t, root, ".", nil, func(rel string, fset *token.FileSet, f *ast.File) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
@@ -255,17 +231,11 @@ func TestNumericFlagsAreRangeChecked(t *testing.T) {
 			}
 			// The flag's name is a string literal: the argument before the default.
 			if lit, ok := call.Args[nargs-3].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-				p := fset.Position(call.Pos())
-				rel, _ := filepath.Rel(root, p.Filename)
-				found = append(found, rel+":"+strconv.Itoa(p.Line)+" "+sel.Sel.Name+"("+lit.Value+")")
+				found = append(found, rel+":"+strconv.Itoa(fset.Position(call.Pos()).Line)+" "+sel.Sel.Name+"("+lit.Value+")")
 			}
 			return true
 		})
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, f := range found {
 		t.Errorf("%s: define numeric flags with cli.IntVar, Int64Var, Uint64Var, FloatVar or DurationVar (range-checked)", f)
 	}
