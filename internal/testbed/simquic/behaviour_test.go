@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"net"
 	"slices"
 	"testing"
@@ -16,11 +15,10 @@ import (
 )
 
 // pathDelay is the one-way delay the client's sniffConn adds to every datagram it
-// receives: the emulated round trip on loopback. Round-trip counts are read as
-// elapsed/pathDelay, rounded; loopback and scheduling add well under pathDelay/2.
+// receives: the emulated round trip on loopback. Round trips are counted by causality
+// (sniffConn.roundTrips); the delay only keeps one server flight's datagrams, which
+// arrive together, apart from the client's next send.
 const pathDelay = 100 * time.Millisecond
-
-func roundTrips(d time.Duration) int { return int(math.Round(float64(d) / float64(pathDelay))) }
 
 // Handshake round trips of the Retry, NEW_TOKEN and amplification classes, warm-up (no
 // token) then measured (the warm-up's token and version), for a one-Initial (X25519) and
@@ -38,11 +36,11 @@ func TestHandshakeRoundTripsMatchGroundTruth(t *testing.T) {
 			if r.Token == population.TokenNone {
 				t.Fatalf("%s: simquic cannot serve token=none", class)
 			}
-			// Sequential: parallel handshakes on a loaded 2-core machine blur the timing.
-			// Scheduling noise only ever adds time, so each (warm-up, measured) pair is tried
+			// A datagram stamped more than pathDelay late counts one flight too many (see
+			// sniffConn); noise never removes one. So each (warm-up, measured) pair is tried
 			// up to five times and the fewest round trips count: a server that takes more
 			// round trips than the ground truth fails every attempt; one that takes fewer
-			// fails too, since noise cannot remove a round trip.
+			// fails too.
 			t.Run(class+"/"+client.Name, func(t *testing.T) {
 				wantWarm, ok := f.pop.HandshakeRTTs(a, port, population.ProtoDoQ, population.PhaseWarmup, client)
 				wantMeas, _ := f.pop.HandshakeRTTs(a, port, population.ProtoDoQ, population.PhaseMeasured, client)
@@ -74,16 +72,16 @@ func handshakePair(t *testing.T, f *fixture, r *population.Record, client popula
 	x25519 := client.Name == population.ClientX25519.Name
 
 	warm := newSniffConn(t, pathDelay)
-	conn, took, err := dial(t, f, a, port, dialOpts{x25519: x25519, tokens: tokens, conn: warm})
+	conn, err := dial(t, f, a, port, dialOpts{x25519: x25519, tokens: tokens, conn: warm})
 	if err != nil {
 		t.Fatalf("warm-up: %v", err)
 	}
+	warmRTT := warm.roundTrips()
 	version := conn.ConnectionState().Version
 	if _, err := query(conn, 2*time.Second); err != nil {
 		t.Fatalf("warm-up query: %v", err)
 	}
 	conn.CloseWithError(0, "")
-	warmRTT := roundTrips(took)
 	if warm.sawRetry() != r.Retry {
 		t.Errorf("warm-up: Retry seen %v, population retry=%v", warm.sawRetry(), r.Retry)
 	}
@@ -95,17 +93,18 @@ func handshakePair(t *testing.T, f *fixture, r *population.Record, client popula
 	}
 
 	measured := newSniffConn(t, pathDelay)
-	conn, took, err = dial(t, f, a, port, dialOpts{x25519: x25519, tokens: tokens, conn: measured,
+	conn, err = dial(t, f, a, port, dialOpts{x25519: x25519, tokens: tokens, conn: measured,
 		versions: []quic.Version{version}})
 	if err != nil {
 		t.Fatalf("measured: %v", err)
 	}
+	measRTT := measured.roundTrips()
 	conn.CloseWithError(0, "")
 	wantRetry := r.Retry && r.Token != population.TokenHonour
 	if measured.sawRetry() != wantRetry {
 		t.Errorf("measured: Retry seen %v, want %v", measured.sawRetry(), wantRetry)
 	}
-	return warmRTT, roundTrips(took)
+	return warmRTT, measRTT
 }
 
 // vnProbe is the scan's probe (FIELD-NOTES): a 1200-byte long-header packet with the
@@ -221,7 +220,7 @@ func TestServerSurvives(t *testing.T) {
 			c.WriteTo(b, f.target(r.Prefix.Addr(), port))
 		}
 	}
-	conn, _, err := dial(t, f, r.Prefix.Addr(), r.QUICPorts[0], dialOpts{})
+	conn, err := dial(t, f, r.Prefix.Addr(), r.QUICPorts[0], dialOpts{})
 	if err != nil {
 		t.Fatal(err)
 	}

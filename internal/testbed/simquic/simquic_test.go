@@ -97,19 +97,30 @@ func (f *fixture) first(t *testing.T, class string) *population.Record {
 }
 
 // sniffConn wraps the client's socket: it delays every received datagram by delay (an
-// emulated path, so round trips become measurable on loopback) and records what arrived.
+// emulated path, so round trips become countable on loopback) and records what arrived.
+//
+// It counts round trips by causality, not by time: a datagram's generation is one more
+// than that of the client's latest send before it arrived on the socket, and a send's
+// generation is the highest generation delivered before it. The handshake's round trips
+// are then the highest generation delivered when the dial returns. Time enters only
+// through the path delay itself: a datagram of one server flight counts as a later
+// flight only if its arrival is stamped after a send that its own flight's delivery
+// caused, that is, stamped more than the path delay late.
 type sniffConn struct {
 	net.PacketConn
-	delay time.Duration
-	in    chan rcvd
-	mu    sync.Mutex
-	seen  [][]byte
+	delay   time.Duration
+	in      chan rcvd
+	mu      sync.Mutex
+	seen    [][]byte
+	sentGen int // generation of the latest send
+	gen     int // highest generation delivered
 }
 
 type rcvd struct {
 	b    []byte
 	from net.Addr
 	at   time.Time
+	gen  int
 	err  error
 }
 
@@ -123,7 +134,10 @@ func newSniffConn(t *testing.T, delay time.Duration) *sniffConn {
 		for {
 			b := make([]byte, 2048)
 			n, from, err := pc.ReadFrom(b)
-			c.in <- rcvd{b[:n], from, time.Now(), err}
+			c.mu.Lock()
+			gen := c.sentGen + 1
+			c.mu.Unlock()
+			c.in <- rcvd{b[:n], from, time.Now(), gen, err}
 			if err != nil {
 				return
 			}
@@ -144,8 +158,26 @@ func (c *sniffConn) ReadFrom(b []byte) (int, net.Addr, error) {
 	}
 	c.mu.Lock()
 	c.seen = append(c.seen, r.b)
+	c.gen = max(c.gen, r.gen)
 	c.mu.Unlock()
 	return copy(b, r.b), r.from, nil
+}
+
+// WriteTo sends b; its generation is set before the send, so that every datagram it
+// causes arrives stamped after it.
+func (c *sniffConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	c.mu.Lock()
+	c.sentGen = max(c.sentGen, c.gen)
+	c.mu.Unlock()
+	return c.PacketConn.WriteTo(b, addr)
+}
+
+// roundTrips is the highest generation delivered so far: the round trips the client has
+// waited for.
+func (c *sniffConn) roundTrips() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
 }
 
 // sawRetry reports whether a v1 Retry packet arrived (RFC 9000 §17.2.5: long header, type 0x3).
@@ -184,7 +216,7 @@ type dialOpts struct {
 	versions []quic.Version
 }
 
-func dial(t *testing.T, f *fixture, a netip.Addr, port uint16, o dialOpts) (*quic.Conn, time.Duration, error) {
+func dial(t *testing.T, f *fixture, a netip.Addr, port uint16, o dialOpts) (*quic.Conn, error) {
 	t.Helper()
 	if o.alpns == nil {
 		o.alpns = doq.ALPNs()
@@ -202,9 +234,7 @@ func dial(t *testing.T, f *fixture, a netip.Addr, port uint16, o dialOpts) (*qui
 	qc := &quic.Config{HandshakeIdleTimeout: o.timeout, TokenStore: o.tokens, Versions: o.versions}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	start := time.Now()
-	conn, err := (&quic.Transport{Conn: o.conn}).Dial(ctx, f.target(a, port), tc, qc)
-	return conn, time.Since(start), err
+	return (&quic.Transport{Conn: o.conn}).Dial(ctx, f.target(a, port), tc, qc)
 }
 
 // query sends one DoQ query for test.com A and returns the response.
@@ -301,12 +331,12 @@ func TestEveryClassMatchesGroundTruth(t *testing.T) {
 			want := f.pop.ExpectVerify(a, port)
 			t.Run(r.Class+"/"+a.String()+"/"+itoa(port), func(t *testing.T) {
 				t.Parallel()
-				conn, _, err := dial(t, f, a, port, dialOpts{timeout: 3 * time.Second})
+				conn, err := dial(t, f, a, port, dialOpts{timeout: 3 * time.Second})
 				got := classify(conn, err, f)
 				if got == population.OutcomeQUICNotDoQ {
 					// As the verifier does: one more attempt offering no ALPN at all; a DNS
 					// reply over it makes doq-no-alpn.
-					noALPN, _, err := dial(t, f, a, port, dialOpts{timeout: 3 * time.Second, alpns: []string{}})
+					noALPN, err := dial(t, f, a, port, dialOpts{timeout: 3 * time.Second, alpns: []string{}})
 					switch classify(noALPN, err, f) {
 					case population.OutcomeDoQVerified, population.OutcomeDoQRefused, population.OutcomeDoQDNSError:
 						got = population.OutcomeDoQNoALPN
@@ -316,7 +346,7 @@ func TestEveryClassMatchesGroundTruth(t *testing.T) {
 					t.Fatalf("without SNI: %s, ground truth %s (err %v)", got, want.NoSNIClass, err)
 				}
 				if want.SNI != "" {
-					conn, _, err = dial(t, f, a, port, dialOpts{sni: want.SNI})
+					conn, err = dial(t, f, a, port, dialOpts{sni: want.SNI})
 					got = classify(conn, err, f)
 				}
 				if got != want.Class {
@@ -358,7 +388,7 @@ func TestSilence(t *testing.T) {
 		a    netip.Addr
 		port uint16
 	}{{silent, 784}, {peer.Prefix.Addr(), peer.QUICPorts[0]}, {dns853.Prefix.Addr(), 784}} {
-		_, _, err := dial(t, f, tc.a, tc.port, dialOpts{timeout: 300 * time.Millisecond})
+		_, err := dial(t, f, tc.a, tc.port, dialOpts{timeout: 300 * time.Millisecond})
 		if got := classify(nil, err, f); got != population.OutcomeTimeout {
 			t.Errorf("%s:%d: %s (%v), want timeout", tc.a, tc.port, got, err)
 		}
