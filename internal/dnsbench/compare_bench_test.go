@@ -3,6 +3,7 @@ package dnsbench_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net"
@@ -76,6 +77,11 @@ func runDnsbench(ctx context.Context, launch []string, bin string, args ...strin
 		return nil, r, err
 	}
 	rs, err := dnsbench.ReadJSON(bytes.NewReader(r.out))
+	if (err != nil || len(rs) == 0) && bytes.HasPrefix(bytes.TrimSpace(r.out), []byte("[")) {
+		// a binary from before --json printed JSON lines (DNSBENCH_BASELINE): one array
+		rs = nil
+		err = json.Unmarshal(r.out, &rs)
+	}
 	if err != nil || len(rs) != 1 {
 		return nil, r, fmt.Errorf("dnsbench --json: %d reports, %v\n%s", len(rs), err, r.out)
 	}
@@ -176,6 +182,20 @@ func medianInterval(xs []float64) (lo, hi float64, ok bool) {
 		return 0, 0, false
 	}
 	return ys[k-1], ys[n-k], true
+}
+
+// logPairs prints the median of a cell's paired QPS ratios with its interval, which says
+// whether the QPS goal is met, missed, or beyond this machine's noise to tell, beside the
+// control's, which says how far from 1.0 the peer reads against itself. Nothing with
+// fewer than six rounds (no interval).
+func logPairs(b *testing.B, what, peer string, ratios, controls []float64) {
+	lo, hi, ok := medianInterval(ratios)
+	if !ok {
+		return
+	}
+	clo, chi, _ := medianInterval(controls)
+	b.Logf("%s: paired QPS ratio median %.3f, 95 %% interval [%.3f, %.3f] over %d rounds: %s; control (%s against itself) %.3f [%.3f, %.3f]: %s",
+		what, median(ratios), lo, hi, len(ratios), verdict(lo, hi), peer, median(controls), clo, chi, verdict(clo, chi))
 }
 
 // verdict says where a ratio's 95 % interval [lo, hi] lies against 1.0.
@@ -319,18 +339,7 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 	// socket is dnsperf's default).
 	shapes := [][2]int{{workers, 1}, {4, workers / 4}, {1, workers}}
 	itoa := strconv.Itoa
-	// pairs prints the median of the paired QPS ratios with its interval, which says
-	// whether the QPS goal is met, missed, or beyond this machine's noise to tell,
-	// beside the control's, which says how far from 1.0 dnsperf reads against itself.
-	pairs := func(what string, ratios, controls []float64) {
-		lo, hi, ok := medianInterval(ratios)
-		if !ok {
-			return
-		}
-		clo, chi, _ := medianInterval(controls)
-		b.Logf("%s: paired QPS ratio median %.3f, 95 %% interval [%.3f, %.3f] over %d rounds: %s; control (dnsperf against itself) %.3f [%.3f, %.3f]: %s",
-			what, median(ratios), lo, hi, len(ratios), verdict(lo, hi), median(controls), clo, chi, verdict(clo, chi))
-	}
+	pairs := func(what string, ratios, controls []float64) { logPairs(b, what, "dnsperf", ratios, controls) }
 	common := []string{"--queries", qf, "--timeout", timeout.String(), "--session-queries", "100000000"}
 	for range b.N {
 		for _, c := range []struct {
