@@ -6,13 +6,9 @@ import (
 	"math"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
 
 // BenchmarkVersusBaseline compares the dnsbench command built from this tree with
@@ -37,19 +33,8 @@ func BenchmarkVersusBaseline(b *testing.B) {
 	if _, err := os.Stat(base); err != nil {
 		b.Fatalf("DNSBENCH_BASELINE: %v", err)
 	}
-	dir := b.TempDir()
-	bin := filepath.Join(dir, "dnsbench")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/doqscan/doqscan/cmd/dnsbench").CombinedOutput(); err != nil {
-		b.Fatalf("go build cmd/dnsbench: %v\n%s", err, out)
-	}
-	serverCPUs, clientCPUs := splitCPUs(b)
-	bn := compareNet(b, serverCPUs, clientCPUs)
-	var s *measuretest.Servers
-	bn.listen(b, func() { s = measuretest.Start(b, measuretest.Config{Host: bn.host}) })
-	qf := filepath.Join(dir, "q.txt")
-	if err := os.WriteFile(qf, []byte("a.example A\nb.example AAAA\n"), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	lab := newCompareLab(b)
+	bin, bn, s, qf := lab.bin, lab.bn, lab.s, lab.queries
 	const (
 		workers = 64
 		secs    = 3

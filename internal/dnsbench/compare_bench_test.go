@@ -271,6 +271,32 @@ func parseDnsperf(out []byte) (dnsperfResult, error) {
 	return dnsperfResult{QPS: q, MeanMS: l * 1000, Lost: int(lost)}, nil
 }
 
+// compareLab is what the comparisons run on: the dnsbench command built from this tree,
+// the measuretest servers and the reflector on the server's side of compareNet (server
+// and clients on CPUs of their own, splitCPUs), and a file of two queries.
+type compareLab struct {
+	dir, bin, queries string
+	bn                benchNet
+	s                 *measuretest.Servers
+	refl              netip.AddrPort
+}
+
+func newCompareLab(b *testing.B) compareLab {
+	l := compareLab{dir: testsupport.Commands(b, "dnsbench")}
+	l.bin, l.queries = filepath.Join(l.dir, "dnsbench"), filepath.Join(l.dir, "q.txt")
+	serverCPUs, clientCPUs := splitCPUs(b)
+	l.bn = compareNet(b, serverCPUs, clientCPUs)
+	l.bn.listen(b, func() {
+		l.s = measuretest.Start(b, measuretest.Config{Host: l.bn.host})
+		// The clients' own speed: a server that costs less per answer than either.
+		l.refl = reflector(b, l.bn.host)
+	})
+	if err := os.WriteFile(l.queries, []byte("a.example A\nb.example AAAA\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
 // BenchmarkVersusDnsperf runs, against the same server (measuretest in the benchmark's
 // process; streams served until the client closes them), every client as a process of
 // its own (the dnsbench command, built into a temporary directory), the server on half
@@ -304,26 +330,8 @@ func BenchmarkVersusDnsperf(b *testing.B) {
 			b.Skipf("SKIP: %s not installed (dnsperf, resperf: apt-get install dnsperf, or ./dev install)", tool)
 		}
 	}
-	dir := b.TempDir()
-	bin := filepath.Join(dir, "dnsbench")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/doqscan/doqscan/cmd/dnsbench").CombinedOutput(); err != nil {
-		b.Fatalf("go build cmd/dnsbench: %v\n%s", err, out)
-	}
-	serverCPUs, clientCPUs := splitCPUs(b)
-	bn := compareNet(b, serverCPUs, clientCPUs)
-	var (
-		s    *measuretest.Servers
-		refl netip.AddrPort
-	)
-	bn.listen(b, func() {
-		s = measuretest.Start(b, measuretest.Config{Host: bn.host})
-		// The clients' own speed: a server that costs less per answer than either.
-		refl = reflector(b, bn.host)
-	})
-	qf := filepath.Join(dir, "q.txt")
-	if err := os.WriteFile(qf, []byte("a.example A\nb.example AAAA\n"), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	lab := newCompareLab(b)
+	bin, bn, s, refl, qf, dir := lab.bin, lab.bn, lab.s, lab.refl, lab.queries, lab.dir
 	const (
 		workers = 64 // outstanding limit of both tools in max mode
 		secs    = 3
