@@ -67,7 +67,8 @@ _KNOWN_KEY_SHARES = ["", "x25519", "x25519mlkem768"]
 CAUSES = names.CAUSES
 _CAUSE_EXPR = """COALESCE(CASE WHEN m.protocol IN """ + names.sql_list(names.protocols_over("quic")) + """
                    THEN array_position(%(causes)s::text[],
-                   (SELECT ha.cause FROM handshake_analyses ha WHERE ha.measurement_id = m.measurement_id)) END,
+                   (SELECT ha.cause FROM handshake_analyses ha
+                     WHERE ha.measurement_id = m.measurement_id AND ha.round_hour = m.round_hour)) END,
                  0)::int2"""  # a primary-key lookup per QUIC measurement: no 4 M-row hash per batch
 
 _ADDR_HI = "('x' || encode(substring(inet_send(m.address) from 5 for 8), 'hex'))::bit(64)::int8"
@@ -208,7 +209,8 @@ SELECT m.campaign_id, m.protocol, m.phase, m.mode, m.key_share, family(m.address
   FROM measurements m
   LEFT JOIN rtt_medians r ON r.campaign_id = m.campaign_id AND r.address = m.address AND r.port = m.port
        AND r.transport = """ + _TRANSPORT + """ AND r.campaign_id = ANY(%(ids)s::bigint[])
- WHERE m.campaign_id = ANY(%(ids)s::bigint[]) AND m.status = 'ok' AND m.rcode IS NOT NULL
+ WHERE m.campaign_id = ANY(%(ids)s::bigint[]) AND m.round_hour = ANY(%(hours)s::timestamptz[])
+   AND m.status = 'ok' AND m.rcode IS NOT NULL
  GROUP BY 1, 2, 3, 4, 5, 6"""
 
 

@@ -40,6 +40,12 @@ _RTT_MEDIAN_SQL = """
      WHERE s.status = 'ok' AND s.rtt_ns > 0 AND {where}
      GROUP BY 1, 2, 3, 4"""
 
+# The cache's fill for the campaigns %(ids)s of the round hours %(hours)s (_refill).
+_RTT_FILL = ("INSERT INTO rtt_medians (campaign_id, address, transport, port, rtt_ns, samples)"
+             + _RTT_MEDIAN_SQL.format(extra=", count(*)", where="s.campaign_id = ANY(%(ids)s)"
+                                      " AND s.round_hour = ANY(%(hours)s::timestamptz[])")
+             + " ON CONFLICT DO NOTHING")
+
 # A campaign's rtt_medians are current when it is no longer running and they were
 # computed after it finished.
 _CACHE_VALID = "c.status <> 'running' AND (c.finished_at IS NULL OR m.computed_at >= c.finished_at)"
@@ -98,26 +104,34 @@ def refresh_rtt_medians(conn, weeks=None, vantages=None, batch: int = 8) -> int:
     return _refill(conn, todo, batch, [
         "DELETE FROM rtt_median_campaigns WHERE campaign_id = ANY(%(ids)s)",
         "DELETE FROM rtt_medians WHERE campaign_id = ANY(%(ids)s)",
-        "INSERT INTO rtt_medians (campaign_id, address, transport, port, rtt_ns, samples)"
-        + _RTT_MEDIAN_SQL.format(extra=", count(*)", where="s.campaign_id = ANY(%(ids)s)")
-        + " ON CONFLICT DO NOTHING",
+        _RTT_FILL,
         """INSERT INTO rtt_median_campaigns (campaign_id, keys)
            SELECT i, (SELECT count(*) FROM rtt_medians WHERE campaign_id = i)
              FROM unnest(%(ids)s::bigint[]) AS i
            ON CONFLICT DO NOTHING"""])
 
 
+def campaign_hours(conn, ids: list[int]) -> list:
+    """The round hours of the campaigns `ids`: a query that names them beside the
+    campaign ids reads only their months' partitions of the time-partitioned tables
+    (their partition key is round_hour), so its time does not grow with the months stored."""
+    return [r[0] for r in conn.execute(
+        "SELECT DISTINCT round_hour FROM campaigns WHERE campaign_id = ANY(%(ids)s::bigint[])", {"ids": ids})]
+
+
 def _refill(conn, todo: list[int], batch: int, statements: list[str], **params) -> int:
     """Recompute a per-campaign cache, `batch` campaigns of `todo` per transaction: the
-    statements run in order with %(ids)s (the batch) and `params`. A connection that may
+    statements run in order with %(ids)s (the batch), %(hours)s (their round hours) and
+    `params`. A connection that may
     not write the cache (read-only analyst) stops there; returns the campaigns done."""
     done = 0
     for i in range(0, len(todo), batch):
         ids = todo[i:i + batch]
         try:
             with conn.transaction():
+                hours = campaign_hours(conn, ids)
                 for sql in statements:
-                    conn.execute(sql, {"ids": ids, **params})
+                    conn.execute(sql, {"ids": ids, "hours": hours, **params})
         except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
             return done
         done += len(ids)

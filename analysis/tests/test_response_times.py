@@ -214,3 +214,45 @@ def test_fetched_facts_follow_a_longer_protocol_table(conn, monkeypatch):
     assert len(f) > 0 and int(f.protocol.min()) >= 8
     _frames_equal(load.response_times(conn, facts=f, **kw), want)
     pd.testing.assert_frame_equal(load.answering(conn, facts=f), want_ans)
+
+
+def _relations_read(conn, sql, params) -> set[str]:
+    """The tables `sql` read when run (EXPLAIN ANALYZE in a rolled-back transaction):
+    plan nodes that ran at least once."""
+    out = set()
+
+    def walk(node):
+        if node.get("Relation Name") and node.get("Actual Loops", 0) > 0:
+            out.add(node["Relation Name"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    with conn.transaction():
+        for t in ("measurement_facts", "rtt_medians"):  # a fill into an emptied cache, as _refill does
+            conn.execute(f"DELETE FROM {t} WHERE campaign_id = ANY(%(ids)s)", params)
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0]
+        walk(plan[0]["Plan"])
+        raise psycopg.Rollback()
+    return out
+
+
+def test_per_campaign_fills_read_only_their_months(conn):
+    """The per-campaign cache fills name their campaigns' round hours, so PostgreSQL reads
+    only those months' partitions of measurements, rtt_samples and handshake_analyses:
+    their time stays flat as months are stored (the executed plan is checked, not a time)."""
+    from doqscan_analysis import rtt
+
+    leaves = {t: {r[0] for r in conn.execute(
+        "SELECT relid::text FROM pg_partition_tree(%s) WHERE isleaf", (t,)).fetchall()}
+        for t in ("measurements", "rtt_samples", "handshake_analyses")}
+    assert all(len(p) >= 2 for p in leaves.values()), leaves  # months ahead exist: pruning has a choice
+    cid, hour = conn.execute("""SELECT campaign_id, round_hour FROM campaigns c
+                                 WHERE EXISTS (SELECT FROM handshake_analyses h JOIN measurements m USING (measurement_id)
+                                                WHERE m.campaign_id = c.campaign_id)
+                                 ORDER BY 1 LIMIT 1""").fetchone()
+    month = conn.execute("SELECT to_char(%s::timestamptz AT TIME ZONE 'UTC', '\"_p\"YYYY_MM')", (hour,)).fetchone()[0]
+    params = {"ids": [cid], "hours": rtt.campaign_hours(conn, [cid]), "causes": facts.CAUSES}
+    assert params["hours"] == [hour]
+    read = _relations_read(conn, facts._FACTS_FILL, params) | _relations_read(conn, rtt._RTT_FILL, params)
+    for table, parts in leaves.items():
+        assert read & parts == {table + month}, (table, sorted(read))
