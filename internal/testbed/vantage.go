@@ -205,12 +205,23 @@ func RequirePopulation(t testing.TB) (*Vantage, *population.Population) {
 	return v, v.Population
 }
 
-// RequirePeer skips a test of rec's address when rec is a third-party peer and
-// PeersMissing says why the testbed starts none.
+// RequirePeer skips a test of rec's address when rec is a third-party peer whose
+// address stays silent (PeerSilent).
 func RequirePeer(t testing.TB, pop *population.Population, rec *population.Record) {
 	t.Helper()
+	if err := PeerSilent(t, pop, rec); err != nil {
+		t.Skipf("SKIP: %v", err)
+	}
+}
+
+// PeerSilent returns why rec's address stays silent on the testbed although the
+// population lists it, or nil: rec is no third-party peer, or its peer runs. An optional
+// peer (peers.Optional) that is not installed leaves only its own address silent; a
+// missing required one leaves every peer's (PeersMissing).
+func PeerSilent(t testing.TB, pop *population.Population, rec *population.Record) error {
+	t.Helper()
 	if rec.Peer == "" {
-		return
+		return nil
 	}
 	if peers.Optional[peers.Kind(rec.Peer)] {
 		root, err := peers.RepoRoot()
@@ -218,12 +229,13 @@ func RequirePeer(t testing.TB, pop *population.Population, rec *population.Recor
 			t.Fatal(err)
 		}
 		if err := peers.Installed(root, peers.Kind(rec.Peer)); err != nil {
-			t.Skipf("SKIP: %s is an optional peer (scripts/install-peers.sh %s), and %v", rec.Peer, rec.Peer, err)
+			return fmt.Errorf("%s is an optional peer (scripts/install-peers.sh %s), and %w", rec.Peer, rec.Peer, err)
 		}
 	}
 	if err := PeersMissing(t, pop); err != nil {
-		t.Skipf("SKIP: the testbed starts the third-party peers all or none, and %v", err)
+		return fmt.Errorf("the testbed starts the required third-party peers all or none, and %w", err)
 	}
+	return nil
 }
 
 // PeersMissing returns why the testbed starts none of pop's third-party peers (one of

@@ -6,8 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/doqscan/doqscan/internal/home"
-	"github.com/doqscan/doqscan/internal/testbed/peers"
+	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
@@ -22,11 +21,9 @@ func ipv6GroundTruth(t *testing.T) (groundTruth, map[netip.AddrPort]netip.AddrPo
 	twins := map[netip.AddrPort]netip.AddrPort{}
 	for _, e := range pop6.QUICEndpoints() {
 		r := pop6.Lookup(e.Addr)
-		if r.Peer != "" {
-			if err := peers.Installed(home.Dir(), peers.Kind(r.Peer)); err != nil {
-				t.Logf("excluding IPv6 peer %s: %v", e.Addr, err)
-				continue
-			}
+		if err := testbed.PeerSilent(t, g.pop, r); err != nil {
+			t.Logf("excluding IPv6 peer %s: %v", e.Addr, err)
+			continue
 		}
 		a := netip.AddrPortFrom(e.Addr, e.Port)
 		g6.targets = append(g6.targets, a)

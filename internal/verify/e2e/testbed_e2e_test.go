@@ -31,13 +31,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/doqscan/doqscan/internal/home"
 	"github.com/doqscan/doqscan/internal/quicver"
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/geodb"
-	"github.com/doqscan/doqscan/internal/testbed/peers"
 	"github.com/doqscan/doqscan/internal/testbed/pki"
 	"github.com/doqscan/doqscan/internal/testbed/population"
 	"github.com/doqscan/doqscan/internal/verify"
@@ -71,21 +69,12 @@ func loadGroundTruth(t *testing.T) groundTruth {
 		t.Fatal(err)
 	}
 	g := groundTruth{pop: pop, pki: k, want: map[netip.AddrPort]population.Verdict{}, rec: map[netip.AddrPort]*population.Record{}}
-	// testnet up starts the peers all or none (peers.StartPopulation): when one kind is
-	// not installed, every peer address stays silent and is left out here.
-	home := home.Dir()
-	var peerErr error
-	for _, r := range pop.Records {
-		if r.Peer != "" && peerErr == nil {
-			peerErr = peers.Installed(home, peers.Kind(r.Peer))
-		}
-	}
-	if peerErr != nil {
-		t.Logf("excluding every third-party peer (testnet up did not start them): %v", peerErr)
-	}
+	// A peer the testbed did not start (testbed.PeerSilent) is left out; every other
+	// peer is expected like any server.
 	for _, e := range pop.QUICEndpoints() {
 		r := pop.Lookup(e.Addr)
-		if r.Peer != "" && peerErr != nil {
+		if err := testbed.PeerSilent(t, pop, r); err != nil {
+			t.Logf("excluding %s: %v", e.Addr, err)
 			continue
 		}
 		a := netip.AddrPortFrom(e.Addr, e.Port)
