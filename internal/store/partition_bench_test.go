@@ -35,7 +35,7 @@ import (
 //     campaigns, median time, with and without the campaign's round_hour.
 //
 // With DOQSCAN_BENCH_SEQUENTIAL=1 one table is filled, measured and dropped before the
-// other is filled: half the disk (10^8 rows need about 25 GB instead of 50), but the two
+// other is filled: about 30 GB at the peak for 10^8 rows instead of 50, but the two
 // tables' figures then come from different minutes of the machine: run it idle.
 // The database is dropped when the benchmark ends.
 func BenchmarkPartitionedAtScale(b *testing.B) {
