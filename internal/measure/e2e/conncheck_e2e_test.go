@@ -19,8 +19,10 @@ import (
 )
 
 // checkIdleWaits avoid the population's idle timeouts (4 s, 5 s, 7 s, 10 s, ...) by a
-// margin: the server's timer and ours start a fraction of an RTT apart.
-var checkIdleWaits = []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second}
+// margin: the server's timer and ours start a fraction of an RTT apart. 12 s is past
+// the 10 s of simserver's DoT and DoH and of CoreDNS's and dnsproxy's DoT (and CoreDNS's
+// DoQ), so their timeouts show as a dead connection, not only as alive at 8 s.
+var checkIdleWaits = []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 12 * time.Second}
 
 const checkMaxQueries = 60 // above doq-policy's 40
 
@@ -30,7 +32,11 @@ const checkMaxQueries = 60 // above doq-policy's 40
 // when an idle connection really goes (hickory-dns drops it at 5 s while advertising
 // 30 s), concurrent streams, NEW_TOKEN issued and honoured (where a Retry or a stall
 // shows it), the Retry policy (dnsproxy's first contact from a vantage address nothing
-// else uses), 0-RTT, the session ticket's lifetime.
+// else uses), 0-RTT, the session ticket's lifetime. DoT and DoH of simserver's hosts
+// and of the peers that serve them (CoreDNS, dnsproxy): queries per connection, idle
+// timeout, DoH's SETTINGS_MAX_CONCURRENT_STREAMS, resumption and ticket lifetime, and
+// nothing of DoQ's (NULL). Each endpoint is a subtest; a peer the testbed did not start
+// skips its own (testbed.PeerSilent).
 func TestConnCheckPolicies(t *testing.T) {
 	v := testbed.Require(t)
 	pop := v.Population
@@ -42,15 +48,20 @@ func TestConnCheckPolicies(t *testing.T) {
 	}
 	targets := []target{
 		{"doq-policy", measure.DoQ, 853, false}, {"doq-policy", measure.DoT, 853, false},
-		{"doq-853", measure.DoQ, 853, false}, {"doq-853", measure.DoT, 853, false},
+		{"doq-853", measure.DoQ, 853, false}, {"doq-853", measure.DoT, 853, false}, {"doq-853", measure.DoH, 443, false},
+		{"doh", measure.DoH, 443, false},
 		{"doq-retry", measure.DoQ, 853, false},
 		{"doq-bigchain-honour", measure.DoQ, 853, false}, {"doq-bigchain-ignore", measure.DoQ, 853, false},
-		{"peer-coredns", measure.DoQ, 853, false}, {"peer-hickory", measure.DoQ, 853, false},
+		{"peer-coredns", measure.DoQ, 853, false}, {"peer-coredns", measure.DoT, 853, false}, {"peer-coredns", measure.DoH, 443, false},
+		{"peer-hickory", measure.DoQ, 853, false},
 		{"peer-aioquic", measure.DoQ, 784, false}, {"peer-aioquic-retry", measure.DoQ, 784, false},
 		{"peer-dnsproxy", measure.DoQ, 853, false}, {"peer-dnsproxy", measure.DoQ, 784, true},
+		{"peer-dnsproxy", measure.DoT, 853, false}, {"peer-dnsproxy", measure.DoH, 443, false},
+		{"peer-dnsproxy-public", measure.DoT, 853, false}, {"peer-dnsproxy-public", measure.DoH, 443, false},
 	}
 	st := conncheck.Settings{MaxQueries: checkMaxQueries, IdleWaits: checkIdleWaits, NoAmplification: true, Timeout: 5 * time.Second}
 	results := make([]conncheck.Policy, len(targets))
+	skip := make([]error, len(targets)) // why a target is not checked
 	var wg sync.WaitGroup
 	for i, tg := range targets {
 		rs := pop.ByClass(tg.class)
@@ -59,12 +70,16 @@ func TestConnCheckPolicies(t *testing.T) {
 		}
 		a := rs[0].Prefix.Addr()
 		ep := conncheck.Endpoint{Addr: netip.AddrPortFrom(a, tg.port), Protocol: tg.proto, ALPN: "doq"}
+		results[i].Endpoint = ep
+		if err := testbed.PeerSilent(t, pop, rs[0]); err != nil {
+			skip[i] = err
+			continue
+		}
 		if tg.first {
 			if firstContacted[ep.Addr] {
 				// Another test of this binary made the first contact: the server
 				// remembers the address for 30 minutes.
-				t.Logf("%v: already first-contacted from vantage %d; its Retry policy is not checked here", ep.Addr, firstContactVantage)
-				results[i].Status = "skipped"
+				skip[i] = fmt.Errorf("%v was already first-contacted from vantage %d: its Retry policy is not checked here", ep.Addr, firstContactVantage)
 				continue
 			}
 			firstContacted[ep.Addr] = true
@@ -87,34 +102,34 @@ func TestConnCheckPolicies(t *testing.T) {
 	wg.Wait()
 	for i, tg := range targets {
 		p := results[i]
-		rec := pop.Lookup(p.Addr.Addr())
-		want, ok := pop.ExpectPolicy(p.Addr.Addr(), p.Addr.Port(), string(tg.proto))
-		name := fmt.Sprintf("%s %s %v", tg.class, tg.proto, p.Addr)
-		if !ok {
-			t.Fatalf("%s: the population has no such service", name)
-		}
-		if p.Status == "skipped" {
-			continue
-		}
-		if p.Status != measure.StatusOK {
-			t.Errorf("%s: status %s (%v)", name, p.Status, p.Detail)
-			continue
-		}
-		var bad []string
-		if tg.first {
-			if p.RetryPolicy != want.Retry {
-				bad = append(bad, fmt.Sprintf("Retry policy %q, population says %q", p.RetryPolicy, want.Retry))
+		t.Run(fmt.Sprintf("%s %s %v", tg.class, tg.proto, p.Addr), func(t *testing.T) {
+			if skip[i] != nil {
+				t.Skipf("SKIP: %v", skip[i])
 			}
-		} else {
-			bad = checkPolicy(p, want, rec, tg.proto)
-		}
-		for _, b := range bad {
-			t.Errorf("%s: %s", name, b)
-		}
-		t.Logf("%s: answered %d of %d (closed %v: %s), idle advertised %v alive %v dead %v, streams %v, token %v honoured %v, Retry %q, 0-RTT %v, resumed %v, ticket %v",
-			name, p.QueriesAnswered, p.QueriesSent, deref(p.ClosedByServer), p.CloseDetail, deref(p.IdleAdvertised), deref(p.IdleAlive),
-			deref(p.IdleDead), deref(p.MaxStreams), deref(p.TokenIssued), deref(p.TokenHonoured), p.RetryPolicy, deref(p.ZeroRTT),
-			deref(p.Resumed), deref(p.TicketLifetime))
+			rec := pop.Lookup(p.Addr.Addr())
+			want, ok := pop.ExpectPolicy(p.Addr.Addr(), p.Addr.Port(), string(tg.proto))
+			if !ok {
+				t.Fatal("the population has no policy for this service")
+			}
+			if p.Status != measure.StatusOK {
+				t.Fatalf("status %s (%v)", p.Status, p.Detail)
+			}
+			var bad []string
+			if tg.first {
+				if p.RetryPolicy != want.Retry {
+					bad = append(bad, fmt.Sprintf("Retry policy %q, population says %q", p.RetryPolicy, want.Retry))
+				}
+			} else {
+				bad = checkPolicy(p, want, rec, tg.proto)
+			}
+			for _, b := range bad {
+				t.Error(b)
+			}
+			t.Logf("answered %d of %d (closed %v: %s), idle advertised %v alive %v dead %v, streams %v, token %v honoured %v, Retry %q, 0-RTT %v, resumed %v, ticket %v",
+				p.QueriesAnswered, p.QueriesSent, deref(p.ClosedByServer), p.CloseDetail, deref(p.IdleAdvertised), deref(p.IdleAlive),
+				deref(p.IdleDead), deref(p.MaxStreams), deref(p.TokenIssued), deref(p.TokenHonoured), p.RetryPolicy, deref(p.ZeroRTT),
+				deref(p.Resumed), deref(p.TicketLifetime))
+		})
 	}
 }
 
@@ -147,8 +162,8 @@ func checkPolicy(p conncheck.Policy, want population.Policy, rec *population.Rec
 			}
 		}
 		if fmt.Sprint(deref(p.IdleAlive)) != fmt.Sprint(deref(alive)) || fmt.Sprint(deref(p.IdleDead)) != fmt.Sprint(deref(dead)) {
-			bad = append(bad, fmt.Sprintf("idle: alive after %v, gone after %v; population: %v idle timeout (alive %v, gone %v)",
-				deref(p.IdleAlive), deref(p.IdleDead), want.Idle, deref(alive), deref(dead)))
+			bad = append(bad, fmt.Sprintf("idle: alive after %v, gone after %v; population: idle timeout %s (alive %v, gone %v)",
+				deref(p.IdleAlive), deref(p.IdleDead), idleString(want.Idle), deref(alive), deref(dead)))
 		}
 	}
 	if want.TicketLifetime > 0 && (p.TicketLifetime == nil || *p.TicketLifetime != want.TicketLifetime) {
@@ -157,14 +172,24 @@ func checkPolicy(p conncheck.Policy, want population.Policy, rec *population.Rec
 	if p.Resumed == nil || !*p.Resumed {
 		bad = append(bad, fmt.Sprintf("resumed %v: every server here resumes its sessions", deref(p.Resumed)))
 	}
+	// Streams: DoQ's initial_max_streams_bidi, DoH's SETTINGS_MAX_CONCURRENT_STREAMS;
+	// DoT has none (NULL).
+	switch {
+	case proto == measure.DoT && p.MaxStreams != nil:
+		bad = append(bad, fmt.Sprintf("streams %v on DoT, want NULL", *p.MaxStreams))
+	case want.MaxStreams > 0 && (p.MaxStreams == nil || *p.MaxStreams != int64(want.MaxStreams)):
+		bad = append(bad, fmt.Sprintf("streams %v, population says %d", deref(p.MaxStreams), want.MaxStreams))
+	}
 	if proto != measure.DoQ {
+		// Over TCP nothing of DoQ's applies: conncheck stores NULL.
+		if p.IdleAdvertised != nil || p.ZeroRTT != nil || p.TokenIssued != nil || p.TokenHonoured != nil || p.RetryPolicy != "" {
+			bad = append(bad, fmt.Sprintf("DoQ findings on %s (max_idle_timeout %v, 0-RTT %v, token %v honoured %v, Retry %q), want NULL",
+				proto, deref(p.IdleAdvertised), deref(p.ZeroRTT), deref(p.TokenIssued), deref(p.TokenHonoured), p.RetryPolicy))
+		}
 		return bad
 	}
 	if want.IdleAdvertised > 0 && (p.IdleAdvertised == nil || *p.IdleAdvertised != want.IdleAdvertised) {
 		bad = append(bad, fmt.Sprintf("max_idle_timeout %v, population says %v", deref(p.IdleAdvertised), want.IdleAdvertised))
-	}
-	if want.MaxStreams > 0 && (p.MaxStreams == nil || *p.MaxStreams != int64(want.MaxStreams)) {
-		bad = append(bad, fmt.Sprintf("streams %v, population says %d", deref(p.MaxStreams), want.MaxStreams))
 	}
 	if p.ZeroRTT == nil || *p.ZeroRTT != want.ZeroRTT {
 		bad = append(bad, fmt.Sprintf("0-RTT %v, population says %v", deref(p.ZeroRTT), want.ZeroRTT))
@@ -193,6 +218,14 @@ func checkPolicy(p conncheck.Policy, want population.Policy, rec *population.Rec
 		bad = append(bad, fmt.Sprintf("Retry policy %q, population says %q", p.RetryPolicy, want.Retry))
 	}
 	return bad
+}
+
+// idleString is an idle timeout as the population gives it.
+func idleString(d time.Duration) string {
+	if d == population.NoIdleTimeout {
+		return "none"
+	}
+	return d.String()
 }
 
 // slicesFirst returns got when it is one of ok, else ok[0].

@@ -3,6 +3,7 @@ package population
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -20,8 +21,18 @@ const (
 )
 
 // SimDNSIdle is when simserver's DoTCP/DoT close an idle connection (simdns's default
-// Limits.IdleTimeout; a record's idle= overrides it).
+// Limits.IdleTimeout; a record's idle= overrides it). Its DoH closes an idle HTTP/2
+// connection after the same time for every host (the one http.Server's IdleTimeout,
+// which Go's HTTP/2 server counts from the end of a connection's last stream): idle=
+// does not apply to DoH.
 const SimDNSIdle = 10 * time.Second
+
+// SimDoHStreams is the SETTINGS_MAX_CONCURRENT_STREAMS simserver's DoH announces (simdns's
+// http.Server HTTP2Config.MaxConcurrentStreams) on every host: streams= is DoQ's.
+const SimDoHStreams = 100
+
+// NoIdleTimeout is Policy.Idle of a server that never closes an idle connection.
+const NoIdleTimeout = time.Duration(math.MaxInt64)
 
 // GoTicketLifetime is the lifetime crypto/tls gives every session ticket it issues (its
 // maxSessionTicketLifetime, RFC 8446 §4.6.1's limit): simserver, CoreDNS and dnsproxy.
@@ -175,6 +186,33 @@ var peerAdvertisedIdle = map[string]time.Duration{PeerHickory: 30 * time.Second}
 // rustls's ticketer under hickory-dns and aioquic both give a day.
 var peerTicketLifetime = map[string]time.Duration{PeerHickory: 24 * time.Hour, PeerAioquic: 24 * time.Hour}
 
+// tcpPolicy is what a peer allows one DoT or DoH connection (neither ends a connection
+// for its number of queries).
+type tcpPolicy struct {
+	DoTIdle, DoHIdle time.Duration // when it drops an idle connection (NoIdleTimeout: never)
+	DoHStreams       int           // its SETTINGS_MAX_CONCURRENT_STREAMS
+}
+
+// peerTCPPolicy is the DoT and DoH policy of the peers that serve them here, read from
+// their source and the configuration internal/testbed/peers writes (no timeout or limit
+// of theirs is set there, so their defaults apply). A peer without an entry has no
+// DoT/DoH expectation (ExpectPolicy's ok is false): hickory-dns's DoT is not configured
+// in the population (no dot= on its line), and it has no DoH.
+var peerTCPPolicy = map[string]tcpPolicy{
+	// CoreDNS 1.15 (core/dnsserver/server.go NewServer): IdleTimeout 10 s for every
+	// connection-oriented server: tls:// hands it to miekg/dns's Server.IdleTimeout (the
+	// wait for every query after the first, which ReadTimeout's 3 s bounds), https:// to
+	// http.Server.IdleTimeout; MaxTCPQueries -1 (no limit); max_streams unset:
+	// DefaultHTTPSMaxStreams, 250 (server_https.go).
+	PeerCoreDNS: {DoTIdle: 10 * time.Second, DoHIdle: 10 * time.Second, DoHStreams: 250},
+	// dnsproxy 0.78 (proxy/servertcp.go): a deadline of defaultTimeout (10 s, proxy.go)
+	// before each DoT query is read, no query limit. Its DoH http.Server
+	// (serverhttps.go) sets only ReadHeaderTimeout and WriteTimeout: Go's HTTP/2 server
+	// takes IdleTimeout, else ReadTimeout, both zero, so it never closes an idle
+	// connection; no HTTP/2 settings: Go's default 250 streams (http2defaultMaxStreams).
+	PeerDNSProxy: {DoTIdle: 10 * time.Second, DoHIdle: NoIdleTimeout, DoHStreams: 250},
+}
+
 // Libraries: the QUIC implementation behind each server of the population.
 const (
 	LibQuicGo  = "quic-go"
@@ -207,20 +245,26 @@ func (p *Population) ExpectLibrary(addr netip.Addr) string {
 // Policy is what a server allows one connection of a protocol: the connection check's
 // ground truth.
 type Policy struct {
-	MaxQueries int           // 0: the server never ends a connection for its query count
-	Idle       time.Duration // when the server drops an idle connection (0: not known here)
+	MaxQueries int // 0: the server never ends a connection for its query count
+	// Idle is when the server drops an idle connection (0: not known here;
+	// NoIdleTimeout: never).
+	Idle time.Duration
 	// IdleAdvertised is the max_idle_timeout a DoQ server advertises (0: not known here).
 	IdleAdvertised time.Duration
-	MaxStreams     int    // DoQ: initial_max_streams_bidi (0: not known here)
-	ZeroRTT        bool   // DoQ: early data accepted
-	Token          string // DoQ: TokenHonour, TokenIgnore, TokenNone
-	Retry          string // DoQ: RetryPolicy*
+	// MaxStreams is DoQ's initial_max_streams_bidi, DoH's SETTINGS_MAX_CONCURRENT_STREAMS
+	// (0: not known here, or DoT).
+	MaxStreams int
+	ZeroRTT    bool   // DoQ: early data accepted
+	Token      string // DoQ: TokenHonour, TokenIgnore, TokenNone
+	Retry      string // DoQ: RetryPolicy*
 	// TicketLifetime is the session tickets' lifetime (0: not known here).
 	TicketLifetime time.Duration
 }
 
-// ExpectPolicy returns the connection policy of proto ("doq", "dot") at (addr, port);
-// ok is false when the endpoint does not serve it (or is hostile).
+// ExpectPolicy returns the connection policy of proto ("doq", "dot", "doh") at (addr,
+// port); ok is false when the endpoint does not serve it (or is hostile), and for the
+// DoT and DoH of a peer whose policy is not known here (peerTCPPolicy). DoT and DoH
+// have no 0-RTT, NEW_TOKEN or Retry (Policy's DoQ fields stay zero).
 func (p *Population) ExpectPolicy(addr netip.Addr, port uint16, proto string) (Policy, bool) {
 	r := p.Lookup(addr)
 	if r == nil || r.Hostile != "" {
@@ -250,13 +294,29 @@ func (p *Population) ExpectPolicy(addr netip.Addr, port uint16, proto string) (P
 		case r.RetryFirst:
 			pol.Retry = RetryPolicyFirst
 		}
-	case ProtoDoT:
-		if r.DoT == 0 || port != r.DoT {
+	case ProtoDoT, ProtoDoH:
+		served := r.DoT
+		if proto == ProtoDoH {
+			served = r.DoH
+		}
+		if served == 0 || port != served {
 			return Policy{}, false
 		}
-		pol.Idle, pol.ZeroRTT, pol.Token = r.Idle, false, ""
-		if r.Peer == "" {
+		pol.ZeroRTT, pol.Token = false, ""
+		switch tcp, known := peerTCPPolicy[r.Peer]; {
+		case r.Peer == "" && proto == ProtoDoT:
 			pol.Idle = cmp.Or(r.Idle, SimDNSIdle)
+		case r.Peer == "":
+			// Go's HTTP/2 server ends no connection for its number of requests: maxq=
+			// and idle= are simserver's DoQ, DoTCP and DoT.
+			pol.MaxQueries, pol.Idle, pol.MaxStreams = 0, SimDNSIdle, SimDoHStreams
+		case !known:
+			return Policy{}, false
+		case proto == ProtoDoT:
+			// A peer's idle= and maxq= describe its DoQ; its DoT and DoH are its own.
+			pol.MaxQueries, pol.Idle = 0, tcp.DoTIdle
+		default:
+			pol.MaxQueries, pol.Idle, pol.MaxStreams = 0, tcp.DoHIdle, tcp.DoHStreams
 		}
 	default:
 		return Policy{}, false

@@ -10,7 +10,7 @@ import (
 
 func TestPolicyAndDDRKeys(t *testing.T) {
 	head := "format 1\nprefix 198.19.0.0/16\nanswer 192.0.2.1\ndefault-path d\n[paths]\nd rtt=1ms\n[sites]\ns cc=DE continent=EU lat=1 lon=2\n[asns]\nAS1 org=x\n[certs]\nc cn=a.test issuer=self\n[hosts]\n"
-	good := "198.19.1.0/30 class=x quic=853 alpn=doq versions=v1 token=honour cert=c dns=udp,tcp dot=853 " +
+	good := "198.19.1.0/30 class=x quic=853 alpn=doq versions=v1 token=honour cert=c dns=udp,tcp dot=853 doh=443 " +
 		"maxq=40 idle=4s streams=8 0rtt=no ddr=doq@10853,dot@853,h2+h3@443/198.19.1.9 path=d asn=AS1 site=s\n"
 	p, err := Parse(strings.NewReader(head + good))
 	if err != nil {
@@ -37,6 +37,15 @@ func TestPolicyAndDDRKeys(t *testing.T) {
 	}
 	if pol, ok := p.ExpectPolicy(netip.MustParseAddr("198.19.1.2"), 853, ProtoDoT); !ok || pol.MaxQueries != 40 || pol.Idle != 4*time.Second {
 		t.Errorf("DoT policy %+v %v", pol, ok)
+	}
+	// simserver's DoH: one http.Server for every host, so maxq= and idle= (DoQ, DoTCP,
+	// DoT) do not reach it.
+	want := Policy{Idle: SimDNSIdle, MaxStreams: SimDoHStreams, TicketLifetime: GoTicketLifetime}
+	if pol, ok := p.ExpectPolicy(netip.MustParseAddr("198.19.1.2"), 443, ProtoDoH); !ok || pol != want {
+		t.Errorf("DoH policy %+v %v, want %+v", pol, ok, want)
+	}
+	if _, ok := p.ExpectPolicy(netip.MustParseAddr("198.19.1.2"), 853, ProtoDoH); ok {
+		t.Error("DoH on the DoT port")
 	}
 	bad := map[string]string{
 		"maxq 0":       "198.19.1.0/30 class=x dns=udp maxq=0 path=d asn=AS1 site=s\n",
@@ -77,6 +86,52 @@ func TestCommittedPolicyAndDDR(t *testing.T) {
 	}
 	if unusual == 0 || dead == 0 {
 		t.Errorf("DDR endpoints: %d verified on unusual ports, %d dead; want both", unusual, dead)
+	}
+}
+
+// The committed population's DoT and DoH: simserver's and the peers' that serve them
+// (from their source: peerTCPPolicy); none for a peer whose policy is not known.
+func TestCommittedTCPPolicies(t *testing.T) {
+	p, err := LoadDefault()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := Policy{Idle: SimDNSIdle, TicketLifetime: GoTicketLifetime}
+	simDoH := sim
+	simDoH.MaxStreams = SimDoHStreams
+	goTLS := func(idle time.Duration, streams int) Policy {
+		return Policy{Idle: idle, MaxStreams: streams, TicketLifetime: GoTicketLifetime}
+	}
+	for _, c := range []struct {
+		class, proto string
+		port         uint16
+		want         *Policy // nil: no expectation
+	}{
+		{"doq-853", ProtoDoT, 853, &sim},
+		{"doq-853", ProtoDoH, 443, &simDoH},
+		{"doh", ProtoDoH, 443, &simDoH},
+		{"doq-policy", ProtoDoT, 853, &Policy{MaxQueries: 40, Idle: 7 * time.Second, TicketLifetime: GoTicketLifetime}},
+		{"doq-policy", ProtoDoH, 443, nil}, // no DoH
+		{"peer-coredns", ProtoDoT, 853, &Policy{Idle: 10 * time.Second, TicketLifetime: GoTicketLifetime}},
+		{"peer-coredns", ProtoDoH, 443, new(goTLS(10*time.Second, 250))},
+		// dnsproxy's line says idle=5m: its DoQ; DoT drops an idle connection at 10 s.
+		{"peer-dnsproxy", ProtoDoT, 853, &Policy{Idle: 10 * time.Second, TicketLifetime: GoTicketLifetime}},
+		{"peer-dnsproxy", ProtoDoH, 443, new(goTLS(NoIdleTimeout, 250))},
+		{"peer-dnsproxy-public", ProtoDoH, 443, new(goTLS(NoIdleTimeout, 250))},
+		{"peer-hickory", ProtoDoT, 853, nil}, // not configured
+		{"peer-aioquic", ProtoDoH, 443, nil},
+	} {
+		rs := p.ByClass(c.class)
+		if len(rs) == 0 {
+			t.Fatalf("no %s", c.class)
+		}
+		pol, ok := p.ExpectPolicy(rs[0].Prefix.Addr(), c.port, c.proto)
+		switch {
+		case c.want == nil && ok:
+			t.Errorf("%s %s: policy %+v, want none", c.class, c.proto, pol)
+		case c.want != nil && (!ok || pol != *c.want):
+			t.Errorf("%s %s: policy %+v %v, want %+v", c.class, c.proto, pol, ok, *c.want)
+		}
 	}
 }
 

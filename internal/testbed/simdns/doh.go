@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
 const (
@@ -21,8 +23,9 @@ const (
 	dohParam = "dns"
 	// dohMediaType is the DNS wire-format media type (RFC 8484 §6).
 	dohMediaType = "application/dns-message"
-	// dohMaxStreams bounds concurrent HTTP/2 streams per connection.
-	dohMaxStreams = 100
+	// dohMaxStreams bounds concurrent HTTP/2 streams per connection (announced as
+	// SETTINGS_MAX_CONCURRENT_STREAMS: the connection check's ground truth).
+	dohMaxStreams = population.SimDoHStreams
 	// dohMaxHeader bounds request headers.
 	dohMaxHeader = 16 << 10
 )

@@ -27,6 +27,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/doqscan/doqscan/internal/hostile"
+	"github.com/doqscan/doqscan/internal/testbed/population"
 )
 
 // Protocol is one DNS transport simdns serves.
@@ -208,7 +209,7 @@ func (l *Limits) defaults() {
 		l.MaxConns = 4096
 	}
 	if l.IdleTimeout <= 0 {
-		l.IdleTimeout = 10 * time.Second
+		l.IdleTimeout = population.SimDNSIdle
 	}
 	if l.HoldTimeout <= 0 {
 		l.HoldTimeout = 60 * time.Second
