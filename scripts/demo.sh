@@ -112,10 +112,10 @@ in_vantage bin/verify "${VERIFY_ARGS[@]}"
 say "conncheck: connection policies and the amplification budget of a sample of the resolvers"
 # The weekly check, shortened for the demo: the behaviour classes and the third-party peers
 # (198.19.1.0/24, 198.19.3.0/24: every chain size and policy of the population), shorter
-# idle waits.
+# idle waits, and token ages either side of doq-retry's 10 s.
 # conncheck takes this vantage point's latest verification run of its label (demo).
 in_vantage bin/conncheck --vantage "$VANTAGE" --label demo \
-  --only 198.19.1.0/24,198.19.3.0/24 --idle-waits 2s,8s --max-queries 60 --concurrency 48 --blocklist-dir blocklist
+  --only 198.19.1.0/24,198.19.3.0/24 --idle-waits 2s,8s --token-ages 0s,12s --max-queries 60 --concurrency 48 --blocklist-dir blocklist
 
 say "measure: one round over every protocol for the DoQ-verified resolvers"
 in_vantage bin/measure --vantage "$VANTAGE" --label demo --run-label demo

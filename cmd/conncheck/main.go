@@ -16,19 +16,21 @@ import (
 
 var cmd = cli.Command{
 	Name:    "conncheck",
-	Summary: "weekly connection check: queries per connection, idle timeout, NEW_TOKEN, Retry, 0-RTT, tickets, streams, amplification budget",
+	Summary: "weekly connection check: queries per connection, idle timeout, NEW_TOKEN (and its age), Retry, 0-RTT, tickets, streams, amplification budget",
 	Usage:   "conncheck [flags]",
 	Locks:   "the check run (week, vantage, label)",
 	Examples: []string{
 		"conncheck                                # the resolvers of the latest verification run",
 		"conncheck --run-id 12 --week 2026-W47 --concurrency 64",
-		"conncheck --targets resolvers.txt --protocols doq --idle-waits 1s,5s --max-queries 100",
+		"conncheck --targets resolvers.txt --protocols doq --idle-waits 1s,5s --token-ages 0s,5s --max-queries 100",
 		"conncheck --amplification=false --json > policies.json",
 	},
 	Notes: `Per DoQ endpoint: a connection carrying up to --max-queries queries (how many the server
 answers before it closes it), two tokenless connections (Retry policy), one presenting the
 first's NEW_TOKEN (honoured?), a resumed one with a 0-RTT query, one connection per
---idle-waits period, and one tokenless handshake per --initial-sizes x --key-shares
+--idle-waits period, alongside them per --token-ages wait one getting a token and one
+presenting it after the wait (how long tokens are honoured; only where a Retry or stall
+shows it), and one tokenless handshake per --initial-sizes x --key-shares
 (connection_policies, amplification_probes). DoT (853) and DoH (443) of the same
 resolvers: the same without tokens, Retry and 0-RTT. A run is identified by ISO week +
 vantage + label; running it again checks only what it has not stored.`,

@@ -22,6 +22,9 @@ func TestBadFlags(t *testing.T) {
 		clitest.Usage("--timeout", "--timeout", "1h"),
 		clitest.Usage("--idle-waits", "--idle-waits", "soon"),
 		clitest.Usage("--idle-waits", "--idle-waits", "2h"),
+		clitest.Usage("--token-ages", "--token-ages", "later"),
+		clitest.Usage("--token-ages", "--token-ages", "-1s"),
+		clitest.Usage("--token-ages", "--token-ages", "2h"),
 		clitest.Usage("--initial-sizes", "--initial-sizes", "1100"),
 		clitest.Usage("--initial-sizes", "--initial-sizes", "big"),
 		clitest.Usage("--key-shares", "--key-shares", "p256"),
@@ -38,5 +41,5 @@ func TestBadFlags(t *testing.T) {
 
 // TestHelp: --help exits 0; the help names the flags, examples and exit codes.
 func TestHelp(t *testing.T) {
-	clitest.Help(t, command, "conncheck [flags]", "-idle-waits string", "-initial-sizes string", "conncheck --targets resolvers.txt")
+	clitest.Help(t, command, "conncheck [flags]", "-idle-waits string", "-token-ages string", "-initial-sizes string", "conncheck --targets resolvers.txt")
 }

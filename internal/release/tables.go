@@ -172,8 +172,9 @@ var tables = []tableSQL{
 	{name: "connection_policies", sql: `
 		SELECT p.iso_week, p.vantage_id, c.run_id, host(c.address) AS address, c.port, c.protocol, c.status,
 		       c.queries_sent, c.queries_answered, c.closed_by_server, c.close_detail, c.idle_advertised_ms,
-		       c.idle_alive_ms, c.idle_dead_ms, c.max_streams, c.token_issued, c.token_honoured, c.retry_policy,
-		       c.zero_rtt, c.resumed, c.ticket_lifetime_s, c.detail::text AS detail, c.checked_at
+		       c.idle_alive_ms, c.idle_dead_ms, c.max_streams, c.token_issued, c.token_honoured,
+		       c.token_honoured_for_ms, c.token_refused_after_ms, c.retry_policy, c.zero_rtt, c.resumed,
+		       c.ticket_lifetime_s, c.detail::text AS detail, c.checked_at
 		  FROM connection_policies c JOIN policy_runs p USING (run_id)
 		 WHERE p.iso_week = $1 AND p.vantage_id = $2 AND NOT (c.address <<= ANY($3::text[]::cidr[]))
 		 ORDER BY p.label, c.address, c.port, c.protocol`},

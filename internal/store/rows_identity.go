@@ -6,7 +6,8 @@ import (
 )
 
 // Tables of migration 0020: what each resolver is (its QUIC library, its DDR
-// designations) and what its server allows a connection.
+// designations) and what its server allows a connection (0022: how long it honours
+// NEW_TOKEN tokens).
 const (
 	TableQUICStacks          = "quic_stacks"
 	TableDDRQueries          = "ddr_queries"
@@ -68,12 +69,16 @@ type ConnectionPolicy struct {
 	MaxStreams       *int64     `db:"max_streams"`
 	TokenIssued      *bool      `db:"token_issued"`
 	TokenHonoured    *bool      `db:"token_honoured"`
-	RetryPolicy      *string    `db:"retry_policy"`
-	ZeroRTT          *bool      `db:"zero_rtt"`
-	Resumed          *bool      `db:"resumed"`
-	TicketLifetimeS  *int64     `db:"ticket_lifetime_s"`
-	Detail           []byte     `db:"detail"` // JSON
-	CheckedAt        time.Time  `db:"checked_at"`
+	// TokenHonouredForMS, TokenRefusedAfterMS (migration 0022): the longest token age
+	// honoured and the shortest refused.
+	TokenHonouredForMS  *int64    `db:"token_honoured_for_ms"`
+	TokenRefusedAfterMS *int64    `db:"token_refused_after_ms"`
+	RetryPolicy         *string   `db:"retry_policy"`
+	ZeroRTT             *bool     `db:"zero_rtt"`
+	Resumed             *bool     `db:"resumed"`
+	TicketLifetimeS     *int64    `db:"ticket_lifetime_s"`
+	Detail              []byte    `db:"detail"` // JSON
+	CheckedAt           time.Time `db:"checked_at"`
 }
 
 // AmplificationProbe is one fresh DoQ handshake of the amplification check: a client

@@ -139,7 +139,7 @@ var examples = []example{
 	// Connection policies of the verified resolvers.
 	// (the targets file first: afterwards this week's run holds its resolvers, and
 	// conncheck --targets would check none of them again)
-	{help: "conncheck", line: "conncheck --targets resolvers.txt --protocols doq --idle-waits 1s,5s --max-queries 100"},
+	{help: "conncheck", line: "conncheck --targets resolvers.txt --protocols doq --idle-waits 1s,5s --token-ages 0s,5s --max-queries 100"},
 	{help: "conncheck", line: "conncheck"},
 	{help: "conncheck", line: "conncheck --run-id 12 --week 2026-W47 --concurrency 64"},
 	{help: "conncheck", line: "conncheck --amplification=false --json > policies.json", jsonl: "policies.json", keys: []string{"run_id"}},

@@ -45,6 +45,10 @@ type Settings struct {
 	Streams int
 	// IdleWaits are the idle periods tried (each on a connection of its own, at once).
 	IdleWaits []time.Duration
+	// TokenAges are the waits after which a DoQ NEW_TOKEN token is presented (each with
+	// a token of its own, at once and alongside the idle waits): how long the server
+	// honours its tokens.
+	TokenAges []time.Duration
 	// Timeout bounds every exchange but the idle ones (which get their wait on top).
 	Timeout time.Duration
 	// InitialSizes and KeyShares are the client configurations of the amplification
@@ -60,6 +64,7 @@ type Settings struct {
 // Defaults.
 var (
 	DefaultIdleWaits    = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second}
+	DefaultTokenAges    = []time.Duration{0, 10 * time.Second, 40 * time.Second} // within the longest idle wait
 	DefaultInitialSizes = []int{1200, 1350, 1452}
 	DefaultKeyShares    = []measure.KeyShare{measure.KeyShareX25519, measure.KeyShareMLKEM}
 )
@@ -82,6 +87,9 @@ func (s *Settings) defaults() {
 	if s.IdleWaits == nil {
 		s.IdleWaits = DefaultIdleWaits
 	}
+	if s.TokenAges == nil {
+		s.TokenAges = DefaultTokenAges
+	}
 	if s.Timeout <= 0 {
 		s.Timeout = DefaultTimeout
 	}
@@ -100,27 +108,32 @@ func (s *Settings) defaults() {
 // are nil where the exchanges could not show the value.
 type Policy struct {
 	Endpoint
-	Status           measure.Status // of the counting connection
-	QueriesSent      int
-	QueriesAnswered  int
-	ClosedByServer   *bool
-	CloseDetail      string
-	IdleAdvertised   *time.Duration // DoQ max_idle_timeout
-	IdleAlive        *time.Duration // longest idle wait after which a query was answered
-	IdleDead         *time.Duration // shortest idle wait after which it was not
-	MaxStreams       *int64
-	TokenIssued      *bool
-	TokenHonoured    *bool
-	RetryPolicy      string // never, first, always; "" unknown
-	ZeroRTT          *bool
-	Resumed          *bool
-	TicketLifetime   *time.Duration
-	Detail           map[string]any
-	At               time.Time
-	Amplification    []Amplification
-	retries          [2]*bool // the two tokenless connections' Retry (DoQ)
-	stalls           [2]*bool // and their amplification stall
-	firstExchangeErr error
+	Status          measure.Status // of the counting connection
+	QueriesSent     int
+	QueriesAnswered int
+	ClosedByServer  *bool
+	CloseDetail     string
+	IdleAdvertised  *time.Duration // DoQ max_idle_timeout
+	IdleAlive       *time.Duration // longest idle wait after which a query was answered
+	IdleDead        *time.Duration // shortest idle wait after which it was not
+	MaxStreams      *int64
+	TokenIssued     *bool
+	TokenHonoured   *bool
+	// TokenHonouredFor is the longest of the TokenAges after which a token was honoured,
+	// TokenRefusedAfter the shortest after which it was not (nil: none was, or nothing
+	// could show it).
+	TokenHonouredFor  *time.Duration
+	TokenRefusedAfter *time.Duration
+	RetryPolicy       string // never, first, always; "" unknown
+	ZeroRTT           *bool
+	Resumed           *bool
+	TicketLifetime    *time.Duration
+	Detail            map[string]any
+	At                time.Time
+	Amplification     []Amplification
+	retries           [2]*bool // the two tokenless connections' Retry (DoQ)
+	stalls            [2]*bool // and their amplification stall
+	firstExchangeErr  error
 }
 
 // Amplification is one tokenless DoQ handshake with a client configuration.

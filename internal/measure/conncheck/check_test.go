@@ -1,16 +1,20 @@
 package conncheck
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"math/big"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/measuretest"
 )
 
 func b(v bool) *bool { return &v }
@@ -125,4 +129,85 @@ func selfSigned(t *testing.T) tls.Certificate {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv}
+}
+
+func d(v time.Duration) *time.Duration { return &v }
+
+// TestTokenAgeBounds: the longest age honoured and the shortest refused; unknown ages
+// count for neither, and nothing known stays nil (NULL).
+func TestTokenAgeBounds(t *testing.T) {
+	s := time.Second
+	try := func(age time.Duration, h *bool) tokenTry { return tokenTry{age: age, honoured: h} }
+	cases := []struct {
+		name           string
+		tries          []tokenTry
+		wantFor, after *time.Duration
+	}{
+		{"none tried", nil, nil, nil},
+		{"all unknown", []tokenTry{try(0, nil), try(10*s, nil)}, nil, nil},
+		{"honoured at every age", []tokenTry{try(0, b(true)), try(40*s, b(true)), try(10*s, b(true))}, d(40 * s), nil},
+		{"an age limit", []tokenTry{try(40*s, b(false)), try(0, b(true)), try(10*s, b(true))}, d(10 * s), d(40 * s)},
+		{"refused at every age", []tokenTry{try(10*s, b(false)), try(0, b(false))}, nil, d(0)},
+		{"unknown in between", []tokenTry{try(0, b(true)), try(10*s, nil), try(40*s, b(false))}, d(0), d(40 * s)},
+		{"refused younger than honoured: kept as found", []tokenTry{try(10*s, b(false)), try(40*s, b(true))}, d(40 * s), d(10 * s)},
+	}
+	for _, c := range cases {
+		gotFor, gotAfter := tokenAgeBounds(c.tries)
+		if fmt.Sprint(deref(gotFor)) != fmt.Sprint(deref(c.wantFor)) || fmt.Sprint(deref(gotAfter)) != fmt.Sprint(deref(c.after)) {
+			t.Errorf("%s: honoured for %v, refused after %v; want %v, %v", c.name, deref(gotFor), deref(gotAfter), deref(c.wantFor), deref(c.after))
+		}
+	}
+}
+
+func deref(p *time.Duration) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// TestTokenAgesAgainstServers: a DoQ server that sends Retry without a valid token,
+// honouring its tokens for 3 s, is honoured at once and refused after 4 s; one whose
+// tokens expire at once is refused at every age; where no tokenless connection meets a
+// Retry or stall nothing is tried (NULL, no detail). Real quic-go servers on loopback.
+func TestTokenAgesAgainstServers(t *testing.T) {
+	st := Settings{MaxQueries: 2, IdleWaits: []time.Duration{}, TokenAges: []time.Duration{0, 4 * time.Second},
+		NoAmplification: true, Timeout: 5 * time.Second}
+	aged := measuretest.Start(t, measuretest.Config{Host: "127.0.0.71", Retry: true, TokenAge: 3 * time.Second})
+	ignoring := measuretest.Start(t, measuretest.Config{Host: "127.0.0.72", Retry: true, IgnoreTokens: true})
+	plain := measuretest.Start(t, measuretest.Config{Host: "127.0.0.73"})
+	cases := []struct {
+		name           string
+		addr           netip.AddrPort
+		wantFor, after *time.Duration
+		tried          bool
+	}{
+		{"tokens honoured for 3 s", aged.DoQ, d(0), d(4 * time.Second), true},
+		{"tokens never honoured", ignoring.DoQ, nil, d(0), true},
+		{"no Retry, no stall", plain.DoQ, nil, nil, false},
+	}
+	results := make([]Policy, len(cases))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = Check(context.Background(), Endpoint{Addr: c.addr, Protocol: measure.DoQ, ALPN: "doq"}, st)
+		}()
+	}
+	wg.Wait()
+	for i, c := range cases {
+		p := results[i]
+		if p.TokenIssued == nil || !*p.TokenIssued {
+			t.Errorf("%s: token issued %v (%v)", c.name, p.TokenIssued, p.Detail)
+			continue
+		}
+		if fmt.Sprint(deref(p.TokenHonouredFor)) != fmt.Sprint(deref(c.wantFor)) || fmt.Sprint(deref(p.TokenRefusedAfter)) != fmt.Sprint(deref(c.after)) {
+			t.Errorf("%s: honoured for %v, refused after %v (%v); want %v, %v", c.name, deref(p.TokenHonouredFor),
+				deref(p.TokenRefusedAfter), p.Detail["token_ages"], deref(c.wantFor), deref(c.after))
+		}
+		if _, ok := p.Detail["token_ages"]; ok != c.tried {
+			t.Errorf("%s: token ages tried %v, want %v (%v)", c.name, ok, c.tried, p.Detail)
+		}
+	}
 }

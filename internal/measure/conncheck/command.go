@@ -23,8 +23,8 @@ type Flags struct {
 	Vantage cli.VantageFlags
 	JSON    bool
 
-	protocols, idleWaits, sizes, keyShares, only string
-	amplification                                bool
+	protocols, idleWaits, tokenAges, sizes, keyShares, only string
+	amplification                                           bool
 }
 
 var weekRE = regexp.MustCompile(`^[0-9]{4}-W(0[1-9]|[1-4][0-9]|5[0-3])$`)
@@ -41,6 +41,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	cli.IntVar(fs, &c.MaxQueries, "max-queries", DefaultMaxQueries, 1, 100000, "queries the counting connection sends at most")
 	cli.IntVar(fs, &c.Streams, "streams", DefaultStreams, 1, 256, "of those, outstanding at once")
 	fs.StringVar(&f.idleWaits, "idle-waits", "1s,2s,5s,10s,20s,40s", "idle periods tried, each on a connection of its own")
+	fs.StringVar(&f.tokenAges, "token-ages", "0s,10s,40s", "DoQ: waits after which a NEW_TOKEN token is presented, each with a token of its own, 0s..1h (\"\": none)")
 	cli.DurationVar(fs, &c.Timeout, "timeout", DefaultTimeout, time.Millisecond, 5*time.Minute, "timeout per exchange (the idle ones get their wait on top)")
 	fs.BoolVar(&f.amplification, "amplification", true, "DoQ: one tokenless handshake per Initial size and key share (the amplification budget)")
 	fs.StringVar(&f.sizes, "initial-sizes", "1200,1350,1452", "client Initial sizes of the amplification handshakes, 1200..1452")
@@ -57,7 +58,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 func (f *Flags) Resolve() (Config, error) {
 	c := f.Config
 	c.Vantage, c.VantageLocation, c.VantageContact = f.Vantage.ID, f.Vantage.Location, f.Vantage.Contact
-	c.Protocols, c.IdleWaits, c.InitialSizes, c.KeyShares = nil, []time.Duration{}, nil, nil
+	c.Protocols, c.IdleWaits, c.TokenAges, c.InitialSizes, c.KeyShares = nil, []time.Duration{}, []time.Duration{}, nil, nil
 	if c.Week == "" && weekRE.MatchString(os.Getenv("DOQSCAN_RUN_KEY")) {
 		c.Week = os.Getenv("DOQSCAN_RUN_KEY")
 	}
@@ -73,6 +74,13 @@ func (f *Flags) Resolve() (Config, error) {
 			return c, cli.Usagef("--idle-waits: %q: %v", w, err)
 		}
 		c.IdleWaits = append(c.IdleWaits, d)
+	}
+	for _, a := range cli.SplitList(f.tokenAges) {
+		d, err := time.ParseDuration(a)
+		if err != nil {
+			return c, cli.Usagef("--token-ages: %q: %v", a, err)
+		}
+		c.TokenAges = append(c.TokenAges, d)
 	}
 	for _, s := range cli.SplitList(f.sizes) {
 		n, err := strconv.Atoi(s)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/doqscan/doqscan/internal/measure"
@@ -12,7 +13,7 @@ import (
 // checkDoQ: the counting connection (its transport parameters, Retry, NEW_TOKEN, how it
 // ended), a second tokenless connection (Retry policy), a third presenting the first's
 // token (honoured: it skipped a Retry or stall the second met), resumption with 0-RTT,
-// the idle waits and the amplification handshakes.
+// the idle waits with the token ages alongside, and the amplification handshakes.
 func checkDoQ(ctx context.Context, p *Policy, st Settings) {
 	peer := measure.NewPeer()
 	first := p.count(ctx, st, peer)
@@ -53,7 +54,9 @@ func checkDoQ(ctx context.Context, p *Policy, st Settings) {
 		}
 	}
 	p.resumption(ctx, st)
+	aged := p.tokenAges(ctx, st)
 	p.idle(ctx, st)
+	aged()
 	if !st.NoAmplification {
 		p.amplification(ctx, st)
 	}
@@ -116,6 +119,110 @@ func honoured(retryWithout, stallWithout, retryWith, stallWith *bool) *bool {
 		return boolp(!*stallWith)
 	}
 	return nil
+}
+
+// tokenTry is one token presented after a wait.
+type tokenTry struct {
+	age      time.Duration
+	honoured *bool  // nil: not shown (why says so)
+	why      string // what kept it unknown
+}
+
+func (t tokenTry) outcome() string {
+	switch {
+	case t.honoured == nil:
+		return "unknown: " + t.why
+	case *t.honoured:
+		return "honoured"
+	}
+	return "refused"
+}
+
+// tokenAges presents a NEW_TOKEN token after each of st.TokenAges, all at once: per age,
+// a connection of its own (a fresh Peer) gets a token, the age passes from its end, and
+// a second connection presents the token; it is honoured as on the third connection
+// (it skipped the Retry or the stall the tokenless second connection met). The token is
+// older than the age by what followed its arrival on the first connection (the query's
+// answer, the close) and half a round trip. Nothing is tried where nothing could show
+// it: no token issued, or no Retry or stall without one. It returns at once; the
+// returned function waits for the presentations and records TokenHonouredFor,
+// TokenRefusedAfter and each age's outcome (detail "token_ages").
+func (p *Policy) tokenAges(ctx context.Context, st Settings) (wait func()) {
+	shown := func(b *bool) bool { return b != nil && *b }
+	if len(st.TokenAges) == 0 || !shown(p.TokenIssued) || !(shown(p.retries[1]) || shown(p.stalls[1])) {
+		return func() {}
+	}
+	tries := make([]tokenTry, len(st.TokenAges))
+	var wg sync.WaitGroup
+	for i, age := range st.TokenAges {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tries[i] = p.tokenAfter(ctx, st, age)
+		}()
+	}
+	return func() {
+		wg.Wait()
+		p.TokenHonouredFor, p.TokenRefusedAfter = tokenAgeBounds(tries)
+		out := make(map[string]string, len(tries))
+		for _, t := range tries {
+			out[t.age.String()] = t.outcome()
+		}
+		p.Detail["token_ages"] = out
+	}
+}
+
+// tokenAfter gets a token on a connection of its own, waits age, and presents it.
+func (p *Policy) tokenAfter(ctx context.Context, st Settings, age time.Duration) tokenTry {
+	t := tokenTry{age: age}
+	peer := measure.NewPeer()
+	get := p.request(st, measure.ModeFresh)
+	get.Peer = peer
+	r := exchange(ctx, measure.DoQ, get)
+	if r.TokenReceived == nil || !*r.TokenReceived {
+		t.why = "no NEW_TOKEN on the connection that was to get one (" + string(r.Status) + ")"
+		return t
+	}
+	timer := time.NewTimer(age)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		t.why = "cancelled during the wait"
+		return t
+	}
+	present := p.request(st, measure.ModeFresh)
+	present.Peer = peer
+	r = exchange(ctx, measure.DoQ, present)
+	if !r.HasHandshake || r.TokenUsed == nil || !*r.TokenUsed {
+		t.why = "the connection presenting the token ended with " + string(r.Status)
+		return t
+	}
+	t.honoured = honoured(p.retries[1], p.stalls[1], r.RetrySeen, stalled(r))
+	if t.honoured == nil {
+		t.why = "the presenting connection's Retry or stall is not known"
+	}
+	return t
+}
+
+// tokenAgeBounds: the longest age after which a token was honoured and the shortest
+// after which one was refused (nil: none was); ages whose outcome is unknown count for
+// neither. A refusal at an age shorter than an honoured one is kept as found (the server
+// refused for a reason other than the age): the two values then show the contradiction.
+func tokenAgeBounds(tries []tokenTry) (honouredFor, refusedAfter *time.Duration) {
+	for _, t := range tries {
+		if t.honoured == nil {
+			continue
+		}
+		a := t.age
+		if *t.honoured && (honouredFor == nil || a > *honouredFor) {
+			honouredFor = &a
+		}
+		if !*t.honoured && (refusedAfter == nil || a < *refusedAfter) {
+			refusedAfter = &a
+		}
+	}
+	return honouredFor, refusedAfter
 }
 
 func paramInt(params map[string]json.RawMessage, name string) (int64, bool) {

@@ -67,6 +67,11 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	for _, a := range c.TokenAges {
+		if err := cli.InRange("token-ages", a, 0, time.Hour); err != nil {
+			return err
+		}
+	}
 	for _, s := range c.InitialSizes {
 		if err := cli.InRange("initial-sizes", s, 1200, 1452); err != nil {
 			return err
@@ -179,7 +184,8 @@ func Run(ctx context.Context, s *store.Store, cfg Config, log *slog.Logger) (_ *
 	}
 	prov := provenance.New("conncheck", provenance.Vantage{ID: cfg.Vantage, Location: cfg.VantageLocation, Contact: cfg.VantageContact})
 	conf, _ := json.Marshal(map[string]any{"max_queries": cfg.MaxQueries, "streams": cfg.Streams, "idle_waits_ms": msList(cfg.IdleWaits),
-		"timeout_ms": cfg.Timeout.Milliseconds(), "initial_sizes": cfg.InitialSizes, "key_shares": cfg.KeyShares,
+		"token_ages_ms": msList(cfg.TokenAges),
+		"timeout_ms":    cfg.Timeout.Milliseconds(), "initial_sizes": cfg.InitialSizes, "key_shares": cfg.KeyShares,
 		"amplification": !cfg.NoAmplification, "protocols": cfg.Protocols, "concurrency": cfg.Concurrency, "targets_file": cfg.TargetsFile,
 		"sample": cfg.Sample, "only": cfg.Only})
 	source := "verification"
@@ -478,7 +484,8 @@ func write(ctx context.Context, s *store.Store, runID int64, ps []Policy) error 
 		row := store.ConnectionPolicy{RunID: runID, Address: p.Addr.Addr(), Port: int32(p.Addr.Port()), Protocol: string(p.Protocol),
 			Status: string(cmp.Or(p.Status, measure.StatusError)), ClosedByServer: p.ClosedByServer,
 			IdleAdvertisedMS: durMS(p.IdleAdvertised), IdleAliveMS: durMS(p.IdleAlive), IdleDeadMS: durMS(p.IdleDead),
-			MaxStreams: p.MaxStreams, TokenIssued: p.TokenIssued, TokenHonoured: p.TokenHonoured, ZeroRTT: p.ZeroRTT,
+			MaxStreams: p.MaxStreams, TokenIssued: p.TokenIssued, TokenHonoured: p.TokenHonoured,
+			TokenHonouredForMS: durMS(p.TokenHonouredFor), TokenRefusedAfterMS: durMS(p.TokenRefusedAfter), ZeroRTT: p.ZeroRTT,
 			Resumed: p.Resumed, Detail: p.detailJSON(), CheckedAt: p.At}
 		if p.QueriesSent > 0 {
 			row.QueriesSent, row.QueriesAnswered = ptr(int32(p.QueriesSent)), ptr(int32(p.QueriesAnswered))

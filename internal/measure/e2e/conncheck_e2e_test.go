@@ -24,6 +24,11 @@ import (
 // DoQ), so their timeouts show as a dead connection, not only as alive at 8 s.
 var checkIdleWaits = []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 12 * time.Second}
 
+// checkTokenAges are the waits after which a NEW_TOKEN token is presented: doq-retry's
+// tokens live 10 s, so 8 s is honoured with a 2 s margin (the token is older than the
+// wait by the rest of its connection and half a round trip) and 12 s is not.
+var checkTokenAges = []time.Duration{0, 4 * time.Second, 8 * time.Second, 12 * time.Second}
+
 const checkMaxQueries = 60 // above doq-policy's 40
 
 // TestConnCheckPolicies runs the connection check on peers and simserver hosts with
@@ -31,7 +36,7 @@ const checkMaxQueries = 60 // above doq-policy's 40
 // connection carries before the server closes it, the advertised max_idle_timeout and
 // when an idle connection really goes (hickory-dns drops it at 5 s while advertising
 // 30 s), concurrent streams, NEW_TOKEN issued and honoured (where a Retry or a stall
-// shows it), the Retry policy (dnsproxy's first contact from a vantage address nothing
+// shows it) and after which waits (against the server's token age), the Retry policy (dnsproxy's first contact from a vantage address nothing
 // else uses), 0-RTT, the session ticket's lifetime. DoT and DoH of simserver's hosts
 // and of the peers that serve them (CoreDNS, dnsproxy): queries per connection, idle
 // timeout, DoH's SETTINGS_MAX_CONCURRENT_STREAMS, resumption and ticket lifetime, and
@@ -59,7 +64,8 @@ func TestConnCheckPolicies(t *testing.T) {
 		{"peer-dnsproxy", measure.DoT, 853, false}, {"peer-dnsproxy", measure.DoH, 443, false},
 		{"peer-dnsproxy-public", measure.DoT, 853, false}, {"peer-dnsproxy-public", measure.DoH, 443, false},
 	}
-	st := conncheck.Settings{MaxQueries: checkMaxQueries, IdleWaits: checkIdleWaits, NoAmplification: true, Timeout: 5 * time.Second}
+	st := conncheck.Settings{MaxQueries: checkMaxQueries, IdleWaits: checkIdleWaits, TokenAges: checkTokenAges, NoAmplification: true,
+		Timeout: 5 * time.Second}
 	results := make([]conncheck.Policy, len(targets))
 	skip := make([]error, len(targets)) // why a target is not checked
 	var wg sync.WaitGroup
@@ -84,9 +90,9 @@ func TestConnCheckPolicies(t *testing.T) {
 			}
 			firstContacted[ep.Addr] = true
 			// Sockets open in vantage 1's namespace; only the exchanges on this goroutine
-			// (no idle waits, which run on goroutines of their own).
+			// (no idle waits or token ages, which run on goroutines of their own).
 			fs := st
-			fs.IdleWaits = []time.Duration{}
+			fs.IdleWaits, fs.TokenAges = []time.Duration{}, []time.Duration{}
 			ns := netns.Instance{Name: v.Instance, Vantages: firstContactVantage + 1}.Vantage(firstContactVantage)
 			if err := netns.Do(ns, func() error { results[i] = conncheck.Check(context.Background(), ep, fs); return nil }); err != nil {
 				t.Fatal(err)
@@ -125,10 +131,10 @@ func TestConnCheckPolicies(t *testing.T) {
 			for _, b := range bad {
 				t.Error(b)
 			}
-			t.Logf("answered %d of %d (closed %v: %s), idle advertised %v alive %v dead %v, streams %v, token %v honoured %v, Retry %q, 0-RTT %v, resumed %v, ticket %v",
+			t.Logf("answered %d of %d (closed %v: %s), idle advertised %v alive %v dead %v, streams %v, token %v honoured %v (for %v, refused after %v), Retry %q, 0-RTT %v, resumed %v, ticket %v",
 				p.QueriesAnswered, p.QueriesSent, deref(p.ClosedByServer), p.CloseDetail, deref(p.IdleAdvertised), deref(p.IdleAlive),
-				deref(p.IdleDead), deref(p.MaxStreams), deref(p.TokenIssued), deref(p.TokenHonoured), p.RetryPolicy, deref(p.ZeroRTT),
-				deref(p.Resumed), deref(p.TicketLifetime))
+				deref(p.IdleDead), deref(p.MaxStreams), deref(p.TokenIssued), deref(p.TokenHonoured), deref(p.TokenHonouredFor),
+				deref(p.TokenRefusedAfter), p.RetryPolicy, deref(p.ZeroRTT), deref(p.Resumed), deref(p.TicketLifetime))
 		})
 	}
 }
@@ -182,7 +188,8 @@ func checkPolicy(p conncheck.Policy, want population.Policy, rec *population.Rec
 	}
 	if proto != measure.DoQ {
 		// Over TCP nothing of DoQ's applies: conncheck stores NULL.
-		if p.IdleAdvertised != nil || p.ZeroRTT != nil || p.TokenIssued != nil || p.TokenHonoured != nil || p.RetryPolicy != "" {
+		if p.IdleAdvertised != nil || p.ZeroRTT != nil || p.TokenIssued != nil || p.TokenHonoured != nil || p.RetryPolicy != "" ||
+			p.TokenHonouredFor != nil || p.TokenRefusedAfter != nil {
 			bad = append(bad, fmt.Sprintf("DoQ findings on %s (max_idle_timeout %v, 0-RTT %v, token %v honoured %v, Retry %q), want NULL",
 				proto, deref(p.IdleAdvertised), deref(p.ZeroRTT), deref(p.TokenIssued), deref(p.TokenHonoured), p.RetryPolicy))
 		}
@@ -207,6 +214,7 @@ func checkPolicy(p conncheck.Policy, want population.Policy, rec *population.Rec
 	case !visible && p.TokenHonoured != nil:
 		bad = append(bad, fmt.Sprintf("token honoured %v although nothing could show it", *p.TokenHonoured))
 	}
+	bad = append(bad, checkTokenAgesOf(p, want, issued && visible)...)
 	// From vantage 0 a retry=first server has seen the address (primed below by the
 	// other tests or this check's own first connection): "never" is what two tokenless
 	// connections then see; its first contacts are checked from vantage 1.
@@ -218,6 +226,36 @@ func checkPolicy(p conncheck.Policy, want population.Policy, rec *population.Rec
 		bad = append(bad, fmt.Sprintf("Retry policy %q, population says %q", p.RetryPolicy, want.Retry))
 	}
 	return bad
+}
+
+// checkTokenAgesOf: where a presented token shows (shown), it is honoured after every
+// wait below the server's token age and refused after every one at or above it, so the
+// check's longest honoured wait and shortest refused one are those of checkTokenAges on
+// either side of it; a token=ignore server refuses it after every wait; an honouring
+// server whose token age is not known here is not asserted. Where nothing shows it,
+// both stay NULL.
+func checkTokenAgesOf(p conncheck.Policy, want population.Policy, shown bool) []string {
+	var wantFor, wantAfter *time.Duration
+	switch {
+	case !shown:
+	case want.Token == population.TokenIgnore:
+		wantAfter = &checkTokenAges[0]
+	case want.TokenAge > 0:
+		for _, a := range checkTokenAges {
+			if a < want.TokenAge {
+				wantFor = &a
+			} else if wantAfter == nil {
+				wantAfter = &a
+			}
+		}
+	default:
+		return nil
+	}
+	if fmt.Sprint(deref(p.TokenHonouredFor)) != fmt.Sprint(deref(wantFor)) || fmt.Sprint(deref(p.TokenRefusedAfter)) != fmt.Sprint(deref(wantAfter)) {
+		return []string{fmt.Sprintf("token honoured after waits up to %v, refused after %v (%v); population: token=%s, honoured for %v (up to %v, refused after %v)",
+			deref(p.TokenHonouredFor), deref(p.TokenRefusedAfter), p.Detail["token_ages"], want.Token, want.TokenAge, deref(wantFor), deref(wantAfter))}
+	}
+	return nil
 }
 
 // idleString is an idle timeout as the population gives it.
@@ -250,7 +288,7 @@ func TestConnCheckAmplification(t *testing.T) {
 	pop := v.Population
 	classes := []string{"doq-853", "doq-midchain-ignore", "doq-edgechain-x", "doq-edgechain-m", "doq-bigchain-ignore",
 		"peer-aioquic-bigchain", "peer-dnsproxy-public"}
-	st := conncheck.Settings{IdleWaits: []time.Duration{}, Timeout: 5 * time.Second, MaxQueries: 1}
+	st := conncheck.Settings{IdleWaits: []time.Duration{}, TokenAges: []time.Duration{}, Timeout: 5 * time.Second, MaxQueries: 1}
 	results := make([]conncheck.Policy, len(classes))
 	var wg sync.WaitGroup
 	for i, c := range classes {

@@ -82,7 +82,10 @@ type Config struct {
 	// IgnoreTokens makes NEW_TOKEN tokens useless (they expire at once): the server
 	// issues them but does not honour them, as the study found resolvers doing.
 	IgnoreTokens bool
-	Allow0RTT    bool
+	// TokenAge is the oldest NEW_TOKEN token the QUIC servers honour (quic-go's
+	// Transport.MaxTokenAge; 0: its default, 24 h).
+	TokenAge  time.Duration
+	Allow0RTT bool
 	// Reject0RTT (DoQ/DoH3) issues session tickets that allow 0-RTT, then resumes a
 	// session but rejects its early data, as a server does whose ticket's 0-RTT state it
 	// no longer holds (a restart with the same ticket keys, another server behind the
@@ -738,8 +741,11 @@ func (s *Servers) startQUIC(tb testing.TB, ctx context.Context, cfg Config, h3 b
 	if cfg.Retry {
 		tr.VerifySourceAddress = func(net.Addr) bool { return true }
 	}
-	if cfg.IgnoreTokens {
+	switch {
+	case cfg.IgnoreTokens:
 		tr.MaxTokenAge = time.Nanosecond
+	case cfg.TokenAge > 0:
+		tr.MaxTokenAge = cfg.TokenAge
 	}
 	alpn := alpnDoQ
 	if h3 {

@@ -115,7 +115,7 @@ var specials = []special{
 	{"doq-i03", "draft-03 ALPN (2-byte length prefix from this draft on) on 784", "quic=784 alpn=doq-i03 versions=v1,v2 token=honour cert=provider-a dns=udp,tcp", false, false},
 	{"doq-multi", "several DoQ ALPNs; the server prefers RFC 9250", "quic=784,853 alpn=doq,doq-i03,doq-i02,doq-i00 versions=v1,v2 token=honour cert=provider-b " + allDNS, false, false},
 	{"quic-h3", "QUIC that is not DoQ (h3 only) on DoQ ports", "quic=784,853 alpn=h3 versions=v1,v2 token=honour cert=provider-a", false, false},
-	{"doq-retry", "always sends Retry to a client without a valid token (DoH3 too)", "quic=784,853 alpn=doq versions=v1,v2 retry=always token=honour cert=provider-a doh3=443 " + allDNS, false, false},
+	{"doq-retry", "always sends Retry to a client without a valid token (DoH3 too); honours NEW_TOKEN tokens up to 10 s old", "quic=784,853 alpn=doq versions=v1,v2 retry=always token=honour tokenage=10s cert=provider-a doh3=443 " + allDNS, false, false},
 	{"doq-bigchain-honour", "chain over 3x both ClientHello sizes; NEW_TOKEN honoured", "quic=784,853 alpn=doq versions=v1,v2 token=honour cert=chain-big " + allDNS, false, false},
 	{"doq-bigchain-ignore", "chain over 3x both ClientHello sizes; NEW_TOKEN issued, never honoured (2021); DoH3 likewise", "quic=784,853 alpn=doq versions=v1,v2 token=ignore cert=chain-big doh3=443 " + allDNS, false, false},
 	{"doq-midchain-honour", "chain over 3x a one-Initial ClientHello only; NEW_TOKEN honoured", "quic=784,853 alpn=doq versions=v1,v2 token=honour cert=chain-mid " + allDNS, false, false},

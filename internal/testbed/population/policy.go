@@ -38,6 +38,13 @@ const NoIdleTimeout = time.Duration(math.MaxInt64)
 // maxSessionTicketLifetime, RFC 8446 §4.6.1's limit): simserver, CoreDNS and dnsproxy.
 const GoTicketLifetime = 7 * 24 * time.Hour
 
+// QuicGoTokenAge is how long quic-go honours a NEW_TOKEN token when its Transport's
+// MaxTokenAge is not set (transport.go: "if maxTokenAge == 0 { maxTokenAge = 24 *
+// time.Hour }", the same in v0.56, v0.64.1 and v0.65; server.go validateToken refuses a
+// token older than that): simserver's hosts without tokenage=, CoreDNS 1.15 (quic.Listen,
+// quic-go v0.64.1) and dnsproxy 0.78 (a quic.Transport without MaxTokenAge, quic-go v0.56).
+const QuicGoTokenAge = 24 * time.Hour
+
 // parsePolicy reads the connection-policy and DDR keys of a host line.
 func parsePolicy(r *Record, m map[string]string) error {
 	var err error
@@ -54,6 +61,16 @@ func parsePolicy(r *Record, m map[string]string) error {
 	if v, ok := m["streams"]; ok {
 		if r.Streams, err = strconv.Atoi(v); err != nil || r.Streams < 1 || r.Streams > 1<<16 {
 			return fmt.Errorf("streams=%q: want 1..65536", v)
+		}
+	}
+	if v, ok := m["tokenage"]; ok {
+		if r.TokenAge, err = parseDuration(v); err != nil || r.TokenAge < time.Second || r.TokenAge > 7*24*time.Hour {
+			return fmt.Errorf("tokenage=%q: want 1s..168h", v)
+		}
+		if r.Token != TokenHonour || r.Peer != "" {
+			// simserver sets it (quic-go's MaxTokenAge); a peer's is its own code's, and
+			// only an honoured token has an age limit to show.
+			return fmt.Errorf("tokenage= needs token=honour on a simserver host")
 		}
 	}
 	switch m["0rtt"] {
@@ -259,6 +276,10 @@ type Policy struct {
 	Retry      string // DoQ: RetryPolicy*
 	// TicketLifetime is the session tickets' lifetime (0: not known here).
 	TicketLifetime time.Duration
+	// TokenAge is, for Token == TokenHonour, the oldest NEW_TOKEN token the DoQ server
+	// honours: a token presented younger is honoured, one older is not (0: not known
+	// here, or no token honoured).
+	TokenAge time.Duration
 }
 
 // ExpectPolicy returns the connection policy of proto ("doq", "dot", "doh") at (addr,
@@ -287,6 +308,9 @@ func (p *Population) ExpectPolicy(addr netip.Addr, port uint16, proto string) (P
 			pol.Idle, pol.MaxStreams = cmp.Or(r.Idle, SimIdle), cmp.Or(r.Streams, SimStreams)
 		}
 		pol.IdleAdvertised = cmp.Or(peerAdvertisedIdle[r.Peer], pol.Idle)
+		if r.Token == TokenHonour && quicGo {
+			pol.TokenAge = cmp.Or(r.TokenAge, QuicGoTokenAge)
+		}
 		pol.Retry = RetryPolicyNever
 		switch {
 		case r.Retry:

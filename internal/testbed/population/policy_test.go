@@ -32,7 +32,7 @@ func TestPolicyAndDDRKeys(t *testing.T) {
 	}
 	pol, ok := p.ExpectPolicy(netip.MustParseAddr("198.19.1.2"), 853, ProtoDoQ)
 	if !ok || pol.MaxQueries != 40 || pol.Idle != 4*time.Second || pol.MaxStreams != 8 || pol.ZeroRTT || pol.Retry != RetryPolicyNever ||
-		pol.TicketLifetime != GoTicketLifetime {
+		pol.TicketLifetime != GoTicketLifetime || pol.TokenAge != QuicGoTokenAge {
 		t.Errorf("DoQ policy %+v %v", pol, ok)
 	}
 	if pol, ok := p.ExpectPolicy(netip.MustParseAddr("198.19.1.2"), 853, ProtoDoT); !ok || pol.MaxQueries != 40 || pol.Idle != 4*time.Second {
@@ -48,18 +48,66 @@ func TestPolicyAndDDRKeys(t *testing.T) {
 		t.Error("DoH on the DoT port")
 	}
 	bad := map[string]string{
-		"maxq 0":       "198.19.1.0/30 class=x dns=udp maxq=0 path=d asn=AS1 site=s\n",
-		"idle short":   "198.19.1.0/30 class=x dns=udp idle=10ms path=d asn=AS1 site=s\n",
-		"streams":      "198.19.1.0/30 class=x dns=udp streams=x path=d asn=AS1 site=s\n",
-		"0rtt":         "198.19.1.0/30 class=x dns=udp 0rtt=maybe path=d asn=AS1 site=s\n",
-		"ddr no dns":   "198.19.1.0/30 class=x ddr=doq@853 path=d asn=AS1 site=s\n",
-		"ddr no port":  "198.19.1.0/30 class=x dns=udp ddr=doq path=d asn=AS1 site=s\n",
-		"ddr bad hint": "198.19.1.0/30 class=x dns=udp ddr=doq@853/zz path=d asn=AS1 site=s\n",
+		"maxq 0":          "198.19.1.0/30 class=x dns=udp maxq=0 path=d asn=AS1 site=s\n",
+		"idle short":      "198.19.1.0/30 class=x dns=udp idle=10ms path=d asn=AS1 site=s\n",
+		"streams":         "198.19.1.0/30 class=x dns=udp streams=x path=d asn=AS1 site=s\n",
+		"0rtt":            "198.19.1.0/30 class=x dns=udp 0rtt=maybe path=d asn=AS1 site=s\n",
+		"ddr no dns":      "198.19.1.0/30 class=x ddr=doq@853 path=d asn=AS1 site=s\n",
+		"ddr no port":     "198.19.1.0/30 class=x dns=udp ddr=doq path=d asn=AS1 site=s\n",
+		"ddr bad hint":    "198.19.1.0/30 class=x dns=udp ddr=doq@853/zz path=d asn=AS1 site=s\n",
+		"tokenage short":  "198.19.1.0/30 class=x quic=853 alpn=doq versions=v1 token=honour tokenage=10ms cert=c path=d asn=AS1 site=s\n",
+		"tokenage ignore": "198.19.1.0/30 class=x quic=853 alpn=doq versions=v1 token=ignore tokenage=10s cert=c path=d asn=AS1 site=s\n",
+		"tokenage peer":   "198.19.1.0/30 class=x peer=coredns quic=853 alpn=doq versions=v1 token=honour tokenage=10s cert=c path=d asn=AS1 site=s\n",
 	}
 	for name, line := range bad {
 		if _, err := Parse(strings.NewReader(head + line)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestTokenAge: tokenage= reaches the record and the DoQ policy; without it a simserver
+// host or a quic-go peer honours tokens for quic-go's default; a token=ignore host, a
+// peer on another stack and DoT have no token age.
+func TestTokenAge(t *testing.T) {
+	head := "format 1\nprefix 198.19.0.0/16\nanswer 192.0.2.1\ndefault-path d\n[paths]\nd rtt=1ms\n[sites]\ns cc=DE continent=EU lat=1 lon=2\n[asns]\nAS1 org=x\n[certs]\nc cn=a.test issuer=self\n[hosts]\n"
+	lines := "198.19.1.0/30 class=aged quic=853 alpn=doq versions=v1 retry=always token=honour tokenage=20s cert=c dot=853 path=d asn=AS1 site=s\n" +
+		"198.19.1.4/30 class=plain quic=853 alpn=doq versions=v1 token=honour cert=c path=d asn=AS1 site=s\n" +
+		"198.19.1.8/30 class=ignore quic=853 alpn=doq versions=v1 token=ignore cert=c path=d asn=AS1 site=s\n" +
+		"198.19.1.12 class=dnsproxy peer=dnsproxy quic=853 alpn=doq versions=v1 retry=first token=honour cert=c path=d asn=AS1 site=s\n" +
+		"198.19.1.13 class=hickory peer=hickory quic=853 alpn=doq versions=v1 token=honour cert=c path=d asn=AS1 site=s\n"
+	p, err := Parse(strings.NewReader(head + lines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := p.ByClass("aged")[0]; r.TokenAge != 20*time.Second {
+		t.Errorf("tokenage=20s read as %v", r.TokenAge)
+	}
+	for _, c := range []struct {
+		addr  string
+		proto string
+		port  uint16
+		want  time.Duration
+	}{
+		{"198.19.1.1", ProtoDoQ, 853, 20 * time.Second},
+		{"198.19.1.1", ProtoDoT, 853, 0},
+		{"198.19.1.5", ProtoDoQ, 853, QuicGoTokenAge},
+		{"198.19.1.9", ProtoDoQ, 853, 0},
+		{"198.19.1.12", ProtoDoQ, 853, QuicGoTokenAge},
+		{"198.19.1.13", ProtoDoQ, 853, 0},
+	} {
+		pol, ok := p.ExpectPolicy(netip.MustParseAddr(c.addr), c.port, c.proto)
+		if !ok || pol.TokenAge != c.want {
+			t.Errorf("%s %s: token age %v (ok %v), want %v", c.addr, c.proto, pol.TokenAge, ok, c.want)
+		}
+	}
+	// The committed population: doq-retry's tokens expire, so a late one meets a Retry.
+	def, err := LoadDefault()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pol, _ := def.ExpectPolicy(def.ByClass("doq-retry")[0].Prefix.Addr(), 853, ProtoDoQ); pol.TokenAge != 10*time.Second || pol.Retry != RetryPolicyAlways {
+		t.Errorf("committed doq-retry: token age %v, Retry %q", pol.TokenAge, pol.Retry)
 	}
 }
 

@@ -167,6 +167,12 @@ type Record struct {
 	Idle       time.Duration `json:"idle_ns"` // idle=DUR: its idle timeout (DoQ: max_idle_timeout; DoT: closes an idle connection)
 	Streams    int           `json:"streams"` // streams=N: concurrent DoQ streams per connection (initial_max_streams_bidi)
 	No0RTT     bool          `json:"no_0rtt"` // 0rtt=no: early data rejected (DoQ)
+	// TokenAge (tokenage=DUR, simserver hosts with token=honour): the oldest NEW_TOKEN
+	// token the server still honours (quic-go's Transport.MaxTokenAge); zero: quic-go's
+	// default, QuicGoTokenAge. A token is presented at once after the connection that
+	// got it (the hourly round's warm-up and measured exchanges), so this only shows to
+	// a client that waits (conncheck's token ages).
+	TokenAge time.Duration `json:"tokenage_ns"`
 	// DDR are the designated resolvers this host's plain DNS names in answer to
 	// _dns.resolver.arpa SVCB (RFC 9462), one SVCB record each (ddr=ALPN[+ALPN]@PORT[/HINT],...).
 	DDR []Designation `json:"ddr"`
@@ -606,7 +612,7 @@ func (p *Population) parseDirective(toks []string) error {
 }
 
 var hostKeys = []string{"class", "quic", "alpn", "versions", "retry", "token", "cert", "sni", "dns", "dot", "doh", "doh3",
-	"rcode", "hostile", "peer", "path", "asn", "site", "twin", "maxq", "idle", "streams", "0rtt", "ddr"}
+	"rcode", "hostile", "peer", "path", "asn", "site", "twin", "maxq", "idle", "streams", "0rtt", "tokenage", "ddr"}
 
 // MinPrefix6Bits bounds an IPv6 host prefix: every address of a record is a host, so a
 // record covers at most 2^(128-MinPrefix6Bits) addresses.

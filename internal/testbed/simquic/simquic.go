@@ -117,6 +117,7 @@ type profile struct {
 	idle       time.Duration
 	streams    int
 	no0RTT     bool
+	tokenAge   time.Duration // population tokenage= (0: quic-go's default)
 }
 
 // noALPN: the host accepts only connections offering no ALPN (population.ALPNNone).
@@ -127,8 +128,8 @@ func (p profile) noALPN() bool { return len(p.alpns) == 1 && p.alpns[0] == popul
 const noALPNRefusal = "doqscan-no-alpn-only"
 
 func (p profile) key() string {
-	return fmt.Sprintf("%s|%v|%v|%s|%s|%s|%s|%s|%v|%d|%v|%d|%v", strings.Join(p.alpns, ","), p.versions, p.retry, p.token,
-		p.cert, p.sni, p.rcode, p.hostile, p.doh3, p.maxQueries, p.idle, p.streams, p.no0RTT)
+	return fmt.Sprintf("%s|%v|%v|%s|%s|%s|%s|%s|%v|%d|%v|%d|%v|%v", strings.Join(p.alpns, ","), p.versions, p.retry, p.token,
+		p.cert, p.sni, p.rcode, p.hostile, p.doh3, p.maxQueries, p.idle, p.streams, p.no0RTT, p.tokenAge)
 }
 
 type tport struct {
@@ -143,7 +144,7 @@ type tport struct {
 func profileOf(r *population.Record, port uint16) (profile, error) {
 	p := profile{alpns: r.ALPNsOn(port), retry: r.Retry, token: r.Token, cert: r.Cert, sni: r.SNI, rcode: r.RCode,
 		hostile: r.Hostile, doh3: r.DoH3 != 0 && port == r.DoH3,
-		maxQueries: r.MaxQueries, idle: r.Idle, streams: r.Streams, no0RTT: r.No0RTT}
+		maxQueries: r.MaxQueries, idle: r.Idle, streams: r.Streams, no0RTT: r.No0RTT, tokenAge: r.TokenAge}
 	for _, v := range r.Versions {
 		switch v {
 		case "v1":
@@ -300,8 +301,13 @@ func (s *Server) newTransport(prof profile, conn net.PacketConn, closer io.Close
 	if prof.retry {
 		t.tr.VerifySourceAddress = func(net.Addr) bool { return true }
 	}
-	if prof.token == population.TokenIgnore {
+	switch {
+	case prof.token == population.TokenIgnore:
 		t.tr.MaxTokenAge = tokenIgnoreAge
+	case prof.tokenAge > 0:
+		// A token older than this is treated as none (validateToken), so the Retry or
+		// the 3x limit applies again.
+		t.tr.MaxTokenAge = prof.tokenAge
 	}
 	tlsConf, err := s.tlsConfig(prof)
 	if err != nil {
