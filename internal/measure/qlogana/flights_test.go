@@ -99,6 +99,32 @@ func TestFlightsAreTheServers(t *testing.T) {
 			cause: qlogana.Cause1RTT, trips: 1, client: 2504,
 		},
 		{
+			// The same on a busy client: its min_rtt (6 ms, taken when it got round to
+			// reading) is more than twice the 1.85 ms between our first Initial and the
+			// answer's arrival stamp. The answer still proves both Initials arrived.
+			name: "two Initials, min_rtt of a busy client", rtt: 6, done: 2.9,
+			pkts: []pkt{initial,
+				{ms: 0.8, sent: true, ptype: "initial", length: 1252, crypto: [][2]int{{300, 900}}},
+				{ms: 1.1, ptype: "initial", length: 60, other: "ack"},
+				{ms: 1.85, ptype: "initial", length: 150, crypto: [][2]int{{0, 90}}},
+				{ms: 1.85, ptype: "handshake", length: 1100, crypto: [][2]int{{0, 1000}}},
+				{ms: 1.9, sent: true, ptype: "initial", length: 1252, other: "ack"},
+				{ms: 2.85, ptype: "handshake", length: 1200, crypto: [][2]int{{1000, 1100}}},
+			},
+			cause: qlogana.Cause1RTT, trips: 1, client: 2504,
+		},
+		{
+			// One Initial, min_rtt of a busy client (4 ms) against a 1 ms answer.
+			name: "one Initial, min_rtt of a busy client", rtt: 4, done: 3.05,
+			pkts: []pkt{initial,
+				{ms: 1.0, ptype: "initial", length: 150, crypto: [][2]int{{0, 90}}},
+				{ms: 1.0, ptype: "handshake", length: 1100, crypto: [][2]int{{0, 1000}}},
+				{ms: 1.02, sent: true, ptype: "initial", length: 1252, other: "ack"},
+				{ms: 3.0, ptype: "handshake", length: 400, crypto: [][2]int{{1000, 300}}},
+			},
+			cause: qlogana.Cause1RTT, trips: 1, client: 1252,
+		},
+		{
 			// A quick ACK gives a 1 ms RTT sample, the server's flight comes 5 ms later
 			// (slow signing), and our client's probe timer fires in between: a probe of
 			// ours is no loss and no round trip.

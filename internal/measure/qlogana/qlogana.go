@@ -534,10 +534,8 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 			switch {
 			case attemptFlights == 0:
 				// The attempt's first flight. Its budget is what reached the server
-				// before it left: what we sent at least gap before it arrived (the
-				// second Initial of a hybrid key share leaves a millisecond after the
-				// first; a probe sent just before the flight arrived came too late).
-				attemptClientBytes = bytesUntil(sends, p.t-gap)
+				// before it left (budgetBytes).
+				attemptClientBytes = budgetBytes(sends, p.t, gap)
 				starts = true
 			case restart:
 				starts = true
@@ -604,7 +602,7 @@ func (a *Analysis) scan(pkts []packet, completeNS int64) {
 	cum := 0
 	for k := 0; k+1 < len(att); k++ {
 		cum += att[k].Bytes
-		client := bytesUntil(sends, att[k].EndNS-gap)
+		client := budgetBytes(sends, att[k].EndNS, gap)
 		budget := AmplificationFactor * client
 		if client == 0 || cum-att[k].last > budget+amplificationSlack {
 			continue
@@ -638,6 +636,24 @@ func bytesUntil(sends []send, t int64) int {
 	n := 0
 	for _, s := range sends {
 		if s.t <= t {
+			n += s.length
+		}
+	}
+	return n
+}
+
+// budgetBytes is what of ours had reached the server when it sent a packet that reached
+// us at t: what we sent at least gap before t (a probe sent just before the packet
+// arrived came too late), and every packet carrying CRYPTO data we had not sent before,
+// sent before t: the server answers our ClientHello only once it has all of it, so its
+// answer proves the Initials that carried it arrived (a hybrid key share's second
+// Initial leaves a millisecond after the first). Their timing cannot be trusted to gap:
+// on a busy client the qlog's min_rtt, taken at user-space receive times, can exceed
+// twice the interval between our send and the answer's kernel arrival stamp.
+func budgetBytes(sends []send, t, gap int64) int {
+	n := 0
+	for _, s := range sends {
+		if s.t <= t-gap || (s.newCrypto && s.t <= t) {
 			n += s.length
 		}
 	}
