@@ -166,6 +166,22 @@ func TestFlightsAreTheServers(t *testing.T) {
 			cause: qlogana.CauseLoss, trips: 2, client: 1252,
 		},
 		{
+			// The server stops at its 3x budget for 6 ms on a 1 ms path, on a busy client
+			// whose min_rtt (20 ms, taken when it read the packets) would make the pause
+			// look like the server's own pace: the first answer's arrival, 1 ms after our
+			// Initial left, bounds the RTT.
+			name: "amplification, min_rtt of a busy client", rtt: 20, done: 8.5,
+			pkts: []pkt{initial,
+				{ms: 1.0, ptype: "initial", length: 150, crypto: [][2]int{{0, 90}}},
+				{ms: 1.0, ptype: "handshake", length: 1100, crypto: [][2]int{{0, 1000}}},
+				{ms: 1.05, sent: true, ptype: "initial", length: 1252, other: "ack"},
+				{ms: 1.1, ptype: "handshake", length: 1250, crypto: [][2]int{{1000, 1200}}},
+				{ms: 1.2, ptype: "handshake", length: 1250, crypto: [][2]int{{2200, 1200}}},
+				{ms: 7.3, ptype: "handshake", length: 900, crypto: [][2]int{{3400, 800}}},
+			},
+			cause: qlogana.CauseAmplification, trips: 2, client: 1252,
+		},
+		{
 			// Our Initial is lost: quic-go declares it lost once the server answers our
 			// retransmission.
 			name: "our loss", rtt: 20, done: 230,

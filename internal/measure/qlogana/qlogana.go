@@ -118,7 +118,7 @@ type Options struct {
 type Analysis struct {
 	HandshakeNS        int64 // first packet sent -> handshake complete (0: never completed)
 	HandshakeComplete  bool  // the qlog shows the handshake completing
-	RTTNS              int64 // the RTT the analysis used (Options.RTTNS or the qlog's min_rtt)
+	RTTNS              int64 // the RTT the analysis used (Options.RTTNS, else the qlog's min_rtt capped by firstAnswer)
 	RoundTrips         int   // server flights until the handshake completed
 	OneRTT             bool
 	VersionNegotiation bool
@@ -414,6 +414,15 @@ func (tr *Trace) Analyze(opts ...Options) (*Analysis, error) {
 		a.RTTNS = opt.RTTNS
 	} else if haveMinRTT && minRTT < 1e9 {
 		a.RTTNS = int64(minRTT * 1e6)
+		// quic-go takes its RTT samples when it reads a packet, which on a busy client is
+		// long after the packet arrived; the server's first answer cannot arrive sooner
+		// than one RTT after our first packet left, and its time here is the kernel's
+		// arrival stamp where one was recorded. The smaller of the two still bounds the
+		// RTT from above, and a min_rtt grown by the client's own delay no longer hides
+		// a server's pause of a few milliseconds.
+		if first := firstAnswer(pkts); first > 0 && first < a.RTTNS {
+			a.RTTNS = first
+		}
 	}
 	start := int64(-1)
 	for _, p := range pkts {
@@ -640,6 +649,21 @@ func bytesUntil(sends []send, t int64) int {
 		}
 	}
 	return n
+}
+
+// firstAnswer is the time from our first packet to the first packet we received after
+// it (0: none).
+func firstAnswer(pkts []packet) int64 {
+	sent := int64(-1)
+	for _, p := range pkts {
+		switch {
+		case p.sent && sent < 0:
+			sent = p.t
+		case !p.sent && sent >= 0:
+			return max(p.t-sent, 0)
+		}
+	}
+	return 0
 }
 
 // budgetBytes is what of ours had reached the server when it sent a packet that reached
