@@ -566,8 +566,11 @@ func TestScanLossyPaths(t *testing.T) {
 	s := storetest.Open(t)
 	dlBefore := delayLineStats(t, v.Instance)
 	inetBefore := udpCounters(t, v.Instance+"-inet")
+	// A fixed seed fixes zmap's permutation of these few prefixes: Debian's zmap 2.1.1
+	// aborts on some permutations of a small target set (docs/zprobe.md).
+	lossySeed := uint64(20260102)
 	sum, err := probe.Scan(ctx, probe.ScanConfig{Store: s, VantageID: "e2e", Week: "2026-W47", Label: "lossy", Targets: targets,
-		QUICPorts: qp, DNSPorts: dp, Testbed: &testbedPrefix, BlocklistDir: home.Path("blocklist"), OutDir: t.TempDir(),
+		Seed: &lossySeed, QUICPorts: qp, DNSPorts: dp, Testbed: &testbedPrefix, BlocklistDir: home.Path("blocklist"), OutDir: t.TempDir(),
 		Zmap: probe.ZmapRun{Rate: e2eRate(), Interface: v.Iface, GatewayMAC: v.GatewayMAC, SourceIP: v.Addr,
 			Cooldown: e2eCooldown, ProbesPerHost: probes}})
 	if err != nil {
