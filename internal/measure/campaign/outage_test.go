@@ -271,10 +271,13 @@ func TestDatabaseAwayPastDeadline(t *testing.T) {
 	if len(files) == 0 || sum.Spilled == 0 {
 		t.Fatalf("no spill file (%v) or no spilled resolvers (%d) after giving up", files, sum.Spilled)
 	}
-	// Resolvers 1-5 measured (stored or spilled); the sixth was cut short by the
-	// deadline (measured again when the round is resumed), the last two never started.
-	if sum.Measured+sum.Spilled != 5 {
-		t.Errorf("%d stored + %d spilled, want the 5 resolvers measured before the deadline", sum.Measured, sum.Spilled)
+	// Resolvers 1-2 stored, then up to three more measured (spilled) while the database
+	// is away: how many of them finish within the 3 s deadline is the machine's speed
+	// (a loaded one finished two). The sixth is held until the round gives up, so no
+	// resolver after it can have started; the ones cut short or never started are
+	// measured when the round is resumed (checked below: the rows equal the reference).
+	if n := sum.Measured + sum.Spilled; sum.Measured < 2 || n > 5 {
+		t.Errorf("%d stored + %d spilled, want the 2 stored before the database stopped and at most 5 in all (the sixth is held)", sum.Measured, sum.Spilled)
 	}
 	t.Logf("gave up: %d resolvers stored, %d spilled to %v", sum.Measured, sum.Spilled, files)
 
