@@ -16,6 +16,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/store"
 	"github.com/doqscan/doqscan/internal/store/storetest"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // BenchmarkPartitionedAtScale (run with -benchtime 1x) prints what the time partitions cost and save with many
@@ -197,7 +198,7 @@ func BenchmarkPartitionedAtScale(b *testing.B) {
 					b.Fatalf("COPY into %s: %d of %d rows, %v", table, n, copyRows, err)
 				}
 				rates[table] = append(rates[table], float64(n)/el.Seconds())
-				fmt.Printf("COPY of %d rows into %s: %.0f rows/s (load average %s)\n", n, table, float64(n)/el.Seconds(), loadAverage())
+				fmt.Printf("COPY of %d rows into %s: %.0f rows/s (load average %s)\n", n, table, float64(n)/el.Seconds(), testsupport.LoadAverage())
 			}
 		}
 		var vs []variant
@@ -378,15 +379,6 @@ func fillStored(ctx context.Context, b *testing.B, s *store.Store, table string,
 	exec(`VACUUM ANALYZE ` + table)
 	exec(`CHECKPOINT`)
 	fmt.Printf("indexed %s (%s and %d more) and vacuumed in %v\n", table, pk, len(indexes), time.Since(t1).Round(time.Second))
-}
-
-// loadAverage is the 1-minute load average (/proc/loadavg), or "?".
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Fields(string(b))[0]
 }
 
 // BenchmarkMoveIntoPartitions (-benchtime 1x) prints how fast Migrate moves an existing

@@ -712,9 +712,7 @@ func BenchmarkZprobeVsZmap(b *testing.B) {
 	b.ReportMetric(rawRate/float64(b.N), "raw_zmap_pps")
 	b.ReportMetric(zRate/float64(b.N), "zprobe_pps")
 	b.ReportMetric(zRate/rawRate, "ratio")
-	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
-		b.Logf("load average: %s", strings.TrimSpace(string(load)))
-	}
+	b.Logf("load average: %s", testsupport.LoadAverage())
 }
 
 // udpCounters reads the kernel's UDP counters (/proc/net/snmp) of a namespace: where

@@ -15,6 +15,7 @@ import (
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/delayline"
 	"github.com/doqscan/doqscan/internal/testbed/netns"
+	"github.com/doqscan/doqscan/internal/testsupport"
 )
 
 // BenchmarkDelayLine prints configured vs measured RTT (ping, TCP connect) for 5..300 ms
@@ -50,7 +51,7 @@ func BenchmarkDelayLine(b *testing.B) {
 	sink := newUDPSink(b, tb, 9999)
 	for i := 0; i < b.N; i++ {
 		fmt.Printf("\ndelay line benchmark (lead %v, queues %d, quantum %v (0: defaults); %d pings and 10 TCP connects per path; load average %s)\n",
-			lead, queues, quantum, pings, loadavg())
+			lead, queues, quantum, pings, testsupport.LoadAverage())
 		fmt.Printf("%-10s %-6s %10s %10s %10s %10s %9s\n", "configured", "load", "ping min", "ping avg", "tcp min", "tcp median", "goal 0.5ms")
 		phases := []bool{false, true}
 		if os.Getenv("DOQSCAN_BENCH_ONLY") == "throughput" {
@@ -102,7 +103,7 @@ func BenchmarkDelayLine(b *testing.B) {
 		}
 		// Throughput: flood the 20 ms path at increasing rates for 3 s each; count what
 		// the internet side receives.
-		fmt.Printf("\nthroughput (load average %s)\n%-12s %12s %12s %12s %8s %s\n", loadavg(), "offered pps", "sent pps", "line pps", "recv pps", "loss", "delay line")
+		fmt.Printf("\nthroughput (load average %s)\n%-12s %12s %12s %12s %8s %s\n", testsupport.LoadAverage(), "offered pps", "sent pps", "line pps", "recv pps", "loss", "delay line")
 		for _, r := range []int{rate, 2 * rate} {
 			before := sink.n.Load()
 			st0 := readStats(tb)
@@ -300,14 +301,6 @@ func envInt(k string, def int) int {
 		return v
 	}
 	return def
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	if len(b) > 14 {
-		return string(b[:14])
-	}
-	return string(b)
 }
 
 func absd(d time.Duration) time.Duration {
