@@ -130,16 +130,56 @@ def policies(conn, weeks=None, vantages=None) -> pd.DataFrame:
         SELECT runs.iso_week, runs.vantage_id, host(p.address) AS address, p.port, p.protocol, p.status,
                p.queries_sent, p.queries_answered, p.closed_by_server, p.close_detail,
                p.idle_advertised_ms, p.idle_alive_ms, p.idle_dead_ms, p.max_streams, p.token_issued,
-               p.token_honoured, p.retry_policy, p.zero_rtt, p.resumed, p.ticket_lifetime_s
+               p.token_honoured, p.token_honoured_for_ms, p.token_refused_after_ms, p.retry_policy, p.zero_rtt,
+               p.resumed, p.ticket_lifetime_s
           FROM connection_policies p JOIN runs USING (run_id)
          ORDER BY 1, 2, 3, 4, 5""", _params(weeks, vantages))
+
+
+def _seconds(ms) -> str:
+    return f"{ms / 1e3:g} s"
+
+
+def token_lifetime(honoured_for_ms, refused_after_ms) -> str | None:
+    """What conncheck's token ages tell of how long a server honours its NEW_TOKEN
+    tokens (connection_policies.token_honoured_for_ms, token_refused_after_ms: the
+    longest wait after which a token was honoured, the shortest after which it was
+    not). Honoured and never refused: only a lower bound, "at least N s" (a check's
+    waits end at 40 s; quic-go honours tokens for 24 h). Honoured after H and refused
+    after a longer R: "H to R s". Refused after R only: "under R s" ("refused after
+    0 s": not even a fresh token was honoured). Refused after a shorter wait than one
+    honoured: the refusal was not the token's age, so still "at least H s", with the
+    refusal named. Neither: None (unknown, never "not honoured")."""
+    h = None if pd.isna(honoured_for_ms) else float(honoured_for_ms)
+    r = None if pd.isna(refused_after_ms) else float(refused_after_ms)
+    if h is None and r is None:
+        return None
+    if h is None:
+        return "refused after 0 s" if r == 0 else f"under {_seconds(r)}"
+    if r is None:
+        return f"at least {_seconds(h)}"
+    if r > h:
+        return f"{h / 1e3:g} to {_seconds(r)}"
+    return f"at least {_seconds(h)} (refused after {_seconds(r)}: not by age)"
+
+
+def _token_lifetimes(g: pd.DataFrame) -> str | None:
+    """The endpoints of g per token_lifetime label, most common first ("at least 40 s:
+    2; 8 to 12 s: 1"); None where no endpoint's lifetime is known."""
+    labels = [x for x in map(token_lifetime, g["token_honoured_for_ms"], g["token_refused_after_ms"]) if x is not None]
+    if not labels:
+        return None
+    counts = pd.Series(labels).value_counts()
+    return "; ".join(f"{k}: {n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def policy_table(pol: pd.DataFrame) -> pd.DataFrame:
     """Per protocol: endpoints checked (status ok), how many servers ended a connection
     within the check's query budget and after how many queries (median), the idle
-    timeouts seen (median of the longest wait still answered), NEW_TOKEN, Retry policy
-    and 0-RTT counts (known values only: unknown stays out)."""
+    timeouts seen (median of the longest wait still answered), NEW_TOKEN, how long
+    tokens were honoured (token_lifetime's labels with their endpoints: a lower bound
+    reads "at least"), Retry policy and 0-RTT counts (known values only: unknown stays
+    out)."""
     ok = pol[pol["status"] == "ok"]
     rows = []
     for proto, g in ok.groupby("protocol"):
@@ -153,6 +193,7 @@ def policy_table(pol: pd.DataFrame) -> pd.DataFrame:
             "drops idle before advertised": int(((g["idle_dead_ms"] < g["idle_advertised_ms"])).sum()),
             "NEW_TOKEN issued": int((g["token_issued"] == True).sum()),  # noqa: E712
             "token honoured / not": f"{int((g['token_honoured'] == True).sum())} / {int((g['token_honoured'] == False).sum())}",  # noqa: E712
+            "token honoured for (endpoints)": _token_lifetimes(g),
             "Retry never/first/always": "/".join(str(int((g["retry_policy"] == k).sum())) for k in ("never", "first", "always")),
             "0-RTT accepted": int((g["zero_rtt"] == True).sum()),  # noqa: E712
             "resumed": int((g["resumed"] == True).sum()),  # noqa: E712

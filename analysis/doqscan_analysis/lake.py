@@ -1109,8 +1109,8 @@ def _latest_policy_runs(weeks, vantages) -> str:
 
 POLICY_COLUMNS = ["iso_week", "vantage_id", "address", "port", "protocol", "status", "queries_sent", "queries_answered",
                   "closed_by_server", "close_detail", "idle_advertised_ms", "idle_alive_ms", "idle_dead_ms",
-                  "max_streams", "token_issued", "token_honoured", "retry_policy", "zero_rtt", "resumed",
-                  "ticket_lifetime_s"]
+                  "max_streams", "token_issued", "token_honoured", "token_honoured_for_ms", "token_refused_after_ms",
+                  "retry_policy", "zero_rtt", "resumed", "ticket_lifetime_s"]
 
 
 def policies(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:

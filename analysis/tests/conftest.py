@@ -98,17 +98,24 @@ def idb(fresh_db):
                                                   ("198.19.0.51", 1, ["dot"], 853, ["198.19.0.1"])]:
             c.execute("INSERT INTO ddr_designations (run_id, resolver, seq, priority, target, alpns, port, ipv4hints) "
                       "VALUES (1, %s, %s, 1, 'dns.example.', %s, %s, %s::inet[])", (resolver, seq, alpns, port, hints))
-        # Policies: .1 DoQ closes after 40 queries, drops idle at 10 s; .2 DoQ keeps 300
-        # queries and survives 40 s idle; .1 DoT drops idle at 5 s.
+        # Policies: .1 DoQ closes after 40 queries, drops idle at 10 s, honours its tokens
+        # after 8 s and not after 12 s; .2 DoQ keeps 300 queries, survives 40 s idle and
+        # honours its tokens after the longest wait (40 s: a lower bound); .1 DoT drops
+        # idle at 5 s (nothing of tokens applies: NULL).
         c.execute("INSERT INTO policy_runs (run_id, iso_week, vantage_id) VALUES (1, %s, 'vp')", (WEEK,))
-        pol = [("198.19.0.1", 853, "doq", 44, 40, True, 10000, 8000, 10000, 100, True, None, "never", True, True, 604800),
-               ("198.19.0.2", 853, "doq", 300, 300, False, 30000, 40000, None, 100, False, None, "first", False, True, 86400),
-               ("198.19.0.1", 853, "dot", 300, 300, False, None, 4000, 5000, None, None, None, None, None, True, 604800)]
+        pol = [("198.19.0.1", 853, "doq", 44, 40, True, 10000, 8000, 10000, 100, True, True, 8000, 12000, "never", True, True,
+                604800),
+               ("198.19.0.2", 853, "doq", 300, 300, False, 30000, 40000, None, 100, True, True, 40000, None, "first", False,
+                True, 86400),
+               ("198.19.0.1", 853, "dot", 300, 300, False, None, 4000, 5000, None, None, None, None, None, None, None, True,
+                604800)]
         for p in pol:
             c.execute("""INSERT INTO connection_policies (run_id, address, port, protocol, status, queries_sent,
                          queries_answered, closed_by_server, idle_advertised_ms, idle_alive_ms, idle_dead_ms, max_streams,
-                         token_issued, token_honoured, retry_policy, zero_rtt, resumed, ticket_lifetime_s, checked_at)
-                         VALUES (1, %s, %s, %s, 'ok', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now())""", p)
+                         token_issued, token_honoured, token_honoured_for_ms, token_refused_after_ms, retry_policy,
+                         zero_rtt, resumed, ticket_lifetime_s, checked_at)
+                         VALUES (1, %s, %s, %s, 'ok', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now())""",
+                      p)
         # Amplification: a 13.7 KB chain stalls at every size with X25519; a 3.9 KB one only
         # at 1,200 bytes; a small one never.
         amp = [("198.19.0.1", 1200, "x25519", 13732, True, 2), ("198.19.0.1", 1452, "x25519", 13732, True, 2),

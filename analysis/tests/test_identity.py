@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
 from doqscan_analysis import identity, load
@@ -49,6 +50,14 @@ def test_policies_and_forwarder(c):
     assert tab.loc["doq", "queries before close (median)"] == 40
     assert tab.loc["doq", "Retry never/first/always"] == "1/1/0"
     assert tab.loc["doq", "drops idle before advertised"] == 0
+    # token ages: .2 honoured after the longest wait and never refused (a lower bound),
+    # .1 honoured after 8 s, refused after 12 s; DoT: nothing known, not "none".
+    got = pol.set_index(["address", "protocol"])
+    assert got.loc[("198.19.0.2", "doq"), "token_honoured_for_ms"] == 40000
+    assert got.loc[("198.19.0.1", "doq"), "token_refused_after_ms"] == 12000
+    assert tab.loc["doq", "token honoured / not"] == "2 / 0"
+    assert tab.loc["doq", "token honoured for (endpoints)"] == "8 to 12 s: 1; at least 40 s: 1"
+    assert pd.isna(tab.loc["dot", "token honoured for (endpoints)"])
     cw = identity.cold_and_warm(c, [WEEK])
     f = identity.forwarder_cost(pol, cw).set_index("protocol")
     # DoQ: .1 every 40th query cold within 10 s, all cold at 10 s and 60 s; .2 never cold
@@ -58,6 +67,19 @@ def test_policies_and_forwarder(c):
     assert f.loc["doq", "every 60s: all cold"] == "50%"
     assert f.loc["dot", "every 10s: all cold"] == "100%" and f.loc["dot", "every 1s: all cold"] == "0%"
     assert math.isclose(f.loc["dot", "every 10s: ms/query (median)"], 55)
+
+
+@pytest.mark.parametrize("honoured, refused, want", [
+    (40000, None, "at least 40 s"),  # the longest wait honoured, none refused: a lower bound
+    (8000, 12000, "8 to 12 s"),
+    (None, 12000, "under 12 s"),
+    (None, 0, "refused after 0 s"),
+    (12000, 4000, "at least 12 s (refused after 4 s: not by age)"),
+    (None, None, None),  # unknown stays unknown
+    (float("nan"), float("nan"), None),  # as pandas gives a NULL in a numeric column
+])
+def test_token_lifetime(honoured, refused, want):
+    assert identity.token_lifetime(honoured, refused) == want
 
 
 def test_amplification_cells(c):

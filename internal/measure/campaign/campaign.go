@@ -140,8 +140,8 @@ func (c *Config) defaults() {
 	c.Name = cmp.Or(c.Name, dnsmsg.DefaultQueryName)
 	c.Timeout = cmp.Or(c.Timeout, measure.DefaultTimeout)
 	c.Concurrency = cmp.Or(c.Concurrency, 64)
-	c.RTTSamples = cmp.Or(c.RTTSamples, 3)
-	c.RTTTimeout = cmp.Or(c.RTTTimeout, 2*time.Second)
+	c.RTTSamples = cmp.Or(c.RTTSamples, rtt.DefaultSamples)
+	c.RTTTimeout = cmp.Or(c.RTTTimeout, rtt.DefaultTimeout)
 	c.Persistent = cmp.Or(c.Persistent, 5)
 	c.BatchSize = cmp.Or(c.BatchSize, 16)
 	c.Progress = cmp.Or(c.Progress, 10*time.Second)
@@ -717,7 +717,7 @@ func storedRTTs(ctx context.Context, s *store.Store, cid int64, get func(netip.A
 	}
 	for a, byKey := range samples {
 		for k, ns := range byKey {
-			get(a).rtts[k] = median(ns)
+			get(a).rtts[k] = rtt.MedianNS(ns)
 		}
 	}
 	return nil
@@ -996,7 +996,7 @@ func (r *runner) probeRTT(ctx context.Context, st *resolverRun, u unit, meas *me
 		}
 		st.b.rtts = append(st.b.rtts, row)
 	}
-	st.rtts[tk] = median(ok)
+	st.rtts[tk] = rtt.MedianNS(ok)
 }
 
 // observe records the support observations of u's regular exchanges (each unknown
@@ -1018,13 +1018,9 @@ func (st *resolverRun) observe(u unit, warm, meas *measure.Result) {
 // analyze adds the handshake analysis of every QUIC measurement kept.
 func (st *resolverRun) analyze() {
 	for _, q := range st.quicRows {
-		// With an RTT sample of the path, explain the handshake against it (the flight
-		// grouping is relative to the RTT) rather than against the qlog's own min_rtt.
-		if rtt := st.rtts[q.tk]; rtt > 0 {
-			if a, err := q.trace.Analyze(qlogana.Options{RTTNS: rtt}); err == nil && a.HandshakeNS > 0 {
-				q.qa = a
-			}
-		}
+		// With an RTT sample of the path, explain the handshake against it rather than
+		// against the qlog's own RTT.
+		q.qa = q.trace.AgainstPathRTT(q.qa, st.rtts[q.tk])
 		st.b.analyses = append(st.b.analyses, analysisRow(q.m, q.qa, st.rtts[q.tk], q.wall))
 	}
 }
@@ -1042,27 +1038,10 @@ func (st *resolverRun) featureRows(cid int64) {
 	})
 }
 
-// rttTimeoutFactor and rttTimeoutFloor bound an RTT sample's wait by the resolve time
-// just measured on the same port (~1 RTT): a reply later than 4 RTT is not coming, and
-// resolvers rarely answer the UDP probe at all (the study got no reply from any), so a
-// fixed multi-second wait would dominate a round's duration.
-const (
-	rttTimeoutFactor = 4
-	rttTimeoutFloor  = 250 * time.Millisecond
-)
-
+// rttTimeout bounds an RTT sample's wait by the resolve time just measured on the same
+// port (rtt.TimeoutAfter).
 func (r *runner) rttTimeout(meas *measure.Result) time.Duration {
-	d := rttTimeoutFactor * meas.First().Resolve
-	return min(max(d, rttTimeoutFloor), r.cfg.RTTTimeout)
-}
-
-func median(v []int64) int64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := append([]int64(nil), v...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
+	return rtt.TimeoutAfter(meas.First().Resolve, r.cfg.RTTTimeout)
 }
 
 // gzipPool reuses compressors: a gzip.Writer allocates ~800 KB of state.

@@ -144,7 +144,7 @@ func recordOf(t Target, b *batch) Record {
 			}
 		}
 		if len(ok) > 0 {
-			med := median(ok)
+			med := rtt.MedianNS(ok)
 			rec.MedianMS = msOf(&med)
 		}
 		r.RTT = append(r.RTT, *rec)

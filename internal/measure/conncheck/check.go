@@ -21,6 +21,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/measure"
 	"github.com/doqscan/doqscan/internal/measure/qlogana"
+	"github.com/doqscan/doqscan/internal/measure/rtt"
 )
 
 // Endpoint is one (address, port, protocol) to check.
@@ -59,6 +60,10 @@ type Settings struct {
 	NoAmplification bool
 	// Name is the query name.
 	Name string
+	// RTTSamples is how many RTT probes (measure's: internal/measure/rtt, QUIC Version
+	// Negotiation) give a DoQ endpoint's path RTT, against which every handshake of the
+	// check is explained; 0: rtt.DefaultSamples, negative: none (the qlog's own RTT).
+	RTTSamples int
 }
 
 // Defaults.
@@ -102,6 +107,9 @@ func (s *Settings) defaults() {
 	if s.Name == "" {
 		s.Name = "test.com"
 	}
+	if s.RTTSamples == 0 {
+		s.RTTSamples = rtt.DefaultSamples
+	}
 }
 
 // Policy is what the check found of one endpoint (a connection_policies row). Pointers
@@ -134,6 +142,47 @@ type Policy struct {
 	retries           [2]*bool // the two tokenless connections' Retry (DoQ)
 	stalls            [2]*bool // and their amplification stall
 	firstExchangeErr  error
+
+	// PathRTT is the DoQ endpoint's RTT from measure's RTT probe (the median of the
+	// answered samples; 0: none answered, and the handshakes are explained against
+	// their qlog's own RTT).
+	PathRTT time.Duration
+}
+
+// probeRTT takes the endpoint's path RTT the way the hourly round does (rtt.Prober's
+// QUIC probe, after a measurement that got an answer, each sample's wait bounded by that
+// answer's resolve time), records it in PathRTT and the detail ("path_rtt": the RTT
+// and the samples answered of those sent).
+func (p *Policy) probeRTT(ctx context.Context, st Settings, answered *measure.Result) {
+	if st.RTTSamples <= 0 {
+		return
+	}
+	pr := rtt.New()
+	defer pr.Close() // a QUIC probe opens no raw socket: nothing to fail
+	samples := pr.Probe(ctx, rtt.QUIC, p.Addr, st.RTTSamples, rtt.TimeoutAfter(answered.First().Resolve, rtt.DefaultTimeout))
+	p.PathRTT = rtt.PathRTT(samples)
+	n := 0
+	for _, s := range samples {
+		if s.Answered() {
+			n++
+		}
+	}
+	d := map[string]any{"samples": len(samples), "answered": n}
+	if p.PathRTT > 0 {
+		d["rtt_ns"] = p.PathRTT.Nanoseconds()
+	}
+	p.Detail["path_rtt"] = d
+}
+
+// explain is the analysis of a DoQ exchange's handshake the check keeps: against
+// PathRTT when the probe measured one (qlogana.Trace.AgainstPathRTT, as the hourly
+// round's), else the qlog's own; nil when no completed handshake is explained.
+func (p *Policy) explain(r *measure.Result) *qlogana.Analysis {
+	a := r.QlogTrace.AgainstPathRTT(r.QlogAnalysis, p.PathRTT.Nanoseconds())
+	if a == nil || !a.HandshakeComplete {
+		return nil
+	}
+	return a
 }
 
 // Amplification is one tokenless DoQ handshake with a client configuration.

@@ -21,7 +21,8 @@ func checkDoQ(ctx context.Context, p *Policy, st Settings) {
 		p.Detail["count"] = "no handshake: " + string(first.Status)
 		return
 	}
-	p.retries[0], p.stalls[0] = first.RetrySeen, stalled(first)
+	p.probeRTT(ctx, st, first)
+	p.retries[0], p.stalls[0] = first.RetrySeen, p.stalled(first)
 	p.TokenIssued = first.TokenReceived
 	if tr := first.QlogTrace; tr != nil {
 		params := tr.Server().Params
@@ -41,7 +42,7 @@ func checkDoQ(ctx context.Context, p *Policy, st Settings) {
 	}
 	second := exchange(ctx, measure.DoQ, p.request(st, measure.ModeFresh))
 	if second.HasHandshake {
-		p.retries[1], p.stalls[1] = second.RetrySeen, stalled(second)
+		p.retries[1], p.stalls[1] = second.RetrySeen, p.stalled(second)
 	}
 	p.RetryPolicy = retryPolicy(p.VerifyRetry, p.retries[0], p.retries[1])
 	if p.TokenIssued != nil && *p.TokenIssued {
@@ -49,7 +50,7 @@ func checkDoQ(ctx context.Context, p *Policy, st Settings) {
 		third.Peer = peer // the first connection's token (and QUIC version)
 		r := exchange(ctx, measure.DoQ, third)
 		if r.HasHandshake && r.TokenUsed != nil && *r.TokenUsed {
-			p.TokenHonoured = honoured(p.retries[1], p.stalls[1], r.RetrySeen, stalled(r))
+			p.TokenHonoured = honoured(p.retries[1], p.stalls[1], r.RetrySeen, p.stalled(r))
 			p.Detail["token"] = "presented on a third connection"
 		}
 	}
@@ -79,11 +80,12 @@ func checkTCP(ctx context.Context, p *Policy, st Settings) {
 }
 
 // stalled is whether a handshake met the anti-amplification limit (nil: not explained).
-func stalled(r *measure.Result) *bool {
-	if r.QlogAnalysis == nil || !r.QlogAnalysis.HandshakeComplete {
+func (p *Policy) stalled(r *measure.Result) *bool {
+	a := p.explain(r)
+	if a == nil {
 		return nil
 	}
-	return boolp(r.QlogAnalysis.AmplificationStall)
+	return boolp(a.AmplificationStall)
 }
 
 // retryPolicy reads the Retry policy from verify's handshake earlier in the week (an
@@ -198,7 +200,7 @@ func (p *Policy) tokenAfter(ctx context.Context, st Settings, age time.Duration)
 		t.why = "the connection presenting the token ended with " + string(r.Status)
 		return t
 	}
-	t.honoured = honoured(p.retries[1], p.stalls[1], r.RetrySeen, stalled(r))
+	t.honoured = honoured(p.retries[1], p.stalls[1], r.RetrySeen, p.stalled(r))
 	if t.honoured == nil {
 		t.why = "the presenting connection's Retry or stall is not known"
 	}
@@ -235,7 +237,8 @@ func paramInt(params map[string]json.RawMessage, name string) (int64, bool) {
 }
 
 // amplification: one tokenless, ticketless handshake per (Initial size, key share),
-// explained by qlogana (what the server sent before our ACK against 3x our bytes).
+// explained by qlogana against the path RTT (what the server sent before our ACK against
+// 3x our bytes).
 func (p *Policy) amplification(ctx context.Context, st Settings) {
 	for _, ks := range st.KeyShares {
 		for _, size := range st.InitialSizes {
@@ -245,9 +248,7 @@ func (p *Policy) amplification(ctx context.Context, st Settings) {
 			a := Amplification{InitialSize: size, KeyShare: ks, Status: r.Status, At: r.StartedAt}
 			if r.HasHandshake {
 				a.RetrySeen, a.Handshake = r.RetrySeen, r.Handshake
-				if r.QlogAnalysis != nil && r.QlogAnalysis.HandshakeComplete {
-					a.Analysis = r.QlogAnalysis
-				}
+				a.Analysis = p.explain(r)
 			}
 			p.Amplification = append(p.Amplification, a)
 		}

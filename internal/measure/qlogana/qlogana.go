@@ -242,6 +242,22 @@ func Analyze(qlog []byte, opts ...Options) (*Analysis, error) {
 	return t.Analyze(opts...)
 }
 
+// AgainstPathRTT explains the trace's handshake again against a path RTT measured apart
+// from the qlog (an RTT probe of the same address and port: measure's hourly round,
+// conncheck) and returns that analysis: the flight grouping is relative to the RTT, and
+// the qlog's own (min_rtt, the first answer) grows with the client's load. It returns
+// prev, the analysis against the qlog's own RTT, when rttNS is not positive, tr is nil,
+// or the new analysis explains no completed handshake.
+func (tr *Trace) AgainstPathRTT(prev *Analysis, rttNS int64) *Analysis {
+	if tr == nil || rttNS <= 0 {
+		return prev
+	}
+	if a, err := tr.Analyze(Options{RTTNS: rttNS}); err == nil && a.HandshakeNS > 0 {
+		return a
+	}
+	return prev
+}
+
 // Parse reads a client qlog in any serialisation readEvents knows (JSON-SEQ, draft-02
 // NDJSON, JSON, gzip of any), one or more traces. It never panics on any input.
 func Parse(qlog []byte) (*Trace, error) {

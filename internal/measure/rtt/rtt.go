@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -73,6 +74,46 @@ func Classify(err error) Status {
 
 // DefaultTimeout bounds one sample.
 const DefaultTimeout = 2 * time.Second
+
+// DefaultSamples is how many samples a path's RTT is taken from.
+const DefaultSamples = 3
+
+// timeoutFactor and timeoutFloor bound a sample's wait by the resolve time just
+// measured on the same port (~1 RTT): a reply later than 4 RTT is not coming, and
+// resolvers rarely answer the UDP probe at all (the study got no reply from any), so a
+// fixed multi-second wait would dominate a round's duration.
+const (
+	timeoutFactor = 4
+	timeoutFloor  = 250 * time.Millisecond
+)
+
+// TimeoutAfter is the wait of one sample of a port whose query just took resolve:
+// timeoutFactor times that, at least timeoutFloor, at most limit.
+func TimeoutAfter(resolve, limit time.Duration) time.Duration {
+	return min(max(timeoutFactor*resolve, timeoutFloor), limit)
+}
+
+// MedianNS is the path RTT from the answered samples' RTTs (ns): their median, the
+// upper middle one of an even count; 0 for none.
+func MedianNS(v []int64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// PathRTT is MedianNS of the answered samples.
+func PathRTT(samples []Sample) time.Duration {
+	var ns []int64
+	for _, s := range samples {
+		if s.Answered() {
+			ns = append(ns, s.RTT.Nanoseconds())
+		}
+	}
+	return time.Duration(MedianNS(ns))
+}
 
 // udpProbeLen is the random payload size of a UDP probe (small: not a DNS message).
 const udpProbeLen = 16

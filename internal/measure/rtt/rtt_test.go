@@ -71,3 +71,32 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// TestPathRTT: the path RTT is the median of the answered samples (a conn-refused one
+// measured an RTT too; a timeout did not), the upper middle of an even count, 0 when
+// none answered; a sample's wait is 4x the resolve time within 250 ms and the limit.
+func TestPathRTT(t *testing.T) {
+	ms := time.Millisecond
+	ok := func(d time.Duration) rtt.Sample { return rtt.Sample{Status: rtt.StatusOK, RTT: d} }
+	cases := []struct {
+		samples []rtt.Sample
+		want    time.Duration
+	}{
+		{nil, 0},
+		{[]rtt.Sample{{Status: rtt.StatusTimeout}}, 0},
+		{[]rtt.Sample{ok(30 * ms), ok(10 * ms), {Status: rtt.StatusTimeout, RTT: ms}}, 30 * ms},
+		{[]rtt.Sample{ok(30 * ms), ok(10 * ms), {Status: rtt.StatusConnRefused, RTT: 20 * ms}}, 20 * ms},
+	}
+	for i, c := range cases {
+		if got := rtt.PathRTT(c.samples); got != c.want {
+			t.Errorf("case %d: %v, want %v", i, got, c.want)
+		}
+	}
+	for _, c := range []struct{ resolve, limit, want time.Duration }{
+		{0, 2 * time.Second, 250 * ms}, {100 * ms, 2 * time.Second, 400 * ms}, {time.Second, 2 * time.Second, 2 * time.Second},
+	} {
+		if got := rtt.TimeoutAfter(c.resolve, c.limit); got != c.want {
+			t.Errorf("TimeoutAfter(%v, %v) = %v, want %v", c.resolve, c.limit, got, c.want)
+		}
+	}
+}
