@@ -236,15 +236,22 @@ func (v *Verifier) Verify(ctx context.Context, t Target) Result {
 	if v.cfg.NoIdentify {
 		return v.verify(ctx, t, nil)
 	}
-	var views []*qlogana.ServerView
+	var views []attemptView
 	r := v.verify(ctx, t, &views)
 	var ev StackEvidence
-	for _, vw := range views {
+	var noALPN *qlogana.ServerView
+	for _, a := range views {
 		// The attempt that got furthest: its handshake completed, else the first that
 		// heard from the server.
-		if vw != nil && (ev.Handshake == nil || vw.Params != nil && ev.Handshake.Params == nil) {
+		if vw := a.view; vw != nil && (ev.Handshake == nil || vw.Params != nil && ev.Handshake.Params == nil) {
 			ev.Handshake = vw
 		}
+		if a.noALPN {
+			noALPN = a.view
+		}
+	}
+	if noALPN != ev.Handshake {
+		ev.NoALPN = noALPN // how it refused a ClientHello without ALPN
 	}
 	for _, sv := range t.ScanVersions {
 		ev.VN = append(ev.VN, uint32(sv))
@@ -270,13 +277,20 @@ func (v *Verifier) Verify(ctx context.Context, t Target) Result {
 	return r
 }
 
+// attemptView is what one attempt's qlog showed of the server, and whether the attempt
+// offered no ALPN.
+type attemptView struct {
+	view   *qlogana.ServerView
+	noALPN bool
+}
+
 // verify is Verify without the identification; views, when not nil, receives what each
 // attempt's qlog showed of the server.
-func (v *Verifier) verify(ctx context.Context, t Target, views *[]*qlogana.ServerView) Result {
+func (v *Verifier) verify(ctx context.Context, t Target, views *[]attemptView) Result {
 	try := func(ctx context.Context, t Target, sni string, alpns []string) *attempt {
 		a := v.try(ctx, t, sni, alpns, views != nil)
 		if views != nil {
-			*views = append(*views, a.view)
+			*views = append(*views, attemptView{view: a.view, noALPN: len(alpns) == 0})
 		}
 		return a
 	}

@@ -17,11 +17,14 @@ import (
 const LibraryUnknown = "unknown"
 
 // StackEvidence is what a verification saw of the server's QUIC stack: its handshake
-// (the qlog of the attempt that got furthest), the close of a handshake offering an
-// ALPN no server speaks (UnknownALPNProbe), and the Version Negotiation list of the
-// scan (targets of a scan only). Stored as quic_stacks.evidence.
+// (the qlog of the attempt that got furthest), the verification's own handshake
+// offering no ALPN when it made one and it is not the furthest (a server that refused
+// every DoQ ALPN), the close of a handshake offering an ALPN no server speaks
+// (UnknownALPNProbe), and the Version Negotiation list of the scan (targets of a scan
+// only). Stored as quic_stacks.evidence.
 type StackEvidence struct {
 	Handshake   *qlogana.ServerView `json:"handshake,omitempty"`
+	NoALPN      *qlogana.ServerView `json:"no_alpn,omitempty"`
 	UnknownALPN *qlogana.ServerView `json:"unknown_alpn,omitempty"`
 	// VN is the scan's Version Negotiation list in packet order (grease included).
 	VN []uint32 `json:"vn,omitempty"`
@@ -29,7 +32,7 @@ type StackEvidence struct {
 
 // Empty reports whether the server showed nothing at all.
 func (e *StackEvidence) Empty() bool {
-	return e == nil || (viewEmpty(e.Handshake) && viewEmpty(e.UnknownALPN) && len(e.VN) == 0)
+	return e == nil || (viewEmpty(e.Handshake) && viewEmpty(e.NoALPN) && viewEmpty(e.UnknownALPN) && len(e.VN) == 0)
 }
 
 func viewEmpty(v *qlogana.ServerView) bool {
@@ -55,9 +58,17 @@ const (
 	featActiveCIDs    = "tp.active_connection_id_limit"
 	featMaxData       = "tp.initial_max_data"
 	featStreamData    = "tp.initial_max_stream_data_bidi_local"
-	featALPNClose     = "alpn_close" // reason and trigger of its CONNECTION_CLOSE for an unknown ALPN
-	featVN            = "vn"         // the versions its VN lists, and how many greased ones
+	featALPNClose     = "alpn_close"         // reason and trigger of its CONNECTION_CLOSE for an unknown ALPN
+	featALPNCloseCode = "alpn_close_code"    // that close's error space and code
+	featNoALPNClose   = "no_alpn_close_code" // its close's space and code for a ClientHello without ALPN
+	featRetryToken    = "retry_token_len"    // its Retry token's length less the ODCID the token answers
+	featNewToken      = "new_token_len"      // its NEW_TOKEN token's length
+	featVN            = "vn"                 // the versions its VN lists, and how many greased ones
 )
+
+// closeCode0x178 is the close of a TLS no_application_protocol alert (RFC 9001 §4.8:
+// CRYPTO_ERROR 0x100 + 120), every signature's answer to an ALPN it does not speak.
+const closeCode0x178 = "transport 0x178"
 
 // absentParam is what quic-go logs for a transport parameter the server did not send
 // and whose RFC 9000 default is 2^62-1 (max_udp_payload_size: 65527 is the default, and
@@ -76,6 +87,26 @@ type signature struct {
 // at a random position (protocol.GetGreasedVersions).
 var vnQuicGo = []string{"v1+g1", "v2+g1", "v1,v2+g1"}
 
+// Token lengths come from each library's token format; the client's address in it is 4
+// or 16 bytes (an IPv4 client on a dual-stack socket is 16), and quic-go's NEW_TOKEN
+// holds the RTT in 1..4 bytes (ASN.1): every length the format gives is listed.
+var (
+	// quic-go: 32-byte salt, 16-byte tag, the ASN.1 of (retry flag, address, time, RTT,
+	// ODCID, the Retry's 4-byte SCID) beside the ODCID; a NEW_TOKEN has no CIDs.
+	retryQuicGo    = []string{"81", "93"}
+	newTokenQuicGo = []string{"77", "78", "79", "80", "89", "90", "91", "92"}
+	// aioquic: 12-byte nonce, 16-byte tag, address and port, ODCID, its 8-byte Retry
+	// SCID and a time, each CID with a length byte. It sends no NEW_TOKEN.
+	retryAioquic = []string{"53", "65"}
+	// quinn (quinn-proto 0.11: a type byte, the address, a time, 16-byte tag, 16-byte
+	// nonce): 46 bytes for an IPv4 client (lazydns), 58 for IPv6. hickory-dns sends none.
+	newTokenQuinn = []string{"46", "58"}
+	// ngtcp2 0.12: 57 bytes from gtlsserver to an IPv4 client, the size of
+	// ngtcp2_crypto's regular token as a magic byte, a sealed time (8 + 16-byte tag) and
+	// 32 random bytes; no IPv6 client seen.
+	newTokenNgtcp2 = []string{"57"}
+)
+
 // signatures are the libraries told apart, with the values observed on this machine
 // (docs/verify.md "Which QUIC library": every peer of the testbed, captured in
 // internal/verify/testdata/stacks). They are defaults of the library (quic-go, quinn,
@@ -90,6 +121,10 @@ var signatures = []signature{
 		featMaxData:       {"786432"},
 		featStreamData:    {"524288"},
 		featALPNClose:     {`""`},
+		featALPNCloseCode: {closeCode0x178},
+		featNoALPNClose:   {closeCode0x178},
+		featRetryToken:    retryQuicGo,
+		featNewToken:      newTokenQuicGo,
 		featVN:            vnQuicGo,
 	}},
 	{"quinn", map[string][]string{
@@ -100,6 +135,9 @@ var signatures = []signature{
 		featMaxData:       {absentParam},
 		featStreamData:    {"1250000"},
 		featALPNClose:     {`"peer doesn't support any known protocol"`},
+		featALPNCloseCode: {closeCode0x178},
+		featNoALPNClose:   {closeCode0x178},
+		featNewToken:      newTokenQuinn,
 		featVN:            {"draft-29,draft-30,draft-31,draft-32,draft-33,draft-34,v1+g1"},
 	}},
 	{"aioquic", map[string][]string{
@@ -111,6 +149,9 @@ var signatures = []signature{
 		featMaxData:       {"1048576"},
 		featStreamData:    {"1048576"},
 		featALPNClose:     {`"No common ALPN protocols" crypto`},
+		featALPNCloseCode: {closeCode0x178},
+		featNoALPNClose:   {closeCode0x178},
+		featRetryToken:    retryAioquic,
 		featVN:            {"v1,v2+g0", "v1+g0", "v2+g0"},
 	}},
 	{"ngtcp2", map[string][]string{
@@ -122,7 +163,11 @@ var signatures = []signature{
 		featMaxData:       {"1048576"},
 		featStreamData:    {"262144"},
 		featALPNClose:     {`""`},
-		featVN:            {"v1+g1"},
+		featALPNCloseCode: {closeCode0x178},
+		// gtlsserver refuses a ClientHello without ALPN with internal_error (80).
+		featNoALPNClose: {"transport 0x150"},
+		featNewToken:    newTokenNgtcp2,
+		featVN:          {"v1+g1"},
 	}},
 }
 
@@ -136,14 +181,15 @@ func Libraries() []string {
 }
 
 // minMatches is how many features of a signature must hold (and none contradict it)
-// for its label: one or two coinciding values are not an identification.
+// for its label, counting only values that tell libraries apart (tellsApart): one or
+// two coinciding values are not an identification.
 const minMatches = 3
 
 // features reads each feature's value from the evidence; a feature the evidence does
 // not show is absent (it neither supports nor contradicts a signature).
 func (e *StackEvidence) features() map[string]string {
 	f := map[string]string{}
-	views := []*qlogana.ServerView{e.Handshake, e.UnknownALPN}
+	views := []*qlogana.ServerView{e.Handshake, e.NoALPN, e.UnknownALPN}
 	for _, v := range views {
 		if v != nil && v.SCIDLen != nil {
 			f[featSCIDLen] = strconv.Itoa(*v.SCIDLen)
@@ -162,8 +208,20 @@ func (e *StackEvidence) features() map[string]string {
 			}
 		}
 	}
-	for _, v := range []*qlogana.ServerView{e.UnknownALPN, e.Handshake} {
-		if v == nil || v.Close == nil || v.Close.TLSAlert == nil || *v.Close.TLSAlert != alertNoApplicationProto {
+	// Tokens: a server that sends none shows nothing (the feature is absent).
+	for _, v := range views {
+		if v == nil {
+			continue
+		}
+		if _, ok := f[featRetryToken]; !ok && v.RetryTokenLen != nil && v.RetryODCIDLen != nil {
+			f[featRetryToken] = strconv.Itoa(*v.RetryTokenLen - *v.RetryODCIDLen)
+		}
+		if _, ok := f[featNewToken]; !ok && v.NewTokenLen != nil {
+			f[featNewToken] = strconv.Itoa(*v.NewTokenLen)
+		}
+	}
+	for _, v := range []*qlogana.ServerView{e.UnknownALPN, e.NoALPN, e.Handshake} {
+		if v == nil || !isALPNAlert(v.Close) {
 			continue
 		}
 		s := strconv.Quote(v.Close.Reason)
@@ -173,10 +231,51 @@ func (e *StackEvidence) features() map[string]string {
 		f[featALPNClose] = s
 		break
 	}
+	switch u := e.UnknownALPN; {
+	case u != nil && refusesALPN(u.Close, e.Handshake):
+		f[featALPNCloseCode] = closeCode(u.Close)
+	case e.Handshake != nil && isALPNAlert(e.Handshake.Close), e.NoALPN != nil && isALPNAlert(e.NoALPN.Close):
+		f[featALPNCloseCode] = closeCode0x178 // our DoQ ALPNs refused
+	}
+	if n := e.NoALPN; n != nil && n.Close != nil && n.Close.Code != nil && n.Close.Space == "transport" {
+		f[featNoALPNClose] = closeCode(n.Close)
+	}
 	if len(e.VN) > 0 {
 		f[featVN] = vnFeature(e.VN)
 	}
 	return f
+}
+
+// isALPNAlert reports whether c is a TLS no_application_protocol alert.
+func isALPNAlert(c *qlogana.Close) bool {
+	return c != nil && c.TLSAlert != nil && *c.TLSAlert == alertNoApplicationProto
+}
+
+// refusesALPN reports whether c, the server's close of the unknown-ALPN probe, is its
+// answer to the ALPN: the no_application_protocol alert, or a transport or application
+// code that the verification's own handshake (hs) was not closed with. Another TLS
+// alert speaks of what else the probe lacks (a name, a certificate: the server's
+// configuration), and a code every handshake gets (CONNECTION_REFUSED) of the server's
+// state: neither is a feature.
+func refusesALPN(c *qlogana.Close, hs *qlogana.ServerView) bool {
+	switch {
+	case c == nil || c.Code == nil:
+		return false
+	case isALPNAlert(c):
+		return true
+	case c.TLSAlert != nil:
+		return false
+	}
+	return hs == nil || hs.Close == nil || hs.Close.Code == nil || closeCode(hs.Close) != closeCode(c)
+}
+
+// closeCode is a close's error space and code ("transport 0x178").
+func closeCode(c *qlogana.Close) string {
+	space := c.Space
+	if space == "" {
+		space = "transport"
+	}
+	return space + " 0x" + strconv.FormatUint(*c.Code, 16)
 }
 
 // vnFeature is a VN list as "the versions it names, sorted by name, +g<number
@@ -204,6 +303,7 @@ func Identify(e StackEvidence) Stack {
 	type score struct {
 		lib             string
 		matched, missed []string
+		telling         int // matched features whose value some other library does not have
 	}
 	var fits []score
 	var near []string
@@ -217,15 +317,18 @@ func Identify(e StackEvidence) Stack {
 			}
 			if slices.Contains(sig.want[feat], v) {
 				sc.matched = append(sc.matched, feat+"="+v)
+				if tellsApart(feat, v) {
+					sc.telling++
+				}
 			} else {
 				sc.missed = append(sc.missed, feat+"="+v)
 			}
 		}
 		switch {
-		case len(sc.missed) == 0 && len(sc.matched) >= minMatches:
+		case len(sc.missed) == 0 && sc.telling >= minMatches:
 			fits = append(fits, sc)
 		case len(sc.missed) == 0:
-			near = append(near, fmt.Sprintf("%s: only %d feature(s) shown", sc.lib, len(sc.matched)))
+			near = append(near, fmt.Sprintf("%s: only %d feature(s) shown", sc.lib, sc.telling))
 		}
 	}
 	switch len(fits) {
@@ -243,6 +346,18 @@ func Identify(e StackEvidence) Stack {
 		}
 	}
 	return st
+}
+
+// tellsApart reports whether a library's value v of feat is one some other signature
+// does not allow. A value every library shares (each closes an unknown ALPN with 0x178)
+// confirms none: it may contradict a signature but does not count towards minMatches.
+func tellsApart(feat, v string) bool {
+	for _, sig := range signatures {
+		if want, ok := sig.want[feat]; ok && !slices.Contains(want, v) {
+			return true
+		}
+	}
+	return false
 }
 
 func featureList(f map[string]string) string {

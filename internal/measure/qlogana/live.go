@@ -63,6 +63,10 @@ func (r *liveRecorder) RecordEvent(e qlogwriter.Event) {
 		r.l.received(&ev)
 	case *qlog.PacketReceived:
 		r.l.received(ev)
+	case qlog.PacketSent:
+		r.l.sent(&ev)
+	case *qlog.PacketSent:
+		r.l.sent(ev)
 	case qlog.ParametersSet:
 		if ev.Initiator == qlog.InitiatorRemote {
 			r.l.encoded(e, r.l.r.parameters)
@@ -82,6 +86,16 @@ func (l *LiveView) encoded(e qlogwriter.Event, f func(json.RawMessage)) {
 	}
 	l.mu.Lock()
 	f(bytes.TrimSpace(buf.Bytes()))
+	l.mu.Unlock()
+}
+
+// sent notes our Initials' DCID length (a Retry's token carries the one it answers).
+func (l *LiveView) sent(p *qlog.PacketSent) {
+	if p.Header.PacketType != qlog.PacketTypeInitial {
+		return
+	}
+	l.mu.Lock()
+	l.r.sentInitial(p.Header.DestConnectionID.Len())
 	l.mu.Unlock()
 }
 

@@ -300,6 +300,8 @@ func Parse(qlog []byte) (*Trace, error) {
 		case "transport:packet_sent", "transport:packet_received":
 			if e.name == "transport:packet_received" {
 				server.received(e.data)
+			} else {
+				server.sent(e.data)
 			}
 			var d packetData
 			if err := json.Unmarshal(e.data, &d); err != nil {

@@ -36,6 +36,10 @@ type ServerView struct {
 	// of the first NEW_TOKEN frame (nil: none came).
 	RetryTokenLen *int `json:"retry_token_len,omitempty"`
 	NewTokenLen   *int `json:"new_token_len,omitempty"`
+	// RetryODCIDLen is the length of the Destination Connection ID of our Initial that
+	// the first Retry answered (the original_destination_connection_id its token
+	// carries: quic-go's client picks 8..20 bytes at random); nil without a Retry.
+	RetryODCIDLen *int `json:"retry_odcid_len,omitempty"`
 	// Close is the server's first CONNECTION_CLOSE frame and ClosePacketLen the length
 	// of the packet that carried it (nil: the server sent none).
 	Close          *Close `json:"close,omitempty"`
@@ -59,6 +63,8 @@ type serverReader struct {
 	packets   int
 	firstSum  *uint32 // checksum of the first datagram (after any Retry)
 	firstOpen bool    // still adding packets to FirstDatagram
+	dcidLen   int     // DCID length of the last Initial we sent (sentSeen: one was)
+	sentSeen  bool
 }
 
 type receivedPacket struct {
@@ -131,6 +137,28 @@ func (r *serverReader) parameters(data json.RawMessage) {
 	r.v.Params = m
 }
 
+// sent reads the DCID length of an Initial we sent (a stored qlog's packet_sent event).
+func (r *serverReader) sent(data json.RawMessage) {
+	var p struct {
+		Header struct {
+			PacketType string `json:"packet_type"`
+			DCID       string `json:"dcid"`
+		} `json:"header"`
+	}
+	if json.Unmarshal(data, &p) != nil || p.Header.PacketType != "initial" || !isHex(p.Header.DCID) {
+		return
+	}
+	r.sentInitial(len(p.Header.DCID) / 2)
+}
+
+// sentInitial notes the DCID length of an Initial we sent: the one a Retry answers is
+// the last sent before it.
+func (r *serverReader) sentInitial(dcidLen int) {
+	if r.v.RetryTokenLen == nil {
+		r.dcidLen, r.sentSeen = dcidLen, true
+	}
+}
+
 // receivedView is what the view reads of one received packet, from a stored qlog's JSON
 // or from quic-go's event (LiveView).
 type receivedView struct {
@@ -196,8 +224,12 @@ func (r *serverReader) add(p receivedView) {
 		r.v.SCIDLen = &n
 	}
 	if t == "retry" {
-		if r.v.RetryTokenLen == nil {
+		if r.v.RetryTokenLen == nil && p.retryTokenLen != nil {
 			r.v.RetryTokenLen = p.retryTokenLen
+			if r.sentSeen {
+				n := r.dcidLen
+				r.v.RetryODCIDLen = &n
+			}
 		}
 		// The attempt after a Retry starts over: its first datagram is the one to read.
 		r.v.FirstDatagram, r.firstSum, r.firstOpen, r.v.InitialFrames = nil, nil, false, nil

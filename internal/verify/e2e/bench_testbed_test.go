@@ -18,6 +18,7 @@ import (
 	"github.com/doqscan/doqscan/internal/doq"
 	"github.com/doqscan/doqscan/internal/testbed"
 	"github.com/doqscan/doqscan/internal/testbed/population"
+	"github.com/doqscan/doqscan/internal/testsupport"
 	"github.com/doqscan/doqscan/internal/verify"
 )
 
@@ -172,17 +173,60 @@ func BenchmarkTestbedMemoryPer10k(b *testing.B) {
 	}
 }
 
+// testbedPeerTargets returns the QUIC endpoints of the population's third-party peers
+// that are not quic-go (aioquic, hickory-dns and lazydns on quinn, ngtcp2) and run on
+// this testbed, with their library: identification handles these differently (the
+// unknown-ALPN probe, the h3 handshake), so a benchmark of quic-go servers alone would
+// never price it.
+func testbedPeerTargets(b *testing.B) ([]netip.AddrPort, map[netip.AddrPort]string) {
+	b.Helper()
+	pop := testbed.Require(b).Population
+	var out []netip.AddrPort
+	lib := map[netip.AddrPort]string{}
+	for _, e := range pop.QUICEndpoints() {
+		r := pop.Lookup(e.Addr)
+		l := pop.ExpectLibrary(e.Addr)
+		if r.Peer == "" || l == population.LibQuicGo {
+			continue
+		}
+		if err := testbed.PeerSilent(b, pop, r); err != nil {
+			b.Logf("leaving out %s: %v", e.Addr, err)
+			continue
+		}
+		a := netip.AddrPortFrom(e.Addr, e.Port)
+		out = append(out, a)
+		lib[a] = l
+	}
+	return out, lib
+}
+
 // BenchmarkTestbedIdentify prints verify's rate with the QUIC library identification
-// (the qlog of every attempt, the handshake offering an unknown ALPN beside it, the h3
-// handshake for servers refusing every DoQ ALPN) against the same verifier without it,
-// on the population's verifiable endpoints and, as a second row per level, the
-// quic-not-doq ones (h3 servers, which cost one handshake more). The two runs alternate
-// order per level and repeat DOQSCAN_BENCH_ROUNDS times (default 2); the ratio is
-// identify / plain (goal >= 0.9).
+// (every attempt's qlog events read live, the handshake offering an unknown ALPN and the
+// h3 handshake for servers it leaves undecided) against the same verifier without it.
+// The targets are the population's verifiable endpoints (quic-go: simserver) with every
+// DOQSCAN_BENCH_PEER_EVERY-th target (default 10; 0: none) one of the non-quic-go
+// third-party peers (aioquic, quinn, ngtcp2) in turn, the servers that cost the extra
+// handshakes. Per row: both rates and their ratio (goal >= 0.9), how many targets were
+// identified, how many of the peer targets were labelled with their library, how many
+// targets needed the unknown-ALPN probe, and the verifier's CPU per target. The two runs
+// alternate order per level and repeat DOQSCAN_BENCH_ROUNDS times (default 2).
 //
 //	go test ./internal/verify/e2e -run XXX -bench TestbedIdentify -benchtime 1x   # as root
+//	DOQSCAN_BENCH_TARGETS=300 DOQSCAN_BENCH_ROUNDS=2 go test ./internal/verify/e2e -run XXX -bench TestbedIdentify -benchtime 1x
 func BenchmarkTestbedIdentify(b *testing.B) {
-	targets := testbedBenchTargets(b)
+	simTargets := testbedBenchTargets(b)
+	peerTargets, peerLib := testbedPeerTargets(b)
+	every := benchpool.EnvInt("DOQSCAN_BENCH_PEER_EVERY", 10)
+	if len(peerTargets) == 0 {
+		b.Logf("no non-quic-go peer runs on this testbed: quic-go targets only")
+		every = 0
+	}
+	target := func(k int) netip.AddrPort {
+		if every > 0 && k%every == every-1 {
+			return peerTargets[(k/every)%len(peerTargets)]
+		}
+		return simTargets[k%len(simTargets)]
+	}
 	on, err := verify.New(verify.Config{})
 	if err != nil {
 		b.Fatal(err)
@@ -191,33 +235,57 @@ func BenchmarkTestbedIdentify(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := benchpool.EnvInt("DOQSCAN_BENCH_TARGETS", len(targets))
+	// A peer target's verification is a success when its outcome is the population's.
+	pop := testbed.Require(b).Population
+	good := func(a netip.AddrPort, r verify.Result) bool {
+		if _, ok := peerLib[a]; ok {
+			return string(r.Outcome) == pop.ExpectVerify(a.Addr(), a.Port()).Class
+		}
+		return r.Outcome == verify.OutcomeVerified
+	}
+	n := benchpool.EnvInt("DOQSCAN_BENCH_TARGETS", len(simTargets))
 	rounds := benchpool.EnvInt("DOQSCAN_BENCH_ROUNDS", 2)
-	fmt.Printf("\ntestbed: verify with QUIC library identification vs without (%d targets per run, %d rounds, GOMAXPROCS=%d)\n",
-		n, rounds, runtime.GOMAXPROCS(0))
-	fmt.Printf("%-12s %6s %14s %14s %8s %12s %12s %12s %12s\n", "concurrency", "round", "identify t/s", "plain t/s", "ratio",
-		"identified", "verified", "identify cpu", "plain cpu")
+	peersPerRun := 0
+	for k := 0; k < n; k++ {
+		if _, ok := peerLib[target(k)]; ok {
+			peersPerRun++
+		}
+	}
+	fmt.Printf("\ntestbed: verify with QUIC library identification vs without (%d targets per run: %d non-quic-go peer targets over %d peer endpoints %v, the rest simserver's; %d rounds, GOMAXPROCS=%d, load average %s)\n",
+		n, peersPerRun, len(peerTargets), peerTargets, rounds, runtime.GOMAXPROCS(0), testsupport.LoadAverage())
+	fmt.Printf("%-12s %6s %14s %14s %8s %12s %12s %8s %13s %12s %12s\n", "concurrency", "round", "identify t/s", "plain t/s", "ratio",
+		"identified", "peers right", "probed", "as expected", "identify cpu", "plain cpu")
 	for i := 0; i < b.N; i++ {
 		for li, conc := range []int{16, 32, 64} {
 			var sumOn, sumOff float64
 			for r := 0; r < rounds; r++ {
-				var identified int
+				var mu sync.Mutex
+				var identified, peersRight, probed int
 				run := map[bool]func() benchpool.Result{
 					true: func() benchpool.Result {
-						var mu sync.Mutex
 						return benchpool.Run(n, conc, func(k int) bool {
-							res := on.Verify(context.Background(), verify.Target{Addr: targets[k%len(targets)]})
-							if res.Stack != nil && res.Stack.Library != verify.LibraryUnknown {
-								mu.Lock()
-								identified++
-								mu.Unlock()
+							a := target(k)
+							res := on.Verify(context.Background(), verify.Target{Addr: a})
+							mu.Lock()
+							if st := res.Stack; st != nil {
+								if st.Library != verify.LibraryUnknown {
+									identified++
+								}
+								if l, ok := peerLib[a]; ok && st.Library == l {
+									peersRight++
+								}
+								if st.Evidence.UnknownALPN != nil {
+									probed++
+								}
 							}
-							return res.Outcome == verify.OutcomeVerified
+							mu.Unlock()
+							return good(a, res)
 						})
 					},
 					false: func() benchpool.Result {
 						return benchpool.Run(n, conc, func(k int) bool {
-							return off.Verify(context.Background(), verify.Target{Addr: targets[k%len(targets)]}).Outcome == verify.OutcomeVerified
+							a := target(k)
+							return good(a, off.Verify(context.Background(), verify.Target{Addr: a}))
 						})
 					},
 				}
@@ -226,9 +294,10 @@ func BenchmarkTestbedIdentify(b *testing.B) {
 				res[first] = run[first]()
 				res[!first] = run[!first]()
 				sumOn, sumOff = sumOn+res[true].Rate, sumOff+res[false].Rate
-				fmt.Printf("%-12d %6d %14.0f %14.0f %8.2f %12d %5d / %-5d %9.2f ms %9.2f ms\n", conc, r+1, res[true].Rate, res[false].Rate,
-					res[true].Rate/res[false].Rate, identified, res[true].OK, res[false].OK, res[true].CPUMS, res[false].CPUMS)
+				fmt.Printf("%-12d %6d %14.0f %14.0f %8.2f %12d %5d / %-5d %8d %6d / %-5d %9.2f ms %9.2f ms\n", conc, r+1, res[true].Rate, res[false].Rate,
+					res[true].Rate/res[false].Rate, identified, peersRight, peersPerRun, probed, res[true].OK, res[false].OK, res[true].CPUMS, res[false].CPUMS)
 			}
+			fmt.Printf("%-12d %6s %14s %14s %8.2f   (rate ratio over the rounds; load average %s)\n", conc, "all", "", "", sumOn/sumOff, testsupport.LoadAverage())
 			b.ReportMetric(sumOn/sumOff, fmt.Sprintf("ratio@%d", conc))
 		}
 	}
