@@ -214,7 +214,7 @@ def cold_and_warm(conn, weeks=None, vantages=None) -> pd.DataFrame:
                percentile_cont(0.5) WITHIN GROUP (ORDER BY m.resolve_ns / 1e6) AS warm_ms,
                count(*) AS queries
           FROM measurements m JOIN campaigns c USING (campaign_id)
-         WHERE m.status = 'ok' AND m.phase = 'measured' AND m.mode = 'fresh' AND m.protocol IN """ + names.sql_list(names.COLD_WARM_PROTOCOLS) + """
+         WHERE m.status = 'ok' AND m.rcode IS NOT NULL AND m.phase = 'measured' AND m.mode = 'fresh' AND m.protocol IN """ + names.sql_list(names.COLD_WARM_PROTOCOLS) + """
            AND m.handshake_ns IS NOT NULL AND m.resolve_ns IS NOT NULL
            AND (%(weeks)s::text[] IS NULL OR to_char(c.round_hour, 'IYYY-"W"IW') = ANY(%(weeks)s::text[]))
            AND (%(vantages)s::text[] IS NULL OR c.vantage_id = ANY(%(vantages)s::text[]))

@@ -659,6 +659,8 @@ class LakeFacts:
     `ok` reads the facts cache (facts_files) and carries each DoQ measurement's handshake
     cause (`analysed`, `cause`); on Spark it reads the measurements."""
 
+    _serial = 0  # names each selection's DoX table apart
+
     def __init__(self, lake: Lake, weeks=None, vantages=None):
         self.lake, self.weeks, self.vantages = lake, weeks, vantages
         self.cached = lake.engine == "duckdb"
@@ -676,14 +678,28 @@ class LakeFacts:
                              FROM measurements
                             WHERE status = 'ok' AND rcode IS NOT NULL AND {_in('iso_week', weeks)}
                               AND {_in('vantage_id', vantages)})"""
-        lake.materialize("dox_set", f"""
-            SELECT vantage_id, address FROM (
-              SELECT DISTINCT vantage_id, address, protocol FROM {self.ok} ok
-               WHERE phase = 'measured' AND {_in('protocol', names.DOX_PROTOCOLS)}) x
-             GROUP BY 1, 2 HAVING count(*) = {len(names.DOX_PROTOCOLS)}""")
-        self.paired = f"""(SELECT ok.*, CAST(ok.handshake_ns AS DOUBLE) / CASE WHEN ok.rtt_ns = 0 THEN NULL ELSE ok.rtt_ns END AS ratio,
-                                  (d.address IS NOT NULL) AS dox
-                             FROM {self.ok} ok LEFT JOIN dox_set d ON d.vantage_id = ok.vantage_id AND d.address = ok.address)"""
+        self._dox = None
+
+    def dox_table(self) -> str:
+        """The name of the DoX set's table (vantage_id, address of every resolver that
+        answered a measured query over each DoX protocol), computed on first use."""
+        if self._dox is None:
+            LakeFacts._serial += 1
+            name = f"dox_set_{LakeFacts._serial}"
+            self.lake.materialize(name, f"""
+                SELECT vantage_id, address FROM (
+                  SELECT DISTINCT vantage_id, address, protocol FROM {self.ok} ok
+                   WHERE phase = 'measured' AND {_in('protocol', names.DOX_PROTOCOLS)}) x
+                 GROUP BY 1, 2 HAVING count(*) = {len(names.DOX_PROTOCOLS)}""")
+            self._dox = name
+        return self._dox
+
+    @property
+    def paired(self) -> str:
+        """`ok` with each row's handshake-to-RTT ratio and whether its resolver is DoX."""
+        return f"""(SELECT ok.*, CAST(ok.handshake_ns AS DOUBLE) / CASE WHEN ok.rtt_ns = 0 THEN NULL ELSE ok.rtt_ns END AS ratio,
+                           (d.address IS NOT NULL) AS dox
+                      FROM {self.ok} ok LEFT JOIN {self.dox_table()} d ON d.vantage_id = ok.vantage_id AND d.address = ok.address)"""
 
 
 def measurement_facts(lake: Lake, weeks=None, vantages=None, refresh: bool = True) -> LakeFacts:
@@ -696,7 +712,7 @@ def answering(lake: Lake, weeks=None, vantages=None, refresh: bool = True, facts
         SELECT vantage_id, protocol, count(DISTINCT address) AS resolvers FROM {f.ok} ok
          WHERE phase = 'measured' GROUP BY 1, 2
         UNION ALL
-        SELECT vantage_id, 'dox', count(*) FROM dox_set GROUP BY 1""")
+        SELECT vantage_id, 'dox', count(*) FROM {f.dox_table()} GROUP BY 1""")
     df = _ints(df, ["resolvers"])
     return df.sort_values(["vantage_id", "protocol"], kind="stable").reset_index(drop=True)
 
@@ -781,44 +797,112 @@ def _eq(col: str, v) -> str:
     return f"{col} IS NULL" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{col} = {_lit(v)}"
 
 
+def _outer_keys(lake: Lake, rel: str, outer: list[str]) -> list[tuple]:
+    if not outer:
+        return [()]
+    return [tuple(r) for r in lake.db.execute(f"SELECT DISTINCT {', '.join(outer)} FROM {rel} r").fetchall()]
+
+
+def _local_fetch(lake: Lake, rel: str, outer: list[str], split: list[str], exprs: list[str], keys_rel: str | None = None):
+    """(outer key, Arrow table) per group of rel without the split columns: one query per
+    group reads the split columns and every expression (x0_, x1_, ...) at once (a few row
+    groups of the facts cache, which is ordered by the groups). An `address` split column
+    comes back as an integer code (the table addr_codes_, one code per address of rel,
+    in address order: _addresses lists them), not as text. The groups and addresses are
+    read from keys_rel (default rel): a relation holding at least rel's rows that is
+    cheaper to read (without rel's joins); a group without rows yields an empty table."""
+    keys_rel = keys_rel or rel
+    join, sel = "", []
+    if "address" in split:
+        lake.db.execute(f"""CREATE OR REPLACE TEMP TABLE addr_codes_ AS
+                              SELECT address, CAST(row_number() OVER (ORDER BY address) - 1 AS INTEGER) AS code_
+                                FROM (SELECT DISTINCT address FROM {keys_rel} r) a""")
+        join = " JOIN addr_codes_ ac_ ON ac_.address = r.address"
+    for c in split:
+        sel.append("ac_.code_ AS address" if c == "address" else f"r.{c}")
+    sel += [f"{x} AS x{i}_" for i, x in enumerate(exprs)]
+    for key in _outer_keys(lake, keys_rel, outer):
+        where = " AND ".join([_eq(f"r.{c}", k) for c, k in zip(outer, key)] + ["TRUE"])
+        yield key, lake.db.sql(f"SELECT {', '.join(sel)} FROM {rel} r{join} WHERE {where}").to_arrow_table()
+
+
+def _addresses(lake: Lake) -> list[str]:
+    return [r[0] for r in lake.db.execute("SELECT address FROM addr_codes_ ORDER BY code_").fetchall()]
+
+
+def _values(tbl, col: str):
+    """The non-null (and not NaN) values of an Arrow column as numpy (int64 for an integer
+    column, float64 otherwise) and the row mask they came from (None: every row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    c = tbl.column(col)
+    integer = pa.types.is_integer(c.type)
+    if not integer:
+        c = c.cast(pa.float64())
+    mask = None
+    if c.null_count:
+        mask = c.is_valid()
+    if not integer:
+        nan = pc.is_nan(c.fill_null(0.0))
+        if pc.any(nan).as_py():
+            mask = pc.and_(mask, pc.invert(nan)) if mask is not None else pc.invert(nan)
+    if mask is not None:
+        c = c.filter(mask)
+        mask = mask.to_numpy()
+    xs = c.to_numpy()
+    return (xs.astype(np.int64, copy=False) if integer else xs.astype(np.float64, copy=False)), mask
+
+
 def _order_statistics_local(lake: Lake, rel: str, groups: list[str], values: list[str], ranks_of) -> dict:
-    """order_statistics_of on DuckDB: per group (without the _SPLIT columns) and value, one
-    query fetches the group's non-null values (a few row groups of the facts cache, which
-    is ordered by the groups) and numpy sorts them; memory is one group's values of one
-    metric at a time. The same result as the two-pass search (exact ranks)."""
+    """order_statistics_of on DuckDB: per group without the _SPLIT columns, one query
+    fetches the group's values of every metric (_local_fetch) and numpy sorts them metric
+    by metric; memory is one group's values. The same result as the two-pass search
+    (exact ranks)."""
     outer = [c for c in groups if c not in _SPLIT]
     split = [c for c in groups if c in _SPLIT]
-    if outer:
-        keys = [tuple(r) for r in lake.db.execute(f"SELECT DISTINCT {', '.join(outer)} FROM {rel} r").fetchall()]
-    else:
-        keys = [()]
     out = {v: {} for v in values}
-    sel = "".join(f"{c}, " for c in split)
-    for key in keys:
-        where = " AND ".join([_eq(c, k) for c, k in zip(outer, key)] + ["TRUE"])
-        for v in values:
-            # one metric at a time: memory is one group's values of one metric (all four
-            # at once peaked at 4.9 GB over a synthetic year)
-            x = f"CAST({v} AS DOUBLE)"
-            got = lake.db.sql(f"SELECT {sel}{x} AS x_ FROM {rel} r WHERE {where} AND {x} IS NOT NULL "
-                              f"AND NOT isnan({x})").to_arrow_table()
-            if got.num_rows == 0:
-                continue
-            codes, uniq = _codes(got, split)
-            xs = got.column("x_").to_numpy()
-            del got
-            for u, part in _split_sorted(codes, uniq, xs):
-                n = len(part)
-                if n == 0:
-                    continue
+    addresses = None
+    for key, tbl in _local_fetch(lake, rel, outer, split, values):
+        if tbl.num_rows == 0:
+            continue
+        if "address" in split and addresses is None:
+            addresses = _addresses(lake)
+        codes, uniq = _codes(tbl, split, {"address": addresses})
+
+        for v, got in zip(values, _sort_pool().map(lambda i, t=tbl, c=codes, u=uniq: _split_ranks(t, i, c, u, ranks_of),
+                                                    range(len(values)))):
+            for u, n, ranks in got:
                 full = dict(zip(outer, key)) | dict(zip(split, u))
-                out[v][tuple(full[c] for c in groups)] = (n, {r: float(part[r - 1]) for r in sorted(set(ranks_of(n)))})
+                out[v][tuple(full[c] for c in groups)] = (n, ranks)
     return out
 
 
-def _codes(tbl, split: list[str]):
+def _split_ranks(tbl, i: int, codes, uniq: list, ranks_of) -> list:
+    """(split values, n, {rank: value}) of column x<i>_ of tbl per code present."""
+    xs, mask = _values(tbl, f"x{i}_")
+    if len(xs) == 0:
+        return []
+    c = codes if codes is None or mask is None else codes[mask]
+    return [(u, len(part), {r: float(part[r - 1]) for r in sorted(set(ranks_of(len(part))))})
+            for u, part in _split_sorted(c, uniq, xs)]
+
+
+_pool = None
+
+
+def _sort_pool():
+    """The threads the local order statistics sort metrics on, one per core."""
+    global _pool
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="doqscan-sort")
+    return _pool
+
+
+def _codes(tbl, split: list[str], coded: dict | None = None):
     """(a code per row, the split columns' values of each code) of the Arrow table tbl;
-    (None, [()]) without split columns."""
+    (None, [()]) without split columns. A column in `coded` holds integer codes already
+    (0..n-1), coded[col] their n values."""
     import pyarrow as pa
     import pyarrow.compute as pc
     if not split:
@@ -827,7 +911,9 @@ def _codes(tbl, split: list[str]):
     uniq = [()]
     for c in split:
         col = tbl.column(c)
-        if pa.types.is_boolean(col.type) and col.null_count == 0:
+        if coded and coded.get(c) is not None:
+            idx, dic = col.to_numpy().astype(np.int64), coded[c]
+        elif pa.types.is_boolean(col.type) and col.null_count == 0:
             idx, dic = col.to_numpy(zero_copy_only=False).astype(np.int64), [False, True]
         else:
             enc = pc.dictionary_encode(col).combine_chunks()
@@ -841,21 +927,34 @@ def _codes(tbl, split: list[str]):
 def _split_sorted(codes, uniq: list, xs: np.ndarray):
     """(split values, the sorted values xs of that code) for each code present."""
     if codes is None:
-        yield (), np.sort(xs)
+        yield (), _sorted(xs)
         return
     if len(uniq) <= 16:  # few (DoX or not): sort each part
         for i, u in enumerate(uniq):
             part = xs[codes == i]
             if len(part):
-                yield u, np.sort(part)
+                yield u, _sorted(part)
         return
-    # many (addresses): sort by value, then stably by code (a radix sort for 16-bit codes)
-    order = np.argsort(xs)
-    c = codes[order]
-    c = c.astype(np.uint16) if len(uniq) <= 1 << 16 else c
-    order = order[np.argsort(c, kind="stable")]
-    xs = xs[order]
     ends = np.cumsum(np.bincount(codes, minlength=len(uniq)))
+    cbits = max(len(uniq) - 1, 1).bit_length()
+    if xs.dtype.kind == "i" and len(xs) and int(xs.min()) >= 0 and \
+            max(int(xs.max()), 1).bit_length() + cbits <= 63:
+        # many codes, non-negative integers: one sort of (code, value) packed into one
+        # integer, the code in the high bits (a sort of int64 is several times faster
+        # than an argsort)
+        vbits = 63 - cbits
+        packed = codes << vbits
+        packed |= xs
+        packed.sort()
+        packed &= (1 << vbits) - 1
+        xs = packed
+    else:
+        # sort by value, then stably by code (a radix sort for 16-bit codes)
+        order = np.argsort(xs)
+        c = codes[order]
+        c = c.astype(np.uint16) if len(uniq) <= 1 << 16 else c
+        order = order[np.argsort(c, kind="stable")]
+        xs = xs[order]
     start = 0
     for u, end in zip(uniq, ends.tolist()):
         if end > start:
@@ -886,10 +985,14 @@ def response_times(lake: Lake, weeks=None, vantages=None, dox_only: bool = False
     cond = ["TRUE"]
     if require_rtt:
         cond.append("(protocol = 'doudp' OR rtt_ns IS NOT NULL)")
-    if dox_only:
-        cond.append("dox")
     if addresses is not None:
         cond.append(_in("address", [str(a) for a in addresses]))
+    # the rows without the DoX join: where the local path reads the groups and addresses
+    # (a few row groups when the addresses are given: the facts cache is ordered by them
+    # within a group)
+    unpaired = f"(SELECT * FROM {f.ok} ok WHERE {' AND '.join(cond)})"
+    if dox_only:
+        cond.append("dox")
     rel = f"(SELECT * FROM {f.paired} p WHERE {' AND '.join(cond)})"
     gsel = ", ".join(group_by)
     cls = f"LEAST(GREATEST({_rint('ratio')}, 1), {ROUND_TRIP_CLASSES})"
@@ -899,20 +1002,25 @@ def response_times(lake: Lake, weeks=None, vantages=None, dox_only: bool = False
                       "sum(rtt_ns) AS rtt_ns_sum", "sum(ratio) AS ratio_sum"] +
                      [f"sum(CASE WHEN cls_ = {k} THEN 1 ELSE 0 END) AS round_trips_{k}"
                       for k in range(1, ROUND_TRIP_CLASSES + 1)])
-    # the round-trip class once per row, not once per class
-    classed = f"(SELECT r.*, CASE WHEN ratio IS NOT NULL THEN {cls} END AS cls_ FROM {rel} r)"
-    base = lake.sql(f"""SELECT {gsel + ', ' if group_by else ''}count(*) AS n, count(DISTINCT address) AS resolvers, {aggs}
-                          FROM {classed} r {'GROUP BY ' + gsel if group_by else ''}""")
-    cols = group_by + ["n", "resolvers"] + [f"{m}_{s}" for m in METRICS for s in ("n", "mean", "median", "q")] \
-        + [f"round_trips_{k}" for k in range(1, ROUND_TRIP_CLASSES + 1)]
-    if base.empty or (not group_by and int(base["n"].iloc[0]) == 0):
-        return pd.DataFrame(columns=cols)
     probs = np.asarray([k / points for k in range(1, points + 1)])
 
     def ranks_of(n):
         return sorted(set(np.clip(np.ceil(probs * n).astype(np.int64), 1, n).tolist()) | set(_median_ranks(n)))
 
-    stats = order_statistics_of(lake, rel, group_by, METRICS, ranks_of)
+    if lake.engine == "duckdb":
+        base, stats = _response_groups_local(lake, rel, group_by, ranks_of, unpaired)
+    else:
+        # the round-trip class once per row, not once per class
+        classed = f"(SELECT r.*, CASE WHEN ratio IS NOT NULL THEN {cls} END AS cls_ FROM {rel} r)"
+        base = lake.sql(f"""SELECT {gsel + ', ' if group_by else ''}count(*) AS n, count(DISTINCT address) AS resolvers, {aggs}
+                              FROM {classed} r {'GROUP BY ' + gsel if group_by else ''}""")
+        stats = None
+    cols = group_by + ["n", "resolvers"] + [f"{m}_{s}" for m in METRICS for s in ("n", "mean", "median", "q")] \
+        + [f"round_trips_{k}" for k in range(1, ROUND_TRIP_CLASSES + 1)]
+    if base.empty or (not group_by and int(base["n"].iloc[0]) == 0):
+        return pd.DataFrame(columns=cols)
+    if stats is None:
+        stats = order_statistics_of(lake, rel, group_by, METRICS, ranks_of)
     rows = []
     for r in base.itertuples(index=False):
         rec = {c: getattr(r, c) for c in group_by}
@@ -940,6 +1048,90 @@ def response_times(lake: Lake, weeks=None, vantages=None, dox_only: bool = False
     if len(df) and group_by:
         df = df.sort_values(group_by, kind="stable").reset_index(drop=True)
     return df
+
+
+def _exact_sum(xs: np.ndarray) -> int:
+    """The exact sum of int64 values (a Python int): numpy's int64 sum where it cannot
+    overflow, else in chunks that cannot."""
+    if len(xs) == 0:
+        return 0
+    big = max(abs(int(xs.max())), abs(int(xs.min())), 1)
+    step = max((1 << 62) // big, 1)
+    return sum(int(xs[i:i + step].sum()) for i in range(0, len(xs), step))
+
+
+def _part_figures(tbl, i: int, parts: list, present, ranks_of) -> list:
+    """(part, figures, (n, {rank: value}) or None) of METRICS[i] (column x<i>_ of tbl) per
+    part of `parts` ((split values, row mask or None)) in `present`: count, exact sum,
+    round-trip classes (the ratio), order statistics."""
+    m = METRICS[i]
+    xs, mask = _values(tbl, f"x{i}_")
+    got = []
+    for u, sel in parts:
+        if u not in present:
+            continue
+        part = xs if sel is None else xs[sel if mask is None else sel[mask]]
+        fig = {f"{m}_n": len(part)}
+        if m in ("resolve_ns", "handshake_ns", "rtt_ns"):
+            fig[f"{m}_sum"] = _exact_sum(part) if len(part) else None
+        else:
+            fig[f"{m}_sum"] = float(part.sum()) if len(part) else None
+        if m == "ratio":
+            cls = np.bincount(np.clip(np.rint(part), 1, ROUND_TRIP_CLASSES).astype(np.int64),
+                              minlength=ROUND_TRIP_CLASSES + 1)
+            fig |= {f"round_trips_{k}": int(cls[k]) for k in range(1, ROUND_TRIP_CLASSES + 1)}
+        ranks = None
+        if len(part):
+            part = _sorted(part)
+            ranks = (len(part), {r: float(part[r - 1]) for r in sorted(set(ranks_of(len(part))))})
+        got.append((u, fig, ranks))
+    return got
+
+
+def _sorted(xs: np.ndarray) -> np.ndarray:
+    """xs sorted: in place when xs is a copy of its own (a selection), else a sorted copy
+    (a read-only view of Arrow's buffer)."""
+    if xs.flags.writeable and xs.flags.owndata:
+        xs.sort()
+        return xs
+    return np.sort(xs)
+
+
+def _response_groups_local(lake: Lake, rel: str, group_by: list[str], ranks_of,
+                           keys_rel: str) -> tuple[pd.DataFrame, dict]:
+    """response_times' aggregates on DuckDB from one read of each group's rows
+    (_local_fetch): the rows and resolvers, each metric's count, exact sum and order
+    statistics, and the round-trip classes, per group; the same figures as the SQL of the
+    Spark path. Returns (base frame, {metric: {group: (n, {rank: value})}})."""
+    outer = [c for c in group_by if c not in _SPLIT]
+    split = [c for c in group_by if c in _SPLIT]
+    # the address as a code: counting distinct resolvers needs no text
+    fetch_split = split + ["address"]
+    rows, stats = [], {m: {} for m in METRICS}
+    for key, tbl in _local_fetch(lake, rel, outer, fetch_split, METRICS, keys_rel):
+        if tbl.num_rows == 0:
+            continue
+        codes, uniq = _codes(tbl, split)
+        addr = tbl.column("address").to_numpy()
+        parts = [(u, None if codes is None else codes == i) for i, u in enumerate(uniq)]
+        recs = {}
+        for u, sel in parts:
+            n = tbl.num_rows if sel is None else int(sel.sum())
+            if n == 0:
+                continue
+            a = addr if sel is None else addr[sel]
+            full = dict(zip(outer, key)) | dict(zip(split, u))
+            recs[u] = {**{c: full[c] for c in group_by}, "n": n,
+                       "resolvers": int(np.count_nonzero(np.bincount(a)))}
+        # the metrics' sorts at once (numpy sorts outside the GIL)
+        fn = lambda i, t=tbl, p=parts, r=set(recs): _part_figures(t, i, p, r, ranks_of)  # noqa: E731
+        for i, got in enumerate(_sort_pool().map(fn, range(len(METRICS)))):
+            for u, fig, ranks in got:
+                recs[u] |= fig
+                if ranks is not None:
+                    stats[METRICS[i]][tuple(recs[u][c] for c in group_by)] = ranks
+        rows.extend(recs.values())
+    return pd.DataFrame(rows), stats
 
 
 def per_resolver_medians(lake: Lake, weeks=None, vantages=None, phase: str = "measured", mode: str = "fresh",
@@ -981,10 +1173,13 @@ def doq_causes(lake: Lake, weeks=None, vantages=None, facts: LakeFacts | None = 
             SELECT ok.vantage_id, ok.phase, ok.mode, ok.key_share, ok.address, h.cause
               FROM {f.ok} ok JOIN handshake_analyses h ON h.measurement_id = ok.measurement_id
              WHERE ok.protocol = 'doq'"""
+    # counted per address before the join with the fingerprints (one row per resolver and
+    # cause, not per handshake)
     df = lake.sql(f"""
         WITH impl AS ({impl}),
-        a AS ({a})
-        SELECT a.vantage_id, a.phase, a.mode, a.key_share, i.fp AS implementation, a.cause, count(*) AS handshakes
+        a AS (SELECT vantage_id, phase, mode, key_share, address, cause, count(*) AS n_
+                FROM ({a}) x GROUP BY 1, 2, 3, 4, 5, 6)
+        SELECT a.vantage_id, a.phase, a.mode, a.key_share, i.fp AS implementation, a.cause, sum(a.n_) AS handshakes
           FROM a LEFT JOIN impl i ON i.address = a.address
          GROUP BY 1, 2, 3, 4, 5, 6""")
     if df.empty:
@@ -1127,20 +1322,25 @@ def cold_and_warm(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
     cols = ["address", "protocol", "cold_ms", "warm_ms", "queries"]
     if not lake.has("measurements"):
         return pd.DataFrame(columns=cols)
-    rel = f"""(SELECT address, protocol, handshake_ns, resolve_ns FROM measurements
-                WHERE status = 'ok' AND phase = 'measured' AND mode = 'fresh' AND {_in('protocol', names.COLD_WARM_PROTOCOLS)}
-                  AND handshake_ns IS NOT NULL AND resolve_ns IS NOT NULL
-                  AND {_in('iso_week', weeks)} AND {_in('vantage_id', vantages)})"""
+    f = LakeFacts(lake, weeks, vantages)
+    rel = f"""(SELECT address, protocol, handshake_ns, resolve_ns FROM {f.ok} ok
+                WHERE phase = 'measured' AND mode = 'fresh' AND {_in('protocol', names.COLD_WARM_PROTOCOLS)}
+                  AND handshake_ns IS NOT NULL AND resolve_ns IS NOT NULL)"""
     base = lake.sql(f"SELECT address, protocol, count(*) AS queries FROM {rel} r GROUP BY 1, 2")
     if base.empty:
         return pd.DataFrame(columns=cols)
-    ms = "CAST(1000000 AS DOUBLE)"
-    cold, warm = f"CAST(handshake_ns + resolve_ns AS DOUBLE) / {ms}", f"CAST(resolve_ns AS DOUBLE) / {ms}"
-    # two ranks per resolver: coarse buckets keep the first pass's counts few
+    # the order statistics of the integer nanoseconds, each median's two values then in ms
+    # as CAST(ns AS DOUBLE) / 1e6 (the order is the same): two ranks per resolver, coarse
+    # buckets keep the first pass's counts few
+    cold, warm = "handshake_ns + resolve_ns", "resolve_ns"
     stats = order_statistics_of(lake, rel, ["address", "protocol"], [cold, warm], _median_ranks, per_e=200)
     keys = list(zip(base["address"], base["protocol"]))
-    base["cold_ms"] = [_median(*stats[cold][k]) for k in keys]
-    base["warm_ms"] = [_median(*stats[warm][k]) for k in keys]
+
+    def ms(st):
+        n, got = st
+        return _median(n, {r: float(x) / 1e6 for r, x in got.items()})
+    base["cold_ms"] = [ms(stats[cold][k]) for k in keys]
+    base["warm_ms"] = [ms(stats[warm][k]) for k in keys]
     base = _ints(base, ["queries"])
     return base.sort_values(["address", "protocol"], kind="stable").reset_index(drop=True)[cols]
 

@@ -98,6 +98,32 @@ def test_order_statistics_exact(lk):
     assert [byrank[r] for r in ranks] == [vals[r - 1] for r in ranks]
 
 
+@pytest.mark.parametrize("values", ["small ints", "ints past the packed bits", "negative ints", "floats"])
+@pytest.mark.parametrize("codes", [1, 3, 40, 70000])
+def test_split_sorted_is_a_sort_per_code(values, codes):
+    """Every path of the local split (one part, few codes, many codes packed with the
+    value into one integer, and the argsort for what does not pack) gives each code's
+    values sorted."""
+    rng = np.random.default_rng(7)
+    n = 200_000
+    xs = {"small ints": rng.integers(0, 10**10, n), "ints past the packed bits": rng.integers(0, 2**62, n),
+          "negative ints": rng.integers(-10**6, 10**6, n), "floats": rng.lognormal(3, 2, n)}[values]
+    c = None if codes == 1 else rng.integers(0, codes, n)
+    uniq = [()] if codes == 1 else [(f"a{i}",) for i in range(codes)]
+    got = dict(lake._split_sorted(c, uniq, xs.copy()))
+    want = {(): np.sort(xs)} if c is None else {uniq[i]: np.sort(xs[c == i]) for i in np.unique(c)}
+    assert got.keys() == want.keys()
+    for k in want:
+        assert np.array_equal(got[k], want[k]), k
+
+
+def test_exact_sum_past_int64():
+    xs = np.full(10, 2**62, dtype=np.int64)
+    assert lake._exact_sum(xs) == 10 * 2**62
+    assert lake._exact_sum(np.array([-5, 3, 2**40], dtype=np.int64)) == 2**40 - 2
+    assert lake._exact_sum(np.array([], dtype=np.int64)) == 0
+
+
 def test_report_from_release_equals_postgres(synth_db, release, tmp_path):
     """The whole report from the release (DuckDB) writes the same CSV tables as from
     PostgreSQL: every figure's numbers."""
