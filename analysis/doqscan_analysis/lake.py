@@ -977,7 +977,8 @@ def _median(n: int, got: dict) -> float:
 def response_times(lake: Lake, weeks=None, vantages=None, dox_only: bool = False, require_rtt: bool = True,
                    points: int = DEFAULT_POINTS, group_by: Sequence[str] = GROUP_COLUMNS, refresh: bool = True,
                    facts: LakeFacts | None = None, addresses: Sequence[str] | None = None) -> pd.DataFrame:
-    bad = set(group_by) - set(GROUP_COLUMNS)
+    # address: peer_response_times' groups (each peer apart, in one pass)
+    bad = set(group_by) - set(GROUP_COLUMNS) - {"address"}
     if bad:
         raise ValueError(f"cannot group by {sorted(bad)}; allowed: {sorted(GROUP_COLUMNS)}")
     group_by = list(group_by)
@@ -1106,12 +1107,15 @@ def _response_groups_local(lake: Lake, rel: str, group_by: list[str], ranks_of,
     outer = [c for c in group_by if c not in _SPLIT]
     split = [c for c in group_by if c in _SPLIT]
     # the address as a code: counting distinct resolvers needs no text
-    fetch_split = split + ["address"]
+    fetch_split = split + ([] if "address" in split else ["address"])
     rows, stats = [], {m: {} for m in METRICS}
+    addresses = None
     for key, tbl in _local_fetch(lake, rel, outer, fetch_split, METRICS, keys_rel):
         if tbl.num_rows == 0:
             continue
-        codes, uniq = _codes(tbl, split)
+        if addresses is None:
+            addresses = _addresses(lake)
+        codes, uniq = _codes(tbl, split, {"address": addresses})
         addr = tbl.column("address").to_numpy()
         parts = [(u, None if codes is None else codes == i) for i, u in enumerate(uniq)]
         recs = {}
@@ -1153,6 +1157,25 @@ def per_resolver_medians(lake: Lake, weeks=None, vantages=None, phase: str = "me
     base["queries"] = base["queries"].astype(int)
     base = base.sort_values(["vantage_id", "protocol", "address"], kind="stable").reset_index(drop=True)
     return base[cols]
+
+
+def peer_response_times(lake: Lake, peers: pd.DataFrame, facts: LakeFacts | None = None, weeks=None, vantages=None,
+                        refresh: bool = True) -> pd.DataFrame:
+    """measurements.peer_response_times over a release: every peer in one pass (grouped
+    by address too), not one pass per peer; the same rows in the same order."""
+    if peers.empty:
+        return pd.DataFrame()
+    f = facts or LakeFacts(lake, weeks, vantages)
+    addrs = [str(a) for a in peers["address"]]
+    groups = ["vantage_id", "protocol", "phase", "mode"]
+    rt = response_times(lake, facts=f, addresses=addrs, group_by=groups + ["address"])
+    if rt.empty:
+        return pd.DataFrame()
+    order = {a: i for i, a in reversed(list(enumerate(addrs)))}
+    rt = rt.assign(_order=rt["address"].map(order)).sort_values(["_order"] + groups, kind="stable")
+    rt["resolvers"] = rt["resolvers"].astype(np.int64)
+    cols = [c for c in rt.columns if c not in ("address", "_order")] + ["address"]
+    return rt[cols].reset_index(drop=True)
 
 
 def doq_causes(lake: Lake, weeks=None, vantages=None, facts: LakeFacts | None = None) -> pd.DataFrame:

@@ -352,6 +352,7 @@ def testbed_peers(path: str | os.PathLike | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=PEER_COLUMNS)
 
 
+@_on_lake
 def peer_response_times(conn, peers: pd.DataFrame, facts: Facts | None = None, weeks=None, vantages=None,
                         refresh: bool = True) -> pd.DataFrame:
     """response_times of each address of `peers` (testbed_peers) on its own, grouped by

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from doqscan_analysis import identity, lake, load
@@ -84,6 +85,22 @@ def test_response_times_same_as_postgres(pg, lk):
     same(load.response_times(pg, facts=fp, addresses=[addr]), load.response_times(lk, facts=fl, addresses=[addr]))
     same(load.doq_causes(pg, facts=fp), load.doq_causes(lk, facts=fl))
     same(load.per_resolver_medians(pg), load.per_resolver_medians(lk))
+
+
+def some_peers(conn) -> pd.DataFrame:
+    """Four measured addresses as testbed peers, out of address order, and one never
+    measured (peer_response_times leaves it out)."""
+    addrs = sorted(load.per_resolver_medians(conn)["address"].unique())
+    picked = [addrs[-1], addrs[0], "192.0.2.99", addrs[len(addrs) // 2], addrs[1]]
+    return pd.DataFrame({"address": picked, "peer": "coredns", "class": "peer-x"})
+
+
+def test_peer_response_times_same_as_postgres(pg, lk):
+    """One pass over every peer on a release: the rows of one response_times per peer."""
+    peers = some_peers(pg)
+    got = load.peer_response_times(lk, peers)
+    same(load.peer_response_times(pg, peers), got)
+    assert list(dict.fromkeys(got["address"])) == [a for a in peers["address"] if a != "192.0.2.99"]
 
 
 def test_order_statistics_exact(lk):

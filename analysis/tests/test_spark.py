@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from test_lake import ADOPTION, export_release
+from test_lake import ADOPTION, export_release, some_peers
 
 from doqscan_analysis import lake, load
 from doqscan_analysis.compare import same
@@ -50,3 +50,8 @@ def test_response_times_same_as_duckdb(duck, spark):
     same(load.response_times(duck, facts=fd), load.response_times(spark, facts=fs))
     same(load.doq_causes(duck, facts=fd), load.doq_causes(spark, facts=fs))
     same(load.per_resolver_medians(duck), load.per_resolver_medians(spark))
+
+
+def test_peer_response_times_same_as_duckdb(duck, spark):
+    peers = some_peers(duck)
+    same(load.peer_response_times(duck, peers), load.peer_response_times(spark, peers))
