@@ -1051,6 +1051,12 @@ def response_times(lake: Lake, weeks=None, vantages=None, dox_only: bool = False
     return df
 
 
+def _sum(xs: np.ndarray):
+    """The sum of a metric's values: exact (a Python int) for integers, a float sum for
+    floats (the paired RTT is an interpolated median: halves)."""
+    return _exact_sum(xs) if xs.dtype.kind in "iu" else float(xs.sum())
+
+
 def _exact_sum(xs: np.ndarray) -> int:
     """The exact sum of int64 values (a Python int): numpy's int64 sum where it cannot
     overflow, else in chunks that cannot."""
@@ -1072,11 +1078,7 @@ def _part_figures(tbl, i: int, parts: list, present, ranks_of) -> list:
         if u not in present:
             continue
         part = xs if sel is None else xs[sel if mask is None else sel[mask]]
-        fig = {f"{m}_n": len(part)}
-        if m in ("resolve_ns", "handshake_ns", "rtt_ns"):
-            fig[f"{m}_sum"] = _exact_sum(part) if len(part) else None
-        else:
-            fig[f"{m}_sum"] = float(part.sum()) if len(part) else None
+        fig = {f"{m}_n": len(part), f"{m}_sum": _sum(part) if len(part) else None}
         if m == "ratio":
             cls = np.bincount(np.clip(np.rint(part), 1, ROUND_TRIP_CLASSES).astype(np.int64),
                               minlength=ROUND_TRIP_CLASSES + 1)

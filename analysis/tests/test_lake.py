@@ -134,6 +134,21 @@ def test_split_sorted_is_a_sort_per_code(values, codes):
         assert np.array_equal(got[k], want[k]), k
 
 
+def test_part_figures_keep_half_nanoseconds():
+    """The paired RTT is an interpolated median (halves): its sum is a float sum, the
+    integer metrics' an exact one."""
+    import pyarrow as pa
+    tbl = pa.table({"x0_": pa.array([1, 2, 2**62], pa.int64()), "x1_": pa.array([0.5, 1.0, None]),
+                    "x2_": pa.array([3, None, 4], pa.int64()), "x3_": pa.array([1.4, 2.6, 0.2])})
+    got = {}
+    for i in range(len(lake.METRICS)):
+        for _, fig, _ in lake._part_figures(tbl, i, [((), None)], {()}, lambda n: [1]):
+            got |= fig
+    assert got["resolve_ns_sum"] == 3 + 2**62 and got["rtt_ns_sum"] == 1.5 and got["handshake_ns_sum"] == 7
+    assert got["rtt_ns_n"] == 2 and got["handshake_ns_n"] == 2
+    assert [got[f"round_trips_{k}"] for k in range(1, 6)] == [2, 0, 1, 0, 0]
+
+
 def test_exact_sum_past_int64():
     xs = np.full(10, 2**62, dtype=np.int64)
     assert lake._exact_sum(xs) == 10 * 2**62
