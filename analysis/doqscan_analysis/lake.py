@@ -1115,7 +1115,7 @@ def _response_groups_local(lake: Lake, rel: str, group_by: list[str], ranks_of,
     for key, tbl in _local_fetch(lake, rel, outer, fetch_split, METRICS, keys_rel):
         if tbl.num_rows == 0:
             continue
-        if addresses is None:
+        if addresses is None and "address" in split:
             addresses = _addresses(lake)
         codes, uniq = _codes(tbl, split, {"address": addresses})
         addr = tbl.column("address").to_numpy()
