@@ -1,10 +1,10 @@
 """The analysis over a data release (`dataset export`'s Parquet files, docs/data-release.md)
 instead of PostgreSQL: the same functions as `load`, the same rows back, with every
 aggregation in SQL on DuckDB (default) or Apache Spark (`engine="spark"`, local mode or a
-cluster's master URL). Nothing loads rows into pandas: distributions are exact order
-statistics found in two passes over the rows (counts per group and value bucket, then
-only the values in the buckets that hold a wanted rank), so memory does not grow with the
-number of rows.
+cluster's master URL). Nothing loads a release's rows into pandas: counts and sums are
+SQL, and distributions are exact order statistics of each group's values sorted whole,
+one group at a time (in this process on DuckDB, on the executors on Spark), so memory
+grows with the largest group, not with the number of rows.
 
 `load.connect(path)` returns a Lake for a directory; every `load` function given a Lake
 runs the function of the same name here. The SQL is one text for both engines where the
@@ -18,6 +18,7 @@ import glob
 import json
 import math
 import os
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,10 +41,6 @@ TABLES = ["scans", "scan_runs", "scan_replies", "verification_runs", "verificati
           "handshake_analyses", "resolver_features", "bench_runs", "bench_samples"]
 GLOBAL_TABLES = ["vantage_points", "datasets"]
 
-# Value buckets of the order-statistics search: floor(ln(x) * BUCKETS_PER_E). Any
-# monotonic bucketing gives the exact values; finer buckets mean fewer values fetched in
-# the second pass.
-BUCKETS_PER_E = 4000
 
 
 def is_release(path) -> bool:
@@ -95,6 +92,11 @@ class Lake:
             b = b.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", parts)
             if memory_limit:
                 b = b.config("spark.driver.memory", memory_limit)
+            if m.startswith("local"):
+                # the Python workers (order statistics) need this interpreter's numpy and
+                # pyarrow (pyspark reads the variable when the context starts); on a
+                # cluster, PYSPARK_PYTHON names the executors' Python
+                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             self.spark = b.getOrCreate()
         else:
             raise ValueError(f"engine {engine!r}: want duckdb or spark")
@@ -717,74 +719,80 @@ def answering(lake: Lake, weeks=None, vantages=None, refresh: bool = True, facts
     return df.sort_values(["vantage_id", "protocol"], kind="stable").reset_index(drop=True)
 
 
-def _bucket(x: str, per_e: int) -> str:
-    return f"CASE WHEN {x} > 0 THEN CAST(floor(ln({x}) * {per_e}) AS BIGINT) ELSE -9223372036854775807 END"
-
-
-def order_statistics(lake: Lake, rel: str, groups: list[str], value: str, ranks_of, per_e: int = BUCKETS_PER_E) -> dict:
+def order_statistics(lake: Lake, rel: str, groups: list[str], value: str, ranks_of) -> dict:
     """Exact order statistics of `value` per group of `rel`: order_statistics_of with one
     value. Returns {group tuple: (n, {rank: value})}."""
-    return order_statistics_of(lake, rel, groups, [value], ranks_of, per_e)[value]
+    return order_statistics_of(lake, rel, groups, [value], ranks_of)[value]
 
 
-def order_statistics_of(lake: Lake, rel: str, groups: list[str], values: list[str], ranks_of,
-                        per_e: int = BUCKETS_PER_E) -> dict:
+def order_statistics_of(lake: Lake, rel: str, groups: list[str], values: list[str], ranks_of) -> dict:
     """Exact order statistics of each of `values` (SQL expressions over `rel`, the SQL text
     of a relation) per group: ranks_of(n) gives the 1-based ranks wanted in a group of n
-    non-null values. Two passes over the rows per value: counts
-    per (group, value, value bucket), whose number is bounded by the buckets (per_e per
-    factor e of the values), not by the rows; then, in the engine, the values of the
-    buckets that hold a wanted rank, numbered within their bucket, of which only the
-    wanted ones come back. Returns {value: {group tuple: (n, {rank: value})}}."""
+    non-null (and not NaN) values. Each group's values are sorted whole: on DuckDB in
+    this process, one group at a time (_order_statistics_local); on Spark on the
+    executors, one group per call (_order_statistics_spark). Returns {value: {group
+    tuple: (n, {rank: value})}}."""
     if lake.engine == "duckdb":
         return _order_statistics_local(lake, rel, groups, values, ranks_of)
-    if len(values) > 1:
-        # one value at a time: stacking them (a cross join with the value's number) made
-        # DuckDB's passes slower than separate scans
-        return {v: order_statistics_of(lake, rel, groups, [v], ranks_of, per_e)[v] for v in values}
-    gsel = "".join(f"{c}, " for c in groups)
-    stacked = f"SELECT {gsel}0 AS m_, CAST({values[0]} AS DOUBLE) AS x_ FROM {rel} r"
-    vals = (f"SELECT {gsel}m_, {_bucket('x_', per_e)} AS b_, x_ FROM ({stacked}) s "
-            f"WHERE x_ IS NOT NULL AND NOT isnan(x_)")
-    keys = groups + ["m_"]
-    counts = lake.sql(f"SELECT {gsel}m_, b_, count(*) AS c_ FROM ({vals}) x GROUP BY {gsel}m_, b_")
+    return _order_statistics_spark(lake, rel, groups, values, ranks_of)
+
+
+def _order_statistics_spark(lake: Lake, rel: str, groups: list[str], values: list[str], ranks_of) -> dict:
+    """order_statistics_of on Spark: the groups get integer ids (a small table joined by
+    broadcast, NULL-safe), one shuffle brings each group's rows (its id and every value)
+    to one executor call (applyInArrow), which sorts each value's column with numpy and
+    returns only the wanted ranks. The shuffle sorts by the integer id alone, not by the
+    values; memory on an executor is one group's values."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
     out = {v: {} for v in values}
-    if counts.empty:
+    spark = lake.spark
+    gsel = ", ".join(groups)
+    if groups:
+        keys = spark.sql(f"SELECT DISTINCT {gsel} FROM {rel} r").collect()
+    else:
+        keys = [()]
+    if not keys:
         return out
-    counts = counts.sort_values(keys + ["b_"], kind="stable")
-    wanted = []  # (group..., metric, bucket, rank within the bucket, rank)
-    sizes = {}
-    for key, part in counts.groupby(keys, sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        c = part["c_"].to_numpy(np.int64)
-        cum = np.cumsum(c)
-        n = int(cum[-1])
-        sizes[key] = n
-        ranks = np.asarray(sorted(set(ranks_of(n))), dtype=np.int64)
-        idx = np.searchsorted(cum, ranks, side="left")  # the bucket holding each rank
-        start = np.concatenate(([0], cum[:-1]))
-        bs = part["b_"].to_numpy(np.int64)
-        for r, i in zip(ranks.tolist(), idx.tolist()):
-            wanted.append(key + (int(bs[i]), int(r - start[i]), int(r)))
-    w = pd.DataFrame(wanted, columns=keys + ["b_", "k_", "rank_"])
-    for c in keys:
-        if counts[c].dtype != object:
-            w[c] = w[c].astype(counts[c].dtype)
-    lake.register("os_wanted", w)
-    on_b = " AND ".join([f"t.{c} = v.{c}" for c in keys] + ["t.b_ = v.b_"])
-    on = " AND ".join([f"w.{c} = x.{c}" for c in keys] + ["w.b_ = x.b_", "w.k_ = x.k_"])
-    part_by = ", ".join([f"v.{c}" for c in keys] + ["v.b_"])
-    got = lake.sql(f"""
-        SELECT {''.join(f'w.{c}, ' for c in keys)}w.rank_, x.x_ FROM (
-          SELECT v.*, row_number() OVER (PARTITION BY {part_by} ORDER BY v.x_) AS k_
-            FROM ({vals}) v JOIN (SELECT DISTINCT {gsel}m_, b_ FROM os_wanted) t ON {on_b}) x
-        JOIN os_wanted w ON {on}""")
-    for key, n in sizes.items():
-        out[values[int(key[-1])]][key[:-1]] = (n, {})
-    cols = [got[c].tolist() for c in keys]
-    for i, (r, x) in enumerate(zip(got["rank_"].tolist(), got["x_"].tolist())):
-        key = tuple(col[i] for col in cols)
-        out[values[int(key[-1])]][key[:-1]][1][int(r)] = float(x)
+    keys = [tuple(k) for k in keys]
+    if groups:
+        schema = spark.sql(f"SELECT {gsel} FROM {rel} r").schema
+        kdf = spark.createDataFrame([k + (i,) for i, k in enumerate(keys)],
+                                    T.StructType(list(schema.fields) + [T.StructField("gid_", T.IntegerType(), False)]))
+        kdf.createOrReplaceTempView("os_keys_")
+        on = " AND ".join(f"r.{c} <=> k.{c}" for c in groups)
+        src = f"{rel} r JOIN os_keys_ k ON {on}"
+        hint, gid = "/*+ BROADCAST(k) */ ", "k.gid_"
+    else:
+        src, hint, gid = f"{rel} r", "", "0"
+    xs = ", ".join(f"CAST({v} AS DOUBLE) AS x{i}_" for i, v in enumerate(values))
+    df = spark.sql(f"SELECT {hint}CAST({gid} AS INT) AS gid_, {xs} FROM {src}")
+    nv = len(values)
+
+    def ranks(tbl: pa.Table) -> pa.Table:
+        gids, ms, ns, rs, got = [], [], [], [], []
+        g = tbl.column("gid_")[0].as_py() if tbl.num_rows else None
+        for i in range(nv):
+            x = tbl.column(f"x{i}_").to_numpy(zero_copy_only=False)  # NULL -> NaN
+            x = np.sort(x[~np.isnan(x)])
+            if len(x) == 0:
+                continue
+            want = np.asarray(sorted(set(ranks_of(len(x)))), dtype=np.int64)
+            gids.append(np.full(len(want), g, dtype=np.int32))
+            ms.append(np.full(len(want), i, dtype=np.int32))
+            ns.append(np.full(len(want), len(x), dtype=np.int64))
+            rs.append(want)
+            got.append(x[want - 1])
+        cat = (lambda parts, dt: np.concatenate(parts) if parts else np.empty(0, dtype=dt))  # noqa: E731
+        return pa.table({"gid_": cat(gids, np.int32), "m_": cat(ms, np.int32), "n_": cat(ns, np.int64),
+                         "rank_": cat(rs, np.int64), "x_": cat(got, np.float64)})
+
+    res = df.groupBy("gid_").applyInArrow(ranks, "gid_ int, m_ int, n_ long, rank_ long, x_ double").toPandas()
+    for g, m, n, r, x in zip(res["gid_"].tolist(), res["m_"].tolist(), res["n_"].tolist(), res["rank_"].tolist(),
+                             res["x_"].tolist()):
+        st = out[values[m]].setdefault(keys[g], (int(n), {}))
+        st[1][int(r)] = float(x)
     return out
 
 
@@ -856,8 +864,7 @@ def _values(tbl, col: str):
 def _order_statistics_local(lake: Lake, rel: str, groups: list[str], values: list[str], ranks_of) -> dict:
     """order_statistics_of on DuckDB: per group without the _SPLIT columns, one query
     fetches the group's values of every metric (_local_fetch) and numpy sorts them metric
-    by metric; memory is one group's values. The same result as the two-pass search
-    (exact ranks)."""
+    by metric; memory is one group's values."""
     outer = [c for c in groups if c not in _SPLIT]
     split = [c for c in groups if c in _SPLIT]
     out = {v: {} for v in values}
@@ -1151,7 +1158,7 @@ def per_resolver_medians(lake: Lake, weeks=None, vantages=None, phase: str = "me
         return pd.DataFrame(columns=cols)
     # two ranks per resolver: coarse buckets keep the first pass's counts few
     metrics = ["resolve_ns", "handshake_ns", "rtt_ns"]
-    stats = order_statistics_of(lake, rel, groups, metrics, _median_ranks, per_e=200)
+    stats = order_statistics_of(lake, rel, groups, metrics, _median_ranks)
     for m in metrics:
         st = stats[m]
         base[m] = [(_median(*st[k]) if k in st else np.nan)
@@ -1358,7 +1365,7 @@ def cold_and_warm(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
     # as CAST(ns AS DOUBLE) / 1e6 (the order is the same): two ranks per resolver, coarse
     # buckets keep the first pass's counts few
     cold, warm = "handshake_ns + resolve_ns", "resolve_ns"
-    stats = order_statistics_of(lake, rel, ["address", "protocol"], [cold, warm], _median_ranks, per_e=200)
+    stats = order_statistics_of(lake, rel, ["address", "protocol"], [cold, warm], _median_ranks)
     keys = list(zip(base["address"], base["protocol"]))
 
     def ms(st):

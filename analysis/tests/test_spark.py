@@ -55,3 +55,23 @@ def test_response_times_same_as_duckdb(duck, spark):
 def test_peer_response_times_same_as_duckdb(duck, spark):
     peers = some_peers(duck)
     same(load.peer_response_times(duck, peers), load.peer_response_times(spark, peers))
+
+
+@pytest.mark.parametrize("groups", [[], ["tls_", "key_share"], ["vantage_id", "protocol", "address"]])
+def test_order_statistics_same_as_duckdb(duck, spark, groups):
+    """Spark's order statistics (each group sorted on an executor) equal DuckDB's: with
+    no group, with a group column holding NULL (tls_), per resolver; for values with
+    NULLs (DoUDP's handshake) and a computed ratio. No rows give no groups."""
+    rel = """(SELECT *, CASE WHEN protocol IN ('doudp', 'dotcp') THEN NULL ELSE protocol END AS tls_
+                FROM measurements WHERE status = 'ok')"""
+    values = ["resolve_ns", "handshake_ns", "CAST(handshake_ns AS DOUBLE) / NULLIF(rtt_median_ns, 0)"]
+
+    def ranks(n):
+        return [1, (n + 1) // 2, n]
+    got = lake.order_statistics_of(spark, rel, groups, values, ranks)
+    assert got == lake.order_statistics_of(duck, rel, groups, values, ranks)
+    assert all(len(got[v]) > 0 for v in values)
+    if "tls_" in groups:
+        assert any(k[0] is None for k in got["resolve_ns"]) and any(k[0] is not None for k in got["resolve_ns"])
+    empty = f"(SELECT * FROM {rel} r WHERE FALSE)"
+    assert lake.order_statistics_of(spark, empty, groups, values, ranks) == {v: {} for v in values}
