@@ -25,13 +25,10 @@ import numpy as np
 import pandas as pd
 
 from . import names
+from .names import DEFAULT_POINTS, GROUP_COLUMNS, METRICS, ROUND_TRIP_CLASSES
 
 PORT_UNKNOWN = 0
 DOUDP_RCODES = [0, 3]
-DEFAULT_POINTS = 2000
-METRICS = ["resolve_ns", "rtt_ns", "handshake_ns", "ratio"]
-ROUND_TRIP_CLASSES = 5
-GROUP_COLUMNS = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")
 CAUSES = names.CAUSES
 
 # Every table a release holds (docs/data-release.md); release-wide ones at the top.

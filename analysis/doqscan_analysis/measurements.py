@@ -14,21 +14,14 @@ import pandas as pd
 from . import names
 from .census import _FINGERPRINT_SQL, _fp_label
 from .facts import _ADDR_HI, _ADDR_LO, CAUSES, Facts, address_key, measurement_facts
+from .names import DEFAULT_POINTS, GROUP_COLUMNS, METRICS, ROUND_TRIP_CLASSES
 from .rtt import _CAMPAIGNS_CTE, _rtt_for
 from .source import _frame, _on_lake, _params
-
-DEFAULT_POINTS = 2000  # ranks at which distributions are returned (ECDF step <= 1/2000)
-
-
-METRICS = ["resolve_ns", "rtt_ns", "handshake_ns", "ratio"]
-ROUND_TRIP_CLASSES = 5  # handshakes of 5 or more round trips share the last class
 
 
 def _probs(points: int) -> list[float]:
     return [k / points for k in range(1, points + 1)]
 
-
-GROUP_COLUMNS = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")
 
 
 def _pg_median(x: np.ndarray) -> float:

@@ -57,6 +57,14 @@ TLS_PROTOCOLS = ["dot", "doh", "doq", "doh3"]
 # identity.cold_and_warm compares: the encrypted ones over a connection the measure tool
 # opens fresh.
 COLD_WARM_PROTOCOLS = ["doq", "dot", "doh"]
+# The response-time figures (measurements.response_times and lake.response_times): the
+# metrics whose distributions the report draws, the columns they are grouped by, the
+# ranks at which distributions are returned (ECDF step <= 1/DEFAULT_POINTS), and the
+# handshake round-trip classes (5 or more share the last class).
+METRICS = ["resolve_ns", "rtt_ns", "handshake_ns", "ratio"]
+GROUP_COLUMNS = ("vantage_id", "protocol", "phase", "mode", "key_share", "dox")
+DEFAULT_POINTS = 2000
+ROUND_TRIP_CLASSES = 5
 
 # Value domains fixed by schema.sql's CHECK constraints: measurements.phase,
 # measurements.mode and handshake_analyses.cause.
