@@ -32,6 +32,8 @@ func TestBadFlags(t *testing.T) {
 		clitest.Usage("--week", "--week", "2026-47"),
 		clitest.Usage("--run-id", "--run-id", "-1"),
 		clitest.Usage("--sample", "--sample", "-1"),
+		clitest.Usage("--rtt-samples", "--rtt-samples", "-1"),
+		clitest.Usage("--rtt-samples", "--rtt-samples", "101"),
 		clitest.Usage("--only", "--only", "198.19.1.0"),
 		clitest.Usage("--vantage", "--vantage", ""),
 		clitest.Usage("unexpected arguments", "stray"),

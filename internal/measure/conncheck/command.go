@@ -15,6 +15,7 @@ import (
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/measure"
+	"github.com/doqscan/doqscan/internal/measure/rtt"
 )
 
 // Flags binds the conncheck command's flags to a Config.
@@ -25,6 +26,7 @@ type Flags struct {
 
 	protocols, idleWaits, tokenAges, sizes, keyShares, only string
 	amplification                                           bool
+	rttSamples                                              int
 }
 
 var weekRE = regexp.MustCompile(`^[0-9]{4}-W(0[1-9]|[1-4][0-9]|5[0-3])$`)
@@ -42,6 +44,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	cli.IntVar(fs, &c.Streams, "streams", DefaultStreams, 1, 256, "of those, outstanding at once")
 	fs.StringVar(&f.idleWaits, "idle-waits", "1s,2s,5s,10s,20s,40s", "idle periods tried, each on a connection of its own")
 	fs.StringVar(&f.tokenAges, "token-ages", "0s,10s,40s", "DoQ: waits after which a NEW_TOKEN token is presented, each with a token of its own, 0s..1h (\"\": none)")
+	cli.IntVar(fs, &f.rttSamples, "rtt-samples", rtt.DefaultSamples, 0, rtt.MaxSamples, "DoQ: RTT probes giving the path RTT every handshake is explained against (0: none, the qlog's own RTT)")
 	cli.DurationVar(fs, &c.Timeout, "timeout", DefaultTimeout, time.Millisecond, 5*time.Minute, "timeout per exchange (the idle ones get their wait on top)")
 	fs.BoolVar(&f.amplification, "amplification", true, "DoQ: one tokenless handshake per Initial size and key share (the amplification budget)")
 	fs.StringVar(&f.sizes, "initial-sizes", "1200,1350,1452", "client Initial sizes of the amplification handshakes, 1200..1452")
@@ -96,6 +99,10 @@ func (f *Flags) Resolve() (Config, error) {
 		c.KeyShares = append(c.KeyShares, measure.KeyShare(k))
 	}
 	c.NoAmplification = !f.amplification
+	c.RTTSamples = f.rttSamples
+	if c.RTTSamples == 0 {
+		c.RTTSamples = -1 // Settings: negative is none, 0 the default
+	}
 	c.Only = nil
 	for _, p := range cli.SplitList(f.only) {
 		pf, err := netip.ParsePrefix(p)

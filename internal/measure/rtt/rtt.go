@@ -75,8 +75,12 @@ func Classify(err error) Status {
 // DefaultTimeout bounds one sample.
 const DefaultTimeout = 2 * time.Second
 
-// DefaultSamples is how many samples a path's RTT is taken from.
-const DefaultSamples = 3
+// DefaultSamples is how many samples a path's RTT is taken from; MaxSamples bounds
+// the tools' --rtt-samples.
+const (
+	DefaultSamples = 3
+	MaxSamples     = 100
+)
 
 // timeoutFactor and timeoutFloor bound a sample's wait by the resolve time just
 // measured on the same port (~1 RTT): a reply later than 4 RTT is not coming, and
