@@ -10,7 +10,6 @@ import (
 
 	"github.com/doqscan/doqscan/internal/cli"
 	"github.com/doqscan/doqscan/internal/measure/campaign"
-	"github.com/doqscan/doqscan/internal/measure/rtt"
 )
 
 var cmd = cli.Command{
@@ -57,7 +56,7 @@ func command() (*flag.FlagSet, *cli.Common, cli.RunFunc) {
 	cli.Deprecate(fs, "name", "query-name")
 	cli.DurationVar(fs, &o.Timeout, "timeout", o.Timeout, campaign.MinTimeout, campaign.MaxTimeout, "timeout per exchange")
 	cli.IntVar(fs, &o.Concurrency, "concurrency", o.Concurrency, 1, campaign.MaxConcurrency, "resolvers measured at once (bounded so timestamps stay honest)")
-	cli.IntVar(fs, &o.RTTSamples, "rtt-samples", o.RTTSamples, 1, rtt.MaxSamples, "RTT samples per (transport, port)")
+	cli.IntVar(fs, &o.RTTSamples, "rtt-samples", o.RTTSamples, 1, campaign.MaxRTTSamples, "RTT samples per (transport, port)")
 	cli.IntVar(fs, &o.Persistent, "persistent", o.Persistent, campaign.MinPersistent, campaign.MaxPersistent, "queries per session in persistent mode")
 	fs.BoolVar(&o.Features, "features", o.Features, "run the support checks (TFO, edns-tcp-keepalive, 0-RTT, session tickets)")
 	cli.DurationVar(fs, &o.Spread, "spread", o.Spread, 0, campaign.MaxSpread, "one round: spread resolver starts over this long")

@@ -17,7 +17,8 @@ const (
 	MaxConcurrency = 1024             // --concurrency: resolvers measured at once
 	MinTimeout     = time.Millisecond // --timeout: per exchange
 	MaxTimeout     = time.Minute
-	MinPersistent  = 2 // --persistent: queries per session in persistent mode
+	MaxRTTSamples  = rtt.MaxSamples // --rtt-samples: per (transport, port)
+	MinPersistent  = 2              // --persistent: queries per session in persistent mode
 	MaxPersistent  = 100
 	MaxEvery       = 7 * 24 * time.Hour // --every: the longest interval between rounds
 	MaxSpread      = time.Hour          // --spread: one round's starts, within its hour
@@ -26,7 +27,7 @@ const (
 )
 
 // Validate checks every setting against its range: --concurrency 1..MaxConcurrency,
-// --timeout MinTimeout..MaxTimeout, --rtt-samples 1..rtt.MaxSamples, --persistent
+// --timeout MinTimeout..MaxTimeout, --rtt-samples 1..MaxRTTSamples, --persistent
 // MinPersistent..MaxPersistent, --db-deadline
 // MinDBDeadline..MaxDBDeadline, --query-name a domain name, --vantage not empty; the spread
 // and the internal settings must not be negative. Zero values are not accepted: Run
@@ -36,7 +37,7 @@ func (c *Config) Validate() error {
 	if err := cli.FirstError(
 		cli.InRange("concurrency", c.Concurrency, 1, MaxConcurrency),
 		cli.InRange("timeout", c.Timeout, MinTimeout, MaxTimeout),
-		cli.InRange("rtt-samples", c.RTTSamples, 1, rtt.MaxSamples),
+		cli.InRange("rtt-samples", c.RTTSamples, 1, MaxRTTSamples),
 		cli.InRange("persistent", c.Persistent, MinPersistent, MaxPersistent),
 		cli.InRange("spread", c.Spread, 0, MaxEvery),
 		cli.InRange("db-deadline", c.DBDeadline, MinDBDeadline, MaxDBDeadline),
