@@ -37,6 +37,8 @@ TABLES = ["scans", "scan_runs", "scan_replies", "verification_runs", "verificati
           "policy_runs", "connection_policies", "amplification_probes", "campaigns", "measurements", "rtt_samples",
           "handshake_analyses", "resolver_features", "bench_runs", "bench_samples"]
 GLOBAL_TABLES = ["vantage_points", "datasets"]
+# The JVM heap of a local Spark session (DOQSCAN_SPARK_MEMORY overrides it).
+DEFAULT_SPARK_MEMORY = "2g"
 
 
 
@@ -87,7 +89,12 @@ class Lake:
             m = master or os.environ.get("SPARK_MASTER", "local[2]")
             parts = m[6:-1] if m.startswith("local[") and m[6:-1].isdigit() else "16"
             b = b.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", parts)
-            if memory_limit:
+            if m.startswith("local"):
+                # local mode runs the executors in the driver's JVM: its heap is theirs
+                # (Spark's default, 1g, leaves two tasks ~200 MB each to sort a shuffle)
+                b = b.config("spark.driver.memory",
+                             memory_limit or os.environ.get("DOQSCAN_SPARK_MEMORY", DEFAULT_SPARK_MEMORY))
+            elif memory_limit:
                 b = b.config("spark.driver.memory", memory_limit)
             if m.startswith("local"):
                 # the Python workers (order statistics) need this interpreter's numpy and

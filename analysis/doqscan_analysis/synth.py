@@ -526,7 +526,7 @@ template's week (w mod its weeks) renamed. manifest.json lists
             "measurements": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id, measurement_id, started_at,
                                        handshake_ns, resolve_ns, rtt_median_ns),
                                        CAST({cid0} + h AS BIGINT) AS campaign_id,
-                                       md5(measurement_id || '|' || CAST(h AS VARCHAR)) AS measurement_id,
+                                       md5(measurement_id || '|' || CAST({cid0} + h AS VARCHAR)) AS measurement_id,
                                        started_at + {shift} AS started_at,
                                        CAST(handshake_ns * {jit.format(key='measurement_id')} AS BIGINT) AS handshake_ns,
                                        CAST(resolve_ns * {jit.format(key='measurement_id')} AS BIGINT) AS resolve_ns,
@@ -538,7 +538,7 @@ template's week (w mod its weeks) renamed. manifest.json lists
                                  FROM read_parquet('{cdir}/rtt_samples.parquet'), {hours}""",
             "handshake_analyses": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id, measurement_id),
                                              CAST({cid0} + h AS BIGINT) AS campaign_id,
-                                             md5(measurement_id || '|' || CAST(h AS VARCHAR)) AS measurement_id
+                                             md5(measurement_id || '|' || CAST({cid0} + h AS VARCHAR)) AS measurement_id
                                         FROM read_parquet('{cdir}/handshake_analyses.parquet'), {hours}""",
             "resolver_features": f"""SELECT '{week}' AS iso_week, * EXCLUDE (iso_week, campaign_id),
                                             CAST({cid0} + h AS BIGINT) AS campaign_id

@@ -257,6 +257,24 @@ def test_synthetic_year_keeps_identity_tables(id_release, tmp_path):
     assert {t: totals.get(t) for t in IDENTITY_TABLES} == {t: 2 * n for t, n in rows.items()}
 
 
+def test_synthetic_year_ids_unique(release, tmp_path):
+    """Every measurement synth.write_year writes has an id of its own across the weeks,
+    and each handshake analysis references exactly one, as in an export
+    (measurement_id is unique in a release)."""
+    from doqscan_analysis import synth
+    year = str(tmp_path / "year")
+    totals = synth.write_year(release, year, weeks=2, hours_per_week=2)
+    c = load.connect(year)
+    try:
+        ids = c.sql("SELECT count(*) AS n, count(DISTINCT measurement_id) AS d FROM measurements")
+        assert ids["n"].iloc[0] == ids["d"].iloc[0] == totals["measurements"]
+        joined = c.sql("""SELECT count(*) AS n FROM handshake_analyses h
+                            JOIN measurements m ON m.measurement_id = h.measurement_id""")["n"].iloc[0]
+        assert totals["handshake_analyses"] > 0 and joined == totals["handshake_analyses"]
+    finally:
+        c.close()
+
+
 def test_facts_cache_built_once_and_rebuilt_when_stale(release, tmp_path, monkeypatch):
     """The facts cache holds every successful measurement of each file set, is written
     once, and is written again when its source files change (their SHA-256 in the
