@@ -45,7 +45,14 @@ GOAL_MB = 4096
 
 
 def du(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+    """Bytes of a release's files, without the report's caches (.cache/: the facts cache
+    a DuckDB report writes beside them)."""
+    total = 0
+    for d, subdirs, fs in os.walk(path):
+        if d == path and ".cache" in subdirs:
+            subdirs.remove(".cache")
+        total += sum(os.path.getsize(os.path.join(d, f)) for f in fs)
+    return total
 
 
 def export(url: str, out: str) -> tuple[float, dict]:
@@ -109,10 +116,12 @@ def main() -> int:
         with psycopg.connect(url) as c:
             n = c.execute("SELECT count(*) FROM measurements").fetchone()[0]
             pg_bytes = c.execute("SELECT pg_database_size(current_database())").fetchone()[0]
-            pg_tables = c.execute("""SELECT sum(pg_total_relation_size(t)) FROM unnest(ARRAY['measurements', 'rtt_samples',
-                                       'handshake_analyses', 'resolver_features', 'campaigns', 'scan_replies',
+            # a partitioned table's own size is 0: sum its partitions (pg_partition_tree
+            # lists a plain table alone)
+            pg_tables = c.execute("""SELECT sum(pg_total_relation_size(p.relid)) FROM unnest(ARRAY['measurements',
+                                       'rtt_samples', 'handshake_analyses', 'resolver_features', 'campaigns', 'scan_replies',
                                        'verification_results', 'certificates', 'resolver_geo', 'resolvers', 'scans',
-                                       'verification_runs', 'qlogs']::regclass[]) t""").fetchone()[0]
+                                       'verification_runs', 'qlogs']::regclass[]) t, pg_partition_tree(t) p""").fetchone()[0]
         if "export" in steps or not os.path.exists(os.path.join(rel10, "manifest.json")):
             secs, s = export(url, rel10)
             rows = sum(s["rows_written"].values())
