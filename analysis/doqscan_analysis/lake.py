@@ -41,7 +41,6 @@ GLOBAL_TABLES = ["vantage_points", "datasets"]
 DEFAULT_SPARK_MEMORY = "2g"
 
 
-
 def is_release(path) -> bool:
     """Whether path is a release directory (it holds manifest.json)."""
     return isinstance(path, (str, os.PathLike)) and os.path.isfile(os.path.join(path, "manifest.json"))
@@ -83,24 +82,21 @@ class Lake:
                 pass  # in a Jupyter kernel DuckDB changes it only with ipywidgets installed; no bar there
         elif engine == "spark":
             from pyspark.sql import SparkSession
-            b = SparkSession.builder.appName("doqscan-report").master(master or os.environ.get("SPARK_MASTER", "local[2]"))
+            m = master or os.environ.get("SPARK_MASTER", "local[2]")
+            b = SparkSession.builder.appName("doqscan-report").master(m)
             b = b.config("spark.sql.session.timeZone", "UTC").config("spark.sql.execution.arrow.pyspark.enabled", "true")
             # local[N]: N shuffle partitions (the default 200 tasks per shuffle dominate small queries)
-            m = master or os.environ.get("SPARK_MASTER", "local[2]")
             parts = m[6:-1] if m.startswith("local[") and m[6:-1].isdigit() else "16"
             b = b.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", parts)
             if m.startswith("local"):
-                # local mode runs the executors in the driver's JVM: its heap is theirs
-                # (Spark's default, 1g, leaves two tasks ~200 MB each to sort a shuffle)
-                b = b.config("spark.driver.memory",
-                             memory_limit or os.environ.get("DOQSCAN_SPARK_MEMORY", DEFAULT_SPARK_MEMORY))
-            elif memory_limit:
-                b = b.config("spark.driver.memory", memory_limit)
-            if m.startswith("local"):
-                # the Python workers (order statistics) need this interpreter's numpy and
-                # pyarrow (pyspark reads the variable when the context starts); on a
-                # cluster, PYSPARK_PYTHON names the executors' Python
+                # local mode runs the executors in the driver's JVM: its heap is every
+                # task's. The Python workers (order statistics) need this interpreter's
+                # numpy and pyarrow (pyspark reads the variable when the context starts);
+                # on a cluster, PYSPARK_PYTHON names the executors' Python.
+                memory_limit = memory_limit or os.environ.get("DOQSCAN_SPARK_MEMORY", DEFAULT_SPARK_MEMORY)
                 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            if memory_limit:
+                b = b.config("spark.driver.memory", memory_limit)
             self.spark = b.getOrCreate()
         else:
             raise ValueError(f"engine {engine!r}: want duckdb or spark")
@@ -131,13 +127,6 @@ class Lake:
         if self.engine == "duckdb":
             return self.db.execute(query).df()
         return self.spark.sql(query).toPandas()
-
-    def register(self, name: str, df: pd.DataFrame) -> None:
-        """A small pandas frame as a view (targets of the second pass, sibling pairs)."""
-        if self.engine == "duckdb":
-            self.db.register(name, df)
-        else:
-            self.spark.createDataFrame(df).createOrReplaceTempView(name)
 
     def materialize(self, name: str, query: str) -> None:
         """A small intermediate result (the DoX set) computed once."""
@@ -753,14 +742,11 @@ def _order_statistics_spark(lake: Lake, rel: str, groups: list[str], values: lis
     out = {v: {} for v in values}
     spark = lake.spark
     gsel = ", ".join(groups)
+    keys = [()]
     if groups:
-        keys = spark.sql(f"SELECT DISTINCT {gsel} FROM {rel} r").collect()
-    else:
-        keys = [()]
-    if not keys:
-        return out
-    keys = [tuple(k) for k in keys]
-    if groups:
+        keys = [tuple(k) for k in spark.sql(f"SELECT DISTINCT {gsel} FROM {rel} r").collect()]
+        if not keys:
+            return out
         schema = spark.sql(f"SELECT {gsel} FROM {rel} r").schema
         kdf = spark.createDataFrame([k + (i,) for i, k in enumerate(keys)],
                                     T.StructType(list(schema.fields) + [T.StructField("gid_", T.IntegerType(), False)]))
@@ -1160,7 +1146,6 @@ def per_resolver_medians(lake: Lake, weeks=None, vantages=None, phase: str = "me
     cols = ["vantage_id", "protocol", "address", "queries", "resolve_ns", "handshake_ns", "rtt_ns"]
     if base.empty:
         return pd.DataFrame(columns=cols)
-    # two ranks per resolver: coarse buckets keep the first pass's counts few
     metrics = ["resolve_ns", "handshake_ns", "rtt_ns"]
     stats = order_statistics_of(lake, rel, groups, metrics, _median_ranks)
     for m in metrics:
@@ -1366,8 +1351,7 @@ def cold_and_warm(lake: Lake, weeks=None, vantages=None) -> pd.DataFrame:
     if base.empty:
         return pd.DataFrame(columns=cols)
     # the order statistics of the integer nanoseconds, each median's two values then in ms
-    # as CAST(ns AS DOUBLE) / 1e6 (the order is the same): two ranks per resolver, coarse
-    # buckets keep the first pass's counts few
+    # as CAST(ns AS DOUBLE) / 1e6 (the order is the same)
     cold, warm = "handshake_ns + resolve_ns", "resolve_ns"
     stats = order_statistics_of(lake, rel, ["address", "protocol"], [cold, warm], _median_ranks)
     keys = list(zip(base["address"], base["protocol"]))
